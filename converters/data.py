@@ -1,0 +1,38 @@
+"""Synthetic regression batches, identical for both implementations.
+
+Inputs are Gaussian and the target is a fixed smooth function of them, so the
+MSE loss of a freshly initialised MLP goes down when it trains. Batches are made
+on device with the `('data', None)` sharding the models expect, one batch or a
+stack of `num_steps` batches for the several-steps-in-one-call train loops.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from converters.description import ModelDescription
+
+
+def batch_sharding(mesh: Mesh, stacked: bool = False) -> NamedSharding:
+  """`('data', None)` for one batch; `(None, 'data', None)` for a stack of them."""
+  spec = P(None, 'data', None) if stacked else P('data', None)
+  return NamedSharding(mesh, spec)
+
+
+def make_batches(
+    desc: ModelDescription, mesh: Mesh, num_steps: int | None = None, seed: int = 0
+) -> tuple[jax.Array, jax.Array]:
+  """`(x, y)` of shape `(batch, depth)`, or `(num_steps, batch, depth)`."""
+  lead = () if num_steps is None else (num_steps,)
+  shape = lead + (desc.batch, desc.depth)
+  sharding = batch_sharding(mesh, stacked=num_steps is not None)
+
+  @jax.jit(out_shardings=(sharding, sharding))
+  def make(key):
+    x = jax.random.normal(key, shape, jnp.float32)
+    y = jnp.sin(2.0 * x) * 0.5
+    return x.astype(desc.jnp_dtype), y.astype(desc.jnp_dtype)
+
+  return make(jax.random.key(seed))

@@ -1,0 +1,134 @@
+"""Sharded creation, training and inference of the Linen MLP.
+
+Creation follows the Linen guide: `jax.eval_shape` of the init gives the boxed
+abstract `TrainState`, `nn.get_sharding` (device axes) or `nn.get_partition_spec`
++ `nn.logical_to_mesh_sharding` (logical names) turns its annotations into
+shardings, and `jax.jit(init, out_shardings=...)` creates every array directly in
+its shards. `train_step` and `apply` are jitted with explicit in/out shardings;
+`train_steps` runs several steps in one call with `jax.lax.scan` over steps.
+
+All functions here expect the mesh in context: `with jax.set_mesh(mesh):`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import linen as nn
+from flax.training.train_state import TrainState
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from converters.data import batch_sharding
+from converters.description import ModelDescription
+from linen_impl.model import MLP
+
+
+def state_sharding(desc: ModelDescription, mesh: Mesh, abstract_state: Any) -> Any:
+  """The `NamedSharding` of every leaf of a boxed (abstract) `TrainState`."""
+  if desc.logical:
+    specs = nn.get_partition_spec(abstract_state)
+    return nn.logical_to_mesh_sharding(specs, mesh, desc.rules)
+  return nn.get_sharding(abstract_state, mesh)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinenTrainer:
+  """The jitted functions of one description, mesh and optimizer.
+
+  Attributes:
+    desc: the model description.
+    mesh: the `('data', 'model')` mesh the arrays live on.
+    model: the Linen `MLP`.
+    tx: the optax transform of the `TrainState`.
+    abstract_state: the boxed `TrainState` of `ShapeDtypeStruct`s.
+    sharding: the `NamedSharding` of every leaf of the state.
+  """
+
+  desc: ModelDescription
+  mesh: Mesh
+  model: MLP
+  tx: optax.GradientTransformation
+  abstract_state: TrainState
+  sharding: TrainState
+
+  def init_fn(self, key: jax.Array) -> TrainState:
+    x = jnp.zeros((self.desc.batch, self.desc.depth), self.desc.jnp_dtype)
+    variables = self.model.init(key, x)
+    return TrainState.create(
+        apply_fn=self.model.apply, params=variables['params'], tx=self.tx
+    )
+
+  @functools.cached_property
+  def _jit_init(self):
+    return jax.jit(self.init_fn, out_shardings=self.sharding)
+
+  def create(self, seed: int = 0) -> TrainState:
+    """A new `TrainState`, every array created directly in its shards."""
+    return self._jit_init(jax.random.key(seed))
+
+  def loss_fn(self, params, x: jax.Array, y: jax.Array) -> jax.Array:
+    pred = self.model.apply({'params': params}, x)
+    return jnp.mean((pred.astype(jnp.float32) - y.astype(jnp.float32)) ** 2)
+
+  def step_fn(self, state: TrainState, x: jax.Array, y: jax.Array):
+    loss, grads = jax.value_and_grad(self.loss_fn)(state.params, x, y)
+    return state.apply_gradients(grads=grads), loss
+
+  @functools.cached_property
+  def train_step(self):
+    """`(state, x, y) -> (state, loss)`, jitted; donates `state`."""
+    data = batch_sharding(self.mesh)
+    return jax.jit(
+        self.step_fn,
+        in_shardings=(self.sharding, data, data),
+        out_shardings=(self.sharding, NamedSharding(self.mesh, P())),
+        donate_argnums=0,
+    )
+
+  @functools.cached_property
+  def train_steps(self):
+    """`(state, xs, ys) -> (state, losses)`: one step per leading index of xs."""
+
+    def steps(state, xs, ys):
+      def body(state, batch):
+        return self.step_fn(state, *batch)
+
+      return jax.lax.scan(body, state, (xs, ys))
+
+    data = batch_sharding(self.mesh, stacked=True)
+    return jax.jit(
+        steps,
+        in_shardings=(self.sharding, data, data),
+        out_shardings=(self.sharding, NamedSharding(self.mesh, P())),
+        donate_argnums=0,
+    )
+
+  @functools.cached_property
+  def apply(self):
+    """`(params, x) -> y`, jitted; `y` is sharded `('data', None)`."""
+    data = batch_sharding(self.mesh)
+    return jax.jit(
+        lambda params, x: self.model.apply({'params': params}, x),
+        in_shardings=(self.sharding.params, data),
+        out_shardings=data,
+    )
+
+
+def make_trainer(
+    desc: ModelDescription, mesh: Mesh, tx: optax.GradientTransformation
+) -> LinenTrainer:
+  """Builds the model, traces its init abstractly and derives every sharding."""
+  model = MLP(desc)
+  partial = LinenTrainer(desc, mesh, model, tx, None, None)
+  with jax.set_mesh(mesh):
+    abstract_state = jax.eval_shape(partial.init_fn, jax.random.key(0))
+  return dataclasses.replace(
+      partial,
+      abstract_state=abstract_state,
+      sharding=state_sharding(desc, mesh, abstract_state),
+  )

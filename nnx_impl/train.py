@@ -1,0 +1,175 @@
+"""Sharded creation, training and inference of the NNX MLP.
+
+Creation follows the NNX guide: inside `nnx.jit` under `jax.set_mesh`, the model
+is built, `nnx.state` -> `nnx.get_partition_spec` ->
+`jax.lax.with_sharding_constraint` -> `nnx.update` pins every parameter to its
+annotated sharding, and the optimizer is built from the sharded model, so no
+array is ever whole on one device. `nnx.eval_shape` gives the abstract model and
+optimizer that restores and the shardings start from.
+
+The hot path does not pay `nnx.jit`'s graph traversal per call: the model and
+optimizer are split once into a graphdef and a state, and `train_step`,
+`train_steps` and `apply` are `jax.jit` functions over the state that
+`nnx.merge` inside the trace (the state is what is donated and returned).
+`train_steps` runs several steps in one call with `nnx.scan` over steps.
+
+All functions here expect the mesh in context: `with jax.set_mesh(mesh):`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from converters.data import batch_sharding
+from converters.description import ModelDescription
+from converters.optimizers import FSDP_SGD_DECAY, DEFAULT_LEARNING_RATE, make_tx
+from nnx_impl.model import MLP
+from nnx_impl.sgd import SGD
+
+
+def make_optimizer(
+    model: MLP, optimizer: str, learning_rate: float = DEFAULT_LEARNING_RATE
+) -> nnx.Optimizer | SGD:
+  """`nnx.Optimizer(model, tx, wrt=nnx.Param)`, or the FSDP example's SGD."""
+  if optimizer == 'fsdp_sgd':
+    return SGD(model, learning_rate, decay=FSDP_SGD_DECAY)
+  return nnx.Optimizer(model, make_tx(optimizer, learning_rate), wrt=nnx.Param)
+
+
+def create_sharded(
+    desc: ModelDescription, optimizer: str, seed: int = 0
+) -> tuple[MLP, nnx.Optimizer | SGD]:
+  """Builds the model and its optimizer with every array in its shards.
+
+  Call inside `nnx.jit` (see `NNXTrainer.create`) or `nnx.eval_shape`.
+  """
+  model = MLP(desc, rngs=nnx.Rngs(seed))
+  state = nnx.state(model)
+  pspecs = nnx.get_partition_spec(state)
+  sharded_state = jax.lax.with_sharding_constraint(state, pspecs)
+  nnx.update(model, sharded_state)
+  return model, make_optimizer(model, optimizer)
+
+
+@dataclasses.dataclass(frozen=True)
+class NNXTrainer:
+  """The jitted functions of one description, mesh and optimizer.
+
+  Attributes:
+    desc: the model description.
+    mesh: the `('data', 'model')` mesh the arrays live on.
+    optimizer: an `converters.optimizers.OPTIMIZERS` name.
+    graphdef: the static structure of `(model, optimizer)`.
+    abstract_state: `nnx.State` of `(model, optimizer)` holding sharded
+      `ShapeDtypeStruct`s; the target of restores.
+    sharding: the `NamedSharding` of every leaf of the state.
+  """
+
+  desc: ModelDescription
+  mesh: Mesh
+  optimizer: str
+  graphdef: nnx.GraphDef
+  abstract_state: nnx.State
+  sharding: nnx.State
+
+  def create(self, seed: int = 0) -> nnx.State:
+    """A new `(model, optimizer)` state, every array created in its shards."""
+    create = nnx.jit(create_sharded, static_argnums=(0, 1, 2))
+    with jax.set_mesh(self.mesh):
+      return nnx.state(create(self.desc, self.optimizer, seed))
+
+  def merge(self, state: nnx.State) -> tuple[MLP, nnx.Optimizer | SGD]:
+    """The `(model, optimizer)` objects of a state (sharing its arrays)."""
+    return nnx.merge(self.graphdef, state)
+
+  def loss_fn(self, model: MLP, x: jax.Array, y: jax.Array) -> jax.Array:
+    pred = model(x)
+    return jnp.mean((pred.astype(jnp.float32) - y.astype(jnp.float32)) ** 2)
+
+  def step_fn(self, model: MLP, optimizer, x: jax.Array, y: jax.Array):
+    loss, grads = nnx.value_and_grad(self.loss_fn)(model, x, y)
+    optimizer.update(model, grads)
+    return loss
+
+  @functools.cached_property
+  def train_step(self):
+    """`(state, x, y) -> (state, loss)`, jitted; donates `state`."""
+
+    def step(state, x, y):
+      model, optimizer = self.merge(state)
+      loss = self.step_fn(model, optimizer, x, y)
+      return nnx.state((model, optimizer)), loss
+
+    data = batch_sharding(self.mesh)
+    return jax.jit(
+        step,
+        in_shardings=(self.sharding, data, data),
+        out_shardings=(self.sharding, NamedSharding(self.mesh, P())),
+        donate_argnums=0,
+    )
+
+  @functools.cached_property
+  def train_steps(self):
+    """`(state, xs, ys) -> (state, losses)`: one step per leading index of xs."""
+
+    def steps(state, xs, ys):
+      model, optimizer = self.merge(state)
+
+      @nnx.scan(in_axes=(nnx.Carry, 0, 0), out_axes=(nnx.Carry, 0))
+      def body(carry, x, y):
+        model, optimizer = carry
+        return carry, self.step_fn(model, optimizer, x, y)
+
+      _, losses = body((model, optimizer), xs, ys)
+      return nnx.state((model, optimizer)), losses
+
+    data = batch_sharding(self.mesh, stacked=True)
+    return jax.jit(
+        steps,
+        in_shardings=(self.sharding, data, data),
+        out_shardings=(self.sharding, NamedSharding(self.mesh, P())),
+        donate_argnums=0,
+    )
+
+  @functools.cached_property
+  def apply(self):
+    """`(state, x) -> y`, jitted; `y` is sharded `('data', None)`."""
+
+    def apply(state, x):
+      model, _ = self.merge(state)
+      return model(x)
+
+    data = batch_sharding(self.mesh)
+    return jax.jit(apply, in_shardings=(self.sharding, data), out_shardings=data)
+
+
+def abstract_state(
+    desc: ModelDescription, mesh: Mesh, optimizer: str
+) -> tuple[nnx.GraphDef, nnx.State]:
+  """`nnx.eval_shape` of the creation: graphdef and sharded abstract state."""
+  with jax.set_mesh(mesh):
+    abstract = nnx.eval_shape(lambda: create_sharded(desc, optimizer))
+    graphdef, state = nnx.split(abstract)
+    sharding = nnx.get_named_sharding(state, mesh)
+  state = jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+      state,
+      sharding,
+  )
+  return graphdef, state
+
+
+def make_trainer(desc: ModelDescription, mesh: Mesh, optimizer: str) -> NNXTrainer:
+  """Traces the creation abstractly and derives the graphdef and shardings."""
+  graphdef, abstract = abstract_state(desc, mesh, optimizer)
+  with jax.set_mesh(mesh):
+    sharding = nnx.get_named_sharding(abstract, mesh)
+  return NNXTrainer(desc, mesh, optimizer, graphdef, abstract, sharding)
