@@ -59,6 +59,11 @@ def create_sharded(
   return model, make_optimizer(model, optimizer)
 
 
+def train_state(model: MLP, optimizer: nnx.Optimizer | SGD) -> nnx.State:
+  """The state the jitted functions take: `{'model': ..., 'optimizer': ...}`."""
+  return nnx.state({'model': model, 'optimizer': optimizer})
+
+
 @dataclasses.dataclass(frozen=True)
 class NNXTrainer:
   """The jitted functions of one description, mesh and optimizer.
@@ -67,8 +72,8 @@ class NNXTrainer:
     desc: the model description.
     mesh: the `('data', 'model')` mesh the arrays live on.
     optimizer: an `converters.optimizers.OPTIMIZERS` name.
-    graphdef: the static structure of `(model, optimizer)`.
-    abstract_state: `nnx.State` of `(model, optimizer)` holding sharded
+    graphdef: the static structure of `{'model': ..., 'optimizer': ...}`.
+    abstract_state: the `train_state` of the model and optimizer, holding sharded
       `ShapeDtypeStruct`s; the target of restores.
     sharding: the `NamedSharding` of every leaf of the state.
   """
@@ -81,14 +86,15 @@ class NNXTrainer:
   sharding: nnx.State
 
   def create(self, seed: int = 0) -> nnx.State:
-    """A new `(model, optimizer)` state, every array created in its shards."""
+    """A new `train_state`, every array created in its shards."""
     create = nnx.jit(create_sharded, static_argnums=(0, 1, 2))
     with jax.set_mesh(self.mesh):
-      return nnx.state(create(self.desc, self.optimizer, seed))
+      return train_state(*create(self.desc, self.optimizer, seed))
 
   def merge(self, state: nnx.State) -> tuple[MLP, nnx.Optimizer | SGD]:
     """The `(model, optimizer)` objects of a state (sharing its arrays)."""
-    return nnx.merge(self.graphdef, state)
+    objects = nnx.merge(self.graphdef, state)
+    return objects['model'], objects['optimizer']
 
   def loss_fn(self, model: MLP, x: jax.Array, y: jax.Array) -> jax.Array:
     pred = model(x)
@@ -106,7 +112,7 @@ class NNXTrainer:
     def step(state, x, y):
       model, optimizer = self.merge(state)
       loss = self.step_fn(model, optimizer, x, y)
-      return nnx.state((model, optimizer)), loss
+      return train_state(model, optimizer), loss
 
     data = batch_sharding(self.mesh)
     return jax.jit(
@@ -129,7 +135,7 @@ class NNXTrainer:
         return carry, self.step_fn(model, optimizer, x, y)
 
       _, losses = body((model, optimizer), xs, ys)
-      return nnx.state((model, optimizer)), losses
+      return train_state(model, optimizer), losses
 
     data = batch_sharding(self.mesh, stacked=True)
     return jax.jit(
@@ -156,8 +162,8 @@ def abstract_state(
 ) -> tuple[nnx.GraphDef, nnx.State]:
   """`nnx.eval_shape` of the creation: graphdef and sharded abstract state."""
   with jax.set_mesh(mesh):
-    abstract = nnx.eval_shape(lambda: create_sharded(desc, optimizer))
-    graphdef, state = nnx.split(abstract)
+    model, opt = nnx.eval_shape(lambda: create_sharded(desc, optimizer))
+    graphdef, state = nnx.split({'model': model, 'optimizer': opt})
     sharding = nnx.get_named_sharding(state, mesh)
   state = jax.tree.map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),

@@ -1,0 +1,26 @@
+# Set-up and entry points. `make demo` and `make test` each create .venv when it
+# is missing, install the project with its test extras, and run.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test benchmark clean
+
+demo: $(STAMP)
+	$(BIN)/linen-nnx demo --devices 8
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+benchmark: $(STAMP)
+	$(BIN)/python benchmarks/train_step.py
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

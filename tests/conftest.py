@@ -1,0 +1,28 @@
+"""Test set-up: 8 simulated CPU devices before JAX loads, hypothesis profiles.
+
+Profiles: `ci` (default, small) and `nightly` (at least 200 examples per
+property), chosen with `HYPOTHESIS_PROFILE=nightly`.
+"""
+
+import os
+
+from converters.devices import simulate_cpu_devices
+
+if os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
+  simulate_cpu_devices(8)
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    'ci',
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    'nightly',
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'ci'))

@@ -1,0 +1,79 @@
+"""What the implementation tests share: the test matrix and expected annotations."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from converters.description import FSDP_RULES, GUIDE_RULES, ModelDescription
+
+MESHES = ((2, 4), (1, 8), (8, 1), (4, 2))
+# (annotation, rules, layer partition of scanned layers)
+STYLES = {
+    'device': ('device', GUIDE_RULES, None),
+    'logical-guide': ('logical', GUIDE_RULES, 'layer'),
+    'logical-fsdp': ('logical', FSDP_RULES, 'layer'),
+}
+MATRIX = [
+    (mesh, use_scan, style)
+    for mesh in MESHES
+    for use_scan in (False, True)
+    for style in STYLES
+]
+
+
+def matrix_id(case) -> str:
+  mesh, use_scan, style = case
+  return f'{mesh[0]}x{mesh[1]}-{"scan" if use_scan else "loop"}-{style}'
+
+
+def describe(mesh_shape, use_scan, style, **overrides) -> ModelDescription:
+  annotation, rules, layer_partition = STYLES[style]
+  fields = dict(
+      num_layers=2,
+      depth=64,
+      batch=8,
+      use_scan=use_scan,
+      layer_partition=layer_partition if use_scan else None,
+      annotation=annotation,
+      rules=rules,
+      mesh_shape=mesh_shape,
+  )
+  fields.update(overrides)
+  return ModelDescription(**fields)
+
+
+def expected_names(desc: ModelDescription, param_name: str) -> tuple:
+  """The annotation the description asks for on the parameter `param_name`."""
+  # Written out as in the guides, not read from the description under test.
+  if desc.logical:
+    names = {'kernel': ('embed', 'hidden'), 'w2': ('hidden', 'embed')}
+  else:
+    names = {'kernel': (None, 'model'), 'w2': ('model', None)}
+  base = names[param_name.lower()]
+  return ((desc.layer_partition,) + base) if desc.use_scan else base
+
+
+def expected_sharding(desc: ModelDescription, mesh, names) -> NamedSharding:
+  """Resolves `names` with the description's rules, independently of Flax."""
+  return NamedSharding(mesh, P(*(desc.mesh_axis(n) for n in names)))
+
+
+def assert_sharded_as(array: jax.Array, sharding: NamedSharding, where: str):
+  assert array.sharding.is_equivalent_to(sharding, array.ndim), (
+      f'{where}: sharded {array.sharding.spec}, annotation asks for '
+      f'{sharding.spec}'
+  )
+
+
+def assert_trees_bit_equal(a, b):
+  leaves_a, tree_a = jax.tree.flatten_with_path(a)
+  leaves_b, tree_b = jax.tree.flatten_with_path(b)
+  assert tree_a == tree_b
+  for (path, x), (_, y) in zip(leaves_a, leaves_b):
+    x, y = np.atleast_1d(np.asarray(x)), np.atleast_1d(np.asarray(y))
+    assert x.dtype == y.dtype and x.shape == y.shape, jax.tree_util.keystr(path)
+    assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), (
+        f'{jax.tree_util.keystr(path)} differs'
+    )
