@@ -1,0 +1,24 @@
+"""Tests of `nnx_impl.checkpoint`: restores are bit-identical and sharded."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+from nnx_impl import checkpoint
+from tests.helpers import MATRIX, assert_sharded_as, assert_trees_bit_equal, matrix_id
+from tests.nnx_impl.test_train import run
+
+
+@pytest.mark.parametrize('case', MATRIX[::3], ids=matrix_id)
+def test_restore_is_bit_identical_and_sharded_alike(case, tmp_path):
+  r = run(case)
+  with jax.set_mesh(r['mesh']):
+    checkpoint.save(tmp_path / 'ckpt', r['stepped'])
+    restored = checkpoint.restore(tmp_path / 'ckpt', r['trainer'])
+  assert_trees_bit_equal(restored, r['stepped'])
+  saved_leaves = jax.tree.leaves(r['stepped'])
+  for got, want in zip(jax.tree.leaves(restored), saved_leaves):
+    assert_sharded_as(got, want.sharding, 'restored leaf')
+  step = lambda s: int(s['optimizer']['step'][...])
+  assert step(restored) == step(r['stepped'])

@@ -1,0 +1,139 @@
+"""Tests of `nnx_impl.train`: sharded creation, train steps and apply."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from converters.data import make_batches
+from converters.optimizers import OPTIMIZERS
+from nnx_impl import train
+from nnx_impl.sgd import SGD
+from tests.helpers import (
+    MATRIX,
+    assert_sharded_as,
+    assert_trees_bit_equal,
+    describe,
+    expected_names,
+    expected_sharding,
+    matrix_id,
+)
+
+NUM_STEPS = 3
+
+
+@functools.cache
+def run(case, optimizer='adam'):
+  """Creates, trains NUM_STEPS steps one by one and in one call; keeps it all."""
+  desc = describe(*case)
+  mesh = desc.make_mesh()
+  trainer = train.make_trainer(desc, mesh, optimizer)
+  with jax.set_mesh(mesh):
+    xs, ys = make_batches(desc, mesh, NUM_STEPS, seed=1)
+    initial = trainer.create(seed=0)
+    stepped, losses = jax.tree.map(jnp.copy, initial), []
+    for i in range(NUM_STEPS):
+      stepped, loss = trainer.train_step(stepped, xs[i], ys[i])
+      losses.append(loss)
+    scanned, scanned_losses = trainer.train_steps(
+        jax.tree.map(jnp.copy, initial), xs, ys
+    )
+  return dict(
+      desc=desc, mesh=mesh, trainer=trainer, xs=xs, ys=ys, initial=initial,
+      stepped=stepped, losses=jnp.stack(losses), scanned=scanned,
+      scanned_losses=scanned_losses,
+  )
+
+
+def check_state_shardings(r, state):
+  desc, mesh = r['desc'], r['mesh']
+  annotated = 0
+  for path, var in nnx.to_flat_state(state):
+    where = '/'.join(map(str, path))
+    names = var.get_metadata().get('out_sharding')
+    if names is not None:
+      assert names == expected_names(desc, path[-1]), where
+      if desc.logical:
+        assert var.get_metadata()['sharding_rules'] == desc.rules, where
+      assert_sharded_as(var[...], expected_sharding(desc, mesh, names), where)
+      annotated += 1
+    else:  # step counters
+      assert var.ndim == 0, f'{where} is an unannotated array'
+      assert_sharded_as(var[...], NamedSharding(mesh, P()), where)
+  return annotated
+
+
+@pytest.mark.parametrize('case', MATRIX, ids=matrix_id)
+def test_every_param_and_moment_is_sharded_as_annotated(case):
+  r = run(case)
+  num_params = 2 * (1 if r['desc'].use_scan else r['desc'].num_layers)
+  for state in (r['initial'], r['stepped'], r['scanned']):
+    # params, adam mu and adam nu
+    assert check_state_shardings(r, state) == 3 * num_params
+
+
+@pytest.mark.parametrize('optimizer', OPTIMIZERS)
+def test_optimizer_state_is_sharded_as_annotated(optimizer):
+  r = run(MATRIX[-1], optimizer)  # 4x2, scanned, FSDP rules
+  assert check_state_shardings(r, r['stepped']) > 2
+
+
+def test_fsdp_sgd_is_the_hand_written_sgd():
+  r = run(MATRIX[-1], 'fsdp_sgd')
+  _, optimizer = r['trainer'].merge(r['stepped'])
+  assert isinstance(optimizer, SGD)
+  assert int(optimizer.step[...]) == NUM_STEPS
+
+
+@pytest.mark.parametrize('case', MATRIX, ids=matrix_id)
+def test_output_is_sharded_data_none(case):
+  r = run(case)
+  expected = NamedSharding(r['mesh'], P('data', None))
+  with jax.set_mesh(r['mesh']):
+    y = r['trainer'].apply(r['stepped'], r['xs'][0])
+    # Without out_shardings, the model's own constraint decides.
+    model, _ = r['trainer'].merge(r['stepped'])
+    y_free = nnx.jit(lambda m, x: m(x))(model, r['xs'][0])
+  assert y.shape == (r['desc'].batch, r['desc'].depth)
+  assert_sharded_as(y, expected, 'apply output')
+  assert_sharded_as(y_free, expected, 'unconstrained jit output')
+
+
+@pytest.mark.parametrize('case', MATRIX, ids=matrix_id)
+def test_scanned_steps_equal_single_steps(case):
+  r = run(case)
+  assert_trees_bit_equal(r['scanned'], r['stepped'])
+  assert_trees_bit_equal(r['scanned_losses'], r['losses'])
+  assert int(r['scanned']['optimizer']['step'][...]) == NUM_STEPS
+
+
+@pytest.mark.parametrize('optimizer', OPTIMIZERS)
+def test_training_lowers_the_loss(optimizer):
+  r = run(MATRIX[0], optimizer)
+  trainer = r['trainer']
+  x, y = r['xs'][0], r['ys'][0]
+  with jax.set_mesh(r['mesh']):
+    state = jax.tree.map(jnp.copy, r['initial'])
+    _, losses = trainer.train_steps(state, jnp.stack([x] * 5), jnp.stack([y] * 5))
+  assert losses[-1] < losses[0], losses
+
+
+def test_creation_never_materialises_a_whole_array_on_one_device():
+  r = run(MATRIX[0])  # 2x4 loop device: kernels are split over 'model'
+  kernel = r['initial']['model']['layers'][0]['dot1']['kernel'][...]
+  shard_shapes = {s.data.shape for s in kernel.addressable_shards}
+  assert shard_shapes == {(r['desc'].depth, r['desc'].depth // 4)}
+
+
+def test_abstract_state_matches_created_state():
+  r = run(MATRIX[1])
+  abstract, created = r['trainer'].abstract_state, r['initial']
+  assert jax.tree.structure(abstract) == jax.tree.structure(created)
+  for a, c in zip(jax.tree.leaves(abstract), jax.tree.leaves(created)):
+    assert (a.shape, a.dtype) == (c.shape, c.dtype)
+    assert_sharded_as(c, a.sharding, 'created leaf')
