@@ -18,18 +18,21 @@ def simulate_cpu_devices(count: int) -> None:
   """Makes the CPU backend expose `count` devices.
 
   Raises:
-    RuntimeError: if JAX's backends are already initialised, when the flag
-      can no longer take effect.
+    RuntimeError: if JAX's backends are already initialised with another
+      device count, when the flag can no longer take effect.
   """
   if count < 1:
     raise ValueError(f'device count must be >= 1, got {count}')
   if 'jax' in sys.modules:
+    import jax
     from jax._src import xla_bridge  # only to tell whether it is too late
 
     if xla_bridge.backends_are_initialized():
+      if jax.device_count() == count:
+        return
       raise RuntimeError(
-          'JAX backends are already initialised; call simulate_cpu_devices '
-          'before the first use of jax'
+          f'JAX already runs with {jax.device_count()} devices; call '
+          'simulate_cpu_devices before the first use of jax'
       )
   flags = re.sub(rf'{_FLAG}=\S+', '', os.environ.get('XLA_FLAGS', '')).split()
   os.environ['XLA_FLAGS'] = ' '.join(flags + [f'{_FLAG}={count}'])
