@@ -1,7 +1,8 @@
 """Orbax save and restore of the NNX model and optimizer state.
 
 What is saved is the `nnx.State` of `{'model': ..., 'optimizer': ...}` (see
-`nnx_impl.train.train_state`); restoring takes the trainer's abstract state,
+`nnx_impl.train.train_state`; `NNXTrainer.to_state` makes it from the arrays
+the jitted functions pass around); restoring takes the trainer's abstract state,
 made with `nnx.eval_shape` and holding sharded `ShapeDtypeStruct`s, so every
 array is read straight into its shards.
 """

@@ -8,9 +8,9 @@ array is ever whole on one device. `nnx.eval_shape` gives the abstract model and
 optimizer that restores and the shardings start from.
 
 The hot path does not pay `nnx.jit`'s graph traversal per call: the model and
-optimizer are split once into a graphdef and a state, and `train_step`,
-`train_steps` and `apply` are `jax.jit` functions over the state that
-`nnx.merge` inside the trace (the state is what is donated and returned).
+optimizer are split once into a graphdef and an abstract state, and
+`train_step`, `train_steps` and `apply` are `jax.jit` functions over the bare
+arrays (`nnx.to_pure_dict`) that `nnx.merge` the objects back inside the trace.
 `train_steps` runs several steps in one call with `nnx.scan` over steps.
 
 All functions here expect the mesh in context: `with jax.set_mesh(mesh):`.
@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import nnx
+from flax.nnx import traversals
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from converters.data import batch_sharding
@@ -60,7 +59,7 @@ def create_sharded(
 
 
 def train_state(model: MLP, optimizer: nnx.Optimizer | SGD) -> nnx.State:
-  """The state the jitted functions take: `{'model': ..., 'optimizer': ...}`."""
+  """The state of `{'model': ..., 'optimizer': ...}`, metadata included."""
   return nnx.state({'model': model, 'optimizer': optimizer})
 
 
@@ -68,14 +67,21 @@ def train_state(model: MLP, optimizer: nnx.Optimizer | SGD) -> nnx.State:
 class NNXTrainer:
   """The jitted functions of one description, mesh and optimizer.
 
+  The jitted functions take and return the *arrays* of the training state: the
+  pure nested dict `nnx.to_pure_dict(train_state(model, optimizer))`. The
+  metadata (`out_sharding`, `sharding_rules`, Variable types) stays in
+  `abstract_state` and is put back by `to_state` / `merge` inside the trace,
+  so a call flattens a plain dict of arrays and pays no Variable bookkeeping.
+
   Attributes:
     desc: the model description.
     mesh: the `('data', 'model')` mesh the arrays live on.
     optimizer: an `converters.optimizers.OPTIMIZERS` name.
     graphdef: the static structure of `{'model': ..., 'optimizer': ...}`.
-    abstract_state: the `train_state` of the model and optimizer, holding sharded
-      `ShapeDtypeStruct`s; the target of restores.
-    sharding: the `NamedSharding` of every leaf of the state.
+    abstract_state: the `train_state` of the model and optimizer made by
+      `nnx.eval_shape`, holding sharded `ShapeDtypeStruct`s; the target of
+      restores and the template of `to_state`.
+    sharding: the `NamedSharding` of every array, as a pure dict.
   """
 
   desc: ModelDescription
@@ -83,17 +89,32 @@ class NNXTrainer:
   optimizer: str
   graphdef: nnx.GraphDef
   abstract_state: nnx.State
-  sharding: nnx.State
+  sharding: dict
 
-  def create(self, seed: int = 0) -> nnx.State:
-    """A new `train_state`, every array created in its shards."""
+  def create(self, seed: int = 0) -> dict:
+    """New training-state arrays, every array created in its shards."""
     create = nnx.jit(create_sharded, static_argnums=(0, 1, 2))
     with jax.set_mesh(self.mesh):
-      return train_state(*create(self.desc, self.optimizer, seed))
+      return nnx.to_pure_dict(train_state(*create(self.desc, self.optimizer, seed)))
 
-  def merge(self, state: nnx.State) -> tuple[MLP, nnx.Optimizer | SGD]:
-    """The `(model, optimizer)` objects of a state (sharing its arrays)."""
-    objects = nnx.merge(self.graphdef, state)
+  def to_state(self, arrays: dict) -> nnx.State:
+    """The `nnx.State` (Variables with their metadata) holding `arrays`."""
+    wanted = {path for path, _ in nnx.to_flat_state(self.abstract_state)}
+    given = set(traversals.flatten_mapping(arrays))
+    if wanted != given:
+      raise ValueError(
+          'arrays do not match the training state: missing '
+          f'{sorted(wanted - given)}, unexpected {sorted(given - wanted)}'
+      )
+    state = jax.tree.map(
+        lambda v: v, self.abstract_state, is_leaf=lambda x: isinstance(x, nnx.Variable)
+    )
+    nnx.replace_by_pure_dict(state, arrays)
+    return state
+
+  def merge(self, arrays: dict) -> tuple[MLP, nnx.Optimizer | SGD]:
+    """The `(model, optimizer)` objects holding `arrays`."""
+    objects = nnx.merge(self.graphdef, self.to_state(arrays))
     return objects['model'], objects['optimizer']
 
   def loss_fn(self, model: MLP, x: jax.Array, y: jax.Array) -> jax.Array:
@@ -107,12 +128,12 @@ class NNXTrainer:
 
   @functools.cached_property
   def train_step(self):
-    """`(state, x, y) -> (state, loss)`, jitted; donates `state`."""
+    """`(arrays, x, y) -> (arrays, loss)`, jitted; donates `arrays`."""
 
-    def step(state, x, y):
-      model, optimizer = self.merge(state)
+    def step(arrays, x, y):
+      model, optimizer = self.merge(arrays)
       loss = self.step_fn(model, optimizer, x, y)
-      return train_state(model, optimizer), loss
+      return nnx.to_pure_dict(train_state(model, optimizer)), loss
 
     data = batch_sharding(self.mesh)
     return jax.jit(
@@ -124,10 +145,10 @@ class NNXTrainer:
 
   @functools.cached_property
   def train_steps(self):
-    """`(state, xs, ys) -> (state, losses)`: one step per leading index of xs."""
+    """`(arrays, xs, ys) -> (arrays, losses)`: one step per leading index of xs."""
 
-    def steps(state, xs, ys):
-      model, optimizer = self.merge(state)
+    def steps(arrays, xs, ys):
+      model, optimizer = self.merge(arrays)
 
       @nnx.scan(in_axes=(nnx.Carry, 0, 0), out_axes=(nnx.Carry, 0))
       def body(carry, x, y):
@@ -135,7 +156,7 @@ class NNXTrainer:
         return carry, self.step_fn(model, optimizer, x, y)
 
       _, losses = body((model, optimizer), xs, ys)
-      return train_state(model, optimizer), losses
+      return nnx.to_pure_dict(train_state(model, optimizer)), losses
 
     data = batch_sharding(self.mesh, stacked=True)
     return jax.jit(
@@ -147,10 +168,10 @@ class NNXTrainer:
 
   @functools.cached_property
   def apply(self):
-    """`(state, x) -> y`, jitted; `y` is sharded `('data', None)`."""
+    """`(arrays, x) -> y`, jitted; `y` is sharded `('data', None)`."""
 
-    def apply(state, x):
-      model, _ = self.merge(state)
+    def apply(arrays, x):
+      model, _ = self.merge(arrays)
       return model(x)
 
     data = batch_sharding(self.mesh)
@@ -177,5 +198,5 @@ def make_trainer(desc: ModelDescription, mesh: Mesh, optimizer: str) -> NNXTrain
   """Traces the creation abstractly and derives the graphdef and shardings."""
   graphdef, abstract = abstract_state(desc, mesh, optimizer)
   with jax.set_mesh(mesh):
-    sharding = nnx.get_named_sharding(abstract, mesh)
+    sharding = nnx.to_pure_dict(nnx.get_named_sharding(abstract, mesh))
   return NNXTrainer(desc, mesh, optimizer, graphdef, abstract, sharding)

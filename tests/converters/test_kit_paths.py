@@ -26,10 +26,10 @@ def test_linen_and_nnx_give_the_same_partition_specs(case):
   pairs = parameter_pairs(desc)
   linen_state = {'params': linen['initial'].params}
   linen_specs = {'params': linen['trainer'].sharding.params}
-  nnx_params = nnx.state(nnx_run['initial'], nnx.Param)
+  nnx_params = nnx_run['trainer'].to_state(nnx_run['initial'])
   nnx_specs = nnx.get_partition_spec(nnx_params)
   # The correspondence covers every parameter on both sides.
-  assert len(pairs) == len(nnx.to_flat_state(nnx_params))
+  assert len(pairs) == len(nnx.to_flat_state(nnx.filter_state(nnx_params, nnx.Param)))
   linen_boxes = jax.tree.leaves(
       linen_state, is_leaf=lambda x: isinstance(x, nn.Partitioned)
   )
