@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import pytest
+from hypothesis import given, strategies as st
 
 from converters.description import (
     FSDP_RULES,
@@ -76,3 +77,31 @@ def test_fsdp_rules_shard_embed_over_data():
   desc = ModelDescription(annotation='logical', rules=FSDP_RULES)
   assert desc.mesh_axis('embed') == 'data'
   assert ModelDescription(annotation='logical').mesh_axis('embed') is None
+
+
+@given(
+    num_layers=st.integers(-1, 6),
+    depth=st.integers(1, 96),
+    batch=st.integers(1, 16),
+    use_scan=st.booleans(),
+    layer_partition=st.sampled_from([None, 'layer', 'data', 'model']),
+    annotation=st.sampled_from(['device', 'logical']),
+    rules=st.sampled_from([GUIDE_RULES, FSDP_RULES]),
+    mesh_shape=st.sampled_from([(1, 8), (2, 4), (4, 2), (8, 1)]),
+)
+def test_a_description_is_either_rejected_or_fully_divisible(**fields):
+  try:
+    desc = ModelDescription(**fields)
+  except InvalidDescriptionError as e:
+    assert str(e)  # always says what to change
+    return
+  sizes = dict(zip(('data', 'model'), desc.mesh_shape))
+  axes = desc.axes
+  for name in axes.kernel + axes.w2:
+    if (axis := desc.mesh_axis(name)) is not None:
+      assert desc.depth % sizes[axis] == 0
+  assert desc.batch % sizes[desc.mesh_axis(axes.output[0])] == 0
+  if desc.use_scan and desc.layer_partition is not None:
+    if (axis := desc.mesh_axis(desc.layer_partition)) is not None:
+      assert desc.num_layers % sizes[axis] == 0
+  assert desc.num_layers >= 1
