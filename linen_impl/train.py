@@ -36,6 +36,18 @@ def state_sharding(desc: ModelDescription, mesh: Mesh, abstract_state: Any) -> A
   return nn.get_sharding(abstract_state, mesh)
 
 
+def init_train_state(
+    desc: ModelDescription,
+    model: MLP,
+    tx: optax.GradientTransformation,
+    key: jax.Array,
+) -> TrainState:
+  """`model.init` wrapped in a `TrainState`: what `jax.eval_shape` and `jax.jit` trace."""
+  x = jnp.zeros((desc.batch, desc.depth), desc.jnp_dtype)
+  variables = model.init(key, x)
+  return TrainState.create(apply_fn=model.apply, params=variables['params'], tx=tx)
+
+
 @dataclasses.dataclass(frozen=True)
 class LinenTrainer:
   """The jitted functions of one description, mesh and optimizer.
@@ -56,20 +68,14 @@ class LinenTrainer:
   abstract_state: TrainState
   sharding: TrainState
 
-  def init_fn(self, key: jax.Array) -> TrainState:
-    x = jnp.zeros((self.desc.batch, self.desc.depth), self.desc.jnp_dtype)
-    variables = self.model.init(key, x)
-    return TrainState.create(
-        apply_fn=self.model.apply, params=variables['params'], tx=self.tx
-    )
-
   @functools.cached_property
-  def _jit_init(self):
-    return jax.jit(self.init_fn, out_shardings=self.sharding)
+  def _jit_create(self):
+    init = functools.partial(init_train_state, self.desc, self.model, self.tx)
+    return jax.jit(init, out_shardings=self.sharding)
 
   def create(self, seed: int = 0) -> TrainState:
     """A new `TrainState`, every array created directly in its shards."""
-    return self._jit_init(jax.random.key(seed))
+    return self._jit_create(jax.random.key(seed))
 
   def loss_fn(self, params, x: jax.Array, y: jax.Array) -> jax.Array:
     pred = self.model.apply({'params': params}, x)
@@ -124,11 +130,9 @@ def make_trainer(
 ) -> LinenTrainer:
   """Builds the model, traces its init abstractly and derives every sharding."""
   model = MLP(desc)
-  partial = LinenTrainer(desc, mesh, model, tx, None, None)
+  init = functools.partial(init_train_state, desc, model, tx)
   with jax.set_mesh(mesh):
-    abstract_state = jax.eval_shape(partial.init_fn, jax.random.key(0))
-  return dataclasses.replace(
-      partial,
-      abstract_state=abstract_state,
-      sharding=state_sharding(desc, mesh, abstract_state),
+    abstract = jax.eval_shape(init, jax.random.key(0))
+  return LinenTrainer(
+      desc, mesh, model, tx, abstract, state_sharding(desc, mesh, abstract)
   )

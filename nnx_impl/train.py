@@ -44,13 +44,13 @@ def make_optimizer(
 
 
 def create_sharded(
-    desc: ModelDescription, optimizer: str, seed: int = 0
+    desc: ModelDescription, optimizer: str, key: jax.Array | int = 0
 ) -> tuple[MLP, nnx.Optimizer | SGD]:
   """Builds the model and its optimizer with every array in its shards.
 
   Call inside `nnx.jit` (see `NNXTrainer.create`) or `nnx.eval_shape`.
   """
-  model = MLP(desc, rngs=nnx.Rngs(seed))
+  model = MLP(desc, rngs=nnx.Rngs(key))
   state = nnx.state(model)
   pspecs = nnx.get_partition_spec(state)
   sharded_state = jax.lax.with_sharding_constraint(state, pspecs)
@@ -91,11 +91,16 @@ class NNXTrainer:
   abstract_state: nnx.State
   sharding: dict
 
+  @functools.cached_property
+  def _jit_create(self):
+    return nnx.jit(create_sharded, static_argnums=(0, 1))
+
   def create(self, seed: int = 0) -> dict:
-    """New training-state arrays, every array created in its shards."""
-    create = nnx.jit(create_sharded, static_argnums=(0, 1, 2))
-    with jax.set_mesh(self.mesh):
-      return nnx.to_pure_dict(train_state(*create(self.desc, self.optimizer, seed)))
+    """New training-state arrays, every array created directly in its shards."""
+    model, optimizer = self._jit_create(
+        self.desc, self.optimizer, jax.random.key(seed)
+    )
+    return nnx.to_pure_dict(train_state(model, optimizer))
 
   def to_state(self, arrays: dict) -> nnx.State:
     """The `nnx.State` (Variables with their metadata) holding `arrays`."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from converters.data import make_batches
 from converters.description import FSDP_RULES, GUIDE_RULES, ModelDescription
 
 MESHES = ((2, 4), (1, 8), (8, 1), (4, 2))
@@ -77,3 +79,32 @@ def assert_trees_bit_equal(a, b):
     assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), (
         f'{jax.tree_util.keystr(path)} differs'
     )
+
+
+def run_case(
+    make_trainer, case, optimizer: str, num_steps: int, dtype: str = 'float32'
+) -> dict:
+  """Creates a state, trains `num_steps` steps one by one and in one call.
+
+  `make_trainer(desc, mesh, optimizer)` builds a Linen or NNX trainer; both
+  have `create`, `train_step` and `train_steps`. Keeps everything for the
+  tests to inspect.
+  """
+  desc = describe(*case, dtype=dtype)
+  mesh = desc.make_mesh()
+  trainer = make_trainer(desc, mesh, optimizer)
+  with jax.set_mesh(mesh):
+    xs, ys = make_batches(desc, mesh, num_steps, seed=1)
+    initial = trainer.create(seed=0)
+    stepped, losses = jax.tree.map(jnp.copy, initial), []
+    for i in range(num_steps):
+      stepped, loss = trainer.train_step(stepped, xs[i], ys[i])
+      losses.append(loss)
+    scanned, scanned_losses = trainer.train_steps(
+        jax.tree.map(jnp.copy, initial), xs, ys
+    )
+  return dict(
+      desc=desc, mesh=mesh, trainer=trainer, xs=xs, ys=ys, initial=initial,
+      stepped=stepped, losses=jnp.stack(losses), scanned=scanned,
+      scanned_losses=scanned_losses,
+  )

@@ -10,9 +10,14 @@ from tests.helpers import MATRIX, assert_sharded_as, assert_trees_bit_equal, mat
 from tests.linen_impl.test_train import run
 
 
-@pytest.mark.parametrize('case', MATRIX[::3], ids=matrix_id)
-def test_restore_is_bit_identical_and_sharded_alike(case, tmp_path):
-  r = run(case)
+@pytest.mark.parametrize(
+    'case, optimizer',
+    [(case, 'adam') for case in MATRIX[::3]]
+    + [(MATRIX[-1], 'sgd_momentum'), (MATRIX[-1], 'fsdp_sgd')],
+    ids=lambda x: x if isinstance(x, str) else matrix_id(x),
+)
+def test_restore_is_bit_identical_and_sharded_alike(case, optimizer, tmp_path):
+  r = run(case, optimizer)
   with jax.set_mesh(r['mesh']):
     checkpoint.save(tmp_path / 'ckpt', r['stepped'])
     restored = checkpoint.restore(tmp_path / 'ckpt', r['trainer'])

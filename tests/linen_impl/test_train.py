@@ -10,43 +10,25 @@ import pytest
 from flax.core import meta
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from converters.data import make_batches
 from converters.optimizers import OPTIMIZERS, make_tx
 from linen_impl import train
 from tests.helpers import (
     MATRIX,
     assert_sharded_as,
     assert_trees_bit_equal,
-    describe,
     expected_names,
     expected_sharding,
     matrix_id,
+    run_case,
 )
 
 NUM_STEPS = 3
 
 
 @functools.cache
-def run(case, optimizer='adam'):
-  """Creates, trains NUM_STEPS steps one by one and in one call; keeps it all."""
-  desc = describe(*case)
-  mesh = desc.make_mesh()
-  trainer = train.make_trainer(desc, mesh, make_tx(optimizer))
-  with jax.set_mesh(mesh):
-    xs, ys = make_batches(desc, mesh, NUM_STEPS, seed=1)
-    initial = trainer.create(seed=0)
-    stepped, losses = jax.tree.map(jnp.copy, initial), []
-    for i in range(NUM_STEPS):
-      stepped, loss = trainer.train_step(stepped, xs[i], ys[i])
-      losses.append(loss)
-    scanned, scanned_losses = trainer.train_steps(
-        jax.tree.map(jnp.copy, initial), xs, ys
-    )
-  return dict(
-      desc=desc, mesh=mesh, trainer=trainer, xs=xs, ys=ys, initial=initial,
-      stepped=stepped, losses=jnp.stack(losses), scanned=scanned,
-      scanned_losses=scanned_losses,
-  )
+def run(case, optimizer='adam', dtype='float32'):
+  make = lambda desc, mesh, opt: train.make_trainer(desc, mesh, make_tx(opt))
+  return run_case(make, case, optimizer, NUM_STEPS, dtype)
 
 
 def boxed_leaves(tree):
@@ -124,3 +106,13 @@ def test_creation_never_materialises_a_whole_array_on_one_device():
   kernel = r['initial'].params['DotReluDot_0']['Dense_0']['kernel'].value
   shard_shapes = {s.data.shape for s in kernel.addressable_shards}
   assert shard_shapes == {(r['desc'].depth, r['desc'].depth // 4)}
+
+
+@pytest.mark.parametrize('case', MATRIX[1::6], ids=matrix_id)
+def test_bfloat16_params_train_and_scan_like_single_steps(case):
+  r = run(case, dtype='bfloat16')
+  leaves = jax.tree.leaves(r['stepped'])
+  assert {leaf.dtype for leaf in leaves if leaf.ndim} == {jnp.dtype('bfloat16')}
+  check_state_shardings(r, r['stepped'])
+  assert_trees_bit_equal(r['scanned'], r['stepped'])
+  assert_trees_bit_equal(r['scanned_losses'], r['losses'])

@@ -10,7 +10,6 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from converters.data import make_batches
 from converters.optimizers import OPTIMIZERS
 from nnx_impl import train
 from nnx_impl.sgd import SGD
@@ -18,36 +17,18 @@ from tests.helpers import (
     MATRIX,
     assert_sharded_as,
     assert_trees_bit_equal,
-    describe,
     expected_names,
     expected_sharding,
     matrix_id,
+    run_case,
 )
 
 NUM_STEPS = 3
 
 
 @functools.cache
-def run(case, optimizer='adam'):
-  """Creates, trains NUM_STEPS steps one by one and in one call; keeps it all."""
-  desc = describe(*case)
-  mesh = desc.make_mesh()
-  trainer = train.make_trainer(desc, mesh, optimizer)
-  with jax.set_mesh(mesh):
-    xs, ys = make_batches(desc, mesh, NUM_STEPS, seed=1)
-    initial = trainer.create(seed=0)
-    stepped, losses = jax.tree.map(jnp.copy, initial), []
-    for i in range(NUM_STEPS):
-      stepped, loss = trainer.train_step(stepped, xs[i], ys[i])
-      losses.append(loss)
-    scanned, scanned_losses = trainer.train_steps(
-        jax.tree.map(jnp.copy, initial), xs, ys
-    )
-  return dict(
-      desc=desc, mesh=mesh, trainer=trainer, xs=xs, ys=ys, initial=initial,
-      stepped=stepped, losses=jnp.stack(losses), scanned=scanned,
-      scanned_losses=scanned_losses,
-  )
+def run(case, optimizer='adam', dtype='float32'):
+  return run_case(train.make_trainer, case, optimizer, NUM_STEPS, dtype)
 
 
 def check_state_shardings(r, arrays):
@@ -144,3 +125,13 @@ def test_to_state_rejects_arrays_of_another_structure():
   arrays = dict(r['initial'], extra={'w': r['xs'][0]})
   with pytest.raises(ValueError, match="unexpected \\[\\('extra', 'w'\\)\\]"):
     r['trainer'].to_state(arrays)
+
+
+@pytest.mark.parametrize('case', MATRIX[1::6], ids=matrix_id)
+def test_bfloat16_params_train_and_scan_like_single_steps(case):
+  r = run(case, dtype='bfloat16')
+  leaves = jax.tree.leaves(r['stepped'])
+  assert {leaf.dtype for leaf in leaves if leaf.ndim} == {jnp.dtype('bfloat16')}
+  check_state_shardings(r, r['stepped'])
+  assert_trees_bit_equal(r['scanned'], r['stepped'])
+  assert_trees_bit_equal(r['scanned_losses'], r['losses'])
