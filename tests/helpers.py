@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend import core as jax_core
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from converters.data import make_batches
@@ -108,3 +109,34 @@ def run_case(
       stepped=stepped, losses=jnp.stack(losses), scanned=scanned,
       scanned_losses=scanned_losses,
   )
+
+
+def activation_constraints(closed_jaxpr, shape) -> list[tuple]:
+  """The specs of every sharding constraint on a `shape` array, scan bodies included."""
+  found = []
+
+  def walk(jaxpr):
+    for eqn in jaxpr.eqns:
+      if (
+          eqn.primitive.name == 'sharding_constraint'
+          and eqn.invars[0].aval.shape == shape
+      ):
+        spec = tuple(eqn.params['sharding'].spec)
+        found.append(spec + (None,) * (len(shape) - len(spec)))
+      for param in eqn.params.values():
+        for sub in param if isinstance(param, (list, tuple)) else [param]:
+          if isinstance(sub, jax_core.ClosedJaxpr):
+            walk(sub.jaxpr)
+          elif isinstance(sub, jax_core.Jaxpr):
+            walk(sub)
+
+  walk(closed_jaxpr.jaxpr)
+  return found
+
+
+def expected_activation_constraints(desc: ModelDescription) -> list[tuple]:
+  """Per layer: `(data, model)` after the first matmul, `(data, None)` after W2."""
+  # Written out as in the guides; FSDP rules put 'embed' on 'data', which the
+  # output's 'batch' already holds, so Linen's resolver leaves it unsharded.
+  per_layer = [('data', 'model'), ('data', None)]
+  return per_layer * (1 if desc.use_scan else desc.num_layers)

@@ -18,6 +18,8 @@ from tests.helpers import (
     assert_trees_bit_equal,
     expected_names,
     expected_sharding,
+    activation_constraints,
+    expected_activation_constraints,
     matrix_id,
     run_case,
 )
@@ -80,6 +82,18 @@ def test_output_is_sharded_data_none(case):
   assert y.shape == (r['desc'].batch, r['desc'].depth)
   assert_sharded_as(y, expected, 'apply output')
   assert_sharded_as(y_free, expected, 'unconstrained jit output')
+
+
+@pytest.mark.parametrize('case', MATRIX, ids=matrix_id)
+def test_activations_are_constrained_as_annotated(case):
+  r = run(case)
+  x = r['xs'][0]
+  with jax.set_mesh(r['mesh']):
+    jaxpr = jax.make_jaxpr(lambda p, x: r['trainer'].model.apply({'params': p}, x))(
+        r['stepped'].params, x
+    )
+  found = activation_constraints(jaxpr, x.shape)
+  assert found == expected_activation_constraints(r['desc'])
 
 
 @pytest.mark.parametrize('case', MATRIX, ids=matrix_id)

@@ -19,6 +19,8 @@ from tests.helpers import (
     assert_trees_bit_equal,
     expected_names,
     expected_sharding,
+    activation_constraints,
+    expected_activation_constraints,
     matrix_id,
     run_case,
 )
@@ -83,6 +85,16 @@ def test_output_is_sharded_data_none(case):
   assert y.shape == (r['desc'].batch, r['desc'].depth)
   assert_sharded_as(y, expected, 'apply output')
   assert_sharded_as(y_free, expected, 'unconstrained jit output')
+
+
+@pytest.mark.parametrize('case', MATRIX, ids=matrix_id)
+def test_activations_are_constrained_as_annotated(case):
+  r = run(case)
+  x = r['xs'][0]
+  with jax.set_mesh(r['mesh']):
+    jaxpr = jax.make_jaxpr(lambda m, x: m(x))(r['trainer'].merge(r['stepped'])[0], x)
+  found = activation_constraints(jaxpr, x.shape)
+  assert found == expected_activation_constraints(r['desc'])
 
 
 @pytest.mark.parametrize('case', MATRIX, ids=matrix_id)
