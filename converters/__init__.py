@@ -1,6 +1,41 @@
-"""linen-nnx-kit core: the shared model description and the conversions.
+"""linen-nnx-kit core: conversions between Flax Linen and Flax NNX.
 
-`converters.description` holds the model description that `linen_impl` and
-`nnx_impl` both build from; `converters.optimizers` and `converters.data` the
-optimizers and batches they share; `converters.cli` the `linen-nnx` command.
+    from converters import linen_to_nnx, nnx_to_linen, PathRule, KIT_PATHS
+
+`api` holds the conversions, `paths` the path mapping and its presets,
+`metadata` the neutral sharding annotation, `layout` path translation and
+scan <-> loop relayout, `errors` the `ConversionError` family. The model
+description that `linen_impl` and `nnx_impl` both build from lives in
+`description`, their shared optimizers and data in `optimizers` and `data`, and
+the `linen-nnx` command line in `cli`.
+
+Names are imported lazily, so that `converters.devices` can set the simulated
+device count before anything imports JAX.
 """
+
+import importlib
+
+_EXPORTS = {
+    'linen_to_nnx': 'converters.api',
+    'nnx_to_linen': 'converters.api',
+    'PathRule': 'converters.paths',
+    'PathMapping': 'converters.paths',
+    'KIT_PATHS': 'converters.paths',
+    'GUIDE_PATHS': 'converters.paths',
+    'GUIDE_LOGICAL_PATHS': 'converters.paths',
+    'ConversionError': 'converters.errors',
+    'PathMappingError': 'converters.errors',
+    'StructureError': 'converters.errors',
+    'ShapeError': 'converters.errors',
+    'AnnotationError': 'converters.errors',
+    'LayoutError': 'converters.errors',
+    'OptimizerStateError': 'converters.errors',
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+  if name in _EXPORTS:
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -45,9 +45,12 @@ class SGD(nnx.Pytree):
     """Applies one step to `model`'s parameters in place."""
     params = nnx.state(model, nnx.Param)
 
+    # The terms are ordered as optax orders them (`ema` then `scale(-lr)` then
+    # `apply_updates`), so that XLA fuses the same multiply-adds and the two
+    # frameworks stay bit-identical.
     def update_param(param: nnx.Variable, momentum: SGDState, grad: nnx.Variable):
-      momentum[...] = self.decay * momentum[...] + (1 - self.decay) * grad[...]
-      param[...] = param[...] - self.lr * momentum[...]
+      momentum[...] = (1 - self.decay) * grad[...] + self.decay * momentum[...]
+      param[...] = param[...] + (-self.lr) * momentum[...]
 
     jax.tree.map(
         update_param,

@@ -1,0 +1,241 @@
+"""Path translation and scan <-> loop relayout of flat parameter trees.
+
+`plan` takes the flat `{path: (value, Annotation)}` of one framework, matches
+every path against a `PathMapping`, and decides each target leaf: the same
+array under its new path (same layout), a stack of the looped layers (loop ->
+scan, the layer axis name inserted into the annotation) or one slice of a
+stacked array (scan -> loop, the name removed). It checks everything before
+any array is touched, and raises listing every offender.
+
+`execute` carries the plan out. Leaves whose layout does not change are the
+input arrays themselves: no data is copied. Stacks and slices run on device in
+one `jax.jit` whose `out_shardings` come from the target annotations, so they
+never pass through the host and work on arrays that are not fully addressable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
+
+from converters import metadata as md
+from converters.errors import (
+    LayoutError,
+    PathMappingError,
+    ShapeError,
+    StructureError,
+    format_offenders,
+)
+from converters.paths import Framework, PathMapping, format_path
+
+Flat = Mapping[tuple, tuple[Any, md.Annotation]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """How to build one target leaf.
+
+  Attributes:
+    op: 'keep' (the source array), 'stack' (the looped sources, in layer
+      order) or 'slice' (layer `index` of the one stacked source).
+    sources: the source paths the leaf is made from.
+    annotation: the target annotation.
+    shape, dtype: of the target leaf.
+    index: the layer of a 'slice'.
+  """
+
+  op: str
+  sources: tuple[tuple, ...]
+  annotation: md.Annotation
+  shape: tuple[int, ...]
+  dtype: Any
+  index: int | None = None
+
+
+def _shape_dtype(value) -> tuple[tuple[int, ...], Any]:
+  return tuple(value.shape), value.dtype
+
+
+def plan(
+    flat: Flat,
+    mapping: PathMapping,
+    source: Framework,
+    target: Framework,
+    scan: bool | None = None,
+    layer_partition: str | None = None,
+    num_layers: int | None = None,
+) -> dict[tuple, Target]:
+  """Decides every target leaf of a conversion; raises before touching arrays.
+
+  Args:
+    flat: `{source path: (array, annotation)}`.
+    mapping: the path rules.
+    source, target: the frameworks of `flat` and of the result.
+    scan: target layout of layer parameters; `None` keeps each one's layout.
+    layer_partition: the layer axis name to insert when stacking.
+    num_layers: if given, the number of layers every layer parameter must have.
+  """
+  matches = mapping.match(source, flat.keys())
+  targets: dict[tuple, Target] = {}
+  producers: dict[tuple, list[str]] = defaultdict(list)
+  groups: dict[Any, dict[int, tuple]] = defaultdict(dict)  # loop -> scan
+  problems: list[str] = []
+  offenders: list[str] = []
+
+  for path, match in matches.items():
+    value, annotation = flat[path]
+    shape, dtype = _shape_dtype(value)
+    layout = match.layout
+    want = layout if scan is None or layout == 'plain' else ('scan' if scan else 'loop')
+    if want == 'scan' and match.rule.linen_stacked is None:
+      problems.append(f'{format_path(path)}: its rule has no stacked form')
+      offenders.append(format_path(path))
+      continue
+    if layout == want:
+      new = match.rule.path(target, layout, match.index)
+      producers[new].append(format_path(path))
+      targets[new] = Target('keep', (path,), annotation, shape, dtype)
+    elif layout == 'loop':  # -> scan
+      groups[match.rule][match.index] = path
+    else:  # scan -> loop
+      length = shape[0] if shape else 0
+      if num_layers is not None and length != num_layers:
+        problems.append(
+            f'{format_path(path)}: stacked axis has length {length}, expected '
+            f'num_layers={num_layers}'
+        )
+        offenders.append(format_path(path))
+        continue
+      layer_annotation, _ = md.remove_layer_axis(annotation, format_path(path))
+      for i in range(length):
+        new = match.rule.path(target, 'loop', i)
+        producers[new].append(f'{format_path(path)}[{i}]')
+        targets[new] = Target('slice', (path,), layer_annotation, shape[1:], dtype, i)
+
+  for rule, layers in groups.items():
+    count = num_layers if num_layers is not None else max(layers) + 1
+    missing = [rule.path(source, 'loop', i) for i in range(count) if i not in layers]
+    extra = [p for i, p in layers.items() if i >= count]
+    if missing or extra:
+      missing_text = format_offenders(format_path(p) for p in missing)
+      extra_text = format_offenders(format_path(p) for p in extra)
+      problems.append(
+          f'cannot stack {rule.linen!r}: missing layers [{missing_text}], '
+          f'layers beyond num_layers={count} [{extra_text}]'
+      )
+      offenders += [format_path(p) for p in missing + extra]
+      continue
+    paths = tuple(layers[i] for i in range(count))
+    first_value, first_annotation = flat[paths[0]]
+    shape, dtype = _shape_dtype(first_value)
+    differing = [
+        format_path(p)
+        for p in paths[1:]
+        if _shape_dtype(flat[p][0]) != (shape, dtype) or flat[p][1] != first_annotation
+    ]
+    if differing:
+      problems.append(
+          f'cannot stack layers whose shape, dtype or annotation differ from '
+          f'{format_path(paths[0])} {shape} {dtype}: {format_offenders(differing)}'
+      )
+      offenders += differing
+      continue
+    new = rule.path(target, 'scan', None)
+    producers[new].append(format_path(paths[0]) + ' ...')
+    targets[new] = Target(
+        'stack',
+        paths,
+        md.add_layer_axis(first_annotation, layer_partition),
+        (count,) + shape,
+        dtype,
+    )
+
+  collisions = {p: srcs for p, srcs in producers.items() if len(srcs) > 1}
+  if collisions:
+    listed = [f'{format_path(p)} <- {" & ".join(s)}' for p, s in collisions.items()]
+    raise PathMappingError(
+        f'several source paths map to one target path: {format_offenders(listed)}; '
+        'make the rules map them to distinct paths',
+        listed,
+    )
+  if problems:
+    error = StructureError if any('missing layers' in p for p in problems) else LayoutError
+    raise error('; '.join(problems), offenders)
+  return targets
+
+
+def _mesh_of(value, annotation: md.Annotation, mesh: Mesh | None) -> Mesh | None:
+  sharding = getattr(value, 'sharding', None)
+  if isinstance(sharding, NamedSharding):
+    return sharding.mesh
+  return annotation.mesh or mesh
+
+
+def target_shardings(
+    targets: Mapping[tuple, Target],
+    flat: Flat,
+    mesh: Mesh | None = None,
+    rules: tuple | None = None,
+) -> dict[tuple, NamedSharding | None]:
+  """Checks every target annotation on its mesh; the `NamedSharding` each asks for."""
+  shardings = {}
+  for path, t in targets.items():
+    value, annotation = flat[t.sources[0]]
+    leaf_mesh = _mesh_of(value, annotation, mesh)
+    spec = md.resolve(t.annotation, t.shape, leaf_mesh, format_path(path), rules)
+    shardings[path] = None if leaf_mesh is None else NamedSharding(leaf_mesh, spec)
+  return shardings
+
+
+def execute(
+    targets: Mapping[tuple, Target],
+    flat: Flat,
+    shardings: Mapping[tuple, NamedSharding | None],
+) -> dict[tuple, Any]:
+  """The target arrays: inputs themselves where kept, one jit for the rest."""
+  out: dict[tuple, Any] = {}
+  moved = [p for p, t in targets.items() if t.op != 'keep']
+  for path, t in targets.items():
+    if t.op == 'keep':
+      out[path] = flat[t.sources[0]][0]
+  if not moved:
+    return out
+  missing_mesh = [format_path(p) for p in moved if shardings[p] is None]
+  if missing_mesh:
+    raise LayoutError(
+        'a relayout needs to know where its arrays live, but these have no '
+        f'NamedSharding and no mesh: {format_offenders(missing_mesh)}; put them '
+        'on a mesh (jax.device_put) or pass mesh=...',
+        missing_mesh,
+    )
+  sources = sorted({s for p in moved for s in targets[p].sources}, key=format_path)
+  values = [flat[s][0] for s in sources]
+  if any(isinstance(v, jax.ShapeDtypeStruct) for v in values):
+    for p in moved:
+      t = targets[p]
+      out[p] = jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[p])
+    return out
+  position = {s: i for i, s in enumerate(sources)}
+  recipe = [(targets[p].op, [position[s] for s in targets[p].sources], targets[p].index) for p in moved]
+
+  def relayout(*arrays):
+    results = []
+    for op, inputs, index in recipe:
+      if op == 'stack':
+        results.append(jnp.stack([arrays[i] for i in inputs]))
+      else:
+        results.append(arrays[inputs[0]][index])
+    return results
+
+  results = jax.jit(relayout, out_shardings=[shardings[p] for p in moved])(*values)
+  for path, result in zip(moved, results):
+    if result.shape != targets[path].shape:  # a broken plan, not bad input
+      raise ShapeError(f'{format_path(path)}: relayout gave {result.shape}')
+    out[path] = result
+  return out
