@@ -1,0 +1,204 @@
+"""Tests of `converters.api`: conversions are exact, zero-copy and never mutate."""
+
+from __future__ import annotations
+
+import copy
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+from flax import nnx
+
+import converters
+from converters.description import FSDP_RULES
+from converters.optimizers import OPTIMIZERS
+from tests.converters.conversion_cases import (
+    STEPS,
+    batches,
+    copy as copy_tree,
+    description,
+    linen_trained,
+    linen_trainer,
+    nnx_abstract,
+    nnx_arrays,
+    nnx_trained,
+    nnx_trainer,
+)
+from tests.helpers import assert_trees_bit_equal
+
+LAYOUTS = [(False, False), (True, True), (True, False), (False, True)]
+K = 2  # steps before the conversion; STEPS - K after it
+
+
+def layout_id(layouts):
+  return '->'.join('scan' if s else 'loop' for s in layouts)
+
+
+def boxes(tree):
+  return [
+      (jax.tree_util.keystr(p), type(x).__name__, x.names, getattr(x, 'rules', None))
+      for p, x in jax.tree_util.tree_flatten_with_path(
+          tree, is_leaf=lambda x: isinstance(x, nn.Partitioned)
+      )[0]
+  ]
+
+
+def assert_same_shardings(a, b):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    assert x.sharding.is_equivalent_to(y.sharding, x.ndim), (x.sharding, y.sharding)
+
+
+@pytest.mark.parametrize('optimizer', OPTIMIZERS)
+@pytest.mark.parametrize('annotation', ['device', 'logical'])
+@pytest.mark.parametrize('layouts', LAYOUTS, ids=layout_id)
+def test_linen_k_steps_then_nnx_j_steps_equal_linen_k_plus_j(layouts, annotation, optimizer):
+  linen_scan, nnx_scan = layouts
+  linen_desc = description(annotation, linen_scan)
+  nnx_desc = description(annotation, nnx_scan)
+  xs, ys = batches(linen_desc)
+  state = linen_trained(linen_desc, optimizer, K)
+  model, opt = converters.linen_to_nnx(
+      copy_tree(state), target=nnx_abstract(nnx_desc, optimizer),
+      scan=nnx_scan, layer_partition=nnx_desc.layer_partition,
+  )
+  trainer = nnx_trainer(nnx_desc, optimizer)
+  with jax.set_mesh(trainer.mesh):
+    arrays, nnx_losses = trainer.train_steps(nnx_arrays(model, opt), xs[K:], ys[K:])
+    reference, linen_losses = linen_trainer(linen_desc, optimizer).train_steps(
+        state, xs[K:], ys[K:]
+    )
+  assert_trees_bit_equal(nnx_losses, linen_losses)
+  back = converters.nnx_to_linen(
+      trainer.merge(arrays), target=linen_trainer(linen_desc, optimizer).abstract_state,
+      scan=linen_scan, layer_partition=linen_desc.layer_partition,
+  )
+  assert_trees_bit_equal(back, reference)
+  assert int(back.step) == STEPS
+
+
+@pytest.mark.parametrize('optimizer', ['adam', 'fsdp_sgd'])
+@pytest.mark.parametrize('layouts', LAYOUTS, ids=layout_id)
+def test_nnx_k_steps_then_linen_j_steps_equal_nnx_k_plus_j(layouts, optimizer):
+  nnx_scan, linen_scan = layouts
+  nnx_desc = description('logical', nnx_scan, rules=FSDP_RULES)
+  linen_desc = description('logical', linen_scan, rules=FSDP_RULES)
+  xs, ys = batches(nnx_desc)
+  model, opt = nnx_trained(nnx_desc, optimizer, K)
+  linen = linen_trainer(linen_desc, optimizer)
+  state = converters.nnx_to_linen(
+      (model, opt), target=linen.abstract_state,
+      scan=linen_scan, layer_partition=linen_desc.layer_partition,
+  )
+  trainer = nnx_trainer(nnx_desc, optimizer)
+  with jax.set_mesh(trainer.mesh):
+    state = copy_tree(state)  # training donates; keep `model` alive
+    _, linen_losses = linen.train_steps(state, xs[K:], ys[K:])
+    _, nnx_losses = trainer.train_steps(copy_tree(nnx_arrays(model, opt)), xs[K:], ys[K:])
+  assert_trees_bit_equal(linen_losses, nnx_losses)
+
+
+@pytest.mark.parametrize('annotation', ['device', 'logical'])
+@pytest.mark.parametrize('use_scan', [False, True])
+def test_same_layout_conversion_copies_no_array(annotation, use_scan):
+  desc = description(annotation, use_scan)
+  state = linen_trained(desc, 'adam', 1)
+  model, opt = converters.linen_to_nnx(state, target=nnx_abstract(desc, 'adam'))
+  by_id = {id(x) for x in jax.tree.leaves(state)}
+  converted = jax.tree.leaves(nnx_arrays(model, opt))
+  # Everything but the step (int32 in Linen, uint32 in NNX) is the input buffer.
+  assert sum(id(x) not in by_id for x in converted) == 1
+  back = converters.nnx_to_linen((model, opt), target=linen_trainer(desc, 'adam').abstract_state)
+  assert {id(x) for x in jax.tree.leaves(back.params)} <= by_id
+  assert {id(x) for x in jax.tree.leaves(back.opt_state)} <= by_id
+
+
+@pytest.mark.parametrize('layouts', LAYOUTS[2:], ids=layout_id)
+def test_relayout_stays_on_device_and_shards_as_annotated(layouts):
+  source_scan, target_scan = layouts
+  desc = description('logical', source_scan, rules=FSDP_RULES)
+  state = linen_trained(desc, 'adam', 1)
+  with jax.transfer_guard('disallow'):
+    out = converters.linen_to_nnx(
+        {'params': state.params}, scan=target_scan, layer_partition='layer'
+    )
+  target_desc = description('logical', target_scan, rules=FSDP_RULES)
+  mesh = desc.make_mesh()
+  with jax.set_mesh(mesh):
+    specs = nnx.get_partition_spec(out)
+  for (path, var), (_, spec) in zip(nnx.to_flat_state(out), nnx.to_flat_state(specs)):
+    array = var[...]
+    want = jax.sharding.NamedSharding(mesh, spec.get_value())
+    assert array.sharding.is_equivalent_to(want, array.ndim), path
+  expected = nnx.state(nnx_abstract(target_desc, 'adam')[0])
+  assert [p for p, _ in nnx.to_flat_state(out)] == [p for p, _ in nnx.to_flat_state(expected)]
+  for (_, got), (_, want) in zip(nnx.to_flat_state(out), nnx.to_flat_state(expected)):
+    assert got.get_metadata()['out_sharding'] == want.get_metadata()['out_sharding']
+    assert got.shape == want.shape
+
+
+@pytest.mark.parametrize('annotation', ['device', 'logical'])
+def test_round_trips_are_the_identity(annotation):
+  for use_scan in (False, True):
+    desc = description(annotation, use_scan)
+    variables = {'params': linen_trained(desc, 'adam', 0).params}
+    before = boxes(variables)
+    for layout in (not use_scan, use_scan):  # through the other layout, and back
+      nnx_state = converters.linen_to_nnx(variables, scan=layout, layer_partition=desc.layer_partition)
+      again = converters.nnx_to_linen(nnx_state, scan=use_scan, layer_partition=desc.layer_partition)
+      assert boxes(again) == before
+      assert_trees_bit_equal(again, variables)
+      assert_same_shardings(again, variables)
+    # nnx -> linen -> nnx
+    model, _ = nnx_trained(desc, 'adam', 0)
+    state = nnx.state(model)
+    linen = converters.nnx_to_linen(state, scan=not use_scan, layer_partition=desc.layer_partition)
+    again = converters.linen_to_nnx(linen, scan=use_scan, layer_partition=desc.layer_partition)
+    assert_trees_bit_equal(nnx.to_pure_dict(again), nnx.to_pure_dict(state))
+    for (p, a), (_, b) in zip(nnx.to_flat_state(again), nnx.to_flat_state(state)):
+      assert a.get_metadata() == b.get_metadata(), p
+      assert type(a) is type(b)
+
+
+def test_inputs_are_never_mutated():
+  desc = description('logical', True)
+  state = linen_trained(desc, 'adam', 1)
+  is_box = lambda x: isinstance(x, nn.Partitioned)
+  linen_meta = [copy.copy(vars(b)) for b in jax.tree.leaves(state, is_leaf=is_box) if is_box(b)]
+  assert len(linen_meta) == 6 and all('names' in m for m in linen_meta)
+  looped = description('logical', False)
+  model, opt = converters.linen_to_nnx(state, target=nnx_abstract(looped, 'adam'), scan=False)
+  after = [vars(b) for b in jax.tree.leaves(state, is_leaf=is_box) if is_box(b)]
+  assert [set(m) for m in after] == [set(m) for m in linen_meta]
+  assert [(m['names'], m['rules']) for m in after] == [(m['names'], m['rules']) for m in linen_meta]
+  nnx_meta = [v.get_metadata() for _, v in nnx.to_flat_state(nnx.state((model, opt)))]
+  converters.nnx_to_linen(
+      (model, opt), target=linen_trainer(desc, 'adam').abstract_state,
+      scan=True, layer_partition='layer',
+  )
+  assert [v.get_metadata() for _, v in nnx.to_flat_state(nnx.state((model, opt)))] == nnx_meta
+
+
+def test_flax_to_nnx_metadata_defect_is_real():
+  # The reason `metadata.read_linen` copies boxes: this is what it guards against.
+  box = nn.LogicallyPartitioned(jnp.zeros((2,)), ('embed',), rules=(('embed', None),))
+  box.to_nnx_metadata()
+  assert 'names' not in vars(box)
+
+
+def test_unknown_nnx_metadata_is_carried_through_linen_and_back():
+  desc = description('device', False)
+  model, _ = nnx_trained(desc, 'adam', 0)
+  state = nnx.state(model)
+  kernel = state['layers'][0]['dot1']['kernel']
+  kernel.set_metadata(owner='team-a', eager_sharding=False)
+  linen = converters.nnx_to_linen(state)
+  box = linen['params']['DotReluDot_0']['Dense_0']['kernel']
+  assert isinstance(box, nn.Partitioned) and box.names == (None, 'model')
+  with jax.set_mesh(desc.make_mesh()):
+    assert linen_trainer(desc, 'adam').apply(linen['params'], batches(desc)[0][0]).shape == (8, 64)
+  back = converters.linen_to_nnx(linen)
+  got = back['layers'][0]['dot1']['kernel'].get_metadata()
+  assert got['owner'] == 'team-a' and got['eager_sharding'] is False
+  assert got == kernel.get_metadata()

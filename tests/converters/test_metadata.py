@@ -1,0 +1,90 @@
+"""Tests of `converters.metadata`: reading, writing and resolving annotations."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import pytest
+from flax import linen as nn
+from flax import nnx
+
+from converters import metadata as md
+from converters.description import FSDP_RULES, GUIDE_RULES, ModelDescription
+from converters.errors import AnnotationError
+
+
+class LegacyVariable:
+  """What a Variable written by older Flax reports: legacy sharding keys."""
+
+  def __init__(self, value, **metadata):
+    self.value, self.metadata = value, metadata
+
+  def get_metadata(self):
+    return dict(self.metadata)
+
+  def get_value(self):
+    return self.value
+
+
+@pytest.mark.parametrize('key', ['sharding', 'sharding_names'])
+def test_legacy_nnx_keys_read_as_out_sharding(key):
+  value, annotation = md.read_nnx(LegacyVariable(jnp.zeros((4, 8)), **{key: ('model', None)}), 'w')
+  assert annotation.names == ('model', None)
+  assert dict(annotation.extra) == {}
+
+
+def test_legacy_key_disagreeing_with_out_sharding_is_an_error():
+  var = LegacyVariable(jnp.zeros((4, 8)), out_sharding=(None, 'model'), sharding=('model', None))
+  with pytest.raises(AnnotationError, match='w: out_sharding=.*legacy sharding'):
+    md.read_nnx(var, 'w')
+
+
+def test_linen_boxes_round_trip_through_the_neutral_form():
+  rules = GUIDE_RULES
+  for box in (
+      nn.Partitioned(jnp.zeros((4, 8)), (None, 'model')),
+      nn.LogicallyPartitioned(jnp.zeros((4, 8)), ('embed', 'hidden'), rules=rules),
+      nn.LogicallyPartitioned(jnp.zeros((4, 8)), ('embed', 'hidden')),
+  ):
+    value, annotation = md.read_linen(box, 'w')
+    again = md.write_linen(value, annotation)
+    assert type(again) is type(box)
+    assert again.names == box.names and getattr(again, 'rules', None) == getattr(box, 'rules', None)
+    assert again.value is box.value
+
+
+def test_nnx_metadata_with_no_linen_field_travels_in_a_carrying_box():
+  var = nnx.Param(jnp.zeros((4, 8)), out_sharding=('embed', 'hidden'), sharding_rules=FSDP_RULES,
+                  eager_sharding=False, note='kept')
+  value, annotation = md.read_nnx(var, 'w')
+  box = md.write_linen(value, annotation)
+  assert isinstance(box, nn.LogicallyPartitioned)
+  assert dict(box.extra) == {'eager_sharding': False, 'note': 'kept'}
+  again = md.write_nnx(nnx.Param, *md.read_linen(box, 'w'))
+  assert again.get_metadata() == var.get_metadata()
+
+
+@pytest.mark.parametrize(
+    'annotation, shape, message',
+    [
+        (md.Annotation(names=('model',)), (4, 8), '1 sharding names'),
+        (md.Annotation(names=('embed', 'x'), rules=GUIDE_RULES, logical=True), (4, 8), "logical names \\['x'\\] have no rule"),
+        (md.Annotation(names=('pipe', None)), (4, 8), "mesh axes \\['pipe'\\]"),
+        (md.Annotation(names=(None, 'model')), (4, 6), 'dimension 1 of size 6 is not divisible'),
+        (md.Annotation(names=('batch', 'embed'), rules=FSDP_RULES, logical=True), (8, 8), "mesh axes \\['data'\\] on more than one"),
+    ],
+)
+def test_resolve_rejects_what_linen_and_nnx_would_read_differently(annotation, shape, message):
+  mesh = ModelDescription().make_mesh()
+  with pytest.raises(AnnotationError, match=message):
+    md.resolve(annotation, shape, mesh, 'w')
+
+
+def test_layer_axis_is_inserted_and_removed_like_the_transforms():
+  a = md.Annotation(names=(None, 'model'))
+  stacked = md.add_layer_axis(a, 'layer')
+  assert stacked.names == ('layer', None, 'model')
+  assert md.remove_layer_axis(stacked, 'w') == (a, 'layer')
+  assert md.add_layer_axis(a, None).names == (None, None, 'model')
+  # The same as nn.scan's metadata_params does to a Partitioned box.
+  box = nn.Partitioned(jnp.zeros((4, 8)), (None, 'model'))
+  assert box.add_axis(0, {nn.PARTITION_NAME: 'layer'}).names == stacked.names
