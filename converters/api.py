@@ -234,7 +234,10 @@ def _check_keys(where: str, wanted, given):
   missing = sorted(format_path(p) for p in set(wanted) - set(given))
   unexpected = sorted(format_path(p) for p in set(given) - set(wanted))
   if missing or unexpected:
-    raise StructureError(
+    offenders = missing + unexpected
+    in_optimizer = all(p.startswith(('optimizer/', 'opt_state')) for p in offenders)
+    error = OptimizerStateError if in_optimizer or 'opt_state' in where else StructureError
+    raise error(
         f'{where}: the source lacks [{format_offenders(missing)}] and has '
         f'[{format_offenders(unexpected)}] that the target lacks; convert '
         'between models of the same description (same layers, optimizer and '

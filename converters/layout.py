@@ -158,7 +158,7 @@ def plan(
 
   collisions = {p: srcs for p, srcs in producers.items() if len(srcs) > 1}
   if collisions:
-    listed = [f'{format_path(p)} <- {" & ".join(s)}' for p, s in collisions.items()]
+    listed = [f"{format_path(p)} <- {' & '.join(sorted(s))}" for p, s in collisions.items()]
     raise PathMappingError(
         f'several source paths map to one target path: {format_offenders(listed)}; '
         'make the rules map them to distinct paths',

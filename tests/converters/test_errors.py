@@ -1,0 +1,210 @@
+"""The catalogue of bad inputs: each raises its `ConversionError`, naming the path.
+
+Every case also checks that the input was left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import linen as nn
+
+import converters
+from converters import errors
+from converters.paths import KIT_PATHS, PathRule
+from tests.converters.conversion_cases import description, linen_trained, nnx_abstract
+
+
+def params_of(desc):
+  return dict(linen_trained(desc, 'adam', 0).params)
+
+
+def with_leaf(tree, path, leaf):
+  """A shallow copy of nested dicts with `path` set to `leaf` (None deletes)."""
+  tree = dict(tree)
+  if len(path) == 1:
+    if leaf is None:
+      del tree[path[0]]
+    else:
+      tree[path[0]] = leaf
+    return tree
+  tree[path[0]] = with_leaf(tree.get(path[0], {}), path[1:], leaf)
+  return tree
+
+
+LOOP = description('device', False)
+SCAN = description('device', True)
+LOGICAL = description('logical', False)
+KERNEL = ('DotReluDot_1', 'Dense_0', 'kernel')
+
+
+def box(desc, path=KERNEL):
+  node = params_of(desc)
+  for key in path:
+    node = node[key]
+  return node
+
+
+def case_missing_param():
+  state = linen_trained(LOOP, 'adam', 0)
+  state = state.replace(params=with_leaf(state.params, ('DotReluDot_2', 'W2'), None))
+  return dict(linen=state, target=nnx_abstract(LOOP, 'adam'))
+
+
+def case_extra_layer():
+  params = params_of(LOOP)
+  params['DotReluDot_3'] = params['DotReluDot_0']
+  return dict(linen={'params': params}, target=nnx_abstract(LOOP, 'adam')[0])
+
+
+def case_unmapped_param():
+  params = with_leaf(params_of(LOOP), ('DotReluDot_0', 'bias'), nn.Partitioned(jnp.zeros((64,)), ('model',)))
+  params = with_leaf(params, ('head', 'kernel'), nn.Partitioned(jnp.zeros((64, 64)), (None, None)))
+  return dict(linen={'params': params})
+
+
+def case_shape_mismatch():
+  b = box(LOOP)
+  bad = b.replace(value=b.value[:, :32])
+  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bad)}, target=nnx_abstract(LOOP, 'adam')[0])
+
+
+def case_dtype_mismatch():
+  b = box(LOOP)
+  bad = b.replace(value=b.value.astype(jnp.bfloat16))
+  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bad)}, target=nnx_abstract(LOOP, 'adam')[0])
+
+
+def case_names_rank():
+  bad = box(LOOP).replace(names=('model',))
+  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bad)})
+
+
+def case_logical_name_without_rule():
+  bad = box(LOGICAL).replace(names=('embed', 'mlp'))
+  return dict(linen={'params': with_leaf(params_of(LOGICAL), KERNEL, bad)})
+
+
+def case_mesh_axis_missing():
+  bad = box(LOOP).replace(names=(None, 'tensor'))
+  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bad)})
+
+
+def case_indivisible_dimension():
+  b = box(LOOP)
+  bad = b.replace(value=jnp.zeros((64, 6)), names=(None, 'model'))
+  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bad)}, mesh=LOOP.make_mesh())
+
+
+def case_stacked_length_differs_from_num_layers():
+  return dict(linen={'params': params_of(SCAN)}, scan=False, num_layers=4)
+
+
+def case_mixed_boxed_and_bare():
+  bare = box(LOOP).value
+  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bare)})
+
+
+def case_unknown_optimizer_state():
+  state = linen_trained(LOOP, 'adam', 0)
+  return dict(linen=state, target=nnx_abstract(LOOP, 'sgd_momentum'))
+
+
+def case_ema_count_differs_from_step():
+  state = linen_trained(LOOP, 'fsdp_sgd', 1)
+  ema_state = state.opt_state[0]
+  state = state.replace(opt_state=(ema_state._replace(count=ema_state.count + 5),) + state.opt_state[1:])
+  return dict(linen=state, target=nnx_abstract(LOOP, 'fsdp_sgd'))
+
+
+def case_mapping_collision():
+  rules = [
+      PathRule('DotReluDot_{i}/Dense_0/kernel', 'layers/{i}/w'),
+      PathRule('DotReluDot_0/W2', 'layers/1/w'),
+      PathRule('DotReluDot_1/W2', 'w2/1'),
+      PathRule('DotReluDot_2/W2', 'w2/2'),
+  ]
+  return dict(linen={'params': params_of(LOOP)}, paths=converters.PathMapping(rules))
+
+
+def case_ambiguous_rules():
+  rules = list(KIT_PATHS.rules) + [PathRule('DotReluDot_2/W2', 'extra/w2')]
+  return dict(linen={'params': params_of(LOOP)}, paths=converters.PathMapping(rules))
+
+
+def case_unknown_box_type():
+  class MyBox(nn.Partitioned):
+    pass
+
+  b = box(LOOP)
+  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, MyBox(b.value, b.names))})
+
+
+def case_not_a_linen_tree():
+  return dict(linen=[1, 2, 3])
+
+
+def case_train_state_without_optimizer_target():
+  return dict(linen=linen_trained(LOOP, 'adam', 0), target=nnx_abstract(LOOP, 'adam')[0])
+
+
+CATALOGUE = {
+    'missing param': (case_missing_param, errors.StructureError, 'the source lacks [model/layers/2/w2'),
+    'extra layer': (case_extra_layer, errors.StructureError, 'model/layers/3/w2'),
+    'unmapped params': (case_unmapped_param, errors.PathMappingError, 'DotReluDot_0/bias, head/kernel'),
+    'shape mismatch': (case_shape_mismatch, errors.ShapeError, 'model/layers/1/dot1/kernel: converted shape (64, 32)'),
+    'dtype mismatch': (case_dtype_mismatch, errors.ShapeError, 'converted dtype bfloat16, target expects float32'),
+    'len(names) != ndim': (case_names_rank, errors.AnnotationError, 'layers/1/dot1/kernel: 1 sharding names'),
+    'logical name with no rule': (case_logical_name_without_rule, errors.AnnotationError, "logical names ['mlp'] have no rule"),
+    'mesh axis the mesh lacks': (case_mesh_axis_missing, errors.AnnotationError, "mesh axes ['tensor']"),
+    'indivisible dimension': (case_indivisible_dimension, errors.AnnotationError, 'dimension 1 of size 6 is not divisible'),
+    'stacked length != num_layers': (case_stacked_length_differs_from_num_layers, errors.LayoutError, 'stacked axis has length 3, expected num_layers=4'),
+    'mixed boxed and bare': (case_mixed_boxed_and_bare, errors.AnnotationError, 'bare arrays: DotReluDot_1/Dense_0/kernel'),
+    'unknown optimizer state': (case_unknown_optimizer_state, errors.OptimizerStateError, 'optimizer/opt_state/0/trace'),
+    'ema count != step': (case_ema_count_differs_from_step, errors.OptimizerStateError, 'opt_state/0/count=6 differs from step=1'),
+    'mapping collision': (case_mapping_collision, errors.PathMappingError, 'layers/1/w <- DotReluDot_0/W2 & DotReluDot_1/Dense_0/kernel'),
+    'ambiguous rules': (case_ambiguous_rules, errors.PathMappingError, 'several rules map these linen paths: DotReluDot_2/W2'),
+    'unknown box type': (case_unknown_box_type, errors.AnnotationError, 'box type MyBox'),
+    'not a linen tree': (case_not_a_linen_tree, errors.StructureError, 'got list'),
+    'TrainState, model-only target': (case_train_state_without_optimizer_target, errors.StructureError, 'target=(model, optimizer)'),
+}
+
+
+def snapshot(tree):
+  leaves = jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+  return [
+      (id(x), dict(vars(x)) if dataclasses.is_dataclass(x) else None)
+      for x in leaves
+  ]
+
+
+@pytest.mark.parametrize('name', CATALOGUE)
+def test_bad_input_raises_its_error_naming_the_path(name):
+  make, error, message = CATALOGUE[name]
+  kwargs = make()
+  before = snapshot(kwargs['linen'])
+  with pytest.raises(error) as info:
+    converters.linen_to_nnx(**kwargs)
+  assert isinstance(info.value, errors.ConversionError)
+  assert message in str(info.value), str(info.value)
+  assert snapshot(kwargs['linen']) == before
+
+
+def test_every_offender_is_listed():
+  make, error, _ = CATALOGUE['unmapped params']
+  with pytest.raises(error) as info:
+    converters.linen_to_nnx(**make())
+  assert set(info.value.paths) == {'DotReluDot_0/bias', 'head/kernel'}
+
+
+def test_duplicate_templates_are_rejected_when_the_mapping_is_built():
+  with pytest.raises(errors.PathMappingError, match="linen 'DotReluDot_{i}/W2'"):
+    KIT_PATHS + [PathRule('DotReluDot_{i}/W2', 'layers/{i}/other')]
+
+
+def test_catalogue_is_large_enough():
+  assert len({error for _, error, _ in CATALOGUE.values()}) >= 6
+  assert len(CATALOGUE) >= 12
