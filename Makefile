@@ -15,6 +15,7 @@ test: $(STAMP)
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/train_step.py
+	$(BIN)/python benchmarks/convert.py
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -16,6 +16,7 @@ never pass through the host and work on arrays that are not fully addressable.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -193,6 +194,24 @@ def target_shardings(
   return shardings
 
 
+def _relayout(recipe, *arrays):
+  results = []
+  for op, inputs, index in recipe:
+    if op == 'stack':
+      results.append(jnp.stack([arrays[i] for i in inputs]))
+    else:
+      results.append(arrays[inputs[0]][index])
+  return results
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_relayout(recipe: tuple, out_shardings: tuple):
+  """One jitted relayout per recipe and target shardings, reused across calls."""
+  return jax.jit(
+      functools.partial(_relayout, recipe), out_shardings=list(out_shardings)
+  )
+
+
 def execute(
     targets: Mapping[tuple, Target],
     flat: Flat,
@@ -222,18 +241,12 @@ def execute(
       out[p] = jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[p])
     return out
   position = {s: i for i, s in enumerate(sources)}
-  recipe = [(targets[p].op, [position[s] for s in targets[p].sources], targets[p].index) for p in moved]
-
-  def relayout(*arrays):
-    results = []
-    for op, inputs, index in recipe:
-      if op == 'stack':
-        results.append(jnp.stack([arrays[i] for i in inputs]))
-      else:
-        results.append(arrays[inputs[0]][index])
-    return results
-
-  results = jax.jit(relayout, out_shardings=[shardings[p] for p in moved])(*values)
+  recipe = tuple(
+      (targets[p].op, tuple(position[s] for s in targets[p].sources), targets[p].index)
+      for p in moved
+  )
+  relayout = _compiled_relayout(recipe, tuple(shardings[p] for p in moved))
+  results = relayout(*values)
   for path, result in zip(moved, results):
     if result.shape != targets[path].shape:  # a broken plan, not bad input
       raise ShapeError(f'{format_path(path)}: relayout gave {result.shape}')

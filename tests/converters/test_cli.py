@@ -18,7 +18,7 @@ def linen_nnx(*args: str) -> subprocess.CompletedProcess:
   )
 
 
-def test_demo_prints_mesh_parameter_table_and_losses():
+def test_demo_prints_mesh_parameter_table_and_identical_losses():
   result = linen_nnx(
       'demo', '--devices', '8', '--layers', '2', '--depth', '64',
       '--scan', '--annotation', 'logical', '--layer-partition', 'layer',
@@ -31,9 +31,10 @@ def test_demo_prints_mesh_parameter_table_and_losses():
       "params/ScanDotReluDot_0/Dense_0/kernel  model/layers/dot1/kernel  (2, 64, 64)"
       "  P(None, 'data', 'model')  P(None, 'data', 'model')"
   ) in out
-  loss_rows = [l.split() for l in out.splitlines() if l[:1].isdigit() and len(l.split()) == 3]
+  loss_rows = [l.split() for l in out.splitlines() if l[:1].isdigit() and len(l.split()) == 4]
   assert [r[0] for r in loss_rows] == ['1', '2', '3']
-  assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in loss_rows)
+  # Both sides start from the same (converted) parameters: identical losses.
+  assert all(r[1] == r[2] and r[3] == 'yes' for r in loss_rows)
 
 
 def test_demo_sets_the_device_count_before_jax_starts():
