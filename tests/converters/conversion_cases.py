@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from converters.data import make_batches
-from converters.description import FSDP_RULES, GUIDE_RULES, ModelDescription
+from converters.description import GUIDE_RULES, ModelDescription
 from converters.optimizers import make_tx
 from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train

@@ -6,7 +6,6 @@ import copy
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from flax import linen as nn
 from flax import nnx

@@ -11,11 +11,18 @@ import jax
 import jax.numpy as jnp
 import pytest
 from flax import linen as nn
+from flax import nnx
 
 import converters
 from converters import errors
 from converters.paths import KIT_PATHS, PathRule
-from tests.converters.conversion_cases import description, linen_trained, nnx_abstract
+from tests.converters.conversion_cases import (
+    description,
+    linen_trained,
+    linen_trainer,
+    nnx_abstract,
+    nnx_trained,
+)
 
 
 def params_of(desc):
@@ -208,3 +215,58 @@ def test_duplicate_templates_are_rejected_when_the_mapping_is_built():
 def test_catalogue_is_large_enough():
   assert len({error for _, error, _ in CATALOGUE.values()}) >= 6
   assert len(CATALOGUE) >= 12
+
+
+# -- nnx -> linen -------------------------------------------------------------------
+
+
+class Counter(nnx.Variable):
+  pass
+
+
+def nnx_case_non_param_variable():
+  model, _ = nnx_trained(LOOP, 'adam', 0)
+  state = nnx.state(model)
+  state['layers'][0]['calls'] = Counter(jnp.zeros(()))
+  return dict(nnx_in=state)
+
+
+def nnx_case_unknown_optimizer():
+  model, _ = nnx_trained(LOOP, 'adam', 0)
+
+  class Custom(nnx.Pytree):
+    def __init__(self):
+      self.step = nnx.OptState(jnp.zeros((), jnp.uint32))
+
+  return dict(nnx_in=(model, Custom()), target=linen_trainer(LOOP, 'adam').abstract_state)
+
+
+def nnx_case_optimizer_without_target():
+  return dict(nnx_in=nnx_trained(LOOP, 'adam', 0))
+
+
+def nnx_case_target_of_another_optimizer():
+  return dict(
+      nnx_in=nnx_trained(LOOP, 'adam', 0),
+      target=linen_trainer(LOOP, 'sgd_momentum').abstract_state,
+  )
+
+
+NNX_CATALOGUE = {
+    'non-Param variable': (nnx_case_non_param_variable, errors.StructureError, 'layers/0/calls (Counter)'),
+    'unknown optimizer': (nnx_case_unknown_optimizer, errors.OptimizerStateError, 'optimizer of type Custom'),
+    'optimizer without target': (nnx_case_optimizer_without_target, errors.StructureError, 'target=TrainState'),
+    'target of another optimizer': (nnx_case_target_of_another_optimizer, errors.OptimizerStateError, '0/mu/DotReluDot_0/Dense_0/kernel'),
+}
+
+
+@pytest.mark.parametrize('name', NNX_CATALOGUE)
+def test_bad_nnx_input_raises_its_error_naming_the_path(name):
+  make, error, message = NNX_CATALOGUE[name]
+  kwargs = make()
+  before = [(p, v.get_metadata()) for p, v in nnx.to_flat_state(nnx.state(kwargs['nnx_in']))]
+  with pytest.raises(error) as info:
+    converters.nnx_to_linen(**kwargs)
+  assert message in str(info.value), str(info.value)
+  after = [(p, v.get_metadata()) for p, v in nnx.to_flat_state(nnx.state(kwargs['nnx_in']))]
+  assert after == before
