@@ -1,0 +1,185 @@
+"""Optimizer state: a `TrainState`'s optax state <-> an NNX optimizer's state.
+
+Leaves map one to one. An optax state corresponds to `nnx.Optimizer.opt_state`
+under the same keys (`0/mu/...`), each moment tree converted exactly like the
+parameters (paths, layout, annotations). The FSDP example's hand-written SGD
+(`nnx_impl.sgd.SGD`) corresponds to `optax.chain(optax.ema(decay,
+debias=False), optax.scale(-lr))`: its `momentum` is the `ema` trace, and the
+ema's `count`, which SGD does not keep, must equal the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from flax.training.train_state import TrainState
+
+from converters import metadata as md
+from converters.errors import OptimizerStateError, format_offenders
+from converters.paths import format_path
+from converters.tree_io import (
+    check_against_template,
+    check_keys,
+    convert_flat,
+    keys_of,
+    read_linen_tree,
+    read_nnx_state,
+    scalar_like,
+)
+
+
+def _split_param_suffix(path: tuple, param_paths: set[tuple]) -> tuple[tuple, tuple | None]:
+  for i in range(len(path)):
+    if path[i:] in param_paths:
+      return path[:i], path[i:]
+  return path, None
+
+
+@dataclasses.dataclass(frozen=True)
+class _OptimizerCorrespondence:
+  """How Linen optax-state prefixes map to NNX optimizer-state prefixes."""
+
+  name: str
+  to_nnx: Mapping[tuple, tuple] | None  # None: ('opt_state',) + prefix
+  derived_from_step: tuple[tuple, ...] = ()  # Linen leaves equal to the step
+
+  def nnx_prefix(self, linen_prefix: tuple) -> tuple | None:
+    if self.to_nnx is None:
+      return ('opt_state',) + linen_prefix
+    return self.to_nnx.get(linen_prefix)
+
+  def linen_prefix(self, nnx_prefix: tuple) -> tuple | None:
+    if self.to_nnx is None:
+      return nnx_prefix[1:] if nnx_prefix[:1] == ('opt_state',) else None
+    return {v: k for k, v in self.to_nnx.items()}.get(nnx_prefix)
+
+
+_OPTAX = _OptimizerCorrespondence('nnx.Optimizer', None)
+_FSDP_SGD = _OptimizerCorrespondence(
+    'SGD (NNX FSDP example)', {(0, 'ema'): ('momentum',)}, derived_from_step=((0, 'count'),)
+)
+
+
+def _correspondence(optimizer) -> _OptimizerCorrespondence:
+  if isinstance(optimizer, nnx.Optimizer):
+    return _OPTAX
+  from nnx_impl.sgd import SGD
+
+  if isinstance(optimizer, SGD):
+    return _FSDP_SGD
+  raise OptimizerStateError(
+      f'optimizer of type {type(optimizer).__name__} has a state structure the '
+      'converters do not know; use nnx.Optimizer(model, tx, wrt=nnx.Param) or '
+      'nnx_impl.sgd.SGD'
+  )
+
+
+def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, template_flat, options):
+  """`{nnx path: (value, annotation or None)}` of the optimizer part."""
+  corr = _correspondence(optimizer)
+  param_paths = set(param_flat)
+  opt_flat = read_linen_tree(state.opt_state, 'opt_state', uniform=False)
+  groups: dict[tuple, dict] = {}
+  scalars: dict[tuple, Any] = {}
+  for path, (value, annotation) in opt_flat.items():
+    prefix, param = _split_param_suffix(path, param_paths)
+    if param is None:
+      scalars[path] = value
+    else:
+      groups.setdefault(prefix, {})[param] = (value, annotation)
+  out = {('optimizer', 'step'): (state.step, None)}
+  unknown = []
+  for prefix, flat in groups.items():
+    nnx_prefix = corr.nnx_prefix(prefix)
+    if nnx_prefix is None:
+      unknown.append(format_path(prefix))
+      continue
+    for p, va in convert_flat(flat, 'linen', 'nnx', options).items():
+      out[('optimizer',) + nnx_prefix + p] = va
+  for path, value in scalars.items():
+    if path in corr.derived_from_step:
+      if np.asarray(value) != np.asarray(state.step):
+        raise OptimizerStateError(
+            f'opt_state/{format_path(path)}={np.asarray(value)} differs from '
+            f'step={np.asarray(state.step)}; {corr.name} keeps only the step, '
+            'so this state cannot be converted without loss',
+            [format_path(path)],
+        )
+      continue
+    nnx_prefix = corr.nnx_prefix(path)
+    if nnx_prefix is None:
+      unknown.append(format_path(path))
+      continue
+    out[('optimizer',) + nnx_prefix] = (value, None)
+  if unknown:
+    raise OptimizerStateError(
+        f'opt_state leaves with no counterpart in {corr.name}: '
+        f'{format_offenders(unknown)}; the Linen optimizer and the NNX '
+        'optimizer must use the same optax transform',
+        unknown,
+    )
+  return out
+
+
+def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, options, mesh_hint):
+  """`(step, opt_state)` of a Linen `target` filled from an NNX optimizer."""
+  corr = _correspondence(optimizer)
+  opt_flat = read_nnx_state(nnx.state(optimizer), 'optimizer')
+  nnx_param_paths = {p for p in param_flat}
+  step = None
+  groups: dict[tuple, dict] = {}
+  scalars: dict[tuple, Any] = {}
+  for path, (value, annotation, _) in opt_flat.items():
+    if path == ('step',):
+      step = value
+      continue
+    prefix, param = _split_param_suffix(path, nnx_param_paths)
+    if param is None:
+      scalars[path] = value
+    else:
+      groups.setdefault(prefix, {})[param] = (value, annotation, None)
+  produced: dict[tuple, tuple[Any, md.Annotation | None]] = {}
+  unknown = []
+  for prefix, flat in groups.items():
+    linen_prefix = corr.linen_prefix(prefix)
+    if linen_prefix is None:
+      unknown.append(format_path(prefix))
+      continue
+    for p, va in convert_flat(flat, 'nnx', 'linen', options).items():
+      produced[linen_prefix + p] = va
+  for path, value in scalars.items():
+    linen_prefix = corr.linen_prefix(path)
+    if linen_prefix is None:
+      unknown.append(format_path(path))
+      continue
+    produced[linen_prefix] = (value, None)
+  for path in corr.derived_from_step:
+    produced[path] = (step, None)
+  if unknown:
+    raise OptimizerStateError(
+        f'optimizer leaves with no counterpart in an optax state: '
+        f'{format_offenders(unknown)}',
+        unknown,
+    )
+  t_leaves, treedef = jax.tree_util.tree_flatten_with_path(target.opt_state, is_leaf=md.is_linen_box)
+  t_paths = [keys_of(k) for k, _ in t_leaves]
+  check_keys('nnx -> linen opt_state', t_paths, produced)
+  leaves = []
+  for path, (_, t_leaf) in zip(t_paths, t_leaves):
+    t_value, t_annotation = md.read_linen(t_leaf, 'target.opt_state/' + format_path(path))
+    t_annotation = t_annotation if md.is_linen_box(t_leaf) else None
+    value, annotation = produced[path]
+    where = 'opt_state/' + format_path(path)
+    if annotation is None:
+      leaves.append(scalar_like(value, t_value.dtype, mesh_hint, where))
+      continue
+    check_against_template(where, value, annotation, t_value, t_annotation)
+    leaves.append(md.write_linen(value, annotation))
+  opt_state = jax.tree.unflatten(treedef, leaves)
+  step_dtype = getattr(target.step, 'dtype', np.dtype('int32'))
+  return scalar_like(step, step_dtype, mesh_hint, 'step'), opt_state
