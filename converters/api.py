@@ -72,7 +72,10 @@ def linen_to_nnx(
   """
   options = Options(paths, scan, layer_partition, num_layers, mesh, rules)
   is_state = isinstance(linen, TrainState)
-  params = linen.params if is_state else linen.get('params') if isinstance(linen, Mapping) else None
+  if is_state:
+    params = linen.params
+  else:
+    params = linen.get('params') if isinstance(linen, Mapping) else None
   if params is None:
     raise StructureError(
         "linen input must be a TrainState or a variables dict with a 'params' "
@@ -84,34 +87,38 @@ def linen_to_nnx(
         f'collections {others} are not converted; pass {{"params": ...}} only',
         others,
     )
-  param_flat = read_linen_tree(params, 'params')
-  converted = convert_flat(param_flat, 'linen', 'nnx', options)
-
   if is_state and (not isinstance(target, tuple) or len(target) != 2):
     raise StructureError(
         'converting a TrainState needs target=(model, optimizer): the NNX '
         'optimizer whose state structure to fill (real, or from nnx.eval_shape)'
     )
+  if not is_state and isinstance(target, tuple):
+    raise StructureError(
+        'target has an optimizer but the Linen input has no opt_state; pass a '
+        'TrainState, or a model alone as target'
+    )
+  param_flat = read_linen_tree(params, 'params')
+  converted = convert_flat(param_flat, 'linen', 'nnx', options)
   if target is None:
-    return nnx.State(nest({p: md.write_nnx(nnx.Param, v, a) for p, (v, a) in converted.items()}))
+    params = {p: md.write_nnx(nnx.Param, v, a) for p, (v, a) in converted.items()}
+    return nnx.State(nest(params))
 
-  model, optimizer = target if isinstance(target, tuple) else (target, None)
-  graphdef, template = nnx.split({'model': model, 'optimizer': optimizer} if optimizer is not None else {'model': model})
+  model, optimizer = target if is_state else (target, None)
+  objects = {'model': model} if optimizer is None else {'model': model, 'optimizer': optimizer}
+  graphdef, template = nnx.split(objects)
   template_flat = read_nnx_state(template, 'target')
   produced = {('model',) + p: va for p, va in converted.items()}
-
   if optimizer is not None:
-    if not is_state:
-      raise StructureError('target has an optimizer but the Linen input has no opt_state; pass a TrainState')
-    produced.update(linen_opt_to_nnx(linen, param_flat, optimizer, template_flat, options))
-  check_keys('linen -> nnx', [p for p in template_flat], produced)
+    produced.update(linen_opt_to_nnx(linen, param_flat, optimizer, options))
+  check_keys('linen -> nnx', template_flat, produced)
 
   new_flat = {}
   for path, (t_value, t_annotation, t_var) in template_flat.items():
     value, annotation = produced[path]
     where = format_path(path)
     if annotation is None:  # a step or count: the target's own metadata
-      value = scalar_like(value, t_value.dtype, options.mesh or mesh_of_tree(template_flat), where)
+      mesh = options.mesh or mesh_of_tree(template_flat)
+      value = scalar_like(value, t_value.dtype, mesh, where)
       new_flat[path] = t_var.replace(value)
       continue
     check_against_template(where, value, annotation, t_value, t_annotation)
@@ -167,18 +174,18 @@ def nnx_to_linen(
         f'nnx input must be an nnx.State, a model or (model, optimizer), got '
         f'{type(nnx_in).__name__}'
     )
-  param_flat = read_nnx_state(state, 'model', only=nnx.Param)
-  converted = convert_flat(param_flat, 'nnx', 'linen', options)
-  params = nest({p: md.write_linen(v, a) for p, (v, a) in converted.items()})
-  if optimizer is None:
-    if target is not None:
-      raise StructureError('a TrainState target needs (model, optimizer) as input')
-    return {'params': params}
-  if not isinstance(target, TrainState):
+  if optimizer is None and target is not None:
+    raise StructureError('a TrainState target needs (model, optimizer) as input')
+  if optimizer is not None and not isinstance(target, TrainState):
     raise StructureError(
         'converting an optimizer needs target=TrainState (real, or from '
         'jax.eval_shape of your init) for its tx and opt_state structure'
     )
+  param_flat = read_nnx_state(state, 'model', only=nnx.Param)
+  converted = convert_flat(param_flat, 'nnx', 'linen', options)
+  params = nest({p: md.write_linen(v, a) for p, (v, a) in converted.items()})
+  if optimizer is None:
+    return {'params': params}
   template_params = read_linen_tree(target.params, 'target.params')
   check_keys('nnx -> linen params', template_params, converted)
   for p, (value, annotation) in converted.items():

@@ -79,7 +79,7 @@ def _correspondence(optimizer) -> _OptimizerCorrespondence:
   )
 
 
-def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, template_flat, options):
+def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, options):
   """`{nnx path: (value, annotation or None)}` of the optimizer part."""
   corr = _correspondence(optimizer)
   param_paths = set(param_flat)
