@@ -18,6 +18,7 @@ import importlib
 _EXPORTS = {
     'linen_to_nnx': 'converters.api',
     'nnx_to_linen': 'converters.api',
+    'relayout': 'converters.api',
     'PathRule': 'converters.paths',
     'PathMapping': 'converters.paths',
     'KIT_PATHS': 'converters.paths',

@@ -195,3 +195,41 @@ def nnx_to_linen(
   mesh_hint = options.mesh or mesh_of_tree(param_flat)
   step, opt_state = nnx_opt_to_linen(optimizer, param_flat, target, options, mesh_hint)
   return target.replace(step=step, params=params, opt_state=opt_state)
+
+
+def relayout(
+    tree,
+    *,
+    scan: bool,
+    paths: PathMapping = KIT_PATHS,
+    layer_partition: str | None = None,
+    num_layers: int | None = None,
+    mesh: Mesh | None = None,
+    rules: tuple | None = None,
+):
+  """Scanned <-> looped within one framework, for parameters.
+
+  Args:
+    tree: Linen `{'params': boxed params}` or an NNX `nnx.State` of Params.
+    scan: True to stack the layers, False to unstack them.
+    paths, layer_partition, num_layers, mesh, rules: as in `linen_to_nnx`.
+
+  Returns:
+    The same kind of tree in the other layout. For a whole training state,
+    convert through the other framework with targets in the wanted layout.
+  """
+  options = Options(paths, scan, layer_partition, num_layers, mesh, rules)
+  if isinstance(tree, nnx.State):
+    flat = read_nnx_state(tree, 'model', only=nnx.Param)
+    converted = convert_flat(flat, 'nnx', 'nnx', options)
+    return nnx.State(
+        nest({p: md.write_nnx(nnx.Param, v, a) for p, (v, a) in converted.items()})
+    )
+  if isinstance(tree, Mapping) and set(tree) == {'params'}:
+    flat = read_linen_tree(tree['params'], 'params')
+    converted = convert_flat(flat, 'linen', 'linen', options)
+    return {'params': nest({p: md.write_linen(v, a) for p, (v, a) in converted.items()})}
+  raise StructureError(
+      "relayout takes Linen {'params': ...} or an nnx.State of Params, got "
+      f'{type(tree).__name__}'
+  )

@@ -201,3 +201,42 @@ def test_unknown_nnx_metadata_is_carried_through_linen_and_back():
   got = back['layers'][0]['dot1']['kernel'].get_metadata()
   assert got['owner'] == 'team-a' and got['eager_sharding'] is False
   assert got == kernel.get_metadata()
+
+
+@pytest.mark.parametrize('annotation', ['device', 'logical'])
+def test_relayout_within_each_framework_keeps_outputs(annotation):
+  scanned, looped = description(annotation, True), description(annotation, False)
+  variables = {'params': linen_trained(scanned, 'adam', 0).params}
+  as_loop = converters.relayout(variables, scan=False)
+  assert boxes(as_loop) == boxes({'params': linen_trained(looped, 'adam', 0).params})
+  x = batches(scanned)[0][0]
+  with jax.set_mesh(scanned.make_mesh()):
+    y_scan = linen_trainer(scanned, 'adam').apply(variables['params'], x)
+    y_loop = linen_trainer(looped, 'adam').apply(as_loop['params'], x)
+  assert_trees_bit_equal(y_loop, y_scan)
+  again = converters.relayout(as_loop, scan=True, layer_partition=scanned.layer_partition)
+  assert boxes(again) == boxes(variables)
+  assert_trees_bit_equal(again, variables)
+
+  state = nnx.state(nnx_trained(looped, 'adam', 0)[0])
+  stacked = converters.relayout(state, scan=True, layer_partition=scanned.layer_partition)
+  expected = nnx.state(nnx_abstract(scanned, 'adam')[0])
+  for (p, got), (q, want) in zip(nnx.to_flat_state(stacked), nnx.to_flat_state(expected)):
+    assert p == q and got.shape == want.shape
+    assert got.get_metadata()['out_sharding'] == want.get_metadata()['out_sharding']
+  assert_trees_bit_equal(
+      nnx.to_pure_dict(converters.relayout(stacked, scan=False)), nnx.to_pure_dict(state)
+  )
+
+
+def test_nnx_update_accepts_converted_params_and_outputs_match():
+  desc = description('logical', True, rules=FSDP_RULES)
+  variables = {'params': linen_trained(desc, 'adam', 1).params}
+  model, _ = nnx_trained(desc, 'adam', 0)
+  nnx.update(model, converters.linen_to_nnx(copy_tree(variables)))
+  x = batches(desc)[0][0]
+  with jax.set_mesh(desc.make_mesh()):
+    y_linen = linen_trainer(desc, 'adam').apply(variables['params'], x)
+    y_nnx = nnx.jit(lambda m, x: m(x))(model, x)
+  assert_trees_bit_equal(y_nnx, y_linen)
+  assert y_nnx.sharding.is_equivalent_to(y_linen.sharding, 2)

@@ -88,3 +88,12 @@ def test_layer_axis_is_inserted_and_removed_like_the_transforms():
   # The same as nn.scan's metadata_params does to a Partitioned box.
   box = nn.Partitioned(jnp.zeros((4, 8)), (None, 'model'))
   assert box.add_axis(0, {nn.PARTITION_NAME: 'layer'}).names == stacked.names
+
+
+def test_a_box_mesh_is_carried_both_ways():
+  mesh = ModelDescription().make_mesh()
+  box = nn.Partitioned(jnp.zeros((4, 8)), (None, 'model'), mesh=mesh)
+  var = md.write_nnx(nnx.Param, *md.read_linen(box, 'w'))
+  assert var.get_metadata()['mesh'] is mesh
+  again = md.write_linen(*md.read_nnx(var, 'w'))
+  assert again.mesh is mesh and again.names == box.names
