@@ -18,15 +18,10 @@ from converters.api import linen_to_nnx
 from converters.data import make_batches
 from converters.description import ModelDescription
 from converters.kit_paths import format_path, parameter_pairs
+from converters.report import format_table
 from converters.optimizers import make_tx
 from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train
-
-
-def format_table(header: list[str], rows: list[list[str]]) -> str:
-  widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-  line = lambda r: '  '.join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
-  return '\n'.join([line(header), line(['-' * w for w in widths])] + [line(r) for r in rows])
 
 
 def _get(tree, path):

@@ -182,6 +182,7 @@ class ModelDescription:
           'layers: set use_scan=True or layer_partition=None'
       )
     yield from self._rule_problems()
+    yield from self._repeated_axis_problems()
     yield from self._divisibility_problems()
 
   def _rule_problems(self):
@@ -221,6 +222,19 @@ class ModelDescription:
           f'rules: logical name {name!r} has no rule; add ({name!r}, None) '
           f'or ({name!r}, <mesh axis>) to rules'
       )
+
+  def _repeated_axis_problems(self):
+    layer = (self.layer_partition,) if self.use_scan else ()
+    for param, names in (('kernel', self.axes.kernel), ('W2', self.axes.w2)):
+      axes = [self.mesh_axis(n) for n in layer + names]
+      repeated = sorted({a for a in axes if a is not None and axes.count(a) > 1})
+      if repeated:
+        yield (
+            f'the {param} annotation {layer + names} puts mesh axis '
+            f'{repeated[0]!r} on two dimensions; change layer_partition or '
+            'the rules so each mesh axis shards one dimension'
+        )
+        return
 
   def _divisibility_problems(self):
     sizes = dict(zip(MESH_AXES, self.mesh_shape))

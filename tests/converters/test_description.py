@@ -42,6 +42,14 @@ from converters.description import (
             dict(use_scan=True, layer_partition='data', num_layers=3),
             'num_layers=3 is not divisible by the \'data\'',
         ),
+        (
+            dict(use_scan=True, layer_partition='model'),
+            "puts mesh axis 'model' on two dimensions",
+        ),
+        (
+            dict(annotation='logical', rules=(('batch', 'data'), ('hidden', 'data'), ('embed', 'data'), ('layer', None))),
+            "puts mesh axis 'data' on two dimensions",
+        ),
         (dict(annotation='axes'), "annotation='axes'"),
         (dict(dtype='float16'), "dtype='float16'"),
         (dict(mesh_shape=(2, 0)), 'mesh_shape=(2, 0)'),
