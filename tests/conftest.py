@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile(
     'ci',
-    max_examples=10,
+    max_examples=6,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
