@@ -17,7 +17,7 @@ from flax import nnx
 from converters.api import linen_to_nnx
 from converters.data import make_batches
 from converters.description import ModelDescription
-from converters.kit_paths import format_path, parameter_pairs
+from converters.paths import KIT_PATHS, format_path
 from converters.report import format_table
 from converters.optimizers import make_tx
 from linen_impl import train as linen_train
@@ -43,7 +43,13 @@ def parameter_table(desc, mesh, linen_trainer, nnx_trainer) -> str:
   with jax.set_mesh(mesh):
     nnx_specs = nnx.get_partition_spec(nnx_trainer.abstract_state)
   rows = []
-  for linen_path, nnx_path in parameter_pairs(desc):
+  linen_paths = [
+      tuple(k.key for k in path)
+      for path, _ in jax.tree_util.tree_flatten_with_path(linen_specs['params'])[0]
+  ]
+  for linen_path, match in KIT_PATHS.match('linen', linen_paths).items():
+    nnx_path = ('model',) + match.rule.path('nnx', match.layout, match.index)
+    linen_path = ('params',) + linen_path
     var = _get(nnx_specs, nnx_path)
     rows.append([
         format_path(linen_path),

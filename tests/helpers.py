@@ -140,3 +140,25 @@ def expected_activation_constraints(desc: ModelDescription) -> list[tuple]:
   # output's 'batch' already holds, so Linen's resolver leaves it unsharded.
   per_layer = [('data', 'model'), ('data', None)]
   return per_layer * (1 if desc.use_scan else desc.num_layers)
+
+
+# (Linen module and name, NNX attribute path) of each DotReluDot parameter.
+_LAYER_PARAMS = ((('Dense_0', 'kernel'), ('dot1', 'kernel')), (('W2',), ('w2',)))
+
+
+def parameter_pairs(desc: ModelDescription) -> list[tuple[tuple, tuple]]:
+  """`(linen_path, nnx_path)` of every parameter, written out independently of
+  `converters.paths` so that the two can check each other."""
+  pairs = []
+  if desc.use_scan:
+    for linen_name, nnx_name in _LAYER_PARAMS:
+      pairs.append(
+          (('params', 'ScanDotReluDot_0') + linen_name, ('model', 'layers') + nnx_name)
+      )
+    return pairs
+  for i in range(desc.num_layers):
+    for linen_name, nnx_name in _LAYER_PARAMS:
+      pairs.append(
+          (('params', f'DotReluDot_{i}') + linen_name, ('model', 'layers', i) + nnx_name)
+      )
+  return pairs

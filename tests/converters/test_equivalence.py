@@ -24,6 +24,7 @@ from converters.description import FSDP_RULES, GUIDE_RULES, ModelDescription
 from converters.errors import ConversionError
 from converters.optimizers import make_tx
 from converters.testing import assert_same_layout, descriptions, optimizers
+from converters.tree_io import nest
 from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train
 from tests.helpers import assert_trees_bit_equal
@@ -235,13 +236,7 @@ def corrupt(params, kind, index, names):
     rebuilt[paths[index]] = box.replace(rules=box.rules[1:])
   elif kind == 'unbox':
     rebuilt[paths[index]] = box.value
-  nested: dict = {}
-  for path, leaf in rebuilt.items():
-    node = nested
-    for key in path[:-1]:
-      node = node.setdefault(key, {})
-    node[path[-1]] = leaf
-  return nested
+  return nest(rebuilt)
 
 
 @given(desc=descriptions(max_layers=3, dtypes=('float32',)), data=st.data())

@@ -1,4 +1,8 @@
-"""Linen and NNX creations of one description shard every parameter alike."""
+"""Linen and NNX creations of one description shard every parameter alike.
+
+The parameter correspondence is written out in `tests.helpers`, independently
+of `converters.paths`, and checked against `KIT_PATHS` too.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,8 @@ import pytest
 from flax import linen as nn
 from flax import nnx
 
-from converters.kit_paths import format_path, parameter_pairs
-from tests.helpers import MATRIX, matrix_id
+from converters.paths import KIT_PATHS, format_path
+from tests.helpers import MATRIX, matrix_id, parameter_pairs
 from tests.linen_impl.test_train import run as run_linen
 from tests.nnx_impl.test_train import run as run_nnx
 
@@ -35,6 +39,8 @@ def test_linen_and_nnx_give_the_same_partition_specs(case):
   )
   assert len(pairs) == len(linen_boxes)
   for linen_path, nnx_path in pairs:
+    (match,) = KIT_PATHS.match_all('linen', linen_path[1:])
+    assert ('model',) + match.rule.path('nnx', match.layout, match.index) == nnx_path
     where = f'{format_path(linen_path)} <-> {format_path(nnx_path)}'
     box = _get(linen_state, linen_path)
     var = _get(nnx_params, nnx_path)
