@@ -2,7 +2,7 @@
 
 Inputs are Gaussian and the target is a fixed smooth function of them, so the
 MSE loss of a freshly initialised MLP goes down when it trains. Batches are made
-on device with the `('data', None)` sharding the models expect, one batch or a
+on device, sharded like the models' activations (`('data', None)` in the guides), one batch or a
 stack of `num_steps` batches for the several-steps-in-one-call train loops.
 """
 
@@ -15,10 +15,18 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from converters.description import ModelDescription
 
 
-def batch_sharding(mesh: Mesh, stacked: bool = False) -> NamedSharding:
-  """`('data', None)` for one batch; `(None, 'data', None)` for a stack of them."""
-  spec = P(None, 'data', None) if stacked else P('data', None)
-  return NamedSharding(mesh, spec)
+def batch_sharding(
+    desc: ModelDescription, mesh: Mesh, stacked: bool = False
+) -> NamedSharding:
+  """The batch dimension sharded as the model's activations are.
+
+  `('data', None)` with device axes and with the guide's rules; with logical
+  names, wherever the rules send `'batch'`. A stack of batches gets a
+  leading unsharded axis.
+  """
+  batch_axis = desc.mesh_axis(desc.axes.output[0])
+  spec = (None, batch_axis, None) if stacked else (batch_axis, None)
+  return NamedSharding(mesh, P(*spec))
 
 
 def make_batches(
@@ -27,7 +35,7 @@ def make_batches(
   """`(x, y)` of shape `(batch, depth)`, or `(num_steps, batch, depth)`."""
   lead = () if num_steps is None else (num_steps,)
   shape = lead + (desc.batch, desc.depth)
-  sharding = batch_sharding(mesh, stacked=num_steps is not None)
+  sharding = batch_sharding(desc, mesh, stacked=num_steps is not None)
 
   @jax.jit(out_shardings=(sharding, sharding))
   def make(key):

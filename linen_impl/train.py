@@ -88,7 +88,7 @@ class LinenTrainer:
   @functools.cached_property
   def train_step(self):
     """`(state, x, y) -> (state, loss)`, jitted; donates `state`."""
-    data = batch_sharding(self.mesh)
+    data = batch_sharding(self.desc, self.mesh)
     return jax.jit(
         self.step_fn,
         in_shardings=(self.sharding, data, data),
@@ -106,7 +106,7 @@ class LinenTrainer:
 
       return jax.lax.scan(body, state, (xs, ys))
 
-    data = batch_sharding(self.mesh, stacked=True)
+    data = batch_sharding(self.desc, self.mesh, stacked=True)
     return jax.jit(
         steps,
         in_shardings=(self.sharding, data, data),
@@ -117,7 +117,7 @@ class LinenTrainer:
   @functools.cached_property
   def apply(self):
     """`(params, x) -> y`, jitted; `y` is sharded `('data', None)`."""
-    data = batch_sharding(self.mesh)
+    data = batch_sharding(self.desc, self.mesh)
     return jax.jit(
         lambda params, x: self.model.apply({'params': params}, x),
         in_shardings=(self.sharding.params, data),

@@ -140,7 +140,7 @@ class NNXTrainer:
       loss = self.step_fn(model, optimizer, x, y)
       return nnx.to_pure_dict(train_state(model, optimizer)), loss
 
-    data = batch_sharding(self.mesh)
+    data = batch_sharding(self.desc, self.mesh)
     return jax.jit(
         step,
         in_shardings=(self.sharding, data, data),
@@ -163,7 +163,7 @@ class NNXTrainer:
       _, losses = body((model, optimizer), xs, ys)
       return nnx.to_pure_dict(train_state(model, optimizer)), losses
 
-    data = batch_sharding(self.mesh, stacked=True)
+    data = batch_sharding(self.desc, self.mesh, stacked=True)
     return jax.jit(
         steps,
         in_shardings=(self.sharding, data, data),
@@ -179,7 +179,7 @@ class NNXTrainer:
       model, _ = self.merge(arrays)
       return model(x)
 
-    data = batch_sharding(self.mesh)
+    data = batch_sharding(self.desc, self.mesh)
     return jax.jit(apply, in_shardings=(self.sharding, data), out_shardings=data)
 
 

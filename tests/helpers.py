@@ -18,11 +18,14 @@ STYLES = {
     'logical-guide': ('logical', GUIDE_RULES, 'layer'),
     'logical-fsdp': ('logical', FSDP_RULES, 'layer'),
 }
+# Every mesh, scanned and looped, with device axes and with logical names; the
+# logical rule set alternates between the guide's and the FSDP one by mesh.
+_LOGICAL_STYLE = {(2, 4): 'logical-guide', (1, 8): 'logical-fsdp', (8, 1): 'logical-guide', (4, 2): 'logical-fsdp'}
 MATRIX = [
     (mesh, use_scan, style)
     for mesh in MESHES
     for use_scan in (False, True)
-    for style in STYLES
+    for style in ('device', _LOGICAL_STYLE[mesh])
 ]
 
 

@@ -94,6 +94,15 @@ def test_linen_and_nnx_creations_have_identical_layouts(desc, optimizer):
 
 @given(desc=descriptions(), optimizer=optimizers(), k=st.integers(1, 3))
 @example(desc=REGRESSION, optimizer='adam', k=2)
+@example(  # found by hypothesis: inputs sharded on 'data' while 'batch' -> None
+    desc=ModelDescription(
+        num_layers=1, depth=8, batch=2, annotation='logical',
+        rules=(('batch', None), ('hidden', None), ('embed', None), ('layer', None)),
+        mesh_shape=(2, 4),
+    ),
+    optimizer='adam',
+    k=1,
+)
 def test_outputs_gradients_and_training_are_identical(desc, optimizer, k):
   event(f'optimizer {optimizer}')
   mesh, linen, nnx_t = trainers(desc, optimizer)
