@@ -1,6 +1,7 @@
 """The `linen-nnx` command line.
 
     linen-nnx demo [--devices 8] [--layers 4] [--depth 1024] [--scan] ...
+    linen-nnx side-by-side [--markdown PATH] [--html PATH]
 
 Options that describe the model map one to one onto `ModelDescription`. The
 simulated CPU device count is set before JAX is imported, so this module imports
@@ -64,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
       help='both implementations side by side on one mesh',
   )
   demo.add_argument('--steps', type=int, default=5, help='training steps')
+  side = commands.add_parser(
+      'side-by-side',
+      help='the Linen and NNX code paired by concept, generated from the source',
+  )
+  side.add_argument('--html', metavar='PATH', help='write the two-column HTML page here')
+  side.add_argument('--markdown', metavar='PATH', help='write the Markdown page here')
   demo.add_argument(
       '--optimizer', default='adam',
       choices=('adam', 'adamw', 'sgd_momentum', 'fsdp_sgd'),
@@ -90,6 +97,8 @@ def description_from_args(args: argparse.Namespace):
 def main(argv: Sequence[str] | None = None) -> int:
   parser = build_parser()
   args = parser.parse_args(argv)
+  if args.command == 'side-by-side':
+    return _side_by_side(args)
   if os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
     try:
       simulate_cpu_devices(args.devices)
@@ -107,6 +116,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     return run_demo(desc, steps=args.steps, optimizer=args.optimizer)
   raise AssertionError(args.command)
+
+
+def _side_by_side(args: argparse.Namespace) -> int:
+  from converters import side_by_side
+
+  try:
+    pages = {'markdown': side_by_side.render_markdown(), 'html': side_by_side.render_html()}
+  except side_by_side.SideBySideError as e:
+    print(f'linen-nnx: {e}', file=sys.stderr)
+    return 2
+  written = False
+  for kind in ('markdown', 'html'):
+    path = getattr(args, kind)
+    if path:
+      with open(path, 'w') as f:
+        f.write(pages[kind])
+      print(f'wrote {path}')
+      written = True
+  if not written:
+    sys.stdout.write(pages['markdown'])
+  return 0
 
 
 if __name__ == '__main__':

@@ -17,13 +17,16 @@ from flax.training.train_state import TrainState
 from linen_impl.train import LinenTrainer
 
 
+# [side-by-side: checkpoint]
 def save(path: str | os.PathLike, state: TrainState) -> None:
   """Writes `state` to the new directory `path` and waits until it is complete."""
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(os.path.abspath(path), state)
     checkpointer.wait_until_finished()
+# [/side-by-side]
 
 
+# [side-by-side: checkpoint]
 def restore(path: str | os.PathLike, trainer: LinenTrainer) -> TrainState:
   """Reads the `TrainState` at `path` into `trainer`'s shardings."""
   # The sharding tree stops at the boxes; each of its leaves covers one box.
@@ -36,3 +39,4 @@ def restore(path: str | os.PathLike, trainer: LinenTrainer) -> TrainState:
   )
   with ocp.StandardCheckpointer() as checkpointer:
     return checkpointer.restore(os.path.abspath(path), target)
+# [/side-by-side]

@@ -21,20 +21,25 @@ from jax.sharding import PartitionSpec as P
 from converters.description import ModelDescription
 
 
+# [side-by-side: logical-names]
 def _annotate_init(desc: ModelDescription, names):
   """The kernel initializer wrapped in this description's annotation style."""
   init = nn.initializers.lecun_normal()
   if desc.logical:
     return nn.with_logical_partitioning(init, names, rules=desc.rules)
   return nn.with_partitioning(init, names)
+# [/side-by-side]
 
 
+# [side-by-side: activation-constraints]
 def _constrain(desc: ModelDescription, x: jax.Array, names) -> jax.Array:
   if desc.logical:
     return nn.with_logical_constraint(x, names, rules=desc.rules)
   return jax.lax.with_sharding_constraint(x, P(*names))
+# [/side-by-side]
 
 
+# [side-by-side: annotate-params]
 class DotReluDot(nn.Module):
   """`relu(x @ kernel) @ W2`, returning `(z, None)` so that `nn.scan` can carry it."""
 
@@ -61,8 +66,10 @@ class DotReluDot(nn.Module):
     z = jnp.dot(y, w2)
     z = _constrain(desc, z, axes.output)
     return z, None
+# [/side-by-side]
 
 
+# [side-by-side: scan-vs-loop]
 class MLP(nn.Module):
   """`num_layers` DotReluDot layers, looped or scanned."""
 
@@ -83,3 +90,4 @@ class MLP(nn.Module):
       for _ in range(desc.num_layers):
         x, _ = DotReluDot(desc)(x)
     return x
+# [/side-by-side]

@@ -28,14 +28,17 @@ from converters.description import ModelDescription
 from linen_impl.model import MLP
 
 
+# [side-by-side: sharded-creation]
 def state_sharding(desc: ModelDescription, mesh: Mesh, abstract_state: Any) -> Any:
   """The `NamedSharding` of every leaf of a boxed (abstract) `TrainState`."""
   if desc.logical:
     specs = nn.get_partition_spec(abstract_state)
     return nn.logical_to_mesh_sharding(specs, mesh, desc.rules)
   return nn.get_sharding(abstract_state, mesh)
+# [/side-by-side]
 
 
+# [side-by-side: optimizer-state]
 def init_train_state(
     desc: ModelDescription,
     model: MLP,
@@ -46,6 +49,7 @@ def init_train_state(
   x = jnp.zeros((desc.batch, desc.depth), desc.jnp_dtype)
   variables = model.init(key, x)
   return TrainState.create(apply_fn=model.apply, params=variables['params'], tx=tx)
+# [/side-by-side]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,23 +72,32 @@ class LinenTrainer:
   abstract_state: TrainState
   sharding: TrainState
 
+  # [side-by-side: sharded-creation]
   @functools.cached_property
   def _jit_create(self):
     init = functools.partial(init_train_state, self.desc, self.model, self.tx)
     return jax.jit(init, out_shardings=self.sharding)
+  # [/side-by-side]
 
+  # [side-by-side: sharded-creation]
   def create(self, seed: int = 0) -> TrainState:
     """A new `TrainState`, every array created directly in its shards."""
     return self._jit_create(jax.random.key(seed))
+  # [/side-by-side]
 
+  # [side-by-side: train-step]
   def loss_fn(self, params, x: jax.Array, y: jax.Array) -> jax.Array:
     pred = self.model.apply({'params': params}, x)
     return jnp.mean((pred.astype(jnp.float32) - y.astype(jnp.float32)) ** 2)
+  # [/side-by-side]
 
+  # [side-by-side: train-step]
   def step_fn(self, state: TrainState, x: jax.Array, y: jax.Array):
     loss, grads = jax.value_and_grad(self.loss_fn)(state.params, x, y)
     return state.apply_gradients(grads=grads), loss
+  # [/side-by-side]
 
+  # [side-by-side: train-step]
   @functools.cached_property
   def train_step(self):
     """`(state, x, y) -> (state, loss)`, jitted; donates `state`."""
@@ -95,7 +108,9 @@ class LinenTrainer:
         out_shardings=(self.sharding, NamedSharding(self.mesh, P())),
         donate_argnums=0,
     )
+  # [/side-by-side]
 
+  # [side-by-side: several-steps]
   @functools.cached_property
   def train_steps(self):
     """`(state, xs, ys) -> (state, losses)`: one step per leading index of xs."""
@@ -113,7 +128,9 @@ class LinenTrainer:
         out_shardings=(self.sharding, NamedSharding(self.mesh, P())),
         donate_argnums=0,
     )
+  # [/side-by-side]
 
+  # [side-by-side: apply]
   @functools.cached_property
   def apply(self):
     """`(params, x) -> y`, jitted; `y` is sharded `('data', None)`."""
@@ -123,8 +140,10 @@ class LinenTrainer:
         in_shardings=(self.sharding.params, data),
         out_shardings=data,
     )
+  # [/side-by-side]
 
 
+# [side-by-side: sharded-creation]
 def make_trainer(
     desc: ModelDescription, mesh: Mesh, tx: optax.GradientTransformation
 ) -> LinenTrainer:
@@ -136,3 +155,4 @@ def make_trainer(
   return LinenTrainer(
       desc, mesh, model, tx, abstract, state_sharding(desc, mesh, abstract)
   )
+# [/side-by-side]

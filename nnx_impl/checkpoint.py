@@ -17,14 +17,18 @@ from flax import nnx
 from nnx_impl.train import NNXTrainer
 
 
+# [side-by-side: checkpoint]
 def save(path: str | os.PathLike, state: nnx.State) -> None:
   """Writes `state` to the new directory `path` and waits until it is complete."""
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(os.path.abspath(path), state)
     checkpointer.wait_until_finished()
+# [/side-by-side]
 
 
+# [side-by-side: checkpoint]
 def restore(path: str | os.PathLike, trainer: NNXTrainer) -> nnx.State:
   """Reads the state at `path` into `trainer`'s abstract state and shardings."""
   with ocp.StandardCheckpointer() as checkpointer:
     return checkpointer.restore(os.path.abspath(path), trainer.abstract_state)
+# [/side-by-side]

@@ -23,13 +23,16 @@ from jax.sharding import PartitionSpec as P
 from converters.description import ModelDescription
 
 
+# [side-by-side: logical-names]
 def _metadata(desc: ModelDescription, names) -> dict:
   """The sharding metadata of a parameter annotated with `names`."""
   if desc.logical:
     return {'out_sharding': names, 'sharding_rules': desc.rules}
   return {'out_sharding': names}
+# [/side-by-side]
 
 
+# [side-by-side: activation-constraints]
 def _constrain(desc: ModelDescription, x: jax.Array, names) -> jax.Array:
   if desc.logical:
     # NNX has no logical constraint of its own; Linen's resolver is the one
@@ -37,8 +40,10 @@ def _constrain(desc: ModelDescription, x: jax.Array, names) -> jax.Array:
     # map both 'batch' and 'embed' to 'data').
     names = nn.logical_to_mesh_axes(names, desc.rules)
   return jax.lax.with_sharding_constraint(x, P(*names))
+# [/side-by-side]
 
 
+# [side-by-side: annotate-params]
 class DotReluDot(nnx.Module):
   """`relu(x @ dot1.kernel) @ w2`."""
 
@@ -66,8 +71,10 @@ class DotReluDot(nnx.Module):
     y = _constrain(self.desc, y, self.desc.axes.hidden)
     z = jnp.dot(y, self.w2[...])
     return _constrain(self.desc, z, self.desc.axes.output)
+# [/side-by-side]
 
 
+# [side-by-side: scan-vs-loop]
 class MLP(nnx.Module):
   """`num_layers` DotReluDot layers, looped (`nnx.List`) or stacked and scanned."""
 
@@ -103,3 +110,4 @@ class MLP(nnx.Module):
     for layer in self.layers:
       x = layer(x)
     return x
+# [/side-by-side]

@@ -23,6 +23,7 @@ class SGDState(nnx.Variable):
   """A momentum buffer; carries the metadata of the parameter it follows."""
 
 
+# [side-by-side: optimizer-state]
 class SGD(nnx.Pytree):
   """SGD with exponential-moving-average momentum over the model's `nnx.Param`s."""
 
@@ -60,3 +61,4 @@ class SGD(nnx.Pytree):
         is_leaf=lambda x: isinstance(x, nnx.Variable),
     )
     self.step[...] = self.step[...] + 1
+# [/side-by-side]

@@ -34,6 +34,7 @@ from nnx_impl.model import MLP
 from nnx_impl.sgd import SGD
 
 
+# [side-by-side: optimizer-state]
 def make_optimizer(
     model: MLP, optimizer: str, learning_rate: float = DEFAULT_LEARNING_RATE
 ) -> nnx.Optimizer | SGD:
@@ -41,8 +42,10 @@ def make_optimizer(
   if optimizer == 'fsdp_sgd':
     return SGD(model, learning_rate, decay=FSDP_SGD_DECAY)
   return nnx.Optimizer(model, make_tx(optimizer, learning_rate), wrt=nnx.Param)
+# [/side-by-side]
 
 
+# [side-by-side: sharded-creation]
 def create_sharded(
     desc: ModelDescription, optimizer: str, key: jax.Array | int = 0
 ) -> tuple[MLP, nnx.Optimizer | SGD]:
@@ -56,6 +59,7 @@ def create_sharded(
   sharded_state = jax.lax.with_sharding_constraint(state, pspecs)
   nnx.update(model, sharded_state)
   return model, make_optimizer(model, optimizer)
+# [/side-by-side]
 
 
 def train_state(model: MLP, optimizer: nnx.Optimizer | SGD) -> nnx.State:
@@ -91,16 +95,20 @@ class NNXTrainer:
   abstract_state: nnx.State
   sharding: dict
 
+  # [side-by-side: sharded-creation]
   @functools.cached_property
   def _jit_create(self):
     return nnx.jit(create_sharded, static_argnums=(0, 1))
+  # [/side-by-side]
 
+  # [side-by-side: sharded-creation]
   def create(self, seed: int = 0) -> dict:
     """New training-state arrays, every array created directly in its shards."""
     model, optimizer = self._jit_create(
         self.desc, self.optimizer, jax.random.key(seed)
     )
     return nnx.to_pure_dict(train_state(model, optimizer))
+  # [/side-by-side]
 
   def to_state(self, arrays: dict) -> nnx.State:
     """The `nnx.State` (Variables with their metadata) holding `arrays`."""
@@ -122,15 +130,20 @@ class NNXTrainer:
     objects = nnx.merge(self.graphdef, self.to_state(arrays))
     return objects['model'], objects['optimizer']
 
+  # [side-by-side: train-step]
   def loss_fn(self, model: MLP, x: jax.Array, y: jax.Array) -> jax.Array:
     pred = model(x)
     return jnp.mean((pred.astype(jnp.float32) - y.astype(jnp.float32)) ** 2)
+  # [/side-by-side]
 
+  # [side-by-side: train-step]
   def step_fn(self, model: MLP, optimizer, x: jax.Array, y: jax.Array):
     loss, grads = nnx.value_and_grad(self.loss_fn)(model, x, y)
     optimizer.update(model, grads)
     return loss
+  # [/side-by-side]
 
+  # [side-by-side: train-step]
   @functools.cached_property
   def train_step(self):
     """`(arrays, x, y) -> (arrays, loss)`, jitted; donates `arrays`."""
@@ -147,7 +160,9 @@ class NNXTrainer:
         out_shardings=(self.sharding, NamedSharding(self.mesh, P())),
         donate_argnums=0,
     )
+  # [/side-by-side]
 
+  # [side-by-side: several-steps]
   @functools.cached_property
   def train_steps(self):
     """`(arrays, xs, ys) -> (arrays, losses)`: one step per leading index of xs."""
@@ -170,7 +185,9 @@ class NNXTrainer:
         out_shardings=(self.sharding, NamedSharding(self.mesh, P())),
         donate_argnums=0,
     )
+  # [/side-by-side]
 
+  # [side-by-side: apply]
   @functools.cached_property
   def apply(self):
     """`(arrays, x) -> y`, jitted; `y` is sharded `('data', None)`."""
@@ -181,8 +198,10 @@ class NNXTrainer:
 
     data = batch_sharding(self.desc, self.mesh)
     return jax.jit(apply, in_shardings=(self.sharding, data), out_shardings=data)
+  # [/side-by-side]
 
 
+# [side-by-side: sharded-creation]
 def abstract_state(
     desc: ModelDescription, mesh: Mesh, optimizer: str
 ) -> tuple[nnx.GraphDef, nnx.State]:
@@ -197,11 +216,14 @@ def abstract_state(
       sharding,
   )
   return graphdef, state
+# [/side-by-side]
 
 
+# [side-by-side: sharded-creation]
 def make_trainer(desc: ModelDescription, mesh: Mesh, optimizer: str) -> NNXTrainer:
   """Traces the creation abstractly and derives the graphdef and shardings."""
   graphdef, abstract = abstract_state(desc, mesh, optimizer)
   with jax.set_mesh(mesh):
     sharding = nnx.to_pure_dict(nnx.get_named_sharding(abstract, mesh))
   return NNXTrainer(desc, mesh, optimizer, graphdef, abstract, sharding)
+# [/side-by-side]
