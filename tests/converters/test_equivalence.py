@@ -14,6 +14,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 from flax import nnx
 from hypothesis import event, example, given, note, strategies as st
@@ -161,7 +162,18 @@ def test_round_trips_are_the_identity(desc, optimizer, via_other_layout):
 # 5. Scanned and looped -----------------------------------------------------------------
 
 
+def contraction_is_sharded(desc: ModelDescription) -> bool:
+  """Whether a matmul of the MLP contracts over a sharded dimension."""
+  return any(desc.mesh_axis(names[0]) is not None for names in (desc.axes.kernel, desc.axes.w2))
+
+
 @given(desc=descriptions(dtypes=('float32',)))
+@example(  # found by hypothesis: 'embed' on 'data' with the batch replicated
+    desc=ModelDescription(
+        num_layers=1, depth=8, batch=2, annotation='logical', mesh_shape=(2, 4),
+        rules=(('batch', None), ('hidden', None), ('embed', 'data'), ('layer', None)),
+    ),
+)
 def test_scanned_and_looped_models_with_the_same_params_agree(desc):
   other = dataclasses.replace(
       desc,
@@ -180,8 +192,15 @@ def test_scanned_and_looped_models_with_the_same_params_agree(desc):
     model = nnx_other.merge(nnx_other.create(seed=0))[0]
     nnx.update(model, converters.linen_to_nnx(relaid))
     y_nnx_other = nnx.jit(lambda m, x: m(x))(model, x)
-  assert_trees_bit_equal(y_linen_other, y)
-  assert_trees_bit_equal(y_nnx_other, y)
+  # Same layout, other framework: the same program, so bit for bit.
+  assert_trees_bit_equal(y_nnx_other, y_linen_other)
+  if contraction_is_sharded(desc):
+    # A matmul over a sharded dimension sums per-device partial results, and XLA
+    # may partition a scan body and an unrolled loop differently, so the
+    # float32 sums can round differently (seen: 1-2 ulp). Exact otherwise.
+    np.testing.assert_allclose(y_linen_other, y, rtol=1e-5, atol=1e-6)
+  else:
+    assert_trees_bit_equal(y_linen_other, y)
 
 
 # 6. Logical names and rules --------------------------------------------------------------
