@@ -40,6 +40,19 @@ def _split_param_suffix(path: tuple, param_paths: set[tuple]) -> tuple[tuple, tu
   return path, None
 
 
+def _group_by_param(flat, param_paths) -> tuple[dict[tuple, dict], dict[tuple, Any]]:
+  """Moment trees by their optimizer-state prefix, and the other (scalar) leaves."""
+  groups: dict[tuple, dict] = {}
+  scalars: dict[tuple, Any] = {}
+  for path, (value, annotation, *_) in flat.items():
+    prefix, param = _split_param_suffix(path, param_paths)
+    if param is None:
+      scalars[path] = value
+    else:
+      groups.setdefault(prefix, {})[param] = (value, annotation)
+  return groups, scalars
+
+
 @dataclasses.dataclass(frozen=True)
 class _OptimizerCorrespondence:
   """How Linen optax-state prefixes map to NNX optimizer-state prefixes."""
@@ -84,14 +97,7 @@ def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, options):
   corr = _correspondence(optimizer)
   param_paths = set(param_flat)
   opt_flat = read_linen_tree(state.opt_state, 'opt_state', uniform=False)
-  groups: dict[tuple, dict] = {}
-  scalars: dict[tuple, Any] = {}
-  for path, (value, annotation) in opt_flat.items():
-    prefix, param = _split_param_suffix(path, param_paths)
-    if param is None:
-      scalars[path] = value
-    else:
-      groups.setdefault(prefix, {})[param] = (value, annotation)
+  groups, scalars = _group_by_param(opt_flat, param_paths)
   out = {('optimizer', 'step'): (state.step, None)}
   unknown = []
   for prefix, flat in groups.items():
@@ -130,19 +136,8 @@ def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, options, mesh_hi
   """`(step, opt_state)` of a Linen `target` filled from an NNX optimizer."""
   corr = _correspondence(optimizer)
   opt_flat = read_nnx_state(nnx.state(optimizer), 'optimizer')
-  nnx_param_paths = {p for p in param_flat}
-  step = None
-  groups: dict[tuple, dict] = {}
-  scalars: dict[tuple, Any] = {}
-  for path, (value, annotation, _) in opt_flat.items():
-    if path == ('step',):
-      step = value
-      continue
-    prefix, param = _split_param_suffix(path, nnx_param_paths)
-    if param is None:
-      scalars[path] = value
-    else:
-      groups.setdefault(prefix, {})[param] = (value, annotation, None)
+  step = opt_flat.pop(('step',))[0]
+  groups, scalars = _group_by_param(opt_flat, set(param_flat))
   produced: dict[tuple, tuple[Any, md.Annotation | None]] = {}
   unknown = []
   for prefix, flat in groups.items():
