@@ -2,13 +2,23 @@
 
 Same layout (Linen loop -> NNX loop, and back): wall time and bytes of array
 data copied, counted shard by shard from device buffer addresses (goal: zero
-bytes, under 50 ms of tree bookkeeping). Relayout (Linen loop -> NNX scan, NNX
-scan -> Linen loop): achieved bandwidth against a plain on-device copy of the
-same arrays with the same output shardings, measured in the same run (goal: at
-least 0.5x). Medians over repeats after a warm-up call; prints a table and
-writes JSON.
+bytes, under 50 ms of tree bookkeeping).
 
-    python benchmarks/convert.py [--layers 64] [--depth 1024] [--repeats 5]
+Relayout (Linen loop -> NNX scan, NNX scan -> Linen loop): achieved bandwidth
+against a plain on-device copy of the same arrays into the same shardings
+(goal: at least 0.5x). The relayouts and both copies (of the looped and of the
+stacked arrays) run in turn, repeat after repeat, and medians are reported.
+
+On CPU a relayout writes fresh buffers, and glibc serves large buffers (a
+stacked shard is 64 MiB per device here, beyond what its per-thread arenas
+hold) with freshly mapped pages, so every call pays a page fault per 4 KiB
+written, while the 1 MiB looped shards are recycled from the heap. Any write
+of stacked-size buffers pays the same, a plain copy included, so the
+measurement runs twice, each in its own process: with the default allocator,
+and with glibc recycling buffers of every size (GLIBC_TUNABLES: one arena, a
+high mmap threshold). Prints one table and writes JSON.
+
+    python benchmarks/convert.py [--layers 64] [--depth 1024] [--repeats 7]
 """
 
 from __future__ import annotations
@@ -16,27 +26,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from converters.devices import simulate_cpu_devices  # noqa: E402
-
-simulate_cpu_devices(8)
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import optax  # noqa: E402
-from flax import nnx  # noqa: E402
-
-from converters import linen_to_nnx, nnx_to_linen  # noqa: E402
-from converters.description import ModelDescription  # noqa: E402
-from linen_impl import train as linen_train  # noqa: E402
+ALLOCATORS = {
+    'default': None,
+    # One arena, and a 4 GiB mmap threshold (above any buffer here): freed
+    # buffers of every size return to the heap and are reused, not unmapped.
+    'recycling': (
+        'glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296'
+        ':glibc.malloc.arena_max=1'
+    ),
+}
 
 
 def buffers(tree) -> dict[int, int]:
   """Device buffer address -> bytes, for every shard of every array in `tree`."""
+  import jax
+
   out = {}
   for leaf in jax.tree.leaves(tree):
     for shard in leaf.addressable_shards:
@@ -49,74 +60,156 @@ def copied_bytes(source, result) -> int:
   return sum(n for ptr, n in buffers(result).items() if ptr not in before)
 
 
-def timed(fn, repeats: int) -> tuple[float, object]:
-  out = jax.block_until_ready(fn())  # warm-up (compiles a relayout once)
-  times = []
+def interleaved(fns: dict, repeats: int) -> dict[str, float]:
+  """Median seconds of each function, run in turn so noise hits all alike."""
+  import jax
+
+  times = {name: [] for name in fns}
+  for fn in fns.values():
+    jax.block_until_ready(fn())  # warm-up: compiles each relayout once
   for _ in range(repeats):
-    del out
-    start = time.perf_counter()
-    out = jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times), out
+    for name, fn in fns.items():
+      start = time.perf_counter()
+      out = jax.block_until_ready(fn())
+      times[name].append(time.perf_counter() - start)
+      del out
+  return {name: statistics.median(t) for name, t in times.items()}
+
+
+def measure(layers: int, depth: int, repeats: int) -> dict:
+  """Runs every measurement in this process; returns the figures."""
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from converters.devices import simulate_cpu_devices
+
+  simulate_cpu_devices(8)
+
+  import jax
+  import jax.numpy as jnp
+  import optax
+
+  from converters import linen_to_nnx, nnx_to_linen
+  from converters.description import ModelDescription
+  from linen_impl import train as linen_train
+
+  desc = ModelDescription(num_layers=layers, depth=depth, batch=8)
+  mesh = desc.make_mesh()
+  trainer = linen_train.make_trainer(desc, mesh, optax.identity())
+  with jax.set_mesh(mesh):
+    variables = {'params': trainer.create(seed=0).params}
+  total = sum(x.nbytes for x in jax.tree.leaves(variables))
+  results = {'param_bytes': total}
+
+  same = interleaved({'linen_to_nnx': lambda: linen_to_nnx(variables)}, repeats)
+  nnx_state = linen_to_nnx(variables)
+  same |= interleaved({'nnx_to_linen': lambda: nnx_to_linen(nnx_state)}, repeats)
+  results['linen_to_nnx_same_layout'] = {
+      'ms': same['linen_to_nnx'] * 1e3,
+      'copied_bytes': copied_bytes(variables, linen_to_nnx(variables)),
+  }
+  results['nnx_to_linen_same_layout'] = {
+      'ms': same['nnx_to_linen'] * 1e3,
+      'copied_bytes': copied_bytes(nnx_state, nnx_to_linen(nnx_state)),
+  }
+
+  stacked = linen_to_nnx(variables, scan=True)
+  looped_leaves = jax.tree.leaves(variables)
+  stacked_leaves = jax.tree.leaves(stacked)
+
+  def plain_copy(leaves):
+    return jax.jit(
+        lambda xs: [jnp.copy(x) for x in xs], out_shardings=[x.sharding for x in leaves]
+    )
+
+  copy_looped, copy_stacked = plain_copy(looped_leaves), plain_copy(stacked_leaves)
+  t = interleaved(
+      {
+          'copy_looped': lambda: copy_looped(looped_leaves),
+          'copy_stacked': lambda: copy_stacked(stacked_leaves),
+          'loop_to_scan': lambda: linen_to_nnx(variables, scan=True),
+          'scan_to_loop': lambda: nnx_to_linen(stacked, scan=False),
+      },
+      repeats,
+  )
+  for key in ('copy_looped', 'copy_stacked'):
+    results[key] = {'ms': t[key] * 1e3, 'GBps': total / t[key] / 1e9}
+  # The copy of a relayout's own source arrays is the goal's baseline; the
+  # copy of the other layout writes buffers of the same sizes as the result.
+  for key, name, source, result in (
+      ('linen_loop_to_nnx_scan', 'loop_to_scan', 'copy_looped', 'copy_stacked'),
+      ('nnx_scan_to_linen_loop', 'scan_to_loop', 'copy_stacked', 'copy_looped'),
+  ):
+    results[key] = {
+        'ms': t[name] * 1e3,
+        'GBps': total / t[name] / 1e9,
+        'vs_copy_of_source': t[source] / t[name],
+        'vs_copy_of_result_layout': t[result] / t[name],
+    }
+  return results
+
+
+def run_child(allocator: str, args) -> dict:
+  env = dict(os.environ)
+  if ALLOCATORS[allocator]:
+    env['GLIBC_TUNABLES'] = ALLOCATORS[allocator]
+  with tempfile.NamedTemporaryFile(suffix='.json') as f:
+    command = [
+        sys.executable, os.path.abspath(__file__), '--allocator', allocator,
+        '--layers', str(args.layers), '--depth', str(args.depth),
+        '--repeats', str(args.repeats), '--json', f.name,
+    ]
+    subprocess.run(command, env=env, check=True)
+    with open(f.name) as g:
+      return json.load(g)
+
+
+def print_table(layers: int, depth: int, runs: dict[str, dict]) -> None:
+  total = next(iter(runs.values()))['param_bytes']
+  print(f'{layers} layers, depth {depth}: {total / 2**20:.0f} MiB of parameters, mesh 2x4')
+  header = f'{"allocator":<10} {"measurement":<26} {"ms":>8} {"copied B":>9} {"GB/s":>6}'
+  print(header + f' {"vs copy of source":>18} {"vs copy, result layout":>23}')
+  for allocator, r in runs.items():
+    for key in (
+        'linen_to_nnx_same_layout', 'nnx_to_linen_same_layout', 'copy_looped',
+        'copy_stacked', 'linen_loop_to_nnx_scan', 'nnx_scan_to_linen_loop',
+    ):
+      row = r[key]
+      copied = str(row['copied_bytes']) if 'copied_bytes' in row else ''
+      gbps = f'{row["GBps"]:.2f}' if 'GBps' in row else ''
+      source = f'{row["vs_copy_of_source"]:.2f}x' if 'vs_copy_of_source' in row else ''
+      result = (
+          f'{row["vs_copy_of_result_layout"]:.2f}x'
+          if 'vs_copy_of_result_layout' in row else ''
+      )
+      print(
+          f'{allocator:<10} {key:<26} {row["ms"]:>8.2f} {copied:>9} {gbps:>6}'
+          f' {source:>18} {result:>23}'
+      )
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--layers', type=int, default=64)
   parser.add_argument('--depth', type=int, default=1024)
-  parser.add_argument('--repeats', type=int, default=5)
+  parser.add_argument('--repeats', type=int, default=7)
   parser.add_argument('--json', default='benchmarks/results/convert.json')
+  parser.add_argument(
+      '--allocator', choices=('both', *ALLOCATORS), default='both',
+      help='run in this process with the current allocator, or both in subprocesses',
+  )
   args = parser.parse_args()
 
-  desc = ModelDescription(num_layers=args.layers, depth=args.depth, batch=8)
-  mesh = desc.make_mesh()
-  trainer = linen_train.make_trainer(desc, mesh, optax.identity())
-  with jax.set_mesh(mesh):
-    variables = {'params': trainer.create(seed=0).params}
-  total = sum(x.nbytes for x in jax.tree.leaves(variables))
-  results = {'layers': args.layers, 'depth': args.depth, 'param_bytes': total}
-
-  t, nnx_state = timed(lambda: linen_to_nnx(variables), args.repeats)
-  results['linen_to_nnx_same_layout'] = {
-      'ms': t * 1e3, 'copied_bytes': copied_bytes(variables, nnx_state)
-  }
-  t, back = timed(lambda: nnx_to_linen(nnx_state), args.repeats)
-  results['nnx_to_linen_same_layout'] = {
-      'ms': t * 1e3, 'copied_bytes': copied_bytes(nnx_state, back)
-  }
-
-  # Baseline: the same arrays copied on device into the same shardings.
-  leaves = jax.tree.leaves(variables)
-  plain_copy = jax.jit(
-      lambda xs: [jnp.copy(x) for x in xs], out_shardings=[x.sharding for x in leaves]
-  )
-  t_copy, _ = timed(lambda: plain_copy(leaves), args.repeats)
-  results['plain_copy'] = {'ms': t_copy * 1e3, 'GBps': total / t_copy / 1e9}
-
-  t, stacked = timed(lambda: linen_to_nnx(variables, scan=True), args.repeats)
-  results['linen_loop_to_nnx_scan'] = {
-      'ms': t * 1e3, 'GBps': total / t / 1e9, 'vs_plain_copy': t_copy / t
-  }
-  t, _ = timed(lambda: nnx_to_linen(stacked, scan=False), args.repeats)
-  results['nnx_scan_to_linen_loop'] = {
-      'ms': t * 1e3, 'GBps': total / t / 1e9, 'vs_plain_copy': t_copy / t
-  }
-  assert isinstance(stacked, nnx.State)
-
-  print(f'{args.layers} layers, depth {args.depth}: {total / 2**20:.0f} MiB of parameters')
-  print(f'{"conversion":<28} {"ms":>9} {"copied bytes":>13} {"GB/s":>7} {"vs copy":>8}')
-  for key in (
-      'linen_to_nnx_same_layout', 'nnx_to_linen_same_layout', 'plain_copy',
-      'linen_loop_to_nnx_scan', 'nnx_scan_to_linen_loop',
-  ):
-    r = results[key]
-    copied = str(r['copied_bytes']) if 'copied_bytes' in r else ''
-    gbps = f'{r["GBps"]:.2f}' if 'GBps' in r else ''
-    ratio = f'{r["vs_plain_copy"]:.2f}x' if 'vs_plain_copy' in r else ''
-    print(f'{key:<28} {r["ms"]:>9.2f} {copied:>13} {gbps:>7} {ratio:>8}')
+  if args.allocator != 'both':
+    results = {'allocator': args.allocator, **measure(args.layers, args.depth, args.repeats)}
+    with open(args.json, 'w') as f:
+      json.dump(results, f, indent=2)
+    return
+  glibc = platform.libc_ver()[0] == 'glibc'
+  allocators = list(ALLOCATORS) if glibc else ['default']
+  runs = {a: run_child(a, args) for a in allocators}
+  print_table(args.layers, args.depth, runs)
   os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
   with open(args.json, 'w') as f:
-    json.dump(results, f, indent=2)
+    json.dump({'layers': args.layers, 'depth': args.depth, 'runs': runs}, f, indent=2)
   print(f'\nwrote {args.json}')
 
 
