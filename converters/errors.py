@@ -51,3 +51,12 @@ def format_offenders(paths: Iterable[str], limit: int = 50) -> str:
   if len(paths) > limit:
     shown += f', ... ({len(paths) - limit} more)'
   return shown
+
+
+class CheckpointError(ConversionError):
+  """A checkpoint that is missing, corrupted or of unknown structure, or a
+  destination that cannot be written."""
+
+
+class VerificationError(ConversionError):
+  """What was written differs from what was converted, or two trees differ."""

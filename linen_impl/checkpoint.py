@@ -27,16 +27,22 @@ def save(path: str | os.PathLike, state: TrainState) -> None:
 
 
 # [side-by-side: checkpoint]
-def restore(path: str | os.PathLike, trainer: LinenTrainer) -> TrainState:
-  """Reads the `TrainState` at `path` into `trainer`'s shardings."""
+def restore_target(trainer: LinenTrainer) -> TrainState:
+  """The boxed abstract `TrainState` whose leaves carry their shardings."""
   # The sharding tree stops at the boxes; each of its leaves covers one box.
-  target = jax.tree.map(
+  return jax.tree.map(
       lambda s, boxed: jax.tree.map(
           lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), boxed
       ),
       trainer.sharding,
       trainer.abstract_state,
   )
+# [/side-by-side]
+
+
+# [side-by-side: checkpoint]
+def restore(path: str | os.PathLike, trainer: LinenTrainer) -> TrainState:
+  """Reads the `TrainState` at `path` into `trainer`'s shardings."""
   with ocp.StandardCheckpointer() as checkpointer:
-    return checkpointer.restore(os.path.abspath(path), target)
+    return checkpointer.restore(os.path.abspath(path), restore_target(trainer))
 # [/side-by-side]

@@ -27,8 +27,15 @@ def save(path: str | os.PathLike, state: nnx.State) -> None:
 
 
 # [side-by-side: checkpoint]
+def restore_target(trainer: NNXTrainer) -> nnx.State:
+  """The abstract state whose `ShapeDtypeStruct`s carry their shardings."""
+  return trainer.abstract_state
+# [/side-by-side]
+
+
+# [side-by-side: checkpoint]
 def restore(path: str | os.PathLike, trainer: NNXTrainer) -> nnx.State:
   """Reads the state at `path` into `trainer`'s abstract state and shardings."""
   with ocp.StandardCheckpointer() as checkpointer:
-    return checkpointer.restore(os.path.abspath(path), trainer.abstract_state)
+    return checkpointer.restore(os.path.abspath(path), restore_target(trainer))
 # [/side-by-side]

@@ -1,0 +1,213 @@
+"""Converting a training-state checkpoint on disk, all or nothing.
+
+`convert_checkpoint` reads SRC (Orbax or `flax.training.checkpoints`, Linen or
+NNX, scanned or looped) straight into its shardings on a mesh, converts it in
+memory (`converters.training_states`), writes an Orbax checkpoint that the
+target implementation's ordinary `restore` reads, reads that back and compares
+it bit for bit with what it converted, and only then moves it into place.
+
+SRC is only ever read. The output is written to a hidden sibling of DST
+(`.NAME.partial-PID`) and renamed into place once verified, so DST is absent or
+complete at every instant, even if the process is killed; an existing DST is
+replaced only with `force`, by two renames. Partial outputs that a killed run
+left behind are removed by the next run for the same DST.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from typing import Any
+
+import jax
+
+from converters import checkpoints
+from converters import training_states
+from converters.compare import leaf_difference
+from converters.description import GUIDE_RULES
+from converters.errors import CheckpointError, VerificationError, format_offenders
+from converters.paths import Framework
+from converters.progress import Progress
+
+STAGES = ['reading', 'converting', 'writing', 'verifying', 'renaming']
+FRAMEWORKS = ('linen', 'nnx')
+
+
+def _inside(path: str, directory: str) -> bool:
+  return os.path.commonpath([path, directory]) == directory
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def _siblings(dst: str, kind: str, pid: int | str = '*') -> str:
+  parent, name = os.path.split(dst)
+  return os.path.join(parent, f'.{name}.{kind}-{pid}')
+
+
+def _remove_stale(dst: str) -> None:
+  """Deletes the partial outputs of runs for `dst` that were killed."""
+  for kind in ('partial', 'replaced'):
+    for path in glob.glob(_siblings(dst, kind)):
+      pid = path.rsplit('-', 1)[1]
+      if pid.isdigit() and not _pid_alive(int(pid)):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _fsync_directory(path: str) -> None:
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def check_destination(src: str, dst: str, force: bool) -> None:
+  """Raises `CheckpointError` when DST overlaps SRC or exists without `force`."""
+  if _inside(dst, src) or _inside(src, dst):
+    raise CheckpointError(
+        f'{dst}: overlaps the source {src}; write the converted checkpoint elsewhere'
+    )
+  if os.path.lexists(dst) and not force:
+    raise CheckpointError(f'{dst}: already exists; pass --force to replace it')
+
+
+def verify(framework: Framework, path: str, trainer, expected: Any) -> int:
+  """Reads `path` back with the ordinary restore and compares it bit for bit.
+
+  Returns the number of leaves compared.
+
+  Raises:
+    VerificationError: listing every leaf that differs.
+  """
+  module = checkpoints._checkpoint_module(framework)
+  written = module.restore(path, trainer)
+  flat_written = {
+      checkpoints.string_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(written)[0]
+  }
+  flat_expected = {
+      checkpoints.string_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]
+  }
+  differing = []
+  for path_keys, value in flat_expected.items():
+    other = flat_written.get(path_keys)
+    same = other is not None and leaf_difference(value, other)[0]
+    if not same or other.sharding != value.sharding:
+      differing.append('/'.join(path_keys))
+  extra = sorted('/'.join(p) for p in set(flat_written) - set(flat_expected))
+  if differing or extra:
+    raise VerificationError(
+        f'{path}: what was written differs from what was converted at '
+        f'[{format_offenders(differing + extra)}]; the disk or Orbax lost data, '
+        'so nothing was moved into place',
+        differing + extra,
+    )
+  return len(flat_expected)
+
+
+def convert_checkpoint(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    to: Framework,
+    *,
+    layout: str | None = None,
+    mesh_shape: tuple[int, int] = (2, 4),
+    annotation: str = 'device',
+    rules: tuple = GUIDE_RULES,
+    layer_partition: str | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> dict:
+  """Converts the checkpoint at `src` into an Orbax checkpoint at `dst`.
+
+  Args:
+    src: an Orbax checkpoint of either implementation, or a
+      `flax.training.checkpoints` checkpoint or directory.
+    dst: where to write; must not exist unless `force`.
+    to: 'linen' or 'nnx'.
+    layout: 'scan' or 'loop'; None keeps SRC's.
+    mesh_shape: the `(data, model)` mesh to read, convert and write on.
+    annotation, rules, layer_partition: the sharding annotations of the model
+      (a checkpoint stores arrays only); see `ModelDescription`.
+    force: replace an existing `dst`.
+    progress: reports the stages `STAGES`.
+
+  Returns:
+    A JSON-ready summary: source and destination, step, mesh.
+
+  Raises:
+    CheckpointError: bad SRC or DST; nothing is written.
+    ConversionError: the state cannot be converted as asked; nothing is written.
+    VerificationError: the written checkpoint differs; it is deleted.
+  """
+  if to not in FRAMEWORKS:
+    raise CheckpointError(f'to={to!r}: choose one of {FRAMEWORKS}')
+  if layout not in (None, 'scan', 'loop'):
+    raise CheckpointError(f'layout={layout!r}: choose scan or loop')
+  progress = progress or Progress(STAGES, enabled=False)
+  dst = os.path.abspath(os.fspath(dst))
+  source_path, _ = checkpoints.locate(src)
+  check_destination(source_path, dst, force)
+
+  progress.stage('reading')
+  info = checkpoints.inspect(source_path)
+  source_desc = checkpoints.description(info, mesh_shape, annotation, rules, layer_partition)
+  target_desc = source_desc.replace(use_scan=(layout or info.layout) == 'scan')
+  mesh = source_desc.make_mesh()
+  source_trainer = checkpoints.trainer_for(info.framework, source_desc, mesh, info.optimizer)
+  checkpoints.check_structure(info, checkpoints.expected_leaves(info.framework, source_trainer))
+  with jax.set_mesh(mesh):
+    state = checkpoints.restore(info, source_trainer)
+
+    progress.stage('converting')
+    target_trainer = checkpoints.trainer_for(to, target_desc, mesh, info.optimizer)
+    other = None
+    if to == info.framework:
+      other_framework = 'nnx' if to == 'linen' else 'linen'
+      other = checkpoints.trainer_for(other_framework, target_desc, mesh, info.optimizer)
+    converted = training_states.convert(
+        state, info.framework, source_trainer, to, target_trainer, other
+    )
+    del state  # the converted state holds every array it still needs
+
+    progress.stage('writing')
+    _remove_stale(dst)
+    partial = _siblings(dst, 'partial', os.getpid())
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    try:
+      checkpoints._checkpoint_module(to).save(partial, converted)
+      progress.stage('verifying')
+      leaves = verify(to, partial, target_trainer, converted)
+      progress.stage('renaming')
+      replaced = os.path.lexists(dst)
+      if replaced:
+        old = _siblings(dst, 'replaced', os.getpid())
+        os.rename(dst, old)
+        os.rename(partial, dst)
+        shutil.rmtree(old)
+      else:
+        os.rename(partial, dst)
+      _fsync_directory(os.path.dirname(dst))
+    except BaseException:
+      shutil.rmtree(partial, ignore_errors=True)
+      raise
+  step = converted.step if to == 'linen' else converted['optimizer']['step'][...]
+  return {
+      'source': info.summary(),
+      'destination': {
+          'path': dst, 'format': 'orbax', 'framework': to,
+          'layout': 'scan' if target_desc.use_scan else 'loop', 'leaves': leaves,
+          'replaced': replaced,
+      },
+      'step': int(step),
+      'mesh': list(mesh_shape),
+      'verified': True,
+  }

@@ -1,0 +1,341 @@
+"""What a training-state checkpoint holds, and reading it into its shardings.
+
+`inspect` reads a checkpoint's structure without reading array data: its
+format (an Orbax checkpoint directory, as `linen_impl.checkpoint`,
+`nnx_impl.checkpoint` and `flax.training.checkpoints` write by default, or the
+legacy msgpack file of `flax.training.checkpoints`), the framework that wrote
+it, the layer layout, the model size, dtype and optimizer, and every leaf's
+shape and dtype. `trainer_for` builds the trainer of that model on a mesh;
+`check_structure` compares the checkpoint leaf by leaf with what that trainer
+saves; `restore` reads it straight into the trainer's shardings with the
+implementation's ordinary restore code (an msgpack file holds whole arrays, so
+it is read on the host and each device receives only its shards).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from converters.description import GUIDE_RULES, ModelDescription
+from converters.errors import CheckpointError, format_offenders
+from converters.optimizers import make_tx
+from converters.paths import Framework
+from converters.tree_io import key_of
+
+Leaves = Mapping[tuple[str, ...], tuple[tuple[int, ...], str]]
+
+# The keys of the first optax state of each optimizer the kit trains with.
+# adam and adamw keep the same state, so a checkpoint cannot tell them apart.
+_OPTAX_STATE_KEYS = {
+    frozenset({'count', 'mu', 'nu'}): 'adam',
+    frozenset({'trace'}): 'sgd_momentum',
+    frozenset({'count', 'ema'}): 'fsdp_sgd',
+}
+_ORBAX_MARKERS = ('_METADATA', '_CHECKPOINT_METADATA', 'manifest.ocdbt')
+_LOOPED_LAYER = re.compile(r'DotReluDot_(\d+)$')
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+  """What a checkpoint holds.
+
+  Attributes:
+    path: the checkpoint itself: an Orbax directory or an msgpack file.
+    format: 'orbax' or 'flax-msgpack'.
+    framework: 'linen' (a `TrainState`) or 'nnx' (`{'model', 'optimizer'}`).
+    layout: 'scan' (stacked layers) or 'loop'.
+    num_layers, depth, dtype: of the MLP.
+    optimizer: the optimizer whose state it holds ('adam' also covers adamw).
+    leaves: `{path: (shape, dtype)}` of every array, keys as strings.
+  """
+
+  path: str
+  format: str
+  framework: Framework
+  layout: str
+  num_layers: int
+  depth: int
+  dtype: str
+  optimizer: str
+  leaves: Leaves
+  host_tree: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+  @property
+  def nbytes(self) -> int:
+    return sum(
+        int(np.prod(shape)) * np.dtype(dtype).itemsize
+        for shape, dtype in self.leaves.values()
+    )
+
+  def summary(self) -> dict:
+    return {
+        'path': self.path, 'format': self.format, 'framework': self.framework,
+        'layout': self.layout, 'num_layers': self.num_layers, 'depth': self.depth,
+        'dtype': self.dtype, 'optimizer': self.optimizer, 'leaves': len(self.leaves),
+        'bytes': self.nbytes,
+    }
+
+
+def string_path(keypath) -> tuple[str, ...]:
+  """A pytree key path as strings, the form both Orbax and msgpack trees use."""
+  return tuple(str(key_of(k)) for k in keypath)
+
+
+def _join(path: tuple[str, ...]) -> str:
+  return '/'.join(path)
+
+
+def locate(path: str | os.PathLike) -> tuple[str, str]:
+  """`(checkpoint path, format)` of a checkpoint or a checkpoints directory."""
+  path = os.path.abspath(os.fspath(path))
+  if not os.path.exists(path):
+    raise CheckpointError(f'{path}: no such file or directory')
+  if os.path.isfile(path):
+    return path, 'flax-msgpack'
+  entries = set(os.listdir(path))
+  if entries & set(_ORBAX_MARKERS):
+    return path, 'orbax'
+  steps = [e for e in entries if re.fullmatch(r'checkpoint_\d+', e)]
+  if steps:  # a flax.training.checkpoints directory: its newest step
+    newest = max(steps, key=lambda e: int(e.rsplit('_', 1)[1]))
+    return locate(os.path.join(path, newest))
+  raise CheckpointError(
+      f'{path}: not a checkpoint: an Orbax checkpoint has a _METADATA file and a '
+      'flax.training.checkpoints directory has checkpoint_<step> entries; '
+      f'found {format_offenders(sorted(entries)) or "an empty directory"}'
+  )
+
+
+def _orbax_leaves(path: str) -> Leaves:
+  import orbax.checkpoint as ocp
+
+  try:
+    with ocp.StandardCheckpointer() as checkpointer:
+      tree = checkpointer.metadata(path).item_metadata.tree
+  except Exception as e:  # Orbax raises many types for unreadable metadata
+    raise CheckpointError(f'{path}: cannot read the Orbax metadata: {_reason(e)}') from e
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {string_path(k): (tuple(v.shape), str(np.dtype(v.dtype))) for k, v in leaves}
+
+
+def _msgpack_tree(path: str) -> Any:
+  from flax import serialization
+
+  with open(path, 'rb') as f:
+    data = f.read()
+  try:
+    tree = serialization.msgpack_restore(data)
+  except Exception as e:  # msgpack raises several types for bad data
+    raise CheckpointError(
+        f'{path}: not a readable flax.training.checkpoints msgpack file '
+        f'({len(data)} bytes): {_reason(e)}'
+    ) from e
+  if not isinstance(tree, dict):
+    raise CheckpointError(f'{path}: holds a {type(tree).__name__}, not a state dict')
+  return tree
+
+
+def _reason(e: BaseException) -> str:
+  text = str(e).strip().splitlines()
+  return f'{type(e).__name__}: {text[0] if text else ""}'.strip()
+
+
+def _subkeys(leaves: Leaves, prefix: tuple[str, ...]) -> set[str]:
+  n = len(prefix)
+  return {p[n] for p in leaves if p[:n] == prefix and len(p) > n}
+
+
+def _shape(leaves: Leaves, path: tuple[str, ...], path_text: str) -> tuple[int, ...]:
+  if path not in leaves:
+    raise CheckpointError(
+        f'{path_text}: missing; this is not a checkpoint of the kit\'s MLP '
+        f'(expected the parameter {_join(path)})',
+        [_join(path)],
+    )
+  return leaves[path][0]
+
+
+def _model_of(leaves: Leaves, framework: Framework, where: str) -> tuple[str, int, int, str]:
+  """`(layout, num_layers, depth, dtype)` from the parameter leaves."""
+  if framework == 'linen':
+    tops = _subkeys(leaves, ('params',))
+    if 'ScanDotReluDot_0' in tops:
+      kernel = ('params', 'ScanDotReluDot_0', 'Dense_0', 'kernel', 'value')
+      shape = _shape(leaves, kernel, where)
+      return 'scan', shape[0], shape[-1], leaves[kernel][1]
+    kernel = ('params', 'DotReluDot_0', 'Dense_0', 'kernel', 'value')
+    count = sum(1 for k in tops if _LOOPED_LAYER.match(k))
+  else:
+    tops = _subkeys(leaves, ('model', 'layers'))
+    if 'dot1' in tops:
+      kernel = ('model', 'layers', 'dot1', 'kernel', 'value')
+      shape = _shape(leaves, kernel, where)
+      return 'scan', shape[0], shape[-1], leaves[kernel][1]
+    kernel = ('model', 'layers', '0', 'dot1', 'kernel', 'value')
+    count = sum(1 for k in tops if k.isdigit())
+  shape = _shape(leaves, kernel, where)
+  return 'loop', count, shape[-1], leaves[kernel][1]
+
+
+def _optimizer_of(leaves: Leaves, framework: Framework, where: str) -> str:
+  if framework == 'nnx' and 'momentum' in _subkeys(leaves, ('optimizer',)):
+    return 'fsdp_sgd'
+  prefix = ('opt_state', '0') if framework == 'linen' else ('optimizer', 'opt_state', '0')
+  keys = frozenset(_subkeys(leaves, prefix))
+  if keys not in _OPTAX_STATE_KEYS:
+    raise CheckpointError(
+        f'{where}: {_join(prefix)} holds {sorted(keys)}, not the state of an '
+        'optimizer the kit converts (adam or adamw: count, mu, nu; '
+        'sgd_momentum: trace; fsdp_sgd: count, ema, or the NNX SGD momentum)',
+        [_join(prefix)],
+    )
+  return _OPTAX_STATE_KEYS[keys]
+
+
+def inspect(path: str | os.PathLike) -> CheckpointInfo:
+  """Reads what the checkpoint at `path` holds, without its array data.
+
+  Raises:
+    CheckpointError: the path is missing, unreadable, or not a training state
+      of the kit's MLP written by either implementation.
+  """
+  path, format = locate(path)
+  host_tree = None
+  if format == 'orbax':
+    leaves = _orbax_leaves(path)
+  else:
+    host_tree = _msgpack_tree(path)
+    flat = jax.tree_util.tree_flatten_with_path(host_tree)[0]
+    leaves = {
+        string_path(k): (tuple(np.shape(v)), str(np.asarray(v).dtype)) for k, v in flat
+    }
+  tops = {p[0] for p in leaves}
+  if {'step', 'params', 'opt_state'} <= tops:
+    framework: Framework = 'linen'
+  elif {'model', 'optimizer'} <= tops:
+    framework = 'nnx'
+  else:
+    raise CheckpointError(
+        f'{path}: top-level keys {sorted(tops)} are neither a Linen TrainState '
+        "(step, params, opt_state) nor an NNX training state (model, optimizer); "
+        'save the whole training state as linen_impl.checkpoint and '
+        'nnx_impl.checkpoint do'
+    )
+  layout, num_layers, depth, dtype = _model_of(leaves, framework, path)
+  optimizer = _optimizer_of(leaves, framework, path)
+  return CheckpointInfo(
+      path, format, framework, layout, num_layers, depth, dtype, optimizer, leaves, host_tree
+  )
+
+
+def description(
+    info: CheckpointInfo,
+    mesh_shape: tuple[int, int] = (2, 4),
+    annotation: str = 'device',
+    rules: tuple = GUIDE_RULES,
+    layer_partition: str | None = None,
+    layout: str | None = None,
+) -> ModelDescription:
+  """The `ModelDescription` of the checkpoint's model on `mesh_shape`.
+
+  The annotation style, rules and layer partition are not stored in a
+  checkpoint (only arrays are), so they come from the caller.
+  """
+  return ModelDescription(
+      num_layers=info.num_layers,
+      depth=info.depth,
+      batch=mesh_shape[0],
+      use_scan=(layout or info.layout) == 'scan',
+      layer_partition=layer_partition,
+      annotation=annotation,
+      rules=rules,
+      mesh_shape=mesh_shape,
+      dtype=info.dtype,
+  )
+
+
+def trainer_for(framework: Framework, desc: ModelDescription, mesh, optimizer: str):
+  """The Linen or NNX trainer whose training state a checkpoint holds."""
+  if framework == 'linen':
+    from linen_impl import train as linen_train
+
+    return linen_train.make_trainer(desc, mesh, make_tx(optimizer))
+  from nnx_impl import train as nnx_train
+
+  return nnx_train.make_trainer(desc, mesh, optimizer)
+
+
+def _checkpoint_module(framework: Framework):
+  """`linen_impl.checkpoint` or `nnx_impl.checkpoint`: same functions, each side."""
+  if framework == 'linen':
+    from linen_impl import checkpoint
+  else:
+    from nnx_impl import checkpoint
+  return checkpoint
+
+
+def restore_target(framework: Framework, trainer) -> Any:
+  """The abstract state, with shardings, that `trainer`'s restore fills."""
+  return _checkpoint_module(framework).restore_target(trainer)
+
+
+def expected_leaves(framework: Framework, trainer) -> Leaves:
+  """`{path: (shape, dtype)}` of what `trainer`'s save writes."""
+  leaves = jax.tree_util.tree_flatten_with_path(restore_target(framework, trainer))[0]
+  return {string_path(k): (tuple(v.shape), str(np.dtype(v.dtype))) for k, v in leaves}
+
+
+def check_structure(info: CheckpointInfo, wanted: Leaves) -> None:
+  """Raises `CheckpointError` listing every leaf that is missing or differs."""
+  missing = sorted(_join(p) for p in set(wanted) - set(info.leaves))
+  extra = sorted(_join(p) for p in set(info.leaves) - set(wanted))
+  differing = sorted(
+      f'{_join(p)} {info.leaves[p][0]} {info.leaves[p][1]} (expected {w[0]} {w[1]})'
+      for p, w in wanted.items()
+      if p in info.leaves and info.leaves[p] != w
+  )
+  if missing or extra or differing:
+    raise CheckpointError(
+        f'{info.path}: does not hold the {info.framework} training state of a '
+        f'{info.num_layers}-layer, depth-{info.depth} MLP with {info.optimizer}: '
+        f'missing [{format_offenders(missing)}], unexpected '
+        f'[{format_offenders(extra)}], shape or dtype differs '
+        f'[{format_offenders(differing)}]',
+        missing + extra + differing,
+    )
+
+
+def restore(info: CheckpointInfo, trainer) -> Any:
+  """The checkpoint read into `trainer`'s shardings (a `TrainState` or `nnx.State`).
+
+  Call with the trainer's mesh in context (`jax.set_mesh`).
+  """
+  target = restore_target(info.framework, trainer)
+  if info.format == 'flax-msgpack':
+    return _place_host_tree(info, target)
+  try:
+    return _checkpoint_module(info.framework).restore(info.path, trainer)
+  except Exception as e:  # Orbax and TensorStore raise many types for bad data
+    raise CheckpointError(
+        f'{info.path}: the checkpoint is corrupted or incomplete; reading its '
+        f'arrays failed: {_reason(e)}'
+    ) from e
+
+
+def _place_host_tree(info: CheckpointInfo, target) -> Any:
+  flat = {
+      string_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(info.host_tree)[0]
+  }
+
+  def place(keypath, abstract):
+    value = np.asarray(flat[string_path(keypath)])
+    return jax.device_put(value, abstract.sharding)  # each device gets its shards
+
+  return jax.tree_util.tree_map_with_path(place, target)

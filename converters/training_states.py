@@ -1,0 +1,79 @@
+"""Whole training states, as the implementations save them, across frameworks.
+
+A Linen training state is a `TrainState`; an NNX one is the `nnx.State` of
+`{'model': ..., 'optimizer': ...}` (`nnx_impl.train.train_state`). `convert`
+moves one into the other framework and layout through `linen_to_nnx` /
+`nnx_to_linen`, filling the target trainer's abstract state; within one
+framework it goes through the other one, which copies nothing when the layout
+stays. Arrays whose layout does not change are the input arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flax import nnx
+
+from converters.api import linen_to_nnx, nnx_to_linen
+from converters.paths import Framework
+
+
+def linen_to_nnx_state(state, nnx_trainer, scan: bool | None, layer_partition: str | None):
+  """A Linen `TrainState` as the NNX training state `nnx_trainer` saves."""
+  from nnx_impl.train import train_state
+
+  abstract = nnx.merge(nnx_trainer.graphdef, nnx_trainer.abstract_state)
+  model, optimizer = linen_to_nnx(
+      state,
+      target=(abstract['model'], abstract['optimizer']),
+      scan=scan,
+      layer_partition=layer_partition,
+  )
+  return train_state(model, optimizer)
+
+
+def nnx_to_linen_state(
+    state: nnx.State, nnx_trainer, linen_trainer, scan: bool | None,
+    layer_partition: str | None,
+):
+  """An NNX training state of `nnx_trainer` as the `TrainState` of `linen_trainer`."""
+  objects = nnx.merge(nnx_trainer.graphdef, state)
+  return nnx_to_linen(
+      (objects['model'], objects['optimizer']),
+      target=linen_trainer.abstract_state,
+      scan=scan,
+      layer_partition=layer_partition,
+  )
+
+
+def convert(
+    state: Any,
+    source: Framework,
+    source_trainer,
+    target: Framework,
+    target_trainer,
+    other_trainer=None,
+) -> Any:
+  """`state` (of `source_trainer`) as the training state `target_trainer` saves.
+
+  Args:
+    state: a `TrainState` (Linen) or an `nnx.State` (NNX).
+    source, target: the frameworks.
+    source_trainer, target_trainer: the trainers of the two states; the
+      target's description gives the layout and layer partition.
+    other_trainer: when `source == target`, a trainer of the other framework
+      with the target's description, to convert through.
+  """
+  desc = target_trainer.desc
+  scan, partition = desc.use_scan, desc.layer_partition
+  if source == 'linen' and target == 'nnx':
+    return linen_to_nnx_state(state, target_trainer, scan, partition)
+  if source == 'nnx' and target == 'linen':
+    return nnx_to_linen_state(state, source_trainer, target_trainer, scan, partition)
+  if other_trainer is None:
+    raise ValueError('converting within one framework needs other_trainer')
+  if source == 'linen':
+    middle = linen_to_nnx_state(state, other_trainer, scan, partition)
+    return nnx_to_linen_state(middle, other_trainer, target_trainer, None, partition)
+  middle = nnx_to_linen_state(state, source_trainer, other_trainer, scan, partition)
+  return linen_to_nnx_state(middle, target_trainer, None, partition)
