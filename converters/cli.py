@@ -1,21 +1,33 @@
 """The `linen-nnx` command line.
 
     linen-nnx demo [--devices 8] [--layers 4] [--depth 1024] [--scan] ...
+    linen-nnx convert SRC DST --to nnx|linen [--layout scan|loop] [--mesh 2x4]
+                      [--force] [--json]
+    linen-nnx compare [A B] [--mesh 2x4] [--json]   (two checkpoints)
+    linen-nnx compare [--layers 4 ...] [--steps 3]  (a model description)
     linen-nnx side-by-side [--markdown PATH] [--html PATH]
 
 Options that describe the model map one to one onto `ModelDescription`. The
 simulated CPU device count is set before JAX is imported, so this module imports
 nothing from JAX at load time.
+
+Exit codes: 0 success; 1 a verification or comparison found a difference; 2 bad
+usage or bad input. Every failure prints one line saying why on stderr (and,
+with --json, a JSON object with "error" on stdout).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
 
 from converters.devices import simulate_cpu_devices
+
+
+OPTIMIZER_CHOICES = ('adam', 'adamw', 'sgd_momentum', 'fsdp_sgd')
 
 
 def _mesh_shape(text: str) -> tuple[int, int]:
@@ -28,13 +40,7 @@ def _mesh_shape(text: str) -> tuple[int, int]:
   return data, model
 
 
-def _description_options() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(add_help=False)
-  group = parser.add_argument_group('model description')
-  group.add_argument('--layers', type=int, default=4, help='number of DotReluDot layers')
-  group.add_argument('--depth', type=int, default=1024, help='width of every layer')
-  group.add_argument('--batch', type=int, default=8, help='global batch size')
-  group.add_argument('--scan', action='store_true', help='stack and scan the layers')
+def _annotation_options(group) -> None:
   group.add_argument(
       '--layer-partition', default=None,
       help='partition name of the stacked layer axis (default: none)',
@@ -45,11 +51,31 @@ def _description_options() -> argparse.ArgumentParser:
       help='logical rule set (with --annotation logical)',
   )
   group.add_argument('--mesh', type=_mesh_shape, default=(2, 4), help='DATAxMODEL')
-  group.add_argument('--dtype', choices=('float32', 'bfloat16'), default='float32')
   group.add_argument(
       '--devices', type=int, default=8,
       help='simulated CPU devices (ignored unless JAX runs on CPU)',
   )
+
+
+def _checkpoint_options() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(add_help=False)
+  group = parser.add_argument_group(
+      'mesh and annotations (a checkpoint stores arrays, not their annotations)'
+  )
+  _annotation_options(group)
+  parser.add_argument('--json', action='store_true', help='print a JSON summary on stdout')
+  return parser
+
+
+def _description_options() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(add_help=False)
+  group = parser.add_argument_group('model description')
+  group.add_argument('--layers', type=int, default=4, help='number of DotReluDot layers')
+  group.add_argument('--depth', type=int, default=1024, help='width of every layer')
+  group.add_argument('--batch', type=int, default=8, help='global batch size')
+  group.add_argument('--scan', action='store_true', help='stack and scan the layers')
+  group.add_argument('--dtype', choices=('float32', 'bfloat16'), default='float32')
+  _annotation_options(group)
   return parser
 
 
@@ -64,17 +90,54 @@ def build_parser() -> argparse.ArgumentParser:
       parents=[_description_options()],
       help='both implementations side by side on one mesh',
   )
-  demo.add_argument('--steps', type=int, default=5, help='training steps')
+  demo.add_argument('--steps', type=int, default=10, help='training steps')
+  demo.add_argument(
+      '--plot', metavar='PATH', default='linen-nnx-demo.png',
+      help='PNG of both loss curves (needs the plot extra: matplotlib)',
+  )
+  demo.add_argument('--optimizer', default='adam', choices=OPTIMIZER_CHOICES)
+
+  convert = commands.add_parser(
+      'convert',
+      parents=[_checkpoint_options()],
+      help='convert a training-state checkpoint between Linen and NNX',
+      description=(
+          'Read an Orbax checkpoint of either implementation (or a '
+          'flax.training.checkpoints one) into its shardings, convert it, '
+          'write an Orbax checkpoint the other side restores, verify it and '
+          'move it into place. SRC is never modified.'
+      ),
+  )
+  convert.add_argument('src', metavar='SRC')
+  convert.add_argument('dst', metavar='DST')
+  convert.add_argument('--to', choices=('nnx', 'linen'), required=True)
+  convert.add_argument(
+      '--layout', choices=('scan', 'loop'), default=None,
+      help='layer layout of DST (default: as SRC)',
+  )
+  convert.add_argument('--force', action='store_true', help='replace an existing DST')
+
+  compare = commands.add_parser(
+      'compare',
+      parents=[_description_options()],
+      help='compare Linen and NNX leaf by leaf: two checkpoints, or a description',
+      description=(
+          'With two checkpoints A and B: read both and compare every parameter '
+          'and optimizer-state leaf. Without: build both implementations of the '
+          'described model from identical parameters, train --steps steps on '
+          'each and compare. Exit 0 when identical, 1 when not.'
+      ),
+  )
+  compare.add_argument('checkpoints', nargs='*', metavar='A B')
+  compare.add_argument('--steps', type=int, default=3, help='training steps (description)')
+  compare.add_argument('--optimizer', default='adam', choices=OPTIMIZER_CHOICES)
+  compare.add_argument('--json', action='store_true', help='print a JSON report on stdout')
   side = commands.add_parser(
       'side-by-side',
       help='the Linen and NNX code paired by concept, generated from the source',
   )
   side.add_argument('--html', metavar='PATH', help='write the two-column HTML page here')
   side.add_argument('--markdown', metavar='PATH', help='write the Markdown page here')
-  demo.add_argument(
-      '--optimizer', default='adam',
-      choices=('adam', 'adamw', 'sgd_momentum', 'fsdp_sgd'),
-  )
   return parser
 
 
@@ -105,17 +168,103 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, RuntimeError) as e:
       parser.error(f'--devices {args.devices}: {e}')
   from converters.description import InvalidDescriptionError
+  from converters.errors import ConversionError, VerificationError
 
   try:
-    desc = description_from_args(args)
-  except InvalidDescriptionError as e:
-    print(f'linen-nnx: invalid model description: {e}', file=sys.stderr)
-    return 2
-  if args.command == 'demo':
-    from converters.demo import run_demo
+    if args.command == 'convert':
+      return _convert(args)
+    if args.command == 'compare' and args.checkpoints:
+      if len(args.checkpoints) != 2:
+        parser.error('compare takes two checkpoints A B, or none (a description)')
+      return _compare_checkpoints(args)
+    try:
+      desc = description_from_args(args)
+    except InvalidDescriptionError as e:
+      return _fail(args, f'invalid model description: {e}', 2)
+    if args.command == 'compare':
+      return _compare_description(args, desc)
+    if args.command == 'demo':
+      from converters.demo import run_demo
 
-    return run_demo(desc, steps=args.steps, optimizer=args.optimizer)
+      return run_demo(desc, steps=args.steps, optimizer=args.optimizer, plot=args.plot)
+  except VerificationError as e:
+    return _fail(args, str(e), 1)
+  except (ConversionError, InvalidDescriptionError) as e:
+    return _fail(args, str(e), 2)
   raise AssertionError(args.command)
+
+
+def _fail(args: argparse.Namespace, reason: str, code: int) -> int:
+  """One line on stderr (and a JSON object with --json); returns `code`."""
+  line = ' '.join(reason.split())
+  print(f'linen-nnx {args.command}: {line}', file=sys.stderr)
+  if getattr(args, 'json', False):
+    print(json.dumps({'ok': False, 'exit_code': code, 'error': line}))
+  return code
+
+
+def _annotation(args: argparse.Namespace) -> dict:
+  from converters.description import RULE_SETS
+
+  return {
+      'mesh_shape': args.mesh,
+      'annotation': args.annotation,
+      'rules': RULE_SETS[args.rules],
+      'layer_partition': args.layer_partition,
+  }
+
+
+def _convert(args: argparse.Namespace) -> int:
+  from converters.checkpoint_convert import STAGES, convert_checkpoint
+  from converters.progress import Progress
+
+  with Progress(STAGES) as progress:
+    summary = convert_checkpoint(
+        args.src, args.dst, args.to, layout=args.layout, force=args.force,
+        progress=progress, **_annotation(args),
+    )
+  summary = {'ok': True, **summary, 'seconds': {k: round(v, 3) for k, v in progress.timings.items()}}
+  if args.json:
+    print(json.dumps(summary, indent=2))
+  else:
+    source, target = summary['source'], summary['destination']
+    print(
+        f"converted {source['framework']} ({source['layout']}, {source['format']}) "
+        f"{source['path']} -> {target['framework']} ({target['layout']}) "
+        f"{target['path']}: step {summary['step']}, {target['leaves']} arrays, "
+        f"{source['bytes'] / 2**20:.1f} MiB, verified bit for bit"
+    )
+  return 0
+
+
+def _report_comparison(args, rows, labels, extra: dict) -> int:
+  from converters import compare
+
+  identical = all(r.identical for r in rows)
+  if args.json:
+    print(json.dumps({'ok': identical, 'identical': identical, **extra,
+                      'leaves': compare.as_json(rows)}, indent=2))
+  else:
+    print(compare.table(rows, labels))
+    differing = sum(not r.identical for r in rows)
+    print(f'\n{len(rows)} leaves: ' + ('all identical' if identical else f'{differing} differ'))
+  if not identical:
+    print(f'linen-nnx compare: {sum(not r.identical for r in rows)} leaves differ', file=sys.stderr)
+  return 0 if identical else 1
+
+
+def _compare_checkpoints(args: argparse.Namespace) -> int:
+  from converters.compare import compare_checkpoints
+
+  rows, labels, extra = compare_checkpoints(*args.checkpoints, **_annotation(args))
+  return _report_comparison(args, rows, labels, extra)
+
+
+def _compare_description(args: argparse.Namespace, desc) -> int:
+  from converters.compare import compare_description
+
+  rows, extra = compare_description(desc, args.optimizer, args.steps)
+  return _report_comparison(args, rows, ('Linen', 'NNX'), extra)
 
 
 def _side_by_side(args: argparse.Namespace) -> int:

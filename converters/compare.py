@@ -148,3 +148,92 @@ def as_json(rows: list[LeafComparison]) -> list[dict[str, Any]]:
       }
       for r in rows
   ]
+
+
+def compare_checkpoints(
+    a: str, b: str, *, mesh_shape=(2, 4), annotation='device', rules=None,
+    layer_partition=None,
+) -> tuple[list[LeafComparison], tuple[str, str], dict]:
+  """Rows comparing the training states of two checkpoints, in A's layout.
+
+  Raises:
+    CheckpointError: a checkpoint cannot be read.
+    VerificationError: A and B hold different models or optimizers.
+  """
+  from converters import checkpoints, training_states
+  from converters.description import GUIDE_RULES
+  from converters.errors import VerificationError
+
+  infos = checkpoints.inspect(a), checkpoints.inspect(b)
+  model = lambda i: (i.num_layers, i.depth, i.dtype, i.optimizer)
+  if model(infos[0]) != model(infos[1]):
+    raise VerificationError(
+        'A and B hold different models: (layers, depth, dtype, optimizer) '
+        f'{model(infos[0])} != {model(infos[1])}'
+    )
+  optimizer = infos[0].optimizer
+  descs = [
+      checkpoints.description(i, mesh_shape, annotation, rules or GUIDE_RULES, layer_partition)
+      for i in infos
+  ]
+  mesh = descs[0].make_mesh()
+  trainers = []
+  for info, desc in zip(infos, descs):
+    trainer = checkpoints.trainer_for(info.framework, desc, mesh, optimizer)
+    checkpoints.check_structure(info, checkpoints.expected_leaves(info.framework, trainer))
+    trainers.append(trainer)
+  # Both sides as Linen TrainStates in A's layout.
+  linen = trainers[0] if infos[0].framework == 'linen' else checkpoints.trainer_for(
+      'linen', descs[0], mesh, optimizer
+  )
+  middle = checkpoints.trainer_for('nnx', descs[0], mesh, optimizer)
+  states = []
+  with jax.set_mesh(mesh):
+    for info, trainer in zip(infos, trainers):
+      state = checkpoints.restore(info, trainer)
+      if info.framework != 'linen' or info.layout != infos[0].layout:
+        state = training_states.convert(state, info.framework, trainer, 'linen', linen, middle)
+      states.append(state)
+    rows = compare_linen_states(*states, optimizer)
+  names = {'linen': 'Linen', 'nnx': 'NNX'}
+  if infos[0].framework != infos[1].framework:
+    labels = tuple(names[i.framework] for i in infos)
+  else:
+    labels = ('A', 'B')
+  return rows, labels, {'a': infos[0].summary(), 'b': infos[1].summary()}
+
+
+def compare_description(desc, optimizer: str, steps: int) -> tuple[list[LeafComparison], dict]:
+  """Both implementations of `desc` from identical parameters, after `steps` steps.
+
+  The NNX side starts from the Linen parameters and optimizer state,
+  converted (the two frameworks draw different values from one seed).
+  """
+  from flax import nnx
+
+  from converters.data import make_batches
+  from converters.optimizers import make_tx
+  from converters.training_states import linen_to_nnx_state, nnx_to_linen_state
+  from linen_impl import train as linen_train
+  from nnx_impl import train as nnx_train
+
+  mesh = desc.make_mesh()
+  linen_trainer = linen_train.make_trainer(desc, mesh, make_tx(optimizer))
+  nnx_trainer = nnx_train.make_trainer(desc, mesh, optimizer)
+  losses = {'linen': [], 'nnx': []}
+  with jax.set_mesh(mesh):
+    linen_state = linen_trainer.create(seed=0)
+    converted = linen_to_nnx_state(linen_state, nnx_trainer, None, None)
+    # The converted arrays are Linen's own buffers; training donates them.
+    arrays = jax.tree.map(jnp.copy, nnx.to_pure_dict(converted))
+    if steps > 0:
+      xs, ys = make_batches(desc, mesh, steps, seed=1)
+    for step in range(steps):
+      linen_state, loss = linen_trainer.train_step(linen_state, xs[step], ys[step])
+      losses['linen'].append(float(loss))
+      arrays, loss = nnx_trainer.train_step(arrays, xs[step], ys[step])
+      losses['nnx'].append(float(loss))
+    nnx_as_linen = nnx_to_linen_state(nnx_trainer.to_state(arrays), nnx_trainer, linen_trainer, None, None)
+    rows = compare_linen_states(linen_state, nnx_as_linen, optimizer)
+  extra = {'description': repr(desc), 'optimizer': optimizer, 'steps': steps, 'losses': losses}
+  return rows, extra

@@ -1,10 +1,12 @@
 """`linen-nnx demo`: the Linen and NNX MLPs side by side on one mesh.
 
 Prints the mesh, a table of every parameter with its path, shape and
-PartitionSpec on both sides, then converts the Linen `TrainState` to NNX (Linen
-and NNX draw different parameters from one seed, so one side must come from the
-other), trains both on the same batches and prints their losses step by step:
-they are identical, bit for bit.
+PartitionSpec on both sides, and how one weight is laid out over the devices on
+each side (`jax.debug.visualize_array_sharding`). Then converts the Linen
+`TrainState` to NNX (Linen and NNX draw different parameters from one seed, so
+one side must come from the other), trains both on the same batches and prints
+their losses step by step: they are identical, bit for bit. Both loss curves
+go to a PNG when matplotlib (the plot extra) is installed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from converters.data import make_batches
 from converters.description import ModelDescription
 from converters.paths import KIT_PATHS, format_path
 from converters.report import format_table
+from converters.tree_io import read_linen_tree
 from converters.optimizers import make_tx
+from converters.plot import INSTALL_HINT, plot_losses
 from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train
 
@@ -62,7 +66,18 @@ def parameter_table(desc, mesh, linen_trainer, nnx_trainer) -> str:
   return format_table(header, rows)
 
 
-def run_demo(desc: ModelDescription, steps: int = 5, optimizer: str = 'adam') -> int:
+def show_sharding(title: str, array: jax.Array) -> None:
+  """Prints `title` and the device grid of a 2-D array (layer 0 if stacked)."""
+  print(f'\n{title}: shape {tuple(array.shape)}, {array.sharding.spec}')
+  if array.ndim == 3:
+    array = array[0]  # keeps the sharding of the other two axes
+  jax.debug.visualize_array_sharding(array)
+
+
+def run_demo(
+    desc: ModelDescription, steps: int = 10, optimizer: str = 'adam',
+    plot: str | None = 'linen-nnx-demo.png',
+) -> int:
   mesh = desc.make_mesh()
   print(describe_mesh(mesh))
   print(f'\nModel: {desc}\nOptimizer: {optimizer}\n')
@@ -74,15 +89,22 @@ def run_demo(desc: ModelDescription, steps: int = 5, optimizer: str = 'adam') ->
     xs, ys = make_batches(desc, mesh, steps, seed=1)
     linen_state = linen_trainer.create(seed=0)
     abstract = nnx.merge(nnx_trainer.graphdef, nnx_trainer.abstract_state)
-    model, optimizer = linen_to_nnx(
+    model, nnx_optimizer = linen_to_nnx(
         linen_state, target=(abstract['model'], abstract['optimizer'])
     )
+    (linen_path, (linen_kernel, _)), *_ = read_linen_tree(linen_state.params, 'params').items()
+    show_sharding('Linen params/' + format_path(linen_path), linen_kernel)
+    (nnx_path, nnx_kernel), *_ = nnx.to_flat_state(nnx.state(model))
+    show_sharding('NNX model/' + format_path(nnx_path), nnx_kernel[...])
     # The converted arrays are Linen's own buffers; training donates them.
-    nnx_state = jax.tree.map(jnp.copy, nnx.to_pure_dict(nnx_train.train_state(model, optimizer)))
+    nnx_state = jax.tree.map(jnp.copy, nnx.to_pure_dict(nnx_train.train_state(model, nnx_optimizer)))
     rows, identical = [], True
+    losses = {'linen': [], 'nnx': []}
     for step in range(steps):
       linen_state, linen_loss = linen_trainer.train_step(linen_state, xs[step], ys[step])
       nnx_state, nnx_loss = nnx_trainer.train_step(nnx_state, xs[step], ys[step])
+      losses['linen'].append(float(linen_loss))
+      losses['nnx'].append(float(nnx_loss))
       same = np.asarray(linen_loss).tobytes() == np.asarray(nnx_loss).tobytes()
       identical &= same
       rows.append([
@@ -91,4 +113,11 @@ def run_demo(desc: ModelDescription, steps: int = 5, optimizer: str = 'adam') ->
       ])
   print(f'\nTraining {steps} steps on the same batches, NNX converted from Linen:')
   print(format_table(['step', 'Linen loss', 'NNX loss', 'bit-identical'], rows))
+  if plot:
+    title = f'{desc.num_layers} layers, depth {desc.depth}, {optimizer}'
+    written = plot_losses(losses['linen'], losses['nnx'], plot, title)
+    if written:
+      print(f'\nLoss curves of both sides: {written}')
+    else:
+      print(f'\nNo loss plot: matplotlib is not installed. To get it: {INSTALL_HINT}')
   return 0 if identical else 1
