@@ -24,7 +24,7 @@ import jax
 
 from converters import checkpoints
 from converters import training_states
-from converters.compare import leaf_difference
+from converters.compare import bits_equal
 from converters.description import GUIDE_RULES
 from converters.errors import CheckpointError, VerificationError, format_offenders
 from converters.paths import Framework
@@ -96,12 +96,14 @@ def verify(framework: Framework, path: str, trainer, expected: Any) -> int:
   flat_expected = {
       checkpoints.string_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]
   }
-  differing = []
-  for path_keys, value in flat_expected.items():
-    other = flat_written.get(path_keys)
-    same = other is not None and leaf_difference(value, other)[0]
-    if not same or other.sharding != value.sharding:
-      differing.append('/'.join(path_keys))
+  paths = [p for p in flat_expected if p in flat_written]
+  equal = bits_equal([flat_expected[p] for p in paths], [flat_written[p] for p in paths])
+  differing = [
+      '/'.join(p)
+      for p, same in zip(paths, equal)
+      if not same or flat_written[p].sharding != flat_expected[p].sharding
+  ]
+  differing += ['/'.join(p) for p in flat_expected if p not in flat_written]
   extra = sorted('/'.join(p) for p in set(flat_written) - set(flat_expected))
   if differing or extra:
     raise VerificationError(
