@@ -120,7 +120,10 @@ def _orbax_leaves(path: str) -> Leaves:
     with ocp.StandardCheckpointer() as checkpointer:
       tree = checkpointer.metadata(path).item_metadata.tree
   except Exception as e:  # Orbax raises many types for unreadable metadata
-    raise CheckpointError(f'{path}: cannot read the Orbax metadata: {_reason(e)}') from e
+    raise CheckpointError(
+        f'{path}: the checkpoint is corrupted or incomplete; reading its Orbax '
+        f'metadata failed: {_reason(e)}'
+    ) from e
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {string_path(k): (tuple(v.shape), str(np.dtype(v.dtype))) for k, v in leaves}
 
