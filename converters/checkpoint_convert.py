@@ -125,6 +125,7 @@ def convert_checkpoint(
     annotation: str = 'device',
     rules: tuple = GUIDE_RULES,
     layer_partition: str | None = None,
+    optimizer: str | None = None,
     force: bool = False,
     progress: Progress | None = None,
 ) -> dict:
@@ -139,6 +140,9 @@ def convert_checkpoint(
     mesh_shape: the `(data, model)` mesh to read, convert and write on.
     annotation, rules, layer_partition: the sharding annotations of the model
       (a checkpoint stores arrays only); see `ModelDescription`.
+    optimizer: the optimizer SRC was trained with, when its state does not
+      say (adamw and adam keep the same arrays; an NNX checkpoint cannot tell
+      them apart). None: as SRC's state says.
     force: replace an existing `dst`.
     progress: reports the stages `STAGES`.
 
@@ -160,7 +164,7 @@ def convert_checkpoint(
   check_destination(source_path, dst, force)
 
   progress.stage('reading')
-  info = checkpoints.inspect(source_path)
+  info = checkpoints.with_optimizer(checkpoints.inspect(source_path), optimizer)
   source_desc = checkpoints.description(info, mesh_shape, annotation, rules, layer_partition)
   target_desc = source_desc.replace(use_scan=(layout or info.layout) == 'scan')
   mesh = source_desc.make_mesh()

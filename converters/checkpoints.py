@@ -32,7 +32,9 @@ from converters.tree_io import key_of
 Leaves = Mapping[tuple[str, ...], tuple[tuple[int, ...], str]]
 
 # The keys of the first optax state of each optimizer the kit trains with.
-# adam and adamw keep the same state, so a checkpoint cannot tell them apart.
+# adam and adamw keep the same arrays: a Linen checkpoint tells them apart by
+# its number of (empty) optax states, an NNX one cannot (NNX drops empty
+# states), so `with_optimizer` lets the caller say which.
 _OPTAX_STATE_KEYS = {
     frozenset({'count', 'mu', 'nu'}): 'adam',
     frozenset({'trace'}): 'sgd_momentum',
@@ -113,7 +115,8 @@ def locate(path: str | os.PathLike) -> tuple[str, str]:
   )
 
 
-def _orbax_leaves(path: str) -> Leaves:
+def _orbax_leaves(path: str) -> tuple[Leaves, Any]:
+  """`(leaves, metadata tree)`; the tree keeps the empty optax states."""
   import orbax.checkpoint as ocp
 
   try:
@@ -125,7 +128,7 @@ def _orbax_leaves(path: str) -> Leaves:
         f'metadata failed: {_reason(e)}'
     ) from e
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {string_path(k): (tuple(v.shape), str(np.dtype(v.dtype))) for k, v in leaves}
+  return {string_path(k): (tuple(v.shape), str(np.dtype(v.dtype))) for k, v in leaves}, tree
 
 
 def _msgpack_tree(path: str) -> Any:
@@ -212,9 +215,9 @@ def inspect(path: str | os.PathLike) -> CheckpointInfo:
   path, format = locate(path)
   host_tree = None
   if format == 'orbax':
-    leaves = _orbax_leaves(path)
+    leaves, tree = _orbax_leaves(path)
   else:
-    host_tree = _msgpack_tree(path)
+    host_tree = tree = _msgpack_tree(path)
     flat = jax.tree_util.tree_flatten_with_path(host_tree)[0]
     leaves = {
         string_path(k): (tuple(np.shape(v)), str(np.asarray(v).dtype)) for k, v in flat
@@ -233,9 +236,28 @@ def inspect(path: str | os.PathLike) -> CheckpointInfo:
     )
   layout, num_layers, depth, dtype = _model_of(leaves, framework, path)
   optimizer = _optimizer_of(leaves, framework, path)
+  if optimizer == 'adam' and framework == 'linen' and len(tree['opt_state']) == 3:
+    optimizer = 'adamw'  # chain(scale_by_adam, add_decayed_weights, scale): 3 states
   return CheckpointInfo(
       path, format, framework, layout, num_layers, depth, dtype, optimizer, leaves, host_tree
   )
+
+
+# Optimizers whose states hold the same arrays.
+_SAME_STATE = {'adam': 'adam', 'adamw': 'adam', 'sgd_momentum': 'sgd_momentum', 'fsdp_sgd': 'fsdp_sgd'}
+
+
+def with_optimizer(info: CheckpointInfo, optimizer: str | None) -> CheckpointInfo:
+  """`info` with the caller's optimizer, which must keep the same state arrays."""
+  if optimizer is None or optimizer == info.optimizer:
+    return info
+  if _SAME_STATE.get(optimizer) != _SAME_STATE[info.optimizer]:
+    raise CheckpointError(
+        f'{info.path}: holds the state of {info.optimizer}, which is not the '
+        f'state of optimizer={optimizer!r}; drop the option or name the '
+        'optimizer the checkpoint was trained with'
+    )
+  return dataclasses.replace(info, optimizer=optimizer)
 
 
 def description(

@@ -116,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
       help='layer layout of DST (default: as SRC)',
   )
   convert.add_argument('--force', action='store_true', help='replace an existing DST')
+  convert.add_argument(
+      '--optimizer', choices=OPTIMIZER_CHOICES, default=None,
+      help='what SRC was trained with, when its state cannot say (adamw vs adam in NNX)',
+  )
 
   compare = commands.add_parser(
       'compare',
@@ -221,7 +225,7 @@ def _convert(args: argparse.Namespace) -> int:
   with Progress(STAGES) as progress:
     summary = convert_checkpoint(
         args.src, args.dst, args.to, layout=args.layout, force=args.force,
-        progress=progress, **_annotation(args),
+        optimizer=args.optimizer, progress=progress, **_annotation(args),
     )
   summary = {'ok': True, **summary, 'seconds': {k: round(v, 3) for k, v in progress.timings.items()}}
   if args.json:

@@ -123,3 +123,14 @@ def test_unknown_optimizer_state_is_named(tmp_path):
   linen_checkpoint.save(tmp_path / 'ckpt', state)
   with pytest.raises(CheckpointError, match=r"opt_state/0 holds \['nu'\]"):
     checkpoints.inspect(tmp_path / 'ckpt')
+
+
+def test_adamw_is_told_from_adam_in_linen_and_named_by_the_caller_in_nnx(tmp_path):
+  write_checkpoint(tmp_path / 'linen', 'linen', DESC, 'adamw', steps=1)
+  assert checkpoints.inspect(tmp_path / 'linen').optimizer == 'adamw'
+  write_checkpoint(tmp_path / 'nnx', 'nnx', DESC, 'adamw', steps=1)
+  info = checkpoints.inspect(tmp_path / 'nnx')
+  assert info.optimizer == 'adam'  # NNX keeps no empty optax states
+  assert checkpoints.with_optimizer(info, 'adamw').optimizer == 'adamw'
+  with pytest.raises(CheckpointError, match="not the state of optimizer='sgd_momentum'"):
+    checkpoints.with_optimizer(info, 'sgd_momentum')
