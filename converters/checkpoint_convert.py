@@ -6,8 +6,8 @@ memory (`converters.training_states`), writes an Orbax checkpoint that the
 target implementation's ordinary `restore` reads, reads that back and compares
 it bit for bit with what it converted, and only then moves it into place.
 
-SRC is only ever read. The output is written to a hidden sibling of DST
-(`.NAME.partial-PID`) and renamed into place once verified, so DST is absent or
+SRC is only ever read. The output is written inside a hidden sibling of DST
+(`.NAME.partial-PID/`) and renamed into place once verified, so DST is absent or
 complete at every instant, even if the process is killed; an existing DST is
 replaced only with `force`, by two renames. Partial outputs that a killed run
 left behind are removed by the next run for the same DST.
@@ -186,8 +186,9 @@ def convert_checkpoint(
 
     progress.stage('writing')
     _remove_stale(dst)
-    partial = _siblings(dst, 'partial', os.getpid())
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    staging = _siblings(dst, 'partial', os.getpid())  # Orbax's own temporaries go inside
+    partial = os.path.join(staging, 'checkpoint')
+    os.makedirs(staging)
     try:
       checkpoints._checkpoint_module(to).save(partial, converted)
       progress.stage('verifying')
@@ -202,9 +203,8 @@ def convert_checkpoint(
       else:
         os.rename(partial, dst)
       _fsync_directory(os.path.dirname(dst))
-    except BaseException:
-      shutil.rmtree(partial, ignore_errors=True)
-      raise
+    finally:
+      shutil.rmtree(staging, ignore_errors=True)
   step = converted.step if to == 'linen' else converted['optimizer']['step'][...]
   return {
       'source': info.summary(),

@@ -104,6 +104,6 @@ def test_bad_source_writes_nothing(tmp_path):
 def test_stale_partial_output_of_a_killed_run_is_removed(tmp_path):
   write_checkpoint(tmp_path / 'src')
   stale = tmp_path / '.dst.partial-999999999'  # no such process
-  stale.mkdir()
+  (stale / 'checkpoint.orbax-checkpoint-tmp').mkdir(parents=True)
   convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
   assert sorted(os.listdir(tmp_path)) == ['dst', 'src']

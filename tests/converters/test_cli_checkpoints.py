@@ -1,0 +1,141 @@
+"""`linen-nnx convert` and `linen-nnx compare`, run as users and CI run them.
+
+Includes the kill test: the conversion is SIGKILLed at several points while it
+writes, and SRC must be intact and DST absent or complete and restorable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import pytest
+
+from converters import checkpoints
+from nnx_impl import checkpoint as nnx_checkpoint
+from tests.converters.checkpoint_fixtures import (
+    DESC,
+    assert_bit_identical,
+    trained_state,
+    tree_checksum,
+    write_checkpoint,
+)
+
+COMMAND = [sys.executable, '-m', 'converters.cli']
+
+
+def linen_nnx(*args) -> subprocess.CompletedProcess:
+  return subprocess.run(
+      COMMAND + [str(a) for a in args], capture_output=True, text=True, timeout=600
+  )
+
+
+@pytest.fixture(scope='module')
+def linen_checkpoint(tmp_path_factory):
+  path = tmp_path_factory.mktemp('src') / 'linen'
+  write_checkpoint(path, 'linen', DESC, 'adam', steps=3)
+  return path
+
+
+def test_convert_reports_progress_and_a_json_summary(linen_checkpoint, tmp_path):
+  result = linen_nnx('convert', linen_checkpoint, tmp_path / 'nnx', '--to', 'nnx', '--layout', 'scan', '--json')
+  assert result.returncode == 0, result.stderr
+  stages = [l.split('] ')[1] for l in result.stderr.splitlines() if l.startswith('linen-nnx: [')]
+  assert stages == ['reading', 'converting', 'writing', 'verifying', 'renaming']
+  summary = json.loads(result.stdout)
+  assert summary['ok'] and summary['verified'] and summary['step'] == 3
+  assert summary['source']['framework'] == 'linen' and summary['destination']['layout'] == 'scan'
+  assert set(summary['seconds']) == set(stages)
+
+
+def test_bad_input_exits_2_with_one_line_reason(linen_checkpoint, tmp_path):
+  result = linen_nnx('convert', tmp_path / 'absent', tmp_path / 'out', '--to', 'nnx', '--json')
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1].startswith('linen-nnx convert: ')
+  assert 'no such file or directory' in result.stderr
+  assert json.loads(result.stdout) == {
+      'ok': False, 'exit_code': 2, 'error': json.loads(result.stdout)['error']
+  }
+  (tmp_path / 'taken').mkdir()
+  result = linen_nnx('convert', linen_checkpoint, tmp_path / 'taken', '--to', 'nnx')
+  assert result.returncode == 2 and 'pass --force to replace it' in result.stderr
+  result = linen_nnx('convert', linen_checkpoint, tmp_path / 'x', '--to', 'nnx', '--mesh', '2x3')
+  assert result.returncode == 2 and 'not divisible' in result.stderr
+  assert not os.path.exists(tmp_path / 'x')
+
+
+def test_usage_error_exits_2(linen_checkpoint, tmp_path):
+  result = linen_nnx('convert', linen_checkpoint, tmp_path / 'x')  # no --to
+  assert result.returncode == 2 and '--to' in result.stderr
+
+
+def test_compare_checkpoints_identical_and_different(linen_checkpoint, tmp_path):
+  assert linen_nnx('convert', linen_checkpoint, tmp_path / 'nnx', '--to', 'nnx').returncode == 0
+  result = linen_nnx('compare', linen_checkpoint, tmp_path / 'nnx')
+  assert result.returncode == 0, result.stderr
+  assert 'params/DotReluDot_1/W2' in result.stdout and 'model/layers/1/w2' in result.stdout
+  assert '14 leaves: all identical' in result.stdout
+
+  write_checkpoint(tmp_path / 'other', 'linen', DESC, 'adam', steps=4)  # one more step
+  result = linen_nnx('compare', tmp_path / 'other', tmp_path / 'nnx', '--json')
+  assert result.returncode == 1
+  report = json.loads(result.stdout)
+  assert not report['identical']
+  differing = {r['linen_path'] for r in report['leaves'] if not r['identical']}
+  assert 'step' in differing and 'params/DotReluDot_0/W2' in differing
+  assert all(r['max_abs_diff'] > 0 for r in report['leaves'] if r['linen_path'] != 'step' and not r['identical'])
+
+
+def test_compare_description_trains_both_sides_identically():
+  result = linen_nnx('compare', '--layers', '2', '--depth', '64', '--scan', '--steps', '2',
+                     '--optimizer', 'fsdp_sgd', '--json')
+  assert result.returncode == 0, result.stderr
+  report = json.loads(result.stdout)
+  assert report['identical'] and report['losses']['linen'] == report['losses']['nnx']
+  assert {r['nnx_path'] for r in report['leaves']} >= {
+      'model/layers/dot1/kernel', 'optimizer/momentum/layers/w2', '(optimizer/step)'
+  }
+
+
+# (stage line to wait for, seconds to wait after it)
+KILL_POINTS = [('writing', 0.0), ('writing', 0.4), ('verifying', 0.0), ('renaming', 0.0)]
+
+
+@pytest.mark.parametrize('stage, delay', KILL_POINTS)
+def test_sigkill_leaves_src_intact_and_dst_absent_or_complete(linen_checkpoint, tmp_path, stage, delay):
+  before = tree_checksum(linen_checkpoint)
+  dst = tmp_path / 'dst'
+  process = subprocess.Popen(
+      COMMAND + ['convert', str(linen_checkpoint), str(dst), '--to', 'nnx', '--layout', 'scan'],
+      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+  )
+  try:
+    deadline = time.monotonic() + 300
+    for line in process.stderr:
+      if line.startswith('linen-nnx: [') and line.rstrip().endswith('] ' + stage):
+        break
+      assert time.monotonic() < deadline
+    time.sleep(delay)
+    process.send_signal(signal.SIGKILL)
+  finally:
+    process.wait(timeout=60)
+  assert process.returncode in (-signal.SIGKILL, 0)
+
+  assert tree_checksum(linen_checkpoint) == before
+  if os.path.exists(dst):  # complete: restorable and equal to a clean conversion
+    trainer, _ = trained_state('nnx', DESC.replace(use_scan=True), 'adam', steps=0)
+    clean = tmp_path / 'clean'
+    assert linen_nnx('convert', linen_checkpoint, clean, '--to', 'nnx', '--layout', 'scan').returncode == 0
+    with jax.set_mesh(trainer.mesh):
+      assert_bit_identical(nnx_checkpoint.restore(dst, trainer), nnx_checkpoint.restore(clean, trainer))
+  else:
+    assert checkpoints.inspect(linen_checkpoint).framework == 'linen'
+  # A later run for the same DST cleans up and succeeds.
+  result = linen_nnx('convert', linen_checkpoint, dst, '--to', 'nnx', '--layout', 'scan', '--force')
+  assert result.returncode == 0, result.stderr
+  assert sorted(os.listdir(tmp_path)) in (['dst'], ['clean', 'dst'])
