@@ -16,6 +16,7 @@ test: $(STAMP)
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/train_step.py
 	$(BIN)/python benchmarks/convert.py
+	$(BIN)/python benchmarks/checkpoint.py
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

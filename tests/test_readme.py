@@ -23,3 +23,37 @@ def test_ci_example_passes_under_pytest(tmp_path):
   )
   assert result.returncode == 0, result.stdout + result.stderr
   assert '1 passed' in result.stdout
+
+
+def test_restore_example_reads_converted_checkpoints(tmp_path):
+  from tests.converters.checkpoint_fixtures import DESC, write_checkpoint
+
+  readme = (ROOT / 'README.md').read_text()
+  block = re.search(
+      r'<!-- restore-example:start -->\n```python\n(.*?)```\n<!-- restore-example:end -->',
+      readme, re.S,
+  )
+  assert block, 'the README lost its restore example markers'
+  _, state = write_checkpoint(tmp_path / 'linen_ckpt', 'linen', DESC, 'adam', steps=2)
+  # The conversions the example's comments show, as users run them.
+  for command in re.findall(r'# (linen-nnx convert .*)', block.group(1)):
+    args = command.split()[1:]
+    result = subprocess.run(
+        [sys.executable, '-m', 'converters.cli', *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+  script = (
+      'from converters.devices import simulate_cpu_devices\n'
+      'simulate_cpu_devices(8)\n' + block.group(1) +
+      'assert int(train_state.step) == 2 and int(optimizer.step[...]) == 2\n'
+      'import numpy as np\n'
+      'print(float(np.asarray(train_state.params["DotReluDot_1"]["W2"].value).sum()))\n'
+  )
+  result = subprocess.run(
+      [sys.executable, '-c', script], cwd=tmp_path, capture_output=True, text=True,
+      timeout=600, env={**__import__('os').environ, 'PYTHONPATH': str(ROOT)},
+  )
+  assert result.returncode == 0, result.stderr
+  expected = float(__import__('numpy').asarray(state.params['DotReluDot_1']['W2'].value).sum())
+  assert float(result.stdout.split()[-1]) == expected
