@@ -31,6 +31,8 @@ from converters.paths import Framework
 from converters.progress import Progress
 
 STAGES = ['reading', 'converting', 'writing', 'verifying', 'renaming']
+# Verification reads the written checkpoint back this much at a time.
+VERIFY_CHUNK_BYTES = 128 * 2**20
 FRAMEWORKS = ('linen', 'nnx')
 
 
@@ -80,37 +82,72 @@ def check_destination(src: str, dst: str, force: bool) -> None:
     raise CheckpointError(f'{dst}: already exists; pass --force to replace it')
 
 
-def verify(framework: Framework, path: str, trainer, expected: Any) -> int:
-  """Reads `path` back with the ordinary restore and compares it bit for bit.
+def _chunks(paths, sizes, budget: int):
+  """`paths` in order, grouped so each group holds about `budget` bytes."""
+  group, total = [], 0
+  for p in paths:
+    if group and total + sizes[p] > budget:
+      yield group
+      group, total = [], 0
+    group.append(p)
+    total += sizes[p]
+  if group:
+    yield group
 
+
+def verify(
+    framework: Framework, path: str, trainer, expected: Any,
+    chunk_bytes: int = VERIFY_CHUNK_BYTES,
+) -> int:
+  """Reads `path` back and compares it with `expected` bit for bit, sharding included.
+
+  The leaves are read `chunk_bytes` at a time (Orbax partial restore into the
+  trainer's shardings), so verifying holds one chunk besides `expected`.
   Returns the number of leaves compared.
 
   Raises:
-    VerificationError: listing every leaf that differs.
+    VerificationError: listing every leaf that is missing, extra or differs.
   """
-  module = checkpoints._checkpoint_module(framework)
-  written = module.restore(path, trainer)
-  flat_written = {
-      checkpoints.string_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(written)[0]
-  }
   flat_expected = {
       checkpoints.string_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]
   }
-  paths = [p for p in flat_expected if p in flat_written]
-  equal = bits_equal([flat_expected[p] for p in paths], [flat_written[p] for p in paths])
-  differing = [
-      '/'.join(p)
-      for p, same in zip(paths, equal)
-      if not same or flat_written[p].sharding != flat_expected[p].sharding
-  ]
-  differing += ['/'.join(p) for p in flat_expected if p not in flat_written]
-  extra = sorted('/'.join(p) for p in set(flat_written) - set(flat_expected))
-  if differing or extra:
+  target = {
+      checkpoints.string_path(k): v
+      for k, v in jax.tree_util.tree_flatten_with_path(
+          checkpoints.restore_target(framework, trainer)
+      )[0]
+  }
+  try:
+    written_leaves, tree = checkpoints.orbax_leaves(path)
+  except CheckpointError as e:
+    raise VerificationError(f'{path}: what was written cannot be read back: {e}') from e
+  missing = [p for p in flat_expected if p not in written_leaves]
+  extra = sorted('/'.join(p) for p in set(written_leaves) - set(flat_expected))
+  present = [p for p in flat_expected if p in written_leaves]
+  sizes = {p: flat_expected[p].nbytes for p in present}
+  differing = []
+  for group in _chunks(present, sizes, chunk_bytes):
+    try:
+      written = checkpoints.read_leaves(path, {p: target[p] for p in group}, tree)
+    except Exception as e:  # Orbax and TensorStore raise many types for bad data
+      raise VerificationError(
+          f'{path}: reading back {"/".join(group[0])} and {len(group) - 1} more '
+          f'failed: {checkpoints._reason(e)}'
+      ) from e
+    equal = bits_equal([flat_expected[p] for p in group], [written[p] for p in group])
+    differing += [
+        '/'.join(p)
+        for p, same in zip(group, equal)
+        if not same or written[p].sharding != flat_expected[p].sharding
+    ]
+    del written
+  offenders = differing + ['/'.join(p) for p in missing] + extra
+  if offenders:
     raise VerificationError(
         f'{path}: what was written differs from what was converted at '
-        f'[{format_offenders(differing + extra)}]; the disk or Orbax lost data, '
+        f'[{format_offenders(offenders)}]; the disk or Orbax lost data, '
         'so nothing was moved into place',
-        differing + extra,
+        offenders,
     )
   return len(flat_expected)
 

@@ -115,7 +115,7 @@ def locate(path: str | os.PathLike) -> tuple[str, str]:
   )
 
 
-def _orbax_leaves(path: str) -> tuple[Leaves, Any]:
+def orbax_leaves(path: str) -> tuple[Leaves, Any]:
   """`(leaves, metadata tree)`; the tree keeps the empty optax states."""
   import orbax.checkpoint as ocp
 
@@ -215,7 +215,7 @@ def inspect(path: str | os.PathLike) -> CheckpointInfo:
   path, format = locate(path)
   host_tree = None
   if format == 'orbax':
-    leaves, tree = _orbax_leaves(path)
+    leaves, tree = orbax_leaves(path)
   else:
     host_tree = tree = _msgpack_tree(path)
     flat = jax.tree_util.tree_flatten_with_path(host_tree)[0]
@@ -364,3 +364,48 @@ def _place_host_tree(info: CheckpointInfo, target) -> Any:
     return jax.device_put(value, abstract.sharding)  # each device gets its shards
 
   return jax.tree_util.tree_map_with_path(place, target)
+
+
+def _nest_like(flat: Mapping[tuple[str, ...], Any], tree: Any, prefix: tuple = ()) -> Any:
+  """The leaves of `flat` nested as `tree` (Orbax's metadata tree) nests them.
+
+  Lists stay lists, with None where nothing is wanted, so Orbax's partial
+  restore matches the saved structure.
+  """
+  if isinstance(tree, (list, tuple)):
+    return [
+        _nest_like(flat, t, prefix + (str(i),))
+        if any(p[: len(prefix) + 1] == prefix + (str(i),) for p in flat) else None
+        for i, t in enumerate(tree)
+    ]
+  if isinstance(tree, Mapping):
+    return {
+        k: _nest_like(flat, t, prefix + (str(k),))
+        for k, t in tree.items()
+        if any(p[: len(prefix) + 1] == prefix + (str(k),) for p in flat)
+    }
+  return flat[prefix]
+
+
+def read_leaves(
+    path: str, wanted: Mapping[tuple[str, ...], jax.ShapeDtypeStruct], tree: Any
+) -> dict[tuple[str, ...], jax.Array]:
+  """Only the `wanted` leaves of the Orbax checkpoint at `path`, in their shardings.
+
+  `tree` is the checkpoint's metadata tree (`orbax_leaves`). An Orbax partial
+  restore: memory holds these leaves only, whatever the checkpoint's size.
+  """
+  import orbax.checkpoint as ocp
+
+  item = _nest_like(wanted, tree)
+  args = ocp.args.PyTreeRestore(
+      item=item,
+      restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+      partial_restore=True,
+  )
+  with ocp.PyTreeCheckpointer() as checkpointer:
+    restored = checkpointer.restore(path, args=args)
+  return {
+      string_path(k): v
+      for k, v in jax.tree_util.tree_flatten_with_path(restored)[0]
+  }
