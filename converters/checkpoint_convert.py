@@ -28,6 +28,7 @@ from converters.compare import bits_equal
 from converters.description import GUIDE_RULES
 from converters.errors import CheckpointError, VerificationError, format_offenders
 from converters.paths import Framework
+from converters.processes import agree, exchange
 from converters.progress import Progress
 
 STAGES = ['reading', 'converting', 'writing', 'verifying', 'renaming']
@@ -202,6 +203,11 @@ def convert_checkpoint(
 
   progress.stage('reading')
   info = checkpoints.with_optimizer(checkpoints.inspect(source_path), optimizer)
+  agree('checkpoint conversion', {
+      'src': source_path, 'dst': dst, 'to': to, 'layout': layout, 'force': force,
+      'mesh': list(mesh_shape), 'annotation': annotation, 'rules': repr(rules),
+      'layer_partition': layer_partition, 'source': info.summary(),
+  })
   source_desc = checkpoints.description(info, mesh_shape, annotation, rules, layer_partition)
   target_desc = source_desc.replace(use_scan=(layout or info.layout) == 'scan')
   mesh = source_desc.make_mesh()
@@ -222,26 +228,47 @@ def convert_checkpoint(
     del state  # the converted state holds every array it still needs
 
     progress.stage('writing')
-    _remove_stale(dst)
-    staging = _siblings(dst, 'partial', os.getpid())  # Orbax's own temporaries go inside
+    # One process (the first) handles directories; all write their shards
+    # into the same staging directory, named after the first one's pid.
+    first = jax.process_index() == 0
+    staging = _siblings(dst, 'partial', exchange('staging directory', os.getpid())[0])
     partial = os.path.join(staging, 'checkpoint')
-    os.makedirs(staging)
+    if first:
+      _remove_stale(dst)
+      os.makedirs(staging)
+    exchange('staging directory created', True)
     try:
       checkpoints._checkpoint_module(to).save(partial, converted)
-      progress.stage('verifying')
-      leaves = verify(to, partial, target_trainer, converted)
-      progress.stage('renaming')
       replaced = os.path.lexists(dst)
-      if replaced:
-        old = _siblings(dst, 'replaced', os.getpid())
-        os.rename(dst, old)
-        os.rename(partial, dst)
-        shutil.rmtree(old)
-      else:
-        os.rename(partial, dst)
-      _fsync_directory(os.path.dirname(dst))
+      progress.stage('verifying')
+      try:
+        leaves = verify(to, partial, target_trainer, converted)
+        failure = None
+      except VerificationError as e:
+        leaves, failure = 0, e
+      # Each process verified its own shards: all must pass.
+      failures = exchange('verification', None if failure is None else str(failure))
+      if failure is not None:
+        raise failure
+      failed = [p for p, f in enumerate(failures) if f is not None]
+      if failed:
+        raise VerificationError(
+            f'{partial}: process {failed[0]} found differences: {failures[failed[0]]}'
+        )
+      progress.stage('renaming')
+      if first:
+        if replaced:
+          old = _siblings(dst, 'replaced', os.getpid())
+          os.rename(dst, old)
+          os.rename(partial, dst)
+          shutil.rmtree(old)
+        else:
+          os.rename(partial, dst)
+        _fsync_directory(os.path.dirname(dst))
+      exchange('renamed into place', True)
     finally:
-      shutil.rmtree(staging, ignore_errors=True)
+      if first:
+        shutil.rmtree(staging, ignore_errors=True)
   step = converted.step if to == 'linen' else converted['optimizer']['step'][...]
   return {
       'source': info.summary(),

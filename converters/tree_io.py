@@ -110,6 +110,8 @@ def read_nnx_state(state, where: str, only: type | None = None) -> dict[tuple, t
 def convert_flat(flat, source: Framework, target: Framework, options: Options):
   """`{target path: (array, annotation)}` for a flat tree of one side."""
   pairs = {p: (v[0], v[1]) for p, v in flat.items()}
+  if jax.process_count() > 1:
+    agree_on_conversion(pairs, source, target, options)
   targets = layout.plan(
       pairs, options.paths, source, target,
       options.scan, options.layer_partition, options.num_layers,
@@ -117,6 +119,25 @@ def convert_flat(flat, source: Framework, target: Framework, options: Options):
   shardings = layout.target_shardings(targets, pairs, options.mesh, options.rules)
   arrays = layout.execute(targets, pairs, shardings)
   return {p: (arrays[p], targets[p].annotation) for p in targets}
+
+
+def agree_on_conversion(pairs, source: Framework, target: Framework, options: Options) -> None:
+  """Every process converts the same tree the same way (see `converters.processes`)."""
+  from converters.processes import agree
+
+  agree(
+      f'{source} -> {target} conversion',
+      {
+          'options': {
+              'scan': options.scan, 'layer_partition': options.layer_partition,
+              'num_layers': options.num_layers,
+          },
+          'leaves': {
+              format_path(p): [list(v.shape), str(v.dtype), repr(a.names), repr(a.rules)]
+              for p, (v, a) in pairs.items()
+          },
+      },
+  )
 
 
 def nest(flat: Mapping[tuple, Any]) -> dict:

@@ -1,0 +1,115 @@
+"""Agreement between the processes of a multi-controller JAX run.
+
+Under `jax.distributed`, every process runs the same conversion on its own
+shards, and the collectives inside assume they all do the same thing: if one
+process was given another layout or holds another tree, the run would hang in
+a collective. `agree` prevents that: before any array is touched, every process
+publishes a JSON description of what it is about to do in the coordination
+service's key-value store, reads the others' with a timeout, and raises
+`ProcessMismatchError` naming the process and every field that differs (or the
+process that never arrived). `exchange` is the bare publish-and-gather, used to
+share one process's value (a directory name) or to combine per-process results.
+
+With one process both are free: nothing is published.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+from converters.errors import ConversionError, format_offenders
+
+DEFAULT_TIMEOUT_S = 120.0
+_calls = itertools.count()
+
+
+class ProcessMismatchError(ConversionError):
+  """Processes of one run were given different work, or one never arrived."""
+
+
+def _client():
+  # The coordination service client that `jax.distributed.initialize` starts;
+  # JAX has no public accessor for it (Orbax reaches it the same way).
+  from jax._src import distributed
+
+  client = distributed.global_state.client
+  if client is None:
+    raise ProcessMismatchError(
+        f'{jax.process_count()} processes but no jax.distributed client; call '
+        'jax.distributed.initialize() before converting'
+    )
+  return client
+
+
+def exchange(label: str, value: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Any]:
+  """Every process's JSON-able `value`, in process order.
+
+  Every process must call `exchange` the same number of times in the same
+  order; each call is numbered, so a process on another path is caught by
+  `label`. Raises `ProcessMismatchError` when a process does not arrive within
+  `timeout_s` or arrives with another label.
+  """
+  if jax.process_count() == 1:
+    return [value]
+  client = _client()
+  call = next(_calls)
+  me = jax.process_index()
+  key = lambda p: f'linen-nnx/{call}/{p}'
+  client.key_value_set(key(me), json.dumps({'label': label, 'value': value}, sort_keys=True))
+  values = []
+  for p in range(jax.process_count()):
+    try:
+      text = client.blocking_key_value_get(key(p), int(timeout_s * 1000))
+    except Exception as e:  # the client raises XlaRuntimeError on timeout
+      raise ProcessMismatchError(
+          f'{label}: process {p} did not arrive within {timeout_s:.0f} s (this is '
+          f'process {me}); it failed earlier or is doing other work: '
+          f'{str(e).splitlines()[0] if str(e) else type(e).__name__}'
+      ) from e
+    got = json.loads(text)
+    if got['label'] != label:
+      raise ProcessMismatchError(
+          f'process {p} is at {got["label"]!r} while process {me} is at '
+          f'{label!r}; every process must run the same conversion steps'
+      )
+    values.append(got['value'])
+  return values
+
+
+def _differences(a: Any, b: Any, path: str = '') -> list[str]:
+  if isinstance(a, Mapping) and isinstance(b, Mapping):
+    out = []
+    for k in sorted(set(a) | set(b), key=str):
+      where = f'{path}/{k}' if path else str(k)
+      if k not in a or k not in b:
+        out.append(f'{where} (only in process {"B" if k not in a else "A"})')
+      else:
+        out += _differences(a[k], b[k], where)
+    return out
+  return [] if a == b else [f'{path or "value"}: {a!r} vs {b!r}']
+
+
+def agree(label: str, value: Mapping[str, Any], timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+  """Raises `ProcessMismatchError` unless every process passes an equal `value`.
+
+  The message names each process that differs from process 0 and every
+  differing field, with both values.
+  """
+  values = exchange(label, value, timeout_s)
+  problems = []
+  for p, other in enumerate(values[1:], start=1):
+    diffs = [d.replace('process A', 'process 0').replace('process B', f'process {p}')
+             for d in _differences(values[0], other)]
+    if diffs:
+      problems.append(f'process {p} differs from process 0 in {format_offenders(diffs, 20)}')
+  if problems:
+    raise ProcessMismatchError(
+        f'{label}: ' + '; '.join(problems) + '; give every process the same '
+        'arguments and the same trees',
+        [p.split(' differs')[0] for p in problems],
+    )
