@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ import jax
 from converters.errors import ConversionError, format_offenders
 
 DEFAULT_TIMEOUT_S = 120.0
+_POLL_S = 1.0  # how often a waiting process looks for a reported failure
 _calls = itertools.count()
 
 
@@ -62,15 +64,24 @@ def exchange(label: str, value: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> li
   key = lambda p: f'linen-nnx/{call}/{p}'
   client.key_value_set(key(me), json.dumps({'label': label, 'value': value}, sort_keys=True))
   values = []
+  deadline = time.monotonic() + timeout_s
   for p in range(jax.process_count()):
-    try:
-      text = client.blocking_key_value_get(key(p), int(timeout_s * 1000))
-    except Exception as e:  # the client raises XlaRuntimeError on timeout
-      raise ProcessMismatchError(
-          f'{label}: process {p} did not arrive within {timeout_s:.0f} s (this is '
-          f'process {me}); it failed earlier or is doing other work: '
-          f'{str(e).splitlines()[0] if str(e) else type(e).__name__}'
-      ) from e
+    text = None
+    while text is None:
+      failed = client.key_value_try_get(_failed_key(p)) if _has_key(client, _failed_key(p)) else None
+      if failed is not None:
+        client.key_value_set(_seen_key(me, p), 'seen')
+        raise ProcessMismatchError(f'{label}: process {p} failed: {failed}')
+      remaining = deadline - time.monotonic()
+      if remaining <= 0:
+        raise ProcessMismatchError(
+            f'{label}: process {p} did not arrive within {timeout_s:.0f} s (this is '
+            f'process {me}); it is stuck or doing other work'
+        )
+      try:
+        text = client.blocking_key_value_get(key(p), int(min(remaining, _POLL_S) * 1000))
+      except Exception:  # a timeout: look for a reported failure, then wait on
+        pass
     got = json.loads(text)
     if got['label'] != label:
       raise ProcessMismatchError(
@@ -79,6 +90,47 @@ def exchange(label: str, value: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> li
       )
     values.append(got['value'])
   return values
+
+
+def _failed_key(process: int) -> str:
+  return f'linen-nnx/failed/{process}'
+
+
+def _seen_key(process: int, failed: int) -> str:
+  return f'linen-nnx/seen/{failed}/{process}'
+
+
+def _has_key(client, key: str) -> bool:
+  try:
+    client.key_value_try_get(key)
+    return True
+  except Exception:  # NOT_FOUND
+    return False
+
+
+def report_failure(message: str, wait_s: float = 30.0) -> None:
+  """Tells the other processes this one failed, so they stop waiting for it.
+
+  Call it before a failing process exits: the others raise
+  `ProcessMismatchError` naming this process and `message` at their next
+  `exchange` or `agree`, instead of waiting for their timeout (or being
+  aborted by JAX when this process disconnects). Waits up to `wait_s` until
+  every other process has seen the report or failed too.
+  """
+  if jax.process_count() == 1:
+    return
+  client = _client()
+  me = jax.process_index()
+  client.key_value_set(_failed_key(me), ' '.join(message.split())[:2000])
+  deadline = time.monotonic() + wait_s
+  waiting = set(range(jax.process_count())) - {me}
+  while waiting and time.monotonic() < deadline:
+    # A process is done with us once it saw the report or failed itself.
+    waiting = {
+        p for p in waiting
+        if not _has_key(client, _seen_key(p, me)) and not _has_key(client, _failed_key(p))
+    }
+    time.sleep(0.1)
 
 
 def _differences(a: Any, b: Any, path: str = '') -> list[str]:

@@ -1,0 +1,99 @@
+"""Conversions and checkpoints on a 2x4 mesh spanning two JAX processes.
+
+Two processes on localhost (4 simulated CPU devices each, gloo collectives)
+form one mesh whose arrays neither process holds whole; see `harness.py`.
+Each test compares what the processes report with a single-process run of the
+same work in this (8-device) test process.
+"""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+from converters.data import make_batches
+from converters.optimizers import make_tx
+from linen_impl import train as linen_train
+from tests.multiprocess.harness import describe, run_ok, run_processes
+from tests.multiprocess.worker import description
+
+
+def single_process_losses(steps: int = 3) -> list[float]:
+  desc = description()
+  mesh = desc.make_mesh()
+  trainer = linen_train.make_trainer(desc, mesh, make_tx('adam'))
+  losses = []
+  with jax.set_mesh(mesh):
+    xs, ys = make_batches(desc, mesh, steps, seed=1)
+    state = trainer.create(seed=0)
+    for i in range(steps):
+      state, loss = trainer.train_step(state, xs[i], ys[i])
+      losses.append(float(loss))
+  return losses[1:]
+
+
+def test_conversions_and_training_across_processes(tmp_path):
+  results = run_ok('conversions', tmp_path)
+  expected = single_process_losses()
+  for process, r in enumerate(results):
+    where = f'process {process}'
+    # Neither process holds any array whole, and it touches only its own shards.
+    assert not any(r['evidence']['fully_addressable']), where
+    assert r['evidence']['foreign_shards'] == 0 and r['evidence']['held_fraction'] == 0.5, where
+    assert r['stacked_evidence']['held_fraction'] == 0.5, where
+    # Conversions ran with device-to-host transfers disallowed (else the
+    # worker fails); the same-layout one copied nothing; the relayouts
+    # compiled to purely local programs: no collective at all.
+    assert r['zero_copy'], where
+    assert r['relayouts_compiled'] >= 2, where
+    assert r['collectives_in_relayouts'] == [], where
+    assert r['round_trip'], where
+    # Linen and the NNX state converted from it train identically, bit for bit.
+    assert r['losses']['linen'] == r['losses']['nnx'], where
+    # Against a single process the losses agree to float32 rounding, not bit
+    # for bit: gloo's all-reduce across processes adds the partial gradients
+    # in another order than XLA:CPU's in-process all-reduce (about 1 ulp).
+    assert r['losses']['nnx'] == pytest.approx(expected, rel=1e-6, abs=0), where
+
+
+def test_checkpoint_conversion_across_processes(tmp_path):
+  results = run_ok('checkpoint', tmp_path)
+  for process, r in enumerate(results):
+    where = f'process {process}'
+    assert r['identical'], where
+    assert r['summary']['verified'] and r['summary']['destination']['layout'] == 'scan', where
+    assert r['restored_evidence']['foreign_shards'] == 0, where
+    assert r['restored_evidence']['held_fraction'] == 0.5, where
+    # Each process wrote its own shards (Orbax's per-process OCDBT stores).
+    assert {'ocdbt.process_0', 'ocdbt.process_1'} <= set(r['dst_entries']), where
+  left = [e for e in results[1]['workdir_entries'] if not e.startswith('process_')]
+  assert left == ['dst', 'src'], 'a staging directory was left'
+
+
+def test_processes_given_different_layouts_fail_naming_the_difference(tmp_path):
+  runs = run_processes('checkpoint', tmp_path, options={1: {'layout': 'loop'}}, timeout_s=300)
+  for r in runs:
+    assert r.returncode == 1 and r.result['error'] == 'ProcessMismatchError', describe(runs)
+    assert "process 1 differs from process 0 in layout: 'scan' vs 'loop'" in r.result['message']
+
+
+def test_processes_holding_different_trees_fail_naming_the_difference(tmp_path):
+  runs = run_processes(
+      'tree_mismatch', tmp_path, options={1: {'description': {'num_layers': 4}}}, timeout_s=300
+  )
+  for r in runs:
+    assert r.returncode == 1 and r.result['error'] == 'ProcessMismatchError', describe(runs)
+    assert 'process 1 differs from process 0 in leaves/DotReluDot_2/Dense_0/kernel (only in process 1)' in (
+        r.result['message']
+    )
+
+
+def test_a_process_that_fails_first_is_named_by_the_others(tmp_path):
+  # Process 1 fails before converting (an invalid description) and reports it;
+  # process 0 stops waiting for it and names it, instead of hanging.
+  runs = run_processes(
+      'tree_mismatch', tmp_path, options={1: {'description': {'depth': 63}}}, timeout_s=300
+  )
+  assert runs[1].returncode == 1 and runs[1].result['error'] == 'InvalidDescriptionError'
+  assert runs[0].returncode == 1 and runs[0].result['error'] == 'ProcessMismatchError', describe(runs)
+  assert 'process 1 failed: InvalidDescriptionError: depth=63' in runs[0].result['message']
