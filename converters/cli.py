@@ -67,6 +67,32 @@ def _checkpoint_options() -> argparse.ArgumentParser:
   return parser
 
 
+def _distributed_options(parser: argparse.ArgumentParser) -> None:
+  group = parser.add_argument_group(
+      'multi-process (run the same command in every process of the job)'
+  )
+  group.add_argument(
+      '--distributed', action='store_true',
+      help='join a multi-process job with jax.distributed.initialize() (the '
+      'cluster is detected from the environment: TPU, SLURM, Open MPI, ...)',
+  )
+  group.add_argument('--coordinator', metavar='HOST:PORT', help='implies --distributed')
+  group.add_argument('--num-processes', type=int, help='with --coordinator')
+  group.add_argument('--process-id', type=int, help='with --coordinator')
+
+
+def _join(args: argparse.Namespace) -> None:
+  """`jax.distributed.initialize` when asked; gloo collectives for CPU devices."""
+  if not (getattr(args, 'distributed', False) or getattr(args, 'coordinator', None)):
+    return
+  import jax
+
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  jax.distributed.initialize(
+      args.coordinator, args.num_processes, args.process_id, initialization_timeout=120
+  )
+
+
 def _description_options() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(add_help=False)
   group = parser.add_argument_group('model description')
@@ -108,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
           'move it into place. SRC is never modified.'
       ),
   )
+  _distributed_options(convert)
   convert.add_argument('src', metavar='SRC')
   convert.add_argument('dst', metavar='DST')
   convert.add_argument('--to', choices=('nnx', 'linen'), required=True)
@@ -132,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
           'each and compare. Exit 0 when identical, 1 when not.'
       ),
   )
+  _distributed_options(compare)
   compare.add_argument('checkpoints', nargs='*', metavar='A B')
   compare.add_argument('--steps', type=int, default=3, help='training steps (description)')
   compare.add_argument('--optimizer', default='adam', choices=OPTIMIZER_CHOICES)
@@ -174,6 +202,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   from converters.description import InvalidDescriptionError
   from converters.errors import ConversionError, VerificationError
 
+  if getattr(args, 'json', False):
+    _keep_stdout_for_json()
+  try:
+    _join(args)
+  except Exception as e:  # jax.distributed raises several types
+    return _fail(args, f'cannot join the multi-process job: {e}', 2)
   try:
     if args.command == 'convert':
       return _convert(args)
@@ -199,12 +233,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(args: argparse.Namespace, reason: str, code: int) -> int:
-  """One line on stderr (and a JSON object with --json); returns `code`."""
+  """One line on stderr (and a JSON object with --json); returns `code`.
+
+  In a multi-process job the other processes are told, so they stop waiting.
+  """
   line = ' '.join(reason.split())
+  if 'jax' in sys.modules:
+    import jax
+
+    if jax.process_count() > 1:
+      from converters.processes import report_failure
+
+      report_failure(line)
+      line = f'process {jax.process_index()}: {line}'
+
   print(f'linen-nnx {args.command}: {line}', file=sys.stderr)
   if getattr(args, 'json', False):
     print(json.dumps({'ok': False, 'exit_code': code, 'error': line}))
   return code
+
+
+def _keep_stdout_for_json() -> None:
+  """Sends what native libraries print to stdout (gloo does) to stderr.
+
+  Python's `sys.stdout` keeps the real stdout, so `--json` output stays
+  machine-readable.
+  """
+  sys.stdout.flush()
+  real_stdout = os.dup(1)
+  os.dup2(2, 1)
+  sys.stdout = os.fdopen(real_stdout, 'w', buffering=1)
+
+
+def _first_process() -> bool:
+  import jax
+
+  return jax.process_index() == 0
 
 
 def _annotation(args: argparse.Namespace) -> dict:
@@ -222,12 +286,14 @@ def _convert(args: argparse.Namespace) -> int:
   from converters.checkpoint_convert import STAGES, convert_checkpoint
   from converters.progress import Progress
 
-  with Progress(STAGES) as progress:
+  with Progress(STAGES, enabled=_first_process()) as progress:
     summary = convert_checkpoint(
         args.src, args.dst, args.to, layout=args.layout, force=args.force,
         optimizer=args.optimizer, progress=progress, **_annotation(args),
     )
   summary = {'ok': True, **summary, 'seconds': {k: round(v, 3) for k, v in progress.timings.items()}}
+  if not _first_process():
+    return 0
   if args.json:
     print(json.dumps(summary, indent=2))
   else:
@@ -245,6 +311,8 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
   from converters import compare
 
   identical = all(r.identical for r in rows)
+  if not _first_process():
+    return 0 if identical else 1
   if args.json:
     print(json.dumps({'ok': identical, 'identical': identical, **extra,
                       'leaves': compare.as_json(rows)}, indent=2))

@@ -48,16 +48,18 @@ def _client():
   return client
 
 
-def exchange(label: str, value: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Any]:
+def exchange(label: str, value: Any, timeout_s: float | None = None) -> list[Any]:
   """Every process's JSON-able `value`, in process order.
 
   Every process must call `exchange` the same number of times in the same
   order; each call is numbered, so a process on another path is caught by
   `label`. Raises `ProcessMismatchError` when a process does not arrive within
-  `timeout_s` or arrives with another label.
+  `timeout_s` (default `DEFAULT_TIMEOUT_S`), reported a failure, or arrives
+  with another label.
   """
   if jax.process_count() == 1:
     return [value]
+  timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
   client = _client()
   call = next(_calls)
   me = jax.process_index()
@@ -146,7 +148,7 @@ def _differences(a: Any, b: Any, path: str = '') -> list[str]:
   return [] if a == b else [f'{path or "value"}: {a!r} vs {b!r}']
 
 
-def agree(label: str, value: Mapping[str, Any], timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+def agree(label: str, value: Mapping[str, Any], timeout_s: float | None = None) -> None:
   """Raises `ProcessMismatchError` unless every process passes an equal `value`.
 
   The message names each process that differs from process 0 and every

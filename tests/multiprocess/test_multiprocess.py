@@ -8,6 +8,8 @@ same work in this (8-device) test process.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import pytest
 
@@ -97,3 +99,76 @@ def test_a_process_that_fails_first_is_named_by_the_others(tmp_path):
   assert runs[1].returncode == 1 and runs[1].result['error'] == 'InvalidDescriptionError'
   assert runs[0].returncode == 1 and runs[0].result['error'] == 'ProcessMismatchError', describe(runs)
   assert 'process 1 failed: InvalidDescriptionError: depth=63' in runs[0].result['message']
+
+
+def test_a_process_that_does_not_arrive_in_time_is_named_not_waited_for(tmp_path):
+  # Process 1 is stuck (sleeps past process 0's 5 s agreement timeout).
+  runs = run_processes(
+      'tree_mismatch', tmp_path,
+      options={0: {'timeout_s': 5}, 1: {'sleep_s': 20, 'timeout_s': 5}}, timeout_s=300,
+  )
+  assert runs[0].returncode == 1 and runs[0].result['error'] == 'ProcessMismatchError', describe(runs)
+  assert 'process 1 did not arrive within 5 s' in runs[0].result['message']
+  # Process 1, arriving late, learns that process 0 gave up.
+  assert runs[1].returncode == 1 and 'process 0 failed: ProcessMismatchError' in (
+      runs[1].result['message']
+  ), describe(runs)
+
+
+def _cli_in_processes(tmp_path, per_process_args, timeout_s=300):
+  import os
+  import subprocess
+  import sys
+
+  from tests.multiprocess.harness import ROOT, free_port
+
+  port = free_port()
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': ROOT}
+  env.pop('XLA_FLAGS', None)
+  procs = [
+      subprocess.Popen(
+          [sys.executable, '-m', 'converters.cli', *args, '--devices', '4',
+           '--coordinator', f'localhost:{port}', '--num-processes', '2', '--process-id', str(p)],
+          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+      )
+      for p, args in enumerate(per_process_args)
+  ]
+  outputs = []
+  try:
+    for proc in procs:
+      outputs.append(proc.communicate(timeout=timeout_s))
+  finally:
+    for proc in procs:
+      proc.kill()
+  return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
+
+
+def test_cli_convert_runs_as_one_job_of_two_processes(tmp_path):
+  from nnx_impl import checkpoint as nnx_checkpoint
+  from nnx_impl import train as nnx_train
+  from converters.compare import bits_equal
+  from converters.training_states import linen_to_nnx_state
+  from tests.converters.checkpoint_fixtures import DESC, leaves, write_checkpoint
+
+  linen, state = write_checkpoint(tmp_path / 'src', 'linen', DESC, 'adam')
+  args = ['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx', '--layout', 'scan', '--json']
+  results = _cli_in_processes(tmp_path, [args, args])
+  assert [r[0] for r in results] == [0, 0], results
+  assert '"verified": true' in results[0][1] and results[1][1] == ''  # one summary
+  assert {'ocdbt.process_0', 'ocdbt.process_1'} <= set(os.listdir(tmp_path / 'dst'))
+  trainer = nnx_train.make_trainer(DESC.replace(use_scan=True), linen.mesh, 'adam')
+  with jax.set_mesh(linen.mesh):
+    expected = linen_to_nnx_state(state, trainer, True, None)
+    assert all(bits_equal(leaves(expected), leaves(nnx_checkpoint.restore(tmp_path / 'dst', trainer))))
+
+
+def test_cli_processes_given_different_flags_exit_2_naming_the_difference(tmp_path):
+  from tests.converters.checkpoint_fixtures import DESC, write_checkpoint
+
+  write_checkpoint(tmp_path / 'src', 'linen', DESC, 'adam')
+  args = ['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx']
+  results = _cli_in_processes(tmp_path, [args + ['--layout', 'scan'], args + ['--layout', 'loop']])
+  for code, _, err in results:
+    assert code == 2, results
+    assert "process 1 differs from process 0 in layout: 'scan' vs 'loop'" in err
+  assert not os.path.exists(tmp_path / 'dst')

@@ -187,7 +187,13 @@ def checkpoint(workdir: str, options: dict) -> dict:
 
 
 def tree_mismatch(workdir: str, options: dict) -> dict:
+  import time
+
   import jax
+
+  from converters import processes
+
+  processes.DEFAULT_TIMEOUT_S = options.get('timeout_s', processes.DEFAULT_TIMEOUT_S)
 
   from converters import linen_to_nnx
   from converters.optimizers import make_tx
@@ -198,6 +204,7 @@ def tree_mismatch(workdir: str, options: dict) -> dict:
   linen = linen_train.make_trainer(desc, mesh, make_tx('adam'))
   with jax.set_mesh(mesh):
     state = linen.create(seed=0)
+    time.sleep(options.get('sleep_s', 0))  # a process that is late or stuck
     linen_to_nnx({'params': state.params}, scan=True)
   return {}
 
