@@ -133,7 +133,7 @@ def verify(
     except Exception as e:  # Orbax and TensorStore raise many types for bad data
       raise VerificationError(
           f'{path}: reading back {"/".join(group[0])} and {len(group) - 1} more '
-          f'failed: {checkpoints._reason(e)}'
+          f'failed: {checkpoints.reason(e)}'
       ) from e
     equal = bits_equal([flat_expected[p] for p in group], [written[p] for p in group])
     differing += [
@@ -238,7 +238,7 @@ def convert_checkpoint(
       os.makedirs(staging)
     exchange('staging directory created', True)
     try:
-      checkpoints._checkpoint_module(to).save(partial, converted)
+      checkpoints.checkpoint_module(to).save(partial, converted)
       replaced = os.path.lexists(dst)
       progress.stage('verifying')
       try:

@@ -125,7 +125,7 @@ def orbax_leaves(path: str) -> tuple[Leaves, Any]:
   except Exception as e:  # Orbax raises many types for unreadable metadata
     raise CheckpointError(
         f'{path}: the checkpoint is corrupted or incomplete; reading its Orbax '
-        f'metadata failed: {_reason(e)}'
+        f'metadata failed: {reason(e)}'
     ) from e
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {string_path(k): (tuple(v.shape), str(np.dtype(v.dtype))) for k, v in leaves}, tree
@@ -141,14 +141,15 @@ def _msgpack_tree(path: str) -> Any:
   except Exception as e:  # msgpack raises several types for bad data
     raise CheckpointError(
         f'{path}: not a readable flax.training.checkpoints msgpack file '
-        f'({len(data)} bytes): {_reason(e)}'
+        f'({len(data)} bytes): {reason(e)}'
     ) from e
   if not isinstance(tree, dict):
     raise CheckpointError(f'{path}: holds a {type(tree).__name__}, not a state dict')
   return tree
 
 
-def _reason(e: BaseException) -> str:
+def reason(e: BaseException) -> str:
+  """`Type: first line` of an exception, for one-line error messages."""
   text = str(e).strip().splitlines()
   return f'{type(e).__name__}: {text[0] if text else ""}'.strip()
 
@@ -297,7 +298,7 @@ def trainer_for(framework: Framework, desc: ModelDescription, mesh, optimizer: s
   return nnx_train.make_trainer(desc, mesh, optimizer)
 
 
-def _checkpoint_module(framework: Framework):
+def checkpoint_module(framework: Framework):
   """`linen_impl.checkpoint` or `nnx_impl.checkpoint`: same functions, each side."""
   if framework == 'linen':
     from linen_impl import checkpoint
@@ -308,7 +309,7 @@ def _checkpoint_module(framework: Framework):
 
 def restore_target(framework: Framework, trainer) -> Any:
   """The abstract state, with shardings, that `trainer`'s restore fills."""
-  return _checkpoint_module(framework).restore_target(trainer)
+  return checkpoint_module(framework).restore_target(trainer)
 
 
 def expected_leaves(framework: Framework, trainer) -> Leaves:
@@ -346,11 +347,11 @@ def restore(info: CheckpointInfo, trainer) -> Any:
   if info.format == 'flax-msgpack':
     return _place_host_tree(info, target)
   try:
-    return _checkpoint_module(info.framework).restore(info.path, trainer)
+    return checkpoint_module(info.framework).restore(info.path, trainer)
   except Exception as e:  # Orbax and TensorStore raise many types for bad data
     raise CheckpointError(
         f'{info.path}: the checkpoint is corrupted or incomplete; reading its '
-        f'arrays failed: {_reason(e)}'
+        f'arrays failed: {reason(e)}'
     ) from e
 
 
