@@ -43,6 +43,9 @@ def test_conversions_and_training_across_processes(tmp_path):
     assert not any(r['evidence']['fully_addressable']), where
     assert r['evidence']['foreign_shards'] == 0 and r['evidence']['held_fraction'] == 0.5, where
     assert r['stacked_evidence']['held_fraction'] == 0.5, where
+    created = r['nnx_created_evidence']
+    assert not any(created['fully_addressable']) and created['foreign_shards'] == 0, where
+    assert created['held_fraction'] == 0.5, where
     # Conversions ran with device-to-host transfers disallowed (else the
     # worker fails); the same-layout one copied nothing; the relayouts
     # compiled to purely local programs: no collective at all.

@@ -112,12 +112,14 @@ def conversions(workdir: str, options: dict) -> dict:
     state = linen.create(seed=0)
     state, _ = linen.train_step(state, xs[0], ys[0])  # non-zero moments
     evidence = _shard_evidence(state)
+    nnx_created = _shard_evidence(nnx_loop.create(seed=0))  # NNX sharded creation
     # No array may reach this host: every conversion runs with device-to-host
     # transfers disallowed.
     with jax.transfer_guard_device_to_host('disallow'):
       same = linen_to_nnx_state(state, nnx_loop, None, None)
       stacked = linen_to_nnx_state(state, nnx_scan, True, None)
       back = nnx_to_linen_state(stacked, nnx_scan, linen, False, None)
+      same_back = nnx_to_linen_state(same, nnx_loop, linen, None, None)
     pointers = lambda t: [
         s.data.unsafe_buffer_pointer()
         for x in _leaves(t) if x.ndim  # steps and counts change dtype
@@ -125,6 +127,7 @@ def conversions(workdir: str, options: dict) -> dict:
     ]
     zero_copy = sorted(pointers(same)) == sorted(pointers(state))
     round_trip = all(bits_equal(_leaves(state), _leaves(back)))
+    round_trip &= all(bits_equal(_leaves(state), _leaves(same_back)))
     stacked_evidence = _shard_evidence(stacked)
     # Train both sides on: the NNX state converted from Linen's (a copy, since
     # the conversion shares Linen's buffers and training donates them).
@@ -137,6 +140,7 @@ def conversions(workdir: str, options: dict) -> dict:
       losses['nnx'].append(float(loss))
   return {
       'evidence': evidence,
+      'nnx_created_evidence': nnx_created,
       'stacked_evidence': stacked_evidence,
       'zero_copy': zero_copy,
       'round_trip': round_trip,
