@@ -310,7 +310,8 @@ def _convert(args: argparse.Namespace) -> int:
 def _report_comparison(args, rows, labels, extra: dict) -> int:
   from converters import compare
 
-  identical = all(r.identical for r in rows)
+  differing = sum(not r.identical for r in rows)
+  identical = differing == 0
   if not _first_process():
     return 0 if identical else 1
   if args.json:
@@ -318,10 +319,9 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
                       'leaves': compare.as_json(rows)}, indent=2))
   else:
     print(compare.table(rows, labels))
-    differing = sum(not r.identical for r in rows)
     print(f'\n{len(rows)} leaves: ' + ('all identical' if identical else f'{differing} differ'))
   if not identical:
-    print(f'linen-nnx compare: {sum(not r.identical for r in rows)} leaves differ', file=sys.stderr)
+    print(f'linen-nnx compare: {differing} leaves differ', file=sys.stderr)
   return 0 if identical else 1
 
 

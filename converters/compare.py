@@ -20,6 +20,7 @@ from flax.training.train_state import TrainState
 
 from converters import metadata as md
 from converters.checkpoints import string_path
+from converters.optimizer_state import correspondence_of
 from converters.paths import KIT_PATHS, PathMapping, format_path
 from converters.report import format_table
 
@@ -98,30 +99,36 @@ def _spec(value) -> str:
 
 
 def nnx_path_of(linen_path: tuple, optimizer: str, paths: PathMapping = KIT_PATHS) -> str:
-  """The NNX training-state path of a Linen `TrainState` leaf (see `optimizer_state`)."""
+  """The NNX training-state path of a Linen `TrainState` leaf.
+
+  Parameters map through `paths`, optimizer-state prefixes through the
+  correspondence `converters.optimizer_state` converts with; a Linen leaf the
+  NNX optimizer derives from its step is shown as `(optimizer/step)`.
+  """
   keys = tuple(str(k) for k in linen_path)
   if keys == ('step',):
     return 'optimizer/step'
   if keys[-1:] == ('value',):
     keys = keys[:-1]  # the box's array; NNX paths name the Variable
   head, rest = keys[0], keys[1:]
-  for start in range(len(rest)):
-    param = rest[start:]
-    found = paths.match_all('linen', param)
-    if len(found) == 1:
-      match = found[0]
-      nnx_param = match.rule.path('nnx', match.layout, match.index)
-      prefix = rest[:start]
-      break
-  else:
-    if head == 'opt_state' and optimizer == 'fsdp_sgd' and rest == ('0', 'count'):
-      return '(optimizer/step)'  # the NNX SGD keeps the step only
-    return ('optimizer/opt_state/' + '/'.join(rest)) if head == 'opt_state' else '?'
   if head == 'params':
-    return format_path(('model',) + nnx_param)
-  if optimizer == 'fsdp_sgd':
-    return format_path(('optimizer', 'momentum') + nnx_param)
-  return format_path(('optimizer', 'opt_state') + prefix + nnx_param)
+    found = paths.match_all('linen', rest)
+    if len(found) != 1:
+      return '?'
+    return format_path(('model',) + found[0].rule.path('nnx', found[0].layout, found[0].index))
+  corr = correspondence_of(optimizer)
+  typed = tuple(int(k) if k.isdigit() else k for k in rest)  # optax sequence indices
+  if typed in corr.derived_from_step:
+    return '(optimizer/step)'
+  prefix, param = typed, ()
+  for start in range(len(rest)):
+    found = paths.match_all('linen', rest[start:])
+    if len(found) == 1:
+      prefix = typed[:start]
+      param = found[0].rule.path('nnx', found[0].layout, found[0].index)
+      break
+  nnx_prefix = corr.nnx_prefix(prefix)
+  return '?' if nnx_prefix is None else format_path(('optimizer',) + nnx_prefix + param)
 
 
 def compare_linen_states(
@@ -239,11 +246,9 @@ def compare_description(desc, optimizer: str, steps: int) -> tuple[list[LeafComp
   The NNX side starts from the Linen parameters and optimizer state,
   converted (the two frameworks draw different values from one seed).
   """
-  from flax import nnx
-
   from converters.data import make_batches
   from converters.optimizers import make_tx
-  from converters.training_states import linen_to_nnx_state, nnx_to_linen_state
+  from converters.training_states import nnx_to_linen_state, start_from_linen
   from linen_impl import train as linen_train
   from nnx_impl import train as nnx_train
 
@@ -252,10 +257,7 @@ def compare_description(desc, optimizer: str, steps: int) -> tuple[list[LeafComp
   nnx_trainer = nnx_train.make_trainer(desc, mesh, optimizer)
   losses = {'linen': [], 'nnx': []}
   with jax.set_mesh(mesh):
-    linen_state = linen_trainer.create(seed=0)
-    converted = linen_to_nnx_state(linen_state, nnx_trainer, None, None)
-    # The converted arrays are Linen's own buffers; training donates them.
-    arrays = jax.tree.map(jnp.copy, nnx.to_pure_dict(converted))
+    linen_state, arrays = start_from_linen(linen_trainer, nnx_trainer)
     if steps > 0:
       xs, ys = make_batches(desc, mesh, steps, seed=1)
     for step in range(steps):

@@ -1,10 +1,9 @@
 """`linen-nnx demo`: the Linen and NNX MLPs side by side on one mesh.
 
-Prints the mesh, a table of every parameter with its path, shape and
-PartitionSpec on both sides, and how one weight is laid out over the devices on
-each side (`jax.debug.visualize_array_sharding`). Then converts the Linen
-`TrainState` to NNX (Linen and NNX draw different parameters from one seed, so
-one side must come from the other), trains both on the same batches and prints
+Prints the mesh and a table of every parameter with its path, shape and
+PartitionSpec on both sides. Then converts a new Linen `TrainState` to NNX
+(`training_states.start_from_linen`), shows how one weight is laid out over the
+devices on each side (`jax.debug.visualize_array_sharding`), trains both on the same batches and prints
 their losses step by step: they are identical, bit for bit. Both loss curves
 go to a PNG when matplotlib (the plot extra) is installed.
 """
@@ -12,15 +11,14 @@ go to a PNG when matplotlib (the plot extra) is installed.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from converters.api import linen_to_nnx
 from converters.data import make_batches
 from converters.description import ModelDescription
 from converters.paths import KIT_PATHS, format_path
 from converters.report import format_table
+from converters.training_states import start_from_linen
 from converters.tree_io import read_linen_tree
 from converters.optimizers import make_tx
 from converters.plot import INSTALL_HINT, plot_losses
@@ -87,17 +85,12 @@ def run_demo(
 
   with jax.set_mesh(mesh):
     xs, ys = make_batches(desc, mesh, steps, seed=1)
-    linen_state = linen_trainer.create(seed=0)
-    abstract = nnx.merge(nnx_trainer.graphdef, nnx_trainer.abstract_state)
-    model, nnx_optimizer = linen_to_nnx(
-        linen_state, target=(abstract['model'], abstract['optimizer'])
-    )
+    linen_state, nnx_state = start_from_linen(linen_trainer, nnx_trainer)
     (linen_path, (linen_kernel, _)), *_ = read_linen_tree(linen_state.params, 'params').items()
     show_sharding('Linen params/' + format_path(linen_path), linen_kernel)
+    model, _ = nnx_trainer.merge(nnx_state)
     (nnx_path, nnx_kernel), *_ = nnx.to_flat_state(nnx.state(model))
     show_sharding('NNX model/' + format_path(nnx_path), nnx_kernel[...])
-    # The converted arrays are Linen's own buffers; training donates them.
-    nnx_state = jax.tree.map(jnp.copy, nnx.to_pure_dict(nnx_train.train_state(model, nnx_optimizer)))
     rows, identical = [], True
     losses = {'linen': [], 'nnx': []}
     for step in range(steps):

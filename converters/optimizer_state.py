@@ -78,6 +78,11 @@ _FSDP_SGD = _OptimizerCorrespondence(
 )
 
 
+def correspondence_of(name: str) -> _OptimizerCorrespondence:
+  """The correspondence of a `converters.optimizers` name ('fsdp_sgd' is the NNX SGD)."""
+  return _FSDP_SGD if name == 'fsdp_sgd' else _OPTAX
+
+
 def _correspondence(optimizer) -> _OptimizerCorrespondence:
   if isinstance(optimizer, nnx.Optimizer):
     return _OPTAX

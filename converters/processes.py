@@ -65,33 +65,46 @@ def exchange(label: str, value: Any, timeout_s: float | None = None) -> list[Any
   me = jax.process_index()
   key = lambda p: f'linen-nnx/{call}/{p}'
   client.key_value_set(key(me), json.dumps({'label': label, 'value': value}, sort_keys=True))
-  values = []
   deadline = time.monotonic() + timeout_s
-  for p in range(jax.process_count()):
-    text = None
-    while text is None:
-      failed = client.key_value_try_get(_failed_key(p)) if _has_key(client, _failed_key(p)) else None
-      if failed is not None:
-        client.key_value_set(_seen_key(me, p), 'seen')
-        raise ProcessMismatchError(f'{label}: process {p} failed: {failed}')
-      remaining = deadline - time.monotonic()
-      if remaining <= 0:
-        raise ProcessMismatchError(
-            f'{label}: process {p} did not arrive within {timeout_s:.0f} s (this is '
-            f'process {me}); it is stuck or doing other work'
-        )
-      try:
-        text = client.blocking_key_value_get(key(p), int(min(remaining, _POLL_S) * 1000))
-      except Exception:  # a timeout: look for a reported failure, then wait on
-        pass
-    got = json.loads(text)
-    if got['label'] != label:
+  try:
+    return [
+        _gather_one(client, label, key(p), p, me, deadline, timeout_s)
+        for p in range(jax.process_count())
+    ]
+  except ProcessMismatchError:
+    # Withdraw this process's value: a late process must learn that this one
+    # gave up (its failure report), not find the value and go on alone.
+    client.key_value_delete(key(me))
+    raise
+
+
+def _gather_one(client, label: str, key: str, p: int, me: int, deadline: float, timeout_s: float):
+  """Process `p`'s value of one exchange, waiting until `deadline`."""
+  # A value already published wins over a failure reported after it: the
+  # failing process may be one that saw this very exchange disagree.
+  text = _try_get(client, key)
+  while text is None:
+    failed = _try_get(client, _failed_key(p))
+    if failed is not None:
+      client.key_value_set(_seen_key(me, p), 'seen')
+      raise ProcessMismatchError(f'{label}: process {p} failed: {failed}')
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
       raise ProcessMismatchError(
-          f'process {p} is at {got["label"]!r} while process {me} is at '
-          f'{label!r}; every process must run the same conversion steps'
+          f'{label}: process {p} did not arrive within {timeout_s:.0f} s (this is '
+          f'process {me}); it is stuck or doing other work'
       )
-    values.append(got['value'])
-  return values
+    try:
+      text = client.blocking_key_value_get(key, int(min(remaining, _POLL_S) * 1000))
+    except Exception:  # a timeout: look for a reported failure, then wait on
+      pass
+  got = json.loads(text)
+  if got['label'] != label:
+    raise ProcessMismatchError(
+        f'process {p} is at {got["label"]!r} while process {me} is at '
+        f'{label!r}; every process must run the same conversion steps'
+    )
+  return got['value']
 
 
 def _failed_key(process: int) -> str:
@@ -102,12 +115,11 @@ def _seen_key(process: int, failed: int) -> str:
   return f'linen-nnx/seen/{failed}/{process}'
 
 
-def _has_key(client, key: str) -> bool:
+def _try_get(client, key: str) -> str | None:
   try:
-    client.key_value_try_get(key)
-    return True
+    return client.key_value_try_get(key)
   except Exception:  # NOT_FOUND
-    return False
+    return None
 
 
 def report_failure(message: str, wait_s: float = 30.0) -> None:
@@ -130,7 +142,7 @@ def report_failure(message: str, wait_s: float = 30.0) -> None:
     # A process is done with us once it saw the report or failed itself.
     waiting = {
         p for p in waiting
-        if not _has_key(client, _seen_key(p, me)) and not _has_key(client, _failed_key(p))
+        if _try_get(client, _seen_key(p, me)) is None and _try_get(client, _failed_key(p)) is None
     }
     time.sleep(0.1)
 

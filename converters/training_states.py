@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
@@ -77,3 +79,16 @@ def convert(
     return nnx_to_linen_state(middle, other_trainer, target_trainer, None, partition)
   middle = nnx_to_linen_state(state, source_trainer, other_trainer, scan, partition)
   return linen_to_nnx_state(middle, target_trainer, None, partition)
+
+
+def start_from_linen(linen_trainer, nnx_trainer, seed: int = 0) -> tuple[Any, dict]:
+  """A new Linen `TrainState` and the NNX training-state arrays converted from it.
+
+  Linen and NNX draw different values from one seed, so to train both from
+  identical parameters one side must come from the other. The NNX arrays are
+  copies: a conversion shares Linen's buffers, and training donates them.
+  Call with the trainers' mesh in context.
+  """
+  linen_state = linen_trainer.create(seed=seed)
+  converted = linen_to_nnx_state(linen_state, nnx_trainer, None, None)
+  return linen_state, jax.tree.map(jnp.copy, nnx.to_pure_dict(converted))
