@@ -11,8 +11,8 @@ measurement once per repeat:
 - convert scan: the same, to the stacked layout (a relayout on device).
 
 Each process reports its wall time and its peak resident memory above the
-resident memory it had once JAX was imported and the devices were up (the
-interpreter's baseline). Goals: convert / baseline time <= 1.2; peak above
+resident memory it had once JAX and the kit were imported and the devices
+were up (the interpreter's baseline). Goals: convert / baseline time <= 1.2; peak above
 baseline <= 1.5x the checkpoint size. Prints a table and writes JSON.
 
     python benchmarks/checkpoint.py [--layers 40] [--depth 1024] [--repeats 3]
@@ -75,13 +75,15 @@ def make_checkpoint(path: str, layers: int, depth: int) -> int:
 def measure(kind: str, src: str, dst: str) -> dict:
   """One measurement in this (fresh) process."""
   jax = _setup_jax()
+  # Everything either kind uses is imported before the interpreter's baseline
+  # is taken: loaded libraries are not memory the work uses.
   from converters import checkpoints
+  from converters.checkpoint_convert import convert_checkpoint
+  from linen_impl import checkpoint
 
   baseline_rss = _rss_bytes()
   start = time.perf_counter()
   if kind == 'baseline':
-    from linen_impl import checkpoint
-
     info = checkpoints.inspect(src)
     desc = checkpoints.description(info, MESH)
     mesh = desc.make_mesh()
@@ -90,8 +92,6 @@ def measure(kind: str, src: str, dst: str) -> dict:
       state = checkpoint.restore(src, trainer)
       checkpoint.save(dst, state)
   else:
-    from converters.checkpoint_convert import convert_checkpoint
-
     layout = 'scan' if kind == 'convert_scan' else None
     convert_checkpoint(src, dst, 'nnx', layout=layout, mesh_shape=MESH)
   seconds = time.perf_counter() - start

@@ -4,7 +4,8 @@
 NNX, scanned or looped) straight into its shardings on a mesh, converts it in
 memory (`converters.training_states`), writes an Orbax checkpoint that the
 target implementation's ordinary `restore` reads, reads that back and compares
-it bit for bit with what it converted, and only then moves it into place.
+it bit for bit with what it converted (`converters.verification`), and only
+then moves it into place.
 
 SRC is only ever read. The output is written inside a hidden sibling of DST
 (`.NAME.partial-PID/`) and renamed into place once verified, so DST is absent or
@@ -24,16 +25,15 @@ import jax
 
 from converters import checkpoints
 from converters import training_states
-from converters.compare import bits_equal
+from converters.allocator import release_free_memory
 from converters.description import GUIDE_RULES
-from converters.errors import CheckpointError, VerificationError, format_offenders
+from converters.errors import CheckpointError, VerificationError
 from converters.paths import Framework
 from converters.processes import agree, exchange
 from converters.progress import Progress
+from converters.verification import verify
 
 STAGES = ['reading', 'converting', 'writing', 'verifying', 'renaming']
-# Verification reads the written checkpoint back this much at a time.
-VERIFY_CHUNK_BYTES = 128 * 2**20
 FRAMEWORKS = ('linen', 'nnx')
 
 
@@ -81,76 +81,6 @@ def check_destination(src: str, dst: str, force: bool) -> None:
     )
   if os.path.lexists(dst) and not force:
     raise CheckpointError(f'{dst}: already exists; pass --force to replace it')
-
-
-def _chunks(paths, sizes, budget: int):
-  """`paths` in order, grouped so each group holds about `budget` bytes."""
-  group, total = [], 0
-  for p in paths:
-    if group and total + sizes[p] > budget:
-      yield group
-      group, total = [], 0
-    group.append(p)
-    total += sizes[p]
-  if group:
-    yield group
-
-
-def verify(
-    framework: Framework, path: str, trainer, expected: Any,
-    chunk_bytes: int = VERIFY_CHUNK_BYTES,
-) -> int:
-  """Reads `path` back and compares it with `expected` bit for bit, sharding included.
-
-  The leaves are read `chunk_bytes` at a time (Orbax partial restore into the
-  trainer's shardings), so verifying holds one chunk besides `expected`.
-  Returns the number of leaves compared.
-
-  Raises:
-    VerificationError: listing every leaf that is missing, extra or differs.
-  """
-  flat_expected = {
-      checkpoints.string_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]
-  }
-  target = {
-      checkpoints.string_path(k): v
-      for k, v in jax.tree_util.tree_flatten_with_path(
-          checkpoints.restore_target(framework, trainer)
-      )[0]
-  }
-  try:
-    written_leaves, tree = checkpoints.orbax_leaves(path)
-  except CheckpointError as e:
-    raise VerificationError(f'{path}: what was written cannot be read back: {e}') from e
-  missing = [p for p in flat_expected if p not in written_leaves]
-  extra = sorted('/'.join(p) for p in set(written_leaves) - set(flat_expected))
-  present = [p for p in flat_expected if p in written_leaves]
-  sizes = {p: flat_expected[p].nbytes for p in present}
-  differing = []
-  for group in _chunks(present, sizes, chunk_bytes):
-    try:
-      written = checkpoints.read_leaves(path, {p: target[p] for p in group}, tree)
-    except Exception as e:  # Orbax and TensorStore raise many types for bad data
-      raise VerificationError(
-          f'{path}: reading back {"/".join(group[0])} and {len(group) - 1} more '
-          f'failed: {checkpoints.reason(e)}'
-      ) from e
-    equal = bits_equal([flat_expected[p] for p in group], [written[p] for p in group])
-    differing += [
-        '/'.join(p)
-        for p, same in zip(group, equal)
-        if not same or written[p].sharding != flat_expected[p].sharding
-    ]
-    del written
-  offenders = differing + ['/'.join(p) for p in missing] + extra
-  if offenders:
-    raise VerificationError(
-        f'{path}: what was written differs from what was converted at '
-        f'[{format_offenders(offenders)}]; the disk or Orbax lost data, '
-        'so nothing was moved into place',
-        offenders,
-    )
-  return len(flat_expected)
 
 
 def convert_checkpoint(
@@ -213,8 +143,12 @@ def convert_checkpoint(
   mesh = source_desc.make_mesh()
   source_trainer = checkpoints.trainer_for(info.framework, source_desc, mesh, info.optimizer)
   checkpoints.check_structure(info, checkpoints.expected_leaves(info.framework, source_trainer))
+  # Each stage's temporary host buffers go back to the system before the next
+  # stage allocates its own (see converters.allocator).
+  release_free_memory()
   with jax.set_mesh(mesh):
     state = checkpoints.restore(info, source_trainer)
+    release_free_memory()
 
     progress.stage('converting')
     target_trainer = checkpoints.trainer_for(to, target_desc, mesh, info.optimizer)
@@ -226,6 +160,7 @@ def convert_checkpoint(
         state, info.framework, source_trainer, to, target_trainer, other
     )
     del state  # the converted state holds every array it still needs
+    release_free_memory()
 
     progress.stage('writing')
     # One process (the first) handles directories; all write their shards
@@ -239,10 +174,11 @@ def convert_checkpoint(
     exchange('staging directory created', True)
     try:
       checkpoints.checkpoint_module(to).save(partial, converted)
+      release_free_memory()
       replaced = os.path.lexists(dst)
       progress.stage('verifying')
       try:
-        leaves = verify(to, partial, target_trainer, converted)
+        leaves = verify(partial, converted)
         failure = None
       except VerificationError as e:
         leaves, failure = 0, e
