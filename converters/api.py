@@ -47,6 +47,7 @@ def linen_to_nnx(
     num_layers: int | None = None,
     mesh: Mesh | None = None,
     rules: tuple | None = None,
+    donate: bool = False,
 ):
   """Converts Linen variables or a `TrainState` to NNX.
 
@@ -61,6 +62,12 @@ def linen_to_nnx(
     num_layers: expected number of layers (checked; inferred when None).
     mesh: the mesh of arrays that carry no `NamedSharding` (abstract trees).
     rules: logical rules for logical boxes that carry none.
+    donate: delete each input array that is relaid (stacked or sliced) as
+      soon as its replacement exists, so a relayout holds one group of layers
+      twice instead of the whole tree. The input must not be used afterwards;
+      if the conversion fails part way, some of its arrays may be deleted.
+      Arrays whose layout does not change are never deleted (they are the
+      output's).
 
   Returns:
     Without `target`: an `nnx.State` of `nnx.Param`s (for `nnx.update`).
@@ -70,7 +77,7 @@ def linen_to_nnx(
   Raises:
     ConversionError: before anything is built, naming every offending path.
   """
-  options = Options(paths, scan, layer_partition, num_layers, mesh, rules)
+  options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate)
   is_state = isinstance(linen, TrainState)
   if is_state:
     params = linen.params
@@ -140,6 +147,7 @@ def nnx_to_linen(
     num_layers: int | None = None,
     mesh: Mesh | None = None,
     rules: tuple | None = None,
+    donate: bool = False,
 ):
   """Converts an NNX state, model or `(model, optimizer)` to Linen.
 
@@ -148,7 +156,7 @@ def nnx_to_linen(
     target: a `TrainState` (real, or from `jax.eval_shape`) whose `tx`,
       `apply_fn` and `opt_state` structure to fill; needed with an optimizer.
       Not modified.
-    paths, scan, layer_partition, num_layers, mesh, rules: as in
+    paths, scan, layer_partition, num_layers, mesh, rules, donate: as in
       `linen_to_nnx`.
 
   Returns:
@@ -158,7 +166,7 @@ def nnx_to_linen(
   Raises:
     ConversionError: before anything is built, naming every offending path.
   """
-  options = Options(paths, scan, layer_partition, num_layers, mesh, rules)
+  options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate)
   optimizer = None
   if isinstance(nnx_in, tuple):
     if len(nnx_in) != 2:
@@ -206,19 +214,21 @@ def relayout(
     num_layers: int | None = None,
     mesh: Mesh | None = None,
     rules: tuple | None = None,
+    donate: bool = False,
 ):
   """Scanned <-> looped within one framework, for parameters.
 
   Args:
     tree: Linen `{'params': boxed params}` or an NNX `nnx.State` of Params.
     scan: True to stack the layers, False to unstack them.
-    paths, layer_partition, num_layers, mesh, rules: as in `linen_to_nnx`.
+    paths, layer_partition, num_layers, mesh, rules, donate: as in
+      `linen_to_nnx`.
 
   Returns:
     The same kind of tree in the other layout. For a whole training state,
     convert through the other framework with targets in the wanted layout.
   """
-  options = Options(paths, scan, layer_partition, num_layers, mesh, rules)
+  options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate)
   if isinstance(tree, nnx.State):
     flat = read_nnx_state(tree, 'model', only=nnx.Param)
     converted = convert_flat(flat, 'nnx', 'nnx', options)

@@ -156,8 +156,9 @@ def convert_checkpoint(
     if to == info.framework:
       other_framework = 'nnx' if to == 'linen' else 'linen'
       other = checkpoints.trainer_for(other_framework, target_desc, mesh, info.optimizer)
+    # The restored state is ours: a relayout frees its sources group by group.
     converted = training_states.convert(
-        state, info.framework, source_trainer, to, target_trainer, other
+        state, info.framework, source_trainer, to, target_trainer, other, donate=True
     )
     del state  # the converted state holds every array it still needs
     release_free_memory()
@@ -179,6 +180,7 @@ def convert_checkpoint(
       progress.stage('verifying')
       try:
         leaves = verify(partial, converted)
+        release_free_memory()
         failure = None
       except VerificationError as e:
         leaves, failure = 0, e

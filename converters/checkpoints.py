@@ -7,9 +7,10 @@ legacy msgpack file of `flax.training.checkpoints`), the framework that wrote
 it, the layer layout, the model size, dtype and optimizer, and every leaf's
 shape and dtype. `trainer_for` builds the trainer of that model on a mesh;
 `check_structure` compares the checkpoint leaf by leaf with what that trainer
-saves; `restore` reads it straight into the trainer's shardings with the
-implementation's ordinary restore code (an msgpack file holds whole arrays, so
-it is read on the host and each device receives only its shards).
+saves; `restore` reads it straight into the trainer's shardings, into the same
+target the implementation's own `restore` fills, a bounded number of bytes at a
+time (an msgpack file holds whole arrays, so it is read on the host and each
+device receives only its shards).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ _OPTAX_STATE_KEYS = {
     frozenset({'trace'}): 'sgd_momentum',
     frozenset({'count', 'ema'}): 'fsdp_sgd',
 }
+# Orbax stages each shard in a host buffer before copying it to its device and
+# by default reads everything at once (96 GB): bounding what it reads at a time
+# bounds that staging memory on top of the restored state.
+RESTORE_CONCURRENT_GB = 0.25
 _ORBAX_MARKERS = ('_METADATA', '_CHECKPOINT_METADATA', 'manifest.ocdbt')
 _LOOPED_LAYER = re.compile(r'DotReluDot_(\d+)$')
 
@@ -341,13 +346,19 @@ def check_structure(info: CheckpointInfo, wanted: Leaves) -> None:
 def restore(info: CheckpointInfo, trainer) -> Any:
   """The checkpoint read into `trainer`'s shardings (a `TrainState` or `nnx.State`).
 
-  Call with the trainer's mesh in context (`jax.set_mesh`).
+  What the implementation's `restore` returns, with Orbax reading at most
+  `RESTORE_CONCURRENT_GB` at a time. Call with the trainer's mesh in context
+  (`jax.set_mesh`).
   """
+  import orbax.checkpoint as ocp
+
   target = restore_target(info.framework, trainer)
   if info.format == 'flax-msgpack':
     return _place_host_tree(info, target)
+  handler = ocp.StandardCheckpointHandler(restore_concurrent_gb=RESTORE_CONCURRENT_GB)
   try:
-    return checkpoint_module(info.framework).restore(info.path, trainer)
+    with ocp.Checkpointer(handler) as checkpointer:
+      return checkpointer.restore(info.path, target)
   except Exception as e:  # Orbax and TensorStore raise many types for bad data
     raise CheckpointError(
         f'{info.path}: the checkpoint is corrupted or incomplete; reading its '

@@ -10,7 +10,9 @@ any array is touched, and raises listing every offender.
 `execute` carries the plan out. Leaves whose layout does not change are the
 input arrays themselves: no data is copied. Stacks and slices run on device in
 one `jax.jit` whose `out_shardings` come from the target annotations, so they
-never pass through the host and work on arrays that are not fully addressable.
+never pass through the host and work on arrays that are not fully addressable;
+or, donating the sources, one jit per group of layers, each group's sources
+deleted as soon as its results exist.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
 from converters import metadata as md
+from converters.allocator import release_free_memory
 from converters.errors import (
     LayoutError,
     PathMappingError,
@@ -212,12 +215,43 @@ def _compiled_relayout(recipe: tuple, out_shardings: tuple):
   )
 
 
+def _groups(moved: list[tuple], targets: Mapping[tuple, Target]) -> list[list[tuple]]:
+  """`moved` split so no two groups read the same source: a stack with its
+  layers, or every slice of one stacked array."""
+  groups: dict[tuple, list[tuple]] = defaultdict(list)
+  for p in moved:
+    groups[targets[p].sources].append(p)
+  return list(groups.values())
+
+
+def _run(
+    paths: list[tuple],
+    targets: Mapping[tuple, Target],
+    flat: Flat,
+    shardings: Mapping[tuple, NamedSharding | None],
+) -> list[Any]:
+  sources = sorted({s for p in paths for s in targets[p].sources}, key=format_path)
+  position = {s: i for i, s in enumerate(sources)}
+  recipe = tuple(
+      (targets[p].op, tuple(position[s] for s in targets[p].sources), targets[p].index)
+      for p in paths
+  )
+  relayout = _compiled_relayout(recipe, tuple(shardings[p] for p in paths))
+  return relayout(*[flat[s][0] for s in sources])
+
+
 def execute(
     targets: Mapping[tuple, Target],
     flat: Flat,
     shardings: Mapping[tuple, NamedSharding | None],
+    donate: bool = False,
 ) -> dict[tuple, Any]:
-  """The target arrays: inputs themselves where kept, one jit for the rest."""
+  """The target arrays: inputs themselves where kept, one jit for the rest.
+
+  With `donate`, the relayout runs one group of layers at a time and deletes
+  each group's source arrays once its results exist, so it holds one group
+  twice instead of every moved array.
+  """
   out: dict[tuple, Any] = {}
   moved = [p for p, t in targets.items() if t.op != 'keep']
   for path, t in targets.items():
@@ -233,22 +267,26 @@ def execute(
         'on a mesh (jax.device_put) or pass mesh=...',
         missing_mesh,
     )
-  sources = sorted({s for p in moved for s in targets[p].sources}, key=format_path)
-  values = [flat[s][0] for s in sources]
-  if any(isinstance(v, jax.ShapeDtypeStruct) for v in values):
+  if any(isinstance(flat[s][0], jax.ShapeDtypeStruct) for p in moved for s in targets[p].sources):
     for p in moved:
       t = targets[p]
       out[p] = jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[p])
     return out
-  position = {s: i for i, s in enumerate(sources)}
-  recipe = tuple(
-      (targets[p].op, tuple(position[s] for s in targets[p].sources), targets[p].index)
-      for p in moved
-  )
-  relayout = _compiled_relayout(recipe, tuple(shardings[p] for p in moved))
-  results = relayout(*values)
-  for path, result in zip(moved, results):
-    if result.shape != targets[path].shape:  # a broken plan, not bad input
-      raise ShapeError(f'{format_path(path)}: relayout gave {result.shape}')
-    out[path] = result
+  kept = {id(v) for v in out.values()}
+  for group in _groups(moved, targets) if donate else [moved]:
+    results = _run(group, targets, flat, shardings)
+    if donate:  # one group at a time: the next starts once these sources are freed
+      jax.block_until_ready(results)
+    for path, result in zip(group, results):
+      if result.shape != targets[path].shape:  # a broken plan, not bad input
+        raise ShapeError(f'{format_path(path)}: relayout gave {result.shape}')
+      out[path] = result
+    if donate:
+      for source in {s for p in group for s in targets[p].sources}:
+        value = flat[source][0]
+        if id(value) not in kept and isinstance(value, jax.Array) and not value.is_deleted():
+          value.delete()
+      # Layer-sized buffers are kept by the C allocator, not reused for the
+      # larger stacks: give them back before the next group.
+      release_free_memory()
   return out

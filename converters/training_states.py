@@ -20,7 +20,9 @@ from converters.api import linen_to_nnx, nnx_to_linen
 from converters.paths import Framework
 
 
-def linen_to_nnx_state(state, nnx_trainer, scan: bool | None, layer_partition: str | None):
+def linen_to_nnx_state(
+    state, nnx_trainer, scan: bool | None, layer_partition: str | None, donate: bool = False
+):
   """A Linen `TrainState` as the NNX training state `nnx_trainer` saves."""
   from nnx_impl.train import train_state
 
@@ -30,13 +32,14 @@ def linen_to_nnx_state(state, nnx_trainer, scan: bool | None, layer_partition: s
       target=(abstract['model'], abstract['optimizer']),
       scan=scan,
       layer_partition=layer_partition,
+      donate=donate,
   )
   return train_state(model, optimizer)
 
 
 def nnx_to_linen_state(
     state: nnx.State, nnx_trainer, linen_trainer, scan: bool | None,
-    layer_partition: str | None,
+    layer_partition: str | None, donate: bool = False,
 ):
   """An NNX training state of `nnx_trainer` as the `TrainState` of `linen_trainer`."""
   objects = nnx.merge(nnx_trainer.graphdef, state)
@@ -45,6 +48,7 @@ def nnx_to_linen_state(
       target=linen_trainer.abstract_state,
       scan=scan,
       layer_partition=layer_partition,
+      donate=donate,
   )
 
 
@@ -55,6 +59,7 @@ def convert(
     target: Framework,
     target_trainer,
     other_trainer=None,
+    donate: bool = False,
 ) -> Any:
   """`state` (of `source_trainer`) as the training state `target_trainer` saves.
 
@@ -65,19 +70,22 @@ def convert(
       target's description gives the layout and layer partition.
     other_trainer: when `source == target`, a trainer of the other framework
       with the target's description, to convert through.
+    donate: delete the arrays of `state` that are relaid as soon as their
+      replacements exist (see `linen_to_nnx`); `state` must not be used after.
   """
   desc = target_trainer.desc
   scan, partition = desc.use_scan, desc.layer_partition
   if source == 'linen' and target == 'nnx':
-    return linen_to_nnx_state(state, target_trainer, scan, partition)
+    return linen_to_nnx_state(state, target_trainer, scan, partition, donate)
   if source == 'nnx' and target == 'linen':
-    return nnx_to_linen_state(state, source_trainer, target_trainer, scan, partition)
+    return nnx_to_linen_state(state, source_trainer, target_trainer, scan, partition, donate)
   if other_trainer is None:
     raise ValueError('converting within one framework needs other_trainer')
+  # The second step keeps the layout: it copies and deletes nothing.
   if source == 'linen':
-    middle = linen_to_nnx_state(state, other_trainer, scan, partition)
+    middle = linen_to_nnx_state(state, other_trainer, scan, partition, donate)
     return nnx_to_linen_state(middle, other_trainer, target_trainer, None, partition)
-  middle = nnx_to_linen_state(state, source_trainer, other_trainer, scan, partition)
+  middle = nnx_to_linen_state(state, source_trainer, other_trainer, scan, partition, donate)
   return linen_to_nnx_state(middle, target_trainer, None, partition)
 
 

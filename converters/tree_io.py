@@ -42,6 +42,7 @@ class Options:
   num_layers: int | None = None
   mesh: Mesh | None = None
   rules: tuple | None = None
+  donate: bool = False
 
 
 # -- reading each side -------------------------------------------------------------
@@ -117,7 +118,7 @@ def convert_flat(flat, source: Framework, target: Framework, options: Options):
       options.scan, options.layer_partition, options.num_layers,
   )
   shardings = layout.target_shardings(targets, pairs, options.mesh, options.rules)
-  arrays = layout.execute(targets, pairs, shardings)
+  arrays = layout.execute(targets, pairs, shardings, options.donate)
   return {p: (arrays[p], targets[p].annotation) for p in targets}
 
 

@@ -22,11 +22,12 @@ import jax
 import numpy as np
 
 from converters import checkpoints
+from converters.allocator import release_free_memory
 from converters.errors import VerificationError, format_offenders
 
 # Read back at most this many bytes at a time (two batches are held: one being
 # compared while the next is read).
-CHUNK_BYTES = 64 * 2**20
+CHUNK_BYTES = 32 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +167,8 @@ async def _read_and_compare(reader: _Reader, regions: list[_Region], budget: int
             f'{checkpoints.reason(failed[0][1])}',
             leaves,
         ) from failed[0][1]
+      # TensorStore's decoding buffers, freed in many threads' arenas.
+      release_free_memory()
       if pending is not None:
         differing += await pending
       pending = loop.run_in_executor(compare, _differs, group, blocks)

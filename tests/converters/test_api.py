@@ -160,6 +160,31 @@ def test_round_trips_are_the_identity(annotation):
       assert type(a) is type(b)
 
 
+@pytest.mark.parametrize('layouts', LAYOUTS, ids=layout_id)
+def test_donate_deletes_exactly_the_relaid_sources_and_changes_no_result(layouts):
+  source_scan, target_scan = layouts
+  relaid = source_scan != target_scan
+  desc = description('logical', source_scan)
+  target = nnx_abstract(description('logical', target_scan), 'adam')
+  original = linen_trained(desc, 'adam', 1)
+  options = {'layer_partition': description('logical', True).layer_partition}
+  expected = nnx_arrays(*converters.linen_to_nnx(original, target=target, scan=target_scan, **options))
+  state = copy_tree(original)
+  model, opt = converters.linen_to_nnx(state, target=target, scan=target_scan, donate=True, **options)
+  assert_trees_bit_equal(nnx_arrays(model, opt), expected)
+  moments = [state.params, state.opt_state[0].mu, state.opt_state[0].nu]
+  assert all(x.is_deleted() == relaid for x in jax.tree.leaves(moments))
+  assert not state.step.is_deleted() and not state.opt_state[0].count.is_deleted()
+
+  back = converters.nnx_to_linen(
+      (model, opt), target=linen_trainer(desc, 'adam').abstract_state,
+      scan=source_scan, donate=True, **options,
+  )
+  assert_trees_bit_equal(back.params, original.params)
+  assert_trees_bit_equal(back.opt_state, original.opt_state)
+  assert all(x.is_deleted() == relaid for x in jax.tree.leaves(nnx.state(model)))
+
+
 def test_inputs_are_never_mutated():
   desc = description('logical', True)
   state = linen_trained(desc, 'adam', 1)
