@@ -6,6 +6,9 @@ measurement once per repeat:
 
 - baseline: the Linen trainer restores the checkpoint into its shardings and
   saves it again (Orbax `StandardCheckpointer`, as `linen_impl.checkpoint`);
+- baseline_readback: the same, then the read-back a conversion must do
+  (`converters.verification.verify`): the floor of any verified conversion,
+  shown for reference (the goals are against the plain baseline);
 - convert: `convert_checkpoint(SRC, DST, 'nnx')` (read, convert, write,
   read back and compare bit for bit, rename into place);
 - convert scan: the same, to the stacked layout (a relayout on device).
@@ -79,11 +82,12 @@ def measure(kind: str, src: str, dst: str) -> dict:
   # is taken: loaded libraries are not memory the work uses.
   from converters import checkpoints
   from converters.checkpoint_convert import convert_checkpoint
+  from converters.verification import verify
   from linen_impl import checkpoint
 
   baseline_rss = _rss_bytes()
   start = time.perf_counter()
-  if kind == 'baseline':
+  if kind.startswith('baseline'):
     info = checkpoints.inspect(src)
     desc = checkpoints.description(info, MESH)
     mesh = desc.make_mesh()
@@ -91,6 +95,8 @@ def measure(kind: str, src: str, dst: str) -> dict:
     with jax.set_mesh(mesh):
       state = checkpoint.restore(src, trainer)
       checkpoint.save(dst, state)
+      if kind == 'baseline_readback':
+        verify(dst, state)
   else:
     layout = 'scan' if kind == 'convert_scan' else None
     convert_checkpoint(src, dst, 'nnx', layout=layout, mesh_shape=MESH)
@@ -110,7 +116,7 @@ def main() -> None:
     print(json.dumps(measure(*args.measure)))
     return
 
-  kinds = ('baseline', 'convert', 'convert_scan')
+  kinds = ('baseline', 'baseline_readback', 'convert', 'convert_scan')
   work = tempfile.mkdtemp(prefix='linen-nnx-bench-')
   try:
     src = os.path.join(work, 'src')
@@ -135,7 +141,7 @@ def main() -> None:
   results = {'layers': args.layers, 'depth': args.depth, 'checkpoint_bytes': size, 'runs': runs}
   base = statistics.median(r['seconds'] for r in runs['baseline'])
   print(f'checkpoint: {args.layers} layers, depth {args.depth}, adam: {size / 2**20:.0f} MiB')
-  print(f'{"measurement":<14} {"s (median)":>11} {"vs baseline":>12} {"peak above baseline":>20} {"x size":>7}')
+  print(f'{"measurement":<18} {"s (median)":>11} {"vs baseline":>12} {"peak above baseline":>20} {"x size":>7}')
   for kind in kinds:
     seconds = statistics.median(r['seconds'] for r in runs[kind])
     peak = max(r['peak_above_baseline'] for r in runs[kind])
@@ -144,7 +150,7 @@ def main() -> None:
         'peak_above_baseline': peak, 'peak_over_size': peak / size,
     }
     print(
-        f'{kind:<14} {seconds:>11.2f} {seconds / base:>11.2f}x '
+        f'{kind:<18} {seconds:>11.2f} {seconds / base:>11.2f}x '
         f'{peak / 2**20:>16.0f} MiB {peak / size:>6.2f}x'
     )
   os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

@@ -5,8 +5,8 @@ extra, shapes and dtypes as saved), then reads back every array shard this
 process holds, through the TensorStore specs Orbax itself reads with
 (`ocp.type_handlers.get_json_tspec_read`), and compares it bit for bit with the
 in-memory shards. Blocks (whole arrays when this process holds them whole,
-else each distinct shard) are read into reused host buffers a budget of bytes
-at a time; one batch is compared while the next is read. Nothing is placed on a device and nothing is gathered, so
+else each distinct shard) are read concurrently, at most a budget of bytes at
+a time, and each is compared as soon as it arrives. Nothing is placed on a device and nothing is gathered, so
 verifying costs one pass over the data on disk and a bounded amount of memory.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
@@ -25,8 +25,7 @@ from converters import checkpoints
 from converters.allocator import release_free_memory
 from converters.errors import VerificationError, format_offenders
 
-# Read back at most this many bytes at a time (two batches are held: one being
-# compared while the next is read).
+# Read back at most this many bytes at a time.
 CHUNK_BYTES = 32 * 2**20
 
 
@@ -75,33 +74,39 @@ def _regions(expected: dict[tuple[str, ...], jax.Array], budget: int) -> list[_R
   return out
 
 
-def _batches(regions: Sequence[_Region], budget: int) -> Iterator[list[_Region]]:
-  """`regions` in order, grouped so each group holds at most `budget` bytes."""
-  group, total = [], 0
-  for region in regions:
-    if group and total + region.nbytes > budget:
-      yield group
-      group, total = [], 0
-    group.append(region)
-    total += region.nbytes
-  if group:
-    yield group
-
-
 def _bits(x: np.ndarray) -> np.ndarray:
   """`x` as unsigned integers of its width: NaNs and -0.0 compare by their bits."""
   return x.view(f'u{x.dtype.itemsize}') if x.ndim else x.reshape(1).view(f'u{x.dtype.itemsize}')
 
 
-def _differs(group: list[_Region], blocks: list[np.ndarray]) -> list[tuple[str, ...]]:
-  """The leaves of `group` whose read-back block differs from a shard inside it."""
-  return [
-      region.leaf for region, block in zip(group, blocks)
-      if not all(
-          np.array_equal(_bits(block)[within] if within else _bits(block), _bits(np.asarray(data)))
-          for within, data in region.shards
-      )
-  ]
+def _matches(region: _Region, block: np.ndarray) -> bool:
+  """Whether every in-memory shard inside `region` equals `block`, bit for bit."""
+  bits = _bits(block)
+  return all(
+      np.array_equal(bits[within] if within else bits, _bits(np.asarray(data)))
+      for within, data in region.shards
+  )
+
+
+class _ByteBudget:
+  """At most `limit` bytes held at once; a larger request waits to run alone."""
+
+  def __init__(self, limit: int):
+    self._limit = self._free = limit
+    self._changed = asyncio.Condition()
+
+  @contextlib.asynccontextmanager
+  async def hold(self, nbytes: int):
+    nbytes = min(nbytes, self._limit)
+    async with self._changed:
+      await self._changed.wait_for(lambda: self._free >= nbytes)
+      self._free -= nbytes
+    try:
+      yield
+    finally:
+      async with self._changed:
+        self._free += nbytes
+        self._changed.notify_all()
 
 
 class _Reader:
@@ -109,13 +114,19 @@ class _Reader:
 
   def __init__(self, path: str, names: dict[tuple[str, ...], str], use_zarr3: bool):
     import orbax.checkpoint as ocp
+    import tensorstore as ts
     from etils import epath
 
     self._ocp = ocp
     self._directory = epath.Path(path)
     self._names = names
     self._use_zarr3 = use_zarr3
-    self._context = ocp.type_handlers.get_ts_context(use_ocdbt=True)
+    # Orbax's context caches up to 100 MB of OCDBT reads; a read-back reads
+    # each chunk once, so it caches nothing.
+    self._context = ts.Context(
+        ts.Context.Spec({'cache_pool#ocdbt': {'total_bytes_limit': 0}}),
+        ocp.type_handlers.get_ts_context(use_ocdbt=True),
+    )
     self._stores: dict[tuple[str, ...], Any] = {}
 
   async def _store(self, leaf: tuple[str, ...]):
@@ -130,51 +141,40 @@ class _Reader:
       self._stores[leaf] = await ts.open(spec, read=True, context=self._context)
     return self._stores[leaf]
 
-  async def read(self, leaf: tuple[str, ...], index: tuple, out: np.ndarray) -> None:
-    import tensorstore as ts
-
+  async def read(self, leaf: tuple[str, ...], index: tuple) -> np.ndarray:
     store = await self._store(leaf)
-    await ts.array(out).write(store[index])
+    return await store[index].read()
 
 
 async def _read_and_compare(reader: _Reader, regions: list[_Region], budget: int) -> list[str]:
-  loop = asyncio.get_running_loop()
-  arenas = [np.empty(0, np.uint8), np.empty(0, np.uint8)]
-  differing: list[tuple[str, ...]] = []
-  # One batch is compared on this thread while the next one is read.
-  with concurrent.futures.ThreadPoolExecutor(1) as compare:
-    pending = None
-    for i, group in enumerate(_batches(regions, budget)):
-      if arenas[i % 2].nbytes < sum(r.nbytes for r in group):
-        arenas[i % 2] = np.empty(sum(r.nbytes for r in group), np.uint8)
-      blocks, offset = [], 0
-      for region in group:
-        block = arenas[i % 2][offset:offset + region.nbytes]
-        blocks.append(block.view(region.dtype).reshape(region.shape))
-        offset += region.nbytes
-      # Every read finishes before an error is raised: TensorStore still
-      # calls back into this loop for reads left running.
-      results = await asyncio.gather(*(
-          reader.read(region.leaf, region.index, block) for region, block in zip(group, blocks)
-      ), return_exceptions=True)
-      failed = [(r.leaf, e) for r, e in zip(group, results) if isinstance(e, Exception)]
-      if failed:
-        if pending is not None:
-          await pending
-        leaves = list(dict.fromkeys('/'.join(leaf) for leaf, _ in failed))
-        raise VerificationError(
-            f'what was written cannot be read back at [{format_offenders(leaves)}]: '
-            f'{checkpoints.reason(failed[0][1])}',
-            leaves,
-        ) from failed[0][1]
-      # TensorStore's decoding buffers, freed in many threads' arenas.
+  limit = _ByteBudget(budget)
+  unreleased = 0
+
+  async def check(region: _Region) -> bool:
+    nonlocal unreleased
+    async with limit.hold(region.nbytes):
+      same = _matches(region, await reader.read(region.leaf, region.index))
+    # TensorStore decodes in several threads, whose arenas would each keep
+    # the blocks they freed: hand them back every few budgets.
+    unreleased += region.nbytes
+    if unreleased >= 4 * budget:
+      unreleased = 0
       release_free_memory()
-      if pending is not None:
-        differing += await pending
-      pending = loop.run_in_executor(compare, _differs, group, blocks)
-    if pending is not None:
-      differing += await pending
-  return ['/'.join(leaf) for leaf in dict.fromkeys(differing)]
+    return same
+
+  # Every read finishes before an error is raised: TensorStore would still
+  # call back into this loop for reads left running.
+  results = await asyncio.gather(*map(check, regions), return_exceptions=True)
+  release_free_memory()
+  failed = [(r.leaf, e) for r, e in zip(regions, results) if isinstance(e, Exception)]
+  if failed:
+    leaves = list(dict.fromkeys('/'.join(leaf) for leaf, _ in failed))
+    raise VerificationError(
+        f'what was written cannot be read back at [{format_offenders(leaves)}]: '
+        f'{checkpoints.reason(failed[0][1])}',
+        leaves,
+    ) from failed[0][1]
+  return list(dict.fromkeys('/'.join(r.leaf) for r, same in zip(regions, results) if not same))
 
 
 def verify(path: str, expected: Any, chunk_bytes: int = CHUNK_BYTES) -> int:
