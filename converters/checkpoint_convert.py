@@ -19,7 +19,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-from typing import Any
 
 import jax
 

@@ -108,3 +108,36 @@ def test_stale_partial_output_of_a_killed_run_is_removed(tmp_path):
   assert sorted(os.listdir(tmp_path)) == ['dst', 'src']
 
 
+
+
+class _LosingSave:
+  """An implementation's checkpoint module whose disk loses one array chunk."""
+
+  def __init__(self, module):
+    self._module = module
+
+  def __getattr__(self, name):
+    return getattr(self._module, name)
+
+  def save(self, path, state):
+    import tensorstore as ts
+
+    self._module.save(path, state)
+    store = ts.KvStore.open({'driver': 'ocdbt', 'base': f'file://{path}/'}).result()
+    lost = [k for k in store.list().result() if k.startswith(b'model.layers.1.w2.value/')][-1]
+    store.delete_range(ts.KvStore.KeyRange(lost, lost + b'\0')).result()
+
+
+def test_data_lost_while_writing_fails_verification_and_moves_nothing(tmp_path, monkeypatch, capsys):
+  from converters import cli
+  from converters.errors import VerificationError
+
+  write_checkpoint(tmp_path / 'src')
+  real = checkpoints.checkpoint_module
+  monkeypatch.setattr(checkpoints, 'checkpoint_module', lambda f: _LosingSave(real(f)))
+  with pytest.raises(VerificationError, match=r'cannot be read back at \[model/layers/1/w2/value\]'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+  assert sorted(os.listdir(tmp_path)) == ['src']
+  assert cli.main(['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx']) == 1
+  assert 'model/layers/1/w2/value' in capsys.readouterr().err
+  assert sorted(os.listdir(tmp_path)) == ['src']
