@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from converters.checkpoints import string_path
 from converters.errors import VerificationError
 from converters.verification import verify
 from linen_impl import checkpoint as linen_checkpoint
@@ -14,25 +15,36 @@ from tests.converters.checkpoint_fixtures import write_checkpoint
 W2_MU = 'opt_state/0/mu/DotReluDot_1/W2/value'
 
 
+@pytest.fixture(scope='module')
+def saved(tmp_path_factory):
+  """`{framework: (path, trainer, state)}`, written once; tests only read them."""
+  out = {}
+  for framework in ('linen', 'nnx'):
+    path = tmp_path_factory.mktemp(framework) / 'ckpt'
+    out[framework] = (str(path), *write_checkpoint(path, framework))
+  return out
+
+
 @pytest.mark.parametrize('chunk_bytes', [1, 4096, 2**30])  # a shard per read; some; all
 @pytest.mark.parametrize('framework', ['linen', 'nnx'])
-def test_what_was_saved_verifies(tmp_path, framework, chunk_bytes):
-  trainer, state = write_checkpoint(tmp_path / 'ckpt', framework)
+def test_what_was_saved_verifies(saved, framework, chunk_bytes):
+  path, trainer, state = saved[framework]
   with jax.set_mesh(trainer.mesh):
-    assert verify(str(tmp_path / 'ckpt'), state, chunk_bytes) == len(jax.tree.leaves(state))
+    assert verify(path, state, chunk_bytes) == len(jax.tree.leaves(state))
 
 
 @pytest.mark.parametrize('chunk_bytes', [1, 2**30])
-def test_every_leaf_that_differs_is_named(tmp_path, chunk_bytes):
-  trainer, state = write_checkpoint(tmp_path / 'ckpt', 'linen')
+def test_every_leaf_that_differs_is_named(saved, chunk_bytes):
+  path, trainer, state = saved['linen']
+
+  def changed(keypath, x):  # one bit of one element of an array also replicated
+    is_w2_mu = '/'.join(string_path(keypath)) == W2_MU
+    return x.at[0, 0].add(1e-7) if is_w2_mu else x
+
   with jax.set_mesh(trainer.mesh):
-    changed = state.replace(step=state.step + 1)
-    mu = changed.opt_state[0].mu
-    w2 = mu['DotReluDot_1']['W2']
-    # One bit of one element, in one shard of an array that is also replicated.
-    mu['DotReluDot_1']['W2'] = w2.replace_boxed(w2.value.at[0, 0].add(1e-7))
+    wrong = jax.tree_util.tree_map_with_path(changed, state.replace(step=state.step + 1))
     with pytest.raises(VerificationError) as e:
-      verify(str(tmp_path / 'ckpt'), changed, chunk_bytes)
+      verify(path, wrong, chunk_bytes)
   assert set(e.value.paths) == {'step', W2_MU}
   assert 'nothing was moved into place' in str(e.value)
 
@@ -50,15 +62,15 @@ def test_bits_are_compared_not_values(tmp_path):
   assert e.value.paths == (W2_MU,)
 
 
-def test_missing_extra_and_reshaped_leaves_are_named(tmp_path):
-  trainer, state = write_checkpoint(tmp_path / 'ckpt', 'linen')
+def test_missing_extra_and_reshaped_leaves_are_named(saved):
+  path, trainer, state = saved['linen']
   params = dict(state.params)
   del params['DotReluDot_0']
   params['Extra'] = params['DotReluDot_1']
   w2 = params['DotReluDot_1']['W2']
   params['DotReluDot_1'] = {**params['DotReluDot_1'], 'W2': w2.replace_boxed(w2.value[:, :16])}
   with jax.set_mesh(trainer.mesh), pytest.raises(VerificationError) as e:
-    verify(str(tmp_path / 'ckpt'), state.replace(params=params))
+    verify(path, state.replace(params=params))
   assert set(e.value.paths) == {
       'params/Extra/Dense_0/kernel/value', 'params/Extra/W2/value',
       'params/DotReluDot_1/W2/value',
@@ -87,13 +99,13 @@ def test_unreadable_metadata_is_an_error(tmp_path):
     verify(str(tmp_path / 'ckpt'), state)
 
 
-def test_verifies_inside_a_running_event_loop(tmp_path):
+def test_verifies_inside_a_running_event_loop(saved):
   import asyncio
 
-  trainer, state = write_checkpoint(tmp_path / 'ckpt', 'linen')
+  path, trainer, state = saved['linen']
 
   async def in_a_notebook():
     with jax.set_mesh(trainer.mesh):
-      return verify(str(tmp_path / 'ckpt'), state)
+      return verify(path, state)
 
   assert asyncio.run(in_a_notebook()) == 14
