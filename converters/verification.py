@@ -6,15 +6,15 @@ process holds, through the TensorStore specs Orbax itself reads with
 (`ocp.type_handlers.get_json_tspec_read`), and compares it bit for bit with the
 in-memory shards. Blocks (whole arrays when this process holds them whole,
 else each distinct shard) are read concurrently, at most a budget of bytes at
-a time, and each is compared as soon as it arrives. Nothing is placed on a device and nothing is gathered, so
-verifying costs one pass over the data on disk and a bounded amount of memory.
+a time, and each is compared as soon as it arrives. Nothing is placed on a
+device and nothing is gathered, so verifying costs one pass over the data on
+disk and a bounded amount of memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import dataclasses
 from typing import Any
 
@@ -88,29 +88,8 @@ def _matches(region: _Region, block: np.ndarray) -> bool:
   )
 
 
-class _ByteBudget:
-  """At most `limit` bytes held at once; a larger request waits to run alone."""
-
-  def __init__(self, limit: int):
-    self._limit = self._free = limit
-    self._changed = asyncio.Condition()
-
-  @contextlib.asynccontextmanager
-  async def hold(self, nbytes: int):
-    nbytes = min(nbytes, self._limit)
-    async with self._changed:
-      await self._changed.wait_for(lambda: self._free >= nbytes)
-      self._free -= nbytes
-    try:
-      yield
-    finally:
-      async with self._changed:
-        self._free += nbytes
-        self._changed.notify_all()
-
-
 class _Reader:
-  """Reads shards of the arrays of one Orbax checkpoint into host buffers."""
+  """Opens the arrays of one Orbax checkpoint, each once, and reads blocks of them."""
 
   def __init__(self, path: str, names: dict[tuple[str, ...], str], use_zarr3: bool):
     import orbax.checkpoint as ocp
@@ -147,26 +126,33 @@ class _Reader:
 
 
 async def _read_and_compare(reader: _Reader, regions: list[_Region], budget: int) -> list[str]:
-  limit = _ByteBudget(budget)
-  unreleased = 0
+  """Reads `regions` in order, at most `budget` bytes at once (a larger region
+  alone), and compares each as it arrives; the leaves that differ."""
 
   async def check(region: _Region) -> bool:
-    nonlocal unreleased
-    async with limit.hold(region.nbytes):
-      same = _matches(region, await reader.read(region.leaf, region.index))
+    return _matches(region, await reader.read(region.leaf, region.index))
+
+  running: dict[asyncio.Task, int] = {}
+  done: list[tuple[_Region, asyncio.Task]] = []
+  released = 0
+  for region in regions:
+    while running and sum(running.values()) + region.nbytes > budget:
+      finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+      for task in finished:
+        released += running.pop(task)
     # TensorStore decodes in several threads, whose arenas would each keep
     # the blocks they freed: hand them back every few budgets.
-    unreleased += region.nbytes
-    if unreleased >= 4 * budget:
-      unreleased = 0
+    if released >= 4 * budget:
+      released = 0
       release_free_memory()
-    return same
-
+    task = asyncio.ensure_future(check(region))
+    running[task] = region.nbytes
+    done.append((region, task))
   # Every read finishes before an error is raised: TensorStore would still
   # call back into this loop for reads left running.
-  results = await asyncio.gather(*map(check, regions), return_exceptions=True)
+  await asyncio.gather(*running, return_exceptions=True)
   release_free_memory()
-  failed = [(r.leaf, e) for r, e in zip(regions, results) if isinstance(e, Exception)]
+  failed = [(r.leaf, t.exception()) for r, t in done if t.exception() is not None]
   if failed:
     leaves = list(dict.fromkeys('/'.join(leaf) for leaf, _ in failed))
     raise VerificationError(
@@ -174,7 +160,7 @@ async def _read_and_compare(reader: _Reader, regions: list[_Region], budget: int
         f'{checkpoints.reason(failed[0][1])}',
         leaves,
     ) from failed[0][1]
-  return list(dict.fromkeys('/'.join(r.leaf) for r, same in zip(regions, results) if not same))
+  return list(dict.fromkeys('/'.join(r.leaf) for r, t in done if not t.result()))
 
 
 def verify(path: str, expected: Any, chunk_bytes: int = CHUNK_BYTES) -> int:
