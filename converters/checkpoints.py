@@ -120,20 +120,30 @@ def locate(path: str | os.PathLike) -> tuple[str, str]:
   )
 
 
-def orbax_leaves(path: str) -> tuple[Leaves, Any]:
-  """`(leaves, metadata tree)`; the tree keeps the empty optax states."""
+def orbax_metadata(path: str) -> Any:
+  """Orbax's item metadata of the checkpoint at `path` (`.tree`, `.use_zarr3`).
+
+  Reads no array data. Raises `CheckpointError` when it cannot be read.
+  """
   import orbax.checkpoint as ocp
 
   try:
     with ocp.StandardCheckpointer() as checkpointer:
-      tree = checkpointer.metadata(path).item_metadata.tree
+      metadata = checkpointer.metadata(path).item_metadata
+    if metadata is None:  # Orbax logs why and returns None
+      raise ValueError('Orbax found no item metadata')
   except Exception as e:  # Orbax raises many types for unreadable metadata
     raise CheckpointError(
         f'{path}: the checkpoint is corrupted or incomplete; reading its Orbax '
         f'metadata failed: {reason(e)}'
     ) from e
+  return metadata
+
+
+def leaves_of(tree: Any) -> Leaves:
+  """`{path: (shape, dtype)}` of every array of `tree` (arrays or their metadata)."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {string_path(k): (tuple(v.shape), str(np.dtype(v.dtype))) for k, v in leaves}, tree
+  return {string_path(k): (tuple(v.shape), str(np.dtype(v.dtype))) for k, v in leaves}
 
 
 def _msgpack_tree(path: str) -> Any:
@@ -221,7 +231,8 @@ def inspect(path: str | os.PathLike) -> CheckpointInfo:
   path, format = locate(path)
   host_tree = None
   if format == 'orbax':
-    leaves, tree = orbax_leaves(path)
+    tree = orbax_metadata(path).tree  # keeps the empty optax states
+    leaves = leaves_of(tree)
   else:
     host_tree = tree = _msgpack_tree(path)
     flat = jax.tree_util.tree_flatten_with_path(host_tree)[0]
@@ -319,8 +330,7 @@ def restore_target(framework: Framework, trainer) -> Any:
 
 def expected_leaves(framework: Framework, trainer) -> Leaves:
   """`{path: (shape, dtype)}` of what `trainer`'s save writes."""
-  leaves = jax.tree_util.tree_flatten_with_path(restore_target(framework, trainer))[0]
-  return {string_path(k): (tuple(v.shape), str(np.dtype(v.dtype))) for k, v in leaves}
+  return leaves_of(restore_target(framework, trainer))
 
 
 def check_structure(info: CheckpointInfo, wanted: Leaves) -> None:

@@ -54,11 +54,10 @@ def _difference(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
   return equal, jnp.max(diff, initial=0.0)
 
 
-def _host_bits(shard: jax.Array) -> np.ndarray:
-  data = np.asarray(shard)
-  if np.issubdtype(data.dtype, np.floating) or data.dtype.kind == 'V':  # bfloat16 is 'V'
-    return data.view(f'u{data.dtype.itemsize}')
-  return data
+def host_bits(x) -> np.ndarray:
+  """`x` on the host as unsigned integers of its width: NaNs and -0.0 compare by their bits."""
+  x = np.asarray(x)
+  return (x.reshape(1) if x.ndim == 0 else x).view(f'u{x.dtype.itemsize}')
 
 
 def bits_equal(xs: list[jax.Array], ys: list[jax.Array]) -> list[bool]:
@@ -77,7 +76,7 @@ def bits_equal(xs: list[jax.Array], ys: list[jax.Array]) -> list[bool]:
           sorted(y.addressable_shards, key=lambda s: s.device.id),
       )
       out.append(all(
-          np.array_equal(_host_bits(a.data), _host_bits(b.data)) for a, b in pairs
+          np.array_equal(host_bits(a.data), host_bits(b.data)) for a, b in pairs
       ))
     else:
       out.append(bool(_difference(x, y)[0]))

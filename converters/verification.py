@@ -23,7 +23,8 @@ import numpy as np
 
 from converters import checkpoints
 from converters.allocator import release_free_memory
-from converters.errors import VerificationError, format_offenders
+from converters.compare import host_bits
+from converters.errors import CheckpointError, VerificationError, format_offenders
 
 # Read back at most this many bytes at a time.
 CHUNK_BYTES = 32 * 2**20
@@ -74,16 +75,11 @@ def _regions(expected: dict[tuple[str, ...], jax.Array], budget: int) -> list[_R
   return out
 
 
-def _bits(x: np.ndarray) -> np.ndarray:
-  """`x` as unsigned integers of its width: NaNs and -0.0 compare by their bits."""
-  return x.view(f'u{x.dtype.itemsize}') if x.ndim else x.reshape(1).view(f'u{x.dtype.itemsize}')
-
-
 def _matches(region: _Region, block: np.ndarray) -> bool:
   """Whether every in-memory shard inside `region` equals `block`, bit for bit."""
-  bits = _bits(block)
+  bits = host_bits(block)
   return all(
-      np.array_equal(bits[within] if within else bits, _bits(np.asarray(data)))
+      np.array_equal(bits[within] if within else bits, host_bits(data))
       for within, data in region.shards
   )
 
@@ -185,19 +181,10 @@ def verify(path: str, expected: Any, chunk_bytes: int = CHUNK_BYTES) -> int:
       for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]
   }
   try:
-    with ocp.StandardCheckpointer() as checkpointer:
-      metadata = checkpointer.metadata(path).item_metadata
-    if metadata is None:  # Orbax logs why and returns None
-      raise ValueError('Orbax found no item metadata')
-  except Exception as e:  # Orbax raises many types for unreadable metadata
-    raise VerificationError(
-        f'{path}: what was written cannot be read back: its Orbax metadata: '
-        f'{checkpoints.reason(e)}'
-    ) from e
-  written = {
-      checkpoints.string_path(k): v
-      for k, v in jax.tree_util.tree_flatten_with_path(metadata.tree)[0]
-  }
+    metadata = checkpoints.orbax_metadata(path)
+  except CheckpointError as e:
+    raise VerificationError(f'what was written cannot be read back: {e}') from e
+  written = checkpoints.leaves_of(metadata.tree)
   # Orbax's name of each array in the checkpoint (its empty states get one too).
   names = {
       checkpoints.string_path(k): name
@@ -207,8 +194,7 @@ def verify(path: str, expected: Any, chunk_bytes: int = CHUNK_BYTES) -> int:
   }
   offenders = [
       '/'.join(p) for p, x in flat.items()
-      if p not in written
-      or (tuple(written[p].shape), np.dtype(written[p].dtype)) != (x.shape, x.dtype)
+      if written.get(p) != (x.shape, str(x.dtype))
   ]
   offenders += sorted('/'.join(p) for p in written.keys() - flat.keys())
   if not offenders:
