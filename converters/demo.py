@@ -2,10 +2,11 @@
 
 Prints the mesh and a table of every parameter with its path, shape and
 PartitionSpec on both sides. Then converts a new Linen `TrainState` to NNX
-(`training_states.start_from_linen`), shows how one weight is laid out over the
-devices on each side (`jax.debug.visualize_array_sharding`), trains both on the same batches and prints
-their losses step by step: they are identical, bit for bit. Both loss curves
-go to a PNG when matplotlib (the plot extra) is installed.
+(`training_states.start_from_linen`), shows how one weight is laid out over
+the devices on each side (`jax.debug.visualize_array_sharding`), trains both
+on the same batches and prints their losses step by step: they are identical,
+bit for bit. Both loss curves go to a PNG when matplotlib (the plot extra) is
+installed.
 """
 
 from __future__ import annotations
