@@ -7,16 +7,17 @@ target implementation's ordinary `restore` reads, reads that back and compares
 it bit for bit with what it converted (`converters.verification`), and only
 then moves it into place.
 
-SRC is only ever read. The output is written inside a hidden sibling of DST
-(`.NAME.partial-PID/`) and renamed into place once verified, so DST is absent or
-complete at every instant, even if the process is killed; an existing DST is
-replaced only with `force`, by two renames. Partial outputs that a killed run
-left behind are removed by the next run for the same DST.
+SRC is only ever read: DST is checked against it on resolved paths before
+anything is created (`converters.destination`). The output is written inside a
+hidden sibling of DST (`.NAME.partial-PID/`) and renamed into place once
+verified, so DST is absent or complete at every instant, even if the process is
+killed; an existing DST is replaced only with `force`, by two renames. Partial
+outputs that a killed run left behind are removed by the next run for the same
+DST.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 
@@ -26,6 +27,7 @@ from converters import checkpoints
 from converters import training_states
 from converters.allocator import release_free_memory
 from converters.description import GUIDE_RULES
+from converters.destination import Destination, plan_destination, remove_entry
 from converters.errors import CheckpointError, VerificationError
 from converters.paths import Framework
 from converters.processes import agree, exchange
@@ -36,34 +38,6 @@ STAGES = ['reading', 'converting', 'writing', 'verifying', 'renaming']
 FRAMEWORKS = ('linen', 'nnx')
 
 
-def _inside(path: str, directory: str) -> bool:
-  return os.path.commonpath([path, directory]) == directory
-
-
-def _pid_alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
-
-
-def _siblings(dst: str, kind: str, pid: int | str = '*') -> str:
-  parent, name = os.path.split(dst)
-  return os.path.join(parent, f'.{name}.{kind}-{pid}')
-
-
-def _remove_stale(dst: str) -> None:
-  """Deletes the partial outputs of runs for `dst` that were killed."""
-  for kind in ('partial', 'replaced'):
-    for path in glob.glob(_siblings(dst, kind)):
-      pid = path.rsplit('-', 1)[1]
-      if pid.isdigit() and not _pid_alive(int(pid)):
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def _fsync_directory(path: str) -> None:
   fd = os.open(path, os.O_RDONLY)
   try:
@@ -72,14 +46,30 @@ def _fsync_directory(path: str) -> None:
     os.close(fd)
 
 
-def check_destination(src: str, dst: str, force: bool) -> None:
-  """Raises `CheckpointError` when DST overlaps SRC or exists without `force`."""
-  if _inside(dst, src) or _inside(src, dst):
+def _move_into_place(partial: str, destination: Destination) -> None:
+  """Renames `partial` to DST; an existing DST is replaced by two renames.
+
+  If the second rename fails, the replaced DST is put back.
+  """
+  dst = destination.path
+  try:
+    if not os.path.lexists(dst):
+      os.rename(partial, dst)
+    else:
+      old = destination.sibling('replaced', os.getpid())
+      os.rename(dst, old)
+      try:
+        os.rename(partial, dst)
+      except OSError:
+        os.rename(old, dst)
+        raise
+      remove_entry(old)
+    _fsync_directory(destination.parent)
+  except OSError as e:
     raise CheckpointError(
-        f'{dst}: overlaps the source {src}; write the converted checkpoint elsewhere'
-    )
-  if os.path.lexists(dst) and not force:
-    raise CheckpointError(f'{dst}: already exists; pass --force to replace it')
+        f'{dst}: the verified checkpoint could not be moved into place: '
+        f'{e.strerror or e}; DST is as it was'
+    ) from e
 
 
 def convert_checkpoint(
@@ -94,6 +84,7 @@ def convert_checkpoint(
     layer_partition: str | None = None,
     optimizer: str | None = None,
     force: bool = False,
+    allow_unfinished: bool = False,
     progress: Progress | None = None,
 ) -> dict:
   """Converts the checkpoint at `src` into an Orbax checkpoint at `dst`.
@@ -110,7 +101,9 @@ def convert_checkpoint(
     optimizer: the optimizer SRC was trained with, when its state does not
       say (adamw and adam keep the same arrays; an NNX checkpoint cannot tell
       them apart). None: as SRC's state says.
-    force: replace an existing `dst`.
+    force: replace an existing `dst` (a checkpoint, a file, a symlink, which
+      is replaced as a link, or an empty directory).
+    allow_unfinished: read an Orbax save of `src` that never finished.
     progress: reports the stages `STAGES`.
 
   Returns:
@@ -126,19 +119,25 @@ def convert_checkpoint(
   if layout not in (None, 'scan', 'loop'):
     raise CheckpointError(f'layout={layout!r}: choose scan or loop')
   progress = progress or Progress(STAGES, enabled=False)
-  dst = os.path.abspath(os.fspath(dst))
   source_path, _ = checkpoints.locate(src)
-  check_destination(source_path, dst, force)
+  destination = plan_destination([os.fspath(src), source_path], dst, force)
+  dst = destination.path
 
   progress.stage('reading')
-  info = checkpoints.with_optimizer(checkpoints.inspect(source_path), optimizer)
+  info = checkpoints.with_optimizer(
+      checkpoints.inspect(source_path, allow_unfinished), optimizer
+  )
   agree('checkpoint conversion', {
       'src': source_path, 'dst': dst, 'to': to, 'layout': layout, 'force': force,
       'mesh': list(mesh_shape), 'annotation': annotation, 'rules': repr(rules),
       'layer_partition': layer_partition, 'source': info.summary(),
   })
+  target_layout = layout or info.layout
+  checkpoints.check_layer_partition(layer_partition, [info.layout, target_layout])
   source_desc = checkpoints.description(info, mesh_shape, annotation, rules, layer_partition)
-  target_desc = source_desc.replace(use_scan=(layout or info.layout) == 'scan')
+  target_desc = checkpoints.description(
+      info, mesh_shape, annotation, rules, layer_partition, target_layout
+  )
   mesh = source_desc.make_mesh()
   source_trainer = checkpoints.trainer_for(info.framework, source_desc, mesh, info.optimizer)
   checkpoints.check_structure(info, checkpoints.expected_leaves(info.framework, source_trainer))
@@ -166,12 +165,19 @@ def convert_checkpoint(
     # One process (the first) handles directories; all write their shards
     # into the same staging directory, named after the first one's pid.
     first = jax.process_index() == 0
-    staging = _siblings(dst, 'partial', exchange('staging directory', os.getpid())[0])
+    staging = destination.sibling('partial', exchange('staging directory', os.getpid())[0])
     partial = os.path.join(staging, 'checkpoint')
+    failure = None
     if first:
-      _remove_stale(dst)
-      os.makedirs(staging)
-    exchange('staging directory created', True)
+      destination.remove_stale()
+      try:
+        destination.make_staging(os.getpid())
+      except CheckpointError as e:
+        failure = str(e)
+    # Every process learns whether the first one could create it.
+    failures = [f for f in exchange('staging directory created', failure) if f is not None]
+    if failures:
+      raise CheckpointError(failures[0], [dst])
     try:
       checkpoints.checkpoint_module(to).save(partial, converted)
       release_free_memory()
@@ -193,16 +199,15 @@ def convert_checkpoint(
             f'{partial}: process {failed[0]} found differences: {failures[failed[0]]}'
         )
       progress.stage('renaming')
+      failure = None
       if first:
-        if replaced:
-          old = _siblings(dst, 'replaced', os.getpid())
-          os.rename(dst, old)
-          os.rename(partial, dst)
-          shutil.rmtree(old)
-        else:
-          os.rename(partial, dst)
-        _fsync_directory(os.path.dirname(dst))
-      exchange('renamed into place', True)
+        try:
+          _move_into_place(partial, destination)
+        except CheckpointError as e:
+          failure = str(e)
+      failures = [f for f in exchange('renamed into place', failure) if f is not None]
+      if failures:
+        raise CheckpointError(failures[0], [dst])
     finally:
       if first:
         shutil.rmtree(staging, ignore_errors=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,6 +62,8 @@ class CheckpointInfo:
     num_layers, depth, dtype: of the MLP.
     optimizer: the optimizer whose state it holds ('adam' also covers adamw).
     leaves: `{path: (shape, dtype)}` of every array, keys as strings.
+    host_tree: the arrays of an msgpack file, read whole.
+    unfinished: an Orbax save that never finished, read on request.
   """
 
   path: str
@@ -73,6 +76,7 @@ class CheckpointInfo:
   optimizer: str
   leaves: Leaves
   host_tree: Any = dataclasses.field(default=None, repr=False, compare=False)
+  unfinished: bool = False
 
   @property
   def nbytes(self) -> int:
@@ -99,6 +103,16 @@ def _join(path: tuple[str, ...]) -> str:
   return '/'.join(path)
 
 
+def _flax_steps(entries) -> list[str]:
+  return [e for e in entries if re.fullmatch(r'checkpoint_\d+', e)]
+
+
+def is_checkpoint_directory(path: str) -> bool:
+  """Whether `path` is an Orbax checkpoint or a `flax.training.checkpoints` directory."""
+  entries = set(os.listdir(path))
+  return bool(entries & set(_ORBAX_MARKERS) or _flax_steps(entries))
+
+
 def locate(path: str | os.PathLike) -> tuple[str, str]:
   """`(checkpoint path, format)` of a checkpoint or a checkpoints directory."""
   path = os.path.abspath(os.fspath(path))
@@ -109,7 +123,7 @@ def locate(path: str | os.PathLike) -> tuple[str, str]:
   entries = set(os.listdir(path))
   if entries & set(_ORBAX_MARKERS):
     return path, 'orbax'
-  steps = [e for e in entries if re.fullmatch(r'checkpoint_\d+', e)]
+  steps = _flax_steps(entries)
   if steps:  # a flax.training.checkpoints directory: its newest step
     newest = max(steps, key=lambda e: int(e.rsplit('_', 1)[1]))
     return locate(os.path.join(path, newest))
@@ -120,24 +134,70 @@ def locate(path: str | os.PathLike) -> tuple[str, str]:
   )
 
 
-def orbax_metadata(path: str) -> Any:
-  """Orbax's item metadata of the checkpoint at `path` (`.tree`, `.use_zarr3`).
+def _ignore_stray_orbax_callbacks() -> None:
+  """Keeps TensorStore reads that finish after a failed Orbax read quiet.
 
-  Reads no array data. Raises `CheckpointError` when it cannot be read.
+  Orbax runs each call on a fresh event loop and closes it as soon as a read
+  fails (even when it then logs and returns None); reads still in flight then
+  call back into the closed loop, and each callback's
+  `RuntimeError('Event loop is closed')` is printed as unraisable, tens of
+  tracebacks around the one-line error. Those, and only those, are dropped;
+  every other unraisable exception reaches the previous hook. Installed
+  before the first Orbax read, since the callbacks can come before it returns.
   """
+  previous = sys.unraisablehook
+  if getattr(previous, 'ignores_stray_orbax_callbacks', False):
+    return
+
+  def hook(unraisable):
+    if isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == 'Event loop is closed':
+      return
+    previous(unraisable)
+
+  hook.ignores_stray_orbax_callbacks = True
+  sys.unraisablehook = hook
+
+
+def _step_metadata(path: str) -> Any:
+  """Orbax's step metadata (item metadata and commit time); reads no array data."""
   import orbax.checkpoint as ocp
 
+  _ignore_stray_orbax_callbacks()
   try:
     with ocp.StandardCheckpointer() as checkpointer:
-      metadata = checkpointer.metadata(path).item_metadata
-    if metadata is None:  # Orbax logs why and returns None
+      step = checkpointer.metadata(path)
+    if step.item_metadata is None:  # Orbax logs why and returns None
       raise ValueError('Orbax found no item metadata')
   except Exception as e:  # Orbax raises many types for unreadable metadata
     raise CheckpointError(
         f'{path}: the checkpoint is corrupted or incomplete; reading its Orbax '
         f'metadata failed: {reason(e)}'
     ) from e
-  return metadata
+  return step
+
+
+def orbax_metadata(path: str) -> Any:
+  """Orbax's item metadata of the checkpoint at `path` (`.tree`, `.use_zarr3`).
+
+  Reads no array data. Raises `CheckpointError` when it cannot be read.
+  """
+  return _step_metadata(path).item_metadata
+
+
+def unfinished_reason(path: str, step_metadata: Any) -> str | None:
+  """Why the Orbax checkpoint at `path` is an unfinished save, or None.
+
+  Orbax writes into a temporary directory (or without its commit file on
+  object stores) and records a commit time once the save is complete; a copy
+  of a save still in progress has the start time and no commit time.
+  """
+  import orbax.checkpoint as ocp
+
+  if not ocp.utils.is_checkpoint_finalized(path):
+    return 'Orbax does not consider it finalized (a temporary save directory)'
+  if step_metadata.init_timestamp_nsecs is not None and step_metadata.commit_timestamp_nsecs is None:
+    return 'its Orbax metadata records when the save started but no commit'
+  return None
 
 
 def leaves_of(tree: Any) -> Leaves:
@@ -221,17 +281,32 @@ def _optimizer_of(leaves: Leaves, framework: Framework, where: str) -> str:
   return _OPTAX_STATE_KEYS[keys]
 
 
-def inspect(path: str | os.PathLike) -> CheckpointInfo:
+def inspect(path: str | os.PathLike, allow_unfinished: bool = False) -> CheckpointInfo:
   """Reads what the checkpoint at `path` holds, without its array data.
 
+  Args:
+    path: a checkpoint, or a `flax.training.checkpoints` directory.
+    allow_unfinished: accept an Orbax save that never finished (its arrays
+      may be incomplete).
+
   Raises:
-    CheckpointError: the path is missing, unreadable, or not a training state
-      of the kit's MLP written by either implementation.
+    CheckpointError: the path is missing, unreadable, an unfinished save, or
+      not a training state of the kit's MLP written by either implementation.
   """
   path, format = locate(path)
   host_tree = None
+  unfinished = False
   if format == 'orbax':
-    tree = orbax_metadata(path).tree  # keeps the empty optax states
+    step = _step_metadata(path)
+    why = unfinished_reason(path, step)
+    if why is not None and not allow_unfinished:
+      raise CheckpointError(
+          f'{path}: an unfinished Orbax save ({why}), so its arrays may be '
+          'incomplete; wait for the save to finish, or pass --allow-unfinished '
+          '(allow_unfinished=True) to read it anyway'
+      )
+    unfinished = why is not None
+    tree = step.item_metadata.tree  # keeps the empty optax states
     leaves = leaves_of(tree)
   else:
     host_tree = tree = _msgpack_tree(path)
@@ -256,7 +331,8 @@ def inspect(path: str | os.PathLike) -> CheckpointInfo:
   if optimizer == 'adam' and framework == 'linen' and len(tree['opt_state']) == 3:
     optimizer = 'adamw'  # chain(scale_by_adam, add_decayed_weights, scale): 3 states
   return CheckpointInfo(
-      path, format, framework, layout, num_layers, depth, dtype, optimizer, leaves, host_tree
+      path, format, framework, layout, num_layers, depth, dtype, optimizer, leaves,
+      host_tree, unfinished,
   )
 
 
@@ -289,18 +365,32 @@ def description(
 
   The annotation style, rules and layer partition are not stored in a
   checkpoint (only arrays are), so they come from the caller.
+  `layer_partition` names the stacked layer axis, so it applies only when the
+  layout (`layout`, or the checkpoint's own) is scanned; callers converting
+  between layouts pass the same name for both sides.
   """
+  use_scan = (layout or info.layout) == 'scan'
   return ModelDescription(
       num_layers=info.num_layers,
       depth=info.depth,
       batch=mesh_shape[0],
-      use_scan=(layout or info.layout) == 'scan',
-      layer_partition=layer_partition,
+      use_scan=use_scan,
+      layer_partition=layer_partition if use_scan else None,
       annotation=annotation,
       rules=rules,
       mesh_shape=mesh_shape,
       dtype=info.dtype,
   )
+
+
+def check_layer_partition(layer_partition: str | None, layouts: list[str]) -> None:
+  """Raises `CheckpointError` when a layer partition is given with no scanned side."""
+  if layer_partition is not None and 'scan' not in layouts:
+    raise CheckpointError(
+        f'layer_partition={layer_partition!r} names the stacked layer axis, but '
+        f'no side is scanned (layouts {layouts}); drop --layer-partition or '
+        'convert to --layout scan'
+    )
 
 
 def trainer_for(framework: Framework, desc: ModelDescription, mesh, optimizer: str):
@@ -361,12 +451,19 @@ def restore(info: CheckpointInfo, trainer) -> Any:
   (`jax.set_mesh`).
   """
   import orbax.checkpoint as ocp
+  from etils import epath
 
   target = restore_target(info.framework, trainer)
   if info.format == 'flax-msgpack':
     return _place_host_tree(info, target)
   handler = ocp.StandardCheckpointHandler(restore_concurrent_gb=RESTORE_CONCURRENT_GB)
+  _ignore_stray_orbax_callbacks()
   try:
+    if info.unfinished:  # the Checkpointer refuses it; its handler reads it
+      try:
+        return handler.restore(epath.Path(info.path), args=ocp.args.StandardRestore(target))
+      finally:
+        handler.close()
     with ocp.Checkpointer(handler) as checkpointer:
       return checkpointer.restore(info.path, target)
   except Exception as e:  # Orbax and TensorStore raise many types for bad data

@@ -28,6 +28,19 @@ from converters.devices import simulate_cpu_devices
 
 
 OPTIMIZER_CHOICES = ('adam', 'adamw', 'sgd_momentum', 'fsdp_sgd')
+COMMANDS = ('demo', 'convert', 'compare', 'side-by-side')
+
+
+class UsageError(Exception):
+  """A command line argparse rejects: reported like any other bad input."""
+
+
+class _Parser(argparse.ArgumentParser):
+  """Raises `UsageError` instead of printing usage and exiting, so usage
+  errors get the same one line (and JSON) as every other bad input."""
+
+  def error(self, message):
+    raise UsageError(message)
 
 
 def _mesh_shape(text: str) -> tuple[int, int]:
@@ -35,9 +48,27 @@ def _mesh_shape(text: str) -> tuple[int, int]:
     data, model = (int(part) for part in text.lower().split('x'))
   except ValueError:
     raise argparse.ArgumentTypeError(
-        f'--mesh {text!r}: write DATAxMODEL, for example 2x4'
+        f'{text!r}: write DATAxMODEL, for example 2x4'
     ) from None
+  if data < 1 or model < 1:
+    raise argparse.ArgumentTypeError(f'{text!r}: both sizes must be at least 1')
   return data, model
+
+
+def _at_least(minimum: int):
+  """An argparse type: an integer no smaller than `minimum`."""
+
+  def parse(text: str) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f'{text!r} is not an integer') from None
+    if value < minimum:
+      raise argparse.ArgumentTypeError(f'{value} is below the minimum {minimum}')
+    return value
+
+  parse.__name__ = f'integer >= {minimum}'
+  return parse
 
 
 def _annotation_options(group) -> None:
@@ -52,13 +83,13 @@ def _annotation_options(group) -> None:
   )
   group.add_argument('--mesh', type=_mesh_shape, default=(2, 4), help='DATAxMODEL')
   group.add_argument(
-      '--devices', type=int, default=8,
+      '--devices', type=_at_least(1), default=8,
       help='simulated CPU devices (ignored unless JAX runs on CPU)',
   )
 
 
 def _checkpoint_options() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(add_help=False)
+  parser = _Parser(add_help=False)
   group = parser.add_argument_group(
       'mesh and annotations (a checkpoint stores arrays, not their annotations)'
   )
@@ -81,9 +112,13 @@ def _distributed_options(parser: argparse.ArgumentParser) -> None:
   group.add_argument('--process-id', type=int, help='with --coordinator')
 
 
+def _joins_a_job(args: argparse.Namespace) -> bool:
+  return bool(getattr(args, 'distributed', False) or getattr(args, 'coordinator', None))
+
+
 def _join(args: argparse.Namespace) -> None:
   """`jax.distributed.initialize` when asked; gloo collectives for CPU devices."""
-  if not (getattr(args, 'distributed', False) or getattr(args, 'coordinator', None)):
+  if not _joins_a_job(args):
     return
   import jax
 
@@ -94,7 +129,7 @@ def _join(args: argparse.Namespace) -> None:
 
 
 def _description_options() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(add_help=False)
+  parser = _Parser(add_help=False)
   group = parser.add_argument_group('model description')
   group.add_argument('--layers', type=int, default=4, help='number of DotReluDot layers')
   group.add_argument('--depth', type=int, default=1024, help='width of every layer')
@@ -106,7 +141,7 @@ def _description_options() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
+  parser = _Parser(
       prog='linen-nnx',
       description='Port a sharded Flax Linen model to NNX and prove nothing changed.',
   )
@@ -116,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
       parents=[_description_options()],
       help='both implementations side by side on one mesh',
   )
-  demo.add_argument('--steps', type=int, default=10, help='training steps')
+  demo.add_argument('--steps', type=_at_least(0), default=10, help='training steps')
   demo.add_argument(
       '--plot', metavar='PATH', default='linen-nnx-demo.png',
       help='PNG of both loss curves (needs the plot extra: matplotlib)',
@@ -142,7 +177,15 @@ def build_parser() -> argparse.ArgumentParser:
       '--layout', choices=('scan', 'loop'), default=None,
       help='layer layout of DST (default: as SRC)',
   )
-  convert.add_argument('--force', action='store_true', help='replace an existing DST')
+  convert.add_argument(
+      '--force', action='store_true',
+      help='replace an existing DST: a checkpoint, a file, a symlink (the link, '
+      'not its target) or an empty directory',
+  )
+  convert.add_argument(
+      '--allow-unfinished', action='store_true',
+      help='read an Orbax save of SRC that never finished (its arrays may be incomplete)',
+  )
   convert.add_argument(
       '--optimizer', choices=OPTIMIZER_CHOICES, default=None,
       help='what SRC was trained with, when its state cannot say (adamw vs adam in NNX)',
@@ -161,7 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
   )
   _distributed_options(compare)
   compare.add_argument('checkpoints', nargs='*', metavar='A B')
-  compare.add_argument('--steps', type=int, default=3, help='training steps (description)')
+  compare.add_argument(
+      '--allow-unfinished', action='store_true',
+      help='read Orbax saves that never finished (their arrays may be incomplete)',
+  )
+  compare.add_argument(
+      '--steps', type=_at_least(0), default=3, help='training steps (description)'
+  )
   compare.add_argument('--optimizer', default='adam', choices=OPTIMIZER_CHOICES)
   compare.add_argument('--json', action='store_true', help='print a JSON report on stdout')
   side = commands.add_parser(
@@ -190,19 +239,29 @@ def description_from_args(args: argparse.Namespace):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
   parser = build_parser()
-  args = parser.parse_args(argv)
+  try:
+    args = parser.parse_args(argv)
+  except UsageError as e:
+    return _usage_failure(argv, str(e))
   if args.command == 'side-by-side':
     return _side_by_side(args)
   if os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
     try:
       simulate_cpu_devices(args.devices)
     except (ValueError, RuntimeError) as e:
-      parser.error(f'--devices {args.devices}: {e}')
+      return _fail(args, f'--devices {args.devices}: {e}', 2)
+  if args.command == 'compare' and len(args.checkpoints) not in (0, 2):
+    return _fail(args, 'compare takes two checkpoints A B, or none (a description)', 2)
+  if args.command == 'demo' and args.plot:
+    problem = _unwritable_file(args.plot)
+    if problem:
+      return _fail(args, f'--plot {args.plot}: {problem}', 2)
   from converters.description import InvalidDescriptionError
   from converters.errors import ConversionError, VerificationError
 
-  if getattr(args, 'json', False):
+  if getattr(args, 'json', False) and _joins_a_job(args):
     _keep_stdout_for_json()
   try:
     _join(args)
@@ -212,8 +271,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == 'convert':
       return _convert(args)
     if args.command == 'compare' and args.checkpoints:
-      if len(args.checkpoints) != 2:
-        parser.error('compare takes two checkpoints A B, or none (a description)')
       return _compare_checkpoints(args)
     try:
       desc = description_from_args(args)
@@ -224,12 +281,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == 'demo':
       from converters.demo import run_demo
 
-      return run_demo(desc, steps=args.steps, optimizer=args.optimizer, plot=args.plot)
+      try:
+        return run_demo(desc, steps=args.steps, optimizer=args.optimizer, plot=args.plot)
+      except OSError as e:  # the plot could not be written after all
+        return _fail(args, f'--plot {args.plot}: {e.strerror or e}', 2)
   except VerificationError as e:
     return _fail(args, str(e), 1)
   except (ConversionError, InvalidDescriptionError) as e:
     return _fail(args, str(e), 2)
   raise AssertionError(args.command)
+
+
+def _unwritable_file(path: str) -> str | None:
+  """Why a file cannot be written at `path`, or None."""
+  if os.path.isdir(path):
+    return 'is a directory; give a file name such as losses.png'
+  parent = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(parent):
+    return f'the directory {parent} does not exist; create it or choose another path'
+  if not os.access(parent, os.W_OK | os.X_OK):
+    return f'the directory {parent} is not writable'
+  return None
+
+
+def _usage_failure(argv: list[str], message: str) -> int:
+  """A usage error: one line on stderr, JSON on stdout with --json; exit 2."""
+  command = next((a for a in argv if a in COMMANDS), None)
+  args = argparse.Namespace(command=command or '', json='--json' in argv)
+  hint = f'linen-nnx {command} --help' if command else 'linen-nnx --help'
+  return _fail(args, f'{message} (see {hint})', 2)
 
 
 def _fail(args: argparse.Namespace, reason: str, code: int) -> int:
@@ -247,14 +327,16 @@ def _fail(args: argparse.Namespace, reason: str, code: int) -> int:
       report_failure(line)
       line = f'process {jax.process_index()}: {line}'
 
-  print(f'linen-nnx {args.command}: {line}', file=sys.stderr)
+  prefix = f'linen-nnx {args.command}' if args.command else 'linen-nnx'
+  print(f'{prefix}: {line}', file=sys.stderr)
   if getattr(args, 'json', False):
     print(json.dumps({'ok': False, 'exit_code': code, 'error': line}))
   return code
 
 
 def _keep_stdout_for_json() -> None:
-  """Sends what native libraries print to stdout (gloo does) to stderr.
+  """Sends what native libraries print to stdout (gloo does, in a
+  multi-process job) to stderr.
 
   Python's `sys.stdout` keeps the real stdout, so `--json` output stays
   machine-readable.
@@ -289,7 +371,8 @@ def _convert(args: argparse.Namespace) -> int:
   with Progress(STAGES, enabled=_first_process()) as progress:
     summary = convert_checkpoint(
         args.src, args.dst, args.to, layout=args.layout, force=args.force,
-        optimizer=args.optimizer, progress=progress, **_annotation(args),
+        optimizer=args.optimizer, allow_unfinished=args.allow_unfinished,
+        progress=progress, **_annotation(args),
     )
   summary = {'ok': True, **summary, 'seconds': {k: round(v, 3) for k, v in progress.timings.items()}}
   if not _first_process():
@@ -328,7 +411,9 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
 def _compare_checkpoints(args: argparse.Namespace) -> int:
   from converters.compare import compare_checkpoints
 
-  rows, labels, extra = compare_checkpoints(*args.checkpoints, **_annotation(args))
+  rows, labels, extra = compare_checkpoints(
+      *args.checkpoints, allow_unfinished=args.allow_unfinished, **_annotation(args)
+  )
   return _report_comparison(args, rows, labels, extra)
 
 
@@ -345,12 +430,14 @@ def _side_by_side(args: argparse.Namespace) -> int:
   try:
     pages = {'markdown': side_by_side.render_markdown(), 'html': side_by_side.render_html()}
   except side_by_side.SideBySideError as e:
-    print(f'linen-nnx: {e}', file=sys.stderr)
-    return 2
+    return _fail(args, str(e), 2)
   written = False
   for kind in ('markdown', 'html'):
     path = getattr(args, kind)
     if path:
+      problem = _unwritable_file(path)
+      if problem:
+        return _fail(args, f'--{kind} {path}: {problem}', 2)
       with open(path, 'w') as f:
         f.write(pages[kind])
       print(f'wrote {path}')

@@ -188,9 +188,12 @@ def as_json(rows: list[LeafComparison]) -> list[dict[str, Any]]:
 
 def compare_checkpoints(
     a: str, b: str, *, mesh_shape=(2, 4), annotation='device', rules=None,
-    layer_partition=None,
+    layer_partition=None, allow_unfinished: bool = False,
 ) -> tuple[list[LeafComparison], tuple[str, str], dict]:
   """Rows comparing the training states of two checkpoints, in A's layout.
+
+  `allow_unfinished` reads Orbax saves that never finished (see
+  `checkpoints.inspect`).
 
   Raises:
     CheckpointError: a checkpoint cannot be read.
@@ -200,7 +203,7 @@ def compare_checkpoints(
   from converters.description import GUIDE_RULES
   from converters.errors import VerificationError
 
-  infos = checkpoints.inspect(a), checkpoints.inspect(b)
+  infos = checkpoints.inspect(a, allow_unfinished), checkpoints.inspect(b, allow_unfinished)
   model = lambda i: (i.num_layers, i.depth, i.dtype, i.optimizer)
   if model(infos[0]) != model(infos[1]):
     raise VerificationError(
@@ -208,6 +211,7 @@ def compare_checkpoints(
         f'{model(infos[0])} != {model(infos[1])}'
     )
   optimizer = infos[0].optimizer
+  checkpoints.check_layer_partition(layer_partition, [i.layout for i in infos])
   descs = [
       checkpoints.description(i, mesh_shape, annotation, rules or GUIDE_RULES, layer_partition)
       for i in infos

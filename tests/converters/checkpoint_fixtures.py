@@ -12,6 +12,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+import pytest
 from flax import nnx
 
 from converters.data import make_batches
@@ -45,6 +46,26 @@ def write_checkpoint(path, framework='linen', desc=DESC, optimizer='adam', steps
   module = linen_checkpoint if framework == 'linen' else nnx_checkpoint
   module.save(path, state)
   return trainer, state
+
+
+def write_unfinished_checkpoint(path, framework='linen', desc=DESC, optimizer='adam', steps=2):
+  """Saves as Orbax does up to its last step, the commit: returns `(trainer, state, path)`.
+
+  Orbax writes into `PATH.orbax-checkpoint-tmp`, then records the commit time
+  and renames it; this stops before both, as a save still in progress (or
+  killed) leaves it.
+  """
+  from orbax.checkpoint._src.path import atomicity
+
+  async def no_commit(self, *args, **kwargs):
+    del self, args, kwargs
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(atomicity.AtomicRenameTemporaryPath, 'finalize', no_commit)
+    trainer, state = write_checkpoint(path, framework, desc, optimizer, steps)
+  temporary = f'{path}.orbax-checkpoint-tmp'
+  assert os.path.isdir(temporary) and not os.path.exists(path)
+  return trainer, state, temporary
 
 
 def leaves(state) -> list[jax.Array]:

@@ -17,6 +17,7 @@ from tests.converters.checkpoint_fixtures import (
     assert_bit_identical,
     tree_checksum,
     write_checkpoint,
+    write_unfinished_checkpoint,
 )
 
 MODULES = {'linen': linen_checkpoint, 'nnx': nnx_checkpoint}
@@ -73,23 +74,68 @@ def test_round_trip_is_the_identity(tmp_path):
 
 def test_existing_destination_needs_force(tmp_path):
   write_checkpoint(tmp_path / 'src')
-  (tmp_path / 'dst').mkdir()
-  (tmp_path / 'dst' / 'keep.txt').write_text('mine')
+  write_checkpoint(tmp_path / 'dst', 'linen', steps=1)
   with pytest.raises(CheckpointError, match='already exists; pass --force'):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
-  assert (tmp_path / 'dst' / 'keep.txt').read_text() == 'mine'
+  assert checkpoints.inspect(tmp_path / 'dst').framework == 'linen'
   convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', force=True)
   assert checkpoints.inspect(tmp_path / 'dst').framework == 'nnx'
   assert sorted(os.listdir(tmp_path)) == ['dst', 'src']  # no partial or replaced left
 
 
-@pytest.mark.parametrize('dst', ['src', 'src/inner', '.'])
-def test_destination_overlapping_the_source_is_refused_even_with_force(tmp_path, dst):
+def test_force_never_replaces_a_directory_that_holds_no_checkpoint(tmp_path):
+  write_checkpoint(tmp_path / 'src')
+  (tmp_path / 'dst').mkdir()
+  (tmp_path / 'dst' / 'keep.txt').write_text('mine')
+  with pytest.raises(CheckpointError, match='holds no checkpoint; --force only replaces'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', force=True)
+  assert os.listdir(tmp_path / 'dst') == ['keep.txt']
+  assert (tmp_path / 'dst' / 'keep.txt').read_text() == 'mine'
+
+
+@pytest.mark.parametrize('dst, relation', [
+    ('src', 'is'), ('src/inner', 'lies inside'), ('.', 'contains'),
+])
+def test_destination_overlapping_the_source_is_refused_even_with_force(tmp_path, dst, relation):
   write_checkpoint(tmp_path / 'src')
   before = tree_checksum(tmp_path / 'src')
-  with pytest.raises(CheckpointError, match='overlaps the source'):
+  with pytest.raises(CheckpointError, match=f'{relation} the source'):
     convert_checkpoint(tmp_path / 'src', tmp_path / dst, 'nnx', force=True)
   assert tree_checksum(tmp_path / 'src') == before
+
+
+@pytest.mark.parametrize('source_scan, layout', [(False, 'scan'), (True, 'loop'), (True, None)])
+def test_layer_partition_names_the_stacked_axis_of_the_scanned_side(tmp_path, source_scan, layout):
+  source_desc = DESC.replace(use_scan=source_scan, layer_partition='data' if source_scan else None)
+  source_trainer, state = write_checkpoint(tmp_path / 'src', 'linen', source_desc, 'adam')
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', layout=layout, layer_partition='data')
+  out_scan = source_scan if layout is None else layout == 'scan'
+  out_desc = DESC.replace(use_scan=out_scan, layer_partition='data' if out_scan else None)
+  trainer = checkpoints.trainer_for('nnx', out_desc, source_trainer.mesh, 'adam')
+  other = checkpoints.trainer_for('linen', out_desc, source_trainer.mesh, 'adam')
+  with jax.set_mesh(trainer.mesh):
+    restored = nnx_checkpoint.restore(tmp_path / 'dst', trainer)
+    expected = training_states.convert(state, 'linen', source_trainer, 'nnx', trainer, other)
+    assert_bit_identical(expected, restored)
+  kernel = restored['model']['layers']
+  kernel = kernel['dot1']['kernel'] if out_scan else kernel[0]['dot1']['kernel']
+  assert tuple(kernel[...].sharding.spec) == (('data', None, 'model') if out_scan else (None, 'model'))
+
+
+def test_layer_partition_with_no_scanned_side_is_refused(tmp_path):
+  write_checkpoint(tmp_path / 'src')
+  with pytest.raises(CheckpointError, match="layer_partition='data' names the stacked layer axis, but no side is scanned"):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', layer_partition='data')
+  assert not os.path.exists(tmp_path / 'dst')
+
+
+def test_unfinished_source_is_refused_unless_allowed(tmp_path):
+  _, _, temporary = write_unfinished_checkpoint(tmp_path / 'src')
+  with pytest.raises(CheckpointError, match='unfinished Orbax save'):
+    convert_checkpoint(temporary, tmp_path / 'dst', 'nnx')
+  assert not os.path.exists(tmp_path / 'dst')
+  summary = convert_checkpoint(temporary, tmp_path / 'dst', 'nnx', allow_unfinished=True)
+  assert summary['verified'] and checkpoints.inspect(tmp_path / 'dst').framework == 'nnx'
 
 
 def test_bad_source_writes_nothing(tmp_path):

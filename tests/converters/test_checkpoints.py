@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import flax
 import jax
@@ -15,6 +16,7 @@ from tests.converters.checkpoint_fixtures import (
     DESC,
     assert_bit_identical,
     write_checkpoint,
+    write_unfinished_checkpoint,
 )
 
 
@@ -84,6 +86,24 @@ def test_truncated_array_data_is_reported_not_read_as_zeros(tmp_path, cut):
     info = checkpoints.inspect(tmp_path / 'ckpt')
     with jax.set_mesh(trainer.mesh):
       checkpoints.restore(info, trainer)
+
+
+def test_unfinished_orbax_save_is_refused_unless_allowed(tmp_path):
+  trainer, state, temporary = write_unfinished_checkpoint(tmp_path / 'ckpt')
+  copied = tmp_path / 'copied'  # renamed or copied away: only the metadata tells
+  shutil.copytree(temporary, copied)
+  for path, why in [(temporary, 'does not consider it finalized'), (copied, 'no commit')]:
+    with pytest.raises(CheckpointError, match=f'unfinished Orbax save .*{why}.*--allow-unfinished'):
+      checkpoints.inspect(path)
+    info = checkpoints.inspect(path, allow_unfinished=True)
+    assert info.unfinished
+    with jax.set_mesh(trainer.mesh):
+      assert_bit_identical(state, checkpoints.restore(info, trainer))
+
+
+def test_finished_save_is_not_unfinished(tmp_path):
+  write_checkpoint(tmp_path / 'ckpt')
+  assert not checkpoints.inspect(tmp_path / 'ckpt').unfinished
 
 
 def test_truncated_msgpack_file_is_reported(tmp_path):

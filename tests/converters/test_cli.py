@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from converters.cli import build_parser
+from tests.converters.cli_runner import assert_refused, run
 
 
 def linen_nnx(*args: str) -> subprocess.CompletedProcess:
@@ -49,9 +49,44 @@ def test_invalid_description_exits_2_and_names_the_value():
   assert 'depth=30 is not divisible' in result.stderr
 
 
-@pytest.mark.parametrize('bad', ['2by4', '2x', 'x4'])
-def test_bad_mesh_flag_is_a_usage_error(bad, capsys):
-  with pytest.raises(SystemExit) as info:
-    build_parser().parse_args(['demo', '--mesh', bad])
-  assert info.value.code == 2
-  assert 'write DATAxMODEL' in capsys.readouterr().err
+@pytest.mark.parametrize('bad, message', [
+    ('2by4', 'write DATAxMODEL'), ('2x', 'write DATAxMODEL'), ('x4', 'write DATAxMODEL'),
+    ('abc', 'write DATAxMODEL'), ('0x8', 'both sizes must be at least 1'),
+])
+def test_bad_mesh_flag_is_a_usage_error(bad, message):
+  assert_refused(run('demo', '--mesh', bad), f'argument --mesh: {bad!r}: {message}')
+  result = run('convert', 'a', 'b', '--to', 'nnx', '--mesh', bad, '--json')
+  assert_refused(result, f'argument --mesh: {bad!r}: {message}')
+  assert result.json['ok'] is False
+
+
+# Every usage error: exit 2, one line on stderr, and the JSON object with --json.
+USAGE_ERRORS = {
+    'convert without --to': (['convert', 'a', 'b'], 'required: --to'),
+    'convert with a bad --to': (['convert', 'a', 'b', '--to', 'jax'], "invalid choice: 'jax'"),
+    'compare with one path': (['compare', 'a'], 'compare takes two checkpoints'),
+    'compare with three paths': (['compare', 'a', 'b', 'c'], 'compare takes two checkpoints'),
+    'compare --steps -2': (['compare', '--steps', '-2'], '--steps: -2 is below the minimum 0'),
+    'demo --steps -1': (['demo', '--steps', '-1'], '--steps: -1 is below the minimum 0'),
+    'demo --devices 0': (['demo', '--devices', '0'], '--devices: 0 is below the minimum 1'),
+    'convert --devices x': (['convert', 'a', 'b', '--to', 'nnx', '--devices', 'x'], "'x' is not an integer"),
+    'demo --plot into a missing directory': (['demo', '--plot', '/no/such/dir/loss.png'], 'does not exist'),
+    'demo --plot onto a directory': (['demo', '--plot', '.'], 'is a directory'),
+    'side-by-side --html into a missing directory': (['side-by-side', '--html', '/no/such/dir/x.html'], 'does not exist'),
+    'no command': ([], 'required: command'),
+    'an unknown command': (['port'], "invalid choice: 'port'"),
+}
+
+
+@pytest.mark.parametrize('name', USAGE_ERRORS)
+def test_usage_errors_exit_2_with_one_line_and_json(name):
+  argv, message = USAGE_ERRORS[name]
+  result = run(*argv)
+  assert_refused(result, message)
+  assert result.stdout == ''
+  assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+  if 'side-by-side' in argv or 'demo' in argv:
+    return  # these commands print no JSON
+  result = run(*argv, '--json')
+  assert_refused(result, message)
+  assert result.json['ok'] is False and result.json['exit_code'] == 2

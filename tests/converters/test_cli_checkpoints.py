@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,6 +73,29 @@ def test_bad_input_exits_2_with_one_line_reason(linen_checkpoint, tmp_path):
 def test_usage_error_exits_2(linen_checkpoint, tmp_path):
   result = linen_nnx('convert', linen_checkpoint, tmp_path / 'x')  # no --to
   assert result.returncode == 2 and '--to' in result.stderr
+
+
+def test_truncated_data_exits_2_with_one_line_and_no_tracebacks(linen_checkpoint, tmp_path):
+  """Reads still in flight when Orbax gives up must not print tracebacks at exit."""
+  src = tmp_path / 'src'
+  shutil.copytree(linen_checkpoint, src)
+  for path in (src / 'd').iterdir():
+    with open(path, 'r+b') as f:
+      f.truncate(100)
+  result = linen_nnx('convert', src, tmp_path / 'dst', '--to', 'nnx', '--json')
+  assert result.returncode == 2
+  assert 'corrupted or incomplete' in result.stderr.splitlines()[-1]
+  assert 'Traceback' not in result.stderr and 'Event loop is closed' not in result.stderr
+  assert json.loads(result.stdout)['ok'] is False
+
+
+def test_layout_change_with_a_layer_partition(linen_checkpoint, tmp_path):
+  result = linen_nnx('convert', linen_checkpoint, tmp_path / 'scan', '--to', 'nnx', '--layout', 'scan', '--layer-partition', 'data')
+  assert result.returncode == 0, result.stderr
+  result = linen_nnx('convert', tmp_path / 'scan', tmp_path / 'loop', '--to', 'linen', '--layout', 'loop', '--layer-partition', 'data')
+  assert result.returncode == 0, result.stderr
+  result = linen_nnx('convert', tmp_path / 'loop', tmp_path / 'x', '--to', 'nnx', '--layer-partition', 'data')
+  assert result.returncode == 2 and 'no side is scanned' in result.stderr
 
 
 def test_compare_checkpoints_identical_and_different(linen_checkpoint, tmp_path):

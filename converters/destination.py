@@ -1,0 +1,200 @@
+"""Where a checkpoint conversion may write, decided on the paths the OS resolves.
+
+`plan_destination` compares SRC and DST as the filesystem sees them: symlinks
+anywhere in either path, `..` after a symlink, relative paths. DST names a
+directory entry: its parent is resolved, its last component is kept, so
+`--force` replaces a symlink at DST (never what it points to). Everything is
+checked before anything is created: DST must not be SRC, lie inside SRC or
+contain SRC (whether DST is followed through a symlink or not), its parent
+must be a writable directory (or creatable), and an existing DST is replaced
+only with `force` and only if it is a checkpoint, a file, a symlink or an empty
+directory.
+
+The conversion writes into a hidden sibling of DST (`.NAME.partial-PID`) and
+moves a replaced DST aside to `.NAME.replaced-PID` for the instant between two
+renames; `remove_stale` deletes those that dead runs left behind, never one that
+is, holds or lies inside SRC, and never following a symlink.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import shutil
+
+from converters.checkpoints import is_checkpoint_directory
+from converters.errors import CheckpointError
+
+_KINDS = ('partial', 'replaced')
+
+
+def _real(path: str) -> str:
+  """The path with every symlink and `..` resolved, as the OS would."""
+  return os.path.realpath(os.path.join(os.getcwd(), os.fspath(path)))
+
+
+def _inside(path: str, directory: str) -> bool:
+  """Whether `path` is `directory` or lies below it (both real paths)."""
+  return os.path.commonpath([path, directory]) == directory
+
+
+def overlaps(a: str, b: str) -> bool:
+  """Whether one of two real paths is, or lies inside, the other."""
+  return _inside(a, b) or _inside(b, a)
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def remove_entry(path: str) -> None:
+  """Deletes a directory tree, a file or a symlink (the link itself, never its target)."""
+  if os.path.islink(path) or not os.path.isdir(path):
+    os.unlink(path)
+  else:
+    shutil.rmtree(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Destination:
+  """A checked DST.
+
+  Attributes:
+    path: the DST entry: its parent's real path joined with its name.
+    protected: the real paths of the source, which nothing may touch.
+    exists: whether something (even a dangling symlink) is at `path`.
+  """
+
+  path: str
+  protected: tuple[str, ...]
+  exists: bool
+
+  @property
+  def parent(self) -> str:
+    return os.path.dirname(self.path)
+
+  def sibling(self, kind: str, pid: int | str) -> str:
+    """`.NAME.KIND-PID` beside DST: staging (`partial`) or a replaced DST."""
+    return os.path.join(self.parent, f'.{os.path.basename(self.path)}.{kind}-{pid}')
+
+  def make_staging(self, pid: int) -> str:
+    """Creates the staging sibling (and DST's missing parents); returns it."""
+    staging = self.sibling('partial', pid)
+    try:
+      os.makedirs(staging)
+    except OSError as e:
+      raise CheckpointError(
+          f'{self.path}: cannot create the staging directory {staging} beside '
+          f'it: {e.strerror or e}; choose a DST in a writable directory'
+      ) from e
+    return staging
+
+  def remove_stale(self) -> list[str]:
+    """Deletes the staging and replaced siblings of dead runs; returns them.
+
+    Never removes one that is, holds or lies inside the source, and removes a
+    symlink as a link.
+    """
+    removed = []
+    for kind in _KINDS:
+      for path in glob.glob(glob.escape(self.sibling(kind, '')) + '*'):
+        pid = path.rsplit('-', 1)[1]
+        if not pid.isdigit() or _pid_alive(int(pid)):
+          continue
+        # A symlink is removed as a link: only where it is matters.
+        where = os.path.abspath(path) if os.path.islink(path) else _real(path)
+        if any(overlaps(where, p) for p in self.protected):
+          continue
+        try:
+          remove_entry(path)
+        except OSError:
+          continue  # a later run tries again; never fail a conversion for it
+        removed.append(path)
+    return removed
+
+
+def _entry(dst: str) -> str:
+  """The directory entry `dst` names: real parent + last component."""
+  text = os.path.join(os.getcwd(), os.fspath(dst)).rstrip(os.sep) or os.sep
+  head, name = os.path.split(text)
+  if name in ('', '.', '..'):
+    return _real(text)
+  return os.path.join(_real(head), name)
+
+
+def _check_parent(dst: str, parent: str) -> None:
+  """The parent exists as a writable directory, or can be created."""
+  existing = parent
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise CheckpointError(
+        f'{dst}: cannot be created: {existing} is a file, not a directory; '
+        'choose a DST whose parent is a directory'
+    )
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise CheckpointError(
+        f'{dst}: cannot be created: the directory {existing} is not writable; '
+        'choose a DST in a writable directory'
+    )
+
+
+def _replaceable(path: str) -> bool:
+  """A checkpoint, a file, a symlink or an empty directory."""
+  if os.path.islink(path) or not os.path.isdir(path):
+    return True
+  return not os.listdir(path) or is_checkpoint_directory(path)
+
+
+def plan_destination(src_paths: list[str], dst: str | os.PathLike, force: bool) -> Destination:
+  """Checks DST against the source paths before anything is created.
+
+  Args:
+    src_paths: the source as given and the checkpoint found in it (they
+      differ for a `flax.training.checkpoints` directory).
+    dst: DST as given (relative, through symlinks, with `..`).
+    force: whether an existing DST may be replaced.
+
+  Raises:
+    CheckpointError: DST overlaps the source, cannot be created, exists
+      without `force`, or exists as something `force` does not replace.
+  """
+  text = os.fspath(dst)
+  if not text:
+    raise CheckpointError('DST is empty; give the path to write the converted checkpoint to')
+  entry = _entry(text)
+  if entry == os.sep:
+    raise CheckpointError(f'{text}: is the filesystem root; choose a new directory as DST')
+  protected = tuple(dict.fromkeys(_real(p) for p in src_paths))
+  exists = os.path.lexists(entry)
+  spellings = {entry, _real(entry)} if exists else {entry}
+  for source in protected:
+    for spelling in sorted(spellings):
+      if overlaps(spelling, source):
+        how = 'is' if spelling == source else (
+            'lies inside' if _inside(spelling, source) else 'contains'
+        )
+        shown = text if spelling == entry else f'{text} (-> {spelling})'
+        raise CheckpointError(
+            f'{shown}: {how} the source {source}; SRC is never written to, so '
+            'write the converted checkpoint outside it',
+            [text],
+        )
+  _check_parent(text, os.path.dirname(entry))
+  if exists and not force:
+    raise CheckpointError(f'{text}: already exists; pass --force to replace it', [text])
+  if exists and not _replaceable(entry):
+    raise CheckpointError(
+        f'{text}: is a directory that holds no checkpoint; --force only replaces '
+        'a checkpoint, a file, a symlink or an empty directory, so remove it '
+        'yourself or choose another DST',
+        [text],
+    )
+  return Destination(entry, protected, exists)
