@@ -25,6 +25,7 @@ from converters.errors import StructureError
 from converters.optimizer_state import linen_opt_to_nnx, nnx_opt_to_linen
 from converters.paths import KIT_PATHS, PathMapping, format_path
 from converters.tree_io import (
+    Batch,
     Options,
     check_against_template,
     check_keys,
@@ -55,19 +56,27 @@ def linen_to_nnx(
     linen: `{'params': boxed params}` or a `TrainState` with boxed params.
     target: NNX structure to fill: a model, or `(model, optimizer)` (needed for
       a `TrainState`); real or abstract (`nnx.eval_shape`). Not modified.
-    paths: the Linen <-> NNX path mapping.
+    paths: the Linen <-> NNX path mapping: a `PathMapping` or any iterable
+      of `PathRule`s.
     scan: target layout of layer parameters (True stacked, False looped,
       None as the source).
     layer_partition: layer axis name inserted when stacking.
-    num_layers: expected number of layers (checked; inferred when None).
+    num_layers: expected number of layers, checked in every layout
+      (inferred when None).
     mesh: the mesh of arrays that carry no `NamedSharding` (abstract trees).
-    rules: logical rules for logical boxes that carry none.
+    rules: logical rules for logical boxes that carry none; attached to the
+      output (as `sharding_rules` / the box's rules) so it resolves alone.
     donate: delete each input array that is relaid (stacked or sliced) as
       soon as its replacement exists, so a relayout holds one group of layers
-      twice instead of the whole tree. The input must not be used afterwards;
-      if the conversion fails part way, some of its arrays may be deleted.
-      Arrays whose layout does not change are never deleted (they are the
-      output's).
+      twice instead of the whole tree. The input must not be used afterwards.
+      Every check runs before any array is deleted; only a failure while the
+      arrays are being built (out of memory) can leave some deleted. Arrays
+      whose layout does not change are never deleted (they are the output's),
+      nor is any buffer that two input leaves share (tied weights).
+
+  Every placed input array must sit where its annotation says, and a
+  target's arrays must live on the input's mesh: the conversion checks, it
+  never reshards.
 
   Returns:
     Without `target`: an `nnx.State` of `nnx.Param`s (for `nnx.update`).
@@ -104,37 +113,65 @@ def linen_to_nnx(
         'target has an optimizer but the Linen input has no opt_state; pass a '
         'TrainState, or a model alone as target'
     )
-  param_flat = read_linen_tree(params, 'params')
-  converted = convert_flat(param_flat, 'linen', 'nnx', options)
+  model, optimizer = target if is_state else (target, None)
+  if target is not None and not isinstance(model, nnx.Module):
+    raise StructureError(
+        f'target model is a {type(model).__name__}; pass an nnx.Module (real, or '
+        'from nnx.eval_shape)'
+    )
+  batch = Batch(options)
+  param_flat = _nonempty(read_linen_tree(params, 'params'), 'params')
+  converted = batch.plan(param_flat, 'linen', 'nnx')
   if target is None:
-    params = {p: md.write_nnx(nnx.Param, v, a) for p, (v, a) in converted.items()}
+    batch.run()
+    params = {
+        p: md.write_nnx(nnx.Param, batch.value(v), a) for p, (v, a) in converted.items()
+    }
     return nnx.State(nest(params))
 
-  model, optimizer = target if is_state else (target, None)
   objects = {'model': model} if optimizer is None else {'model': model, 'optimizer': optimizer}
   graphdef, template = nnx.split(objects)
   template_flat = read_nnx_state(template, 'target')
   produced = {('model',) + p: va for p, va in converted.items()}
   if optimizer is not None:
-    produced.update(linen_opt_to_nnx(linen, param_flat, optimizer, options))
+    produced.update(linen_opt_to_nnx(linen, param_flat, optimizer, batch))
   check_keys('linen -> nnx', template_flat, produced)
 
-  new_flat = {}
-  for path, (t_value, t_annotation, t_var) in template_flat.items():
+  # Every check passes before any array is built (or any donated one deleted).
+  scalars = {}
+  for path, (t_value, t_annotation, _) in template_flat.items():
     value, annotation = produced[path]
     where = format_path(path)
     if annotation is None:  # a step or count: the target's own metadata
       mesh = options.mesh or mesh_of_tree(template_flat)
-      value = scalar_like(value, t_value.dtype, mesh, where)
-      new_flat[path] = t_var.replace(value)
+      scalars[path] = scalar_like(value, t_value.dtype, mesh, where)
+    else:
+      check_against_template(where, value, annotation, t_value, t_annotation, options.rules)
+  batch.protect(value for value, annotation in produced.values() if annotation is None)
+  batch.run()
+
+  new_flat = {}
+  for path, (_, _, t_var) in template_flat.items():
+    if path in scalars:
+      new_flat[path] = t_var.replace(scalars[path])
       continue
-    check_against_template(where, value, annotation, t_value, t_annotation)
-    new_var = t_var.replace(value)
+    value, annotation = produced[path]
+    new_var = t_var.replace(batch.value(value))
     for key, extra in annotation.extra:
       new_var.set_metadata(key, extra)
     new_flat[path] = new_var
   objects = nnx.merge(graphdef, nnx.State(nest(new_flat)))
   return (objects['model'], objects['optimizer']) if optimizer is not None else objects['model']
+
+
+def _nonempty(flat: dict, where: str) -> dict:
+  if not flat:
+    raise StructureError(
+        f'{where}: holds no parameters; pass the model\'s parameters (an empty '
+        'tree converts to nothing)',
+        [where],
+    )
+  return flat
 
 
 def nnx_to_linen(
@@ -169,8 +206,11 @@ def nnx_to_linen(
   options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate)
   optimizer = None
   if isinstance(nnx_in, tuple):
-    if len(nnx_in) != 2:
-      raise StructureError('pass an nnx.State, a model, or (model, optimizer)')
+    if len(nnx_in) != 2 or not isinstance(nnx_in[0], nnx.Module) or nnx_in[1] is None:
+      raise StructureError(
+          'pass an nnx.State, a model, or (model, optimizer) with both present, got '
+          f'({", ".join(type(x).__name__ for x in nnx_in)})'
+      )
     model, optimizer = nnx_in
     state = nnx.state(model)
   elif isinstance(nnx_in, nnx.Module):
@@ -189,19 +229,24 @@ def nnx_to_linen(
         'converting an optimizer needs target=TrainState (real, or from '
         'jax.eval_shape of your init) for its tx and opt_state structure'
     )
-  param_flat = read_nnx_state(state, 'model', only=nnx.Param)
-  converted = convert_flat(param_flat, 'nnx', 'linen', options)
-  params = nest({p: md.write_linen(v, a) for p, (v, a) in converted.items()})
+  batch = Batch(options)
+  param_flat = _nonempty(read_nnx_state(state, 'model', only=nnx.Param), 'model')
+  converted = batch.plan(param_flat, 'nnx', 'linen')
   if optimizer is None:
-    return {'params': params}
+    batch.run()
+    return {'params': nest({p: md.write_linen(batch.value(v), a) for p, (v, a) in converted.items()})}
   template_params = read_linen_tree(target.params, 'target.params')
   check_keys('nnx -> linen params', template_params, converted)
   for p, (value, annotation) in converted.items():
     t_value, t_annotation = template_params[p]
-    check_against_template('params/' + format_path(p), value, annotation, t_value, t_annotation)
+    check_against_template(
+        'params/' + format_path(p), value, annotation, t_value, t_annotation, options.rules
+    )
 
   mesh_hint = options.mesh or mesh_of_tree(param_flat)
-  step, opt_state = nnx_opt_to_linen(optimizer, param_flat, target, options, mesh_hint)
+  # Checks the optimizer state against the target, then builds every array.
+  step, opt_state = nnx_opt_to_linen(optimizer, param_flat, target, batch, mesh_hint)
+  params = nest({p: md.write_linen(batch.value(v), a) for p, (v, a) in converted.items()})
   return target.replace(step=step, params=params, opt_state=opt_state)
 
 
@@ -230,13 +275,13 @@ def relayout(
   """
   options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate)
   if isinstance(tree, nnx.State):
-    flat = read_nnx_state(tree, 'model', only=nnx.Param)
+    flat = _nonempty(read_nnx_state(tree, 'model', only=nnx.Param), 'model')
     converted = convert_flat(flat, 'nnx', 'nnx', options)
     return nnx.State(
         nest({p: md.write_nnx(nnx.Param, v, a) for p, (v, a) in converted.items()})
     )
   if isinstance(tree, Mapping) and set(tree) == {'params'}:
-    flat = read_linen_tree(tree['params'], 'params')
+    flat = _nonempty(read_linen_tree(tree['params'], 'params'), 'params')
     converted = convert_flat(flat, 'linen', 'linen', options)
     return {'params': nest({p: md.write_linen(v, a) for p, (v, a) in converted.items()})}
   raise StructureError(

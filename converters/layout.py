@@ -30,6 +30,7 @@ from jax.sharding import Mesh, NamedSharding
 from converters import metadata as md
 from converters.allocator import release_free_memory
 from converters.errors import (
+    AnnotationError,
     LayoutError,
     PathMappingError,
     ShapeError,
@@ -89,6 +90,7 @@ def plan(
   targets: dict[tuple, Target] = {}
   producers: dict[tuple, list[str]] = defaultdict(list)
   groups: dict[Any, dict[int, tuple]] = defaultdict(dict)  # loop -> scan
+  kept_layers: dict[Any, dict[int, tuple]] = defaultdict(dict)  # loop -> loop
   problems: list[str] = []
   offenders: list[str] = []
 
@@ -102,6 +104,15 @@ def plan(
       offenders.append(format_path(path))
       continue
     if layout == want:
+      if num_layers is not None and layout == 'loop':
+        kept_layers[match.rule][match.index] = path
+      elif num_layers is not None and layout == 'scan' and (shape[:1] or (0,))[0] != num_layers:
+        problems.append(
+            f'{format_path(path)}: stacked axis has length {(shape[:1] or (0,))[0]}, '
+            f'expected num_layers={num_layers}'
+        )
+        offenders.append(format_path(path))
+        continue
       new = match.rule.path(target, layout, match.index)
       producers[new].append(format_path(path))
       targets[new] = Target('keep', (path,), annotation, shape, dtype)
@@ -122,18 +133,17 @@ def plan(
         producers[new].append(f'{format_path(path)}[{i}]')
         targets[new] = Target('slice', (path,), layer_annotation, shape[1:], dtype, i)
 
+  for rule, layers in kept_layers.items():
+    problem = _layer_count_problem(rule, layers, num_layers, source, 'keep')
+    if problem:
+      problems.append(problem[0])
+      offenders += problem[1]
   for rule, layers in groups.items():
     count = num_layers if num_layers is not None else max(layers) + 1
-    missing = [rule.path(source, 'loop', i) for i in range(count) if i not in layers]
-    extra = [p for i, p in layers.items() if i >= count]
-    if missing or extra:
-      missing_text = format_offenders(format_path(p) for p in missing)
-      extra_text = format_offenders(format_path(p) for p in extra)
-      problems.append(
-          f'cannot stack {rule.linen!r}: missing layers [{missing_text}], '
-          f'layers beyond num_layers={count} [{extra_text}]'
-      )
-      offenders += [format_path(p) for p in missing + extra]
+    problem = _layer_count_problem(rule, layers, count, source, 'stack')
+    if problem:
+      problems.append(problem[0])
+      offenders += problem[1]
       continue
     paths = tuple(layers[i] for i in range(count))
     first_value, first_annotation = flat[paths[0]]
@@ -160,6 +170,16 @@ def plan(
         dtype,
     )
 
+  nested = [
+      f'{format_path(p)} inside {format_path(p[:n])}'
+      for p in targets for n in range(1, len(p)) if p[:n] in targets
+  ]
+  if nested:
+    raise PathMappingError(
+        f'target paths nest inside other target parameters: {format_offenders(nested)}; '
+        'a parameter cannot hold other parameters, so map them to sibling paths',
+        nested,
+    )
   collisions = {p: srcs for p, srcs in producers.items() if len(srcs) > 1}
   if collisions:
     listed = [f"{format_path(p)} <- {' & '.join(sorted(s))}" for p, s in collisions.items()]
@@ -174,11 +194,59 @@ def plan(
   return targets
 
 
+def _layer_count_problem(rule, layers: dict[int, tuple], count: int, source: Framework, verb: str):
+  """`(message, offenders)` when `layers` are not exactly layers 0..count-1."""
+  missing = [rule.path(source, 'loop', i) for i in range(count) if i not in layers]
+  extra = [p for i, p in layers.items() if i >= count]
+  if not (missing or extra):
+    return None
+  missing_text = format_offenders(format_path(p) for p in missing)
+  extra_text = format_offenders(format_path(p) for p in extra)
+  what = 'cannot stack' if verb == 'stack' else 'layers of'
+  return (
+      f'{what} {rule.linen!r}: missing layers [{missing_text}], '
+      f'layers beyond num_layers={count} [{extra_text}]',
+      [format_path(p) for p in missing + extra],
+  )
+
+
 def _mesh_of(value, annotation: md.Annotation, mesh: Mesh | None) -> Mesh | None:
   sharding = getattr(value, 'sharding', None)
   if isinstance(sharding, NamedSharding):
     return sharding.mesh
   return annotation.mesh or mesh
+
+
+def _describe_mesh(mesh: Mesh) -> str:
+  ids = [d.id for d in mesh.devices.flat]
+  return f'{dict(mesh.shape)} on devices {ids}'
+
+
+def check_placement(flat: Flat, mesh: Mesh | None = None, rules: tuple | None = None) -> None:
+  """Every placed array sits where its annotation says.
+
+  An array with a `NamedSharding` whose spec is not the one its annotation
+  resolves to on that mesh is refused (a relayout would silently reshard it,
+  a kept array would carry an annotation that lies).
+  """
+  wrong = []
+  for path, (value, annotation) in flat.items():
+    sharding = getattr(value, 'sharding', None)
+    if not isinstance(sharding, NamedSharding) or annotation.names is None:
+      continue
+    where = format_path(path)
+    spec = md.resolve(annotation, tuple(value.shape), sharding.mesh, where, rules)
+    if not sharding.is_equivalent_to(NamedSharding(sharding.mesh, spec), len(value.shape)):
+      wrong.append((where, sharding.spec, spec, annotation.names))
+  if wrong:
+    listed = [f'{w} is placed as {actual} but its names {names} ask for {wanted}' for w, actual, wanted, names in wrong]
+    raise AnnotationError(
+        f'arrays placed against their annotations: {format_offenders(listed)}; '
+        'the converters check placement rather than reshard silently: put each '
+        'array where its annotation says (jax.device_put(x, NamedSharding(mesh, '
+        'spec))) or fix the annotation',
+        [w for w, *_ in wrong],
+    )
 
 
 def target_shardings(
@@ -187,14 +255,42 @@ def target_shardings(
     mesh: Mesh | None = None,
     rules: tuple | None = None,
 ) -> dict[tuple, NamedSharding | None]:
-  """Checks every target annotation on its mesh; the `NamedSharding` each asks for."""
+  """Checks every target annotation on its mesh; the `NamedSharding` each asks for.
+
+  The sources of one target (a stack's layers) must live on one mesh.
+  """
   shardings = {}
   for path, t in targets.items():
-    value, annotation = flat[t.sources[0]]
-    leaf_mesh = _mesh_of(value, annotation, mesh)
+    meshes = {}
+    for source_path in t.sources:
+      value, annotation = flat[source_path]
+      leaf_mesh = _mesh_of(value, annotation, mesh)
+      if leaf_mesh is not None:
+        meshes.setdefault(leaf_mesh, format_path(source_path))
+    if len(meshes) > 1:
+      listed = [f'{p} on {_describe_mesh(m)}' for m, p in meshes.items()]
+      raise LayoutError(
+          f'{format_path(path)}: its sources live on different meshes or device '
+          f'orders ({format_offenders(listed)}); put every layer on one mesh '
+          '(jax.device_put) before converting',
+          list(meshes.values()),
+      )
+    leaf_mesh = next(iter(meshes), None)
     spec = md.resolve(t.annotation, t.shape, leaf_mesh, format_path(path), rules)
     shardings[path] = None if leaf_mesh is None else NamedSharding(leaf_mesh, spec)
   return shardings
+
+
+def buffer_keys(value) -> frozenset:
+  """What identifies the device buffers of an array: (device, address) of each shard."""
+  if not isinstance(value, jax.Array) or value.is_deleted():
+    return frozenset()
+  try:
+    return frozenset(
+        (shard.device.id, shard.data.unsafe_buffer_pointer()) for shard in value.addressable_shards
+    )
+  except Exception:  # a backend without raw pointers: the array itself stands for them
+    return frozenset({('array', id(value))})
 
 
 def _relayout(recipe, *arrays):
@@ -245,12 +341,14 @@ def execute(
     flat: Flat,
     shardings: Mapping[tuple, NamedSharding | None],
     donate: bool = False,
+    shared: frozenset = frozenset(),
 ) -> dict[tuple, Any]:
   """The target arrays: inputs themselves where kept, one jit for the rest.
 
   With `donate`, the relayout runs one group of layers at a time and deletes
   each group's source arrays once its results exist, so it holds one group
-  twice instead of every moved array.
+  twice instead of every moved array. A source whose buffers are in `shared`
+  (used by another input leaf), or are also a kept output, is never deleted.
   """
   out: dict[tuple, Any] = {}
   moved = [p for p, t in targets.items() if t.op != 'keep']
@@ -272,7 +370,9 @@ def execute(
       t = targets[p]
       out[p] = jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[p])
     return out
-  kept = {id(v) for v in out.values()}
+  kept = set(shared)
+  for value in out.values():
+    kept |= buffer_keys(value)
   for group in _groups(moved, targets) if donate else [moved]:
     results = _run(group, targets, flat, shardings)
     if donate:  # one group at a time: the next starts once these sources are freed
@@ -284,7 +384,8 @@ def execute(
     if donate:
       for source in {s for p in group for s in targets[p].sources}:
         value = flat[source][0]
-        if id(value) not in kept and isinstance(value, jax.Array) and not value.is_deleted():
+        buffers = buffer_keys(value)
+        if buffers and not buffers & kept:
           value.delete()
       # Layer-sized buffers are kept by the C allocator, not reused for the
       # larger stacks: give them back before the next group.

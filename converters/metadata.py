@@ -230,6 +230,13 @@ def write_linen(value, annotation: Annotation):
   return box.replace(extra=extra) if extra else box
 
 
+def with_default_rules(annotation: Annotation, rules: tuple | None) -> Annotation:
+  """A logical annotation that carries no rules, given `rules`."""
+  if annotation.logical and annotation.rules is None and rules is not None:
+    return dataclasses.replace(annotation, rules=tuple(tuple(r) for r in rules))
+  return annotation
+
+
 # -- layer axis --------------------------------------------------------------------
 
 

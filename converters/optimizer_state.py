@@ -23,9 +23,9 @@ from converters import metadata as md
 from converters.errors import OptimizerStateError, format_offenders
 from converters.paths import format_path
 from converters.tree_io import (
+    Batch,
     check_against_template,
     check_keys,
-    convert_flat,
     keys_of,
     read_linen_tree,
     read_nnx_state,
@@ -97,8 +97,12 @@ def _correspondence(optimizer) -> _OptimizerCorrespondence:
   )
 
 
-def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, options):
-  """`{nnx path: (value, annotation or None)}` of the optimizer part."""
+def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, batch: Batch):
+  """`{nnx path: (value, annotation or None)}` of the optimizer part.
+
+  Moment trees are planned in `batch` (their values are built by its `run`);
+  scalars (step, counts) have no annotation.
+  """
   corr = _correspondence(optimizer)
   param_paths = set(param_flat)
   opt_flat = read_linen_tree(state.opt_state, 'opt_state', uniform=False)
@@ -110,7 +114,7 @@ def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, options):
     if nnx_prefix is None:
       unknown.append(format_path(prefix))
       continue
-    for p, va in convert_flat(flat, 'linen', 'nnx', options).items():
+    for p, va in batch.plan(flat, 'linen', 'nnx').items():
       out[('optimizer',) + nnx_prefix + p] = va
   for path, value in scalars.items():
     if path in corr.derived_from_step:
@@ -137,8 +141,12 @@ def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, options):
   return out
 
 
-def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, options, mesh_hint):
-  """`(step, opt_state)` of a Linen `target` filled from an NNX optimizer."""
+def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, batch: Batch, mesh_hint):
+  """`(step, opt_state)` of a Linen `target` filled from an NNX optimizer.
+
+  Plans the moment trees in `batch`, checks everything against `target`,
+  then runs the batch (parameters included) and builds the state.
+  """
   corr = _correspondence(optimizer)
   opt_flat = read_nnx_state(nnx.state(optimizer), 'optimizer')
   step = opt_flat.pop(('step',))[0]
@@ -150,7 +158,7 @@ def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, options, mesh_hi
     if linen_prefix is None:
       unknown.append(format_path(prefix))
       continue
-    for p, va in convert_flat(flat, 'nnx', 'linen', options).items():
+    for p, va in batch.plan(flat, 'nnx', 'linen').items():
       produced[linen_prefix + p] = va
   for path, value in scalars.items():
     linen_prefix = corr.linen_prefix(path)
@@ -169,17 +177,24 @@ def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, options, mesh_hi
   t_leaves, treedef = jax.tree_util.tree_flatten_with_path(target.opt_state, is_leaf=md.is_linen_box)
   t_paths = [keys_of(k) for k, _ in t_leaves]
   check_keys('nnx -> linen opt_state', t_paths, produced)
-  leaves = []
+  if len(set(t_paths)) != len(t_paths):
+    raise OptimizerStateError('target.opt_state: two leaves share one path; pass a real optax state')
+  scalars = {}
   for path, (_, t_leaf) in zip(t_paths, t_leaves):
     t_value, t_annotation = md.read_linen(t_leaf, 'target.opt_state/' + format_path(path))
     t_annotation = t_annotation if md.is_linen_box(t_leaf) else None
     value, annotation = produced[path]
     where = 'opt_state/' + format_path(path)
     if annotation is None:
-      leaves.append(scalar_like(value, t_value.dtype, mesh_hint, where))
-      continue
-    check_against_template(where, value, annotation, t_value, t_annotation)
-    leaves.append(md.write_linen(value, annotation))
-  opt_state = jax.tree.unflatten(treedef, leaves)
+      scalars[path] = scalar_like(value, t_value.dtype, mesh_hint, where)
+    else:
+      check_against_template(where, value, annotation, t_value, t_annotation, batch.options.rules)
   step_dtype = getattr(target.step, 'dtype', np.dtype('int32'))
-  return scalar_like(step, step_dtype, mesh_hint, 'step'), opt_state
+  step = scalar_like(step, step_dtype, mesh_hint, 'step')
+  batch.protect([step, *scalars.values()])
+  batch.run()
+  leaves = [
+      scalars[path] if path in scalars else md.write_linen(batch.value(produced[path][0]), produced[path][1])
+      for path in t_paths
+  ]
+  return step, jax.tree.unflatten(treedef, leaves)

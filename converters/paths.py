@@ -29,8 +29,16 @@ Layout = Literal['loop', 'scan', 'plain']
 _INDEX = '{i}'
 
 
+def _key_text(key) -> str:
+  text = str(key)
+  return repr(text) if '/' in text else text
+
+
 def format_path(path: Sequence) -> str:
-  return '/'.join(str(k) for k in path)
+  """`a/b/0`; a key that itself contains `/` is quoted (`a/'b/c'`), so two
+  different paths never read the same."""
+  return '/'.join(_key_text(k) for k in path)
+
 
 
 def parse_path(text: str, framework: Framework) -> tuple:
@@ -183,6 +191,26 @@ class PathMapping:
     if problems:
       raise PathMappingError('; '.join(problems), unmapped + ambiguous)
     return result
+
+
+def as_mapping(paths) -> PathMapping:
+  """A `PathMapping`, or any iterable of `PathRule`s made into one."""
+  if isinstance(paths, PathMapping):
+    return paths
+  if isinstance(paths, (str, bytes)) or not isinstance(paths, Iterable):
+    raise PathMappingError(
+        f'paths={paths!r}: pass a PathMapping or an iterable of PathRule '
+        '(e.g. KIT_PATHS + [PathRule(linen=..., nnx=...)])'
+    )
+  rules = list(paths)
+  wrong = [repr(r) for r in rules if not isinstance(r, PathRule)]
+  if wrong:
+    raise PathMappingError(
+        f'paths holds {format_offenders(wrong)}, which are not PathRules; '
+        'write each as PathRule(linen=..., nnx=...)',
+        wrong,
+    )
+  return PathMapping(rules)
 
 
 _GUIDE_LAYER = (('Dense_0/kernel', 'dot1/kernel'), ('W2', 'w2'))

@@ -1,15 +1,18 @@
 """Framework trees as flat maps, and the checks every conversion shares.
 
 `read_linen_tree` and `read_nnx_state` turn a boxed Linen tree or an
-`nnx.State` into `{path: (array, Annotation, ...)}`; `convert_flat` runs path
-translation and relayout on such a map (`converters.layout`); `nest` builds
-nested dicts back. `check_keys` and `check_against_template` compare a
+`nnx.State` into `{path: (array, Annotation, ...)}`, refusing leaves that are
+not arrays. A `Batch` plans path translation and relayout on such maps
+(`converters.layout`) and builds the arrays only once every tree of the input
+and every check against the target has passed; `convert_flat` is a batch of
+one. `nest` builds nested dicts back. `check_keys` and `check_against_template` compare a
 conversion with the target structure it fills, and `scalar_like` converts step
 counters between Linen's and NNX's integer dtypes.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -24,17 +27,18 @@ from converters import layout
 from converters import metadata as md
 from converters.errors import (
     AnnotationError,
+    LayoutError,
     OptimizerStateError,
     ShapeError,
     StructureError,
     format_offenders,
 )
-from converters.paths import KIT_PATHS, Framework, PathMapping, format_path
+from converters.paths import KIT_PATHS, Framework, PathMapping, as_mapping, format_path
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """What every conversion is told: see `linen_to_nnx`."""
+  """What every conversion is told: see `linen_to_nnx`. Checked when made."""
 
   paths: PathMapping = KIT_PATHS
   scan: bool | None = None
@@ -43,6 +47,31 @@ class Options:
   mesh: Mesh | None = None
   rules: tuple | None = None
   donate: bool = False
+
+  def __post_init__(self):
+    object.__setattr__(self, 'paths', as_mapping(self.paths))
+    if self.scan not in (None, True, False):
+      raise LayoutError(f'scan={self.scan!r}: pass True (stacked), False (looped) or None (as the source)')
+    if self.num_layers is not None and (
+        isinstance(self.num_layers, bool) or not isinstance(self.num_layers, (int, np.integer))
+        or self.num_layers < 0
+    ):
+      raise LayoutError(f'num_layers={self.num_layers!r}: pass a non-negative int, or None to infer it')
+    if self.layer_partition is not None and not isinstance(self.layer_partition, str):
+      raise LayoutError(f'layer_partition={self.layer_partition!r}: pass an axis name (str) or None')
+    if self.mesh is not None and not isinstance(self.mesh, Mesh):
+      raise AnnotationError(f'mesh={self.mesh!r}: pass a jax.sharding.Mesh or None')
+    if self.rules is not None:
+      try:
+        rules = tuple((name, axis) for name, axis in self.rules)
+      except (TypeError, ValueError):
+        raise AnnotationError(
+            f'rules={self.rules!r}: pass logical rules as (name, mesh axis) pairs, '
+            "e.g. (('embed', None), ('hidden', 'model'))"
+        ) from None
+      object.__setattr__(self, 'rules', rules)
+    if not isinstance(self.donate, bool):
+      raise StructureError(f'donate={self.donate!r}: pass True or False')
 
 
 # -- reading each side -------------------------------------------------------------
@@ -59,18 +88,38 @@ def keys_of(keypath) -> tuple:
   return tuple(key_of(k) for k in keypath)
 
 
+def check_array(value, where: str) -> None:
+  """Raises `StructureError` unless `value` is an array (or an abstract one)."""
+  if value is None:
+    raise StructureError(
+        f'{where}: is None; every parameter must be an array (remove the entry '
+        'or give it its value)',
+        [where],
+    )
+  if not (hasattr(value, 'shape') and hasattr(value, 'dtype')) or isinstance(value, (str, bytes)):
+    raise StructureError(
+        f'{where}: is a {type(value).__name__}, not an array; parameters must be '
+        'jax.Array, np.ndarray or jax.ShapeDtypeStruct (wrap scalars with '
+        'jnp.asarray)',
+        [where],
+    )
+
+
 def read_linen_tree(
     tree, where: str, uniform: bool = True
 ) -> dict[tuple, tuple[Any, md.Annotation]]:
   """`{path: (array, annotation)}` of a boxed Linen tree.
 
-  With `uniform`, a tree whose leaves are partly boxed is rejected.
+  With `uniform`, a tree whose leaves are partly boxed is rejected. `None`
+  leaves and leaves that are not arrays are rejected, never dropped.
   """
-  leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=md.is_linen_box)[0]
+  is_leaf = lambda x: x is None or md.is_linen_box(x)
+  leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]
   flat = {}
   for keypath, leaf in leaves:
     path = keys_of(keypath)
     flat[path] = md.read_linen(leaf, f'{where}/{format_path(path)}')
+    check_array(flat[path][0], f'{where}/{format_path(path)}')
   boxed = [p for p, (_, a) in flat.items() if a.names is not None]
   unboxed = [format_path(p) for p, (_, a) in flat.items() if a.names is None]
   if uniform and boxed and unboxed:
@@ -94,6 +143,7 @@ def read_nnx_state(state, where: str, only: type | None = None) -> dict[tuple, t
       wrong.append(f'{format_path(path)} ({type(variable).__name__})')
       continue
     value, annotation = md.read_nnx(variable, f'{where}/{format_path(path)}')
+    check_array(value, f'{where}/{format_path(path)}')
     flat[tuple(path)] = (value, annotation, variable)
   if wrong:
     raise StructureError(
@@ -108,18 +158,91 @@ def read_nnx_state(state, where: str, only: type | None = None) -> dict[tuple, t
 # -- parameters ----------------------------------------------------------------------
 
 
+class Pending:
+  """A target array that `Batch.run` has yet to build: its shape, dtype and sharding."""
+
+  def __init__(self, shape: tuple[int, ...], dtype, sharding):
+    self.shape, self.dtype, self.sharding = tuple(shape), dtype, sharding
+
+  @property
+  def ndim(self) -> int:
+    return len(self.shape)
+
+  def __repr__(self) -> str:
+    return f'Pending({self.shape}, {self.dtype}, {self.sharding})'
+
+
+class Batch:
+  """The conversions of one input's trees, all checked before any array is built.
+
+  `plan` checks a flat tree of one side and returns every target leaf: the
+  input array where its layout is kept, a `Pending` one where it changes.
+  Callers check those against their target; `run` then builds every pending
+  array, deleting donated sources, so a check that fails late leaves the
+  input whole. A buffer that two input leaves share (tied weights, an array
+  passed twice, a scalar passed through) is never deleted.
+  """
+
+  def __init__(self, options: Options):
+    self.options = options
+    self._jobs: list[tuple] = []
+    self._inputs: list[Any] = []
+    self._built: dict[int, Any] = {}
+
+  def plan(self, flat, source: Framework, target: Framework) -> dict[tuple, tuple[Any, md.Annotation]]:
+    """`{target path: (array or Pending, annotation)}`; raises before anything is built."""
+    options = self.options
+    pairs = {p: (v[0], v[1]) for p, v in flat.items()}
+    if jax.process_count() > 1:
+      agree_on_conversion(pairs, source, target, options)
+    layout.check_placement(pairs, options.mesh, options.rules)
+    targets = layout.plan(
+        pairs, options.paths, source, target,
+        options.scan, options.layer_partition, options.num_layers,
+    )
+    if options.rules is not None:
+      targets = {
+          p: dataclasses.replace(t, annotation=md.with_default_rules(t.annotation, options.rules))
+          for p, t in targets.items()
+      }
+    shardings = layout.target_shardings(targets, pairs, options.mesh, options.rules)
+    planned = {}
+    for path, t in targets.items():
+      if t.op == 'keep':
+        planned[path] = (pairs[t.sources[0]][0], t.annotation)
+      else:
+        planned[path] = (Pending(t.shape, t.dtype, shardings[path]), t.annotation)
+    self._inputs.extend(v for v, _ in pairs.values())
+    self._jobs.append((targets, pairs, shardings, planned))
+    return planned
+
+  def protect(self, values) -> None:
+    """Input arrays used outside the planned trees (steps, counts): never deleted."""
+    self._inputs.extend(values)
+
+  def run(self) -> None:
+    uses = collections.Counter()
+    for value in self._inputs:
+      uses.update(layout.buffer_keys(value))
+    shared = frozenset(key for key, n in uses.items() if n > 1)
+    for targets, pairs, shardings, planned in self._jobs:
+      arrays = layout.execute(targets, pairs, shardings, self.options.donate, shared)
+      for path, (value, _) in planned.items():
+        if isinstance(value, Pending):
+          self._built[id(value)] = arrays[path]
+    self._jobs = []
+
+  def value(self, value):
+    """The array a planned value stands for (after `run`)."""
+    return self._built[id(value)] if isinstance(value, Pending) else value
+
+
 def convert_flat(flat, source: Framework, target: Framework, options: Options):
   """`{target path: (array, annotation)}` for a flat tree of one side."""
-  pairs = {p: (v[0], v[1]) for p, v in flat.items()}
-  if jax.process_count() > 1:
-    agree_on_conversion(pairs, source, target, options)
-  targets = layout.plan(
-      pairs, options.paths, source, target,
-      options.scan, options.layer_partition, options.num_layers,
-  )
-  shardings = layout.target_shardings(targets, pairs, options.mesh, options.rules)
-  arrays = layout.execute(targets, pairs, shardings, options.donate)
-  return {p: (arrays[p], targets[p].annotation) for p in targets}
+  batch = Batch(options)
+  planned = batch.plan(flat, source, target)
+  batch.run()
+  return {p: (batch.value(v), a) for p, (v, a) in planned.items()}
 
 
 def agree_on_conversion(pairs, source: Framework, target: Framework, options: Options) -> None:
@@ -169,7 +292,39 @@ def mesh_of_tree(flat) -> Mesh | None:
   return None
 
 
-def check_against_template(path: str, value, annotation, t_value, t_annotation):
+def _mesh(value) -> Mesh | None:
+  sharding = getattr(value, 'sharding', None)
+  return sharding.mesh if isinstance(sharding, NamedSharding) else None
+
+
+def _same_mesh(a, b) -> bool:
+  if isinstance(a, Mesh) and isinstance(b, Mesh):
+    return a == b  # axis names, sizes and device order
+  return dict(a.shape) == dict(b.shape) and tuple(a.axis_names) == tuple(b.axis_names)
+
+
+def _mesh_text(mesh) -> str:
+  devices = f' on devices {[d.id for d in mesh.devices.flat]}' if isinstance(mesh, Mesh) else ''
+  return f'{dict(mesh.shape)}{devices}'
+
+
+def check_against_template(path: str, value, annotation, t_value, t_annotation, rules=None):
+  """The converted leaf fits the target's: shape, dtype, mesh and annotation.
+
+  `rules` (the conversion's `rules=`) stands in for the rules of logical
+  annotations that carry none, on either side.
+  """
+  mesh, t_mesh = _mesh(value), _mesh(t_value)
+  if mesh is not None and t_mesh is not None and not _same_mesh(mesh, t_mesh):
+    raise LayoutError(
+        f'{path}: the converted array lives on mesh {_mesh_text(mesh)} but the '
+        f'target is on mesh {_mesh_text(t_mesh)}; build the target on the same '
+        'mesh, or jax.device_put the source onto the target mesh before converting',
+        [path],
+    )
+  if t_annotation is not None and rules is not None:
+    annotation = md.with_default_rules(annotation, rules)
+    t_annotation = md.with_default_rules(t_annotation, rules)
   if tuple(value.shape) != tuple(t_value.shape):
     raise ShapeError(
         f'{path}: converted shape {tuple(value.shape)}, target expects '

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import linen as nn
 from flax import nnx
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import converters
+from converters.paths import KIT_PATHS
 from converters.description import FSDP_RULES
 from converters.optimizers import OPTIMIZERS
 from tests.converters.conversion_cases import (
@@ -265,3 +270,134 @@ def test_nnx_update_accepts_converted_params_and_outputs_match():
     y_nnx = nnx.jit(lambda m, x: m(x))(model, x)
   assert_trees_bit_equal(y_nnx, y_linen)
   assert y_nnx.sharding.is_equivalent_to(y_linen.sharding, 2)
+
+
+# -- donation never frees what something else still uses -----------------------------
+
+
+def tied_params(desc, tie: frozenset, head: bool):
+  """Fresh Linen params whose W2 of the layers in `tie` is one array (tied
+  weights); with `head`, a parameter outside the layers is that array too."""
+  params = jax.tree.map(jnp.copy, dict(linen_trained(desc, 'adam', 0).params))
+  params = {k: dict(v) for k, v in params.items()}
+  shared = params['DotReluDot_0']['W2']
+  for i in tie:
+    params[f'DotReluDot_{i}']['W2'] = shared
+  if head:
+    params['head'] = {'kernel': shared}
+  return params
+
+
+HEAD_RULE = converters.PathRule('head/kernel', 'head/kernel')
+
+
+def fresh_arrays(params) -> list:
+  return jax.tree.leaves(params)
+
+
+def late_failing_target(desc, path):
+  """The abstract NNX model of `desc` with the Param at `path` in bfloat16."""
+  model = nnx_abstract(desc, 'adam')[0]
+  graphdef, state = nnx.split(model)
+  node = state
+  for key in path:
+    node = node[key]
+  node.set_value(jax.ShapeDtypeStruct(node.shape, jnp.bfloat16, sharding=node.sharding))
+  return nnx.merge(graphdef, state)
+
+
+def test_donate_keeps_a_buffer_two_parameters_share():
+  looped = description('device', False)
+  params = tied_params(looped, frozenset({1, 2}), head=True)
+  shared = params['head']['kernel'].value
+  expected = converters.linen_to_nnx({'params': params}, paths=KIT_PATHS + [HEAD_RULE], scan=True)
+  out = converters.linen_to_nnx({'params': params}, paths=KIT_PATHS + [HEAD_RULE], scan=True, donate=True)
+  assert not shared.is_deleted()
+  assert out['head']['kernel'][...] is shared  # kept: the input array itself
+  assert_trees_bit_equal(nnx.to_pure_dict(out), nnx.to_pure_dict(expected))
+  # The untied layer parameters were relaid and freed.
+  assert params['DotReluDot_0']['Dense_0']['kernel'].value.is_deleted()
+
+
+def test_donate_deletes_nothing_when_a_check_fails_after_planning():
+  looped, scanned = description('device', False), description('device', True)
+  params = tied_params(looped, frozenset(), head=False)  # fresh, untied
+  target = late_failing_target(scanned, ('layers', 'w2'))
+  with pytest.raises(converters.ShapeError, match='model/layers/w2: converted dtype float32'):
+    converters.linen_to_nnx({'params': params}, target=target, scan=True, donate=True)
+  assert not any(x.is_deleted() for x in fresh_arrays(params))
+
+
+@settings(deadline=None)
+@given(
+    scan_source=st.booleans(),
+    tie=st.frozensets(st.integers(1, 2)),
+    head=st.booleans(),
+    failure=st.sampled_from([None, 'late: dtype', 'early: num_layers']),
+)
+@example(scan_source=False, tie=frozenset({1, 2}), head=True, failure=None)
+@example(scan_source=False, tie=frozenset({1}), head=True, failure='late: dtype')
+@example(scan_source=True, tie=frozenset(), head=False, failure='late: dtype')
+def test_donate_frees_exactly_the_unshared_relaid_sources_or_nothing(scan_source, tie, head, failure):
+  source, target_desc = description('device', scan_source), description('device', not scan_source)
+  if scan_source:
+    params = {k: dict(v) for k, v in jax.tree.map(jnp.copy, dict(linen_trained(source, 'adam', 0).params)).items()}
+    if head:  # a kept parameter that is the stacked array itself
+      params['head'] = {'kernel': params['ScanDotReluDot_0']['W2']}
+  else:
+    params = tied_params(source, tie, head)
+  paths = KIT_PATHS + [HEAD_RULE] if head else KIT_PATHS
+  before = jax.tree.map(lambda x: np.asarray(x).copy(), params)
+  expected = converters.linen_to_nnx({'params': jax.tree.map(jnp.copy, params)}, paths=paths, scan=not scan_source)
+  kwargs = dict(paths=paths, scan=not scan_source, donate=True)
+  if failure == 'early: num_layers':
+    kwargs['num_layers'] = 5
+  if failure == 'late: dtype':
+    kwargs['target'] = late_failing_target(target_desc, ('layers', 'w2') if not scan_source else ('layers', 1, 'w2'))
+    if head:
+      return  # the target model has no head; a head case is a success case
+  if failure is not None:
+    with pytest.raises(converters.ConversionError):
+      converters.linen_to_nnx({'params': params}, **kwargs)
+    # Nothing deleted, nothing changed.
+    assert not any(x.is_deleted() for x in fresh_arrays(params))
+    assert_trees_bit_equal(jax.tree.map(np.asarray, params), before)
+    return
+  out = converters.linen_to_nnx({'params': params}, **kwargs)
+  assert_trees_bit_equal(nnx.to_pure_dict(out), nnx.to_pure_dict(expected))
+  uses = collections.Counter(id(x) for x in fresh_arrays(params))
+  kept = {id(x) for x in fresh_arrays(params['head'])} if head else set()
+  for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
+    shared = uses[id(x)] > 1 or id(x) in kept
+    assert x.is_deleted() == (not shared), (jax.tree_util.keystr(path), shared)
+
+
+# -- rules= and meshes -------------------------------------------------------------
+
+
+def test_rules_given_to_the_conversion_go_with_the_output():
+  desc = description('logical', False)
+  mesh = desc.make_mesh()
+  params = linen_trained(desc, 'adam', 0).params
+  rules = tuple(desc.rules)
+  ruleless = jax.tree.map(
+      lambda b: b.replace(rules=None), params, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned)
+  )
+  state = converters.linen_to_nnx({'params': ruleless}, rules=rules)
+  kernel = state['layers'][0]['dot1']['kernel']
+  assert kernel.get_metadata()['sharding_rules'] == rules
+  with jax.set_mesh(mesh):
+    named = nnx.get_named_sharding(state, mesh)
+  assert named['layers'][0]['dot1']['kernel'].spec == kernel[...].sharding.spec
+  back = converters.nnx_to_linen(state)
+  assert back['params']['DotReluDot_0']['Dense_0']['kernel'].rules == rules
+
+
+def test_paths_can_be_any_iterable_of_rules():
+  desc = description('device', False)
+  params = {'params': linen_trained(desc, 'adam', 0).params}
+  as_list = converters.linen_to_nnx(params, paths=list(KIT_PATHS.rules))
+  as_generator = converters.linen_to_nnx(params, paths=(r for r in KIT_PATHS.rules))
+  expected = converters.linen_to_nnx(params)
+  assert_trees_bit_equal(nnx.to_pure_dict(as_list), nnx.to_pure_dict(expected))
+  assert_trees_bit_equal(nnx.to_pure_dict(as_generator), nnx.to_pure_dict(expected))

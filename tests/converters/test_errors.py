@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import pytest
 from flax import linen as nn
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import converters
 from converters import errors
@@ -75,7 +76,7 @@ def case_unmapped_param():
 
 def case_shape_mismatch():
   b = box(LOOP)
-  bad = b.replace(value=b.value[:, :32])
+  bad = b.replace(value=jax.device_put(b.value[:, :32], b.value.sharding))
   return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bad)}, target=nnx_abstract(LOOP, 'adam')[0])
 
 
@@ -158,13 +159,79 @@ def case_train_state_without_optimizer_target():
   return dict(linen=linen_trained(LOOP, 'adam', 0), target=nnx_abstract(LOOP, 'adam')[0])
 
 
+def case_target_on_another_mesh():
+  other = description('device', False, mesh_shape=(8, 1))
+  return dict(linen={'params': params_of(LOOP)}, target=nnx_abstract(other, 'adam')[0])
+
+
+def case_array_placed_against_its_annotation():
+  b = box(LOOP)
+  moved = jax.device_put(b.value, NamedSharding(b.value.sharding.mesh, P('model', None)))
+  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, b.replace(value=moved))})
+
+
+def case_num_layers_with_the_looped_layout_kept():
+  return dict(linen={'params': params_of(LOOP)}, num_layers=4)
+
+
+def case_num_layers_with_the_stacked_layout_kept():
+  return dict(linen={'params': params_of(SCAN)}, num_layers=2)
+
+
+def case_target_path_nested_in_another():
+  rules = list(KIT_PATHS.rules) + [PathRule('head/kernel', 'layers/0/w2/extra')]
+  params = with_leaf(params_of(LOOP), ('head', 'kernel'), box(LOOP, ('DotReluDot_0', 'W2')))
+  return dict(linen={'params': params}, paths=rules)
+
+
+def case_layers_on_different_device_orders():
+  params = params_of(LOOP)
+  b = box(LOOP, ('DotReluDot_1', 'W2'))
+  mesh = b.value.sharding.mesh
+  reversed_mesh = Mesh(mesh.devices[::-1, ::-1], mesh.axis_names, axis_types=mesh.axis_types)
+  moved = jax.device_put(b.value, NamedSharding(reversed_mesh, b.value.sharding.spec))
+  return dict(linen={'params': with_leaf(params, ('DotReluDot_1', 'W2'), b.replace(value=moved))}, scan=True)
+
+
+def case_float_parameter():
+  return dict(linen={'params': with_leaf(params_of(LOOP), ('DotReluDot_0', 'W2'), 0.5)})
+
+
+def case_string_parameter():
+  return dict(linen={'params': with_leaf(params_of(LOOP), ('DotReluDot_0', 'W2'), 'weights.npy')})
+
+
+def case_none_parameter():
+  params = params_of(LOOP)
+  params['DotReluDot_0'] = dict(params['DotReluDot_0'], W2=None)
+  return dict(linen={'params': params})
+
+
+def case_num_layers_as_a_string():
+  return dict(linen={'params': params_of(SCAN)}, scan=False, num_layers='2')
+
+
+def case_paths_that_are_not_rules():
+  return dict(linen={'params': params_of(LOOP)}, paths=['DotReluDot_{i}/W2'])
+
+
+def case_empty_params():
+  return dict(linen={'params': {}})
+
+
+def case_slash_in_a_key_collides_with_nesting():
+  w2 = box(LOOP, ('DotReluDot_0', 'W2'))
+  rules = [PathRule('a/b', 'x')]
+  return dict(linen={'params': {'a/b': w2, 'a': {'b': w2}}}, paths=rules)
+
+
 CATALOGUE = {
     'missing param': (case_missing_param, errors.StructureError, 'the source lacks [model/layers/2/w2'),
     'extra layer': (case_extra_layer, errors.StructureError, 'model/layers/3/w2'),
     'unmapped params': (case_unmapped_param, errors.PathMappingError, 'DotReluDot_0/bias, head/kernel'),
     'shape mismatch': (case_shape_mismatch, errors.ShapeError, 'model/layers/1/dot1/kernel: converted shape (64, 32)'),
     'dtype mismatch': (case_dtype_mismatch, errors.ShapeError, 'converted dtype bfloat16, target expects float32'),
-    'len(names) != ndim': (case_names_rank, errors.AnnotationError, 'layers/1/dot1/kernel: 1 sharding names'),
+    'len(names) != ndim': (case_names_rank, errors.AnnotationError, 'DotReluDot_1/Dense_0/kernel: 1 sharding names'),
     'logical name with no rule': (case_logical_name_without_rule, errors.AnnotationError, "logical names ['mlp'] have no rule"),
     'mesh axis the mesh lacks': (case_mesh_axis_missing, errors.AnnotationError, "mesh axes ['tensor']"),
     'indivisible dimension': (case_indivisible_dimension, errors.AnnotationError, 'dimension 1 of size 6 is not divisible'),
@@ -177,6 +244,19 @@ CATALOGUE = {
     'unknown box type': (case_unknown_box_type, errors.AnnotationError, 'box type MyBox'),
     'not a linen tree': (case_not_a_linen_tree, errors.StructureError, 'got list'),
     'TrainState, model-only target': (case_train_state_without_optimizer_target, errors.StructureError, 'target=(model, optimizer)'),
+    'target on another mesh': (case_target_on_another_mesh, errors.LayoutError, "model/layers/0/dot1/kernel: the converted array lives on mesh {'data': 2, 'model': 4} on devices [0, 1, 2, 3, 4, 5, 6, 7] but the target is on mesh {'data': 8, 'model': 1}"),
+    'array placed against its annotation': (case_array_placed_against_its_annotation, errors.AnnotationError, "DotReluDot_1/Dense_0/kernel is placed as P('model', None) but its names (None, 'model') ask for P(None, 'model')"),
+    'num_layers, looped layout kept': (case_num_layers_with_the_looped_layout_kept, errors.StructureError, 'missing layers [DotReluDot_3/Dense_0/kernel]'),
+    'num_layers, stacked layout kept': (case_num_layers_with_the_stacked_layout_kept, errors.LayoutError, 'ScanDotReluDot_0/W2: stacked axis has length 3, expected num_layers=2'),
+    'target path nested in another': (case_target_path_nested_in_another, errors.PathMappingError, 'layers/0/w2/extra inside layers/0/w2'),
+    'layers on different device orders': (case_layers_on_different_device_orders, errors.LayoutError, 'layers/w2: its sources live on different meshes or device orders (DotReluDot_0/W2 on'),
+    'float parameter': (case_float_parameter, errors.StructureError, 'params/DotReluDot_0/W2: is a float, not an array'),
+    'string parameter': (case_string_parameter, errors.StructureError, 'params/DotReluDot_0/W2: is a str, not an array'),
+    'None parameter': (case_none_parameter, errors.StructureError, 'params/DotReluDot_0/W2: is None'),
+    "num_layers='2'": (case_num_layers_as_a_string, errors.LayoutError, "num_layers='2': pass a non-negative int"),
+    'paths that are not rules': (case_paths_that_are_not_rules, errors.PathMappingError, "paths holds 'DotReluDot_{i}/W2', which are not PathRules"),
+    'empty params': (case_empty_params, errors.StructureError, 'params: holds no parameters'),
+    "'a/b' key beside a/b nesting": (case_slash_in_a_key_collides_with_nesting, errors.PathMappingError, "no rule maps these linen paths: 'a/b'"),
 }
 
 
@@ -252,11 +332,22 @@ def nnx_case_target_of_another_optimizer():
   )
 
 
+def nnx_case_pair_of_nones():
+  return dict(nnx_in=(None, None))
+
+
+def nnx_case_target_on_another_mesh():
+  other = description('device', False, mesh_shape=(8, 1))
+  return dict(nnx_in=nnx_trained(LOOP, 'adam', 0), target=linen_trained(other, 'adam', 0))
+
+
 NNX_CATALOGUE = {
     'non-Param variable': (nnx_case_non_param_variable, errors.StructureError, 'layers/0/calls (Counter)'),
     'unknown optimizer': (nnx_case_unknown_optimizer, errors.OptimizerStateError, 'optimizer of type Custom'),
     'optimizer without target': (nnx_case_optimizer_without_target, errors.StructureError, 'target=TrainState'),
     'target of another optimizer': (nnx_case_target_of_another_optimizer, errors.OptimizerStateError, '0/mu/DotReluDot_0/Dense_0/kernel'),
+    '(None, None)': (nnx_case_pair_of_nones, errors.StructureError, 'with both present, got (NoneType, NoneType)'),
+    'target on another mesh': (nnx_case_target_on_another_mesh, errors.LayoutError, "params/DotReluDot_0/Dense_0/kernel: the converted array lives on mesh {'data': 2, 'model': 4}"),
 }
 
 
