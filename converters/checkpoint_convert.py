@@ -52,24 +52,28 @@ def _move_into_place(partial: str, destination: Destination) -> None:
   If the second rename fails, the replaced DST is put back.
   """
   dst = destination.path
+  old = destination.sibling('replaced', os.getpid())
+  replacing = os.path.lexists(dst)
   try:
-    if not os.path.lexists(dst):
-      os.rename(partial, dst)
-    else:
-      old = destination.sibling('replaced', os.getpid())
+    if replacing:
       os.rename(dst, old)
-      try:
-        os.rename(partial, dst)
-      except OSError:
+    try:
+      os.rename(partial, dst)
+    except OSError:
+      if replacing:
         os.rename(old, dst)
-        raise
-      remove_entry(old)
-    _fsync_directory(destination.parent)
+      raise
   except OSError as e:
     raise CheckpointError(
         f'{dst}: the verified checkpoint could not be moved into place: '
         f'{e.strerror or e}; DST is as it was'
     ) from e
+  if replacing:
+    try:
+      remove_entry(old)
+    except OSError:
+      pass  # DST is in place; the next run for DST removes what is left
+  _fsync_directory(destination.parent)
 
 
 def convert_checkpoint(

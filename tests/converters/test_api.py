@@ -328,17 +328,27 @@ def test_donate_deletes_nothing_when_a_check_fails_after_planning():
   assert not any(x.is_deleted() for x in fresh_arrays(params))
 
 
-@settings(deadline=None)
+def nnx_params(params, paths):
+  """The NNX state of Linen `params` in the same layout: the same arrays, so
+  ties between Linen parameters are ties between NNX ones."""
+  return converters.linen_to_nnx({'params': params}, paths=paths)
+
+
 @given(
+    direction=st.sampled_from(['linen -> nnx', 'nnx -> linen']),
     scan_source=st.booleans(),
     tie=st.frozensets(st.integers(1, 2)),
     head=st.booleans(),
     failure=st.sampled_from([None, 'late: dtype', 'early: num_layers']),
+    late_path=st.sampled_from(['w2', 'dot1/kernel']),
 )
-@example(scan_source=False, tie=frozenset({1, 2}), head=True, failure=None)
-@example(scan_source=False, tie=frozenset({1}), head=True, failure='late: dtype')
-@example(scan_source=True, tie=frozenset(), head=False, failure='late: dtype')
-def test_donate_frees_exactly_the_unshared_relaid_sources_or_nothing(scan_source, tie, head, failure):
+@example(direction='linen -> nnx', scan_source=False, tie=frozenset({1, 2}), head=True, failure=None, late_path='w2')
+@example(direction='linen -> nnx', scan_source=False, tie=frozenset({1}), head=False, failure='late: dtype', late_path='w2')
+@example(direction='linen -> nnx', scan_source=True, tie=frozenset(), head=False, failure='late: dtype', late_path='dot1/kernel')
+@example(direction='nnx -> linen', scan_source=False, tie=frozenset({2}), head=True, failure=None, late_path='w2')
+def test_donate_frees_exactly_the_unshared_relaid_sources_or_nothing(
+    direction, scan_source, tie, head, failure, late_path
+):
   source, target_desc = description('device', scan_source), description('device', not scan_source)
   if scan_source:
     params = {k: dict(v) for k, v in jax.tree.map(jnp.copy, dict(linen_trained(source, 'adam', 0).params)).items()}
@@ -347,29 +357,38 @@ def test_donate_frees_exactly_the_unshared_relaid_sources_or_nothing(scan_source
   else:
     params = tied_params(source, tie, head)
   paths = KIT_PATHS + [HEAD_RULE] if head else KIT_PATHS
-  before = jax.tree.map(lambda x: np.asarray(x).copy(), params)
-  expected = converters.linen_to_nnx({'params': jax.tree.map(jnp.copy, params)}, paths=paths, scan=not scan_source)
-  kwargs = dict(paths=paths, scan=not scan_source, donate=True)
+  convert = converters.linen_to_nnx
+  tree = {'params': params}
+  if direction == 'nnx -> linen':
+    convert, tree = converters.nnx_to_linen, nnx_params(params, paths)
+    if failure == 'late: dtype':
+      failure = None  # without an optimizer there is no target to fail against
+  inputs = jax.tree.leaves(tree)
+  before = [np.asarray(x).copy() for x in inputs]
+  kwargs = dict(paths=paths, scan=not scan_source)
+  expected = convert(jax.tree.map(jnp.copy, tree), **kwargs)
   if failure == 'early: num_layers':
     kwargs['num_layers'] = 5
   if failure == 'late: dtype':
-    kwargs['target'] = late_failing_target(target_desc, ('layers', 'w2') if not scan_source else ('layers', 1, 'w2'))
+    layer = ('layers',) + ((1,) if scan_source else ()) + tuple(late_path.split('/'))
+    kwargs['target'] = late_failing_target(target_desc, layer)
     if head:
       return  # the target model has no head; a head case is a success case
   if failure is not None:
     with pytest.raises(converters.ConversionError):
-      converters.linen_to_nnx({'params': params}, **kwargs)
+      convert(tree, donate=True, **kwargs)
     # Nothing deleted, nothing changed.
-    assert not any(x.is_deleted() for x in fresh_arrays(params))
-    assert_trees_bit_equal(jax.tree.map(np.asarray, params), before)
+    assert not any(x.is_deleted() for x in inputs)
+    for x, b in zip(inputs, before):
+      assert np.array_equal(np.asarray(x).view(np.uint8), b.view(np.uint8))
     return
-  out = converters.linen_to_nnx({'params': params}, **kwargs)
-  assert_trees_bit_equal(nnx.to_pure_dict(out), nnx.to_pure_dict(expected))
-  uses = collections.Counter(id(x) for x in fresh_arrays(params))
-  kept = {id(x) for x in fresh_arrays(params['head'])} if head else set()
-  for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
-    shared = uses[id(x)] > 1 or id(x) in kept
-    assert x.is_deleted() == (not shared), (jax.tree_util.keystr(path), shared)
+  out = convert(tree, donate=True, **kwargs)
+  as_dict = lambda t: nnx.to_pure_dict(t) if isinstance(t, nnx.State) else jax.tree.map(np.asarray, t)
+  assert_trees_bit_equal(as_dict(out), as_dict(expected))
+  uses = collections.Counter(id(x) for x in inputs)
+  kept = {id(x) for x in jax.tree.leaves(out)}
+  for x in inputs:
+    assert x.is_deleted() == (uses[id(x)] == 1 and id(x) not in kept)
 
 
 # -- rules= and meshes -------------------------------------------------------------

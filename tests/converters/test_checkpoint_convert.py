@@ -93,6 +93,26 @@ def test_force_never_replaces_a_directory_that_holds_no_checkpoint(tmp_path):
   assert (tmp_path / 'dst' / 'keep.txt').read_text() == 'mine'
 
 
+def test_a_failed_rename_into_place_puts_the_replaced_dst_back(tmp_path, monkeypatch):
+  from converters import checkpoint_convert
+
+  write_checkpoint(tmp_path / 'src')
+  write_checkpoint(tmp_path / 'dst', 'linen', steps=1)
+  before = tree_checksum(tmp_path / 'dst')
+  rename = os.rename
+
+  def failing_rename(a, b):
+    if '.dst.partial-' in os.fspath(a) and os.fspath(b) == os.fspath(tmp_path / 'dst'):
+      raise OSError(28, 'No space left on device')
+    rename(a, b)
+
+  monkeypatch.setattr(checkpoint_convert.os, 'rename', failing_rename)
+  with pytest.raises(CheckpointError, match='could not be moved into place: No space left on device; DST is as it was'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', force=True)
+  assert tree_checksum(tmp_path / 'dst') == before
+  assert sorted(os.listdir(tmp_path)) == ['dst', 'src']
+
+
 @pytest.mark.parametrize('dst, relation', [
     ('src', 'is'), ('src/inner', 'lies inside'), ('.', 'contains'),
 ])
