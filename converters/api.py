@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 from flax import nnx
 from flax.training.train_state import TrainState
 from jax.sharding import Mesh
 
 from converters import metadata as md
-from converters.errors import StructureError
+from converters.errors import AnnotationError, StructureError
 from converters.optimizer_state import linen_opt_to_nnx, nnx_opt_to_linen
 from converters.paths import KIT_PATHS, PathMapping, format_path
 from converters.tree_io import (
@@ -139,7 +140,7 @@ def linen_to_nnx(
 
   # Every check passes before any array is built (or any donated one deleted).
   scalars = {}
-  for path, (t_value, t_annotation, _) in template_flat.items():
+  for path, (t_value, t_annotation, t_var) in template_flat.items():
     value, annotation = produced[path]
     where = format_path(path)
     if annotation is None:  # a step or count: the target's own metadata
@@ -147,6 +148,7 @@ def linen_to_nnx(
       scalars[path] = scalar_like(value, t_value.dtype, mesh, where)
     else:
       check_against_template(where, value, annotation, t_value, t_annotation, options.rules)
+      _check_fills(where, t_var, t_value, annotation)
   batch.protect(value for value, annotation in produced.values() if annotation is None)
   batch.run()
 
@@ -162,6 +164,20 @@ def linen_to_nnx(
     new_flat[path] = new_var
   objects = nnx.merge(graphdef, nnx.State(nest(new_flat)))
   return (objects['model'], objects['optimizer']) if optimizer is not None else objects['model']
+
+
+def _check_fills(where: str, t_var: nnx.Variable, t_value, annotation: md.Annotation) -> None:
+  """The target Variable takes the annotation's extra metadata."""
+  try:
+    probe = t_var.replace(jax.ShapeDtypeStruct(t_value.shape, t_value.dtype))
+    for key, extra in annotation.extra:
+      probe.set_metadata(key, extra)
+  except (ValueError, TypeError, AttributeError) as e:
+    raise AnnotationError(
+        f'{where}: the target Variable refuses the metadata '
+        f'{dict(annotation.extra)}: {e}; drop or rename those metadata keys',
+        [where],
+    ) from e
 
 
 def _nonempty(flat: dict, where: str) -> dict:

@@ -27,7 +27,12 @@ from converters import checkpoints
 from converters import training_states
 from converters.allocator import release_free_memory
 from converters.description import GUIDE_RULES
-from converters.destination import Destination, plan_destination, remove_entry
+from converters.destination import (
+    Destination,
+    check_replaceable,
+    plan_destination,
+    remove_entry,
+)
 from converters.errors import CheckpointError, VerificationError
 from converters.paths import Framework
 from converters.processes import agree, exchange
@@ -54,6 +59,15 @@ def _move_into_place(partial: str, destination: Destination) -> None:
   dst = destination.path
   old = destination.sibling('replaced', os.getpid())
   replacing = os.path.lexists(dst)
+  # DST may have appeared (or changed) since it was checked: check again.
+  if replacing and not destination.force:
+    raise CheckpointError(
+        f'{dst}: appeared while converting (another run or program wrote it); '
+        'it was left as it is; pass --force to replace it',
+        [dst],
+    )
+  if replacing:
+    check_replaceable(dst, dst)
   try:
     if replacing:
       os.rename(dst, old)

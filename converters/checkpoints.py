@@ -48,6 +48,12 @@ _OPTAX_STATE_KEYS = {
 RESTORE_CONCURRENT_GB = 0.25
 _ORBAX_MARKERS = ('_METADATA', '_CHECKPOINT_METADATA', 'manifest.ocdbt')
 _LOOPED_LAYER = re.compile(r'DotReluDot_(\d+)$')
+# What an Orbax checkpoint directory holds (0.12, OCDBT and not).
+_ORBAX_ENTRIES = frozenset(
+    _ORBAX_MARKERS
+    + ('_sharding', 'array_metadatas', 'd', 'descriptor', 'commit_success.txt', 'ocdbt.process')
+)
+_ORBAX_PROCESS = re.compile(r'ocdbt\.process_\d+')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,20 +113,35 @@ def _flax_steps(entries) -> list[str]:
   return [e for e in entries if re.fullmatch(r'checkpoint_\d+', e)]
 
 
-def is_checkpoint_directory(path: str) -> bool:
-  """Whether `path` is an Orbax checkpoint or a `flax.training.checkpoints` directory."""
+def is_checkpoint_directory(path: str, only: bool = False) -> bool:
+  """Whether `path` is an Orbax checkpoint or a `flax.training.checkpoints` directory.
+
+  With `only`, it must hold nothing else (an empty directory counts): what
+  `--force` may replace without losing anything that is not a checkpoint.
+  """
   entries = set(os.listdir(path))
-  return bool(entries & set(_ORBAX_MARKERS) or _flax_steps(entries))
+  if not only:
+    return bool(entries & set(_ORBAX_MARKERS) or _flax_steps(entries))
+  if entries & set(_ORBAX_MARKERS):
+    return all(e in _ORBAX_ENTRIES or _ORBAX_PROCESS.fullmatch(e) for e in entries)
+  return len(_flax_steps(entries)) == len(entries)
 
 
 def locate(path: str | os.PathLike) -> tuple[str, str]:
   """`(checkpoint path, format)` of a checkpoint or a checkpoints directory."""
-  path = os.path.abspath(os.fspath(path))
+  given = os.fspath(path)
+  # As the OS resolves it: `link/..` is the parent of where `link` points.
+  path = os.path.realpath(given if os.path.isabs(given) else os.path.join(os.getcwd(), given))
   if not os.path.exists(path):
-    raise CheckpointError(f'{path}: no such file or directory')
+    raise CheckpointError(f'{given}: no such file or directory')
   if os.path.isfile(path):
     return path, 'flax-msgpack'
-  entries = set(os.listdir(path))
+  if not os.path.isdir(path):
+    raise CheckpointError(f'{given}: is neither a checkpoint directory nor a checkpoint file')
+  try:
+    entries = set(os.listdir(path))
+  except OSError as e:
+    raise CheckpointError(f'{given}: cannot be read: {e.strerror or e}') from e
   if entries & set(_ORBAX_MARKERS):
     return path, 'orbax'
   steps = _flax_steps(entries)
@@ -244,13 +265,24 @@ def _shape(leaves: Leaves, path: tuple[str, ...], path_text: str) -> tuple[int, 
   return leaves[path][0]
 
 
+def _stacked_shape(leaves: Leaves, path: tuple[str, ...], where: str) -> tuple[int, ...]:
+  shape = _shape(leaves, path, where)
+  if len(shape) != 3:
+    raise CheckpointError(
+        f'{where}: {_join(path)} has shape {shape}, not a stack of matrices; this '
+        'is not a checkpoint of the kit\'s MLP',
+        [_join(path)],
+    )
+  return shape
+
+
 def _model_of(leaves: Leaves, framework: Framework, where: str) -> tuple[str, int, int, str]:
   """`(layout, num_layers, depth, dtype)` from the parameter leaves."""
   if framework == 'linen':
     tops = _subkeys(leaves, ('params',))
     if 'ScanDotReluDot_0' in tops:
       kernel = ('params', 'ScanDotReluDot_0', 'Dense_0', 'kernel', 'value')
-      shape = _shape(leaves, kernel, where)
+      shape = _stacked_shape(leaves, kernel, where)
       return 'scan', shape[0], shape[-1], leaves[kernel][1]
     kernel = ('params', 'DotReluDot_0', 'Dense_0', 'kernel', 'value')
     count = sum(1 for k in tops if _LOOPED_LAYER.match(k))
@@ -258,11 +290,17 @@ def _model_of(leaves: Leaves, framework: Framework, where: str) -> tuple[str, in
     tops = _subkeys(leaves, ('model', 'layers'))
     if 'dot1' in tops:
       kernel = ('model', 'layers', 'dot1', 'kernel', 'value')
-      shape = _shape(leaves, kernel, where)
+      shape = _stacked_shape(leaves, kernel, where)
       return 'scan', shape[0], shape[-1], leaves[kernel][1]
     kernel = ('model', 'layers', '0', 'dot1', 'kernel', 'value')
     count = sum(1 for k in tops if k.isdigit())
   shape = _shape(leaves, kernel, where)
+  if len(shape) != 2:
+    raise CheckpointError(
+        f'{where}: {_join(kernel)} has shape {shape}, not a matrix; this is not a '
+        'checkpoint of the kit\'s MLP',
+        [_join(kernel)],
+    )
   return 'loop', count, shape[-1], leaves[kernel][1]
 
 

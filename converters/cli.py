@@ -39,6 +39,11 @@ class _Parser(argparse.ArgumentParser):
   """Raises `UsageError` instead of printing usage and exiting, so usage
   errors get the same one line (and JSON) as every other bad input."""
 
+  def __init__(self, *args, **kwargs):
+    # `--js` would mean --json on success but not on a usage error: no abbreviations.
+    kwargs.setdefault('allow_abbrev', False)
+    super().__init__(*args, **kwargs)
+
   def error(self, message):
     raise UsageError(message)
 

@@ -29,14 +29,41 @@ from converters.errors import CheckpointError
 _KINDS = ('partial', 'replaced')
 
 
+def _absolute(path: str) -> str:
+  path = os.fspath(path)
+  return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
 def _real(path: str) -> str:
   """The path with every symlink and `..` resolved, as the OS would."""
-  return os.path.realpath(os.path.join(os.getcwd(), os.fspath(path)))
+  return os.path.realpath(_absolute(path))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+  """(device, inode) of an existing path, followed: one directory seen
+  through two mounts (bind mounts, volumes) has one identity."""
+  try:
+    st = os.stat(path)
+  except OSError:
+    return None
+  return st.st_dev, st.st_ino
+
+
+def _ancestors(path: str) -> list[str]:
+  """`path` and every directory above it, up to the root."""
+  chain = [path]
+  while os.path.dirname(chain[-1]) != chain[-1]:
+    chain.append(os.path.dirname(chain[-1]))
+  return chain
 
 
 def _inside(path: str, directory: str) -> bool:
-  """Whether `path` is `directory` or lies below it (both real paths)."""
-  return os.path.commonpath([path, directory]) == directory
+  """Whether `path` is `directory` or lies below it: by real path, or by
+  the identity of an existing ancestor (another mount of the same place)."""
+  if os.path.commonpath([path, directory]) == directory:
+    return True
+  target = _identity(directory)
+  return target is not None and any(_identity(a) == target for a in _ancestors(path))
 
 
 def overlaps(a: str, b: str) -> bool:
@@ -44,13 +71,18 @@ def overlaps(a: str, b: str) -> bool:
   return _inside(a, b) or _inside(b, a)
 
 
-def _pid_alive(pid: int) -> bool:
+def _pid_alive(text: str) -> bool | None:
+  """Whether the process of a leftover's PID suffix runs; None if not a PID."""
+  if not text.isascii() or not text.isdigit():
+    return None
   try:
-    os.kill(pid, 0)
+    os.kill(int(text), 0)
   except ProcessLookupError:
     return False
   except PermissionError:
     return True
+  except (OverflowError, ValueError):
+    return False  # no process can have it
   return True
 
 
@@ -70,11 +102,13 @@ class Destination:
     path: the DST entry: its parent's real path joined with its name.
     protected: the real paths of the source, which nothing may touch.
     exists: whether something (even a dangling symlink) is at `path`.
+    force: whether an existing DST may be replaced.
   """
 
   path: str
   protected: tuple[str, ...]
   exists: bool
+  force: bool = False
 
   @property
   def parent(self) -> str:
@@ -96,18 +130,25 @@ class Destination:
       ) from e
     return staging
 
+  def leftovers(self, kind: str) -> list[str]:
+    """The `kind` siblings that runs which are no longer alive left behind."""
+    return sorted(
+        path for path in glob.glob(glob.escape(self.sibling(kind, '')) + '*')
+        if _pid_alive(path.rsplit('-', 1)[1]) is False
+    )
+
   def remove_stale(self) -> list[str]:
     """Deletes the staging and replaced siblings of dead runs; returns them.
 
     Never removes one that is, holds or lies inside the source, and removes a
-    symlink as a link.
+    symlink as a link. A replaced DST is only removed once a DST stands in
+    its place (`plan_destination` puts it back otherwise).
     """
     removed = []
     for kind in _KINDS:
-      for path in glob.glob(glob.escape(self.sibling(kind, '')) + '*'):
-        pid = path.rsplit('-', 1)[1]
-        if not pid.isdigit() or _pid_alive(int(pid)):
-          continue
+      if kind == 'replaced' and not os.path.lexists(self.path):
+        continue
+      for path in self.leftovers(kind):
         # A symlink is removed as a link: only where it is matters.
         where = os.path.abspath(path) if os.path.islink(path) else _real(path)
         if any(overlaps(where, p) for p in self.protected):
@@ -122,7 +163,7 @@ class Destination:
 
 def _entry(dst: str) -> str:
   """The directory entry `dst` names: real parent + last component."""
-  text = os.path.join(os.getcwd(), os.fspath(dst)).rstrip(os.sep) or os.sep
+  text = _absolute(dst).rstrip(os.sep) or os.sep
   head, name = os.path.split(text)
   if name in ('', '.', '..'):
     return _real(text)
@@ -134,6 +175,11 @@ def _check_parent(dst: str, parent: str) -> None:
   existing = parent
   while not os.path.lexists(existing):
     existing = os.path.dirname(existing)
+  if os.path.islink(existing):  # realpath stopped at it: a loop
+    raise CheckpointError(
+        f'{dst}: cannot be created: {existing} is a symlink that does not resolve '
+        '(a loop); choose another DST'
+    )
   if not os.path.isdir(existing):
     raise CheckpointError(
         f'{dst}: cannot be created: {existing} is a file, not a directory; '
@@ -147,10 +193,49 @@ def _check_parent(dst: str, parent: str) -> None:
 
 
 def _replaceable(path: str) -> bool:
-  """A checkpoint, a file, a symlink or an empty directory."""
+  """A checkpoint and nothing else, a file, a symlink or an empty directory."""
   if os.path.islink(path) or not os.path.isdir(path):
     return True
-  return not os.listdir(path) or is_checkpoint_directory(path)
+  try:
+    return is_checkpoint_directory(path, only=True)
+  except OSError:
+    return False
+
+
+def check_replaceable(text: str, path: str) -> None:
+  """Raises `CheckpointError` unless `--force` may replace what is at `path`."""
+  if not _replaceable(path):
+    raise CheckpointError(
+        f'{text}: is a directory that holds something other than a checkpoint; '
+        '--force only replaces a checkpoint, a file, a symlink or an empty '
+        'directory, so remove it yourself or choose another DST',
+        [text],
+    )
+
+
+def _recover(entry: str) -> None:
+  """Puts back a DST that a killed run had moved aside to replace it."""
+  if os.path.lexists(entry):
+    return
+  planned = Destination(entry, (), False)
+  replaced = planned.leftovers('replaced')
+  if len(replaced) == 1:
+    os.rename(replaced[0], entry)
+
+
+def _check_overlap(text: str, entry: str, spellings: set[str], protected) -> None:
+  for source in protected:
+    for spelling in sorted(spellings):
+      if overlaps(spelling, source):
+        how = 'is' if _inside(spelling, source) and _inside(source, spelling) else (
+            'lies inside' if _inside(spelling, source) else 'contains'
+        )
+        shown = text if spelling == entry else f'{text} (-> {spelling})'
+        raise CheckpointError(
+            f'{shown}: {how} the source {source}; SRC is never written to, so '
+            'write the converted checkpoint outside it',
+            [text],
+        )
 
 
 def plan_destination(src_paths: list[str], dst: str | os.PathLike, force: bool) -> Destination:
@@ -169,32 +254,38 @@ def plan_destination(src_paths: list[str], dst: str | os.PathLike, force: bool) 
   text = os.fspath(dst)
   if not text:
     raise CheckpointError('DST is empty; give the path to write the converted checkpoint to')
-  entry = _entry(text)
+  for given in [text, *map(os.fspath, src_paths)]:
+    try:
+      given.encode('utf-8')
+    except UnicodeEncodeError:
+      raise CheckpointError(
+          f'{given!r}: is not valid UTF-8, which checkpoint storage needs; rename it',
+          [given],
+      ) from None
+  try:
+    entry = _entry(text)
+    protected = tuple(dict.fromkeys(_real(p) for p in src_paths))
+  except FileNotFoundError:  # os.getcwd() of a deleted working directory
+    raise CheckpointError(
+        f'{text}: the working directory no longer exists; give absolute paths or '
+        'change to an existing directory'
+    ) from None
   if entry == os.sep:
     raise CheckpointError(f'{text}: is the filesystem root; choose a new directory as DST')
-  protected = tuple(dict.fromkeys(_real(p) for p in src_paths))
+  _check_overlap(text, entry, {entry}, protected)
+  try:  # only now that DST is known to lie outside SRC
+    _recover(entry)
+  except OSError as e:
+    raise CheckpointError(
+        f'{text}: a killed run left the DST it was replacing beside it and it '
+        f'could not be put back: {e.strerror or e}; rename it to {text} yourself'
+    ) from e
   exists = os.path.lexists(entry)
-  spellings = {entry, _real(entry)} if exists else {entry}
-  for source in protected:
-    for spelling in sorted(spellings):
-      if overlaps(spelling, source):
-        how = 'is' if spelling == source else (
-            'lies inside' if _inside(spelling, source) else 'contains'
-        )
-        shown = text if spelling == entry else f'{text} (-> {spelling})'
-        raise CheckpointError(
-            f'{shown}: {how} the source {source}; SRC is never written to, so '
-            'write the converted checkpoint outside it',
-            [text],
-        )
+  if exists:  # what DST points to, if it is a symlink
+    _check_overlap(text, entry, {_real(entry)}, protected)
   _check_parent(text, os.path.dirname(entry))
   if exists and not force:
     raise CheckpointError(f'{text}: already exists; pass --force to replace it', [text])
-  if exists and not _replaceable(entry):
-    raise CheckpointError(
-        f'{text}: is a directory that holds no checkpoint; --force only replaces '
-        'a checkpoint, a file, a symlink or an empty directory, so remove it '
-        'yourself or choose another DST',
-        [text],
-    )
-  return Destination(entry, protected, exists)
+  if exists:
+    check_replaceable(text, entry)
+  return Destination(entry, protected, exists, force)

@@ -120,6 +120,13 @@ def plan(
       groups[match.rule][match.index] = path
     else:  # scan -> loop
       length = shape[0] if shape else 0
+      if not length:
+        problems.append(
+            f'{format_path(path)}: a stacked parameter of shape {shape} has no '
+            'layers to unstack'
+        )
+        offenders.append(format_path(path))
+        continue
       if num_layers is not None and length != num_layers:
         problems.append(
             f'{format_path(path)}: stacked axis has length {length}, expected '
@@ -281,6 +288,55 @@ def target_shardings(
   return shardings
 
 
+def _abstract(value) -> bool:
+  return isinstance(value, jax.ShapeDtypeStruct)
+
+
+def check_executable(
+    targets: Mapping[tuple, Target], flat: Flat, shardings: Mapping[tuple, NamedSharding | None]
+) -> None:
+  """Raises `LayoutError` for what the relayout could only fail on part way.
+
+  Every input array must be alive; a relaid target needs a mesh, sources
+  that are all arrays or all abstract, and arrays that are on the mesh (or
+  not yet placed anywhere).
+  """
+  deleted = [format_path(p) for p, (v, _) in flat.items() if isinstance(v, jax.Array) and v.is_deleted()]
+  if deleted:
+    raise StructureError(
+        f'these input arrays were deleted (donated to an earlier call?): '
+        f'{format_offenders(deleted)}; convert arrays that are still alive',
+        deleted,
+    )
+  problems, offenders = [], []
+  for path, t in targets.items():
+    if t.op == 'keep':
+      continue
+    values = [flat[s][0] for s in t.sources]
+    where = format_path(path)
+    if len({_abstract(v) for v in values}) > 1:
+      problems.append(f'{where}: its sources mix arrays and jax.ShapeDtypeStruct')
+    elif shardings[path] is None and not _abstract(values[0]):
+      problems.append(f'{where}: its arrays have no NamedSharding and no mesh= was given')
+    else:
+      stray = [
+          format_path(s) for s, v in zip(t.sources, values)
+          if isinstance(v, jax.Array) and v.committed and not isinstance(v.sharding, NamedSharding)
+      ]
+      if stray:
+        problems.append(f'{where}: {format_offenders(stray)} live on one device, not on the mesh')
+      else:
+        continue
+    offenders.append(where)
+  if problems:
+    raise LayoutError(
+        f'cannot relayout: {"; ".join(problems)}; put every array on the mesh '
+        '(jax.device_put(x, NamedSharding(mesh, spec))) or pass mesh=... for '
+        'arrays not yet placed',
+        offenders,
+    )
+
+
 def buffer_keys(value) -> frozenset:
   """What identifies the device buffers of an array: (device, address) of each shard."""
   if not isinstance(value, jax.Array) or value.is_deleted():
@@ -350,25 +406,17 @@ def execute(
   twice instead of every moved array. A source whose buffers are in `shared`
   (used by another input leaf), or are also a kept output, is never deleted.
   """
+  check_executable(targets, flat, shardings)
   out: dict[tuple, Any] = {}
-  moved = [p for p, t in targets.items() if t.op != 'keep']
+  moved = []
   for path, t in targets.items():
     if t.op == 'keep':
       out[path] = flat[t.sources[0]][0]
+    elif _abstract(flat[t.sources[0]][0]):
+      out[path] = jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[path])
+    else:
+      moved.append(path)
   if not moved:
-    return out
-  missing_mesh = [format_path(p) for p in moved if shardings[p] is None]
-  if missing_mesh:
-    raise LayoutError(
-        'a relayout needs to know where its arrays live, but these have no '
-        f'NamedSharding and no mesh: {format_offenders(missing_mesh)}; put them '
-        'on a mesh (jax.device_put) or pass mesh=...',
-        missing_mesh,
-    )
-  if any(isinstance(flat[s][0], jax.ShapeDtypeStruct) for p in moved for s in targets[p].sources):
-    for p in moved:
-      t = targets[p]
-      out[p] = jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[p])
     return out
   kept = set(shared)
   for value in out.values():

@@ -259,6 +259,12 @@ def remove_layer_axis(annotation: Annotation, path: str) -> tuple[Annotation, st
 # -- resolution ----------------------------------------------------------------------
 
 
+def _is_axis(name) -> bool:
+  return name is None or isinstance(name, str) or (
+      isinstance(name, tuple) and all(isinstance(a, str) for a in name)
+  )
+
+
 def resolve(
     annotation: Annotation,
     shape: tuple[int, ...],
@@ -279,6 +285,12 @@ def resolve(
   names = annotation.names
   if names is None:
     return PartitionSpec()
+  if not all(_is_axis(n) for n in names):
+    raise AnnotationError(
+        f'{path}: sharding names {names} hold something other than a name, None '
+        "or a tuple of names; write each dimension as 'model', None or ('data', 'model')",
+        [path],
+    )
   if len(names) != len(shape):
     raise AnnotationError(
         f'{path}: {len(names)} sharding names {names} for an array of rank '
@@ -288,6 +300,12 @@ def resolve(
   axes = list(names)
   if annotation.logical:
     rules = annotation.rules if annotation.rules is not None else rules
+    if not all(isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], str) and _is_axis(r[1]) for r in rules or ()):
+      raise AnnotationError(
+          f'{path}: logical rules {rules} are not (name, mesh axis) pairs; write '
+          "each as ('embed', 'model'), ('embed', None) or ('embed', ('data', 'model'))",
+          [path],
+      )
     table = dict(rules or ())
     unruled = [n for n in names if n is not None and n not in table]
     if unruled:

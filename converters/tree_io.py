@@ -206,6 +206,9 @@ class Batch:
           for p, t in targets.items()
       }
     shardings = layout.target_shardings(targets, pairs, options.mesh, options.rules)
+    layout.check_executable(targets, pairs, shardings)
+    for path, t in targets.items():
+      check_writable(format_path(path), t.shape, t.dtype, t.annotation, target)
     planned = {}
     for path, t in targets.items():
       if t.op == 'keep':
@@ -235,6 +238,23 @@ class Batch:
   def value(self, value):
     """The array a planned value stands for (after `run`)."""
     return self._built[id(value)] if isinstance(value, Pending) else value
+
+
+def check_writable(where: str, shape, dtype, annotation: md.Annotation, target: Framework) -> None:
+  """The annotation makes a valid box or Variable (metadata NNX refuses is caught here)."""
+  placeholder = jax.ShapeDtypeStruct(tuple(shape), dtype)
+  try:
+    if target == 'nnx':
+      md.write_nnx(nnx.Param, placeholder, annotation)
+    else:
+      md.write_linen(placeholder, annotation)
+  except (ValueError, TypeError, AttributeError) as e:
+    raise AnnotationError(
+        f'{where}: its metadata {dict(annotation.extra)} cannot be written to a '
+        f'{"Variable" if target == "nnx" else "Linen box"}: {e}; drop or rename '
+        'those metadata keys',
+        [where],
+    ) from e
 
 
 def convert_flat(flat, source: Framework, target: Framework, options: Options):
@@ -278,6 +298,24 @@ def scalar_like(value, template_dtype, mesh: Mesh | None, where: str):
   """A step or count converted to the other side's integer dtype."""
   if not np.issubdtype(np.dtype(template_dtype), np.integer) or np.ndim(value) != 0:
     raise ShapeError(f'{where}: expected an integer scalar, found {np.shape(value)}', [where])
+  dtype = getattr(value, 'dtype', None) or np.asarray(value).dtype
+  if np.dtype(dtype).kind not in 'iu':
+    raise ShapeError(
+        f'{where}: is {value!r} of dtype {dtype}, not an integer; a step or count '
+        'must be an integer so no value is rounded',
+        [where],
+    )
+  try:
+    number = int(np.asarray(value))
+  except Exception:  # an array this process cannot read whole: its dtype was checked
+    number = None
+  limits = np.iinfo(template_dtype)
+  if number is not None and not limits.min <= number <= limits.max:
+    raise ShapeError(
+        f'{where}: {number} does not fit the target\'s {np.dtype(template_dtype)} '
+        f'[{limits.min}, {limits.max}]',
+        [where],
+    )
   if isinstance(value, jax.Array):
     return value if value.dtype == template_dtype else value.astype(template_dtype)
   array = np.asarray(value, dtype=template_dtype)

@@ -299,6 +299,7 @@ def late_failing_target(desc, path):
   """The abstract NNX model of `desc` with the Param at `path` in bfloat16."""
   model = nnx_abstract(desc, 'adam')[0]
   graphdef, state = nnx.split(model)
+  state = jax.tree.map(lambda x: x, state)  # new Variables: the cached target stays as it is
   node = state
   for key in path:
     node = node[key]

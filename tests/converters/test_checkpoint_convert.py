@@ -87,7 +87,7 @@ def test_force_never_replaces_a_directory_that_holds_no_checkpoint(tmp_path):
   write_checkpoint(tmp_path / 'src')
   (tmp_path / 'dst').mkdir()
   (tmp_path / 'dst' / 'keep.txt').write_text('mine')
-  with pytest.raises(CheckpointError, match='holds no checkpoint; --force only replaces'):
+  with pytest.raises(CheckpointError, match='holds something other than a checkpoint; --force only replaces'):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', force=True)
   assert os.listdir(tmp_path / 'dst') == ['keep.txt']
   assert (tmp_path / 'dst' / 'keep.txt').read_text() == 'mine'

@@ -134,7 +134,7 @@ def test_dst_that_cannot_be_written_is_refused(tmp_path, saved, dst, message):
 def test_force_replaces_only_what_can_be_rebuilt(tmp_path, saved):
   world(tmp_path, saved)
   with cwd(tmp_path):
-    with pytest.raises(CheckpointError, match='holds no checkpoint; --force only replaces'):
+    with pytest.raises(CheckpointError, match='holds something other than a checkpoint; --force only replaces'):
       plan_destination(['ckpt'], 'other', force=True)
     for replaceable in ('afile', 'empty', 'old_ckpt', 'other_link', 'dangling'):
       assert plan_destination(['ckpt'], replaceable, force=True).exists
@@ -153,13 +153,86 @@ def test_remove_stale_spares_live_runs_the_source_and_link_targets(tmp_path, sav
   # A source that happens to be named like a leftover is never removed.
   source_like = tmp_path / f'.new.partial-{dead_pid()}'
   shutil.copytree(saved, source_like)
+  shutil.copytree(saved, tmp_path / 'new')  # DST stands: the replaced ones are old
   before = tree_checksum(tmp_path / 'ckpt'), tree_checksum(source_like)
   with cwd(tmp_path):
-    planned = plan_destination([os.fspath(source_like)], 'new', force=False)
+    planned = plan_destination([os.fspath(source_like)], 'new', force=True)
     removed = planned.remove_stale()
   assert sorted(removed) == sorted(map(os.fspath, (stale_dir, stale_file, stale_link)))
   assert not os.path.lexists(stale_link) and live.is_dir()
   assert (tree_checksum(tmp_path / 'ckpt'), tree_checksum(source_like)) == before
+
+
+def test_a_dst_that_a_killed_run_moved_aside_is_put_back_not_removed(tmp_path, saved):
+  """Killed between its two renames, a run leaves DST only as `.DST.replaced-PID`."""
+  world(tmp_path, saved)
+  aside = tmp_path / f'.new.replaced-{dead_pid()}'
+  shutil.copytree(saved, aside)
+  before = tree_checksum(aside)
+  with cwd(tmp_path):
+    with pytest.raises(CheckpointError, match='already exists; pass --force'):
+      plan_destination(['ckpt'], 'new', force=False)
+  assert not os.path.lexists(aside) and tree_checksum(tmp_path / 'new') == before
+
+
+@pytest.mark.parametrize('pid', ['2147483648', '99999999999999999999', '²', '１２', 'x'])
+def test_leftovers_with_odd_pid_suffixes_never_fail_a_run(tmp_path, saved, pid):
+  world(tmp_path, saved)
+  odd = tmp_path / f'.new.partial-{pid}'
+  odd.mkdir()
+  with cwd(tmp_path):
+    planned = plan_destination(['ckpt'], 'new', force=False)
+    removed = planned.remove_stale()
+  too_large = pid.isascii() and pid.isdigit()  # no process can have it: a dead run's
+  assert removed == ([os.fspath(odd)] if too_large else [])
+
+
+def test_force_never_replaces_a_directory_with_more_than_a_checkpoint(tmp_path, saved):
+  world(tmp_path, saved)
+  project = tmp_path / 'project'
+  (project / 'checkpoint_1').mkdir(parents=True)
+  (project / 'thesis.tex').write_text('years of work')
+  shutil.copytree(saved, tmp_path / 'ckpt_plus')
+  (tmp_path / 'ckpt_plus' / 'notes.txt').write_text('mine')
+  with cwd(tmp_path):
+    for dst in ('project', 'ckpt_plus'):
+      with pytest.raises(CheckpointError, match='holds something other than a checkpoint'):
+        plan_destination(['ckpt'], dst, force=True)
+
+
+def test_dst_appearing_during_the_run_is_never_replaced_without_force(tmp_path, saved, monkeypatch):
+  from converters import checkpoint_convert, verification
+
+  world(tmp_path, saved)
+  verify = verification.verify
+
+  def verify_then_someone_writes_dst(*args, **kwargs):
+    result = verify(*args, **kwargs)
+    (tmp_path / 'new').mkdir()
+    (tmp_path / 'new' / 'keep.txt').write_text('written meanwhile')
+    return result
+
+  monkeypatch.setattr(checkpoint_convert, 'verify', verify_then_someone_writes_dst)
+  result = run('convert', tmp_path / 'ckpt', tmp_path / 'new', '--to', 'nnx', '--json')
+  assert_refused(result, 'appeared while converting')
+  assert os.listdir(tmp_path / 'new') == ['keep.txt']
+  assert not [e for e in os.listdir(tmp_path) if '.partial-' in e]
+
+
+def test_dst_reached_through_another_mount_of_src_is_refused(tmp_path, saved):
+  """A bind mount shows one directory under two real paths: identity decides."""
+  world(tmp_path, saved)
+  alias = tmp_path / 'alias'
+  alias.mkdir()
+  mounted = subprocess.run(['mount', '--bind', os.fspath(tmp_path), os.fspath(alias)], capture_output=True)
+  if mounted.returncode != 0:
+    pytest.skip(f'bind mounts need privileges here: {mounted.stderr.decode().strip()}')
+  try:
+    for dst in ('alias/ckpt', 'alias/ckpt/new'):
+      with cwd(tmp_path), pytest.raises(CheckpointError, match='the source'):
+        plan_destination(['ckpt'], dst, force=True)
+  finally:
+    subprocess.run(['umount', os.fspath(alias)], check=True)
 
 
 def test_staging_that_cannot_be_created_is_a_checkpoint_error(tmp_path, saved, monkeypatch):
@@ -236,7 +309,7 @@ def expected_refusal(root, src: str, dst: str, force: bool) -> str | None:
   if exists and not force:
     return 'already exists; pass --force'
   if exists and dst == 'other':
-    return 'holds no checkpoint'
+    return 'holds something other than a checkpoint'
   return None
 
 

@@ -225,6 +225,52 @@ def case_slash_in_a_key_collides_with_nesting():
   return dict(linen={'params': {'a/b': w2, 'a': {'b': w2}}}, paths=rules)
 
 
+def case_deleted_input_array():
+  params = jax.tree.map(jnp.copy, params_of(LOOP))
+  params['DotReluDot_2']['W2'].value.delete()
+  return dict(linen={'params': params}, scan=True, donate=True)
+
+
+def case_layer_on_one_device():
+  b = box(LOOP, ('DotReluDot_1', 'W2'))
+  one = jax.device_put(b.value, jax.devices()[5])
+  return dict(linen={'params': with_leaf(params_of(LOOP), ('DotReluDot_1', 'W2'), b.replace(value=one))}, scan=True)
+
+
+def case_abstract_and_real_layers_mixed():
+  b = box(LOOP, ('DotReluDot_1', 'W2'))
+  abstract = jax.ShapeDtypeStruct(b.value.shape, b.value.dtype)
+  return dict(linen={'params': with_leaf(params_of(LOOP), ('DotReluDot_1', 'W2'), b.replace(value=abstract))}, scan=True)
+
+
+def case_metadata_nnx_refuses():
+  from converters.metadata import CarryingPartitioned
+
+  b = box(LOOP)
+  carrying = CarryingPartitioned(b.value, b.names, extra=(('value', 1),))
+  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, carrying)})
+
+
+def case_rank_0_stacked_parameter():
+  scalar = nn.Partitioned(jnp.zeros(()), ())
+  return dict(linen={'params': with_leaf(params_of(SCAN), ('ScanDotReluDot_0', 'W2'), scalar)}, scan=False)
+
+
+def case_float_step():
+  state = linen_trained(LOOP, 'adam', 0)
+  return dict(linen=state.replace(step=2.5), target=nnx_abstract(LOOP, 'adam'))
+
+
+def case_step_out_of_range():
+  state = linen_trained(LOOP, 'adam', 0)
+  return dict(linen=state.replace(step=jnp.int32(-5)), target=nnx_abstract(LOOP, 'adam'))
+
+
+def case_rules_with_a_list():
+  bad = box(LOGICAL).replace(rules=(('embed', None), ('hidden', ['model'])))
+  return dict(linen={'params': with_leaf(params_of(LOGICAL), KERNEL, bad)})
+
+
 CATALOGUE = {
     'missing param': (case_missing_param, errors.StructureError, 'the source lacks [model/layers/2/w2'),
     'extra layer': (case_extra_layer, errors.StructureError, 'model/layers/3/w2'),
@@ -257,6 +303,14 @@ CATALOGUE = {
     'paths that are not rules': (case_paths_that_are_not_rules, errors.PathMappingError, "paths holds 'DotReluDot_{i}/W2', which are not PathRules"),
     'empty params': (case_empty_params, errors.StructureError, 'params: holds no parameters'),
     "'a/b' key beside a/b nesting": (case_slash_in_a_key_collides_with_nesting, errors.PathMappingError, "no rule maps these linen paths: 'a/b'"),
+    'deleted input array': (case_deleted_input_array, errors.StructureError, 'were deleted (donated to an earlier call?): DotReluDot_2/W2'),
+    'layer on one device': (case_layer_on_one_device, errors.LayoutError, 'layers/w2: DotReluDot_1/W2 live on one device, not on the mesh'),
+    'abstract and real layers mixed': (case_abstract_and_real_layers_mixed, errors.LayoutError, 'layers/w2: its sources mix arrays and jax.ShapeDtypeStruct'),
+    'metadata NNX refuses': (case_metadata_nnx_refuses, errors.AnnotationError, "layers/1/dot1/kernel: its metadata {'value': 1} cannot be written"),
+    'rank-0 stacked parameter': (case_rank_0_stacked_parameter, errors.LayoutError, 'ScanDotReluDot_0/W2: a stacked parameter of shape () has no layers'),
+    'float step': (case_float_step, errors.ShapeError, 'optimizer/step: is 2.5 of dtype float'),
+    'step out of range': (case_step_out_of_range, errors.ShapeError, 'optimizer/step: -5 does not fit the target'),
+    'rules with a list': (case_rules_with_a_list, errors.AnnotationError, 'are not (name, mesh axis) pairs'),
 }
 
 
