@@ -67,6 +67,23 @@ def test_missing_path_and_non_checkpoint_directory(tmp_path):
     checkpoints.inspect(tmp_path)
 
 
+def test_src_is_resolved_as_the_os_resolves_it(tmp_path, monkeypatch):
+  """`link/..` is the parent of where `link` points, not the folder holding `link`."""
+  (tmp_path / 'real' / 'sub').mkdir(parents=True)
+  write_checkpoint(tmp_path / 'real' / 'ckpt', 'nnx')
+  write_checkpoint(tmp_path / 'ckpt', 'linen')
+  os.symlink(tmp_path / 'real' / 'sub', tmp_path / 'link')
+  monkeypatch.chdir(tmp_path)
+  assert checkpoints.inspect('link/../ckpt').framework == 'nnx'
+  assert checkpoints.inspect('ckpt').framework == 'linen'
+
+
+def test_src_that_is_neither_file_nor_directory_is_reported(tmp_path):
+  os.mkfifo(tmp_path / 'fifo')
+  with pytest.raises(CheckpointError, match='neither a checkpoint directory nor a checkpoint file'):
+    checkpoints.inspect(tmp_path / 'fifo')
+
+
 def test_missing_metadata_file_is_reported(tmp_path):
   write_checkpoint(tmp_path / 'ckpt')
   os.remove(tmp_path / 'ckpt' / '_METADATA')

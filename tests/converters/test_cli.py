@@ -75,6 +75,7 @@ USAGE_ERRORS = {
     'side-by-side --html into a missing directory': (['side-by-side', '--html', '/no/such/dir/x.html'], 'does not exist'),
     'no command': ([], 'required: command'),
     'an unknown command': (['port'], "invalid choice: 'port'"),
+    'an abbreviated option': (['compare', 'a', 'b', '--js'], 'unrecognized arguments: --js'),
 }
 
 
