@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 
 COLLECTIVES = ('all-gather', 'all-reduce', 'all-to-all', 'collective-permute', 'reduce-scatter')
@@ -229,6 +230,13 @@ def main() -> None:
     report_failure(f'{type(e).__name__}: {e}')
   with open(result, 'w') as f:
     json.dump(out, f)
+  if int(process) == 0:
+    # Process 0 hosts the coordination service: leaving while another process
+    # still talks to it aborts that process before it writes its result.
+    others = [os.path.join(os.path.dirname(result), f'process_{p}.json') for p in range(1, int(processes))]
+    deadline = time.monotonic() + 120
+    while not all(os.path.exists(o) for o in others) and time.monotonic() < deadline:
+      time.sleep(0.1)
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)
