@@ -192,8 +192,6 @@ def checkpoint(workdir: str, options: dict) -> dict:
 
 
 def tree_mismatch(workdir: str, options: dict) -> dict:
-  import time
-
   import jax
 
   from converters import processes
