@@ -255,22 +255,19 @@ def _subkeys(leaves: Leaves, prefix: tuple[str, ...]) -> set[str]:
   return {p[n] for p in leaves if p[:n] == prefix and len(p) > n}
 
 
-def _shape(leaves: Leaves, path: tuple[str, ...], path_text: str) -> tuple[int, ...]:
+def _shape(leaves: Leaves, path: tuple[str, ...], path_text: str, rank: int) -> tuple[int, ...]:
+  """The shape of the kernel at `path`, which must be there with `rank` dimensions."""
   if path not in leaves:
     raise CheckpointError(
         f'{path_text}: missing; this is not a checkpoint of the kit\'s MLP '
         f'(expected the parameter {_join(path)})',
         [_join(path)],
     )
-  return leaves[path][0]
-
-
-def _stacked_shape(leaves: Leaves, path: tuple[str, ...], where: str) -> tuple[int, ...]:
-  shape = _shape(leaves, path, where)
-  if len(shape) != 3:
+  shape = leaves[path][0]
+  if len(shape) != rank:
     raise CheckpointError(
-        f'{where}: {_join(path)} has shape {shape}, not a stack of matrices; this '
-        'is not a checkpoint of the kit\'s MLP',
+        f'{path_text}: {_join(path)} has shape {shape}, not rank {rank}; this is '
+        'not a checkpoint of the kit\'s MLP',
         [_join(path)],
     )
   return shape
@@ -282,7 +279,7 @@ def _model_of(leaves: Leaves, framework: Framework, where: str) -> tuple[str, in
     tops = _subkeys(leaves, ('params',))
     if 'ScanDotReluDot_0' in tops:
       kernel = ('params', 'ScanDotReluDot_0', 'Dense_0', 'kernel', 'value')
-      shape = _stacked_shape(leaves, kernel, where)
+      shape = _shape(leaves, kernel, where, 3)
       return 'scan', shape[0], shape[-1], leaves[kernel][1]
     kernel = ('params', 'DotReluDot_0', 'Dense_0', 'kernel', 'value')
     count = sum(1 for k in tops if _LOOPED_LAYER.match(k))
@@ -290,17 +287,11 @@ def _model_of(leaves: Leaves, framework: Framework, where: str) -> tuple[str, in
     tops = _subkeys(leaves, ('model', 'layers'))
     if 'dot1' in tops:
       kernel = ('model', 'layers', 'dot1', 'kernel', 'value')
-      shape = _stacked_shape(leaves, kernel, where)
+      shape = _shape(leaves, kernel, where, 3)
       return 'scan', shape[0], shape[-1], leaves[kernel][1]
     kernel = ('model', 'layers', '0', 'dot1', 'kernel', 'value')
     count = sum(1 for k in tops if k.isdigit())
-  shape = _shape(leaves, kernel, where)
-  if len(shape) != 2:
-    raise CheckpointError(
-        f'{where}: {_join(kernel)} has shape {shape}, not a matrix; this is not a '
-        'checkpoint of the kit\'s MLP',
-        [_join(kernel)],
-    )
+  shape = _shape(leaves, kernel, where, 2)
   return 'loop', count, shape[-1], leaves[kernel][1]
 
 

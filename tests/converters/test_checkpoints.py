@@ -7,6 +7,7 @@ import shutil
 
 import flax
 import jax
+import numpy as np
 import pytest
 from flax.training import checkpoints as flax_checkpoints
 
@@ -82,6 +83,20 @@ def test_src_that_is_neither_file_nor_directory_is_reported(tmp_path):
   os.mkfifo(tmp_path / 'fifo')
   with pytest.raises(CheckpointError, match='neither a checkpoint directory nor a checkpoint file'):
     checkpoints.inspect(tmp_path / 'fifo')
+
+
+@pytest.mark.parametrize('params, rank', [
+    ({'DotReluDot_0': {'Dense_0': {'kernel': {'value': np.float32(1)}}}}, 2),
+    ({'ScanDotReluDot_0': {'Dense_0': {'kernel': {'value': np.zeros((2, 4), np.float32)}}}}, 3),
+])
+def test_kernel_of_the_wrong_rank_is_reported(tmp_path, params, rank):
+  from flax import serialization
+
+  state = {'step': np.int32(0), 'params': params, 'opt_state': {'0': {'count': np.int32(0)}}}
+  path = tmp_path / 'checkpoint_0'
+  path.write_bytes(serialization.msgpack_serialize(state))
+  with pytest.raises(CheckpointError, match=f'not rank {rank}'):
+    checkpoints.inspect(path)
 
 
 def test_missing_metadata_file_is_reported(tmp_path):
