@@ -202,12 +202,23 @@ def plan(
 
 
 def _layer_count_problem(rule, layers: dict[int, tuple], count: int, source: Framework, verb: str):
-  """`(message, offenders)` when `layers` are not exactly layers 0..count-1."""
-  missing = [rule.path(source, 'loop', i) for i in range(count) if i not in layers]
+  """`(message, offenders)` when `layers` are not exactly layers 0..count-1.
+
+  Costs the number of layers present, not `count` (which a caller may give
+  as any number): at most 50 missing layers are named.
+  """
+  present = sum(1 for i in layers if i < count)
+  missing, i = [], 0
+  while len(missing) < min(50, count - present):
+    if i not in layers:
+      missing.append(rule.path(source, 'loop', i))
+    i += 1
   extra = [p for i, p in layers.items() if i >= count]
   if not (missing or extra):
     return None
-  missing_text = format_offenders(format_path(p) for p in missing)
+  missing_text = ', '.join(format_path(p) for p in missing)
+  if count - present > len(missing):
+    missing_text += f', ... ({count - present - len(missing)} more)'
   extra_text = format_offenders(format_path(p) for p in extra)
   what = 'cannot stack' if verb == 'stack' else 'layers of'
   return (

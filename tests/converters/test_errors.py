@@ -415,3 +415,11 @@ def test_bad_nnx_input_raises_its_error_naming_the_path(name):
   assert message in str(info.value), str(info.value)
   after = [(p, v.get_metadata()) for p, v in nnx.to_flat_state(nnx.state(kwargs['nnx_in']))]
   assert after == before
+
+
+def test_a_huge_num_layers_is_refused_at_once_naming_a_few_missing_layers():
+  with pytest.raises(errors.StructureError) as info:
+    converters.linen_to_nnx({'params': params_of(LOOP)}, num_layers=10**12)
+  assert 'DotReluDot_3/Dense_0/kernel' in str(info.value)
+  assert f'({10**12 - 3 - 50} more)' in str(info.value)
+  assert len(info.value.paths) <= 2 * 50
