@@ -307,14 +307,17 @@ def late_failing_target(desc, path):
   return nnx.merge(graphdef, state)
 
 
-def test_donate_keeps_a_buffer_two_parameters_share():
+@pytest.mark.parametrize('head', [False, True], ids=['tied layers', 'tied layers and a kept head'])
+def test_donate_keeps_a_buffer_two_parameters_share(head):
   looped = description('device', False)
-  params = tied_params(looped, frozenset({1, 2}), head=True)
-  shared = params['head']['kernel'].value
-  expected = converters.linen_to_nnx({'params': params}, paths=KIT_PATHS + [HEAD_RULE], scan=True)
-  out = converters.linen_to_nnx({'params': params}, paths=KIT_PATHS + [HEAD_RULE], scan=True, donate=True)
+  params = tied_params(looped, frozenset({1, 2}), head=head)
+  shared = params['DotReluDot_0']['W2'].value
+  paths = KIT_PATHS + [HEAD_RULE] if head else KIT_PATHS
+  expected = converters.linen_to_nnx({'params': jax.tree.map(jnp.copy, params)}, paths=paths, scan=True)
+  out = converters.linen_to_nnx({'params': params}, paths=paths, scan=True, donate=True)
   assert not shared.is_deleted()
-  assert out['head']['kernel'][...] is shared  # kept: the input array itself
+  if head:
+    assert out['head']['kernel'][...] is shared  # kept: the input array itself
   assert_trees_bit_equal(nnx.to_pure_dict(out), nnx.to_pure_dict(expected))
   # The untied layer parameters were relaid and freed.
   assert params['DotReluDot_0']['Dense_0']['kernel'].value.is_deleted()
@@ -344,6 +347,7 @@ def nnx_params(params, paths):
     late_path=st.sampled_from(['w2', 'dot1/kernel']),
 )
 @example(direction='linen -> nnx', scan_source=False, tie=frozenset({1, 2}), head=True, failure=None, late_path='w2')
+@example(direction='linen -> nnx', scan_source=False, tie=frozenset({1}), head=False, failure=None, late_path='w2')
 @example(direction='linen -> nnx', scan_source=False, tie=frozenset({1}), head=False, failure='late: dtype', late_path='w2')
 @example(direction='linen -> nnx', scan_source=True, tie=frozenset(), head=False, failure='late: dtype', late_path='dot1/kernel')
 @example(direction='nnx -> linen', scan_source=False, tie=frozenset({2}), head=True, failure=None, late_path='w2')
