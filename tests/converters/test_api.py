@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 from flax import nnx
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import converters
