@@ -235,9 +235,10 @@ def _mesh_of(value, annotation: md.Annotation, mesh: Mesh | None) -> Mesh | None
   return annotation.mesh or mesh
 
 
-def _describe_mesh(mesh: Mesh) -> str:
-  ids = [d.id for d in mesh.devices.flat]
-  return f'{dict(mesh.shape)} on devices {ids}'
+def describe_mesh(mesh) -> str:
+  """`{'data': 2, 'model': 4} on devices [...]` (no devices for an abstract mesh)."""
+  devices = f' on devices {[d.id for d in mesh.devices.flat]}' if isinstance(mesh, Mesh) else ''
+  return f'{dict(mesh.shape)}{devices}'
 
 
 def check_placement(flat: Flat, mesh: Mesh | None = None, rules: tuple | None = None) -> None:
@@ -286,7 +287,7 @@ def target_shardings(
       if leaf_mesh is not None:
         meshes.setdefault(leaf_mesh, format_path(source_path))
     if len(meshes) > 1:
-      listed = [f'{p} on {_describe_mesh(m)}' for m, p in meshes.items()]
+      listed = [f'{p} on {describe_mesh(m)}' for m, p in meshes.items()]
       raise LayoutError(
           f'{format_path(path)}: its sources live on different meshes or device '
           f'orders ({format_offenders(listed)}); put every layer on one mesh '
@@ -416,8 +417,8 @@ def execute(
   each group's source arrays once its results exist, so it holds one group
   twice instead of every moved array. A source whose buffers are in `shared`
   (used by another input leaf), or are also a kept output, is never deleted.
+  Call `check_executable` first (`tree_io.Batch.plan` does).
   """
-  check_executable(targets, flat, shardings)
   out: dict[tuple, Any] = {}
   moved = []
   for path, t in targets.items():

@@ -298,7 +298,7 @@ def scalar_like(value, template_dtype, mesh: Mesh | None, where: str):
   """A step or count converted to the other side's integer dtype."""
   if not np.issubdtype(np.dtype(template_dtype), np.integer) or np.ndim(value) != 0:
     raise ShapeError(f'{where}: expected an integer scalar, found {np.shape(value)}', [where])
-  dtype = getattr(value, 'dtype', None) or np.asarray(value).dtype
+  dtype = value.dtype if hasattr(value, 'dtype') else np.asarray(value).dtype
   if np.dtype(dtype).kind not in 'iu':
     raise ShapeError(
         f'{where}: is {value!r} of dtype {dtype}, not an integer; a step or count '
@@ -341,11 +341,6 @@ def _same_mesh(a, b) -> bool:
   return dict(a.shape) == dict(b.shape) and tuple(a.axis_names) == tuple(b.axis_names)
 
 
-def _mesh_text(mesh) -> str:
-  devices = f' on devices {[d.id for d in mesh.devices.flat]}' if isinstance(mesh, Mesh) else ''
-  return f'{dict(mesh.shape)}{devices}'
-
-
 def check_against_template(path: str, value, annotation, t_value, t_annotation, rules=None):
   """The converted leaf fits the target's: shape, dtype, mesh and annotation.
 
@@ -355,8 +350,8 @@ def check_against_template(path: str, value, annotation, t_value, t_annotation, 
   mesh, t_mesh = _mesh(value), _mesh(t_value)
   if mesh is not None and t_mesh is not None and not _same_mesh(mesh, t_mesh):
     raise LayoutError(
-        f'{path}: the converted array lives on mesh {_mesh_text(mesh)} but the '
-        f'target is on mesh {_mesh_text(t_mesh)}; build the target on the same '
+        f'{path}: the converted array lives on mesh {layout.describe_mesh(mesh)} but the '
+        f'target is on mesh {layout.describe_mesh(t_mesh)}; build the target on the same '
         'mesh, or jax.device_put the source onto the target mesh before converting',
         [path],
     )
