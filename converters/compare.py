@@ -66,6 +66,11 @@ def bits_equal(xs: list[jax.Array], ys: list[jax.Array]) -> list[bool]:
   Arrays with the same sharding are compared shard by shard, only the shards
   this process holds, with no compilation and no gathering; others on device.
   """
+  if len(xs) != len(ys):
+    raise ValueError(
+        f'bits_equal: {len(xs)} arrays against {len(ys)}; compare the leaves of '
+        'trees of one structure'
+    )
   out = []
   for x, y in zip(xs, ys):
     if x.shape != y.shape or x.dtype != y.dtype:

@@ -18,15 +18,14 @@ from converters.description import ModelDescription
 def batch_sharding(
     desc: ModelDescription, mesh: Mesh, stacked: bool = False
 ) -> NamedSharding:
-  """The batch dimension sharded as the model's activations are.
+  """Inputs and targets sharded as the model's output activations are.
 
   `('data', None)` with device axes and with the guide's rules; with logical
-  names, wherever the rules send `'batch'`. A stack of batches gets a
-  leading unsharded axis.
+  names, as Linen resolves `('batch', 'embed')` with the rules. A stack of
+  batches gets a leading unsharded axis.
   """
-  batch_axis = desc.mesh_axis(desc.axes.output[0])
-  spec = (None, batch_axis, None) if stacked else (batch_axis, None)
-  return NamedSharding(mesh, P(*spec))
+  spec = desc.resolve(desc.axes.output)
+  return NamedSharding(mesh, P(None, *spec) if stacked else P(*spec))
 
 
 def make_batches(

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 from jax.sharding import AxisType, Mesh
 
 MESH_AXES = ('data', 'model')
@@ -127,13 +128,30 @@ class ModelDescription:
     return dataclasses.replace(self, **changes)
 
   def mesh_axis(self, name: str | None) -> str | None:
-    """The mesh axis an annotation name resolves to (Linen's rule priority)."""
+    """The mesh axis one annotation name resolves to on its own.
+
+    Right for the parameters, whose dimensions never compete for a mesh axis
+    (validation refuses that); an activation's names can, so use `resolve`.
+    """
     if name is None or not self.logical:
       return name
     for logical_name, mesh_axis in self.rules:
       if logical_name == name:
         return mesh_axis
     raise InvalidDescriptionError(f'logical name {name!r} has no rule')
+
+  def resolve(self, names: Sequence[str | None]) -> tuple[str | None, ...]:
+    """The mesh axes of a whole annotation, as Linen resolves it.
+
+    Linen walks the rules in order and gives a dimension its rule's mesh axis
+    if no dimension holds that axis yet: the first rule to claim a free axis
+    wins, whatever the order of the dimensions. With rules that send 'batch'
+    and 'embed' to 'data', `('batch', 'embed')` resolves to `('data', None)`
+    if the 'batch' rule comes first and to `(None, 'data')` otherwise.
+    """
+    if not self.logical:
+      return tuple(names)
+    return tuple(nn.logical_to_mesh_axes(names, self.rules))
 
   def make_mesh(self, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """An Auto-axis `('data', 'model')` mesh of `mesh_shape` over `devices`."""
@@ -238,15 +256,17 @@ class ModelDescription:
 
   def _divisibility_problems(self):
     sizes = dict(zip(MESH_AXES, self.mesh_shape))
+    params = self.axes.kernel + self.axes.w2
     dims = {
-        'depth': (self.depth, self.axes.kernel + self.axes.w2),
-        'batch': (self.batch, self.axes.output[:1]),
+        'depth': (self.depth, zip(params, map(self.mesh_axis, params))),
+        'batch': (self.batch, [(self.axes.output[0], self.resolve(self.axes.output)[0])]),
     }
     if self.use_scan and self.layer_partition is not None:
-      dims['num_layers'] = (self.num_layers, (self.layer_partition,))
-    for value_name, (value, names) in dims.items():
-      for name in names:
-        axis = self.mesh_axis(name)
+      dims['num_layers'] = (
+          self.num_layers, [(self.layer_partition, self.mesh_axis(self.layer_partition))]
+      )
+    for value_name, (value, named_axes) in dims.items():
+      for name, axis in named_axes:
         if axis is not None and value % sizes[axis]:
           yield (
               f'{value_name}={value} is not divisible by the {axis!r} mesh '

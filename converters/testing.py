@@ -59,12 +59,18 @@ def mesh_shapes() -> st.SearchStrategy[tuple[int, int]]:
 
 @st.composite
 def random_rule_sets(draw) -> tuple:
-  """Logical rules where no parameter puts one mesh axis on two dimensions."""
+  """Logical rules, in any order, where no parameter puts one mesh axis on two
+  dimensions.
+
+  Activations may: `('batch', 'embed')` with both sent to one axis. Linen
+  gives the axis to the rule listed first, so the order is drawn too.
+  """
   hidden = draw(st.sampled_from(_AXES))
   embed = draw(st.sampled_from([a for a in _AXES if a is None or a != hidden]))
   layer = draw(st.sampled_from([a for a in _AXES if a is None or a not in (hidden, embed)]))
   batch = draw(st.sampled_from(_AXES))
-  return (('batch', batch), ('hidden', hidden), ('embed', embed), ('layer', layer))
+  rules = (('batch', batch), ('hidden', hidden), ('embed', embed), ('layer', layer))
+  return tuple(draw(st.permutations(rules)))
 
 
 def rule_sets() -> st.SearchStrategy[tuple]:
@@ -83,13 +89,17 @@ def descriptions(
     max_layers: int = 6,
     dtypes: Sequence[str] = DTYPES,
     annotations: Sequence[str] = ('device', 'logical'),
+    layouts: Sequence[bool] = (False, True),
 ) -> ModelDescription:
-  """Valid model descriptions; records hypothesis events for the statistics."""
+  """Valid model descriptions; records hypothesis events for the statistics.
+
+  `layouts` are the `use_scan` values to draw from (`(True,)`: scanned only).
+  """
   shape = draw(mesh_shape if mesh_shape is not None else mesh_shapes())
   annotation = draw(st.sampled_from(annotations))
   logical = annotation == 'logical'
   rules = draw(rule_sets()) if logical else GUIDE_RULES
-  use_scan = draw(st.booleans())
+  use_scan = draw(st.sampled_from(layouts))
   layer_choices = (None, 'layer') if logical else (None, 'data')
   layer_partition = draw(st.sampled_from(layer_choices)) if use_scan else None
   num_layers = draw(st.integers(1, max_layers))

@@ -35,9 +35,9 @@ def _metadata(desc: ModelDescription, names) -> dict:
 # [side-by-side: activation-constraints]
 def _constrain(desc: ModelDescription, x: jax.Array, names) -> jax.Array:
   if desc.logical:
-    # NNX has no logical constraint of its own; Linen's resolver is the one
-    # that drops a mesh axis already used by an earlier dimension (FSDP rules
-    # map both 'batch' and 'embed' to 'data').
+    # NNX has no logical constraint of its own; resolve as Linen does: the
+    # first rule to claim a still-free mesh axis wins, whatever the dimension
+    # order (FSDP rules send 'batch' and 'embed' to 'data': 'batch' is listed first).
     names = nn.logical_to_mesh_axes(names, desc.rules)
   return jax.lax.with_sharding_constraint(x, P(*names))
 # [/side-by-side]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +15,8 @@ from converters.data import make_batches
 from converters.description import FSDP_RULES, GUIDE_RULES, ModelDescription
 
 MESHES = ((2, 4), (1, 8), (8, 1), (4, 2))
+# FSDP rules with 'embed' listed before 'batch': it takes 'data' from activations.
+EMBED_FIRST_FSDP_RULES = (FSDP_RULES[2],) + FSDP_RULES[:2] + FSDP_RULES[3:]
 # (annotation, rules, layer partition of scanned layers)
 STYLES = {
     'device': ('device', GUIDE_RULES, None),
@@ -27,6 +32,10 @@ MATRIX = [
     for use_scan in (False, True)
     for style in ('device', _LOGICAL_STYLE[mesh])
 ]
+
+
+# Moments each optimizer keeps per parameter (adam: mu and nu; momentum: a trace).
+MOMENTS_PER_PARAM = {'adam': 2, 'adamw': 2, 'sgd_momentum': 1, 'fsdp_sgd': 1}
 
 
 def matrix_id(case) -> str:
@@ -61,9 +70,29 @@ def expected_names(desc: ModelDescription, param_name: str) -> tuple:
   return ((desc.layer_partition,) + base) if desc.use_scan else base
 
 
+def resolve_like_linen(names, rules) -> tuple:
+  """Linen's rule priority, written out independently of Flax and the kit.
+
+  The rules are walked in order; a rule gives its mesh axis to its dimension
+  if that dimension has none yet and no other dimension holds the axis. So
+  the first rule to claim a free axis wins, whatever the dimension order.
+  """
+  result, decided = [None] * len(names), [False] * len(names)
+  for logical_name, mesh_axis in rules:
+    if logical_name in names:
+      i = names.index(logical_name)
+      if not decided[i] and (mesh_axis is None or mesh_axis not in result):
+        result[i], decided[i] = mesh_axis, True
+  return tuple(result)
+
+
+def expected_axes(desc: ModelDescription, names) -> tuple:
+  return resolve_like_linen(names, desc.rules) if desc.logical else tuple(names)
+
+
 def expected_sharding(desc: ModelDescription, mesh, names) -> NamedSharding:
   """Resolves `names` with the description's rules, independently of Flax."""
-  return NamedSharding(mesh, P(*(desc.mesh_axis(n) for n in names)))
+  return NamedSharding(mesh, P(*expected_axes(desc, names)))
 
 
 def assert_sharded_as(array: jax.Array, sharding: NamedSharding, where: str):
@@ -138,10 +167,20 @@ def activation_constraints(closed_jaxpr, shape) -> list[tuple]:
 
 
 def expected_activation_constraints(desc: ModelDescription) -> list[tuple]:
-  """Per layer: `(data, model)` after the first matmul, `(data, None)` after W2."""
-  # Written out as in the guides; FSDP rules put 'embed' on 'data', which the
-  # output's 'batch' already holds, so Linen's resolver leaves it unsharded.
-  per_layer = [('data', 'model'), ('data', None)]
+  """Per layer, the constraint after the first matmul and the one after W2.
+
+  Written out as in the guides: `(data, model)` and `(data, None)` with device
+  axes, `('batch', 'hidden')` and `('batch', 'embed')` resolved with the rules
+  otherwise. FSDP rules send both 'batch' and 'embed' to 'data': the rule
+  listed first takes it and the other dimension stays unsharded.
+  """
+  if desc.logical:
+    per_layer = [
+        resolve_like_linen(('batch', 'hidden'), desc.rules),
+        resolve_like_linen(('batch', 'embed'), desc.rules),
+    ]
+  else:
+    per_layer = [('data', 'model'), ('data', None)]
   return per_layer * (1 if desc.use_scan else desc.num_layers)
 
 
@@ -165,3 +204,21 @@ def parameter_pairs(desc: ModelDescription) -> list[tuple[tuple, tuple]]:
           (('params', f'DotReluDot_{i}') + linen_name, ('model', 'layers', i) + nnx_name)
       )
   return pairs
+
+
+_HLO_ARRAY = re.compile(r'\b(?:pred|bf16|[fsu]\d+)\[([\d,]*)\]')
+
+
+def largest_array_in_program(fn, *args) -> int:
+  """Elements of the biggest array in the per-device program XLA compiles for `fn`.
+
+  `fn` runs under `jax.jit`, so jits it calls are inlined and the SPMD
+  partitioner sees the whole computation, as one device executes it.
+  """
+  text = jax.jit(fn).lower(*args).compile().as_text()
+  return max(math.prod(int(d) for d in dims.split(',') if d) for dims in _HLO_ARRAY.findall(text))
+
+
+def largest_shard(tree) -> int:
+  """Elements of the biggest shard one device holds of any array in `tree`."""
+  return max(math.prod(a.sharding.shard_shape(a.shape)) for a in jax.tree.leaves(tree))

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import nnx
 
+from converters.compare import bits_equal, host_bits
 from converters.data import make_batches
 from converters.description import ModelDescription
 from converters.optimizers import make_tx
@@ -69,18 +71,85 @@ def write_unfinished_checkpoint(path, framework='linen', desc=DESC, optimizer='a
 
 
 def leaves(state) -> list[jax.Array]:
+  return [x for _, x in flat(state)]
+
+
+def flat(state) -> list[tuple[str, jax.Array]]:
+  """`(path, array)` of every leaf; an `nnx.State` as its pure dict."""
   if isinstance(state, nnx.State):
-    return jax.tree.leaves(nnx.to_pure_dict(state))
-  return jax.tree.leaves(state)
+    state = nnx.to_pure_dict(state)
+  return [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(state)[0]]
+
+
+def same_leaves(a, b) -> bool:
+  """The same leaf paths, and bit-identical arrays (compared on device)."""
+  fa, fb = flat(a), flat(b)
+  return [p for p, _ in fa] == [p for p, _ in fb] and all(
+      bits_equal([x for _, x in fa], [y for _, y in fb])
+  )
 
 
 def assert_bit_identical(a, b) -> None:
-  la, lb = leaves(a), leaves(b)
-  assert len(la) == len(lb)
-  for x, y in zip(la, lb):
-    assert x.shape == y.shape and x.dtype == y.dtype
-    assert x.sharding == y.sharding, (x.sharding, y.sharding)
-    assert bool(jnp.array_equal(x, y))
+  """The same leaf paths, shapes, dtypes, shardings and bits (-0.0 is not 0.0)."""
+  fa, fb = flat(a), flat(b)
+  assert [p for p, _ in fa] == [p for p, _ in fb]
+  for (path, x), (_, y) in zip(fa, fb):
+    assert (x.shape, x.dtype) == (y.shape, y.dtype), path
+    assert x.sharding == y.sharding, (path, x.sharding, y.sharding)
+    assert np.array_equal(host_bits(x), host_bits(y)), f'{path} differs'
+
+
+# Every array of either side's training state, named independently of
+# `converters`: `(slot, layer, parameter)` with slot 'param' or a moment name.
+_LINEN_ARRAY = re.compile(
+    r"\.(?:params|opt_state\[0\]\.(\w+))\['(Scan)?DotReluDot_(\d+)'\]"
+    r"\['(?:Dense_0'\]\['(kernel)|(W2))'\]\.value"
+)
+_NNX_ARRAY = re.compile(
+    r"\['(?:model|optimizer'\](?:\['opt_state'\]\[0\])?\['(\w+))'\]\['layers'\]"
+    r"(?:\[(\d+)\])?\['(?:dot1'\]\['(kernel)|(w2))'\]"
+)
+_SCALARS = {
+    '.step': 'step', '.opt_state[0].count': 'count',
+    "['optimizer']['step']": 'step', "['optimizer']['opt_state'][0]['count']": 'count',
+}
+_SLOTS = {None: 'param', 'ema': 'momentum'}  # fsdp_sgd: optax's ema is NNX's momentum
+
+
+def by_layer(items) -> dict[tuple, np.ndarray]:
+  """`{(slot, layer, param): array}` and `{(counter,): value}` of `(path, array)`
+  pairs (see `flat`), stacks split by layer."""
+  out = {}
+  for path, x in items:
+    x = np.asarray(jax.device_get(x))
+    if path in _SCALARS:
+      out[(_SCALARS[path],)] = int(x)
+    elif m := _LINEN_ARRAY.fullmatch(path):
+      slot, stacked, layer, kernel, w2 = m.groups()
+      layers = enumerate(x) if stacked else [(int(layer), x)]
+      out.update({(_SLOTS.get(slot, slot), i, (kernel or w2).lower()): a for i, a in layers})
+    elif m := _NNX_ARRAY.fullmatch(path):
+      slot, layer, kernel, w2 = m.groups()
+      layers = enumerate(x) if layer is None else [(int(layer), x)]
+      out.update({(_SLOTS.get(slot, slot), i, kernel or w2): a for i, a in layers})
+    else:
+      raise AssertionError(f'unexpected leaf {path}')
+  return out
+
+
+def assert_same_values_by_layer(source, converted) -> None:
+  """Both `(path, array)` lists hold the same values, layer by layer, whatever
+  their framework and layout."""
+  a, b = by_layer(source), by_layer(converted)
+  # NNX's hand-written SGD keeps no count; optax's ema counts the steps.
+  for counts in (a, b):
+    if ('count',) not in a or ('count',) not in b:
+      assert counts.pop(('count',), counts[('step',)]) == counts[('step',)]
+  assert sorted(a) == sorted(b)
+  for key in a:
+    x, y = np.asarray(a[key]), np.asarray(b[key])
+    assert (x.shape, x.dtype) == (y.shape, y.dtype), key
+    assert x.tobytes() == y.tobytes(), f'{key} differs'
 
 
 def tree_checksum(path) -> str:

@@ -98,9 +98,16 @@ def test_nnx_k_steps_then_linen_j_steps_equal_nnx_k_plus_j(layouts, optimizer):
   trainer = nnx_trainer(nnx_desc, optimizer)
   with jax.set_mesh(trainer.mesh):
     state = copy_tree(state)  # training donates; keep `model` alive
-    _, linen_losses = linen.train_steps(state, xs[K:], ys[K:])
-    _, nnx_losses = trainer.train_steps(copy_tree(nnx_arrays(model, opt)), xs[K:], ys[K:])
+    state, linen_losses = linen.train_steps(state, xs[K:], ys[K:])
+    reference, nnx_losses = trainer.train_steps(copy_tree(nnx_arrays(model, opt)), xs[K:], ys[K:])
   assert_trees_bit_equal(linen_losses, nnx_losses)
+  # Parameters, every optimizer moment and the step, as NNX alone got them.
+  expected = converters.nnx_to_linen(
+      trainer.merge(reference), target=linen.abstract_state,
+      scan=linen_scan, layer_partition=linen_desc.layer_partition,
+  )
+  assert_trees_bit_equal(state, expected)
+  assert int(state.step) == STEPS
 
 
 @pytest.mark.parametrize('annotation', ['device', 'logical'])

@@ -15,6 +15,8 @@ from nnx_impl import checkpoint as nnx_checkpoint
 from tests.converters.checkpoint_fixtures import (
     DESC,
     assert_bit_identical,
+    assert_same_values_by_layer,
+    flat,
     tree_checksum,
     write_checkpoint,
     write_unfinished_checkpoint,
@@ -47,21 +49,15 @@ def test_converted_checkpoint_restores_with_the_other_sides_ordinary_code(
   assert summary['step'] == 2 and summary['verified']
   assert not [p for p in os.listdir(tmp_path) if '.partial-' in p]
 
-  # The target's ordinary `restore` reads DST, and it holds exactly the
-  # in-memory conversion of the source state (whose correctness the API and
-  # equivalence tests prove: k Linen steps + j NNX steps == k + j steps).
+  # The target's ordinary `restore` reads DST, and every parameter, moment and
+  # counter in it holds the source's value, read off both trees by their own
+  # paths (not by the converter's mapping).
   out_desc = DESC.replace(use_scan=out_scan)
   mesh = source_trainer.mesh
   target_trainer = checkpoints.trainer_for(target, out_desc, mesh, optimizer)
-  other = None
-  if source == target:
-    other = checkpoints.trainer_for('nnx' if target == 'linen' else 'linen', out_desc, mesh, optimizer)
   with jax.set_mesh(mesh):
     restored = MODULES[target].restore(dst, target_trainer)
-    expected = training_states.convert(
-        source_state, source, source_trainer, target, target_trainer, other
-    )
-    assert_bit_identical(expected, restored)
+  assert_same_values_by_layer(flat(source_state), flat(restored))
 
 
 def test_round_trip_is_the_identity(tmp_path):

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import jax
 import pytest
@@ -57,11 +56,10 @@ def test_convert_reports_progress_and_a_json_summary(linen_checkpoint, tmp_path)
 def test_bad_input_exits_2_with_one_line_reason(linen_checkpoint, tmp_path):
   result = linen_nnx('convert', tmp_path / 'absent', tmp_path / 'out', '--to', 'nnx', '--json')
   assert result.returncode == 2
-  assert result.stderr.strip().splitlines()[-1].startswith('linen-nnx convert: ')
-  assert 'no such file or directory' in result.stderr
-  assert json.loads(result.stdout) == {
-      'ok': False, 'exit_code': 2, 'error': json.loads(result.stdout)['error']
-  }
+  reason = f'{tmp_path / "absent"}: no such file or directory'
+  assert result.stderr.strip().splitlines()[-1] == f'linen-nnx convert: {reason}'
+  # The JSON carries the same one-line reason as stderr.
+  assert json.loads(result.stdout) == {'ok': False, 'exit_code': 2, 'error': reason}
   (tmp_path / 'taken').mkdir()
   result = linen_nnx('convert', linen_checkpoint, tmp_path / 'taken', '--to', 'nnx')
   assert result.returncode == 2 and 'pass --force to replace it' in result.stderr
@@ -126,29 +124,73 @@ def test_compare_description_trains_both_sides_identically():
   }
 
 
-# (stage line to wait for, seconds to wait after it)
-KILL_POINTS = [('writing', 0.0), ('writing', 0.4), ('verifying', 0.0), ('renaming', 0.0)]
+# Runs the CLI and stops the process (SIGSTOP) at one point of the conversion,
+# so that the test's SIGKILL lands exactly there, never on a finished process.
+KILL_DRIVER = """
+import os, signal, sys
+from converters import progress
+from converters.cli import main
+from orbax.checkpoint._src.path import atomicity
+
+point = sys.argv[1]
+
+def stop():
+  sys.stderr.flush()
+  os.kill(os.getpid(), signal.SIGSTOP)
+
+stage = progress.Progress.stage
+def stage_then_stop(self, name):
+  stage(self, name)
+  if name == point:
+    stop()
+progress.Progress.stage = stage_then_stop
+
+finalize = atomicity.AtomicRenameTemporaryPath.finalize
+async def stop_then_finalize(self, *args, **kwargs):
+  if point == 'orbax-commit':
+    stop()
+  return await finalize(self, *args, **kwargs)
+atomicity.AtomicRenameTemporaryPath.finalize = stop_then_finalize
+
+rename = os.rename
+def rename_then_stop(source, destination):
+  rename(source, destination)
+  if point == 'renamed' and os.path.abspath(destination) == os.path.abspath(sys.argv[4]):
+    stop()
+os.rename = rename_then_stop
+
+sys.exit(main(sys.argv[2:]))
+"""
+# The start of each stage that touches DST; the moment Orbax has written every
+# array into the staging directory but not yet committed it; DST just renamed
+# into place (complete, the run not yet finished).
+KILL_POINTS = ['writing', 'orbax-commit', 'verifying', 'renaming', 'renamed']
 
 
-@pytest.mark.parametrize('stage, delay', KILL_POINTS)
-def test_sigkill_leaves_src_intact_and_dst_absent_or_complete(linen_checkpoint, tmp_path, stage, delay):
+@pytest.mark.parametrize('point', KILL_POINTS)
+def test_sigkill_leaves_src_intact_and_dst_absent_or_complete(linen_checkpoint, tmp_path, point):
   before = tree_checksum(linen_checkpoint)
   dst = tmp_path / 'dst'
-  process = subprocess.Popen(
-      COMMAND + ['convert', str(linen_checkpoint), str(dst), '--to', 'nnx', '--layout', 'scan'],
-      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-  )
+  with open(tmp_path / 'stderr', 'w') as log:
+    process = subprocess.Popen(
+        [sys.executable, '-c', KILL_DRIVER, point, 'convert', str(linen_checkpoint), str(dst),
+         '--to', 'nnx', '--layout', 'scan'],
+        stdout=subprocess.DEVNULL, stderr=log,
+    )
   try:
-    deadline = time.monotonic() + 300
-    for line in process.stderr:
-      if line.startswith('linen-nnx: [') and line.rstrip().endswith('] ' + stage):
-        break
-      assert time.monotonic() < deadline
-    time.sleep(delay)
+    _, status = os.waitpid(process.pid, os.WUNTRACED)  # returns once stopped (or gone)
+    assert os.WIFSTOPPED(status), (
+        f'the conversion ended before reaching {point!r}: '
+        + (tmp_path / 'stderr').read_text()
+    )
     process.send_signal(signal.SIGKILL)
   finally:
+    if process.poll() is None:
+      process.kill()
     process.wait(timeout=60)
-  assert process.returncode in (-signal.SIGKILL, 0)
+  assert process.returncode == -signal.SIGKILL
+  os.remove(tmp_path / 'stderr')
+  assert os.path.exists(dst) == (point == 'renamed')
 
   assert tree_checksum(linen_checkpoint) == before
   if os.path.exists(dst):  # complete: restorable and equal to a clean conversion

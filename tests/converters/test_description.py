@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import pytest
-from hypothesis import given, strategies as st
+from flax import linen as nn
+from hypothesis import event, given, settings, strategies as st
+from jax.sharding import PartitionSpec as P
 
+from converters.data import batch_sharding
 from converters.description import (
     FSDP_RULES,
     GUIDE_RULES,
@@ -87,6 +92,35 @@ def test_fsdp_rules_shard_embed_over_data():
   assert ModelDescription(annotation='logical').mesh_axis('embed') is None
 
 
+def first_problem(num_layers, depth, batch, use_scan, layer_partition, annotation, rules, mesh_shape):
+  """What validation must say first about these fields, or None if they are
+  valid: written out from the annotations of the guides, not from the code."""
+  sizes = dict(zip(('data', 'model'), mesh_shape))
+  logical = annotation == 'logical'
+  if num_layers < 1:
+    return f'num_layers={num_layers}: set num_layers to 1 or more'
+  if not use_scan and layer_partition is not None:
+    return 'only applies to scanned layers: set use_scan=True or layer_partition=None'
+  if not logical and layer_partition not in (None, 'data', 'model'):
+    return f'layer_partition={layer_partition!r} is not a mesh axis'
+  if logical and layer_partition in ('data', 'model'):  # no rule names them
+    return f"rules: logical name {layer_partition!r} has no rule; add ({layer_partition!r}, None)"
+  table = dict(rules)
+  axis = (lambda n: table.get(n)) if logical else (lambda n: n)
+  layer = axis(layer_partition) if use_scan and layer_partition else None
+  kernel = ('embed', 'hidden') if logical else (None, 'model')
+  if layer is not None and layer in map(axis, kernel):
+    return f'puts mesh axis {layer!r} on two dimensions'
+  for name in kernel:  # W2 has the same names, swapped
+    if axis(name) is not None and depth % sizes[axis(name)]:
+      return f'change depth to a multiple of {sizes[axis(name)]}'
+  if batch % sizes['data']:  # 'batch' is on 'data' in both rule sets, listed first
+    return f"batch={batch} is not divisible by the 'data' mesh axis"
+  if layer is not None and num_layers % sizes[layer]:
+    return f'change num_layers to a multiple of {sizes[layer]}'
+  return None
+
+
 @given(
     num_layers=st.integers(-1, 6),
     depth=st.integers(1, 96),
@@ -97,12 +131,16 @@ def test_fsdp_rules_shard_embed_over_data():
     rules=st.sampled_from([GUIDE_RULES, FSDP_RULES]),
     mesh_shape=st.sampled_from([(1, 8), (2, 4), (4, 2), (8, 1)]),
 )
-def test_a_description_is_either_rejected_or_fully_divisible(**fields):
-  try:
-    desc = ModelDescription(**fields)
-  except InvalidDescriptionError as e:
-    assert str(e)  # always says what to change
+@settings(max_examples=300)  # no compilation: cheap enough to cover every rejection
+def test_a_description_is_rejected_exactly_when_invalid_saying_what_to_change(**fields):
+  expected = first_problem(**fields)
+  event('valid' if expected is None else 'rejected: ' + re.sub(r'\d+', 'N', expected)[:48])
+  if expected is not None:
+    with pytest.raises(InvalidDescriptionError) as info:
+      ModelDescription(**fields)
+    assert expected in str(info.value)
     return
+  desc = ModelDescription(**fields)
   sizes = dict(zip(('data', 'model'), desc.mesh_shape))
   axes = desc.axes
   for name in axes.kernel + axes.w2:
@@ -113,3 +151,24 @@ def test_a_description_is_either_rejected_or_fully_divisible(**fields):
     if (axis := desc.mesh_axis(desc.layer_partition)) is not None:
       assert desc.num_layers % sizes[axis] == 0
   assert desc.num_layers >= 1
+
+
+@pytest.mark.parametrize('names, rules, resolved', [
+    (('batch', 'embed'), FSDP_RULES, ('data', None)),
+    # Not "the earlier dimension wins": the rule listed first does.
+    (('embed', 'batch'), FSDP_RULES, (None, 'data')),
+    (('batch', 'embed'), (FSDP_RULES[2],) + FSDP_RULES[:2] + FSDP_RULES[3:], (None, 'data')),
+    (('batch', 'hidden'), FSDP_RULES, ('data', 'model')),
+])
+def test_the_first_rule_to_claim_a_free_mesh_axis_wins(names, rules, resolved):
+  desc = ModelDescription(annotation='logical', rules=rules)
+  assert desc.resolve(names) == resolved
+  assert tuple(nn.logical_to_mesh_axes(names, rules)) == resolved  # as Linen does
+
+
+def test_batches_are_sharded_as_the_output_activations():
+  embed_first = (FSDP_RULES[2],) + FSDP_RULES[:2] + FSDP_RULES[3:]
+  for rules, spec in ((FSDP_RULES, P('data', None)), (embed_first, P(None, 'data'))):
+    desc = ModelDescription(annotation='logical', rules=rules, mesh_shape=(2, 4))
+    assert batch_sharding(desc, desc.make_mesh()).spec == spec
+    assert batch_sharding(desc, desc.make_mesh(), stacked=True).spec == P(None, *spec)

@@ -17,18 +17,19 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 from flax import nnx
-from hypothesis import event, example, given, note, strategies as st
+import pytest
+from hypothesis import HealthCheck, assume, event, example, given, note, settings, strategies as st
 
 import converters
 from converters.data import make_batches
-from converters.description import FSDP_RULES, GUIDE_RULES, ModelDescription
+from converters.description import FSDP_RULES, GUIDE_RULES, MESH_AXES, ModelDescription
 from converters.errors import ConversionError
 from converters.optimizers import make_tx
 from converters.testing import assert_same_layout, descriptions, optimizers
 from converters.tree_io import nest
 from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train
-from tests.helpers import assert_trees_bit_equal
+from tests.helpers import assert_trees_bit_equal, parameter_pairs
 
 REGRESSION = ModelDescription(  # FSDP rules put 'batch' and 'embed' on 'data'
     num_layers=2, depth=16, batch=4, use_scan=True, layer_partition='layer',
@@ -162,24 +163,42 @@ def test_round_trips_are_the_identity(desc, optimizer, via_other_layout):
 # 5. Scanned and looped -----------------------------------------------------------------
 
 
+def sharded_over(desc: ModelDescription, names) -> str | None:
+  """The mesh axis of size > 1 the first of `names` resolves to, if any."""
+  axis = desc.mesh_axis(names[0])
+  return axis if axis is not None and desc.mesh_shape[MESH_AXES.index(axis)] > 1 else None
+
+
 def contraction_is_sharded(desc: ModelDescription) -> bool:
-  """Whether a matmul of the MLP contracts over a sharded dimension."""
-  return any(desc.mesh_axis(names[0]) is not None for names in (desc.axes.kernel, desc.axes.w2))
+  """Whether a matmul of the MLP contracts over a dimension split across devices."""
+  return any(sharded_over(desc, names) for names in (desc.axes.kernel, desc.axes.w2))
 
 
-@given(desc=descriptions(dtypes=('float32',)))
-@example(  # found by hypothesis: 'embed' on 'data' with the batch replicated
-    desc=ModelDescription(
-        num_layers=1, depth=8, batch=2, annotation='logical', mesh_shape=(2, 4),
+@pytest.mark.parametrize('contraction', ('replicated', 'sharded'))
+@pytest.mark.parametrize('direction', ('scan-to-loop', 'loop-to-scan'))
+@given(scanned=descriptions(dtypes=('float32',), layouts=(True,)))
+# Replicated contractions are rare draws: filtering for them is cheap (no compile).
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@example(  # found by hypothesis (loop to scan): 'embed' on 'data', the batch replicated
+    scanned=ModelDescription(
+        num_layers=1, depth=8, batch=2, annotation='logical', mesh_shape=(2, 4), use_scan=True,
         rules=(('batch', None), ('hidden', None), ('embed', 'data'), ('layer', None)),
     ),
 )
-def test_scanned_and_looped_models_with_the_same_params_agree(desc):
-  other = dataclasses.replace(
-      desc,
-      use_scan=not desc.use_scan,
-      layer_partition=None if desc.use_scan else desc.layer_partition,
-  )
+@example(  # the stacked layer axis sharded over 'data'
+    scanned=ModelDescription(
+        num_layers=4, depth=16, batch=4, use_scan=True, layer_partition='data',
+        mesh_shape=(4, 2),
+    ),
+)
+def test_scanned_and_looped_models_with_the_same_params_agree(direction, contraction, scanned):
+  # Stratified, so that even the few `ci` examples cover both directions and
+  # both assertions below.
+  assume(contraction_is_sharded(scanned) == (contraction == 'sharded'))
+  looped = dataclasses.replace(scanned, use_scan=False, layer_partition=None)
+  desc, other = (scanned, looped) if direction == 'scan-to-loop' else (looped, scanned)
+  stacked = sharded_over(scanned, (scanned.layer_partition,))
+  event(f'stacked layer axis {"sharded over " + stacked if stacked else "replicated"}')
   mesh, linen, _ = trainers(desc, 'adam')
   _, linen_other, nnx_other = trainers(other, 'adam')
   with jax.set_mesh(mesh):
@@ -192,9 +211,10 @@ def test_scanned_and_looped_models_with_the_same_params_agree(desc):
     model = nnx_other.merge(nnx_other.create(seed=0))[0]
     nnx.update(model, converters.linen_to_nnx(relaid))
     y_nnx_other = nnx.jit(lambda m, x: m(x))(model, x)
+  assert_same_layout(relaid, model, scan=other.use_scan)
   # Same layout, other framework: the same program, so bit for bit.
   assert_trees_bit_equal(y_nnx_other, y_linen_other)
-  if contraction_is_sharded(desc):
+  if contraction == 'sharded':
     # A matmul over a sharded dimension sums per-device partial results, and XLA
     # may partition a scan body and an unrolled loop differently, so the
     # float32 sums can round differently (seen: 1-2 ulp). Exact otherwise.
@@ -233,55 +253,101 @@ def test_logical_names_shard_as_the_device_axes_they_resolve_to(desc):
 # 7. Fuzz ----------------------------------------------------------------------------------
 
 CORRUPTIONS = ('drop', 'add', 'reshape', 'retype', 'reannotate', 'drop_rule', 'unbox')
+# Whether each corruption must raise (without and with a target); where it
+# need not, the tree must convert exactly.
+MUST_RAISE = {
+    'drop': (False, True),  # a smaller model converts; the target lacks nothing
+    'add': (True, True),  # no rule maps the added path
+    'reshape': (True, True),  # the names no longer fit the rank
+    'retype': (False, True),  # an int32 model converts; the target is float32
+    'unbox': (True, True),  # one bare array among boxed ones
+}
+
+
+def must_raise(kind, with_target, box, argument) -> bool | None:
+  """Whether the conversion must raise; None where either outcome is right."""
+  if kind == 'reannotate':
+    return None  # valid names for the array convert, others raise
+  if kind == 'drop_rule':
+    # A name left without a rule raises; so does any target, which keeps the rule.
+    return with_target or box.rules[argument][0] in box.names
+  return MUST_RAISE[kind][with_target]
+
+
+NAMES = st.sampled_from([None, 'data', 'model', 'embed', 'hidden', 'layer', 'nope'])
 
 
 @st.composite
-def corruptions(draw, desc):
-  kind = draw(st.sampled_from(CORRUPTIONS))
-  leaf = draw(st.integers(0, 1 if desc.use_scan else 2 * desc.num_layers - 1))
-  names = draw(st.tuples(*[st.sampled_from([None, 'data', 'model', 'embed', 'hidden', 'nope'])] * draw(st.integers(1, 4))))
-  return kind, leaf, names
+def corruptions(draw, kind, desc, params):
+  """`(index, argument)`: a corruption of `kind` that really changes the tree."""
+  flat = jax.tree.leaves(params, is_leaf=is_box)
+  index = draw(st.integers(0, len(flat) - 1))
+  box = flat[index]
+  if kind == 'reannotate':
+    names = draw(st.lists(NAMES, min_size=1, max_size=4).map(tuple).filter(lambda n: n != box.names))
+    return index, names
+  if kind == 'drop_rule':
+    return index, draw(st.integers(0, len(box.rules) - 1))
+  return index, None
 
 
-def corrupt(params, kind, index, names):
+def corrupt(params, kind, index, argument):
   """A corrupted copy of a boxed params tree (the input stays as it was)."""
-  flat, treedef = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_box)
+  flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_box)[0]
   paths = [tuple(k.key for k in p) for p, _ in flat]
-  leaves = [b for _, b in flat]
-  box = leaves[index]
-  rebuilt = dict(zip(paths, leaves))
+  box = flat[index][1]
+  rebuilt = {path: leaf for path, (_, leaf) in zip(paths, flat)}
+  path = paths[index]
   if kind == 'drop':
-    del rebuilt[paths[index]]
+    del rebuilt[path]
   elif kind == 'add':
-    rebuilt[paths[index][:-1] + ('extra',)] = box
+    path = path[:-1] + ('extra',)
+    rebuilt[path] = box
   elif kind == 'reshape':
-    rebuilt[paths[index]] = box.replace(value=box.value.reshape(-1))
+    rebuilt[path] = box.replace(value=box.value.reshape(-1))
   elif kind == 'retype':
-    rebuilt[paths[index]] = box.replace(value=box.value.astype(jnp.int32))
+    rebuilt[path] = box.replace(value=box.value.astype(jnp.int32))
   elif kind == 'reannotate':
-    rebuilt[paths[index]] = box.replace(names=names)
-  elif kind == 'drop_rule' and isinstance(box, nn.LogicallyPartitioned) and box.rules:
-    rebuilt[paths[index]] = box.replace(rules=box.rules[1:])
+    rebuilt[path] = box.replace(names=argument)
+  elif kind == 'drop_rule':
+    rebuilt[path] = box.replace(rules=box.rules[:argument] + box.rules[argument + 1:])
   elif kind == 'unbox':
-    rebuilt[paths[index]] = box.value
-  return nest(rebuilt)
+    rebuilt[path] = box.value
+  return nest(rebuilt), path
 
 
+def spellings(desc: ModelDescription, linen_path: tuple) -> list[str]:
+  """How an error may name a Linen parameter: its Linen or its NNX path."""
+  names = ['/'.join(linen_path)]
+  for linen, nnx_path in parameter_pairs(desc):
+    if linen[1:] == linen_path:
+      names.append('/'.join(map(str, nnx_path[1:])))
+  return names
+
+
+@pytest.mark.parametrize('kind', CORRUPTIONS)
 @given(desc=descriptions(max_layers=3, dtypes=('float32',)), data=st.data())
-def test_corrupted_trees_convert_exactly_or_raise_a_conversion_error(desc, data):
+def test_corrupted_trees_convert_exactly_or_raise_an_error_naming_the_path(kind, desc, data):
+  # Boxes carry rules only with logical names: elsewhere dropping one changes nothing.
+  assume(kind != 'drop_rule' or desc.logical)
   mesh, linen, nnx_t = trainers(desc, 'adam')
-  kind, index, names = data.draw(corruptions(desc))
-  note(f'corruption: {kind} leaf {index} names {names}')
-  event(f'corruption {kind}')
   with jax.set_mesh(mesh):
     params = linen.create(seed=0).params
-    bad = corrupt(params, kind, index, names)
+    index, argument = data.draw(corruptions(kind, desc, params))
+    box = jax.tree.leaves(params, is_leaf=is_box)[index]
+    bad, path = corrupt(params, kind, index, argument)
+    note(f'corruption: {kind} of {"/".join(path)} ({argument})')
     before = [(id(x), vars(x).copy() if is_box(x) else None) for x in jax.tree.leaves(bad, is_leaf=is_box)]
-    for target in (None, abstract_objects(nnx_t)[0]):
+    for with_target, target in ((False, None), (True, abstract_objects(nnx_t)[0])):
       try:
         result = converters.linen_to_nnx({'params': bad}, target=target)
-      except ConversionError:
+      except ConversionError as e:
+        event(f'{kind} raises {type(e).__name__}' + (' with a target' if with_target else ''))
+        assert must_raise(kind, with_target, box, argument) in (True, None), e
+        assert any(name in str(e) for name in spellings(desc, path)), e
         continue
+      event(f'{kind} converts' + (' with a target' if with_target else ''))
+      assert must_raise(kind, with_target, box, argument) in (False, None)
       state = result if target is None else nnx.state(result)
       back = converters.nnx_to_linen(state)
       assert_trees_bit_equal(back['params'], bad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import pytest
 from flax import linen as nn
@@ -12,28 +13,50 @@ from converters.description import FSDP_RULES, GUIDE_RULES, ModelDescription
 from converters.errors import AnnotationError
 
 
-class LegacyVariable:
-  """What a Variable written by older Flax reports: legacy sharding keys."""
-
-  def __init__(self, value, **metadata):
-    self.value, self.metadata = value, metadata
-
-  def get_metadata(self):
-    return dict(self.metadata)
-
-  def get_value(self):
-    return self.value
-
-
-@pytest.mark.parametrize('key', ['sharding', 'sharding_names'])
-def test_legacy_nnx_keys_read_as_out_sharding(key):
-  value, annotation = md.read_nnx(LegacyVariable(jnp.zeros((4, 8)), **{key: ('model', None)}), 'w')
-  assert annotation.names == ('model', None)
-  assert dict(annotation.extra) == {}
+NAMES = ('model', None)
+# How code written for older Flax spells an NNX annotation, run on this Flax.
+# Most spellings are renamed to `out_sharding` when the Variable is made;
+# `Variable.replace` keeps the legacy key as it is.
+LEGACY_SPELLINGS = {
+    'Param(sharding=...)': lambda v: nnx.Param(v, sharding=NAMES),
+    'Param(sharding_names=...)': lambda v: nnx.Param(v, sharding_names=NAMES),
+    'with_metadata(sharding_names=...)': lambda v: nnx.Linear(
+        8, 4, use_bias=False, rngs=nnx.Rngs(0),
+        kernel_init=nnx.with_metadata(nnx.initializers.zeros, sharding_names=NAMES),
+    ).kernel,
+    "set_metadata('sharding', ...)": lambda v: _set(nnx.Param(v), 'sharding'),
+    'replace(sharding=...)': lambda v: nnx.Param(v).replace(sharding=NAMES),
+    'replace(sharding_names=...)': lambda v: nnx.Param(v).replace(sharding_names=NAMES),
+}
 
 
-def test_legacy_key_disagreeing_with_out_sharding_is_an_error():
-  var = LegacyVariable(jnp.zeros((4, 8)), out_sharding=(None, 'model'), sharding=('model', None))
+def _set(var, key):
+  var.set_metadata(key, NAMES)
+  return var
+
+
+@pytest.fixture(scope='module')
+def mesh():
+  return ModelDescription(mesh_shape=(2, 4)).make_mesh()
+
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+@pytest.mark.parametrize('spelling', LEGACY_SPELLINGS)
+def test_legacy_nnx_spellings_read_as_the_annotation(mesh, spelling):
+  with jax.set_mesh(mesh):
+    var = LEGACY_SPELLINGS[spelling](jnp.zeros((4, 8)))
+    value, annotation = md.read_nnx(var, 'w')
+  assert annotation.names == NAMES and not annotation.logical
+  assert dict(annotation.extra) == {}  # the legacy key is not carried twice
+  box = md.write_linen(value, annotation)
+  assert type(box) is nn.Partitioned and box.names == NAMES and box.value is value
+
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+def test_legacy_key_disagreeing_with_out_sharding_is_an_error(mesh):
+  with jax.set_mesh(mesh):
+    var = nnx.Param(jnp.zeros((4, 8)), out_sharding=(None, 'model')).replace(sharding=NAMES)
+  assert var.get_metadata()['out_sharding'] == (None, 'model')  # both keys, as Flax keeps them
   with pytest.raises(AnnotationError, match='w: out_sharding=.*legacy sharding'):
     md.read_nnx(var, 'w')
 

@@ -14,6 +14,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from converters import PathMapping, PathRule
+from converters.errors import PathMappingError
 from converters.description import ModelDescription
 from converters.testing import assert_same_layout, assert_same_outputs, assert_same_values
 
@@ -138,5 +139,5 @@ def test_a_port_bug_shows_in_the_outputs(setup):
 def test_unmapped_parameters_fail_loudly(setup):
   mesh, x, variables, model, _ = setup
   partial = PathMapping(PATHS.rules[:-1])
-  with jax.set_mesh(mesh), pytest.raises(Exception, match='Dense_1/bias'):
+  with jax.set_mesh(mesh), pytest.raises(PathMappingError, match='no rule maps these linen paths: Dense_1/bias'):
     assert_same_outputs(LinenNet(), variables, model, x, paths=partial)

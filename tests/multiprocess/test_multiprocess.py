@@ -149,9 +149,8 @@ def _cli_in_processes(tmp_path, per_process_args, timeout_s=300):
 def test_cli_convert_runs_as_one_job_of_two_processes(tmp_path):
   from nnx_impl import checkpoint as nnx_checkpoint
   from nnx_impl import train as nnx_train
-  from converters.compare import bits_equal
   from converters.training_states import linen_to_nnx_state
-  from tests.converters.checkpoint_fixtures import DESC, leaves, write_checkpoint
+  from tests.converters.checkpoint_fixtures import DESC, same_leaves, write_checkpoint
 
   linen, state = write_checkpoint(tmp_path / 'src', 'linen', DESC, 'adam')
   args = ['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx', '--layout', 'scan', '--json']
@@ -162,7 +161,7 @@ def test_cli_convert_runs_as_one_job_of_two_processes(tmp_path):
   trainer = nnx_train.make_trainer(DESC.replace(use_scan=True), linen.mesh, 'adam')
   with jax.set_mesh(linen.mesh):
     expected = linen_to_nnx_state(state, trainer, True, None)
-    assert all(bits_equal(leaves(expected), leaves(nnx_checkpoint.restore(tmp_path / 'dst', trainer))))
+    assert same_leaves(expected, nnx_checkpoint.restore(tmp_path / 'dst', trainer))
 
 
 def test_cli_processes_given_different_flags_exit_2_naming_the_difference(tmp_path):

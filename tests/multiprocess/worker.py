@@ -93,7 +93,7 @@ def conversions(workdir: str, options: dict) -> dict:
   import jax.numpy as jnp
   from flax import nnx
 
-  from converters.compare import bits_equal
+  from tests.converters.checkpoint_fixtures import same_leaves
   from converters.data import make_batches
   from converters.optimizers import make_tx
   from converters.training_states import linen_to_nnx_state, nnx_to_linen_state
@@ -127,8 +127,7 @@ def conversions(workdir: str, options: dict) -> dict:
         for s in x.addressable_shards
     ]
     zero_copy = sorted(pointers(same)) == sorted(pointers(state))
-    round_trip = all(bits_equal(_leaves(state), _leaves(back)))
-    round_trip &= all(bits_equal(_leaves(state), _leaves(same_back)))
+    round_trip = same_leaves(state, back) and same_leaves(state, same_back)
     stacked_evidence = _shard_evidence(stacked)
     # Train both sides on: the NNX state converted from Linen's (a copy, since
     # the conversion shares Linen's buffers and training donates them).
@@ -155,7 +154,7 @@ def checkpoint(workdir: str, options: dict) -> dict:
   import jax
 
   from converters.checkpoint_convert import convert_checkpoint
-  from converters.compare import bits_equal
+  from tests.converters.checkpoint_fixtures import same_leaves
   from converters.description import FSDP_RULES
   from converters.data import make_batches
   from converters.optimizers import make_tx
@@ -181,7 +180,7 @@ def checkpoint(workdir: str, options: dict) -> dict:
   with jax.set_mesh(mesh):
     restored = nnx_checkpoint.restore(dst, nnx_scan)
     expected = linen_to_nnx_state(state, nnx_scan, True, None)
-    identical = all(bits_equal(_leaves(expected), _leaves(restored)))
+    identical = same_leaves(expected, restored)
   return {
       'summary': summary,
       'identical': identical,
