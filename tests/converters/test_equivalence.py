@@ -86,7 +86,8 @@ def test_linen_and_nnx_creations_have_identical_layouts(desc, optimizer):
     assert [p for p, _ in a] == [p for p, _ in b]
     specs_a = nnx.to_flat_state(nnx.get_partition_spec(nnx.state(from_linen[1])))
     specs_b = nnx.to_flat_state(nnx.get_partition_spec(nnx.state(created[1])))
-  for (path, va), (_, vb), (_, sa), (_, sb) in zip(a, b, specs_a, specs_b):
+  assert [p for p, _ in specs_a] == [p for p, _ in a] == [p for p, _ in specs_b]
+  for (path, va), (_, vb), (_, sa), (_, sb) in zip(a, b, specs_a, specs_b, strict=True):
     assert sa.get_value() == sb.get_value(), path
     assert va[...].sharding.is_equivalent_to(vb[...].sharding, va.ndim), path
 
@@ -147,7 +148,7 @@ def test_round_trips_are_the_identity(desc, optimizer, via_other_layout):
     back = converters.nnx_to_linen(there, scan=desc.use_scan, **options)
     assert metadata_of(back) == metadata_of(variables)
     assert_trees_bit_equal(back, variables)
-    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(variables)):
+    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(variables), strict=True):
       assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
 
     model, opt = nnx_t.merge(nnx_t.create(seed=0))
@@ -155,7 +156,8 @@ def test_round_trips_are_the_identity(desc, optimizer, via_other_layout):
     there = converters.nnx_to_linen(state, scan=other_layout, **options)
     back = converters.linen_to_nnx(there, scan=desc.use_scan, **options)
   assert_trees_bit_equal(nnx.to_pure_dict(back), nnx.to_pure_dict(state))
-  for (p, a), (_, b) in zip(nnx.to_flat_state(back), nnx.to_flat_state(state)):
+  for (p, a), (q, b) in zip(nnx.to_flat_state(back), nnx.to_flat_state(state), strict=True):
+    assert p == q
     assert a.get_metadata() == b.get_metadata(), p
     assert a[...].sharding.is_equivalent_to(b[...].sharding, a.ndim), p
 
@@ -232,9 +234,13 @@ def test_logical_names_shard_as_the_device_axes_they_resolve_to(desc):
   with jax.set_mesh(mesh):
     state = linen.create(seed=0)
     model = nnx_t.merge(nnx_t.create(seed=0))[0]
-  boxes = [b for b in jax.tree.leaves(state.params, is_leaf=is_box) if is_box(b)]
-  variables = [v for _, v in nnx.to_flat_state(nnx.state(model))]
-  for box, var in zip(boxes, variables):
+  flat = jax.tree_util.tree_flatten_with_path(state.params, is_leaf=is_box)[0]
+  boxes = {('params',) + tuple(k.key for k in p): b for p, b in flat}
+  variables = {('model',) + tuple(p): v for p, v in nnx.to_flat_state(nnx.state(model))}
+  # Pair them by the paths written out in the tests, not by flattening order.
+  pairs = parameter_pairs(desc)
+  assert set(boxes) == {a for a, _ in pairs} and set(variables) == {b for _, b in pairs}
+  for box, var in ((boxes[a], variables[b]) for a, b in pairs):
     device_axes = nn.logical_to_mesh_axes(box.names, desc.rules)
     want = jax.sharding.NamedSharding(mesh, device_axes)
     assert box.value.sharding.is_equivalent_to(want, box.value.ndim), box.names
@@ -246,7 +252,9 @@ def test_logical_names_shard_as_the_device_axes_they_resolve_to(desc):
   if desc.rules == GUIDE_RULES:  # the guide's logical and device models coincide
     device = dataclasses.replace(desc, annotation='device', layer_partition=None)
     _, device_linen, _ = trainers(device, 'adam')
-    for a, b in zip(jax.tree.leaves(device_linen.sharding.params), jax.tree.leaves(linen.sharding.params)):
+    a_tree, b_tree = device_linen.sharding.params, linen.sharding.params
+    assert jax.tree.structure(a_tree) == jax.tree.structure(b_tree)
+    for a, b in zip(jax.tree.leaves(a_tree), jax.tree.leaves(b_tree), strict=True):
       assert a.is_equivalent_to(b, 2 + desc.use_scan)
 
 

@@ -102,7 +102,8 @@ def test_model_is_not_modified(setup):
   with jax.set_mesh(mesh):
     assert_same_outputs(LinenNet(), variables, model, x, paths=PATHS)
   after = nnx.to_pure_dict(nnx.state(model))
-  assert all(a is b for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)))
+  assert jax.tree.structure(before) == jax.tree.structure(after)
+  assert all(a is b for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True))
 
 
 def test_different_annotation_is_reported_with_both_specs(setup):
