@@ -44,6 +44,12 @@ def test_bits_equal_compares_bits_shard_by_shard_and_across_shardings():
   assert bits_equal([a], [_sharded(x.astype(jnp.bfloat16), P('data', 'model'))]) == [False]
 
 
+def test_bits_equal_refuses_lists_of_different_lengths():
+  a = _sharded(jnp.zeros(8), P())
+  with pytest.raises(ValueError, match='1 arrays against 2; compare the leaves of trees of one structure'):
+    bits_equal([a], [a, a])  # zip would drop the second and call them equal
+
+
 def test_leaf_difference_reports_the_largest_absolute_difference():
   x = jnp.arange(8.0)
   same, diff = leaf_difference(x, x.at[5].add(0.25))
