@@ -4,7 +4,9 @@
 
 `api` holds the conversions, `paths` the path mapping and its presets,
 `metadata` the neutral sharding annotation, `layout` path translation and
-scan <-> loop relayout, `errors` the `ConversionError` family. The model
+scan <-> loop relayout, `errors` the `ConversionError` family,
+`constrained_params` the NNX parameters that are constrained at use as Linen's
+are (what makes a port compile to its original's program). The model
 description that `linen_impl` and `nnx_impl` both build from lives in
 `description`, their shared optimizers and data in `optimizers` and `data`, and
 the `linen-nnx` command line in `cli`.
@@ -19,6 +21,8 @@ _EXPORTS = {
     'linen_to_nnx': 'converters.api',
     'nnx_to_linen': 'converters.api',
     'relayout': 'converters.api',
+    'ConstrainedParam': 'converters.constrained_params',
+    'constrain_params_at_use': 'converters.constrained_params',
     'PathRule': 'converters.paths',
     'PathMapping': 'converters.paths',
     'KIT_PATHS': 'converters.paths',

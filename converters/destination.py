@@ -13,7 +13,8 @@ directory.
 The conversion writes into a hidden sibling of DST (`.NAME.partial-PID`) and
 moves a replaced DST aside to `.NAME.replaced-PID` for the instant between two
 renames; `remove_stale` deletes those that dead runs left behind, never one that
-is, holds or lies inside SRC, and never following a symlink.
+is, holds or lies inside SRC, and never following a symlink. A DST that a dead
+run moved aside and never replaced is put back before anything else happens.
 """
 
 from __future__ import annotations
@@ -149,9 +150,7 @@ class Destination:
       if kind == 'replaced' and not os.path.lexists(self.path):
         continue
       for path in self.leftovers(kind):
-        # A symlink is removed as a link: only where it is matters.
-        where = os.path.abspath(path) if os.path.islink(path) else _real(path)
-        if any(overlaps(where, p) for p in self.protected):
+        if any(_holds_or_lies_in(path, p) for p in self.protected):
           continue
         try:
           remove_entry(path)
@@ -159,6 +158,17 @@ class Destination:
           continue  # a later run tries again; never fail a conversion for it
         removed.append(path)
     return removed
+
+
+def _holds_or_lies_in(leftover: str, source: str) -> bool:
+  """Whether removing `leftover` would touch `source`.
+
+  A symlink is removed as a link, so only where the link lies matters, not
+  where it points: it is never followed (an identity check would follow it).
+  """
+  if os.path.islink(leftover):
+    return _inside(_real(os.path.dirname(leftover)), source)
+  return overlaps(_real(leftover), source)
 
 
 def _entry(dst: str) -> str:
@@ -213,14 +223,36 @@ def check_replaceable(text: str, path: str) -> None:
     )
 
 
-def _recover(entry: str) -> None:
-  """Puts back a DST that a killed run had moved aside to replace it."""
+def _recover(text: str, entry: str, protected: tuple[str, ...]) -> str | None:
+  """Puts back a DST that a killed run had moved aside to replace it.
+
+  Returns where it was, or None if DST stands or no run left one. Several
+  are never guessed between (nor removed later): the user chooses. One that
+  is, holds or lies inside the source is the user's input and stays put.
+  """
   if os.path.lexists(entry):
-    return
-  planned = Destination(entry, (), False)
-  replaced = planned.leftovers('replaced')
-  if len(replaced) == 1:
+    return None
+  replaced = [
+      path for path in Destination(entry, (), False).leftovers('replaced')
+      if not any(_holds_or_lies_in(path, p) for p in protected)
+  ]
+  if len(replaced) > 1:
+    raise CheckpointError(
+        f'{text}: is missing and killed runs left {len(replaced)} earlier DSTs beside '
+        f'it: {", ".join(replaced)}; rename the one to keep to {text} and remove the others',
+        [text],
+    )
+  if not replaced:
+    return None
+  try:
     os.rename(replaced[0], entry)
+  except OSError as e:
+    raise CheckpointError(
+        f'{text}: a killed run left the DST it was replacing beside it as {replaced[0]} '
+        f'and it could not be put back: {e.strerror or e}; rename it to {text} yourself',
+        [text],
+    ) from e
+  return replaced[0]
 
 
 def _check_overlap(text: str, entry: str, spellings: set[str], protected) -> None:
@@ -273,19 +305,14 @@ def plan_destination(src_paths: list[str], dst: str | os.PathLike, force: bool) 
   if entry == os.sep:
     raise CheckpointError(f'{text}: is the filesystem root; choose a new directory as DST')
   _check_overlap(text, entry, {entry}, protected)
-  try:  # only now that DST is known to lie outside SRC
-    _recover(entry)
-  except OSError as e:
-    raise CheckpointError(
-        f'{text}: a killed run left the DST it was replacing beside it and it '
-        f'could not be put back: {e.strerror or e}; rename it to {text} yourself'
-    ) from e
+  recovered = _recover(text, entry, protected)  # only now that DST is known to lie outside SRC
   exists = os.path.lexists(entry)
   if exists:  # what DST points to, if it is a symlink
     _check_overlap(text, entry, {_real(entry)}, protected)
   _check_parent(text, os.path.dirname(entry))
   if exists and not force:
-    raise CheckpointError(f'{text}: already exists; pass --force to replace it', [text])
+    how = f' (put back from {recovered}, where a killed run had moved it aside)' if recovered else ''
+    raise CheckpointError(f'{text}: already exists{how}; pass --force to replace it', [text])
   if exists:
     check_replaceable(text, entry)
   return Destination(entry, protected, exists, force)

@@ -8,6 +8,8 @@ repeats it `num_layers` times, in an `nnx.List` or stacked: created with
 `transform_metadata={nnx.PARTITION_NAME: ...}` so that the stacked layer axis
 name is inserted into every parameter's `out_sharding`. Logical names carry the
 description's rules as `sharding_rules` metadata (`nnx.with_metadata`).
+The parameters are `ConstrainedParam`s: constrained to their annotation at
+every use, as Linen's boxes are, so that both compile to one program.
 
 Creation and tracing need the mesh in context (`with jax.set_mesh(mesh):`).
 """
@@ -20,6 +22,7 @@ from flax import linen as nn
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
+from converters.constrained_params import ConstrainedParam, constrain_params_at_use
 from converters.description import ModelDescription
 
 
@@ -51,7 +54,9 @@ class DotReluDot(nnx.Module):
     self.desc = desc
     axes, dtype = desc.axes, desc.jnp_dtype
     init = nnx.initializers.lecun_normal()
-    self.dot1 = nnx.Linear(
+    # Linen's boxes constrain a parameter at each use; NNX's do not, and XLA
+    # may then shard a gradient, and its reduction, otherwise. These do.
+    self.dot1 = constrain_params_at_use(nnx.Linear(
         desc.depth,
         desc.depth,
         kernel_init=nnx.with_metadata(init, **_metadata(desc, axes.kernel)),
@@ -59,8 +64,8 @@ class DotReluDot(nnx.Module):
         dtype=dtype,
         param_dtype=dtype,
         rngs=rngs,
-    )
-    self.w2 = nnx.Param(
+    ))
+    self.w2 = ConstrainedParam(
         init(rngs.params(), (desc.depth, desc.depth), dtype),
         **_metadata(desc, axes.w2),
     )

@@ -15,6 +15,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import converters
+from converters.constrained_params import ConstrainedParam
 from converters.paths import KIT_PATHS
 from converters.description import FSDP_RULES
 from converters.optimizers import OPTIMIZERS
@@ -169,7 +170,11 @@ def test_round_trips_are_the_identity(annotation):
     assert_trees_bit_equal(nnx.to_pure_dict(again), nnx.to_pure_dict(state))
     for (p, a), (_, b) in zip(nnx.to_flat_state(again), nnx.to_flat_state(state)):
       assert a.get_metadata() == b.get_metadata(), p
-      assert type(a) is type(b)
+      # Without a target, plain Params, which `nnx.update` puts into the
+      # model's own (here constrained) parameters.
+      assert type(a) is nnx.Param and isinstance(b, nnx.Param), p
+    nnx.update(model, again)
+    assert {type(v) for _, v in nnx.to_flat_state(nnx.state(model))} == {ConstrainedParam}
 
 
 @pytest.mark.parametrize('layouts', LAYOUTS, ids=layout_id)
