@@ -5,6 +5,7 @@ Every case also checks that the input was left exactly as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import jax
@@ -272,6 +273,14 @@ def case_rules_with_a_list():
   return dict(linen={'params': with_leaf(params_of(LOGICAL), KERNEL, bad)})
 
 
+def case_target_with_other_annotations():
+  return dict(linen={'params': params_of(LOGICAL)}, target=nnx_abstract(LOOP, 'adam')[0])
+
+
+def case_moments_the_target_optimizer_lacks():
+  return dict(linen=linen_trained(LOOP, 'adam', 0), target=nnx_abstract(LOOP, 'fsdp_sgd'))
+
+
 CATALOGUE = {
     'missing param': (case_missing_param, errors.StructureError, 'the source lacks [model/layers/2/w2'),
     'extra layer': (case_extra_layer, errors.StructureError, 'model/layers/3/w2'),
@@ -312,6 +321,8 @@ CATALOGUE = {
     'float step': (case_float_step, errors.ShapeError, 'optimizer/step: is 2.5 of dtype float'),
     'step out of range': (case_step_out_of_range, errors.ShapeError, 'optimizer/step: -5 does not fit the target'),
     'rules with a list': (case_rules_with_a_list, errors.AnnotationError, 'are not (name, mesh axis) pairs'),
+    'target with other annotations': (case_target_with_other_annotations, errors.AnnotationError, "model/layers/0/dot1/kernel: converted annotation names=('embed', 'hidden')"),
+    'moments the target optimizer lacks': (case_moments_the_target_optimizer_lacks, errors.OptimizerStateError, '0/mu'),
 }
 
 
@@ -410,6 +421,15 @@ def nnx_case_target_on_another_mesh():
   return dict(nnx_in=nnx_trained(LOOP, 'adam', 0), target=linen_trained(other, 'adam', 0))
 
 
+def nnx_case_model_only_with_a_train_state_target():
+  return dict(nnx_in=nnx_trained(LOOP, 'adam', 0)[0], target=linen_trainer(LOOP, 'adam').abstract_state)
+
+
+def nnx_case_target_with_other_layers():
+  fewer = dataclasses.replace(LOOP, num_layers=2)
+  return dict(nnx_in=nnx_trained(LOOP, 'adam', 0), target=linen_trainer(fewer, 'adam').abstract_state)
+
+
 NNX_CATALOGUE = {
     'non-Param variable': (nnx_case_non_param_variable, errors.StructureError, 'layers/0/calls (Counter)'),
     'unknown optimizer': (nnx_case_unknown_optimizer, errors.OptimizerStateError, 'optimizer of type Custom'),
@@ -417,6 +437,8 @@ NNX_CATALOGUE = {
     'target of another optimizer': (nnx_case_target_of_another_optimizer, errors.OptimizerStateError, '0/mu/DotReluDot_0/Dense_0/kernel'),
     '(None, None)': (nnx_case_pair_of_nones, errors.StructureError, 'with both present, got (NoneType, NoneType)'),
     'target on another mesh': (nnx_case_target_on_another_mesh, errors.LayoutError, "params/DotReluDot_0/Dense_0/kernel: the converted array lives on mesh {'data': 2, 'model': 4}"),
+    'model only, TrainState target': (nnx_case_model_only_with_a_train_state_target, errors.StructureError, 'a TrainState target needs (model, optimizer)'),
+    'target with other layers': (nnx_case_target_with_other_layers, errors.StructureError, 'DotReluDot_2/Dense_0/kernel'),
 }
 
 
@@ -430,6 +452,20 @@ def test_bad_nnx_input_raises_its_error_naming_the_path(name):
   assert isinstance(info.value, errors.ConversionError)
   assert message in str(info.value), str(info.value)
   assert snapshot(kwargs['nnx_in'], kwargs.get('target')) == before
+
+
+def test_relayout_refuses_collections_beside_params():
+  tree = {'params': params_of(SCAN), 'batch_stats': {}}
+  with pytest.raises(errors.StructureError, match="relayout takes Linen {'params': ...}"):
+    converters.relayout(tree, scan=False)
+
+
+def test_a_stacked_length_error_lists_its_path():
+  for case in ('stacked length != num_layers', 'num_layers, stacked layout kept'):
+    make, error, _ = CATALOGUE[case]
+    with pytest.raises(error) as info:
+      converters.linen_to_nnx(**make())
+    assert set(info.value.paths) == {'ScanDotReluDot_0/Dense_0/kernel', 'ScanDotReluDot_0/W2'}, case
 
 
 def test_a_huge_num_layers_is_refused_at_once_naming_a_few_missing_layers():
