@@ -35,8 +35,11 @@ def _constrained(variable: nnx.Variable, value):
   if not isinstance(value, jax.core.Tracer):
     return value  # an eager read: the array already has its sharding
   metadata = variable.get_metadata()
-  if not metadata.get('out_sharding'):
+  annotation = metadata.get('out_sharding')
+  if not annotation:
     return value  # unannotated: replicated, as Linen reads a bare parameter
+  if isinstance(annotation, jax.sharding.Sharding):  # placed by it, mesh and all
+    return jax.lax.with_sharding_constraint(value, annotation)
   spec = spmd.get_var_pspec(variable)  # as `nnx.get_partition_spec` places it
   mesh = metadata.get('mesh')
   if mesh is not None:  # a mesh carried in the metadata, as a Linen box's `mesh`

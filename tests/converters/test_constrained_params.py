@@ -78,6 +78,15 @@ def test_a_mesh_in_the_metadata_is_used_without_a_mesh_in_context():
   assert found.params['sharding'] == NamedSharding(mesh, P('data', None))
 
 
+def test_a_sharding_as_the_annotation_is_the_constraint():
+  # Flax's escape hatch from eager sharding without a mesh in context; Flax's
+  # own `nnx.get_partition_spec` cannot read it.
+  sharding = NamedSharding(auto_mesh(), P('data', 'model'))
+  p = ConstrainedParam(jnp.ones((8, 4)), out_sharding=sharding)
+  (found,) = [e for e in jax.make_jaxpr(lambda p: p[...])(p).jaxpr.eqns if e.primitive.name == 'sharding_constraint']
+  assert found.params['sharding'] == sharding
+
+
 def test_explicit_axes_are_not_constrained_again():
   mesh = jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Explicit,) * 2)
   with jax.set_mesh(mesh):
