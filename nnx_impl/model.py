@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import linen as nn
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
@@ -37,12 +36,9 @@ def _metadata(desc: ModelDescription, names) -> dict:
 
 # [side-by-side: activation-constraints]
 def _constrain(desc: ModelDescription, x: jax.Array, names) -> jax.Array:
-  if desc.logical:
-    # NNX has no logical constraint of its own; resolve as Linen does: the
-    # first rule to claim a still-free mesh axis wins, whatever the dimension
-    # order (FSDP rules send 'batch' and 'embed' to 'data': 'batch' is listed first).
-    names = nn.logical_to_mesh_axes(names, desc.rules)
-  return jax.lax.with_sharding_constraint(x, P(*names))
+  # NNX has no logical constraint of its own; `desc.resolve` resolves logical
+  # names as Linen does (the first rule to claim a still-free mesh axis wins).
+  return jax.lax.with_sharding_constraint(x, P(*desc.resolve(names)))
 # [/side-by-side]
 
 
