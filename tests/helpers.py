@@ -224,20 +224,23 @@ def largest_shard(tree) -> int:
   return max(math.prod(a.sharding.shard_shape(a.shape)) for a in jax.tree.leaves(tree))
 
 
-def compiled_program(jitted, *args) -> str:
-  """The per-device program XLA compiles for `jitted(*args)`, names aside.
+def compile_with_program(jitted, *args):
+  """`(compiled, program)`: `jitted` compiled for `args` (call it instead of
+  `jitted`, which would compile again) and its per-device program, names aside.
 
   Source locations, the module's name and every instruction, computation and
   parameter name are dropped or numbered in order of appearance, so two
   functions traced from different code compare equal exactly when XLA runs
   the same instructions on the same shapes, shardings and layouts.
   """
+  compiled = jitted.lower(*args).compile()
   lines = []
-  for line in jitted.lower(*args).compile().as_text().splitlines():
+  for line in compiled.as_text().splitlines():
     if not line.startswith(('%', 'ENTRY', '  %', '  ROOT', '}')):
       continue  # the module header and its tables of file and function names
     line = re.sub(r', (?:metadata|origin)=\{[^}]*\}', '', line)
     line = re.sub(r'[(,] ?[\w.\-]+: ', lambda m: m.group(0)[0], line)  # parameter names
     lines.append(line)
   names = {}
-  return re.sub(r'%[\w.\-]+', lambda m: names.setdefault(m.group(0), f'%{len(names)}'), '\n'.join(lines))
+  program = re.sub(r'%[\w.\-]+', lambda m: names.setdefault(m.group(0), f'%{len(names)}'), '\n'.join(lines))
+  return compiled, program

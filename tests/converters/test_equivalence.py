@@ -29,7 +29,7 @@ from converters.testing import assert_same_layout, descriptions, optimizers
 from converters.tree_io import nest
 from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train
-from tests.helpers import assert_trees_bit_equal, compiled_program, parameter_pairs
+from tests.helpers import assert_trees_bit_equal, compile_with_program, parameter_pairs
 
 REGRESSION = ModelDescription(  # FSDP rules put 'batch' and 'embed' on 'data'
     num_layers=2, depth=16, batch=4, use_scan=True, layer_partition='layer',
@@ -133,17 +133,21 @@ def test_outputs_gradients_and_training_are_identical(desc, optimizer, k):
     arrays = nnx_train.train_state(model, opt)
     arrays = copy(nnx.to_pure_dict(arrays))
 
-    assert compiled_program(nnx_t.apply, arrays, xs[0]) == compiled_program(linen.apply, state.params, xs[0])
-    y_linen = linen.apply(state.params, xs[0])
-    y_nnx = nnx_t.apply(arrays, xs[0])
+    apply_linen, program_linen = compile_with_program(linen.apply, state.params, xs[0])
+    apply_nnx, program_nnx = compile_with_program(nnx_t.apply, arrays, xs[0])
+    assert program_nnx == program_linen
+    y_linen = apply_linen(state.params, xs[0])
+    y_nnx = apply_nnx(arrays, xs[0])
     assert_trees_bit_equal(y_nnx, y_linen)
     assert y_nnx.sharding.is_equivalent_to(y_linen.sharding, 2)
 
-    grad_linen = jax.jit(jax.grad(linen.loss_fn))
-    grad_nnx = jax.jit(lambda m, x, y: nnx.grad(nnx_t.loss_fn)(m, x, y))
-    assert compiled_program(grad_nnx, model, xs[0], ys[0]) == compiled_program(
-        grad_linen, state.params, xs[0], ys[0]
+    grad_linen, program_linen = compile_with_program(
+        jax.jit(jax.grad(linen.loss_fn)), state.params, xs[0], ys[0]
     )
+    grad_nnx, program_nnx = compile_with_program(
+        jax.jit(lambda m, x, y: nnx.grad(nnx_t.loss_fn)(m, x, y)), model, xs[0], ys[0]
+    )
+    assert program_nnx == program_linen
     grads_linen = grad_linen(state.params, xs[0], ys[0])
     grads_nnx = grad_nnx(model, xs[0], ys[0])
     converted_grads = converters.linen_to_nnx({'params': grads_linen})
