@@ -70,10 +70,6 @@ def write_unfinished_checkpoint(path, framework='linen', desc=DESC, optimizer='a
   return trainer, state, temporary
 
 
-def leaves(state) -> list[jax.Array]:
-  return [x for _, x in flat(state)]
-
-
 def flat(state) -> list[tuple[str, jax.Array]]:
   """`(path, array)` of every leaf; an `nnx.State` as its pure dict."""
   if isinstance(state, nnx.State):

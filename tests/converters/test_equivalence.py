@@ -29,6 +29,7 @@ from converters.testing import assert_same_layout, descriptions, optimizers
 from converters.tree_io import nest
 from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train
+from tests.converters.conversion_cases import copy
 from tests.helpers import assert_trees_bit_equal, compile_with_program, parameter_pairs
 
 REGRESSION = ModelDescription(  # FSDP rules put 'batch' and 'embed' on 'data'
@@ -50,10 +51,6 @@ def trainers(desc: ModelDescription, optimizer: str):
 def abstract_objects(trainer):
   objects = nnx.merge(trainer.graphdef, trainer.abstract_state)
   return objects['model'], objects['optimizer']
-
-
-def copy(tree):
-  return jax.tree.map(jnp.copy, tree)
 
 
 def is_box(x):
@@ -194,15 +191,15 @@ def test_round_trips_are_the_identity(desc, optimizer, via_other_layout):
 # 5. Scanned and looped -----------------------------------------------------------------
 
 
-def sharded_over(desc: ModelDescription, names) -> str | None:
-  """The mesh axis of size > 1 the first of `names` resolves to, if any."""
-  axis = desc.mesh_axis(names[0])
+def sharded_over(desc: ModelDescription, name: str | None) -> str | None:
+  """The mesh axis of size > 1 that the annotation name `name` resolves to, if any."""
+  axis = desc.mesh_axis(name)
   return axis if axis is not None and desc.mesh_shape[MESH_AXES.index(axis)] > 1 else None
 
 
 def contraction_is_sharded(desc: ModelDescription) -> bool:
   """Whether a matmul of the MLP contracts over a dimension split across devices."""
-  return any(sharded_over(desc, names) for names in (desc.axes.kernel, desc.axes.w2))
+  return any(sharded_over(desc, names[0]) for names in (desc.axes.kernel, desc.axes.w2))
 
 
 @pytest.mark.parametrize('contraction', ('replicated', 'sharded'))
@@ -228,7 +225,7 @@ def test_scanned_and_looped_models_with_the_same_params_agree(direction, contrac
   assume(contraction_is_sharded(scanned) == (contraction == 'sharded'))
   looped = dataclasses.replace(scanned, use_scan=False, layer_partition=None)
   desc, other = (scanned, looped) if direction == 'scan-to-loop' else (looped, scanned)
-  stacked = sharded_over(scanned, (scanned.layer_partition,))
+  stacked = sharded_over(scanned, scanned.layer_partition)
   event(f'stacked layer axis {"sharded over " + stacked if stacked else "replicated"}')
   mesh, linen, _ = trainers(desc, 'adam')
   _, linen_other, nnx_other = trainers(other, 'adam')
@@ -363,10 +360,11 @@ def spellings(desc: ModelDescription, linen_path: tuple) -> list[str]:
 
 
 @pytest.mark.parametrize('kind', CORRUPTIONS)
-@given(desc=descriptions(max_layers=3, dtypes=('float32',)), data=st.data())
-def test_corrupted_trees_convert_exactly_or_raise_an_error_naming_the_path(kind, desc, data):
+@given(data=st.data())
+def test_corrupted_trees_convert_exactly_or_raise_an_error_naming_the_path(kind, data):
   # Boxes carry rules only with logical names: elsewhere dropping one changes nothing.
-  assume(kind != 'drop_rule' or desc.logical)
+  annotations = ('logical',) if kind == 'drop_rule' else ('device', 'logical')
+  desc = data.draw(descriptions(max_layers=3, dtypes=('float32',), annotations=annotations), label='desc')
   mesh, linen, nnx_t = trainers(desc, 'adam')
   with jax.set_mesh(mesh):
     params = linen.create(seed=0).params
