@@ -143,18 +143,15 @@ def run_case(
   )
 
 
-def activation_constraints(closed_jaxpr, shape) -> list[tuple]:
-  """The specs of every sharding constraint on a `shape` array, scan bodies included."""
+def sharding_constraints(closed_jaxpr) -> list[tuple[tuple[int, ...], jax.sharding.Sharding]]:
+  """`(shape, sharding)` of every sharding constraint, in order, nested jaxprs
+  (scan bodies, jits) included."""
   found = []
 
   def walk(jaxpr):
     for eqn in jaxpr.eqns:
-      if (
-          eqn.primitive.name == 'sharding_constraint'
-          and eqn.invars[0].aval.shape == shape
-      ):
-        spec = tuple(eqn.params['sharding'].spec)
-        found.append(spec + (None,) * (len(shape) - len(spec)))
+      if eqn.primitive.name == 'sharding_constraint':
+        found.append((eqn.invars[0].aval.shape, eqn.params['sharding']))
       for param in eqn.params.values():
         for sub in param if isinstance(param, (list, tuple)) else [param]:
           if isinstance(sub, jax_core.ClosedJaxpr):
@@ -164,6 +161,15 @@ def activation_constraints(closed_jaxpr, shape) -> list[tuple]:
 
   walk(closed_jaxpr.jaxpr)
   return found
+
+
+def activation_constraints(closed_jaxpr, shape) -> list[tuple]:
+  """The specs of every sharding constraint on a `shape` array, scan bodies included."""
+  return [
+      tuple(sharding.spec) + (None,) * (len(shape) - len(sharding.spec))
+      for found, sharding in sharding_constraints(closed_jaxpr)
+      if found == shape
+  ]
 
 
 def expected_activation_constraints(desc: ModelDescription) -> list[tuple]:

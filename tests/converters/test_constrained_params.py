@@ -11,7 +11,7 @@ from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from converters.constrained_params import ConstrainedParam, constrain_params_at_use
-from tests.helpers import compile_with_program
+from tests.helpers import compile_with_program, sharding_constraints
 
 init = nn.initializers.lecun_normal()
 
@@ -22,11 +22,7 @@ def auto_mesh(shape=(2, 4)):
 
 def constraints_in(fn, *args) -> list[tuple[tuple, P]]:
   """(shape, spec) of every sharding constraint in `fn`'s jaxpr, in order."""
-  found = []
-  for eqn in jax.make_jaxpr(fn)(*args).jaxpr.eqns:
-    if eqn.primitive.name == 'sharding_constraint':
-      found.append((eqn.invars[0].aval.shape, eqn.params['sharding'].spec))
-  return found
+  return [(shape, sharding.spec) for shape, sharding in sharding_constraints(jax.make_jaxpr(fn)(*args))]
 
 
 def test_a_traced_read_is_constrained_to_the_annotation():
@@ -74,8 +70,7 @@ def test_unannotated_parameters_eager_reads_and_no_mesh_are_left_alone():
 def test_a_mesh_in_the_metadata_is_used_without_a_mesh_in_context():
   mesh = auto_mesh()
   p = ConstrainedParam(jnp.ones((8, 4)), out_sharding=('data', None), mesh=mesh)
-  (found,) = [e for e in jax.make_jaxpr(lambda p: p[...])(p).jaxpr.eqns if e.primitive.name == 'sharding_constraint']
-  assert found.params['sharding'] == NamedSharding(mesh, P('data', None))
+  assert sharding_constraints(jax.make_jaxpr(lambda p: p[...])(p)) == [((8, 4), NamedSharding(mesh, P('data', None)))]
 
 
 def test_a_sharding_as_the_annotation_is_the_constraint():
@@ -83,8 +78,7 @@ def test_a_sharding_as_the_annotation_is_the_constraint():
   # own `nnx.get_partition_spec` cannot read it.
   sharding = NamedSharding(auto_mesh(), P('data', 'model'))
   p = ConstrainedParam(jnp.ones((8, 4)), out_sharding=sharding)
-  (found,) = [e for e in jax.make_jaxpr(lambda p: p[...])(p).jaxpr.eqns if e.primitive.name == 'sharding_constraint']
-  assert found.params['sharding'] == sharding
+  assert sharding_constraints(jax.make_jaxpr(lambda p: p[...])(p)) == [((8, 4), sharding)]
 
 
 def test_explicit_axes_are_not_constrained_again():
