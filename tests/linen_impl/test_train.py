@@ -26,6 +26,7 @@ from tests.helpers import (
     expected_activation_constraints,
     largest_array_in_program,
     largest_shard,
+    parameter_pairs,
     describe,
     matrix_id,
     run_case,
@@ -66,17 +67,18 @@ def check_state_shardings(r, state):
 @pytest.mark.parametrize('case', MATRIX, ids=matrix_id)
 def test_every_param_and_moment_is_sharded_as_annotated(case):
   r = run(case)
-  num_params = 2 * (1 if r['desc'].use_scan else r['desc'].num_layers)
+  # Each param and its two adam moments, mu and nu.
+  annotated = len(parameter_pairs(r['desc'])) * (1 + MOMENTS_PER_PARAM['adam'])
   for state in (r['initial'], r['stepped'], r['scanned']):
-    # params, adam mu and adam nu
-    assert check_state_shardings(r, state) == 3 * num_params
+    assert check_state_shardings(r, state) == annotated
 
 
 @pytest.mark.parametrize('optimizer', OPTIMIZERS)
 def test_optimizer_state_is_sharded_as_annotated(optimizer):
   r = run(MATRIX[-1], optimizer)  # 4x2, scanned, FSDP rules: two stacked params
   # Each param and each of its moments (adam: mu and nu; momentum: one trace).
-  assert check_state_shardings(r, r['stepped']) == 2 * (1 + MOMENTS_PER_PARAM[optimizer])
+  params = len(parameter_pairs(r['desc']))
+  assert check_state_shardings(r, r['stepped']) == params * (1 + MOMENTS_PER_PARAM[optimizer])
 
 
 @pytest.mark.parametrize('case', MATRIX, ids=matrix_id)
