@@ -30,6 +30,10 @@ LEGACY_SPELLINGS = {
 }
 
 
+# The key each spelling leaves on the Variable: only these reach the legacy branch.
+KEPT_LEGACY_KEY = {'replace(sharding=...)': 'sharding', 'replace(sharding_names=...)': 'sharding_names'}
+
+
 def _set(var, key):
   var.set_metadata(key, NAMES)
   return var
@@ -46,6 +50,8 @@ def test_legacy_nnx_spellings_read_as_the_annotation(mesh, spelling):
   with jax.set_mesh(mesh):
     var = LEGACY_SPELLINGS[spelling](jnp.zeros((4, 8)))
     value, annotation = md.read_nnx(var, 'w')
+  keys = set(var.get_metadata()) & {'out_sharding', 'sharding', 'sharding_names'}
+  assert keys == {KEPT_LEGACY_KEY.get(spelling, 'out_sharding')}
   assert annotation.names == NAMES and not annotation.logical
   assert dict(annotation.extra) == {}  # the legacy key is not carried twice
   box = md.write_linen(value, annotation)
