@@ -81,6 +81,9 @@ def constrain_params_at_use(module: M) -> M:
   one parameter); Variables of other types, subclasses of `nnx.Param`
   included, are left as they are. Call it on the built model, or inside
   `nnx.eval_shape`/`nnx.jit` on the abstract or sharded one.
+
+  The result is a new module holding the same arrays, not copies: use it in
+  place of `module` (donating its arrays deletes `module`'s too).
   """
   graphdef, state = nnx.split(module)
   state = nnx.map_state(
