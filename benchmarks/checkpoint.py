@@ -7,7 +7,7 @@ measurement once per repeat:
 - baseline: the Linen trainer restores the checkpoint into its shardings and
   saves it again (Orbax `StandardCheckpointer`, as `linen_impl.checkpoint`);
 - baseline_readback: the same, then the read-back a conversion must do
-  (`converters.verification.verify`): the floor of any verified conversion,
+  (`converters.checkpoint.verify.verify`): the floor of any verified conversion,
   shown for reference (the goals are against the plain baseline);
 - convert: `convert_checkpoint(SRC, DST, 'nnx')` (read, convert, write,
   read back and compare bit for bit, rename into place);
@@ -42,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _setup_jax():
   sys.path.insert(0, ROOT)
-  from converters.devices import simulate_cpu_devices
+  from linen_nnx_cli.devices import simulate_cpu_devices
 
   simulate_cpu_devices(8)
   import jax
@@ -62,8 +62,8 @@ def _peak_bytes() -> int:
 
 def make_checkpoint(path: str, layers: int, depth: int) -> int:
   jax = _setup_jax()
-  from converters.description import ModelDescription
-  from converters.optimizers import make_tx
+  from kit_mlp.description import ModelDescription
+  from kit_mlp.optimizers import make_tx
   from linen_impl import checkpoint, train
 
   desc = ModelDescription(num_layers=layers, depth=depth, batch=8, mesh_shape=MESH)
@@ -80,9 +80,9 @@ def measure(kind: str, src: str, dst: str) -> dict:
   jax = _setup_jax()
   # Everything either kind uses is imported before the interpreter's baseline
   # is taken: loaded libraries are not memory the work uses.
-  from converters import checkpoints
-  from converters.checkpoint_convert import convert_checkpoint
-  from converters.verification import verify
+  from converters.checkpoint import inspect as checkpoints
+  from converters.checkpoint.convert import convert_checkpoint
+  from converters.checkpoint.verify import verify
   from linen_impl import checkpoint
 
   baseline_rss = _rss_bytes()

@@ -79,7 +79,7 @@ def interleaved(fns: dict, repeats: int) -> dict[str, float]:
 def measure(layers: int, depth: int, repeats: int) -> dict:
   """Runs every measurement in this process; returns the figures."""
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  from converters.devices import simulate_cpu_devices
+  from linen_nnx_cli.devices import simulate_cpu_devices
 
   simulate_cpu_devices(8)
 
@@ -88,7 +88,7 @@ def measure(layers: int, depth: int, repeats: int) -> dict:
   import optax
 
   from converters import linen_to_nnx, nnx_to_linen
-  from converters.description import ModelDescription
+  from kit_mlp.description import ModelDescription
   from linen_impl import train as linen_train
 
   desc = ModelDescription(num_layers=layers, depth=depth, batch=8)

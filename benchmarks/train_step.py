@@ -20,16 +20,16 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from converters.devices import simulate_cpu_devices  # noqa: E402
+from linen_nnx_cli.devices import simulate_cpu_devices  # noqa: E402
 
 simulate_cpu_devices(8)
 
 import jax  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from converters.data import make_batches  # noqa: E402
-from converters.description import ModelDescription  # noqa: E402
-from converters.optimizers import make_tx  # noqa: E402
+from kit_mlp.data import make_batches  # noqa: E402
+from kit_mlp.description import ModelDescription  # noqa: E402
+from kit_mlp.optimizers import make_tx  # noqa: E402
 from linen_impl import train as linen_train  # noqa: E402
 from nnx_impl import train as nnx_train  # noqa: E402
 

@@ -24,7 +24,8 @@ from jax.sharding import Mesh
 from converters import metadata as md
 from converters.errors import AnnotationError, StructureError
 from converters.optimizer_state import linen_opt_to_nnx, nnx_opt_to_linen
-from converters.paths import KIT_PATHS, PathMapping, format_path
+from converters.paths import PathMapping, format_path
+from converters.presets import GUIDE_PATHS
 from converters.tree_io import (
     Batch,
     Options,
@@ -43,7 +44,7 @@ def linen_to_nnx(
     linen: Mapping | TrainState,
     *,
     target: Any = None,
-    paths: PathMapping = KIT_PATHS,
+    paths: PathMapping = GUIDE_PATHS,
     scan: bool | None = None,
     layer_partition: str | None = None,
     num_layers: int | None = None,
@@ -194,7 +195,7 @@ def nnx_to_linen(
     nnx_in,
     *,
     target: TrainState | None = None,
-    paths: PathMapping = KIT_PATHS,
+    paths: PathMapping = GUIDE_PATHS,
     scan: bool | None = None,
     layer_partition: str | None = None,
     num_layers: int | None = None,
@@ -270,7 +271,7 @@ def relayout(
     tree,
     *,
     scan: bool,
-    paths: PathMapping = KIT_PATHS,
+    paths: PathMapping = GUIDE_PATHS,
     layer_partition: str | None = None,
     num_layers: int | None = None,
     mesh: Mesh | None = None,

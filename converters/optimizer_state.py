@@ -2,10 +2,13 @@
 
 Leaves map one to one. An optax state corresponds to `nnx.Optimizer.opt_state`
 under the same keys (`0/mu/...`), each moment tree converted exactly like the
-parameters (paths, layout, annotations). The FSDP example's hand-written SGD
-(`nnx_impl.sgd.SGD`) corresponds to `optax.chain(optax.ema(decay,
-debias=False), optax.scale(-lr))`: its `momentum` is the `ema` trace, and the
-ema's `count`, which SGD does not keep, must equal the step.
+parameters (paths, layout, annotations). Other NNX optimizers (hand-written
+ones) say how their state corresponds to an optax chain by registering an
+`OptimizerCorrespondence` for their type, e.g. an SGD whose `momentum` is the
+trace of `optax.chain(optax.ema(decay, debias=False), optax.scale(-lr))`:
+
+    register_optimizer(MySGD, OptimizerCorrespondence(
+        'MySGD', to_nnx={(0, 'ema'): ('momentum',)}, derived_from_step=((0, 'count'),)))
 """
 
 from __future__ import annotations
@@ -54,12 +57,24 @@ def _group_by_param(flat, param_paths) -> tuple[dict[tuple, dict], dict[tuple, A
 
 
 @dataclasses.dataclass(frozen=True)
-class _OptimizerCorrespondence:
-  """How Linen optax-state prefixes map to NNX optimizer-state prefixes."""
+class OptimizerCorrespondence:
+  """How an NNX optimizer's state corresponds to an optax state.
+
+  Attributes:
+    name: how errors name the optimizer.
+    to_nnx: optax-state prefix -> NNX optimizer-state prefix, for every subtree
+      the NNX optimizer keeps (e.g. `{(0, 'ema'): ('momentum',)}`: the first
+      transform's `ema` trace is the optimizer's `momentum`). `None`: the
+      optimizer keeps the optax state itself under `opt_state`, as
+      `nnx.Optimizer` does.
+    derived_from_step: optax leaves the NNX optimizer does not keep because
+      they always equal its step (e.g. an `ema`'s `count`); converting a state
+      where one differs from the step is refused.
+  """
 
   name: str
-  to_nnx: Mapping[tuple, tuple] | None  # None: ('opt_state',) + prefix
-  derived_from_step: tuple[tuple, ...] = ()  # Linen leaves equal to the step
+  to_nnx: Mapping[tuple, tuple] | None = None
+  derived_from_step: tuple[tuple, ...] = ()
 
   def nnx_prefix(self, linen_prefix: tuple) -> tuple | None:
     if self.to_nnx is None:
@@ -72,28 +87,37 @@ class _OptimizerCorrespondence:
     return {v: k for k, v in self.to_nnx.items()}.get(nnx_prefix)
 
 
-_OPTAX = _OptimizerCorrespondence('nnx.Optimizer', None)
-_FSDP_SGD = _OptimizerCorrespondence(
-    'SGD (NNX FSDP example)', {(0, 'ema'): ('momentum',)}, derived_from_step=((0, 'count'),)
-)
+#: `nnx.Optimizer(model, tx, wrt=nnx.Param)`: the optax state under `opt_state`.
+NNX_OPTIMIZER = OptimizerCorrespondence('nnx.Optimizer')
+
+_REGISTRY: dict[type, OptimizerCorrespondence] = {nnx.Optimizer: NNX_OPTIMIZER}
 
 
-def correspondence_of(name: str) -> _OptimizerCorrespondence:
-  """The correspondence of a `converters.optimizers` name ('fsdp_sgd' is the NNX SGD)."""
-  return _FSDP_SGD if name == 'fsdp_sgd' else _OPTAX
+def register_optimizer(optimizer_type: type, correspondence: OptimizerCorrespondence) -> None:
+  """Says how the state of `optimizer_type` (and its subclasses) corresponds to optax.
+
+  Registering a type again replaces its correspondence.
+  """
+  if not isinstance(optimizer_type, type):
+    raise TypeError(f'register_optimizer: {optimizer_type!r} is not a class')
+  if not isinstance(correspondence, OptimizerCorrespondence):
+    raise TypeError(
+        f'register_optimizer: {correspondence!r} is not an OptimizerCorrespondence'
+    )
+  _REGISTRY[optimizer_type] = correspondence
 
 
-def _correspondence(optimizer) -> _OptimizerCorrespondence:
-  if isinstance(optimizer, nnx.Optimizer):
-    return _OPTAX
-  from nnx_impl.sgd import SGD
-
-  if isinstance(optimizer, SGD):
-    return _FSDP_SGD
+def correspondence_of(optimizer) -> OptimizerCorrespondence:
+  """The registered correspondence of `optimizer`'s type (the nearest base class's)."""
+  for cls in type(optimizer).__mro__:
+    if cls in _REGISTRY:
+      return _REGISTRY[cls]
+  known = ', '.join(sorted(f'{t.__module__}.{t.__qualname__}' for t in _REGISTRY))
   raise OptimizerStateError(
       f'optimizer of type {type(optimizer).__name__} has a state structure the '
-      'converters do not know; use nnx.Optimizer(model, tx, wrt=nnx.Param) or '
-      'nnx_impl.sgd.SGD'
+      f'converters do not know (registered: {known}); use '
+      'nnx.Optimizer(model, tx, wrt=nnx.Param), or say how its state corresponds '
+      'to optax with converters.register_optimizer(type, OptimizerCorrespondence(...))'
   )
 
 
@@ -103,7 +127,7 @@ def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, batch: Batch):
   Moment trees are planned in `batch` (their values are built by its `run`);
   scalars (step, counts) have no annotation.
   """
-  corr = _correspondence(optimizer)
+  corr = correspondence_of(optimizer)
   param_paths = set(param_flat)
   opt_flat = read_linen_tree(state.opt_state, 'opt_state', uniform=False)
   groups, scalars = _group_by_param(opt_flat, param_paths)
@@ -147,7 +171,7 @@ def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, batch: Batch, me
   Plans the moment trees in `batch`, checks everything against `target`,
   then runs the batch (parameters included) and builds the state.
   """
-  corr = _correspondence(optimizer)
+  corr = correspondence_of(optimizer)
   opt_flat = read_nnx_state(nnx.state(optimizer), 'optimizer')
   step = opt_flat.pop(('step',))[0]
   groups, scalars = _group_by_param(opt_flat, set(param_flat))

@@ -8,17 +8,17 @@ a scan (no `{i}`: the layer index became axis 0 of the array). Rules without
 framework, so one mapping serves Linen -> NNX, NNX -> Linen and scan <-> loop.
 
 Paths are relative to the parameters' root: Linen paths start below the
-`params` collection (`DotReluDot_0/Dense_0/kernel`), NNX paths at the model
-(`layers/0/dot1/kernel`). Presets: `GUIDE_PATHS` (the naming of the official
-Flax guides, which the kit's own models use: `KIT_PATHS`) and
-`GUIDE_LOGICAL_PATHS` (the guide's `LogicalDotReluDot`). Extend them with
-`mapping + [PathRule(...)]`.
+`params` collection (`Block_0/Dense_0/kernel`), NNX paths at the model
+(`blocks/0/linear/kernel`). Mappings of published models are in
+`converters.presets`; extend any mapping with `mapping + [PathRule(...)]`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -200,7 +200,7 @@ def as_mapping(paths) -> PathMapping:
   if isinstance(paths, (str, bytes)) or not isinstance(paths, Iterable):
     raise PathMappingError(
         f'paths={paths!r}: pass a PathMapping or an iterable of PathRule '
-        '(e.g. KIT_PATHS + [PathRule(linen=..., nnx=...)])'
+        '(e.g. GUIDE_PATHS + [PathRule(linen=..., nnx=...)])'
     )
   rules = list(paths)
   wrong = [repr(r) for r in rules if not isinstance(r, PathRule)]
@@ -213,24 +213,16 @@ def as_mapping(paths) -> PathMapping:
   return PathMapping(rules)
 
 
-_GUIDE_LAYER = (('Dense_0/kernel', 'dot1/kernel'), ('W2', 'w2'))
+_MOVED_TO_PRESETS = ('GUIDE_PATHS', 'GUIDE_LOGICAL_PATHS', 'KIT_PATHS')
 
 
-def _layer_rules(linen_module: str) -> list[PathRule]:
-  return [
-      PathRule(
-          linen=f'{linen_module}_{_INDEX}/{linen_name}',
-          nnx=f'layers/{_INDEX}/{nnx_name}',
-          linen_stacked=f'Scan{linen_module}_0/{linen_name}',
-          nnx_stacked=f'layers/{nnx_name}',
-      )
-      for linen_name, nnx_name in _GUIDE_LAYER
-  ]
-
-
-#: The Flax guides' `MLP` of `DotReluDot` layers <-> NNX `layers/i/{dot1,w2}`.
-GUIDE_PATHS = PathMapping(_layer_rules('DotReluDot'))
-#: The guides' `LogicalMLP` of `LogicalDotReluDot` layers.
-GUIDE_LOGICAL_PATHS = PathMapping(_layer_rules('LogicalDotReluDot'))
-#: The kit's own `linen_impl` / `nnx_impl` MLP, which keeps the guides' naming.
-KIT_PATHS = GUIDE_PATHS
+def __getattr__(name):
+  if name in _MOVED_TO_PRESETS:
+    warnings.warn(
+        f'converters.paths.{name} moved to converters.presets.{name} (also '
+        f'converters.{name}); import it from there',
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module('converters.presets'), name)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

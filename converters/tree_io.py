@@ -33,14 +33,15 @@ from converters.errors import (
     StructureError,
     format_offenders,
 )
-from converters.paths import KIT_PATHS, Framework, PathMapping, as_mapping, format_path
+from converters.paths import Framework, PathMapping, as_mapping, format_path
+from converters.presets import GUIDE_PATHS
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
   """What every conversion is told: see `linen_to_nnx`. Checked when made."""
 
-  paths: PathMapping = KIT_PATHS
+  paths: PathMapping = GUIDE_PATHS
   scan: bool | None = None
   layer_partition: str | None = None
   num_layers: int | None = None
@@ -266,8 +267,8 @@ def convert_flat(flat, source: Framework, target: Framework, options: Options):
 
 
 def agree_on_conversion(pairs, source: Framework, target: Framework, options: Options) -> None:
-  """Every process converts the same tree the same way (see `converters.processes`)."""
-  from converters.processes import agree
+  """Every process converts the same tree the same way (see `converters.distributed`)."""
+  from converters.distributed import agree
 
   agree(
       f'{source} -> {target} conversion',

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax.sharding import PartitionSpec as P
 
-from converters.description import ModelDescription
+from kit_mlp.description import ModelDescription
 
 
 # [side-by-side: logical-names]

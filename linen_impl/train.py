@@ -23,8 +23,8 @@ from flax import linen as nn
 from flax.training.train_state import TrainState
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from converters.data import batch_sharding
-from converters.description import ModelDescription
+from kit_mlp.data import batch_sharding
+from kit_mlp.description import ModelDescription
 from linen_impl.model import MLP
 
 

@@ -21,8 +21,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from converters.constrained_params import ConstrainedParam, constrain_params_at_use
-from converters.description import ModelDescription
+from kit_mlp.description import ModelDescription
+from nnx_port.constrained_params import ConstrainedParam, constrain_params_at_use
 
 
 # [side-by-side: logical-names]

@@ -7,7 +7,7 @@ and are sharded like it. The update rule is
     m <- decay * m + (1 - decay) * g;   p <- p - lr * m
 
 which on the Linen side is `optax.chain(optax.ema(decay, debias=False),
-optax.scale(-lr))` (`converters.optimizers.make_tx('fsdp_sgd')`). It exposes the
+optax.scale(-lr))` (`kit_mlp.optimizers.make_tx('fsdp_sgd')`). It exposes the
 same `step` counter and `update(model, grads)` call as `nnx.Optimizer`, so the
 train step does not care which one it drives.
 """

@@ -27,9 +27,9 @@ from flax import nnx
 from flax.nnx import traversals
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from converters.data import batch_sharding
-from converters.description import ModelDescription
-from converters.optimizers import FSDP_SGD_DECAY, DEFAULT_LEARNING_RATE, make_tx
+from kit_mlp.data import batch_sharding
+from kit_mlp.description import ModelDescription
+from kit_mlp.optimizers import FSDP_SGD_DECAY, DEFAULT_LEARNING_RATE, make_tx
 from nnx_impl.model import MLP
 from nnx_impl.sgd import SGD
 
@@ -80,7 +80,7 @@ class NNXTrainer:
   Attributes:
     desc: the model description.
     mesh: the `('data', 'model')` mesh the arrays live on.
-    optimizer: an `converters.optimizers.OPTIMIZERS` name.
+    optimizer: an `kit_mlp.optimizers.OPTIMIZERS` name.
     graphdef: the static structure of `{'model': ..., 'optimizer': ...}`.
     abstract_state: the `train_state` of the model and optimizer made by
       `nnx.eval_shape`, holding sharded `ShapeDtypeStruct`s; the target of

@@ -7,12 +7,16 @@ chosen with `HYPOTHESIS_PROFILE=nightly`.
 
 import os
 
-from converters.devices import simulate_cpu_devices
+from linen_nnx_cli.devices import simulate_cpu_devices
 
 if os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
   simulate_cpu_devices(8)
 
 from hypothesis import HealthCheck, settings  # noqa: E402
+
+# The kit's FSDP SGD is registered with the converters as a user registers an
+# optimizer of their own; many tests convert its state.
+from converters.checkpoint import kit  # noqa: E402, F401
 
 settings.register_profile(
     'ci',

@@ -11,8 +11,8 @@ import numpy as np
 from jax.extend import core as jax_core
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from converters.data import make_batches
-from converters.description import FSDP_RULES, GUIDE_RULES, ModelDescription
+from kit_mlp.data import make_batches
+from kit_mlp.description import FSDP_RULES, GUIDE_RULES, ModelDescription
 
 MESHES = ((2, 4), (1, 8), (8, 1), (4, 2))
 # FSDP rules with 'embed' listed before 'batch': it takes 'data' from activations.

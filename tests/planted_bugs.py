@@ -40,7 +40,7 @@ class PlantedBug:
 
 BUGS = {
     1: PlantedBug(
-        'adam keeps one moment, not two', 'converters/optimizers.py',
+        'adam keeps one moment, not two', 'kit_mlp/optimizers.py',
         '    return optax.adam(learning_rate)',
         '    return optax.sgd(learning_rate, momentum=0.9)',
         ('tests/linen_impl/test_train.py::test_optimizer_state_is_sharded_as_annotated[adam]',),
@@ -72,10 +72,10 @@ BUGS = {
         ('tests/converters/test_equivalence.py', '-k', 'corrupted'),
     ),
     6: PlantedBug(
-        'bits_equal compares only the common prefix', 'converters/compare.py',
+        'bits_equal compares only the common prefix', 'converters/checkpoint/compare.py',
         '  if len(xs) != len(ys):',
         '  if False:',
-        ('tests/converters/test_compare.py',),
+        ('tests/converters/checkpoint/test_compare.py',),
     ),
     7: PlantedBug(
         'NNX -> Linen adds one to the step', 'converters/optimizer_state.py',
@@ -87,25 +87,25 @@ BUGS = {
         'unstacking turns -0.0 into 0.0', 'converters/layout.py',
         '      results.append(arrays[inputs[0]][index])',
         '      results.append(jnp.where(arrays[inputs[0]][index] == 0, 0.0, arrays[inputs[0]][index]))',
-        ('tests/converters/test_checkpoint_convert.py::test_round_trip_is_the_identity',),
+        ('tests/converters/checkpoint/test_convert.py::test_round_trip_is_the_identity',),
     ),
     9: PlantedBug(
         "Linen's adam mu becomes NNX's nu and nu mu", 'converters/optimizer_state.py',
         "      return ('opt_state',) + linen_prefix",
         "      return ('opt_state',) + tuple({'mu': 'nu', 'nu': 'mu'}.get(k, k) for k in linen_prefix)",
-        ('tests/converters/test_checkpoint_convert.py', '-k', 'ordinary_code'),
+        ('tests/converters/checkpoint/test_convert.py', '-k', 'ordinary_code'),
     ),
     10: PlantedBug(
-        'the verifying stage is skipped', 'converters/checkpoint_convert.py',
-        "      progress.stage('verifying')",
+        'the verifying stage is skipped', 'converters/checkpoint/convert.py',
+        "      on_stage('verifying')",
         '      pass',
-        ('tests/converters/test_cli_checkpoints.py', '-k', 'sigkill'),
+        ('tests/linen_nnx_cli/test_main_checkpoints.py', '-k', 'sigkill'),
     ),
     11: PlantedBug(
-        "the JSON error keeps only the text before the first ':'", 'converters/cli.py',
+        "the JSON error keeps only the text before the first ':'", 'linen_nnx_cli/main.py',
         "    print(json.dumps({'ok': False, 'exit_code': code, 'error': line}))",
         "    print(json.dumps({'ok': False, 'exit_code': code, 'error': line.split(':')[0]}))",
-        ('tests/converters/test_cli_checkpoints.py::test_bad_input_exits_2_with_one_line_reason',),
+        ('tests/linen_nnx_cli/test_main_checkpoints.py::test_bad_input_exits_2_with_one_line_reason',),
     ),
     # 12: the test asserting the size of a literal dict is gone: nothing to plant.
     13: PlantedBug(
@@ -121,11 +121,11 @@ BUGS = {
         ('tests/converters/test_metadata.py', '-k', 'legacy'),
     ),
     15: PlantedBug(
-        'a valid one-layer description is refused', 'converters/description.py',
+        'a valid one-layer description is refused', 'kit_mlp/description.py',
         '    if self.num_layers < 1:',
         '    if self.num_layers < 2:',
-        ('tests/converters/test_description.py', '-k', 'rejected_exactly'),
-        ('tests/converters/test_description.py', '-k', 'either_rejected'),
+        ('tests/kit_mlp/test_description.py', '-k', 'rejected_exactly'),
+        ('tests/kit_mlp/test_description.py', '-k', 'either_rejected'),
     ),
     16: PlantedBug(
         'an unmapped parameter raises a bare KeyError', 'converters/paths.py',

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from tests.converters.checkpoint_fixtures import assert_same_values_by_layer, flat
+from tests.converters.checkpoint.fixtures import assert_same_values_by_layer, flat
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def test_ci_example_passes_under_pytest(tmp_path):
 
 
 def test_restore_example_reads_converted_checkpoints(tmp_path):
-  from tests.converters.checkpoint_fixtures import DESC, write_checkpoint
+  from tests.converters.checkpoint.fixtures import DESC, write_checkpoint
 
   readme = (ROOT / 'README.md').read_text()
   block = re.search(
@@ -44,15 +44,15 @@ def test_restore_example_reads_converted_checkpoints(tmp_path):
   for command in re.findall(r'# (linen-nnx convert .*)', block.group(1)):
     args = command.split()[1:]
     result = subprocess.run(
-        [sys.executable, '-m', 'converters.cli', *args],
+        [sys.executable, '-m', 'linen_nnx_cli.main', *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr
   script = (
-      'from converters.devices import simulate_cpu_devices\n'
+      'from linen_nnx_cli.devices import simulate_cpu_devices\n'
       'simulate_cpu_devices(8)\n' + block.group(1) + '\n'
       'import numpy as np\n'
-      'from tests.converters.checkpoint_fixtures import flat\n'
+      'from tests.converters.checkpoint.fixtures import flat\n'
       'for name, tree in (("nnx", nnx.state({"model": model, "optimizer": optimizer})),\n'
       '                   ("linen", train_state)):\n'
       '  np.savez(f"{name}.npz", **{p: np.asarray(x) for p, x in flat(tree)})\n'

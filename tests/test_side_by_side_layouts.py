@@ -11,7 +11,8 @@ import pytest
 from flax import linen as nn
 from flax import nnx
 
-from converters.paths import KIT_PATHS, format_path
+from converters.paths import format_path
+from converters.presets import KIT_PATHS
 from tests.helpers import MATRIX, matrix_id, parameter_pairs
 from tests.linen_impl.test_train import run as run_linen
 from tests.nnx_impl.test_train import run as run_nnx

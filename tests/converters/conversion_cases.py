@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from converters.data import make_batches
-from converters.description import GUIDE_RULES, ModelDescription
-from converters.optimizers import make_tx
+from kit_mlp.data import make_batches
+from kit_mlp.description import GUIDE_RULES, ModelDescription
+from kit_mlp.optimizers import make_tx
 from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train
 

@@ -15,10 +15,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import converters
-from converters.constrained_params import ConstrainedParam
-from converters.paths import KIT_PATHS
-from converters.description import FSDP_RULES
-from converters.optimizers import OPTIMIZERS
+from converters.presets import KIT_PATHS
+from kit_mlp.description import FSDP_RULES
+from kit_mlp.optimizers import OPTIMIZERS
+from nnx_port.constrained_params import ConstrainedParam
 from tests.converters.conversion_cases import (
     STEPS,
     batches,

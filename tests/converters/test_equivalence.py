@@ -21,12 +21,13 @@ import pytest
 from hypothesis import HealthCheck, assume, event, example, given, note, settings, strategies as st
 
 import converters
-from converters.data import make_batches
-from converters.description import FSDP_RULES, GUIDE_RULES, MESH_AXES, ModelDescription
 from converters.errors import ConversionError
-from converters.optimizers import make_tx
-from converters.testing import assert_same_layout, descriptions, optimizers
+from converters.testing import assert_same_layout
 from converters.tree_io import nest
+from kit_mlp.data import make_batches
+from kit_mlp.description import FSDP_RULES, GUIDE_RULES, MESH_AXES, ModelDescription
+from kit_mlp.optimizers import make_tx
+from kit_mlp.strategies import descriptions, optimizers
 from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train
 from tests.converters.conversion_cases import copy

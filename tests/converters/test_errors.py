@@ -18,7 +18,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import converters
 from converters import errors
-from converters.paths import KIT_PATHS, PathRule
+from converters.paths import PathRule
+from converters.presets import KIT_PATHS
 from tests.converters.conversion_cases import (
     description,
     linen_trained,

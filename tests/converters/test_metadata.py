@@ -9,8 +9,8 @@ from flax import linen as nn
 from flax import nnx
 
 from converters import metadata as md
-from converters.description import FSDP_RULES, GUIDE_RULES, ModelDescription
 from converters.errors import AnnotationError
+from kit_mlp.description import FSDP_RULES, GUIDE_RULES, ModelDescription
 
 
 NAMES = ('model', None)

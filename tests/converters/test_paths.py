@@ -1,17 +1,12 @@
-"""Tests of `converters.paths`: rules, presets and what they reject."""
+"""Tests of `converters.paths` and `converters.presets`: rules, presets and what they reject."""
 
 from __future__ import annotations
 
 import pytest
 
 from converters.errors import PathMappingError
-from converters.paths import (
-    GUIDE_LOGICAL_PATHS,
-    GUIDE_PATHS,
-    KIT_PATHS,
-    PathMapping,
-    PathRule,
-)
+from converters.paths import PathMapping, PathRule
+from converters.presets import GUIDE_LOGICAL_PATHS, GUIDE_PATHS, KIT_PATHS
 
 
 @pytest.mark.parametrize(
@@ -81,3 +76,12 @@ def test_a_rule_without_stacked_form_cannot_be_scanned():
   with pytest.raises(PathMappingError, match='no stacked form'):
     rule.path('nnx', 'scan', None)
   assert PathMapping([rule]).match_all('nnx', ('a', 3, 'w'))[0].index == 3
+
+
+@pytest.mark.parametrize('name', ['GUIDE_PATHS', 'GUIDE_LOGICAL_PATHS', 'KIT_PATHS'])
+def test_presets_imported_from_their_old_module_still_work_with_a_warning(name):
+  import converters.paths
+  import converters.presets
+
+  with pytest.warns(DeprecationWarning, match=f'converters.presets.{name}'):
+    assert getattr(converters.paths, name) is getattr(converters.presets, name)

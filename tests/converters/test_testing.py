@@ -15,8 +15,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from converters import PathMapping, PathRule
 from converters.errors import PathMappingError
-from converters.description import ModelDescription
 from converters.testing import assert_same_layout, assert_same_outputs, assert_same_values
+from kit_mlp.description import ModelDescription
 
 IN, HIDDEN, OUT = 16, 32, 8
 lecun, zeros, ones = nn.initializers.lecun_normal(), nn.initializers.zeros, nn.initializers.ones

@@ -10,9 +10,9 @@ import pytest
 from flax.core import meta
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from converters.data import make_batches
-from converters.description import FSDP_RULES
-from converters.optimizers import OPTIMIZERS, make_tx
+from kit_mlp.data import make_batches
+from kit_mlp.description import FSDP_RULES
+from kit_mlp.optimizers import OPTIMIZERS, make_tx
 from linen_impl import train
 from tests.helpers import (
     EMBED_FIRST_FSDP_RULES,

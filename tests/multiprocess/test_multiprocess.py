@@ -13,8 +13,8 @@ import os
 import jax
 import pytest
 
-from converters.data import make_batches
-from converters.optimizers import make_tx
+from kit_mlp.data import make_batches
+from kit_mlp.optimizers import make_tx
 from linen_impl import train as linen_train
 from tests.multiprocess.harness import describe, run_ok, run_processes
 from tests.multiprocess.worker import description
@@ -130,7 +130,7 @@ def _cli_in_processes(tmp_path, per_process_args, timeout_s=300):
   env.pop('XLA_FLAGS', None)
   procs = [
       subprocess.Popen(
-          [sys.executable, '-m', 'converters.cli', *args, '--devices', '4',
+          [sys.executable, '-m', 'linen_nnx_cli.main', *args, '--devices', '4',
            '--coordinator', f'localhost:{port}', '--num-processes', '2', '--process-id', str(p)],
           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
       )
@@ -149,8 +149,8 @@ def _cli_in_processes(tmp_path, per_process_args, timeout_s=300):
 def test_cli_convert_runs_as_one_job_of_two_processes(tmp_path):
   from nnx_impl import checkpoint as nnx_checkpoint
   from nnx_impl import train as nnx_train
-  from converters.training_states import linen_to_nnx_state
-  from tests.converters.checkpoint_fixtures import DESC, same_leaves, write_checkpoint
+  from converters.checkpoint.training_states import linen_to_nnx_state
+  from tests.converters.checkpoint.fixtures import DESC, same_leaves, write_checkpoint
 
   linen, state = write_checkpoint(tmp_path / 'src', 'linen', DESC, 'adam')
   args = ['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx', '--layout', 'scan', '--json']
@@ -165,7 +165,7 @@ def test_cli_convert_runs_as_one_job_of_two_processes(tmp_path):
 
 
 def test_cli_processes_given_different_flags_exit_2_naming_the_difference(tmp_path):
-  from tests.converters.checkpoint_fixtures import DESC, write_checkpoint
+  from tests.converters.checkpoint.fixtures import DESC, write_checkpoint
 
   write_checkpoint(tmp_path / 'src', 'linen', DESC, 'adam')
   args = ['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx']

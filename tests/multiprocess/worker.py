@@ -32,7 +32,7 @@ def _setup(process: int, processes: int, devices: int, port: int):
 
 
 def description(**changes):
-  from converters.description import FSDP_RULES, ModelDescription
+  from kit_mlp.description import FSDP_RULES, ModelDescription
 
   # FSDP rules shard every weight over both mesh axes, so every array is
   # split across the two processes: neither holds any array whole.
@@ -93,10 +93,10 @@ def conversions(workdir: str, options: dict) -> dict:
   import jax.numpy as jnp
   from flax import nnx
 
-  from tests.converters.checkpoint_fixtures import same_leaves
-  from converters.data import make_batches
-  from converters.optimizers import make_tx
-  from converters.training_states import linen_to_nnx_state, nnx_to_linen_state
+  from tests.converters.checkpoint.fixtures import same_leaves
+  from kit_mlp.data import make_batches
+  from kit_mlp.optimizers import make_tx
+  from converters.checkpoint.training_states import linen_to_nnx_state, nnx_to_linen_state
   from linen_impl import train as linen_train
   from nnx_impl import train as nnx_train
 
@@ -153,12 +153,12 @@ def conversions(workdir: str, options: dict) -> dict:
 def checkpoint(workdir: str, options: dict) -> dict:
   import jax
 
-  from converters.checkpoint_convert import convert_checkpoint
-  from tests.converters.checkpoint_fixtures import same_leaves
-  from converters.description import FSDP_RULES
-  from converters.data import make_batches
-  from converters.optimizers import make_tx
-  from converters.training_states import linen_to_nnx_state
+  from converters.checkpoint.convert import convert_checkpoint
+  from tests.converters.checkpoint.fixtures import same_leaves
+  from kit_mlp.description import FSDP_RULES
+  from kit_mlp.data import make_batches
+  from kit_mlp.optimizers import make_tx
+  from converters.checkpoint.training_states import linen_to_nnx_state
   from linen_impl import checkpoint as linen_checkpoint
   from linen_impl import train as linen_train
   from nnx_impl import checkpoint as nnx_checkpoint
@@ -193,12 +193,12 @@ def checkpoint(workdir: str, options: dict) -> dict:
 def tree_mismatch(workdir: str, options: dict) -> dict:
   import jax
 
-  from converters import processes
+  from converters import distributed as processes
 
   processes.DEFAULT_TIMEOUT_S = options.get('timeout_s', processes.DEFAULT_TIMEOUT_S)
 
   from converters import linen_to_nnx
-  from converters.optimizers import make_tx
+  from kit_mlp.optimizers import make_tx
   from linen_impl import train as linen_train
 
   desc = description(**options.get('description', {}))
@@ -222,7 +222,7 @@ def main() -> None:
   except Exception as e:  # reported to the test, which decides
     traceback.print_exc()
     out, code = {'error': type(e).__name__, 'message': str(e)}, 1
-    from converters.processes import report_failure
+    from converters.distributed import report_failure
 
     report_failure(f'{type(e).__name__}: {e}')
   with open(result, 'w') as f:

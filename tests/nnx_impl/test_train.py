@@ -10,9 +10,9 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from converters.data import make_batches
-from converters.description import FSDP_RULES
-from converters.optimizers import OPTIMIZERS
+from kit_mlp.data import make_batches
+from kit_mlp.description import FSDP_RULES
+from kit_mlp.optimizers import OPTIMIZERS
 from nnx_impl import train
 from nnx_impl.sgd import SGD
 from tests.helpers import (

@@ -1,0 +1,244 @@
+"""Converting a training-state checkpoint on disk, all or nothing.
+
+`convert_checkpoint` reads SRC (Orbax or `flax.training.checkpoints`, Linen or
+NNX, scanned or looped) straight into its shardings on a mesh, converts it in
+memory (`converters.checkpoint.training_states`), writes an Orbax checkpoint that the
+target implementation's ordinary `restore` reads, reads that back and compares
+it bit for bit with what it converted (`converters.checkpoint.verify`), and only
+then moves it into place.
+
+SRC is only ever read: DST is checked against it on resolved paths before
+anything is created (`converters.checkpoint.destination`). The output is written inside a
+hidden sibling of DST (`.NAME.partial-PID/`) and renamed into place once
+verified, so DST is absent or complete at every instant, even if the process is
+killed; an existing DST is replaced only with `force`, by two renames. Partial
+outputs that a killed run left behind are removed by the next run for the same
+DST.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+
+import jax
+
+from converters.allocator import release_free_memory
+from converters.checkpoint import inspect as checkpoints
+from converters.checkpoint import training_states
+from converters.checkpoint.destination import (
+    Destination,
+    check_replaceable,
+    plan_destination,
+    remove_entry,
+)
+from converters.checkpoint.verify import verify
+from converters.distributed import agree, exchange
+from converters.errors import CheckpointError, VerificationError
+from converters.paths import Framework
+from kit_mlp.description import GUIDE_RULES
+
+STAGES = ['reading', 'converting', 'writing', 'verifying', 'renaming']
+FRAMEWORKS = ('linen', 'nnx')
+
+
+def _fsync_directory(path: str) -> None:
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def _move_into_place(partial: str, destination: Destination) -> None:
+  """Renames `partial` to DST; an existing DST is replaced by two renames.
+
+  If the second rename fails, the replaced DST is put back.
+  """
+  dst = destination.path
+  old = destination.sibling('replaced', os.getpid())
+  replacing = os.path.lexists(dst)
+  # DST may have appeared (or changed) since it was checked: check again.
+  if replacing and not destination.force:
+    raise CheckpointError(
+        f'{dst}: appeared while converting (another run or program wrote it); '
+        'it was left as it is; pass --force to replace it',
+        [dst],
+    )
+  if replacing:
+    check_replaceable(dst, dst)
+  try:
+    if replacing:
+      os.rename(dst, old)
+    try:
+      os.rename(partial, dst)
+    except OSError:
+      if replacing:
+        os.rename(old, dst)
+      raise
+  except OSError as e:
+    raise CheckpointError(
+        f'{dst}: the verified checkpoint could not be moved into place: '
+        f'{e.strerror or e}; DST is as it was'
+    ) from e
+  if replacing:
+    try:
+      remove_entry(old)
+    except OSError:
+      pass  # DST is in place; the next run for DST removes what is left
+  _fsync_directory(destination.parent)
+
+
+def convert_checkpoint(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    to: Framework,
+    *,
+    layout: str | None = None,
+    mesh_shape: tuple[int, int] = (2, 4),
+    annotation: str = 'device',
+    rules: tuple = GUIDE_RULES,
+    layer_partition: str | None = None,
+    optimizer: str | None = None,
+    force: bool = False,
+    allow_unfinished: bool = False,
+    on_stage: Callable[[str], None] | None = None,
+) -> dict:
+  """Converts the checkpoint at `src` into an Orbax checkpoint at `dst`.
+
+  Args:
+    src: an Orbax checkpoint of either implementation, or a
+      `flax.training.checkpoints` checkpoint or directory.
+    dst: where to write; must not exist unless `force`.
+    to: 'linen' or 'nnx'.
+    layout: 'scan' or 'loop'; None keeps SRC's.
+    mesh_shape: the `(data, model)` mesh to read, convert and write on.
+    annotation, rules, layer_partition: the sharding annotations of the model
+      (a checkpoint stores arrays only); see `ModelDescription`.
+    optimizer: the optimizer SRC was trained with, when its state does not
+      say (adamw and adam keep the same arrays; an NNX checkpoint cannot tell
+      them apart). None: as SRC's state says.
+    force: replace an existing `dst` (a checkpoint, a file, a symlink, which
+      is replaced as a link, or an empty directory).
+    allow_unfinished: read an Orbax save of `src` that never finished.
+    on_stage: called with each stage of `STAGES` as it starts (the command
+      line draws its progress from it).
+
+  Returns:
+    A JSON-ready summary: source and destination, step, mesh.
+
+  Raises:
+    CheckpointError: bad SRC or DST; nothing is written.
+    ConversionError: the state cannot be converted as asked; nothing is written.
+    VerificationError: the written checkpoint differs; it is deleted.
+  """
+  if to not in FRAMEWORKS:
+    raise CheckpointError(f'to={to!r}: choose one of {FRAMEWORKS}')
+  if layout not in (None, 'scan', 'loop'):
+    raise CheckpointError(f'layout={layout!r}: choose scan or loop')
+  on_stage = on_stage or (lambda stage: None)
+  source_path, _ = checkpoints.locate(src)
+  destination = plan_destination([os.fspath(src), source_path], dst, force)
+  dst = destination.path
+
+  on_stage('reading')
+  info = checkpoints.with_optimizer(
+      checkpoints.inspect(source_path, allow_unfinished), optimizer
+  )
+  agree('checkpoint conversion', {
+      'src': source_path, 'dst': dst, 'to': to, 'layout': layout, 'force': force,
+      'mesh': list(mesh_shape), 'annotation': annotation, 'rules': repr(rules),
+      'layer_partition': layer_partition, 'source': info.summary(),
+  })
+  target_layout = layout or info.layout
+  checkpoints.check_layer_partition(layer_partition, [info.layout, target_layout])
+  source_desc = checkpoints.description(info, mesh_shape, annotation, rules, layer_partition)
+  target_desc = checkpoints.description(
+      info, mesh_shape, annotation, rules, layer_partition, target_layout
+  )
+  mesh = source_desc.make_mesh()
+  source_trainer = checkpoints.trainer_for(info.framework, source_desc, mesh, info.optimizer)
+  checkpoints.check_structure(info, checkpoints.expected_leaves(info.framework, source_trainer))
+  # Each stage's temporary host buffers go back to the system before the next
+  # stage allocates its own (see converters.allocator).
+  release_free_memory()
+  with jax.set_mesh(mesh):
+    state = checkpoints.restore(info, source_trainer)
+    release_free_memory()
+
+    on_stage('converting')
+    target_trainer = checkpoints.trainer_for(to, target_desc, mesh, info.optimizer)
+    other = None
+    if to == info.framework:
+      other_framework = 'nnx' if to == 'linen' else 'linen'
+      other = checkpoints.trainer_for(other_framework, target_desc, mesh, info.optimizer)
+    # The restored state is ours: a relayout frees its sources group by group.
+    converted = training_states.convert(
+        state, info.framework, source_trainer, to, target_trainer, other, donate=True
+    )
+    del state  # the converted state holds every array it still needs
+    release_free_memory()
+
+    on_stage('writing')
+    # One process (the first) handles directories; all write their shards
+    # into the same staging directory, named after the first one's pid.
+    first = jax.process_index() == 0
+    staging = destination.sibling('partial', exchange('staging directory', os.getpid())[0])
+    partial = os.path.join(staging, 'checkpoint')
+    failure = None
+    if first:
+      destination.remove_stale()
+      try:
+        destination.make_staging(os.getpid())
+      except CheckpointError as e:
+        failure = str(e)
+    # Every process learns whether the first one could create it.
+    failures = [f for f in exchange('staging directory created', failure) if f is not None]
+    if failures:
+      raise CheckpointError(failures[0], [dst])
+    try:
+      checkpoints.checkpoint_module(to).save(partial, converted)
+      release_free_memory()
+      replaced = os.path.lexists(dst)
+      on_stage('verifying')
+      try:
+        leaves = verify(partial, converted)
+        release_free_memory()
+        failure = None
+      except VerificationError as e:
+        leaves, failure = 0, e
+      # Each process verified its own shards: all must pass.
+      failures = exchange('verification', None if failure is None else str(failure))
+      if failure is not None:
+        raise failure
+      failed = [p for p, f in enumerate(failures) if f is not None]
+      if failed:
+        raise VerificationError(
+            f'{partial}: process {failed[0]} found differences: {failures[failed[0]]}'
+        )
+      on_stage('renaming')
+      failure = None
+      if first:
+        try:
+          _move_into_place(partial, destination)
+        except CheckpointError as e:
+          failure = str(e)
+      failures = [f for f in exchange('renamed into place', failure) if f is not None]
+      if failures:
+        raise CheckpointError(failures[0], [dst])
+    finally:
+      if first:
+        shutil.rmtree(staging, ignore_errors=True)
+  step = converted.step if to == 'linen' else converted['optimizer']['step'][...]
+  return {
+      'source': info.summary(),
+      'destination': {
+          'path': dst, 'format': 'orbax', 'framework': to,
+          'layout': 'scan' if target_desc.use_scan else 'loop', 'leaves': leaves,
+          'replaced': replaced,
+      },
+      'step': int(step),
+      'mesh': list(mesh_shape),
+      'verified': True,
+  }

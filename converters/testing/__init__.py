@@ -1,0 +1,48 @@
+"""Equivalence-testing helpers for your own CI: does an NNX port agree with its Linen original?
+
+- `assert_same_layout(linen_variables, nnx_state, paths=...)`: every
+  corresponding parameter has the same shape, dtype, resolved PartitionSpec and
+  an equivalent actual `NamedSharding`.
+- `assert_same_values(linen_variables, nnx_state, paths=...)`: every
+  corresponding parameter holds the same values.
+- `assert_same_outputs(linen_module, linen_variables, nnx_model, *inputs,
+  paths=...)`: the NNX model, given the Linen parameters (converted, zero
+  copy), computes the same outputs with the same sharding. Your model is not
+  modified.
+
+On failure each raises an `AssertionError` whose message is a table (laid out
+by `tables`). They work for any model pair that a `PathMapping` relates.
+
+May import: the conversion core (`converters`) and rich. The hypothesis
+strategies over the kit's own MLP moved to `kit_mlp.strategies`; their old
+names here still work for one release, with a `DeprecationWarning`.
+"""
+
+import importlib
+import warnings
+
+from converters.testing.assertions import (
+    assert_same_layout,
+    assert_same_outputs,
+    assert_same_values,
+)
+
+__all__ = ['assert_same_layout', 'assert_same_outputs', 'assert_same_values']
+
+_MOVED_TO_KIT_MLP = (
+    'MESH_SHAPES', 'mesh_shapes', 'random_rule_sets', 'rule_sets', 'optimizers', 'descriptions',
+)
+
+
+def __getattr__(name):
+  if name in _MOVED_TO_KIT_MLP:
+    warnings.warn(
+        f'converters.testing.{name} moved to kit_mlp.strategies.{name} (strategies '
+        "over the kit's own MLP); import it from there",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    # By name, not by an import statement: the deprecated alias is the one
+    # place the testing helpers reach the kit's MLP, and only until it goes.
+    return getattr(importlib.import_module('kit_mlp.strategies'), name)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

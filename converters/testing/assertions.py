@@ -1,0 +1,176 @@
+"""Assertions that a Linen model and its NNX port agree: layouts, values, outputs.
+
+On failure each raises an `AssertionError` whose message is a readable table:
+which parameter, the spec and sharding on each side, the max abs difference
+and where it is. They work for any model pair that a `PathMapping` relates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from flax import linen as nn
+from flax import nnx
+
+from converters.api import linen_to_nnx
+from converters.paths import PathMapping, format_path
+from converters.presets import GUIDE_PATHS
+from converters.testing.tables import format_table
+from converters.tree_io import nest
+
+
+def _flat_nnx(state) -> dict[tuple, nnx.Variable]:
+  if isinstance(state, nnx.Module):
+    state = nnx.state(state, nnx.Param)
+  return {tuple(p): v for p, v in nnx.to_flat_state(state)}
+
+
+def _pairs(linen_variables, nnx_state, paths, scan):
+  """`{nnx path: (linen-side Variable, nnx-side Variable)}` plus path diffs."""
+  converted = _flat_nnx(linen_to_nnx(linen_variables, paths=paths, scan=scan))
+  ported = _flat_nnx(nnx_state)
+  missing = sorted(format_path(p) for p in set(converted) - set(ported))
+  extra = sorted(format_path(p) for p in set(ported) - set(converted))
+  pairs = {p: (converted[p], ported[p]) for p in converted if p in ported}
+  return pairs, missing, extra
+
+
+def _spec(var: nnx.Variable):
+  return nnx.get_partition_spec(nnx.State({'v': var}))['v'].get_value()
+
+
+def assert_same_layout(
+    linen_variables: dict,
+    nnx_state: nnx.State | nnx.Module,
+    *,
+    paths: PathMapping = GUIDE_PATHS,
+    scan: bool | None = None,
+) -> None:
+  """Same parameters, shapes, dtypes, PartitionSpecs and actual shardings."""
+  pairs, missing, extra = _pairs(linen_variables, nnx_state, paths, scan)
+  rows = []
+  for path in sorted(pairs, key=format_path):
+    a, b = pairs[path]
+    spec_a, spec_b = _spec(a), _spec(b)
+    value_a, value_b = a.get_value(), b.get_value()
+    problems = []
+    if value_a.shape != value_b.shape:
+      problems.append('shape')
+    if value_a.dtype != value_b.dtype:
+      problems.append('dtype')
+    if tuple(spec_a) != tuple(spec_b):
+      problems.append('spec')
+    sharding_a = getattr(value_a, 'sharding', None)
+    sharding_b = getattr(value_b, 'sharding', None)
+    if (
+        sharding_a is not None and sharding_b is not None and value_a.shape == value_b.shape
+        and not sharding_a.is_equivalent_to(sharding_b, value_a.ndim)
+    ):
+      problems.append('sharding')
+    if problems:
+      rows.append([
+          format_path(path), ','.join(problems),
+          f'{value_a.shape} {value_a.dtype} {spec_a}',
+          f'{value_b.shape} {value_b.dtype} {spec_b}',
+      ])
+  if missing or extra or rows:
+    lines = ['Linen and NNX layouts differ.']
+    if missing:
+      lines.append(f'missing on the NNX side: {", ".join(missing)}')
+    if extra:
+      lines.append(f'only on the NNX side: {", ".join(extra)}')
+    if rows:
+      lines.append(format_table(['parameter (NNX path)', 'differs in', 'Linen', 'NNX'], rows))
+    raise AssertionError('\n'.join(lines))
+
+
+def _max_diff(a, b) -> tuple[float, tuple[int, ...]]:
+  a = np.asarray(jax.device_get(a), dtype=np.float64)
+  b = np.asarray(jax.device_get(b), dtype=np.float64)
+  diff = np.abs(a - b)
+  if diff.size == 0:
+    return 0.0, ()
+  where = np.unravel_index(int(np.nanargmax(np.where(np.isnan(diff), np.inf, diff))), diff.shape)
+  return float(diff[where]), tuple(int(i) for i in where)
+
+
+def _differs(a, b, atol: float) -> bool:
+  if atol == 0:
+    a, b = np.asarray(jax.device_get(a)), np.asarray(jax.device_get(b))
+    return a.tobytes() != b.tobytes()
+  return _max_diff(a, b)[0] > atol
+
+
+def assert_same_values(
+    linen_variables: dict,
+    nnx_state: nnx.State | nnx.Module,
+    *,
+    paths: PathMapping = GUIDE_PATHS,
+    scan: bool | None = None,
+    atol: float = 0.0,
+) -> None:
+  """Every corresponding parameter holds the same values (bit for bit by default)."""
+  pairs, missing, extra = _pairs(linen_variables, nnx_state, paths, scan)
+  rows = []
+  for path in sorted(pairs, key=format_path):
+    a, b = (v.get_value() for v in pairs[path])
+    if a.shape != b.shape or _differs(a, b, atol):
+      diff, where = _max_diff(a, b) if a.shape == b.shape else (float('inf'), ())
+      rows.append([format_path(path), f'{diff:.3g}', str(where)])
+  if missing or extra or rows:
+    lines = [f'Linen and NNX parameters differ (atol={atol}).']
+    if missing or extra:
+      lines.append(f'missing on the NNX side: {missing}; only on the NNX side: {extra}')
+    if rows:
+      lines.append(format_table(['parameter (NNX path)', 'max abs diff', 'at index'], rows))
+    raise AssertionError('\n'.join(lines))
+
+
+def assert_same_outputs(
+    linen_module: nn.Module,
+    linen_variables: dict,
+    nnx_model: nnx.Module,
+    *inputs: Any,
+    paths: PathMapping = GUIDE_PATHS,
+    scan: bool | None = None,
+    atol: float = 0.0,
+) -> None:
+  """The NNX model with the Linen parameters computes the Linen outputs.
+
+  Both run under `jax.jit` (with the mesh in context if you set one). The
+  Linen parameters are converted into a copy of `nnx_model`'s graph; the
+  model itself is not modified. Outputs are compared bit for bit unless
+  `atol > 0` (give your reason for a tolerance where you call it).
+  """
+  graphdef, state = nnx.split(nnx_model)
+  converted = linen_to_nnx(linen_variables, paths=paths, scan=scan)
+  ported = {tuple(p): v for p, v in nnx.to_flat_state(state)}
+  for path, var in nnx.to_flat_state(converted):
+    if tuple(path) not in ported:
+      raise AssertionError(f'{format_path(path)}: converted from Linen, absent from the NNX model')
+    ported[tuple(path)] = ported[tuple(path)].replace(var.get_value())
+  model = nnx.merge(graphdef, nnx.State(nest(ported)))
+  linen_out = jax.jit(linen_module.apply)(linen_variables, *inputs)
+  nnx_out = nnx.jit(lambda m, *xs: m(*xs))(model, *inputs)
+  a_leaves, a_tree = jax.tree.flatten(linen_out)
+  b_leaves, b_tree = jax.tree.flatten(nnx_out)
+  if a_tree != b_tree:
+    raise AssertionError(f'output structures differ: Linen {a_tree}, NNX {b_tree}')
+  rows = []
+  for i, (a, b) in enumerate(zip(a_leaves, b_leaves)):
+    sharding_same = a.sharding.is_equivalent_to(b.sharding, a.ndim)
+    if a.shape != b.shape or a.dtype != b.dtype or _differs(a, b, atol) or not sharding_same:
+      diff, where = _max_diff(a, b) if a.shape == b.shape else (float('inf'), ())
+      rows.append([
+          f'output {i}', f'{a.shape} {a.dtype} {getattr(a.sharding, "spec", a.sharding)}',
+          f'{b.shape} {b.dtype} {getattr(b.sharding, "spec", b.sharding)}',
+          f'{diff:.3g}', str(where),
+      ])
+  if rows:
+    raise AssertionError(
+        f'Linen and NNX outputs differ (atol={atol}).\n'
+        + format_table(['leaf', 'Linen', 'NNX', 'max abs diff', 'at index'], rows)
+    )
+

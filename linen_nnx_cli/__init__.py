@@ -1,0 +1,14 @@
+"""The `linen-nnx` command line: what a person runs and sees.
+
+`main` parses the commands (demo, convert, compare, side-by-side) and reports
+failures in one line and an exit code, `demo` and `compare_training` run the
+kit's MLP in both frameworks, `progress` (rich's bar on a terminal, lines in
+logs) and `tables` (rich's tables on a terminal, plain text elsewhere) draw on
+the screen, `plot` draws the demo's loss curves, `side_by_side` renders the
+two implementations paired concept by concept, and `devices` sets up simulated
+CPU devices before JAX loads.
+
+May import: everything below it (`converters`, its checkpoint tool and
+testing helpers, `kit_mlp`, `linen_impl`, `nnx_impl`); nothing imports it.
+Loading this package imports no JAX, so `devices` can act first.
+"""

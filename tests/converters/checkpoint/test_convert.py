@@ -1,0 +1,213 @@
+"""Tests of `converters.checkpoint.convert`: all-or-nothing checkpoint conversion."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import pytest
+
+from converters.checkpoint import inspect as checkpoints
+from converters.checkpoint import training_states
+from converters.checkpoint.convert import convert_checkpoint
+from converters.errors import CheckpointError
+from linen_impl import checkpoint as linen_checkpoint
+from nnx_impl import checkpoint as nnx_checkpoint
+from tests.converters.checkpoint.fixtures import (
+    DESC,
+    assert_bit_identical,
+    assert_same_values_by_layer,
+    flat,
+    trained_state,
+    tree_checksum,
+    write_checkpoint,
+    write_unfinished_checkpoint,
+)
+
+MODULES = {'linen': linen_checkpoint, 'nnx': nnx_checkpoint}
+CASES = [
+    # (source framework, source scan, target framework, target layout, optimizer)
+    ('linen', False, 'nnx', None, 'adam'),
+    ('linen', True, 'nnx', 'loop', 'sgd_momentum'),
+    ('nnx', False, 'linen', 'scan', 'fsdp_sgd'),
+    ('nnx', True, 'linen', None, 'adamw'),
+    ('linen', False, 'linen', 'scan', 'adam'),
+    ('nnx', True, 'nnx', 'loop', 'adam'),
+]
+
+
+@pytest.mark.parametrize('source, scan, target, layout, optimizer', CASES)
+def test_converted_checkpoint_restores_with_the_other_sides_ordinary_code(
+    tmp_path, source, scan, target, layout, optimizer
+):
+  src, dst = tmp_path / 'src', tmp_path / 'dst'
+  source_trainer, source_state = write_checkpoint(src, source, DESC.replace(use_scan=scan), optimizer)
+  before = tree_checksum(src)
+  # An NNX checkpoint cannot tell adamw from adam: the caller says it.
+  summary = convert_checkpoint(src, dst, target, layout=layout, optimizer=optimizer)
+  assert tree_checksum(src) == before
+  out_scan = scan if layout is None else layout == 'scan'
+  assert summary['destination']['layout'] == ('scan' if out_scan else 'loop')
+  assert summary['step'] == 2 and summary['verified']
+  assert not [p for p in os.listdir(tmp_path) if '.partial-' in p]
+
+  # The target's ordinary `restore` reads DST, and every parameter, moment and
+  # counter in it holds the source's value, read off both trees by their own
+  # paths (not by the converter's mapping).
+  out_desc = DESC.replace(use_scan=out_scan)
+  mesh = source_trainer.mesh
+  target_trainer = checkpoints.trainer_for(target, out_desc, mesh, optimizer)
+  with jax.set_mesh(mesh):
+    restored = MODULES[target].restore(dst, target_trainer)
+  assert_same_values_by_layer(flat(source_state), flat(restored))
+
+
+def test_round_trip_is_the_identity(tmp_path):
+  trainer, state = trained_state('linen', DESC, 'adam')
+  # A value training can leave that `==` cannot tell from 0.0: only bits can.
+  w2 = state.params['DotReluDot_1']['W2']
+  negative_zero = jax.device_put(w2.value.at[0, 0].set(-0.0), w2.value.sharding)
+  layer = {**state.params['DotReluDot_1'], 'W2': w2.replace(value=negative_zero)}
+  state = state.replace(params={**state.params, 'DotReluDot_1': layer})
+  linen_checkpoint.save(tmp_path / 'linen', state)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', layout='scan')
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', layout='loop')
+  with jax.set_mesh(trainer.mesh):
+    assert_bit_identical(state, linen_checkpoint.restore(tmp_path / 'back', trainer))
+
+
+def test_existing_destination_needs_force(tmp_path):
+  write_checkpoint(tmp_path / 'src')
+  write_checkpoint(tmp_path / 'dst', 'linen', steps=1)
+  with pytest.raises(CheckpointError, match='already exists; pass --force'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+  assert checkpoints.inspect(tmp_path / 'dst').framework == 'linen'
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', force=True)
+  assert checkpoints.inspect(tmp_path / 'dst').framework == 'nnx'
+  assert sorted(os.listdir(tmp_path)) == ['dst', 'src']  # no partial or replaced left
+
+
+def test_force_never_replaces_a_directory_that_holds_no_checkpoint(tmp_path):
+  write_checkpoint(tmp_path / 'src')
+  (tmp_path / 'dst').mkdir()
+  (tmp_path / 'dst' / 'keep.txt').write_text('mine')
+  with pytest.raises(CheckpointError, match='holds something other than a checkpoint; --force only replaces'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', force=True)
+  assert os.listdir(tmp_path / 'dst') == ['keep.txt']
+  assert (tmp_path / 'dst' / 'keep.txt').read_text() == 'mine'
+
+
+def test_a_failed_rename_into_place_puts_the_replaced_dst_back(tmp_path, monkeypatch):
+  from converters.checkpoint import convert as checkpoint_convert
+
+  write_checkpoint(tmp_path / 'src')
+  write_checkpoint(tmp_path / 'dst', 'linen', steps=1)
+  before = tree_checksum(tmp_path / 'dst')
+  rename = os.rename
+
+  def failing_rename(a, b):
+    if '.dst.partial-' in os.fspath(a) and os.fspath(b) == os.fspath(tmp_path / 'dst'):
+      raise OSError(28, 'No space left on device')
+    rename(a, b)
+
+  monkeypatch.setattr(checkpoint_convert.os, 'rename', failing_rename)
+  with pytest.raises(CheckpointError, match='could not be moved into place: No space left on device; DST is as it was'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', force=True)
+  assert tree_checksum(tmp_path / 'dst') == before
+  assert sorted(os.listdir(tmp_path)) == ['dst', 'src']
+
+
+@pytest.mark.parametrize('dst, relation', [
+    ('src', 'is'), ('src/inner', 'lies inside'), ('.', 'contains'),
+])
+def test_destination_overlapping_the_source_is_refused_even_with_force(tmp_path, dst, relation):
+  write_checkpoint(tmp_path / 'src')
+  before = tree_checksum(tmp_path / 'src')
+  with pytest.raises(CheckpointError, match=f'{relation} the source'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / dst, 'nnx', force=True)
+  assert tree_checksum(tmp_path / 'src') == before
+
+
+@pytest.mark.parametrize('source_scan, layout', [(False, 'scan'), (True, 'loop'), (True, None)])
+def test_layer_partition_names_the_stacked_axis_of_the_scanned_side(tmp_path, source_scan, layout):
+  source_desc = DESC.replace(use_scan=source_scan, layer_partition='data' if source_scan else None)
+  source_trainer, state = write_checkpoint(tmp_path / 'src', 'linen', source_desc, 'adam')
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', layout=layout, layer_partition='data')
+  out_scan = source_scan if layout is None else layout == 'scan'
+  out_desc = DESC.replace(use_scan=out_scan, layer_partition='data' if out_scan else None)
+  trainer = checkpoints.trainer_for('nnx', out_desc, source_trainer.mesh, 'adam')
+  other = checkpoints.trainer_for('linen', out_desc, source_trainer.mesh, 'adam')
+  with jax.set_mesh(trainer.mesh):
+    restored = nnx_checkpoint.restore(tmp_path / 'dst', trainer)
+    expected = training_states.convert(state, 'linen', source_trainer, 'nnx', trainer, other)
+    assert_bit_identical(expected, restored)
+  kernel = restored['model']['layers']
+  kernel = kernel['dot1']['kernel'] if out_scan else kernel[0]['dot1']['kernel']
+  assert tuple(kernel[...].sharding.spec) == (('data', None, 'model') if out_scan else (None, 'model'))
+
+
+def test_layer_partition_with_no_scanned_side_is_refused(tmp_path):
+  write_checkpoint(tmp_path / 'src')
+  with pytest.raises(CheckpointError, match="layer_partition='data' names the stacked layer axis, but no side is scanned"):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', layer_partition='data')
+  assert not os.path.exists(tmp_path / 'dst')
+
+
+def test_unfinished_source_is_refused_unless_allowed(tmp_path):
+  _, _, temporary = write_unfinished_checkpoint(tmp_path / 'src')
+  with pytest.raises(CheckpointError, match='unfinished Orbax save'):
+    convert_checkpoint(temporary, tmp_path / 'dst', 'nnx')
+  assert not os.path.exists(tmp_path / 'dst')
+  summary = convert_checkpoint(temporary, tmp_path / 'dst', 'nnx', allow_unfinished=True)
+  assert summary['verified'] and checkpoints.inspect(tmp_path / 'dst').framework == 'nnx'
+
+
+def test_bad_source_writes_nothing(tmp_path):
+  write_checkpoint(tmp_path / 'src')
+  os.remove(tmp_path / 'src' / '_METADATA')
+  with pytest.raises(CheckpointError, match='corrupted or incomplete'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'out' / 'dst', 'nnx')
+  assert sorted(os.listdir(tmp_path)) == ['src']
+
+
+def test_stale_partial_output_of_a_killed_run_is_removed(tmp_path):
+  write_checkpoint(tmp_path / 'src')
+  stale = tmp_path / '.dst.partial-999999999'  # no such process
+  (stale / 'checkpoint.orbax-checkpoint-tmp').mkdir(parents=True)
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+  assert sorted(os.listdir(tmp_path)) == ['dst', 'src']
+
+
+
+
+class _LosingSave:
+  """An implementation's checkpoint module whose disk loses one array chunk."""
+
+  def __init__(self, module):
+    self._module = module
+
+  def __getattr__(self, name):
+    return getattr(self._module, name)
+
+  def save(self, path, state):
+    import tensorstore as ts
+
+    self._module.save(path, state)
+    store = ts.KvStore.open({'driver': 'ocdbt', 'base': f'file://{path}/'}).result()
+    lost = [k for k in store.list().result() if k.startswith(b'model.layers.1.w2.value/')][-1]
+    store.delete_range(ts.KvStore.KeyRange(lost, lost + b'\0')).result()
+
+
+def test_data_lost_while_writing_fails_verification_and_moves_nothing(tmp_path, monkeypatch, capsys):
+  from linen_nnx_cli import main as cli
+  from converters.errors import VerificationError
+
+  write_checkpoint(tmp_path / 'src')
+  real = checkpoints.checkpoint_module
+  monkeypatch.setattr(checkpoints, 'checkpoint_module', lambda f: _LosingSave(real(f)))
+  with pytest.raises(VerificationError, match=r'cannot be read back at \[model/layers/1/w2/value\]'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+  assert sorted(os.listdir(tmp_path)) == ['src']
+  assert cli.main(['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx']) == 1
+  assert 'model/layers/1/w2/value' in capsys.readouterr().err
+  assert sorted(os.listdir(tmp_path)) == ['src']

@@ -1,0 +1,80 @@
+"""Tests of `linen_nnx_cli.side_by_side`: the committed page is what the source says."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from linen_nnx_cli import side_by_side
+from linen_nnx_cli.side_by_side import CONCEPTS, ROOT, SOURCES, SideBySideError
+
+
+def test_committed_markdown_is_what_the_generator_produces():
+  committed = (ROOT / 'docs' / 'side_by_side.md').read_text()
+  assert committed == side_by_side.render_markdown(), (
+      'docs/side_by_side.md is stale: run '
+      'linen-nnx side-by-side --markdown docs/side_by_side.md'
+  )
+
+
+def copy_sources(tmp_path):
+  for rel in SOURCES['linen'] + SOURCES['nnx']:
+    (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / rel, tmp_path / rel)
+  return tmp_path
+
+
+def test_a_concept_marked_on_one_side_only_fails(tmp_path):
+  root = copy_sources(tmp_path)
+  path = root / 'nnx_impl' / 'checkpoint.py'
+  text = path.read_text()
+  text = re.sub(r'\n\s*# \[side-by-side: checkpoint\]\n', '\n', text)
+  text = re.sub(r'\n\s*# \[/side-by-side\]\n', '\n', text)
+  path.write_text(text)
+  with pytest.raises(SideBySideError, match="'checkpoint' has no marker in nnx_impl"):
+    side_by_side.collect(root)
+
+
+def test_unpaired_markers_fail(tmp_path):
+  root = copy_sources(tmp_path)
+  path = root / 'linen_impl' / 'model.py'
+  path.write_text(path.read_text().replace('# [/side-by-side]', '', 1))
+  with pytest.raises(SideBySideError, match='opens inside|never closes'):
+    side_by_side.collect(root)
+
+
+def test_every_concept_has_code_on_both_sides():
+  concepts = side_by_side.collect()
+  assert [name for name, _, _ in CONCEPTS] == list(concepts)
+  for name, sides in concepts.items():
+    for side, regions in sides.items():
+      assert regions and all(r.code.strip() for r in regions), (name, side)
+      assert all('side-by-side' not in r.code for r in regions)
+
+
+def test_html_is_self_contained_two_columns_with_contents_and_highlighting(tmp_path):
+  out = tmp_path / 'side.html'
+  result = subprocess.run(
+      [sys.executable, '-m', 'linen_nnx_cli.main', 'side-by-side', '--html', str(out)],
+      capture_output=True, text=True, timeout=120,
+  )
+  assert result.returncode == 0, result.stderr
+  page = out.read_text()
+  assert '<script' not in page and '@import' not in page and '@font-face' not in page
+  assert not re.search(r'(src|href)="(https?:)?//', page)
+  assert page.count('<div class="pair">') == len(CONCEPTS)
+  for name, title, _ in CONCEPTS:
+    assert f'href="#{name}"' in page and f'id="{name}"' in page
+  # Highlighted by pygments, styled inline: a keyword and the name it defines.
+  assert re.search(r'<span style="[^"]+">def</span><span style="[^"]+"> </span><span style="[^"]+">save</span>', page)
+  assert 'nnx.Optimizer' in page and 'TrainState' in page
+
+
+def test_highlight_keeps_the_source_text():
+  code = 'def f(x):  # note\n  return "a" + 1\n'
+  rendered = side_by_side.highlight(code)
+  assert re.sub(r'<[^>]+>', '', rendered).replace('&quot;', '"') == code

@@ -1,0 +1,43 @@
+"""The package layout's contracts hold: `lint-imports` keeps every one, and every module is in them.
+
+The contracts live in `pyproject.toml` (`[tool.importlinter]`). A wrong import
+fails here with the name of the contract it breaks.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+import tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _contracts() -> list[dict]:
+  config = tomllib.loads((ROOT / 'pyproject.toml').read_text())
+  return config['tool']['importlinter']['contracts']
+
+
+def test_every_import_contract_is_kept():
+  lint_imports = pathlib.Path(sys.executable).parent / 'lint-imports'
+  result = subprocess.run(
+      [str(lint_imports), '--no-cache'], cwd=ROOT, capture_output=True, text=True, timeout=300
+  )
+  broken = [line for line in result.stdout.splitlines() if line.rstrip().endswith('BROKEN')]
+  assert result.returncode == 0, (
+      f'broken import contracts: {broken}\n{result.stdout[-4000:]}{result.stderr[-2000:]}'
+  )
+  assert f'Contracts: {len(_contracts())} kept, 0 broken.' in result.stdout
+
+
+def test_every_module_of_the_conversion_core_is_under_the_contracts():
+  """A new module of `converters` is either a package above the core or named in its layer."""
+  core_layer = _contracts()[0]['layers'][-1]
+  layered = {name.strip() for name in core_layer.split(':')}
+  knows_no_model = set(_contracts()[1]['source_modules'])
+  modules = {
+      f'converters.{path.stem}'
+      for path in (ROOT / 'converters').glob('*.py') if path.stem != '__init__'
+  }
+  assert modules == layered == knows_no_model
