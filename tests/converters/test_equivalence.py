@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, assume, event, example, given, note, setting
 
 import converters
 from converters.errors import ConversionError
+from converters.presets import KIT_PATHS
 from converters.testing import assert_same_layout
 from converters.tree_io import nest
 from kit_mlp.data import make_batches
@@ -114,6 +115,15 @@ def test_linen_and_nnx_creations_have_identical_layouts(desc, optimizer):
     optimizer='adam',
     k=1,
 )
+@example(  # found by the nightly profile: the stacked gradients' layer axis is not
+    # sharded as the annotation says, so converting them annotated was refused
+    desc=ModelDescription(
+        num_layers=2, depth=8, batch=2, use_scan=True, layer_partition='data',
+        mesh_shape=(2, 4),
+    ),
+    optimizer='adam',
+    k=1,
+)
 @example(  # plain nnx.Params: gradients sharded (None, 'model') against Linen's ('data', 'model')
     desc=ModelDescription(num_layers=3, depth=24, batch=4, mesh_shape=(2, 4)),
     optimizer='adam',
@@ -148,7 +158,12 @@ def test_outputs_gradients_and_training_are_identical(desc, optimizer, k):
     assert program_nnx == program_linen
     grads_linen = grad_linen(state.params, xs[0], ys[0])
     grads_nnx = grad_nnx(model, xs[0], ys[0])
-    converted_grads = converters.linen_to_nnx({'params': grads_linen})
+    # Gradients need not sit where the parameters' annotations say (Linen's
+    # nn.scan constrains each layer's slice, not the stacked layer axis), and
+    # the converters refuse a misplaced annotated array: compare them bare, by
+    # path, and their shardings with NNX's below.
+    bare_grads = jax.tree.map(lambda g: g.value, grads_linen, is_leaf=lambda g: isinstance(g, nn.Partitioned))
+    converted_grads = converters.linen_to_nnx({'params': bare_grads}, paths=KIT_PATHS)
     assert_trees_bit_equal(nnx.to_pure_dict(converted_grads), nnx.to_pure_dict(grads_nnx))
     for (path, a), (_, b) in zip(nnx.to_flat_state(converted_grads), nnx.to_flat_state(grads_nnx), strict=True):
       assert a[...].sharding.is_equivalent_to(b[...].sharding, a.ndim), path
