@@ -59,9 +59,9 @@ BUGS = {
         ('tests/converters/test_equivalence.py::test_scanned_and_looped_models_with_the_same_params_agree',),
     ),
     4: PlantedBug(
-        'NNX activations resolved "earlier dimension wins"', 'nnx_impl/model.py',
-        '    names = nn.logical_to_mesh_axes(names, desc.rules)',
-        '    names = (lambda a: [x if x not in a[:i] else None for i, x in enumerate(a)])([desc.mesh_axis(n) for n in names])',
+        'activations resolved "earlier dimension wins"', 'kit_mlp/description.py',
+        '    return tuple(nn.logical_to_mesh_axes(names, self.rules))',
+        '    return (lambda a: tuple(x if x not in a[:i] else None for i, x in enumerate(a)))([self.mesh_axis(n) for n in names])',
         ('tests/nnx_impl/test_train.py', '-k', 'rule_listed_first'),
         ('tests/nnx_impl/test_train.py', '-k', 'activations'),
     ),
