@@ -85,6 +85,9 @@ _MOVED_MODULES = {
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   """Imports a moved module under its old name: the new module, with a warning."""
 
+  def __init__(self):
+    self._specs = {}
+
   def find_spec(self, fullname, path=None, target=None):
     if _MOVED_MODULES.get(fullname) is None:
       return None
@@ -95,10 +98,14 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     warnings.warn(
         f'{spec.name} moved to {new}; import it from there', DeprecationWarning, stacklevel=2
     )
-    return importlib.import_module(new)
+    module = importlib.import_module(new)
+    self._specs[spec.name] = module.__spec__
+    return module
 
   def exec_module(self, module):
-    pass  # the new module is already executed
+    # The new module is already executed; the import system has just given it
+    # the old name's spec: give it back its own.
+    module.__spec__ = self._specs.pop(module.__spec__.name)
 
 
 if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
