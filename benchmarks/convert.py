@@ -87,7 +87,7 @@ def measure(layers: int, depth: int, repeats: int) -> dict:
   import jax.numpy as jnp
   import optax
 
-  from converters import linen_to_nnx, nnx_to_linen
+  from converters import KIT_PATHS, linen_to_nnx, nnx_to_linen
   from kit_mlp.description import ModelDescription
   from linen_impl import train as linen_train
 
@@ -99,19 +99,19 @@ def measure(layers: int, depth: int, repeats: int) -> dict:
   total = sum(x.nbytes for x in jax.tree.leaves(variables))
   results = {'param_bytes': total}
 
-  same = interleaved({'linen_to_nnx': lambda: linen_to_nnx(variables)}, repeats)
-  nnx_state = linen_to_nnx(variables)
-  same |= interleaved({'nnx_to_linen': lambda: nnx_to_linen(nnx_state)}, repeats)
+  same = interleaved({'linen_to_nnx': lambda: linen_to_nnx(variables, paths=KIT_PATHS)}, repeats)
+  nnx_state = linen_to_nnx(variables, paths=KIT_PATHS)
+  same |= interleaved({'nnx_to_linen': lambda: nnx_to_linen(nnx_state, paths=KIT_PATHS)}, repeats)
   results['linen_to_nnx_same_layout'] = {
       'ms': same['linen_to_nnx'] * 1e3,
-      'copied_bytes': copied_bytes(variables, linen_to_nnx(variables)),
+      'copied_bytes': copied_bytes(variables, linen_to_nnx(variables, paths=KIT_PATHS)),
   }
   results['nnx_to_linen_same_layout'] = {
       'ms': same['nnx_to_linen'] * 1e3,
-      'copied_bytes': copied_bytes(nnx_state, nnx_to_linen(nnx_state)),
+      'copied_bytes': copied_bytes(nnx_state, nnx_to_linen(nnx_state, paths=KIT_PATHS)),
   }
 
-  stacked = linen_to_nnx(variables, scan=True)
+  stacked = linen_to_nnx(variables, scan=True, paths=KIT_PATHS)
   looped_leaves = jax.tree.leaves(variables)
   stacked_leaves = jax.tree.leaves(stacked)
 
@@ -125,8 +125,8 @@ def measure(layers: int, depth: int, repeats: int) -> dict:
       {
           'copy_looped': lambda: copy_looped(looped_leaves),
           'copy_stacked': lambda: copy_stacked(stacked_leaves),
-          'loop_to_scan': lambda: linen_to_nnx(variables, scan=True),
-          'scan_to_loop': lambda: nnx_to_linen(stacked, scan=False),
+          'loop_to_scan': lambda: linen_to_nnx(variables, scan=True, paths=KIT_PATHS),
+          'scan_to_loop': lambda: nnx_to_linen(stacked, scan=False, paths=KIT_PATHS),
       },
       repeats,
   )

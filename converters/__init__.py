@@ -1,15 +1,15 @@
 """linen-nnx-kit's conversion library: Flax Linen <-> Flax NNX, for any model.
 
-    from converters import linen_to_nnx, nnx_to_linen, PathRule, GUIDE_PATHS
+    from converters import linen_to_nnx, nnx_to_linen, PathRule, PathMapping
 
 The public API is this module's names. The core, which knows no model: `api`
-(the conversions), `paths` (the path mapping), `presets` (mappings of
-published models), `metadata` (the neutral sharding annotation), `layout`
+(the conversions), `paths` (the path mapping), `metadata` (the neutral sharding annotation), `layout`
 (path translation and scan <-> loop relayout), `tree_io` (reading and writing
 both frameworks' trees), `optimizer_state` (optax state <-> NNX optimizers,
 with a registry for optimizers of your own), `distributed` (agreement between
-processes), `allocator` and `errors`. Above it: `converters.checkpoint`
-(inspect, restore, convert, verify and compare checkpoints on disk) and
+processes), `allocator` and `errors`. Above it: `converters.presets` (the
+path mappings of published models), `converters.checkpoint` (inspect,
+restore, convert, verify and compare checkpoints on disk) and
 `converters.testing` (equivalence assertions for your CI).
 
 May import: `nnx_port` (helpers an NNX port uses, re-exported here). The core
@@ -110,3 +110,7 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
   sys.meta_path.append(_MovedModuleFinder())
+
+# The catalogue registers the former default of `paths=` and its old names in
+# `converters.paths` (deprecated, for one release). It imports no JAX.
+importlib.import_module('converters.presets')

@@ -25,7 +25,6 @@ from converters import metadata as md
 from converters.errors import AnnotationError, StructureError
 from converters.optimizer_state import linen_opt_to_nnx, nnx_opt_to_linen
 from converters.paths import PathMapping, format_path
-from converters.presets import GUIDE_PATHS
 from converters.tree_io import (
     Batch,
     Options,
@@ -44,7 +43,7 @@ def linen_to_nnx(
     linen: Mapping | TrainState,
     *,
     target: Any = None,
-    paths: PathMapping = GUIDE_PATHS,
+    paths: PathMapping | None = None,
     scan: bool | None = None,
     layer_partition: str | None = None,
     num_layers: int | None = None,
@@ -59,7 +58,8 @@ def linen_to_nnx(
     target: NNX structure to fill: a model, or `(model, optimizer)` (needed for
       a `TrainState`); real or abstract (`nnx.eval_shape`). Not modified.
     paths: the Linen <-> NNX path mapping: a `PathMapping` or any iterable
-      of `PathRule`s.
+      of `PathRule`s; None keeps every parameter's path
+      (`PathMapping.identity()`).
     scan: target layout of layer parameters (True stacked, False looped,
       None as the source).
     layer_partition: layer axis name inserted when stacking.
@@ -195,7 +195,7 @@ def nnx_to_linen(
     nnx_in,
     *,
     target: TrainState | None = None,
-    paths: PathMapping = GUIDE_PATHS,
+    paths: PathMapping | None = None,
     scan: bool | None = None,
     layer_partition: str | None = None,
     num_layers: int | None = None,
@@ -271,7 +271,7 @@ def relayout(
     tree,
     *,
     scan: bool,
-    paths: PathMapping = GUIDE_PATHS,
+    paths: PathMapping | None = None,
     layer_partition: str | None = None,
     num_layers: int | None = None,
     mesh: Mesh | None = None,

@@ -6,17 +6,20 @@ a scan (no `{i}`: the layer index became axis 0 of the array). Rules without
 `{i}` map one parameter outside the layers. A `PathMapping` is a list of rules;
 `match` tells which rule, layout and layer index a path has, in either
 framework, so one mapping serves Linen -> NNX, NNX -> Linen and scan <-> loop.
+A mapping made with `keep_unmatched=True` (`PathMapping.identity()` has no
+rules at all) maps every path no rule matches to the same path, for ports
+that kept most names.
 
 Paths are relative to the parameters' root: Linen paths start below the
 `params` collection (`Block_0/Dense_0/kernel`), NNX paths at the model
 (`blocks/0/linear/kernel`). Mappings of published models are in
 `converters.presets`; extend any mapping with `mapping + [PathRule(...)]`.
+`resolve` says what `paths=None`, the conversions' default, means.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 import warnings
 from collections.abc import Iterable, Sequence
@@ -124,10 +127,17 @@ class Match:
 
 
 class PathMapping:
-  """An ordered set of `PathRule`s; every path must match exactly one."""
+  """An ordered set of `PathRule`s; every path must match exactly one.
 
-  def __init__(self, rules: Iterable[PathRule]):
+  With `keep_unmatched=True`, a path that no rule matches keeps its own path
+  in the other framework (NNX list indices are Linen's digit strings).
+  """
+
+  def __init__(self, rules: Iterable[PathRule], *, keep_unmatched: bool = False):
     self.rules = tuple(rules)
+    if not isinstance(keep_unmatched, bool):
+      raise PathMappingError(f'keep_unmatched={keep_unmatched!r}: pass True or False')
+    self.keep_unmatched = keep_unmatched
     self._patterns = [
         (rule, layout, fw, _compile(rule.template(fw, layout)))
         for rule in self.rules
@@ -148,11 +158,25 @@ class PathMapping:
           duplicates,
       )
 
+  @classmethod
+  def identity(cls) -> PathMapping:
+    """Every parameter keeps its path: for ports that kept Linen's names."""
+    return cls((), keep_unmatched=True)
+
   def __add__(self, rules: Iterable[PathRule]) -> PathMapping:
-    return PathMapping(self.rules + tuple(rules))
+    return PathMapping(self.rules + tuple(rules), keep_unmatched=self.keep_unmatched)
+
+  def __eq__(self, other) -> bool:
+    if not isinstance(other, PathMapping):
+      return NotImplemented
+    return (self.rules, self.keep_unmatched) == (other.rules, other.keep_unmatched)
+
+  def __hash__(self) -> int:
+    return hash((self.rules, self.keep_unmatched))
 
   def __repr__(self) -> str:
-    return f'PathMapping({list(self.rules)!r})'
+    keep = ', keep_unmatched=True' if self.keep_unmatched else ''
+    return f'PathMapping({list(self.rules)!r}{keep})'
 
   def match_all(self, framework: Framework, path: Sequence) -> list[Match]:
     text = format_path(path)
@@ -160,6 +184,8 @@ class PathMapping:
     for rule, layout, fw, pattern in self._patterns:
       if fw == framework and (m := pattern.match(text)):
         found.append(Match(rule, layout, int(m['i']) if layout == 'loop' else None))
+    if not found and self.keep_unmatched:
+      found.append(Match(PathRule(linen=text, nnx=text), 'plain', None))
     return found
 
   def match(self, framework: Framework, paths: Iterable[Sequence]) -> dict[tuple, Match]:
@@ -200,7 +226,7 @@ def as_mapping(paths) -> PathMapping:
   if isinstance(paths, (str, bytes)) or not isinstance(paths, Iterable):
     raise PathMappingError(
         f'paths={paths!r}: pass a PathMapping or an iterable of PathRule '
-        '(e.g. GUIDE_PATHS + [PathRule(linen=..., nnx=...)])'
+        '(e.g. PathMapping([PathRule(linen=..., nnx=...)]), or None to keep every path)'
     )
   rules = list(paths)
   wrong = [repr(r) for r in rules if not isinstance(r, PathRule)]
@@ -213,16 +239,54 @@ def as_mapping(paths) -> PathMapping:
   return PathMapping(rules)
 
 
-_MOVED_TO_PRESETS = ('GUIDE_PATHS', 'GUIDE_LOGICAL_PATHS', 'KIT_PATHS')
+# What `paths=None` meant before linen-nnx-kit 0.2, registered by the catalogue
+# (`converters.presets`) with the names it moved there from this module. Both go
+# in the next release.
+_former_default: tuple[str, PathMapping] | None = None
+_moved_names: dict[str, tuple[str, object]] = {}
+
+
+def register_former_default(name: str, mapping: PathMapping) -> None:
+  global _former_default
+  _former_default = (name, mapping)
+
+
+def register_moved_name(name: str, module: str, value: object) -> None:
+  _moved_names[name] = (module, value)
+
+
+def resolve(paths, framework: Framework, source_paths: Iterable[Sequence]) -> PathMapping:
+  """The mapping a conversion of `source_paths` uses.
+
+  `paths=None` (the default) is `PathMapping.identity()`: every parameter
+  keeps its path. For one release, a tree of which the former default maps
+  any path is still mapped by it (so calls that worked, or failed, before do
+  the same), with a `DeprecationWarning` saying what to pass.
+  """
+  if paths is not None:
+    return as_mapping(paths)
+  if _former_default is not None:
+    name, former = _former_default
+    if any(former.match_all(framework, p) for p in source_paths):
+      warnings.warn(
+          f'paths omitted: these {framework} paths are mapped by {name}, the '
+          'former default; from the next release paths=None keeps every path as '
+          f'it is (PathMapping.identity()). Pass paths={name} to keep this mapping',
+          DeprecationWarning,
+          stacklevel=4,
+      )
+      return former
+  return PathMapping.identity()
 
 
 def __getattr__(name):
-  if name in _MOVED_TO_PRESETS:
+  if name in _moved_names:
+    module, value = _moved_names[name]
     warnings.warn(
-        f'converters.paths.{name} moved to converters.presets.{name} (also '
+        f'converters.paths.{name} moved to {module}.{name} (also '
         f'converters.{name}); import it from there',
         DeprecationWarning,
         stacklevel=2,
     )
-    return getattr(importlib.import_module('converters.presets'), name)
+    return value
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

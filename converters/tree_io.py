@@ -33,15 +33,15 @@ from converters.errors import (
     StructureError,
     format_offenders,
 )
+from converters import paths as path_mapping
 from converters.paths import Framework, PathMapping, as_mapping, format_path
-from converters.presets import GUIDE_PATHS
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
   """What every conversion is told: see `linen_to_nnx`. Checked when made."""
 
-  paths: PathMapping = GUIDE_PATHS
+  paths: PathMapping | None = None
   scan: bool | None = None
   layer_partition: str | None = None
   num_layers: int | None = None
@@ -50,7 +50,8 @@ class Options:
   donate: bool = False
 
   def __post_init__(self):
-    object.__setattr__(self, 'paths', as_mapping(self.paths))
+    if self.paths is not None:
+      object.__setattr__(self, 'paths', as_mapping(self.paths))
     if self.scan not in (None, True, False):
       raise LayoutError(f'scan={self.scan!r}: pass True (stacked), False (looped) or None (as the source)')
     if self.num_layers is not None and (
@@ -197,8 +198,9 @@ class Batch:
     if jax.process_count() > 1:
       agree_on_conversion(pairs, source, target, options)
     layout.check_placement(pairs, options.mesh, options.rules)
+    mapping = path_mapping.resolve(options.paths, source, pairs)
     targets = layout.plan(
-        pairs, options.paths, source, target,
+        pairs, mapping, source, target,
         options.scan, options.layer_partition, options.num_layers,
     )
     if options.rules is not None:

@@ -19,6 +19,7 @@ from flax import nnx
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.checkpoint import kit  # noqa: F401  (registers the kit SGD's state)
 from converters.paths import Framework
+from converters.presets import KIT_PATHS
 
 
 def linen_to_nnx_state(
@@ -34,6 +35,7 @@ def linen_to_nnx_state(
       scan=scan,
       layer_partition=layer_partition,
       donate=donate,
+      paths=KIT_PATHS,
   )
   return train_state(model, optimizer)
 
@@ -50,6 +52,7 @@ def nnx_to_linen_state(
       scan=scan,
       layer_partition=layer_partition,
       donate=donate,
+      paths=KIT_PATHS,
   )
 
 

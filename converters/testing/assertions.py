@@ -16,7 +16,6 @@ from flax import nnx
 
 from converters.api import linen_to_nnx
 from converters.paths import PathMapping, format_path
-from converters.presets import GUIDE_PATHS
 from converters.testing.tables import format_table
 from converters.tree_io import nest
 
@@ -45,7 +44,7 @@ def assert_same_layout(
     linen_variables: dict,
     nnx_state: nnx.State | nnx.Module,
     *,
-    paths: PathMapping = GUIDE_PATHS,
+    paths: PathMapping | None = None,
     scan: bool | None = None,
 ) -> None:
   """Same parameters, shapes, dtypes, PartitionSpecs and actual shardings."""
@@ -107,7 +106,7 @@ def assert_same_values(
     linen_variables: dict,
     nnx_state: nnx.State | nnx.Module,
     *,
-    paths: PathMapping = GUIDE_PATHS,
+    paths: PathMapping | None = None,
     scan: bool | None = None,
     atol: float = 0.0,
 ) -> None:
@@ -133,7 +132,7 @@ def assert_same_outputs(
     linen_variables: dict,
     nnx_model: nnx.Module,
     *inputs: Any,
-    paths: PathMapping = GUIDE_PATHS,
+    paths: PathMapping | None = None,
     scan: bool | None = None,
     atol: float = 0.0,
 ) -> None:

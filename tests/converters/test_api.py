@@ -67,6 +67,7 @@ def test_linen_k_steps_then_nnx_j_steps_equal_linen_k_plus_j(layouts, annotation
   model, opt = converters.linen_to_nnx(
       copy_tree(state), target=nnx_abstract(nnx_desc, optimizer),
       scan=nnx_scan, layer_partition=nnx_desc.layer_partition,
+      paths=KIT_PATHS,
   )
   trainer = nnx_trainer(nnx_desc, optimizer)
   with jax.set_mesh(trainer.mesh):
@@ -78,6 +79,7 @@ def test_linen_k_steps_then_nnx_j_steps_equal_linen_k_plus_j(layouts, annotation
   back = converters.nnx_to_linen(
       trainer.merge(arrays), target=linen_trainer(linen_desc, optimizer).abstract_state,
       scan=linen_scan, layer_partition=linen_desc.layer_partition,
+      paths=KIT_PATHS,
   )
   assert_trees_bit_equal(back, reference)
   assert int(back.step) == STEPS
@@ -95,6 +97,7 @@ def test_nnx_k_steps_then_linen_j_steps_equal_nnx_k_plus_j(layouts, optimizer):
   state = converters.nnx_to_linen(
       (model, opt), target=linen.abstract_state,
       scan=linen_scan, layer_partition=linen_desc.layer_partition,
+      paths=KIT_PATHS,
   )
   trainer = nnx_trainer(nnx_desc, optimizer)
   with jax.set_mesh(trainer.mesh):
@@ -106,6 +109,7 @@ def test_nnx_k_steps_then_linen_j_steps_equal_nnx_k_plus_j(layouts, optimizer):
   expected = converters.nnx_to_linen(
       trainer.merge(reference), target=linen.abstract_state,
       scan=linen_scan, layer_partition=linen_desc.layer_partition,
+      paths=KIT_PATHS,
   )
   assert_trees_bit_equal(state, expected)
   assert int(state.step) == STEPS
@@ -116,12 +120,12 @@ def test_nnx_k_steps_then_linen_j_steps_equal_nnx_k_plus_j(layouts, optimizer):
 def test_same_layout_conversion_copies_no_array(annotation, use_scan):
   desc = description(annotation, use_scan)
   state = linen_trained(desc, 'adam', 1)
-  model, opt = converters.linen_to_nnx(state, target=nnx_abstract(desc, 'adam'))
+  model, opt = converters.linen_to_nnx(state, target=nnx_abstract(desc, 'adam'), paths=KIT_PATHS)
   by_id = {id(x) for x in jax.tree.leaves(state)}
   converted = jax.tree.leaves(nnx_arrays(model, opt))
   # Everything but the step (int32 in Linen, uint32 in NNX) is the input buffer.
   assert sum(id(x) not in by_id for x in converted) == 1
-  back = converters.nnx_to_linen((model, opt), target=linen_trainer(desc, 'adam').abstract_state)
+  back = converters.nnx_to_linen((model, opt), target=linen_trainer(desc, 'adam').abstract_state, paths=KIT_PATHS)
   assert {id(x) for x in jax.tree.leaves(back.params)} <= by_id
   assert {id(x) for x in jax.tree.leaves(back.opt_state)} <= by_id
 
@@ -133,7 +137,7 @@ def test_relayout_stays_on_device_and_shards_as_annotated(layouts):
   state = linen_trained(desc, 'adam', 1)
   with jax.transfer_guard('disallow'):
     out = converters.linen_to_nnx(
-        {'params': state.params}, scan=target_scan, layer_partition='layer'
+        {'params': state.params}, scan=target_scan, layer_partition='layer', paths=KIT_PATHS
     )
   target_desc = description('logical', target_scan, rules=FSDP_RULES)
   mesh = desc.make_mesh()
@@ -157,16 +161,16 @@ def test_round_trips_are_the_identity(annotation):
     variables = {'params': linen_trained(desc, 'adam', 0).params}
     before = boxes(variables)
     for layout in (not use_scan, use_scan):  # through the other layout, and back
-      nnx_state = converters.linen_to_nnx(variables, scan=layout, layer_partition=desc.layer_partition)
-      again = converters.nnx_to_linen(nnx_state, scan=use_scan, layer_partition=desc.layer_partition)
+      nnx_state = converters.linen_to_nnx(variables, scan=layout, layer_partition=desc.layer_partition, paths=KIT_PATHS)
+      again = converters.nnx_to_linen(nnx_state, scan=use_scan, layer_partition=desc.layer_partition, paths=KIT_PATHS)
       assert boxes(again) == before
       assert_trees_bit_equal(again, variables)
       assert_same_shardings(again, variables)
     # nnx -> linen -> nnx
     model, _ = nnx_trained(desc, 'adam', 0)
     state = nnx.state(model)
-    linen = converters.nnx_to_linen(state, scan=not use_scan, layer_partition=desc.layer_partition)
-    again = converters.linen_to_nnx(linen, scan=use_scan, layer_partition=desc.layer_partition)
+    linen = converters.nnx_to_linen(state, scan=not use_scan, layer_partition=desc.layer_partition, paths=KIT_PATHS)
+    again = converters.linen_to_nnx(linen, scan=use_scan, layer_partition=desc.layer_partition, paths=KIT_PATHS)
     assert_trees_bit_equal(nnx.to_pure_dict(again), nnx.to_pure_dict(state))
     for (p, a), (_, b) in zip(nnx.to_flat_state(again), nnx.to_flat_state(state)):
       assert a.get_metadata() == b.get_metadata(), p
@@ -184,7 +188,7 @@ def test_donate_deletes_exactly_the_relaid_sources_and_changes_no_result(layouts
   desc = description('logical', source_scan)
   target = nnx_abstract(description('logical', target_scan), 'adam')
   original = linen_trained(desc, 'adam', 1)
-  options = {'layer_partition': description('logical', True).layer_partition}
+  options = {'layer_partition': description('logical', True).layer_partition, 'paths': KIT_PATHS}
   expected = nnx_arrays(*converters.linen_to_nnx(original, target=target, scan=target_scan, **options))
   state = copy_tree(original)
   model, opt = converters.linen_to_nnx(state, target=target, scan=target_scan, donate=True, **options)
@@ -209,7 +213,7 @@ def test_inputs_are_never_mutated():
   linen_meta = [copy.copy(vars(b)) for b in jax.tree.leaves(state, is_leaf=is_box) if is_box(b)]
   assert len(linen_meta) == 6 and all('names' in m for m in linen_meta)
   looped = description('logical', False)
-  model, opt = converters.linen_to_nnx(state, target=nnx_abstract(looped, 'adam'), scan=False)
+  model, opt = converters.linen_to_nnx(state, target=nnx_abstract(looped, 'adam'), scan=False, paths=KIT_PATHS)
   after = [vars(b) for b in jax.tree.leaves(state, is_leaf=is_box) if is_box(b)]
   assert [set(m) for m in after] == [set(m) for m in linen_meta]
   assert [(m['names'], m['rules']) for m in after] == [(m['names'], m['rules']) for m in linen_meta]
@@ -217,6 +221,7 @@ def test_inputs_are_never_mutated():
   converters.nnx_to_linen(
       (model, opt), target=linen_trainer(desc, 'adam').abstract_state,
       scan=True, layer_partition='layer',
+      paths=KIT_PATHS,
   )
   assert [v.get_metadata() for _, v in nnx.to_flat_state(nnx.state((model, opt)))] == nnx_meta
 
@@ -234,12 +239,12 @@ def test_unknown_nnx_metadata_is_carried_through_linen_and_back():
   state = nnx.state(model)
   kernel = state['layers'][0]['dot1']['kernel']
   kernel.set_metadata(owner='team-a', eager_sharding=False)
-  linen = converters.nnx_to_linen(state)
+  linen = converters.nnx_to_linen(state, paths=KIT_PATHS)
   box = linen['params']['DotReluDot_0']['Dense_0']['kernel']
   assert isinstance(box, nn.Partitioned) and box.names == (None, 'model')
   with jax.set_mesh(desc.make_mesh()):
     assert linen_trainer(desc, 'adam').apply(linen['params'], batches(desc)[0][0]).shape == (8, 64)
-  back = converters.linen_to_nnx(linen)
+  back = converters.linen_to_nnx(linen, paths=KIT_PATHS)
   got = back['layers'][0]['dot1']['kernel'].get_metadata()
   assert got['owner'] == 'team-a' and got['eager_sharding'] is False
   assert got == kernel.get_metadata()
@@ -249,25 +254,25 @@ def test_unknown_nnx_metadata_is_carried_through_linen_and_back():
 def test_relayout_within_each_framework_keeps_outputs(annotation):
   scanned, looped = description(annotation, True), description(annotation, False)
   variables = {'params': linen_trained(scanned, 'adam', 0).params}
-  as_loop = converters.relayout(variables, scan=False)
+  as_loop = converters.relayout(variables, scan=False, paths=KIT_PATHS)
   assert boxes(as_loop) == boxes({'params': linen_trained(looped, 'adam', 0).params})
   x = batches(scanned)[0][0]
   with jax.set_mesh(scanned.make_mesh()):
     y_scan = linen_trainer(scanned, 'adam').apply(variables['params'], x)
     y_loop = linen_trainer(looped, 'adam').apply(as_loop['params'], x)
   assert_trees_bit_equal(y_loop, y_scan)
-  again = converters.relayout(as_loop, scan=True, layer_partition=scanned.layer_partition)
+  again = converters.relayout(as_loop, scan=True, layer_partition=scanned.layer_partition, paths=KIT_PATHS)
   assert boxes(again) == boxes(variables)
   assert_trees_bit_equal(again, variables)
 
   state = nnx.state(nnx_trained(looped, 'adam', 0)[0])
-  stacked = converters.relayout(state, scan=True, layer_partition=scanned.layer_partition)
+  stacked = converters.relayout(state, scan=True, layer_partition=scanned.layer_partition, paths=KIT_PATHS)
   expected = nnx.state(nnx_abstract(scanned, 'adam')[0])
   for (p, got), (q, want) in zip(nnx.to_flat_state(stacked), nnx.to_flat_state(expected)):
     assert p == q and got.shape == want.shape
     assert got.get_metadata()['out_sharding'] == want.get_metadata()['out_sharding']
   assert_trees_bit_equal(
-      nnx.to_pure_dict(converters.relayout(stacked, scan=False)), nnx.to_pure_dict(state)
+      nnx.to_pure_dict(converters.relayout(stacked, scan=False, paths=KIT_PATHS)), nnx.to_pure_dict(state)
   )
 
 
@@ -275,7 +280,7 @@ def test_nnx_update_accepts_converted_params_and_outputs_match():
   desc = description('logical', True, rules=FSDP_RULES)
   variables = {'params': linen_trained(desc, 'adam', 1).params}
   model, _ = nnx_trained(desc, 'adam', 0)
-  nnx.update(model, converters.linen_to_nnx(copy_tree(variables)))
+  nnx.update(model, converters.linen_to_nnx(copy_tree(variables), paths=KIT_PATHS))
   x = batches(desc)[0][0]
   with jax.set_mesh(desc.make_mesh()):
     y_linen = linen_trainer(desc, 'adam').apply(variables['params'], x)
@@ -340,7 +345,7 @@ def test_donate_deletes_nothing_when_a_check_fails_after_planning():
   params = tied_params(looped, frozenset(), head=False)  # fresh, untied
   target = late_failing_target(scanned, ('layers', 'w2'))
   with pytest.raises(converters.ShapeError, match='model/layers/w2: converted dtype float32'):
-    converters.linen_to_nnx({'params': params}, target=target, scan=True, donate=True)
+    converters.linen_to_nnx({'params': params}, target=target, scan=True, donate=True, paths=KIT_PATHS)
   assert not any(x.is_deleted() for x in fresh_arrays(params))
 
 
@@ -419,13 +424,13 @@ def test_rules_given_to_the_conversion_go_with_the_output():
   ruleless = jax.tree.map(
       lambda b: b.replace(rules=None), params, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned)
   )
-  state = converters.linen_to_nnx({'params': ruleless}, rules=rules)
+  state = converters.linen_to_nnx({'params': ruleless}, rules=rules, paths=KIT_PATHS)
   kernel = state['layers'][0]['dot1']['kernel']
   assert kernel.get_metadata()['sharding_rules'] == rules
   with jax.set_mesh(mesh):
     named = nnx.get_named_sharding(state, mesh)
   assert named['layers'][0]['dot1']['kernel'].spec == kernel[...].sharding.spec
-  back = converters.nnx_to_linen(state)
+  back = converters.nnx_to_linen(state, paths=KIT_PATHS)
   assert back['params']['DotReluDot_0']['Dense_0']['kernel'].rules == rules
 
 
@@ -434,6 +439,6 @@ def test_paths_can_be_any_iterable_of_rules():
   params = {'params': linen_trained(desc, 'adam', 0).params}
   as_list = converters.linen_to_nnx(params, paths=list(KIT_PATHS.rules))
   as_generator = converters.linen_to_nnx(params, paths=(r for r in KIT_PATHS.rules))
-  expected = converters.linen_to_nnx(params)
+  expected = converters.linen_to_nnx(params, paths=KIT_PATHS)
   assert_trees_bit_equal(nnx.to_pure_dict(as_list), nnx.to_pure_dict(expected))
   assert_trees_bit_equal(nnx.to_pure_dict(as_generator), nnx.to_pure_dict(expected))

@@ -77,9 +77,9 @@ def test_linen_and_nnx_creations_have_identical_layouts(desc, optimizer):
   mesh, linen, nnx_t = trainers(desc, optimizer)
   with jax.set_mesh(mesh):
     state = linen.create(seed=0)
-    from_linen = converters.linen_to_nnx(state, target=abstract_objects(nnx_t))
+    from_linen = converters.linen_to_nnx(state, target=abstract_objects(nnx_t), paths=KIT_PATHS)
     created = nnx_t.merge(nnx_t.create(seed=0))
-    assert_same_layout({'params': state.params}, created[0])
+    assert_same_layout({'params': state.params}, created[0], paths=KIT_PATHS)
     a = nnx.to_flat_state(nnx.state(from_linen[1]))
     b = nnx.to_flat_state(nnx.state(created[1]))
     assert [p for p, _ in a] == [p for p, _ in b]
@@ -137,7 +137,7 @@ def test_outputs_gradients_and_training_are_identical(desc, optimizer, k):
   with jax.set_mesh(mesh):
     xs, ys = make_batches(desc, mesh, k, seed=3)
     state = linen.create(seed=0)
-    model, opt = converters.linen_to_nnx(copy(state), target=abstract_objects(nnx_t))
+    model, opt = converters.linen_to_nnx(copy(state), target=abstract_objects(nnx_t), paths=KIT_PATHS)
     arrays = nnx_train.train_state(model, opt)
     arrays = copy(nnx.to_pure_dict(arrays))
 
@@ -171,7 +171,7 @@ def test_outputs_gradients_and_training_are_identical(desc, optimizer, k):
     state, losses_linen = linen.train_steps(state, xs, ys)
     arrays, losses_nnx = nnx_t.train_steps(arrays, xs, ys)
   assert_trees_bit_equal(losses_nnx, losses_linen)
-  back = converters.nnx_to_linen(nnx_t.merge(arrays), target=linen.abstract_state)
+  back = converters.nnx_to_linen(nnx_t.merge(arrays), target=linen.abstract_state, paths=KIT_PATHS)
   assert_trees_bit_equal(back, state)
 
 
@@ -183,7 +183,7 @@ def test_round_trips_are_the_identity(desc, optimizer, via_other_layout):
   event(f'optimizer {optimizer}')
   mesh, linen, nnx_t = trainers(desc, optimizer)
   other_layout = not desc.use_scan if via_other_layout else desc.use_scan
-  options = dict(layer_partition=desc.layer_partition)
+  options = dict(layer_partition=desc.layer_partition, paths=KIT_PATHS)
   with jax.set_mesh(mesh):
     variables = {'params': linen.create(seed=0).params}
     there = converters.linen_to_nnx(variables, scan=other_layout, **options)
@@ -249,13 +249,13 @@ def test_scanned_and_looped_models_with_the_same_params_agree(direction, contrac
     x = make_batches(desc, mesh, seed=5)[0]
     params = linen.create(seed=0).params
     relaid = converters.relayout({'params': params}, scan=other.use_scan,
-                                 layer_partition=other.layer_partition)
+                                 layer_partition=other.layer_partition, paths=KIT_PATHS)
     y = linen.apply(params, x)
     y_linen_other = linen_other.apply(relaid['params'], x)
     model = nnx_other.merge(nnx_other.create(seed=0))[0]
-    nnx.update(model, converters.linen_to_nnx(relaid))
+    nnx.update(model, converters.linen_to_nnx(relaid, paths=KIT_PATHS))
     y_nnx_other = nnx.jit(lambda m, x: m(x))(model, x)
-  assert_same_layout(relaid, model, scan=other.use_scan)
+  assert_same_layout(relaid, model, scan=other.use_scan, paths=KIT_PATHS)
   # Same layout, other framework: the same program, so bit for bit.
   assert_trees_bit_equal(y_nnx_other, y_linen_other)
   if contraction == 'sharded':
@@ -289,7 +289,7 @@ def test_logical_names_shard_as_the_device_axes_they_resolve_to(desc):
     assert var[...].sharding.is_equivalent_to(want, var.ndim), var.get_metadata()
     # The same layout written with device axes converts to identical shardings.
     device_box = nn.Partitioned(box.value, tuple(device_axes))
-    (converted,) = jax.tree.leaves(converters.linen_to_nnx({'params': {'DotReluDot_0': {'W2': device_box}}}))
+    (converted,) = jax.tree.leaves(converters.linen_to_nnx({'params': {'DotReluDot_0': {'W2': device_box}}}, paths=KIT_PATHS))
     assert converted.sharding.is_equivalent_to(want, box.value.ndim)
   if desc.rules == GUIDE_RULES:  # the guide's logical and device models coincide
     device = dataclasses.replace(desc, annotation='device', layer_partition=None)
@@ -391,7 +391,7 @@ def test_corrupted_trees_convert_exactly_or_raise_an_error_naming_the_path(kind,
     before = [(id(x), vars(x).copy() if is_box(x) else None) for x in jax.tree.leaves(bad, is_leaf=is_box)]
     for with_target, target in ((False, None), (True, abstract_objects(nnx_t)[0])):
       try:
-        result = converters.linen_to_nnx({'params': bad}, target=target)
+        result = converters.linen_to_nnx({'params': bad}, target=target, paths=KIT_PATHS)
       except ConversionError as e:
         event(f'{kind} raises {type(e).__name__}' + (' with a target' if with_target else ''))
         assert must_raise(kind, with_target, box, argument) in (True, None), e
@@ -400,7 +400,7 @@ def test_corrupted_trees_convert_exactly_or_raise_an_error_naming_the_path(kind,
       event(f'{kind} converts' + (' with a target' if with_target else ''))
       assert must_raise(kind, with_target, box, argument) in (False, None)
       state = result if target is None else nnx.state(result)
-      back = converters.nnx_to_linen(state)
+      back = converters.nnx_to_linen(state, paths=KIT_PATHS)
       assert_trees_bit_equal(back['params'], bad)
     after = [(id(x), vars(x) if is_box(x) else None) for x in jax.tree.leaves(bad, is_leaf=is_box)]
   assert after == before

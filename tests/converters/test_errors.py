@@ -360,7 +360,7 @@ def test_bad_input_raises_its_error_naming_the_path(name):
   kwargs = make()
   before = snapshot(kwargs['linen'], kwargs.get('target'))
   with pytest.raises(error) as info:
-    converters.linen_to_nnx(**kwargs)
+    converters.linen_to_nnx(**{'paths': KIT_PATHS, **kwargs})
   assert isinstance(info.value, errors.ConversionError)
   assert message in str(info.value), str(info.value)
   assert snapshot(kwargs['linen'], kwargs.get('target')) == before
@@ -369,7 +369,7 @@ def test_bad_input_raises_its_error_naming_the_path(name):
 def test_every_offender_is_listed():
   make, error, _ = CATALOGUE['unmapped params']
   with pytest.raises(error) as info:
-    converters.linen_to_nnx(**make())
+    converters.linen_to_nnx(**{'paths': KIT_PATHS, **make()})
   assert set(info.value.paths) == {'DotReluDot_0/bias', 'head/kernel'}
 
 
@@ -449,7 +449,7 @@ def test_bad_nnx_input_raises_its_error_naming_the_path(name):
   kwargs = make()
   before = snapshot(kwargs['nnx_in'], kwargs.get('target'))
   with pytest.raises(error) as info:
-    converters.nnx_to_linen(**kwargs)
+    converters.nnx_to_linen(**{'paths': KIT_PATHS, **kwargs})
   assert isinstance(info.value, errors.ConversionError)
   assert message in str(info.value), str(info.value)
   assert snapshot(kwargs['nnx_in'], kwargs.get('target')) == before
@@ -458,20 +458,20 @@ def test_bad_nnx_input_raises_its_error_naming_the_path(name):
 def test_relayout_refuses_collections_beside_params():
   tree = {'params': params_of(SCAN), 'batch_stats': {}}
   with pytest.raises(errors.StructureError, match="relayout takes Linen {'params': ...}"):
-    converters.relayout(tree, scan=False)
+    converters.relayout(tree, scan=False, paths=KIT_PATHS)
 
 
 def test_a_stacked_length_error_lists_its_path():
   for case in ('stacked length != num_layers', 'num_layers, stacked layout kept'):
     make, error, _ = CATALOGUE[case]
     with pytest.raises(error) as info:
-      converters.linen_to_nnx(**make())
+      converters.linen_to_nnx(**{'paths': KIT_PATHS, **make()})
     assert set(info.value.paths) == {'ScanDotReluDot_0/Dense_0/kernel', 'ScanDotReluDot_0/W2'}, case
 
 
 def test_a_huge_num_layers_is_refused_at_once_naming_a_few_missing_layers():
   with pytest.raises(errors.StructureError) as info:
-    converters.linen_to_nnx({'params': params_of(LOOP)}, num_layers=10**12)
+    converters.linen_to_nnx({'params': params_of(LOOP)}, num_layers=10**12, paths=KIT_PATHS)
   assert 'DotReluDot_3/Dense_0/kernel' in str(info.value)
   assert f'({10**12 - 3 - 50} more)' in str(info.value)
   assert len(info.value.paths) <= 2 * 50

@@ -1,38 +1,20 @@
-"""Tests of `converters.paths` and `converters.presets`: rules, presets and what they reject."""
+"""Tests of `converters.paths`: rules, mappings, what they reject, and what `paths=None` means."""
 
 from __future__ import annotations
 
 import pytest
 
 from converters.errors import PathMappingError
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+from flax import nnx
+
+import converters
+from converters import paths as path_mapping
 from converters.paths import PathMapping, PathRule
-from converters.presets import GUIDE_LOGICAL_PATHS, GUIDE_PATHS, KIT_PATHS
-
-
-@pytest.mark.parametrize(
-    'linen, nnx, layout, index',
-    [
-        (('DotReluDot_0', 'Dense_0', 'kernel'), ('layers', 0, 'dot1', 'kernel'), 'loop', 0),
-        (('DotReluDot_12', 'W2'), ('layers', 12, 'w2'), 'loop', 12),
-        (('ScanDotReluDot_0', 'Dense_0', 'kernel'), ('layers', 'dot1', 'kernel'), 'scan', None),
-        (('ScanDotReluDot_0', 'W2'), ('layers', 'w2'), 'scan', None),
-    ],
-)
-def test_guide_paths_map_both_ways(linen, nnx, layout, index):
-  (linen_match,) = GUIDE_PATHS.match_all('linen', linen)
-  (nnx_match,) = GUIDE_PATHS.match_all('nnx', nnx)
-  assert linen_match == nnx_match
-  assert (linen_match.layout, linen_match.index) == (layout, index)
-  assert linen_match.rule.path('nnx', layout, index) == nnx
-  assert nnx_match.rule.path('linen', layout, index) == linen
-
-
-def test_kit_paths_are_the_guide_paths_and_logical_guide_names_differ():
-  assert KIT_PATHS is GUIDE_PATHS
-  (m,) = GUIDE_LOGICAL_PATHS.match_all('linen', ('LogicalDotReluDot_1', 'W2'))
-  assert m.rule.path('nnx', 'loop', 1) == ('layers', 1, 'w2')
-  assert GUIDE_LOGICAL_PATHS.match_all('linen', ('ScanLogicalDotReluDot_0', 'W2'))
-  assert not GUIDE_PATHS.match_all('linen', ('LogicalDotReluDot_1', 'W2'))
+from converters.presets import KIT_PATHS
 
 
 def test_leading_zeros_are_not_layer_indices():
@@ -78,10 +60,83 @@ def test_a_rule_without_stacked_form_cannot_be_scanned():
   assert PathMapping([rule]).match_all('nnx', ('a', 3, 'w'))[0].index == 3
 
 
-@pytest.mark.parametrize('name', ['GUIDE_PATHS', 'GUIDE_LOGICAL_PATHS', 'KIT_PATHS'])
-def test_presets_imported_from_their_old_module_still_work_with_a_warning(name):
-  import converters.paths
-  import converters.presets
+# -- keeping unmatched paths, and the default ----------------------------------------
 
-  with pytest.warns(DeprecationWarning, match=f'converters.presets.{name}'):
-    assert getattr(converters.paths, name) is getattr(converters.presets, name)
+
+def test_identity_keeps_every_path_with_list_indices_as_linen_strings():
+  identity = PathMapping.identity()
+  (m,) = identity.match_all('nnx', ('blocks', 3, 'attn', 'kernel'))
+  assert m.layout == 'plain'
+  assert m.rule.path('linen', 'plain', None) == ('blocks', '3', 'attn', 'kernel')
+  (back,) = identity.match_all('linen', ('blocks', '3', 'attn', 'kernel'))
+  assert back.rule.path('nnx', 'plain', None) == ('blocks', 3, 'attn', 'kernel')
+
+
+def test_rules_take_precedence_over_kept_paths_and_addition_keeps_the_choice():
+  mapping = PathMapping([PathRule('Dense_{i}/kernel', 'linears/{i}/kernel')], keep_unmatched=True)
+  mapping += [PathRule('Embed_0/embedding', 'embed/embedding')]
+  assert mapping.keep_unmatched
+  renamed = mapping.match('linen', [('Dense_2', 'kernel'), ('Embed_0', 'embedding'), ('LayerNorm_0', 'scale')])
+  assert {p: m.rule.path('nnx', m.layout, m.index) for p, m in renamed.items()} == {
+      ('Dense_2', 'kernel'): ('linears', 2, 'kernel'),
+      ('Embed_0', 'embedding'): ('embed', 'embedding'),
+      ('LayerNorm_0', 'scale'): ('LayerNorm_0', 'scale'),
+  }
+  with pytest.raises(PathMappingError, match='no rule maps'):
+    PathMapping(mapping.rules).match('linen', [('LayerNorm_0', 'scale')])
+
+
+def test_keep_unmatched_must_be_a_bool():
+  with pytest.raises(PathMappingError, match="keep_unmatched='yes'"):
+    PathMapping([], keep_unmatched='yes')
+
+
+def test_equal_mappings_compare_equal():
+  rule = PathRule('A_{i}/w', 'a/{i}/w')
+  assert PathMapping([rule]) == PathMapping((rule,))
+  assert PathMapping([rule]) != PathMapping([rule], keep_unmatched=True)
+  assert PathMapping.identity() == PathMapping([], keep_unmatched=True)
+
+
+def test_an_omitted_mapping_keeps_the_paths_of_a_model_the_former_default_does_not_know(recwarn):
+  assert path_mapping.resolve(None, 'linen', [('Dense_0', 'kernel')]) == PathMapping.identity()
+  assert path_mapping.resolve(KIT_PATHS, 'linen', [('Dense_0', 'kernel')]) is KIT_PATHS
+  assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+
+
+class LinenNet(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(4, name='encoder')(x)
+    return nn.LayerNorm(name='norm')(x)
+
+
+class KeptNamesNet(nnx.Module):
+  """An NNX port that kept the Linen names: nothing to map."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.encoder = nnx.Linear(3, 4, rngs=rngs)
+    self.norm = nnx.LayerNorm(4, rngs=rngs)
+
+  def __call__(self, x):
+    return self.norm(self.encoder(x))
+
+
+def test_without_paths_a_port_that_kept_the_names_converts_both_ways_with_no_warning(recwarn):
+  x = jnp.arange(6.0).reshape(2, 3)
+  variables = LinenNet().init(jax.random.key(0), x)
+  state = converters.linen_to_nnx(variables)
+  model = KeptNamesNet(nnx.Rngs(1))
+  nnx.update(model, state)
+  np.testing.assert_array_equal(model(x), LinenNet().apply(variables, x))
+  back = converters.nnx_to_linen(model)
+  assert jax_tree_equal(back, variables)
+  assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+
+
+def jax_tree_equal(a, b) -> bool:
+  same_structure = jax.tree.structure(a) == jax.tree.structure(b)
+  return same_structure and all(
+      np.asarray(x).tobytes() == np.asarray(y).tobytes()
+      for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+  )

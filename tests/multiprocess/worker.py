@@ -197,7 +197,7 @@ def tree_mismatch(workdir: str, options: dict) -> dict:
 
   processes.DEFAULT_TIMEOUT_S = options.get('timeout_s', processes.DEFAULT_TIMEOUT_S)
 
-  from converters import linen_to_nnx
+  from converters import KIT_PATHS, linen_to_nnx
   from kit_mlp.optimizers import make_tx
   from linen_impl import train as linen_train
 
@@ -207,7 +207,7 @@ def tree_mismatch(workdir: str, options: dict) -> dict:
   with jax.set_mesh(mesh):
     state = linen.create(seed=0)
     time.sleep(options.get('sleep_s', 0))  # a process that is late or stuck
-    linen_to_nnx({'params': state.params}, scan=True)
+    linen_to_nnx({'params': state.params}, scan=True, paths=KIT_PATHS)
   return {}
 
 
