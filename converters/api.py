@@ -1,18 +1,23 @@
-"""`linen_to_nnx` and `nnx_to_linen`: parameters, optimizer state and metadata.
+"""`linen_to_nnx`, `nnx_to_linen` and `relayout`: variables, optimizer state and metadata.
 
-Linen side: a boxed variables dict `{'params': ...}` or a `TrainState`. NNX
-side: an `nnx.State` of `nnx.Param`s (what `nnx.update(model, state)` takes),
-a model, or a `(model, optimizer)` pair. Converting optimizer state needs the
-other side's structure, given as `target`: an NNX `(model, optimizer)` (real
-or from `nnx.eval_shape`) or a Linen `TrainState` (real or from
-`jax.eval_shape`). Targets are templates only: they are never modified, and
-their annotations must agree with the converted ones.
+Linen side: a variables dict of collections (`{'params': ..., 'batch_stats':
+..., 'cache': ...}`, boxed or bare) or a `TrainState`, whose extra fields
+(`batch_stats`) are collections too. NNX side: an `nnx.State` (what
+`nnx.update(model, state)` takes), a model, or a `(model, optimizer)` pair.
+Converting optimizer state needs the other side's structure, given as
+`target`: an NNX `(model, optimizer)` (real or from `nnx.eval_shape`) or a
+Linen `TrainState` (real or from `jax.eval_shape`). Targets are templates
+only: they are never modified; their annotations must resolve to the same
+mesh `PartitionSpec` as the converted ones, and the output takes the
+target's form of each annotation.
 
-How optimizer states correspond is in `converters.optimizer_state`.
+Which Variable type each collection has is in `converters.variable_types`;
+how optimizer states correspond, in `converters.optimizer_state`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +27,7 @@ from flax.training.train_state import TrainState
 from jax.sharding import Mesh
 
 from converters import metadata as md
-from converters.errors import AnnotationError, StructureError
+from converters.errors import AnnotationError, StructureError, format_offenders
 from converters.optimizer_state import linen_opt_to_nnx, nnx_opt_to_linen
 from converters.paths import PathMapping, format_path
 from converters.tree_io import (
@@ -30,13 +35,66 @@ from converters.tree_io import (
     Options,
     check_against_template,
     check_keys,
-    convert_flat,
+    in_target_form,
     mesh_of_tree,
     nest,
     read_linen_tree,
     read_nnx_state,
     scalar_like,
 )
+from converters.variable_types import CollectionTable
+
+#: The fields every `TrainState` has; the others of a subclass are collections.
+_TRAIN_STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainState))
+
+
+def _linen_collections(linen, table: CollectionTable) -> dict[str, Any]:
+  """`{collection: tree}` of a variables dict or a `TrainState` (its extra fields)."""
+  if isinstance(linen, TrainState):
+    trees = {'params': linen.params}
+    for field in dataclasses.fields(linen):
+      if field.name in _TRAIN_STATE_FIELDS or not field.metadata.get('pytree_node', True):
+        continue
+      tree = getattr(linen, field.name)
+      if tree is not None:
+        table.variable_type(field.name, f'TrainState.{field.name}')
+        trees[field.name] = tree
+    return trees
+  if not isinstance(linen, Mapping) or not linen:
+    raise StructureError(
+        'linen input must be a TrainState or a variables dict of collections '
+        f"({{'params': ..., 'batch_stats': ...}}), got {type(linen).__name__}"
+        + (' (empty)' if isinstance(linen, Mapping) else '')
+    )
+  for name in linen:
+    table.variable_type(name, str(name))
+  return dict(linen)
+
+
+def _plan_collections(
+    trees: Mapping[str, Any], source: str, target: str, batch: Batch, read
+) -> tuple[dict[str, dict], dict[tuple, tuple[Any, md.Annotation, str]]]:
+  """Reads and plans every collection; `(flat per collection, {target path: (value, annotation, collection)})`.
+
+  Target paths of different collections share one NNX namespace, so they
+  must not collide.
+  """
+  flats, planned, owner = {}, {}, {}
+  collided = []
+  for name, tree in trees.items():
+    flats[name] = read(name, tree)
+    for path, (value, annotation) in batch.plan(flats[name], source, target).items():
+      if path in owner:
+        collided.append(f'{format_path(path)} ({owner[path]} and {name})')
+      owner[path] = name
+      planned[path] = (value, annotation, name)
+  if collided:
+    raise StructureError(
+        f'variables of different collections map to one path: {format_offenders(collided)}; '
+        'map them to distinct paths (paths=...)',
+        collided,
+    )
+  return flats, planned
 
 
 def linen_to_nnx(
@@ -50,24 +108,31 @@ def linen_to_nnx(
     mesh: Mesh | None = None,
     rules: tuple | None = None,
     donate: bool = False,
+    strict: bool = False,
+    collections: Mapping[str, type] | None = None,
 ):
   """Converts Linen variables or a `TrainState` to NNX.
 
   Args:
-    linen: `{'params': boxed params}` or a `TrainState` with boxed params.
+    linen: a variables dict of collections, boxed or bare (`{'params': ...,
+      'batch_stats': ..., 'cache': ...}`), or a `TrainState` (a subclass's
+      extra fields, such as `batch_stats`, are collections).
     target: NNX structure to fill: a model, or `(model, optimizer)` (needed for
-      a `TrainState`); real or abstract (`nnx.eval_shape`). Not modified.
+      a `TrainState`); real or abstract (`nnx.eval_shape`). Not modified. Its
+      RNG state (`nnx.Rngs` streams) is kept as it is: Linen has none.
     paths: the Linen <-> NNX path mapping: a `PathMapping` or any iterable
       of `PathRule`s; None keeps every parameter's path
-      (`PathMapping.identity()`).
-    scan: target layout of layer parameters (True stacked, False looped,
+      (`PathMapping.identity()`). It maps the paths of every collection.
+    scan: target layout of layer variables (True stacked, False looped,
       None as the source).
     layer_partition: layer axis name inserted when stacking.
     num_layers: expected number of layers, checked in every layout
       (inferred when None).
     mesh: the mesh of arrays that carry no `NamedSharding` (abstract trees).
-    rules: logical rules for logical boxes that carry none; attached to the
-      output (as `sharding_rules` / the box's rules) so it resolves alone.
+    rules: logical rules for logical annotations that carry none; attached to
+      the output (as `sharding_rules` / the box's rules) so it resolves alone.
+      Without it, the rules of an enclosing `nn.logical_axis_rules(...)`
+      resolve them (and are not attached: the output resolves as the input).
     donate: delete each input array that is relaid (stacked or sliced) as
       soon as its replacement exists, so a relayout holds one group of layers
       twice instead of the whole tree. The input must not be used afterwards.
@@ -75,36 +140,28 @@ def linen_to_nnx(
       arrays are being built (out of memory) can leave some deleted. Arrays
       whose layout does not change are never deleted (they are the output's),
       nor is any buffer that two input leaves share (tied weights).
+    strict: refuse a collection whose leaves are partly boxed; by default a
+      bare leaf beside boxed ones is replicated, as Linen's
+      `get_partition_spec` reads it.
+    collections: `{collection name: nnx.Variable subclass}` for collections
+      beyond `params`, `batch_stats` and `cache`.
 
   Every placed input array must sit where its annotation says, and a
   target's arrays must live on the input's mesh: the conversion checks, it
   never reshards.
 
   Returns:
-    Without `target`: an `nnx.State` of `nnx.Param`s (for `nnx.update`).
+    Without `target`: an `nnx.State` (for `nnx.update`).
     With a model target: a new model; with `(model, optimizer)`: a new pair.
     Arrays whose layout does not change are the input arrays (no copy).
 
   Raises:
     ConversionError: before anything is built, naming every offending path.
   """
-  options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate)
+  options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate, strict)
+  table = CollectionTable(collections)
   is_state = isinstance(linen, TrainState)
-  if is_state:
-    params = linen.params
-  else:
-    params = linen.get('params') if isinstance(linen, Mapping) else None
-  if params is None:
-    raise StructureError(
-        "linen input must be a TrainState or a variables dict with a 'params' "
-        f'collection, got {type(linen).__name__}'
-    )
-  if not is_state and set(linen) != {'params'}:
-    others = sorted(set(linen) - {'params'})
-    raise StructureError(
-        f'collections {others} are not converted; pass {{"params": ...}} only',
-        others,
-    )
+  trees = _linen_collections(linen, table)
   if is_state and (not isinstance(target, tuple) or len(target) != 2):
     raise StructureError(
         'converting a TrainState needs target=(model, optimizer): the NNX '
@@ -122,49 +179,88 @@ def linen_to_nnx(
         'from nnx.eval_shape)'
     )
   batch = Batch(options)
-  param_flat = _nonempty(read_linen_tree(params, 'params'), 'params')
-  converted = batch.plan(param_flat, 'linen', 'nnx')
+  read = lambda name, tree: read_linen_tree(tree, name, strict=options.strict)
+  flats, converted = _plan_collections(
+      {name: tree for name, tree in trees.items()}, 'linen', 'nnx', batch,
+      lambda name, tree: _nonempty(read(name, tree), name) if name == 'params' else read(name, tree),
+  )
   if target is None:
     batch.run()
-    params = {
-        p: md.write_nnx(nnx.Param, batch.value(v), a) for p, (v, a) in converted.items()
-    }
-    return nnx.State(nest(params))
+    return nnx.State(nest({
+        p: md.write_nnx(table.by_name[c], batch.value(v), a) for p, (v, a, c) in converted.items()
+    }))
 
   objects = {'model': model} if optimizer is None else {'model': model, 'optimizer': optimizer}
   graphdef, template = nnx.split(objects)
-  template_flat = read_nnx_state(template, 'target')
-  produced = {('model',) + p: va for p, va in converted.items()}
+  template_flat = read_nnx_state(template, 'target', options.resolution_rules)
+  kept_rngs = _rng_state(template_flat)
+  produced = {('model',) + p: (v, a) for p, (v, a, _) in converted.items()}
   if optimizer is not None:
-    produced.update(linen_opt_to_nnx(linen, param_flat, optimizer, batch))
-  check_keys('linen -> nnx', template_flat, produced)
+    produced.update(linen_opt_to_nnx(linen, flats.get('params', {}), optimizer, batch))
+  check_keys(
+      'linen -> nnx', [p for p in template_flat if p not in kept_rngs], produced
+  )
 
   # Every check passes before any array is built (or any donated one deleted).
-  scalars = {}
+  scalars, written = {}, {}
   for path, (t_value, t_annotation, t_var) in template_flat.items():
+    if path in kept_rngs:
+      continue
     value, annotation = produced[path]
     where = format_path(path)
     if annotation is None:  # a step or count: the target's own metadata
       mesh = options.mesh or mesh_of_tree(template_flat)
       scalars[path] = scalar_like(value, t_value.dtype, mesh, where)
-    else:
-      check_against_template(where, value, annotation, t_value, t_annotation, options.rules)
-      _check_fills(where, t_var, t_value, annotation)
+      continue
+    if path[0] == 'model':
+      _check_collection(where, converted[path[1:]][2], t_var, table)
+    check_against_template(
+        where, value, annotation, t_value, t_annotation, options.resolution_rules
+    )
+    _check_fills(where, t_var, t_value, annotation)
+    written[path] = annotation
   batch.protect(value for value, annotation in produced.values() if annotation is None)
   batch.run()
 
   new_flat = {}
   for path, (_, _, t_var) in template_flat.items():
-    if path in scalars:
+    if path in kept_rngs:
+      new_flat[path] = t_var
+    elif path in scalars:
       new_flat[path] = t_var.replace(scalars[path])
-      continue
-    value, annotation = produced[path]
-    new_var = t_var.replace(batch.value(value))
-    for key, extra in annotation.extra:
-      new_var.set_metadata(key, extra)
-    new_flat[path] = new_var
+    else:
+      new_var = t_var.replace(batch.value(produced[path][0]))
+      for key, extra in written[path].extra:
+        new_var.set_metadata(key, extra)
+      new_flat[path] = new_var
   objects = nnx.merge(graphdef, nnx.State(nest(new_flat)))
   return (objects['model'], objects['optimizer']) if optimizer is not None else objects['model']
+
+
+def _rng_state(template_flat) -> set[tuple]:
+  """The target's RNG state, kept as it is; refused when abstract (it would stay so)."""
+  rngs = {p for p, (_, _, var) in template_flat.items() if isinstance(var, nnx.RngState)}
+  abstract = [format_path(p) for p in rngs if isinstance(template_flat[p][0], jax.ShapeDtypeStruct)]
+  if abstract:
+    raise StructureError(
+        f'the target\'s RNG state is abstract: {format_offenders(abstract)}; Linen has '
+        'no RNG state to fill it with, so the model would keep abstract keys. Build '
+        'the target for real, or convert without target and nnx.update(model, state)',
+        abstract,
+    )
+  return rngs
+
+
+def _check_collection(where: str, collection: str, t_var: nnx.Variable, table: CollectionTable) -> None:
+  wanted = table.by_name[collection]
+  if not isinstance(t_var, wanted):
+    raise StructureError(
+        f'{where}: converted from the Linen {collection!r} collection (an '
+        f'{wanted.__name__}), but the target holds an {type(t_var).__name__} there; '
+        'map the path to a Variable of the same kind, or pass collections=... '
+        'to say which type the collection has',
+        [where],
+    )
 
 
 def _check_fills(where: str, t_var: nnx.Variable, t_value, annotation: md.Annotation) -> None:
@@ -191,6 +287,16 @@ def _nonempty(flat: dict, where: str) -> dict:
   return flat
 
 
+def _nnx_collections(state, table: CollectionTable, rules, where: str) -> dict[str, dict]:
+  """`{collection: flat}` of an `nnx.State`; RNG state left out (Linen has none)."""
+  groups: dict[str, dict] = {}
+  for path, (value, annotation, var) in read_nnx_state(state, where, rules).items():
+    collection = table.collection(var, f'{where}/{format_path(path)}')
+    if collection is not None:
+      groups.setdefault(collection, {})[path] = (value, annotation, var)
+  return groups
+
+
 def nnx_to_linen(
     nnx_in,
     *,
@@ -202,25 +308,34 @@ def nnx_to_linen(
     mesh: Mesh | None = None,
     rules: tuple | None = None,
     donate: bool = False,
+    strict: bool = False,
+    collections: Mapping[str, type] | None = None,
 ):
   """Converts an NNX state, model or `(model, optimizer)` to Linen.
 
   Args:
-    nnx_in: an `nnx.State` of `nnx.Param`s, a model, or `(model, optimizer)`.
-    target: a `TrainState` (real, or from `jax.eval_shape`) whose `tx`,
-      `apply_fn` and `opt_state` structure to fill; needed with an optimizer.
-      Not modified.
-    paths, scan, layer_partition, num_layers, mesh, rules, donate: as in
-      `linen_to_nnx`.
+    nnx_in: an `nnx.State`, a model, or `(model, optimizer)`. Every Variable
+      goes to the collection of its type; RNG state is left out (Linen has
+      none).
+    target: with an optimizer, a `TrainState` (real, or from
+      `jax.eval_shape`) whose `tx`, `apply_fn`, `opt_state` and collection
+      fields (`batch_stats`) to fill; without one, optionally Linen variables
+      (`{collection: tree}`, real or abstract) whose annotations the output
+      takes. Not modified.
+    paths, scan, layer_partition, num_layers, mesh, rules, donate, strict,
+      collections: as in `linen_to_nnx`.
 
   Returns:
-    Without an optimizer: `{'params': boxed params}`. With one: a new
-    `TrainState`. Arrays whose layout does not change are the input arrays.
+    Without an optimizer: `{collection: boxed tree}` (`{'params': ...}` for
+    a model of parameters only), in the target's annotation form if given.
+    With one: a new `TrainState`. Arrays whose
+    layout does not change are the input arrays.
 
   Raises:
     ConversionError: before anything is built, naming every offending path.
   """
-  options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate)
+  options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate, strict)
+  table = CollectionTable(collections)
   optimizer = None
   if isinstance(nnx_in, tuple):
     if len(nnx_in) != 2 or not isinstance(nnx_in[0], nnx.Module) or nnx_in[1] is None:
@@ -239,32 +354,99 @@ def nnx_to_linen(
         f'nnx input must be an nnx.State, a model or (model, optimizer), got '
         f'{type(nnx_in).__name__}'
     )
-  if optimizer is None and target is not None:
+  if optimizer is None and isinstance(target, TrainState):
     raise StructureError('a TrainState target needs (model, optimizer) as input')
+  if optimizer is None and target is not None and not isinstance(target, Mapping):
+    raise StructureError(
+        f'target is a {type(target).__name__}; pass Linen variables ({{collection: '
+        'tree}}, real or from jax.eval_shape of your init) to take their annotations'
+    )
   if optimizer is not None and not isinstance(target, TrainState):
     raise StructureError(
         'converting an optimizer needs target=TrainState (real, or from '
         'jax.eval_shape of your init) for its tx and opt_state structure'
     )
+  groups = _nnx_collections(state, table, options.resolution_rules, 'model')
+  if optimizer is not None or not groups:
+    _nonempty(groups.get('params', {}), 'model')
   batch = Batch(options)
-  param_flat = _nonempty(read_nnx_state(state, 'model', only=nnx.Param), 'model')
-  converted = batch.plan(param_flat, 'nnx', 'linen')
+  flats, converted = _plan_collections(
+      groups, 'nnx', 'linen', batch, lambda name, flat: flat
+  )
+  if target is None:
+    batch.run()
+    out: dict[str, dict] = {}
+    for p, (v, a, c) in converted.items():
+      out.setdefault(c, {})[p] = md.write_linen(batch.value(v), a)
+    return {c: nest(flat) for c, flat in out.items()}
+
+  written = _fill_linen_templates(_linen_templates(target, table, groups), converted, options)
   if optimizer is None:
     batch.run()
-    return {'params': nest({p: md.write_linen(batch.value(v), a) for p, (v, a) in converted.items()})}
-  template_params = read_linen_tree(target.params, 'target.params')
-  check_keys('nnx -> linen params', template_params, converted)
-  for p, (value, annotation) in converted.items():
-    t_value, t_annotation = template_params[p]
-    check_against_template(
-        'params/' + format_path(p), value, annotation, t_value, t_annotation, options.rules
-    )
-
-  mesh_hint = options.mesh or mesh_of_tree(param_flat)
+    return {
+        c: nest({p: md.write_linen(batch.value(v), a) for p, (v, a) in flat.items()})
+        for c, flat in written.items()
+    }
+  mesh_hint = options.mesh or mesh_of_tree(flats['params'])
   # Checks the optimizer state against the target, then builds every array.
-  step, opt_state = nnx_opt_to_linen(optimizer, param_flat, target, batch, mesh_hint)
-  params = nest({p: md.write_linen(batch.value(v), a) for p, (v, a) in converted.items()})
-  return target.replace(step=step, params=params, opt_state=opt_state)
+  step, opt_state = nnx_opt_to_linen(optimizer, flats['params'], target, batch, mesh_hint)
+  trees = {
+      c: nest({p: md.write_linen(batch.value(v), a) for p, (v, a) in flat.items()})
+      for c, flat in written.items()
+  }
+  return target.replace(step=step, opt_state=opt_state, **trees)
+
+
+def _linen_templates(target, table: CollectionTable, groups) -> dict[str, Any]:
+  """`{collection: template tree}` of a Linen target: a variables dict, or a
+  `TrainState` whose fields of collection names (`params`, `batch_stats`) are the collections."""
+  if isinstance(target, TrainState):
+    templates = {'params': target.params}
+    for field in dataclasses.fields(target):
+      if field.name in _TRAIN_STATE_FIELDS or not field.metadata.get('pytree_node', True):
+        continue
+      tree = getattr(target, field.name)
+      if field.name in table.by_name:
+        if tree is not None or field.name in groups:
+          templates[field.name] = tree
+      elif tree is not None:
+        table.variable_type(field.name, f'target.{field.name}')
+    kind = 'the TrainState target has no field for'
+    fix = (
+        'use a TrainState subclass with a field of that name ({0}: Any), as '
+        "Flax's ImageNet example does"
+    )
+  else:
+    templates = dict(target)
+    for name in templates:
+      table.variable_type(name, f'target/{name}')
+    kind = 'the target variables have no collection'
+    fix = 'give the target that collection ({0}), or convert a model without it'
+  lacking = sorted(set(groups) - set(templates))
+  if lacking:
+    raise StructureError(
+        f'the NNX model has {lacking} but {kind} '
+        f'{"them" if len(lacking) > 1 else "it"}; ' + fix.format(lacking[0]),
+        lacking,
+    )
+  return templates
+
+
+def _fill_linen_templates(templates, converted, options: Options) -> dict[str, dict]:
+  """Checks the converted leaves against the templates; what to write, in the target's form."""
+  written: dict[str, dict] = {}
+  for collection in sorted(templates):
+    template = read_linen_tree(templates[collection], f'target.{collection}')
+    mine = {p: (v, a) for p, (v, a, c) in converted.items() if c == collection}
+    check_keys(f'nnx -> linen {collection}', template, mine)
+    for p, (value, annotation) in mine.items():
+      t_value, t_annotation = template[p]
+      where = f'{collection}/{format_path(p)}'
+      check_against_template(
+          where, value, annotation, t_value, t_annotation, options.resolution_rules
+      )
+      written.setdefault(collection, {})[p] = (value, in_target_form(annotation, t_annotation))
+  return written
 
 
 def relayout(
@@ -277,31 +459,60 @@ def relayout(
     mesh: Mesh | None = None,
     rules: tuple | None = None,
     donate: bool = False,
+    strict: bool = False,
+    collections: Mapping[str, type] | None = None,
 ):
-  """Scanned <-> looped within one framework, for parameters.
+  """Scanned <-> looped within one framework, for variables.
 
   Args:
-    tree: Linen `{'params': boxed params}` or an NNX `nnx.State` of Params.
+    tree: Linen variables `{collection: boxed tree}` or an `nnx.State`
+      (without RNG state: split it off with `nnx.state(model, nnx.Not(nnx.RngState))`).
     scan: True to stack the layers, False to unstack them.
-    paths, layer_partition, num_layers, mesh, rules, donate: as in
-      `linen_to_nnx`.
+    paths, layer_partition, num_layers, mesh, rules, donate, strict,
+      collections: as in `linen_to_nnx`.
 
   Returns:
     The same kind of tree in the other layout. For a whole training state,
     convert through the other framework with targets in the wanted layout.
   """
-  options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate)
+  options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate, strict)
+  table = CollectionTable(collections)
+  batch = Batch(options)
   if isinstance(tree, nnx.State):
-    flat = _nonempty(read_nnx_state(tree, 'model', only=nnx.Param), 'model')
-    converted = convert_flat(flat, 'nnx', 'nnx', options)
-    return nnx.State(
-        nest({p: md.write_nnx(nnx.Param, v, a) for p, (v, a) in converted.items()})
+    flat = read_nnx_state(tree, 'model', options.resolution_rules)
+    rngs = [format_path(p) for p, (_, _, var) in flat.items() if isinstance(var, nnx.RngState)]
+    if rngs:
+      raise StructureError(
+          f'relayout of RNG state is not defined: {format_offenders(rngs)}; split it '
+          'off first (nnx.state(model, nnx.Not(nnx.RngState)))',
+          rngs,
+      )
+    _nonempty(flat, 'model')
+    kinds: dict[str, type] = {}
+    groups: dict[str, dict] = {}
+    for p, entry in flat.items():
+      var = entry[2]
+      table.collection(var, f'model/{format_path(p)}')
+      kind = type(var)
+      kinds[f'{kind.__module__}.{kind.__qualname__}'] = kind
+      groups.setdefault(f'{kind.__module__}.{kind.__qualname__}', {})[p] = entry
+    _, planned = _plan_collections(groups, 'nnx', 'nnx', batch, lambda name, group: group)
+    batch.run()
+    return nnx.State(nest({
+        p: md.write_nnx(kinds[k], batch.value(v), a) for p, (v, a, k) in planned.items()
+    }))
+  if isinstance(tree, Mapping) and not isinstance(tree, nnx.State):
+    trees = _linen_collections(tree, table)
+    _, converted = _plan_collections(
+        trees, 'linen', 'linen', batch,
+        lambda name, t: read_linen_tree(t, name, strict=options.strict),
     )
-  if isinstance(tree, Mapping) and set(tree) == {'params'}:
-    flat = _nonempty(read_linen_tree(tree['params'], 'params'), 'params')
-    converted = convert_flat(flat, 'linen', 'linen', options)
-    return {'params': nest({p: md.write_linen(v, a) for p, (v, a) in converted.items()})}
+    batch.run()
+    out: dict[str, dict] = {}
+    for p, (v, a, c) in converted.items():
+      out.setdefault(c, {})[p] = md.write_linen(batch.value(v), a)
+    return {c: nest(flat) for c, flat in out.items()}
   raise StructureError(
-      "relayout takes Linen {'params': ...} or an nnx.State of Params, got "
+      "relayout takes Linen variables ({'params': ...}) or an nnx.State, got "
       f'{type(tree).__name__}'
   )

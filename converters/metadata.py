@@ -291,44 +291,28 @@ def resolve(
         "or a tuple of names; write each dimension as 'model', None or ('data', 'model')",
         [path],
     )
-  if len(names) != len(shape):
+  if len(names) > len(shape):
     raise AnnotationError(
         f'{path}: {len(names)} sharding names {names} for an array of rank '
-        f'{len(shape)} {tuple(shape)}; give one name (or None) per dimension',
+        f'{len(shape)} {tuple(shape)}; give at most one name (or None) per dimension',
         [path],
     )
-  axes = list(names)
-  if annotation.logical:
-    rules = annotation.rules if annotation.rules is not None else rules
-    if not all(isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], str) and _is_axis(r[1]) for r in rules or ()):
-      raise AnnotationError(
-          f'{path}: logical rules {rules} are not (name, mesh axis) pairs; write '
-          "each as ('embed', 'model'), ('embed', None) or ('embed', ('data', 'model'))",
-          [path],
-      )
-    table = dict(rules or ())
-    unruled = [n for n in names if n is not None and n not in table]
-    if unruled:
-      raise AnnotationError(
-          f'{path}: logical names {unruled} have no rule in {tuple(rules or ())}; '
-          f'add a rule for each, e.g. ({unruled[0]!r}, None)',
-          [path],
-      )
-    axes = [None if n is None else table[n] for n in names]
+  axes = mesh_axes(annotation, path, rules)
+  axes += [None] * (len(shape) - len(axes))  # trailing dimensions replicated, as JAX reads it
   if mesh is None:
     return None
-  mesh_axes = [
+  mesh_axis_names = [
       a for axis in axes if axis is not None
       for a in (axis if isinstance(axis, tuple) else (axis,))
   ]
-  missing = [a for a in mesh_axes if a not in mesh.shape]
+  missing = [a for a in mesh_axis_names if a not in mesh.shape]
   if missing:
     raise AnnotationError(
         f'{path}: mesh axes {missing} (from names {names}) are not in the mesh '
         f'{dict(mesh.shape)}; use one of {tuple(mesh.shape)} or None',
         [path],
     )
-  repeated = sorted({a for a in mesh_axes if mesh_axes.count(a) > 1})
+  repeated = sorted({a for a in mesh_axis_names if mesh_axis_names.count(a) > 1})
   if repeated:
     raise AnnotationError(
         f'{path}: names {names} put mesh axes {repeated} on more than one '
@@ -351,3 +335,61 @@ def resolve(
           [path],
       )
   return PartitionSpec(*axes)
+
+
+def mesh_axes(annotation: Annotation, path: str, rules: tuple | None = None) -> list:
+  """The mesh axis (or None, or a tuple of axes) of each named dimension.
+
+  Logical names resolve through the annotation's own rules, else `rules`
+  (the conversion's `rules=` or the `nn.logical_axis_rules` context). Only
+  the given names are resolved: dimensions past them are replicated.
+  """
+  names = annotation.names or ()
+  if not annotation.logical:
+    return list(names)
+  rules = annotation.rules if annotation.rules is not None else rules
+  if not all(isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], str) and _is_axis(r[1]) for r in rules or ()):
+    raise AnnotationError(
+        f'{path}: logical rules {rules} are not (name, mesh axis) pairs; write '
+        "each as ('embed', 'model'), ('embed', None) or ('embed', ('data', 'model'))",
+        [path],
+    )
+  table = dict(rules or ())
+  unruled = [n for n in names if n is not None and n not in table]
+  if unruled:
+    raise AnnotationError(
+        f'{path}: logical names {unruled} have no rule in {tuple(rules or ())}; '
+        f'add a rule for each, e.g. ({unruled[0]!r}, None), in the box, in '
+        'rules=... or in nn.logical_axis_rules(...) around the conversion',
+        [path],
+    )
+  return [None if n is None else table[n] for n in names]
+
+
+def as_logical(annotation: Annotation, rules: tuple | None, path: str) -> Annotation:
+  """An NNX annotation without `sharding_rules`, read as NNX reads it under `rules`.
+
+  NNX resolves the names of such a Variable with the rules in context (the
+  idiom of ports that keep logical names and wrap creation and use in
+  `nn.logical_axis_rules(...)`). When every name is one of the rules' logical
+  names, the annotation is logical (rules from the context, none stored);
+  when none is, the names are mesh axes. A mix is refused: NNX would pass the
+  unruled names through as mesh axes, Linen would replicate them.
+  """
+  if annotation.logical or not annotation.names or not rules:
+    return annotation
+  table = dict(rules)
+  named = [n for n in annotation.names if n is not None]
+  ruled = [n for n in named if isinstance(n, str) and n in table]
+  if not ruled:
+    return annotation
+  if len(ruled) != len(named):
+    unruled = [n for n in named if n not in ruled]
+    raise AnnotationError(
+        f'{path}: names {annotation.names} mix logical names {ruled} (in the rules) '
+        f'with names {unruled} that no rule has; NNX would read {unruled} as mesh '
+        'axes and Linen would replicate them: add a rule for each or write all '
+        'of them as mesh axes',
+        [path],
+    )
+  return dataclasses.replace(annotation, logical=True)

@@ -28,6 +28,7 @@ from converters.paths import format_path
 from converters.tree_io import (
     Batch,
     check_against_template,
+    in_target_form,
     check_keys,
     keys_of,
     read_linen_tree,
@@ -129,7 +130,7 @@ def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, batch: Batch):
   """
   corr = correspondence_of(optimizer)
   param_paths = set(param_flat)
-  opt_flat = read_linen_tree(state.opt_state, 'opt_state', uniform=False)
+  opt_flat = read_linen_tree(state.opt_state, 'opt_state')
   groups, scalars = _group_by_param(opt_flat, param_paths)
   out = {('optimizer', 'step'): (state.step, None)}
   unknown = []
@@ -172,7 +173,7 @@ def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, batch: Batch, me
   then runs the batch (parameters included) and builds the state.
   """
   corr = correspondence_of(optimizer)
-  opt_flat = read_nnx_state(nnx.state(optimizer), 'optimizer')
+  opt_flat = read_nnx_state(nnx.state(optimizer), 'optimizer', batch.options.resolution_rules)
   step = opt_flat.pop(('step',))[0]
   groups, scalars = _group_by_param(opt_flat, set(param_flat))
   produced: dict[tuple, tuple[Any, md.Annotation | None]] = {}
@@ -212,7 +213,10 @@ def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, batch: Batch, me
     if annotation is None:
       scalars[path] = scalar_like(value, t_value.dtype, mesh_hint, where)
     else:
-      check_against_template(where, value, annotation, t_value, t_annotation, batch.options.rules)
+      check_against_template(
+          where, value, annotation, t_value, t_annotation, batch.options.resolution_rules
+      )
+      produced[path] = (value, in_target_form(annotation, t_annotation))
   step_dtype = getattr(target.step, 'dtype', np.dtype('int32'))
   step = scalar_like(step, step_dtype, mesh_hint, 'step')
   batch.protect([step, *scalars.values()])

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -48,8 +49,13 @@ class Options:
   mesh: Mesh | None = None
   rules: tuple | None = None
   donate: bool = False
+  strict: bool = False
+  #: The rules of an enclosing `nn.logical_axis_rules(...)`, read when made.
+  context_rules: tuple | None = dataclasses.field(init=False, default=None)
 
   def __post_init__(self):
+    context = tuple(tuple(r) for r in nn.get_logical_axis_rules() or ())
+    object.__setattr__(self, 'context_rules', context or None)
     if self.paths is not None:
       object.__setattr__(self, 'paths', as_mapping(self.paths))
     if self.scan not in (None, True, False):
@@ -74,6 +80,13 @@ class Options:
       object.__setattr__(self, 'rules', rules)
     if not isinstance(self.donate, bool):
       raise StructureError(f'donate={self.donate!r}: pass True or False')
+    if not isinstance(self.strict, bool):
+      raise AnnotationError(f'strict={self.strict!r}: pass True or False')
+
+  @property
+  def resolution_rules(self) -> tuple | None:
+    """What resolves logical names that carry no rules: `rules=`, else the context's."""
+    return self.rules if self.rules is not None else self.context_rules
 
 
 # -- reading each side -------------------------------------------------------------
@@ -108,11 +121,12 @@ def check_array(value, where: str) -> None:
 
 
 def read_linen_tree(
-    tree, where: str, uniform: bool = True
+    tree, where: str, strict: bool = False
 ) -> dict[tuple, tuple[Any, md.Annotation]]:
-  """`{path: (array, annotation)}` of a boxed Linen tree.
+  """`{path: (array, annotation)}` of a Linen tree, boxed or bare.
 
-  With `uniform`, a tree whose leaves are partly boxed is rejected. `None`
+  A bare leaf is replicated, as Linen's `get_partition_spec` reads it; with
+  `strict`, a tree whose leaves are partly boxed is rejected instead. `None`
   leaves and leaves that are not arrays are rejected, never dropped.
   """
   is_leaf = lambda x: x is None or md.is_linen_box(x)
@@ -124,36 +138,33 @@ def read_linen_tree(
     check_array(flat[path][0], f'{where}/{format_path(path)}')
   boxed = [p for p, (_, a) in flat.items() if a.names is not None]
   unboxed = [format_path(p) for p, (_, a) in flat.items() if a.names is None]
-  if uniform and boxed and unboxed:
+  if strict and boxed and unboxed:
     raise AnnotationError(
         f'{where}: some parameters are boxed (e.g. {format_path(boxed[0])}) but '
         f'these are bare arrays: {format_offenders(unboxed)}; annotate them too '
-        '(nn.with_partitioning(init, (None,) * ndim)) so no sharding is guessed',
+        '(nn.with_partitioning(init, (None,) * ndim)), or convert with '
+        'strict=False to read them as replicated',
         unboxed,
     )
   return flat
 
 
-def read_nnx_state(state, where: str, only: type | None = None) -> dict[tuple, tuple[Any, md.Annotation, nnx.Variable]]:
-  """`{path: (array, annotation, variable)}` of an `nnx.State`."""
+def read_nnx_state(
+    state, where: str, rules: tuple | None = None
+) -> dict[tuple, tuple[Any, md.Annotation, nnx.Variable]]:
+  """`{path: (array, annotation, variable)}` of an `nnx.State`.
+
+  Names of Variables without `sharding_rules` are read as NNX reads them
+  under `rules` (the conversion's, or the context's): see `md.as_logical`.
+  """
   flat = {}
-  wrong = []
   for path, variable in nnx.to_flat_state(state):
+    where_leaf = f'{where}/{format_path(path)}'
     if not isinstance(variable, nnx.Variable):
-      raise StructureError(f'{where}/{format_path(path)}: not an nnx.Variable', [format_path(path)])
-    if only is not None and not isinstance(variable, only):
-      wrong.append(f'{format_path(path)} ({type(variable).__name__})')
-      continue
-    value, annotation = md.read_nnx(variable, f'{where}/{format_path(path)}')
-    check_array(value, f'{where}/{format_path(path)}')
-    flat[tuple(path)] = (value, annotation, variable)
-  if wrong:
-    raise StructureError(
-        f'{where}: only nnx.Param parameters are converted, found '
-        f'{format_offenders(wrong)}; split them off first '
-        '(nnx.state(model, nnx.Param))',
-        wrong,
-    )
+      raise StructureError(f'{where_leaf}: not an nnx.Variable', [format_path(path)])
+    value, annotation = md.read_nnx(variable, where_leaf)
+    check_array(value, where_leaf)
+    flat[tuple(path)] = (value, md.as_logical(annotation, rules, where_leaf), variable)
   return flat
 
 
@@ -197,7 +208,7 @@ class Batch:
     pairs = {p: (v[0], v[1]) for p, v in flat.items()}
     if jax.process_count() > 1:
       agree_on_conversion(pairs, source, target, options)
-    layout.check_placement(pairs, options.mesh, options.rules)
+    layout.check_placement(pairs, options.mesh, options.resolution_rules)
     mapping = path_mapping.resolve(options.paths, source, pairs)
     targets = layout.plan(
         pairs, mapping, source, target,
@@ -208,7 +219,7 @@ class Batch:
           p: dataclasses.replace(t, annotation=md.with_default_rules(t.annotation, options.rules))
           for p, t in targets.items()
       }
-    shardings = layout.target_shardings(targets, pairs, options.mesh, options.rules)
+    shardings = layout.target_shardings(targets, pairs, options.mesh, options.resolution_rules)
     layout.check_executable(targets, pairs, shardings)
     for path, t in targets.items():
       check_writable(format_path(path), t.shape, t.dtype, t.annotation, target)
@@ -347,8 +358,11 @@ def _same_mesh(a, b) -> bool:
 def check_against_template(path: str, value, annotation, t_value, t_annotation, rules=None):
   """The converted leaf fits the target's: shape, dtype, mesh and annotation.
 
-  `rules` (the conversion's `rules=`) stands in for the rules of logical
-  annotations that carry none, on either side.
+  Annotations agree when they are the same, or when they resolve to the same
+  mesh axes (logical names on one side, the mesh axes they resolve to on the
+  other; a shorter list of names, trailing dimensions replicated). `rules`
+  (the conversion's `rules=`, else the context's) resolves logical names that
+  carry no rules, on either side.
   """
   mesh, t_mesh = _mesh(value), _mesh(t_value)
   if mesh is not None and t_mesh is not None and not _same_mesh(mesh, t_mesh):
@@ -358,9 +372,6 @@ def check_against_template(path: str, value, annotation, t_value, t_annotation, 
         'mesh, or jax.device_put the source onto the target mesh before converting',
         [path],
     )
-  if t_annotation is not None and rules is not None:
-    annotation = md.with_default_rules(annotation, rules)
-    t_annotation = md.with_default_rules(t_annotation, rules)
   if tuple(value.shape) != tuple(t_value.shape):
     raise ShapeError(
         f'{path}: converted shape {tuple(value.shape)}, target expects '
@@ -374,16 +385,42 @@ def check_against_template(path: str, value, annotation, t_value, t_annotation, 
         'cast the source or build the target with the same dtype',
         [path],
     )
-  if t_annotation is not None and (
-      (annotation.names, annotation.rules) != (t_annotation.names, t_annotation.rules)
-  ):
+  if t_annotation is None or _same_form(annotation, t_annotation, rules):
+    return
+  mine, theirs = (
+      _padded_axes(a, len(value.shape), path, rules) for a in (annotation, t_annotation)
+  )
+  if mine != theirs:
     raise AnnotationError(
         f'{path}: converted annotation names={annotation.names} '
-        f'rules={annotation.rules}, target has names={t_annotation.names} '
-        f'rules={t_annotation.rules}; build the target with the same '
-        'annotations (or convert with layer_partition=... to match it)',
+        f'rules={annotation.rules} resolves to {PartitionSpec(*mine)}, target has '
+        f'names={t_annotation.names} rules={t_annotation.rules} resolving to '
+        f'{PartitionSpec(*theirs)}; build the target with the same '
+        'annotations (or convert with layer_partition=... or rules=... to match it)',
         [path],
     )
+
+
+def _same_form(annotation: md.Annotation, t_annotation: md.Annotation, rules) -> bool:
+  if rules is not None:
+    annotation = md.with_default_rules(annotation, rules)
+    t_annotation = md.with_default_rules(t_annotation, rules)
+  return (annotation.names, annotation.rules) == (t_annotation.names, t_annotation.rules)
+
+
+def _padded_axes(annotation: md.Annotation, rank: int, path: str, rules) -> tuple:
+  axes = md.mesh_axes(annotation, path, rules)
+  return tuple(axes) + (None,) * (rank - len(axes))
+
+
+def in_target_form(annotation: md.Annotation, t_annotation: md.Annotation | None) -> md.Annotation:
+  """The annotation to write for a leaf that `check_against_template` accepted:
+  the target's form (names, rules, mesh), with the converted leaf's extra metadata."""
+  if t_annotation is None or (annotation.names, annotation.rules, annotation.logical) == (
+      t_annotation.names, t_annotation.rules, t_annotation.logical
+  ):
+    return annotation
+  return dataclasses.replace(t_annotation, extra=annotation.extra)
 
 
 def check_keys(where: str, wanted, given):

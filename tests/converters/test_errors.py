@@ -11,15 +11,18 @@ import hashlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+import flax
 import pytest
 from flax import linen as nn
 from flax import nnx
+from flax.training.train_state import TrainState
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import converters
 from converters import errors
 from converters.paths import PathRule
 from converters.presets import KIT_PATHS
+from kit_mlp.description import FSDP_RULES
 from tests.converters.conversion_cases import (
     description,
     linen_trained,
@@ -90,7 +93,7 @@ def case_dtype_mismatch():
 
 
 def case_names_rank():
-  bad = box(LOOP).replace(names=('model',))
+  bad = box(LOOP).replace(names=(None, 'model', None))
   return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bad)})
 
 
@@ -116,7 +119,7 @@ def case_stacked_length_differs_from_num_layers():
 
 def case_mixed_boxed_and_bare():
   bare = box(LOOP).value
-  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bare)})
+  return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bare)}, strict=True)
 
 
 def case_unknown_optimizer_state():
@@ -275,11 +278,36 @@ def case_rules_with_a_list():
 
 
 def case_target_with_other_annotations():
-  return dict(linen={'params': params_of(LOGICAL)}, target=nnx_abstract(LOOP, 'adam')[0])
+  # GUIDE_RULES read ('embed', 'hidden') as (None, 'model'), FSDP_RULES as ('data', 'model').
+  fsdp = description('logical', False, rules=FSDP_RULES)
+  return dict(linen={'params': params_of(LOGICAL)}, target=nnx_abstract(fsdp, 'adam')[0])
 
 
 def case_moments_the_target_optimizer_lacks():
   return dict(linen=linen_trained(LOOP, 'adam', 0), target=nnx_abstract(LOOP, 'fsdp_sgd'))
+
+
+def case_unknown_collection():
+  return dict(linen={'params': params_of(LOOP), 'ema': params_of(LOOP)})
+
+
+def case_intermediates():
+  return dict(linen={'params': params_of(LOOP), 'intermediates': {'DotReluDot_0': {'__call__': (jnp.zeros(2),)}}})
+
+
+def case_collections_colliding_in_nnx():
+  w2 = params_of(LOOP)['DotReluDot_0']['W2']
+  return dict(linen={'params': params_of(LOOP), 'batch_stats': {'DotReluDot_0': {'W2': w2}}})
+
+
+def case_train_state_field_of_no_collection():
+  @flax.struct.dataclass
+  class WithKey(TrainState):
+    dropout_key: jax.Array = None
+
+  state = linen_trained(LOOP, 'adam', 0)
+  with_key = WithKey(**{f.name: getattr(state, f.name) for f in dataclasses.fields(state)}, dropout_key=jnp.zeros(2))
+  return dict(linen=with_key, target=nnx_abstract(LOOP, 'adam'))
 
 
 CATALOGUE = {
@@ -288,12 +316,12 @@ CATALOGUE = {
     'unmapped params': (case_unmapped_param, errors.PathMappingError, 'DotReluDot_0/bias, head/kernel'),
     'shape mismatch': (case_shape_mismatch, errors.ShapeError, 'model/layers/1/dot1/kernel: converted shape (64, 32)'),
     'dtype mismatch': (case_dtype_mismatch, errors.ShapeError, 'converted dtype bfloat16, target expects float32'),
-    'len(names) != ndim': (case_names_rank, errors.AnnotationError, 'DotReluDot_1/Dense_0/kernel: 1 sharding names'),
+    'len(names) > ndim': (case_names_rank, errors.AnnotationError, 'DotReluDot_1/Dense_0/kernel: 3 sharding names'),
     'logical name with no rule': (case_logical_name_without_rule, errors.AnnotationError, "logical names ['mlp'] have no rule"),
     'mesh axis the mesh lacks': (case_mesh_axis_missing, errors.AnnotationError, "mesh axes ['tensor']"),
     'indivisible dimension': (case_indivisible_dimension, errors.AnnotationError, 'dimension 1 of size 6 is not divisible'),
     'stacked length != num_layers': (case_stacked_length_differs_from_num_layers, errors.LayoutError, 'stacked axis has length 3, expected num_layers=4'),
-    'mixed boxed and bare': (case_mixed_boxed_and_bare, errors.AnnotationError, 'bare arrays: DotReluDot_1/Dense_0/kernel'),
+    'mixed boxed and bare, strict': (case_mixed_boxed_and_bare, errors.AnnotationError, 'bare arrays: DotReluDot_1/Dense_0/kernel'),
     'unknown optimizer state': (case_unknown_optimizer_state, errors.OptimizerStateError, 'optimizer/opt_state/0/trace'),
     'ema count != step': (case_ema_count_differs_from_step, errors.OptimizerStateError, 'opt_state/0/count=6 differs from step=1'),
     'mapping collision': (case_mapping_collision, errors.PathMappingError, 'layers/1/w <- DotReluDot_0/W2 & DotReluDot_1/Dense_0/kernel'),
@@ -322,8 +350,12 @@ CATALOGUE = {
     'float step': (case_float_step, errors.ShapeError, 'optimizer/step: is 2.5 of dtype float'),
     'step out of range': (case_step_out_of_range, errors.ShapeError, 'optimizer/step: -5 does not fit the target'),
     'rules with a list': (case_rules_with_a_list, errors.AnnotationError, 'are not (name, mesh axis) pairs'),
-    'target with other annotations': (case_target_with_other_annotations, errors.AnnotationError, "model/layers/0/dot1/kernel: converted annotation names=('embed', 'hidden')"),
+    'target with other annotations': (case_target_with_other_annotations, errors.AnnotationError, "model/layers/0/dot1/kernel: converted annotation names=('embed', 'hidden') rules=(('batch', 'data'), ('hidden', 'model'), ('embed', None), ('layer', None)) resolves to P(None, 'model'), target has names=('embed', 'hidden')"),
     'moments the target optimizer lacks': (case_moments_the_target_optimizer_lacks, errors.OptimizerStateError, '0/mu'),
+    'unknown collection': (case_unknown_collection, errors.StructureError, "ema: no NNX Variable type is known for the Linen collection 'ema'; pass collections={'ema': VariableType}"),
+    'intermediates': (case_intermediates, errors.StructureError, "intermediates: the 'intermediates' collection holds values sown during one call"),
+    'collections colliding in NNX': (case_collections_colliding_in_nnx, errors.StructureError, 'layers/0/w2 (params and batch_stats)'),
+    'TrainState field of no collection': (case_train_state_field_of_no_collection, errors.StructureError, "TrainState.dropout_key: no NNX Variable type is known for the Linen collection 'dropout_key'"),
 }
 
 
@@ -431,8 +463,24 @@ def nnx_case_target_with_other_layers():
   return dict(nnx_in=nnx_trained(LOOP, 'adam', 0), target=linen_trainer(fewer, 'adam').abstract_state)
 
 
+def nnx_case_intermediate():
+  model, _ = nnx_trained(LOOP, 'adam', 0)
+  state = nnx.state(model)
+  state['layers'][0]['sown'] = nnx.Intermediate(jnp.zeros(2))
+  return dict(nnx_in=state)
+
+
+def nnx_case_names_mixing_ruled_and_unruled():
+  model, _ = nnx_trained(LOOP, 'adam', 0)
+  state = nnx.state(model)
+  kernel = state['layers'][0]['dot1']['kernel']
+  state['layers'][0]['dot1']['kernel'] = kernel.replace(kernel.get_value())
+  state['layers'][0]['dot1']['kernel'].set_metadata(out_sharding=('embed', 'model'))
+  return dict(nnx_in=state, rules=LOGICAL.rules)
+
+
 NNX_CATALOGUE = {
-    'non-Param variable': (nnx_case_non_param_variable, errors.StructureError, 'layers/0/calls (Counter)'),
+    'Variable type of no collection': (nnx_case_non_param_variable, errors.StructureError, "model/layers/0/calls: no Linen collection is known for the Variable type Counter; pass collections={'<collection name>': Counter}"),
     'unknown optimizer': (nnx_case_unknown_optimizer, errors.OptimizerStateError, 'optimizer of type Custom'),
     'optimizer without target': (nnx_case_optimizer_without_target, errors.StructureError, 'target=TrainState'),
     'target of another optimizer': (nnx_case_target_of_another_optimizer, errors.OptimizerStateError, '0/mu/DotReluDot_0/Dense_0/kernel'),
@@ -440,6 +488,8 @@ NNX_CATALOGUE = {
     'target on another mesh': (nnx_case_target_on_another_mesh, errors.LayoutError, "params/DotReluDot_0/Dense_0/kernel: the converted array lives on mesh {'data': 2, 'model': 4}"),
     'model only, TrainState target': (nnx_case_model_only_with_a_train_state_target, errors.StructureError, 'a TrainState target needs (model, optimizer)'),
     'target with other layers': (nnx_case_target_with_other_layers, errors.StructureError, 'DotReluDot_2/Dense_0/kernel'),
+    'Intermediate': (nnx_case_intermediate, errors.StructureError, 'model/layers/0/sown: is an nnx.Intermediate'),
+    'names mixing ruled and unruled': (nnx_case_names_mixing_ruled_and_unruled, errors.AnnotationError, "model/layers/0/dot1/kernel: names ('embed', 'model') mix logical names ['embed']"),
 }
 
 
@@ -455,9 +505,9 @@ def test_bad_nnx_input_raises_its_error_naming_the_path(name):
   assert snapshot(kwargs['nnx_in'], kwargs.get('target')) == before
 
 
-def test_relayout_refuses_collections_beside_params():
-  tree = {'params': params_of(SCAN), 'batch_stats': {}}
-  with pytest.raises(errors.StructureError, match="relayout takes Linen {'params': ...}"):
+def test_relayout_refuses_a_collection_it_knows_no_variable_type_for():
+  tree = {'params': params_of(SCAN), 'ema': params_of(SCAN)}
+  with pytest.raises(errors.StructureError, match="collection 'ema'; pass collections={'ema': VariableType}"):
     converters.relayout(tree, scan=False, paths=KIT_PATHS)
 
 

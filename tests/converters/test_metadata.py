@@ -95,7 +95,7 @@ def test_nnx_metadata_with_no_linen_field_travels_in_a_carrying_box():
 @pytest.mark.parametrize(
     'annotation, shape, message',
     [
-        (md.Annotation(names=('model',)), (4, 8), '1 sharding names'),
+        (md.Annotation(names=('model', None, None)), (4, 8), '3 sharding names .* give at most one'),
         (md.Annotation(names=('embed', 'x'), rules=GUIDE_RULES, logical=True), (4, 8), "logical names \\['x'\\] have no rule"),
         (md.Annotation(names=('pipe', None)), (4, 8), "mesh axes \\['pipe'\\]"),
         (md.Annotation(names=(None, 'model')), (4, 6), 'dimension 1 of size 6 is not divisible'),
@@ -126,3 +126,35 @@ def test_a_box_mesh_is_carried_both_ways():
   assert var.get_metadata()['mesh'] is mesh
   again = md.write_linen(*md.read_nnx(var, 'w'))
   assert again.mesh is mesh and again.names == box.names
+
+
+def test_fewer_names_than_dimensions_leave_the_trailing_ones_replicated():
+  mesh = ModelDescription().make_mesh()
+  a = md.Annotation(names=('embed', 'heads'), rules=(('embed', None), ('heads', 'model')), logical=True)
+  assert md.resolve(a, (16, 4, 8), mesh, 'kernel') == jax.sharding.PartitionSpec(None, 'model', None)
+  with pytest.raises(AnnotationError, match='kernel: dimension 1 of size 3 is not divisible'):
+    md.resolve(a, (16, 3, 8), mesh, 'kernel')
+
+
+RULES = (('embed', None), ('heads', 'model'))
+
+
+@pytest.mark.parametrize(
+    'annotation, rules, logical',
+    [
+        (md.Annotation(names=('embed', 'heads')), RULES, True),  # NNX under context rules
+        (md.Annotation(names=(None, 'model')), RULES, False),  # mesh axes stay mesh axes
+        (md.Annotation(names=('embed', 'heads')), None, False),  # no rules: read as mesh axes
+        (md.Annotation(names=(('data', 'model'), None)), (('data', 'x'),), False),  # a tuple is mesh axes
+        (md.Annotation(names=('embed', 'heads'), rules=RULES, logical=True), (), True),
+    ],
+)
+def test_nnx_names_without_rules_are_read_as_nnx_reads_them_under_the_rules(annotation, rules, logical):
+  read = md.as_logical(annotation, rules, 'w')
+  assert read.logical is logical
+  assert (read.names, read.rules) == (annotation.names, annotation.rules)
+
+
+def test_nnx_names_mixing_ruled_and_unruled_are_refused_naming_the_path():
+  with pytest.raises(AnnotationError, match=r"w: names \('embed', 'model'\) mix logical names \['embed'\] .* \['model'\]"):
+    md.as_logical(md.Annotation(names=('embed', 'model')), RULES, 'w')

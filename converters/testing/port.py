@@ -1,0 +1,240 @@
+"""One call that checks a whole port: conversion both ways, outputs, gradients, training.
+
+`assert_port_equivalent(linen_module, linen_variables, nnx_model, *inputs)`:
+  - every collection converts Linen -> NNX -> Linen and NNX -> Linen -> NNX
+    to exactly what it was (values bit for bit, annotations, shardings);
+  - the NNX model holding the converted variables computes the Linen outputs
+    (in eval mode: `nnx_model.eval()` against `linen_kwargs`, e.g.
+    `{'train': False}`), with the same shardings;
+  - and the same gradients of `loss(outputs)` with respect to the parameters.
+`assert_training_equivalent(linen_state, linen_step, nnx_target, nnx_step,
+batches, k=...)`: k Linen steps, conversion, the remaining steps in NNX equal
+all the steps taken in Linen (parameters, collections, optimizer state, step).
+
+Comparisons are exact by default. Pass `atol` only under a stated condition
+(e.g. the two sides compile to different programs) and say why where you call.
+Run them inside the mesh and rules contexts your models use. Neither your
+models nor your variables are modified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+from flax import nnx
+
+from converters.api import linen_to_nnx, nnx_to_linen
+from converters.metadata import is_linen_box
+from converters.paths import PathMapping
+from converters.testing.tables import format_table
+
+
+def _default_loss(outputs) -> jax.Array:
+  """Mean of squares over every floating output leaf."""
+  leaves = [x for x in jax.tree.leaves(outputs) if jnp.issubdtype(x.dtype, jnp.floating)]
+  return sum(jnp.mean(jnp.square(x.astype(jnp.float32))) for x in leaves)
+
+
+def _leaves(tree) -> dict[str, Any]:
+  """`{path: leaf}` with Linen boxes and NNX Variables kept whole."""
+  is_leaf = lambda x: is_linen_box(x) or isinstance(x, nnx.Variable)
+  return {
+      jax.tree_util.keystr(p): x
+      for p, x in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]
+  }
+
+
+def _describe(leaf) -> tuple[Any, Any]:
+  """`(array, what annotates it)` of a box, a Variable or a bare array."""
+  if isinstance(leaf, nnx.Variable):
+    meta = {k: v for k, v in leaf.get_metadata().items() if k not in ('hijax', 'ref')}
+    return leaf.get_value(), (type(leaf).__name__, tuple(sorted(meta.items(), key=lambda kv: kv[0])))
+  if is_linen_box(leaf):
+    fields = {k: v for k, v in vars(leaf).items() if k != 'value'}
+    return leaf.unbox(), (type(leaf).__name__, tuple(sorted(fields.items())))
+  return leaf, None
+
+
+def _diff(a, b, atol: float) -> str | None:
+  """What differs between two arrays, or None."""
+  # A Python number (a TrainState's step before any jit) is weakly typed, as in JAX.
+  dtype = lambda x: np.dtype(x.dtype) if hasattr(x, 'dtype') else np.result_type(x)
+  if isinstance(a, (int, float)) and not isinstance(a, bool):
+    a = np.asarray(a, dtype=dtype(b))
+  if isinstance(b, (int, float)) and not isinstance(b, bool):
+    b = np.asarray(b, dtype=dtype(a))
+  a_shape, b_shape = np.shape(a), np.shape(b)
+  a_dtype, b_dtype = dtype(a), dtype(b)
+  if a_shape != b_shape or a_dtype != b_dtype:
+    return f'{a_shape} {a_dtype} vs {b_shape} {b_dtype}'
+  sharding_a, sharding_b = getattr(a, 'sharding', None), getattr(b, 'sharding', None)
+  if (
+      sharding_a is not None and sharding_b is not None
+      and not sharding_a.is_equivalent_to(sharding_b, len(a_shape))
+  ):
+    return f'sharding {getattr(sharding_a, "spec", sharding_a)} vs {getattr(sharding_b, "spec", sharding_b)}'
+  x = np.asarray(jax.device_get(a))
+  y = np.asarray(jax.device_get(b))
+  floating = x.dtype.kind in 'fc'
+  if x.tobytes() == y.tobytes() or (
+      atol > 0 and floating and np.allclose(x, y, rtol=0, atol=atol, equal_nan=True)
+  ):
+    return None
+  if floating:
+    diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
+    where = np.unravel_index(int(np.nanargmax(np.where(np.isnan(diff), np.inf, diff))), diff.shape) if diff.size else ()
+    return f'max abs diff {float(diff[where]) if diff.size else 0:.3g} at {tuple(int(i) for i in where)}'
+  return 'values differ'
+
+
+def _compare_trees(what: str, expected, actual, atol: float = 0.0, annotations: bool = True) -> list[list[str]]:
+  """Rows `[what, path, problem]` where two trees differ (structure, values, annotations)."""
+  a, b = _leaves(expected), _leaves(actual)
+  rows = [[what, p, 'missing'] for p in sorted(set(a) - set(b))]
+  rows += [[what, p, 'unexpected'] for p in sorted(set(b) - set(a))]
+  for path in sorted(set(a) & set(b)):
+    (x, note_x), (y, note_y) = _describe(a[path]), _describe(b[path])
+    if annotations and note_x != note_y:
+      rows.append([what, path, f'annotation {note_x} vs {note_y}'])
+    problem = _diff(x, y, atol)
+    if problem:
+      rows.append([what, path, problem])
+  return rows
+
+
+def _fail(title: str, rows: list[list[str]]) -> None:
+  if rows:
+    raise AssertionError(f'{title}\n' + format_table(['check', 'leaf', 'differs in'], rows))
+
+
+def _bare(tree):
+  return jax.tree.map(lambda x: x.unbox() if is_linen_box(x) else x, tree, is_leaf=is_linen_box)
+
+
+def assert_port_equivalent(
+    linen_module: nn.Module,
+    linen_variables: Mapping,
+    nnx_model: nnx.Module,
+    *inputs: Any,
+    paths: PathMapping | None = None,
+    rules: tuple | None = None,
+    collections: Mapping[str, type] | None = None,
+    linen_kwargs: Mapping[str, Any] | None = None,
+    nnx_kwargs: Mapping[str, Any] | None = None,
+    loss: Callable[[Any], jax.Array] | None = None,
+    atol: float = 0.0,
+) -> None:
+  """The NNX port `nnx_model` is the Linen `linen_module`: see the module docstring.
+
+  Args:
+    linen_module, linen_variables: the original and its variables (every
+      collection: `params`, `batch_stats`, `cache`, ...).
+    nnx_model: the port (real, any values; used as the conversion target and
+      never modified).
+    inputs: example inputs, passed to both calls.
+    paths, rules, collections: as in `converters.linen_to_nnx`.
+    linen_kwargs, nnx_kwargs: extra keyword arguments of each call in eval
+      mode (e.g. `{'train': False}` for Linen).
+    loss: scalar function of the outputs whose gradients are compared
+      (default: the mean of squares of every floating output).
+    atol: tolerance for outputs and gradients; 0 compares bits.
+  """
+  options = dict(paths=paths, rules=rules, collections=collections)
+  linen_kwargs, nnx_kwargs = dict(linen_kwargs or {}), dict(nnx_kwargs or {})
+  loss = loss or _default_loss
+
+  model = linen_to_nnx(linen_variables, target=nnx_model, **options)
+  back = nnx_to_linen(model, target=linen_variables, **options)
+  rows = _compare_trees('Linen -> NNX -> Linen', dict(linen_variables), back)
+  own = nnx_to_linen(nnx_model, **options)
+  again = linen_to_nnx(own, target=nnx_model, **options)
+  rows += _compare_trees(
+      'NNX -> Linen -> NNX', nnx.state(nnx_model, nnx.Not(nnx.RngState)),
+      nnx.state(again, nnx.Not(nnx.RngState)),
+  )
+  _fail('The conversion is not the identity both ways.', rows)
+
+  model.eval()
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  linen_out = jax.jit(lambda v, *xs: linen_module.apply(v, *xs, **linen_kwargs))(linen_variables, *inputs)
+  nnx_out = jax.jit(lambda p, r, *xs: nnx.merge(graphdef, p, r)(*xs, **nnx_kwargs))(params, rest, *inputs)
+  if jax.tree.structure(linen_out) != jax.tree.structure(nnx_out):
+    raise AssertionError(
+        f'output structures differ: Linen {jax.tree.structure(linen_out)}, NNX {jax.tree.structure(nnx_out)}'
+    )
+  rows = _compare_trees('outputs', linen_out, nnx_out, atol)
+
+  # Both sides take every variable as an argument: a collection closed over
+  # would be a constant that XLA folds (rsqrt of batch statistics, say) with
+  # other rounding than the runtime's.
+  def linen_loss(params, variables):
+    return loss(linen_module.apply({**variables, 'params': params}, *inputs, **linen_kwargs))
+
+  def nnx_loss(params, rest):
+    return loss(nnx.merge(graphdef, params, rest)(*inputs, **nnx_kwargs))
+
+  linen_grads = jax.jit(jax.grad(linen_loss))(linen_variables['params'], linen_variables)
+  nnx_grads = jax.jit(jax.grad(nnx_loss))(params, rest)
+  # Gradients are compared bare and by path: where each side's compiler puts
+  # them is not a property of the port.
+  converted = linen_to_nnx({'params': _bare(linen_grads)}, paths=paths, collections=collections)
+  expected = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(converted)).items()}
+  actual = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(nnx_grads)).items()}
+  rows += _compare_trees('gradients', expected, actual, atol, annotations=False)
+  _fail(f'Linen and NNX disagree in eval mode (atol={atol}).', rows)
+
+
+def assert_training_equivalent(
+    linen_state,
+    linen_step: Callable,
+    nnx_target: tuple[nnx.Module, nnx.Optimizer],
+    nnx_step: Callable,
+    batches: Sequence[Any],
+    *,
+    k: int,
+    paths: PathMapping | None = None,
+    rules: tuple | None = None,
+    collections: Mapping[str, type] | None = None,
+    atol: float = 0.0,
+) -> None:
+  """k Linen steps, then conversion, then the other steps in NNX, equal every step in Linen.
+
+  Args:
+    linen_state: a `TrainState` (a subclass with `batch_stats` and the like
+      converts them too).
+    linen_step: `(state, batch) -> state` or `-> (state, ...)`.
+    nnx_target: `(model, optimizer)` of the port, the conversion's target.
+    nnx_step: `(model, optimizer, batch) -> anything`, updating in place.
+    batches: one batch per step; `k` of them are taken in Linen first.
+    paths, rules, collections: as in `converters.linen_to_nnx`.
+    atol: tolerance on every compared leaf; 0 compares bits.
+  """
+  if not 0 <= k <= len(batches):
+    raise ValueError(f'k={k}: take between 0 and len(batches)={len(batches)} steps in Linen')
+  options = dict(paths=paths, rules=rules, collections=collections)
+
+  def step(state, batch):
+    out = linen_step(state, batch)
+    return out[0] if isinstance(out, tuple) else out
+
+  reference = linen_state
+  for batch in batches:
+    reference = step(reference, batch)
+  state = linen_state
+  for batch in batches[:k]:
+    state = step(state, batch)
+  model, optimizer = linen_to_nnx(state, target=nnx_target, **options)
+  for batch in batches[k:]:
+    nnx_step(model, optimizer, batch)
+  back = nnx_to_linen((model, optimizer), target=reference, **options)
+  rows = _compare_trees(f'{k} Linen + {len(batches) - k} NNX steps', reference, back, atol)
+  _fail(
+      f'{k} Linen steps, conversion and {len(batches) - k} NNX steps differ from '
+      f'{len(batches)} Linen steps (atol={atol}).',
+      rows,
+  )

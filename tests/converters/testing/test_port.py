@@ -1,0 +1,123 @@
+"""Tests of `converters.testing.port`: the one-call checks pass on a true port and fail on a wrong one.
+
+The model is small and not the kit's MLP: a Dense, a BatchNorm (so
+`batch_stats` ride along) and dropout (so the NNX side has RNG state).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+from flax import linen as nn
+from flax import nnx
+from flax.training import train_state
+
+from converters.testing import assert_port_equivalent, assert_training_equivalent
+
+IN, OUT = 3, 4
+
+
+class LinenNet(nn.Module):
+  epsilon: float = 1e-5
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.Dense(OUT, name='dense')(x)
+    x = nn.BatchNorm(use_running_average=not train, epsilon=self.epsilon, name='norm')(x)
+    return nn.Dropout(0.5, deterministic=True, name='dropout')(x)
+
+
+class NNXNet(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs, epsilon: float = 1e-5):
+    self.dense = nnx.Linear(IN, OUT, rngs=rngs)
+    self.norm = nnx.BatchNorm(OUT, epsilon=epsilon, rngs=rngs)
+    self.dropout = nnx.Dropout(0.5, deterministic=True, rngs=rngs)
+
+  def __call__(self, x):
+    return self.dropout(self.norm(self.dense(x)))
+
+
+class TrainState(train_state.TrainState):
+  batch_stats: Any = None
+
+
+def batch(i: int):
+  x = jnp.sin(jnp.arange(8.0 * IN).reshape(8, IN) + i)
+  return x, jnp.cos(jnp.arange(8.0 * OUT).reshape(8, OUT) - i)
+
+
+def variables():
+  v = LinenNet().init(jax.random.key(0), batch(0)[0])
+  _, updates = LinenNet().apply(v, batch(9)[0], train=True, mutable=['batch_stats'])
+  return {'params': v['params'], **updates}
+
+
+def test_a_true_port_passes():
+  assert_port_equivalent(
+      LinenNet(), variables(), NNXNet(nnx.Rngs(3)), batch(1)[0], linen_kwargs={'train': False}
+  )
+
+
+def test_a_port_that_computes_otherwise_fails_naming_outputs_and_gradients():
+  with pytest.raises(AssertionError) as info:
+    assert_port_equivalent(
+        LinenNet(), variables(), NNXNet(nnx.Rngs(3), epsilon=1e-2), batch(1)[0],
+        linen_kwargs={'train': False},
+    )
+  message = str(info.value)
+  assert 'outputs' in message and 'gradients' in message and "['dense']['kernel']" in message
+
+
+def test_a_tolerance_admits_what_it_says_and_no_more():
+  args = (LinenNet(), variables(), NNXNet(nnx.Rngs(3), epsilon=1e-3), batch(1)[0])
+  with pytest.raises(AssertionError, match='max abs diff'):
+    assert_port_equivalent(*args, linen_kwargs={'train': False})
+  assert_port_equivalent(*args, linen_kwargs={'train': False}, atol=1e-2)
+
+
+def linen_step(state, b):
+  x, y = b
+
+  def loss(params):
+    out, updates = state.apply_fn(
+        {'params': params, 'batch_stats': state.batch_stats}, x, train=True, mutable=['batch_stats']
+    )
+    return jnp.mean((out - y) ** 2), updates
+
+  grads, updates = jax.grad(loss, has_aux=True)(state.params)
+  return state.apply_gradients(grads=grads, batch_stats=updates['batch_stats'])
+
+
+def nnx_step(model, optimizer, b, *, learn=True):
+  x, y = b
+  model.set_attributes(use_running_average=False)  # as Linen's train=True: batch statistics, no dropout
+  grads = nnx.grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
+  if learn:
+    optimizer.update(model, grads)
+
+
+def training_case():
+  tx = optax.adam(1e-2)
+  v = variables()
+  state = TrainState.create(apply_fn=LinenNet().apply, params=v['params'], tx=tx, batch_stats=v['batch_stats'])
+  model = NNXNet(nnx.Rngs(5))
+  return state, (model, nnx.Optimizer(model, tx, wrt=nnx.Param))
+
+
+@pytest.mark.parametrize('k', [0, 2, 4])
+def test_k_linen_steps_then_nnx_steps_equal_linen_steps(k):
+  state, target = training_case()
+  assert_training_equivalent(state, linen_step, target, nnx_step, [batch(i) for i in range(4)], k=k)
+
+
+def test_an_nnx_step_that_does_not_learn_fails_naming_params_and_moments():
+  state, target = training_case()
+  frozen = lambda m, o, b: nnx_step(m, o, b, learn=False)
+  with pytest.raises(AssertionError) as info:
+    assert_training_equivalent(state, linen_step, target, frozen, [batch(i) for i in range(3)], k=1)
+  message = str(info.value)
+  assert ".params['dense']['kernel']" in message and '.opt_state[0].mu' in message
