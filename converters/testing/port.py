@@ -160,9 +160,9 @@ def assert_port_equivalent(
   _fail('The conversion is not the identity both ways.', rows)
 
   model.eval()
-  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   linen_out = jax.jit(lambda v, *xs: linen_module.apply(v, *xs, **linen_kwargs))(linen_variables, *inputs)
-  nnx_out = jax.jit(lambda p, r, *xs: nnx.merge(graphdef, p, r)(*xs, **nnx_kwargs))(params, rest, *inputs)
+  # NNX transforms: models may update state as they run (RNG counts, caches).
+  nnx_out = nnx.jit(lambda m, *xs: m(*xs, **nnx_kwargs))(nnx.clone(model), *inputs)
   if jax.tree.structure(linen_out) != jax.tree.structure(nnx_out):
     raise AssertionError(
         f'output structures differ: Linen {jax.tree.structure(linen_out)}, NNX {jax.tree.structure(nnx_out)}'
@@ -175,11 +175,11 @@ def assert_port_equivalent(
   def linen_loss(params, variables):
     return loss(linen_module.apply({**variables, 'params': params}, *inputs, **linen_kwargs))
 
-  def nnx_loss(params, rest):
-    return loss(nnx.merge(graphdef, params, rest)(*inputs, **nnx_kwargs))
+  def nnx_loss(model, *xs):
+    return loss(model(*xs, **nnx_kwargs))
 
   linen_grads = jax.jit(jax.grad(linen_loss))(linen_variables['params'], linen_variables)
-  nnx_grads = jax.jit(jax.grad(nnx_loss))(params, rest)
+  nnx_grads = nnx.jit(nnx.grad(nnx_loss))(nnx.clone(model), *inputs)
   # Gradients are compared bare and by path: where each side's compiler puts
   # them is not a property of the port.
   converted = linen_to_nnx({'params': _bare(linen_grads)}, paths=paths, collections=collections)

@@ -1,0 +1,1 @@
+"""The zoo's models in Flax Linen; their NNX ports are in `model_zoo.nnx`."""

@@ -1,0 +1,34 @@
+"""A small CNN classifier in Flax Linen, in the style of Flax's MNIST example.
+
+Convolutions with biases, ReLU and average pooling, then a hidden dense layer,
+dropout and the logits. No sharding annotations. Submodules keep Linen's
+automatic names (`Conv_0`, `Dense_0`, ...), as most Linen code does.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import linen as nn
+
+from model_zoo.configs import CNNConfig
+
+
+# [side-by-side: cnn]
+class CNN(nn.Module):
+  """`__call__(x, train)` maps NHWC images to logits; dropout is active only with `train=True`."""
+
+  config: CNNConfig
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool) -> jax.Array:
+    config = self.config
+    for features in config.features:
+      x = nn.Conv(features, kernel_size=(3, 3))(x)
+      x = nn.relu(x)
+      x = nn.avg_pool(x, window_shape=(2, 2), strides=(2, 2))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.Dense(config.hidden)(x)
+    x = nn.relu(x)
+    x = nn.Dropout(config.dropout_rate, deterministic=not train)(x)
+    return nn.Dense(config.num_classes)(x)
+# [/side-by-side]

@@ -1,0 +1,41 @@
+"""The small CNN classifier ported to Flax NNX.
+
+Layers are created in `__init__` with their input sizes (NNX has no shape
+inference), the convolutions in an `nnx.List`. Dropout follows the module's
+mode: `model.train()` turns it on, `model.eval()` off.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+
+from model_zoo.configs import CNNConfig
+
+
+# [side-by-side: cnn]
+class CNN(nnx.Module):
+  """`__call__(x)` maps NHWC images to logits; dropout is active after `model.train()`."""
+
+  def __init__(self, config: CNNConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    in_features = (config.in_channels,) + config.features[:-1]
+    self.convs = nnx.List([
+        nnx.Conv(i, o, kernel_size=(3, 3), rngs=rngs)
+        for i, o in zip(in_features, config.features)
+    ])
+    self.hidden = nnx.Linear(config.flat_features, config.hidden, rngs=rngs)
+    self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+    self.logits = nnx.Linear(config.hidden, config.num_classes, rngs=rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    for conv in self.convs:
+      x = conv(x)
+      x = nnx.relu(x)
+      x = nnx.avg_pool(x, window_shape=(2, 2), strides=(2, 2))
+    x = x.reshape((x.shape[0], -1))
+    x = self.hidden(x)
+    x = nnx.relu(x)
+    x = self.dropout(x)
+    return self.logits(x)
+# [/side-by-side]

@@ -1,0 +1,311 @@
+"""Every model-zoo pair converts through the conversion API and the CI helpers, exactly.
+
+For the CNN, the ResNet (with `batch_stats`), the LSTM LM and the transformer
+LM (looped and scanned, in each NNX annotation idiom): Linen -> NNX -> Linen
+and NNX -> Linen -> NNX are the identity for every collection, eval-mode
+outputs and gradients are equal bit for bit (`assert_port_equivalent`), and
+k Linen adam steps, a conversion and j NNX steps equal k + j Linen steps
+(`assert_training_equivalent`). The transformer's decode cache, converted
+after 3 generated tokens, gives the same logits for the next 3 on the NNX side.
+
+The path mappings are the zoo's hand-written tables (`model_zoo.paths`); the
+conversions are told nothing else about the models. Bit equality holds
+because each pair compiles to the same program; the one place it would not
+(dropout, whose random streams differ between the frameworks) is kept out by
+training deterministically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import linen as nn
+from flax import nnx
+from flax.training import train_state
+from hypothesis import given, settings, strategies as st
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import converters
+from converters import PathMapping, PathRule
+from converters.testing import assert_port_equivalent, assert_training_equivalent
+from nnx_port.constrained_params import constrain_params_at_use
+from model_zoo import paths as zoo_paths
+from model_zoo.configs import RULES, CNNConfig, ResNetConfig, RNNConfig, TransformerConfig
+from model_zoo.linen import cnn as linen_cnn
+from model_zoo.linen import resnet as linen_resnet
+from model_zoo.linen import rnn as linen_rnn
+from model_zoo.linen import transformer as linen_tf
+from model_zoo.nnx import cnn as nnx_cnn
+from model_zoo.nnx import resnet as nnx_resnet
+from model_zoo.nnx import rnn as nnx_rnn
+from model_zoo.nnx import transformer as nnx_tf
+
+TX = optax.adam(1e-2)
+
+
+def mapping(table) -> PathMapping:
+  """A zoo table as a `PathMapping`: one rule per row, every collection."""
+  return PathMapping([PathRule(*row) for rows in table.values() for row in rows])
+
+
+@functools.cache
+def mesh():
+  return jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
+
+
+@contextlib.contextmanager
+def in_mesh(rules=RULES):
+  with jax.set_mesh(mesh()), nn.logical_axis_rules(rules):
+    yield
+
+
+def image_batch(config, batch: int, seed: int):
+  size = config.image_size if hasattr(config, 'image_size') else 8
+  images = jax.random.normal(jax.random.key(seed), (batch, size, size, config.in_channels))
+  labels = jax.random.randint(jax.random.key(seed + 1), (batch,), 0, config.num_classes)
+  return {'image': images, 'label': labels}
+
+
+def tokens(config, batch: int, length: int, seed: int):
+  return jax.random.randint(jax.random.key(seed), (batch, length), 0, config.vocab_size)
+
+
+# -- CNN: no annotations, dropout ----------------------------------------------------
+
+
+def cnn_case(config: CNNConfig):
+  x = image_batch(config, 2, 0)['image']
+  variables = linen_cnn.CNN(config).init(jax.random.key(0), x, train=False)
+  return variables, nnx_cnn.CNN(config, rngs=nnx.Rngs(1)), x
+
+
+def classification_loss(logits, labels):
+  return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def test_cnn_port_is_equivalent():
+  config = CNNConfig()
+  variables, model, x = cnn_case(config)
+  assert_port_equivalent(
+      linen_cnn.CNN(config), variables, model, x, paths=mapping(zoo_paths.CNN),
+      linen_kwargs={'train': False},
+  )
+
+
+def test_cnn_trains_on_in_nnx_exactly():
+  config = CNNConfig()
+  variables, model, _ = cnn_case(config)
+  state = train_state.TrainState.create(apply_fn=linen_cnn.CNN(config).apply, params=variables['params'], tx=TX)
+
+  @jax.jit
+  def linen_step(state, batch):  # deterministic: dropout streams differ by framework
+    grad = jax.grad(lambda p: classification_loss(state.apply_fn({'params': p}, batch['image'], train=False), batch['label']))
+    return state.apply_gradients(grads=grad(state.params))
+
+  @nnx.jit
+  def nnx_step(model, optimizer, batch):
+    model.eval()
+    grads = nnx.grad(lambda m: classification_loss(m(batch['image']), batch['label']))(model)
+    optimizer.update(model, grads)
+
+  batches = [image_batch(config, 4, 10 + i) for i in range(4)]
+  target = (model, nnx.Optimizer(model, TX, wrt=nnx.Param))
+  assert_training_equivalent(
+      state, linen_step, target, nnx_step, batches, k=2, paths=mapping(zoo_paths.CNN)
+  )
+
+
+# -- ResNet: batch_stats, a TrainState subclass ------------------------------------------
+
+
+def resnet_case(config: ResNetConfig):
+  batch = image_batch(config, 4, 0)
+  linen = linen_resnet.ResNet(config)
+  variables = linen.init(jax.random.key(0), batch['image'], train=False)
+  # One train-mode call, so the running statistics are not their initial values.
+  _, updates = linen.apply(variables, batch['image'], train=True, mutable=['batch_stats'])
+  return {**variables, **updates}, nnx_resnet.ResNet(config, rngs=nnx.Rngs(1)), batch
+
+
+@pytest.mark.parametrize('stage_sizes', [(1, 1), (2,)])
+def test_resnet_port_is_equivalent(stage_sizes):
+  config = ResNetConfig(stage_sizes=stage_sizes)
+  variables, model, batch = resnet_case(config)
+  assert_port_equivalent(
+      linen_resnet.ResNet(config), variables, model, batch['image'],
+      paths=mapping(zoo_paths.RESNET), linen_kwargs={'train': False},
+  )
+
+
+@pytest.mark.parametrize('k', [0, 2])
+def test_resnet_train_state_with_batch_stats_trains_on_in_nnx_exactly(k):
+  config = ResNetConfig()
+  variables, model, _ = resnet_case(config)
+  state = linen_resnet.TrainState.create(
+      apply_fn=linen_resnet.ResNet(config).apply, params=variables['params'], tx=TX,
+      batch_stats=variables['batch_stats'],
+  )
+  batches = [image_batch(config, 4, 20 + i) for i in range(3)]
+  assert_training_equivalent(
+      state, jax.jit(linen_resnet.train_step), (model, nnx.Optimizer(model, TX, wrt=nnx.Param)),
+      nnx.jit(nnx_resnet.train_step), batches, k=k, paths=mapping(zoo_paths.RESNET),
+  )
+
+
+# -- LSTM LM: NNX's RNN keeps RNG state Linen lacks ------------------------------------------
+
+
+def test_lstm_port_is_equivalent_and_its_rng_state_stays_the_targets():
+  config = RNNConfig()
+  x = tokens(config, 2, 5, 0)
+  variables = linen_rnn.RNNLM(config).init(jax.random.key(0), x)
+  model = nnx_rnn.RNNLM(config, rngs=nnx.Rngs(1))
+  assert nnx.state(model, nnx.RngState)  # the policy is tested, not vacuous
+  assert_port_equivalent(linen_rnn.RNNLM(config), variables, model, x, paths=mapping(zoo_paths.RNN))
+
+
+# -- transformer: logical rules, three NNX idioms, scan + remat, decode cache -------------
+
+
+CASES = [(scan, idiom) for scan in (False, True) for idiom in nnx_tf.IDIOMS]
+CASE_IDS = [f"{'scan' if s else 'loop'}-{i}" for s, i in CASES]
+
+
+def transformer_case(config: TransformerConfig, idiom: str, decode: bool = False):
+  with in_mesh():
+    x = tokens(config, 2, config.max_len if decode else 8, 0)
+    linen = linen_tf.TransformerLM(config, decode=decode)
+    # Created in their shards, as Flax's examples do (the converters never reshard).
+    abstract = jax.eval_shape(linen.init, jax.random.key(0), x)
+    shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh(), RULES)
+    variables = jax.jit(linen.init, out_shardings=shardings)(jax.random.key(0), x)
+    # Linen's boxes constrain every parameter read; so must the port, for its
+    # gradients to compile to Linen's program (README: "When Linen and NNX
+    # agree bit for bit"). Without it, a replicated contraction can be reduced
+    # in another order: seen as 1-ulp gradient differences with width 8, one head.
+    model = constrain_params_at_use(nnx_tf.TransformerLM(config, idiom=idiom, rngs=nnx.Rngs(1)))
+  return linen, variables, model, x
+
+
+@pytest.mark.parametrize('scan, idiom', CASES, ids=CASE_IDS)
+def test_transformer_port_is_equivalent(scan, idiom):
+  config = TransformerConfig(scan_layers=scan)
+  linen, variables, model, x = transformer_case(config, idiom)
+  with in_mesh():
+    assert_port_equivalent(linen, variables, model, x, paths=mapping(zoo_paths.TRANSFORMER))
+
+
+@pytest.mark.parametrize('scan, idiom', CASES, ids=CASE_IDS)
+def test_transformer_trains_on_in_nnx_exactly(scan, idiom):
+  config = TransformerConfig(scan_layers=scan)
+  linen, variables, model, _ = transformer_case(config, idiom)
+
+  def lm_loss(logits, batch):
+    return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], batch[:, 1:]).mean()
+
+  @jax.jit
+  def linen_step(state, batch):
+    grads = jax.grad(lambda p: lm_loss(state.apply_fn({'params': p}, batch), batch))(state.params)
+    return state.apply_gradients(grads=grads)
+
+  @nnx.jit
+  def nnx_step(model, optimizer, batch):
+    model.eval()  # deterministic, as the Linen step
+    optimizer.update(model, nnx.grad(lambda m: lm_loss(m(batch), batch))(model))
+
+  with in_mesh():
+    state = train_state.TrainState.create(apply_fn=linen.apply, params=variables['params'], tx=TX)
+    target = (model, nnx.Optimizer(model, TX, wrt=nnx.Param))
+    batches = [tokens(config, 2, 8, 30 + i) for i in range(3)]
+    assert_training_equivalent(
+        state, linen_step, target, nnx_step, batches, k=1, paths=mapping(zoo_paths.TRANSFORMER)
+    )
+
+
+@pytest.mark.parametrize('scan, idiom', CASES, ids=CASE_IDS)
+def test_a_decode_cache_converted_after_three_tokens_decodes_the_next_three_alike(scan, idiom):
+  config = TransformerConfig(scan_layers=scan)
+  linen, variables, model, prompt = transformer_case(config, idiom, decode=True)
+  decode = jax.jit(lambda v, t: linen.apply(v, t, mutable=['cache']))
+  with in_mesh():
+    cache = variables['cache']
+    for i in range(3):
+      _, updates = decode({'params': variables['params'], 'cache': cache}, prompt[:, i:i + 1])
+      cache = updates['cache']
+    model.init_cache(prompt.shape[0])
+    model = converters.linen_to_nnx(
+        {'params': variables['params'], 'cache': cache}, target=model,
+        paths=mapping(zoo_paths.TRANSFORMER),
+    )
+    model.eval()
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def nnx_decode(state, token):
+      model = nnx.merge(graphdef, state)
+      logits = model(token, decode=True)
+      return logits, nnx.state(model)
+
+    for i in range(3, 6):
+      linen_logits, updates = decode({'params': variables['params'], 'cache': cache}, prompt[:, i:i + 1])
+      cache = updates['cache']
+      nnx_logits, state = nnx_decode(state, prompt[:, i:i + 1])
+      np.testing.assert_array_equal(np.asarray(nnx_logits), np.asarray(linen_logits), err_msg=f'token {i}')
+
+
+# -- random configurations ------------------------------------------------------------
+
+
+@st.composite
+def transformer_configs(draw):
+  heads = draw(st.sampled_from([1, 2, 4]))
+  return TransformerConfig(
+      vocab_size=draw(st.sampled_from([16, 32])),
+      # At least 16 wide: see test_a_width_8_transformer_gradient_differs_by_an_ulp.
+      width=heads * draw(st.sampled_from([8, 16])) if heads > 1 else 16,
+      num_heads=heads, mlp_dim=draw(st.sampled_from([8, 16])), num_layers=draw(st.integers(1, 3)),
+      max_len=8, norm=draw(st.sampled_from(['layernorm', 'rmsnorm'])),
+      scan_layers=draw(st.booleans()),
+  )
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    'Found by the random-configuration property: at width 8 on the 2x4 mesh, forward '
+    'outputs are bit-equal but gradients differ by 1 ulp; the compiled programs have '
+    'the same operations in another parameter order, cause not yet pinned down. Strict: '
+    'this test fails once they agree, so the width floor of the strategy can go.'
+))
+@pytest.mark.parametrize('width, heads', [(8, 1), (8, 2)])
+def test_a_width_8_transformer_gradient_differs_by_an_ulp(width, heads):
+  config = TransformerConfig(vocab_size=16, width=width, num_heads=heads, mlp_dim=8, num_layers=1, max_len=8)
+  linen, variables, model, x = transformer_case(config, 'rules_metadata')
+  with in_mesh():
+    assert_port_equivalent(linen, variables, model, x, paths=mapping(zoo_paths.TRANSFORMER))
+
+
+@settings(deadline=None)
+@given(config=transformer_configs(), idiom=st.sampled_from(nnx_tf.IDIOMS))
+def test_random_transformer_ports_are_equivalent(config, idiom):
+  linen, variables, model, x = transformer_case(config, idiom)
+  with in_mesh():
+    assert_port_equivalent(linen, variables, model, x, paths=mapping(zoo_paths.TRANSFORMER))
+
+
+@settings(deadline=None)
+@given(
+    stage_sizes=st.lists(st.integers(1, 2), min_size=1, max_size=2).map(tuple),
+    num_filters=st.sampled_from([4, 8]),
+)
+def test_random_resnet_ports_are_equivalent(stage_sizes, num_filters):
+  config = ResNetConfig(stage_sizes=stage_sizes, num_filters=num_filters)
+  variables, model, batch = resnet_case(config)
+  assert_port_equivalent(
+      linen_resnet.ResNet(config), variables, model, batch['image'],
+      paths=mapping(zoo_paths.RESNET), linen_kwargs={'train': False},
+  )
