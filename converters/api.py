@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
 from flax.training.train_state import TrainState
 from jax.sharding import Mesh
@@ -110,6 +111,7 @@ def linen_to_nnx(
     donate: bool = False,
     strict: bool = False,
     collections: Mapping[str, type] | None = None,
+    rngs: int | Mapping[str, Any] | None = None,
 ):
   """Converts Linen variables or a `TrainState` to NNX.
 
@@ -145,6 +147,11 @@ def linen_to_nnx(
       `get_partition_spec` reads it.
     collections: `{collection name: nnx.Variable subclass}` for collections
       beyond `params`, `batch_stats` and `cache`.
+    rngs: seeds for the target's RNG streams (`nnx.reseed`, each stream's key
+      split to its shape): an int for every stream, or `{stream: seed or
+      key}`. Needed when the target's RNG state is abstract (a target from
+      `nnx.eval_shape`), which Linen has nothing to fill with; without it a
+      real target's RNG state is kept as it is.
 
   Every placed input array must sit where its annotation says, and a
   target's arrays must live on the input's mesh: the conversion checks, it
@@ -193,7 +200,7 @@ def linen_to_nnx(
   objects = {'model': model} if optimizer is None else {'model': model, 'optimizer': optimizer}
   graphdef, template = nnx.split(objects)
   template_flat = read_nnx_state(template, 'target', options.resolution_rules)
-  kept_rngs = _rng_state(template_flat)
+  kept_rngs = _rng_state(template_flat, rngs)
   produced = {('model',) + p: (v, a) for p, (v, a, _) in converted.items()}
   if optimizer is not None:
     produced.update(linen_opt_to_nnx(linen, flats.get('params', {}), optimizer, batch))
@@ -234,21 +241,44 @@ def linen_to_nnx(
         new_var.set_metadata(key, extra)
       new_flat[path] = new_var
   objects = nnx.merge(graphdef, nnx.State(nest(new_flat)))
+  if rngs is not None and kept_rngs:
+    nnx.reseed(objects['model'], policy='match_shape', **_stream_seeds(template_flat, kept_rngs, rngs))
   return (objects['model'], objects['optimizer']) if optimizer is not None else objects['model']
 
 
-def _rng_state(template_flat) -> set[tuple]:
-  """The target's RNG state, kept as it is; refused when abstract (it would stay so)."""
-  rngs = {p for p, (_, _, var) in template_flat.items() if isinstance(var, nnx.RngState)}
-  abstract = [format_path(p) for p in rngs if isinstance(template_flat[p][0], jax.ShapeDtypeStruct)]
-  if abstract:
+def _rng_state(template_flat, rngs) -> set[tuple]:
+  """The target's RNG state, kept as it is or reseeded; refused when abstract and not reseeded."""
+  found = {p for p, (_, _, var) in template_flat.items() if isinstance(var, nnx.RngState)}
+  abstract = [format_path(p) for p in found if isinstance(template_flat[p][0], jax.ShapeDtypeStruct)]
+  if abstract and rngs is None:
     raise StructureError(
         f'the target\'s RNG state is abstract: {format_offenders(abstract)}; Linen has '
-        'no RNG state to fill it with, so the model would keep abstract keys. Build '
-        'the target for real, or convert without target and nnx.update(model, state)',
+        'no RNG state to fill it with. Pass rngs=<seed> (or {stream: seed}) to seed '
+        'its streams, build the target for real, or convert without target and '
+        'nnx.update(model, state)',
         abstract,
     )
-  return rngs
+  return found
+
+
+def _stream_seeds(template_flat, rng_paths, rngs) -> dict[str, Any]:
+  """`{stream: seed}` for every stream of the target, from `rngs=`."""
+  streams = sorted({
+      template_flat[p][2].tag for p in rng_paths if isinstance(template_flat[p][2], nnx.RngKey)
+  })
+  if isinstance(rngs, Mapping):
+    missing = [s for s in streams if s not in rngs]
+    unknown = sorted(set(rngs) - set(streams))
+    if missing or unknown:
+      raise StructureError(
+          f'rngs={dict(rngs)!r}: the target\'s RNG streams are {streams}; give a seed '
+          f'for each (missing {missing}, unknown {unknown}), or one int for all',
+          missing + unknown,
+      )
+    return {s: rngs[s] for s in streams}
+  if isinstance(rngs, bool) or not isinstance(rngs, (int, np.integer)):
+    raise StructureError(f'rngs={rngs!r}: pass an int seed, or a dict of stream -> seed')
+  return {s: int(rngs) for s in streams}
 
 
 def _check_collection(where: str, collection: str, t_var: nnx.Variable, table: CollectionTable) -> None:

@@ -104,10 +104,25 @@ def test_a_target_keeps_its_own_rng_state():
     )
 
 
-def test_an_abstract_target_rng_state_is_refused_by_path():
+def test_an_abstract_target_rng_state_is_refused_by_path_unless_seeded():
   abstract = nnx.eval_shape(lambda: NNXNet(nnx.Rngs(7)))
-  with pytest.raises(errors.StructureError, match=r'RNG state is abstract: .*dropout/rngs'):
+  with pytest.raises(errors.StructureError, match=r'RNG state is abstract: .*dropout/rngs.* Pass rngs=<seed>'):
     converters.linen_to_nnx(linen_variables(), target=abstract)
+  model = converters.linen_to_nnx(linen_variables(), target=abstract, rngs={'default': 3})  # nnx.Rngs(7) is one 'default' stream
+  seeded = NNXNet(nnx.Rngs(7))
+  nnx.reseed(seeded, default=3)
+  expected = jax.random.key_data(seeded.dropout.rngs.key[...])
+  assert bits(jax.random.key_data(model.dropout.rngs.key[...])) == bits(expected)
+  assert int(model.dropout.rngs.count[...]) == 0
+  model.train()
+  model(X)  # dropout runs on the seeded stream
+
+
+@pytest.mark.parametrize('rngs, message', [({'params': 1}, "missing \\['default'\\], unknown \\['params'\\]"), ('0', 'pass an int seed')])
+def test_malformed_seeds_are_refused(rngs, message):
+  abstract = nnx.eval_shape(lambda: NNXNet(nnx.Rngs(7)))
+  with pytest.raises(errors.StructureError, match=message):
+    converters.linen_to_nnx(linen_variables(), target=abstract, rngs=rngs)
 
 
 def test_a_train_state_with_batch_stats_converts_with_its_optimizer_both_ways():
