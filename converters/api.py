@@ -28,6 +28,7 @@ from flax.training.train_state import TrainState
 from jax.sharding import Mesh
 
 from converters import metadata as md
+from converters import paths as path_mapping
 from converters.errors import AnnotationError, StructureError, format_offenders
 from converters.optimizer_state import linen_opt_to_nnx, nnx_opt_to_linen
 from converters.paths import PathMapping, format_path
@@ -57,10 +58,17 @@ def _linen_collections(linen, table: CollectionTable) -> dict[str, Any]:
       if field.name in _TRAIN_STATE_FIELDS or not field.metadata.get('pytree_node', True):
         continue
       tree = getattr(linen, field.name)
-      if tree is not None:
-        table.variable_type(field.name, f'TrainState.{field.name}')
-        trees[field.name] = tree
-    return trees
+      if tree is None:
+        continue
+      if field.name not in table.by_name:
+        raise StructureError(
+            f'TrainState.{field.name}: is not a collection, and NNX has no place for '
+            f'it; leave it out (state.replace({field.name}=None)) and keep it aside, or, '
+            f'if it holds variables, pass collections={{{field.name!r}: VariableType}}',
+            [f'TrainState.{field.name}'],
+        )
+      trees[field.name] = tree
+    return _collection_trees(trees, 'TrainState.')
   if not isinstance(linen, Mapping) or not linen:
     raise StructureError(
         'linen input must be a TrainState or a variables dict of collections '
@@ -69,7 +77,19 @@ def _linen_collections(linen, table: CollectionTable) -> dict[str, Any]:
     )
   for name in linen:
     table.variable_type(name, str(name))
-  return dict(linen)
+  return _collection_trees(dict(linen), '')
+
+
+def _collection_trees(trees: dict, prefix: str) -> dict:
+  """Every collection is a dict of variables (a bare leaf would have no path)."""
+  bare = [f'{prefix}{name}' for name, tree in trees.items() if not isinstance(tree, Mapping)]
+  if bare:
+    raise StructureError(
+        f'{format_offenders(bare)}: a collection is a dict of variables by path, '
+        f'not a {type(trees[bare[0][len(prefix):]]).__name__}',
+        bare,
+    )
+  return trees
 
 
 def _plan_collections(
@@ -84,6 +104,12 @@ def _plan_collections(
   collided = []
   for name, tree in trees.items():
     flats[name] = read(name, tree)
+  # One mapping for every collection (and the optimizer state planned after them).
+  every_path = [p for flat in flats.values() for p in flat]
+  batch.options = dataclasses.replace(
+      batch.options, paths=path_mapping.resolve(batch.options.paths, source, every_path)
+  )
+  for name in trees:
     for path, (value, annotation) in batch.plan(flats[name], source, target).items():
       if path in owner:
         collided.append(f'{format_path(path)} ({owner[path]} and {name})')
@@ -231,8 +257,8 @@ def linen_to_nnx(
 
   new_flat = {}
   for path, (_, _, t_var) in template_flat.items():
-    if path in kept_rngs:
-      new_flat[path] = t_var
+    if path in kept_rngs:  # a Variable of its own: the target is never modified
+      new_flat[path] = t_var.replace(t_var.get_raw_value())
     elif path in scalars:
       new_flat[path] = t_var.replace(scalars[path])
     else:
@@ -283,7 +309,7 @@ def _stream_seeds(template_flat, rng_paths, rngs) -> dict[str, Any]:
 
 def _check_collection(where: str, collection: str, t_var: nnx.Variable, table: CollectionTable) -> None:
   wanted = table.by_name[collection]
-  if not isinstance(t_var, wanted):
+  if table.collection(t_var, where) != collection:
     raise StructureError(
         f'{where}: converted from the Linen {collection!r} collection (an '
         f'{wanted.__name__}), but the target holds an {type(t_var).__name__} there; '
@@ -319,6 +345,9 @@ def _nonempty(flat: dict, where: str) -> dict:
 
 def _nnx_collections(state, table: CollectionTable, rules, where: str) -> dict[str, dict]:
   """`{collection: flat}` of an `nnx.State`; RNG state left out (Linen has none)."""
+  for path, var in nnx.to_flat_state(state):  # what is refused by kind, before by value
+    if isinstance(var, nnx.Variable):
+      table.collection(var, f'{where}/{format_path(path)}')
   groups: dict[str, dict] = {}
   for path, (value, annotation, var) in read_nnx_state(state, where, rules).items():
     collection = table.collection(var, f'{where}/{format_path(path)}')
@@ -439,8 +468,19 @@ def _linen_templates(target, table: CollectionTable, groups) -> dict[str, Any]:
       if field.name in table.by_name:
         if tree is not None or field.name in groups:
           templates[field.name] = tree
-      elif tree is not None:
-        table.variable_type(field.name, f'target.{field.name}')
+        continue
+      # Not a collection: kept from the target, as `tx` and `apply_fn` are.
+      abstract = [
+          jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+          if isinstance(x, jax.ShapeDtypeStruct)
+      ]
+      if abstract:
+        raise StructureError(
+            f'target.{field.name}: is not a collection, so the output keeps the '
+            f"target's, but it is abstract ({format_offenders(abstract)}); give the "
+            'target a real value for it',
+            [f'target.{field.name}'],
+        )
     kind = 'the TrainState target has no field for'
     fix = (
         'use a TrainState subclass with a field of that name ({0}: Any), as '
@@ -464,7 +504,7 @@ def _linen_templates(target, table: CollectionTable, groups) -> dict[str, Any]:
 
 def _fill_linen_templates(templates, converted, options: Options) -> dict[str, dict]:
   """Checks the converted leaves against the templates; what to write, in the target's form."""
-  written: dict[str, dict] = {}
+  written: dict[str, dict] = {collection: {} for collection in templates}
   for collection in sorted(templates):
     template = read_linen_tree(templates[collection], f'target.{collection}')
     mine = {p: (v, a) for p, (v, a, c) in converted.items() if c == collection}
@@ -475,7 +515,8 @@ def _fill_linen_templates(templates, converted, options: Options) -> dict[str, d
       check_against_template(
           where, value, annotation, t_value, t_annotation, options.resolution_rules
       )
-      written.setdefault(collection, {})[p] = (value, in_target_form(annotation, t_annotation))
+      form = md.with_default_rules(in_target_form(annotation, t_annotation), options.rules)
+      written[collection][p] = (value, form)
   return written
 
 

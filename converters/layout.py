@@ -326,6 +326,19 @@ def check_executable(
       continue
     values = [flat[s][0] for s in t.sources]
     where = format_path(path)
+    if t.annotation.names is None:
+      # A bare array reads as replicated; relaid, it would be built so.
+      placed = [
+          f'{format_path(s)} ({v.sharding.spec})' for s, v in zip(t.sources, values)
+          if isinstance(getattr(v, 'sharding', None), NamedSharding) and not v.sharding.is_fully_replicated
+      ]
+      if placed:
+        problems.append(
+            f'{where}: bare (unannotated) sources placed sharded, {format_offenders(placed)}, '
+            'would be relaid replicated; annotate them with the names of their sharding'
+        )
+        offenders.append(where)
+        continue
     if len({_abstract(v) for v in values}) > 1:
       problems.append(f'{where}: its sources mix arrays and jax.ShapeDtypeStruct')
     elif shardings[path] is None and not _abstract(values[0]):

@@ -363,7 +363,19 @@ def mesh_axes(annotation: Annotation, path: str, rules: tuple | None = None) -> 
         'rules=... or in nn.logical_axis_rules(...) around the conversion',
         [path],
     )
-  return [None if n is None else table[n] for n in names]
+  axes = [None if n is None else table[n] for n in names]  # NNX: the last rule of a name
+  repeated = sorted({n for n, _ in rules if n in names and sum(r[0] == n for r in rules) > 1})
+  if repeated:
+    linen = list(nn.logical_to_mesh_axes(names, rules))  # the first rule claiming a free axis
+    if [None if a is None else a for a in linen] != axes:
+      raise AnnotationError(
+          f'{path}: the rules name {repeated} more than once, and Linen (the first rule '
+          f'that claims a free mesh axis: {PartitionSpec(*linen)}) and NNX (the last '
+          f'rule: {PartitionSpec(*axes)}) resolve names {names} differently; keep one '
+          'rule per logical name',
+          [path],
+      )
+  return axes
 
 
 def as_logical(annotation: Annotation, rules: tuple | None, path: str) -> Annotation:

@@ -207,7 +207,6 @@ def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, batch: Batch, me
   scalars = {}
   for path, (_, t_leaf) in zip(t_paths, t_leaves):
     t_value, t_annotation = md.read_linen(t_leaf, 'target.opt_state/' + format_path(path))
-    t_annotation = t_annotation if md.is_linen_box(t_leaf) else None
     value, annotation = produced[path]
     where = 'opt_state/' + format_path(path)
     if annotation is None:
@@ -216,7 +215,9 @@ def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, batch: Batch, me
       check_against_template(
           where, value, annotation, t_value, t_annotation, batch.options.resolution_rules
       )
-      produced[path] = (value, in_target_form(annotation, t_annotation))
+      produced[path] = (
+          value, md.with_default_rules(in_target_form(annotation, t_annotation), batch.options.rules)
+      )
   step_dtype = getattr(target.step, 'dtype', np.dtype('int32'))
   step = scalar_like(step, step_dtype, mesh_hint, 'step')
   batch.protect([step, *scalars.values()])

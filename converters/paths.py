@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Literal
@@ -112,6 +113,41 @@ class PathRule:
     return parse_path(text, framework)
 
 
+_INDEX_KEY = re.compile(r'(?:0|[1-9][0-9]*)\Z', re.ASCII)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptPath(PathRule):
+  """A path that no rule matches, kept as it is (`keep_unmatched`): its keys, not a template.
+
+  NNX list indices (ints) are Linen's decimal strings; every other key is the
+  same on both sides, whatever characters it holds.
+  """
+
+  keys: tuple = ()
+
+  @classmethod
+  def of(cls, framework: Framework, path: Sequence) -> KeptPath:
+    text = format_path(path)
+    linen = tuple(str(k) for k in path)
+    nnx = tuple(int(k) if isinstance(k, str) and _INDEX_KEY.match(k) else k for k in path)
+    if framework == 'nnx':
+      strings = [k for k in path if isinstance(k, str) and _INDEX_KEY.match(k)]
+      if strings:
+        raise PathMappingError(
+            f'{text}: NNX key {strings[0]!r} is a string of digits, which Linen would '
+            'give back as a list index; rename it, or map it with a PathRule',
+            [text],
+        )
+    return cls(linen='<kept>', nnx='<kept>', keys=linen if framework == 'nnx' else nnx)
+
+  def path(self, framework: Framework, layout: Layout, index: int | None) -> tuple:
+    return self.keys
+
+  def template(self, framework: Framework, layout: Layout) -> str | None:
+    return format_path(self.keys)
+
+
 def _compile(template: str) -> re.Pattern:
   pattern = re.escape(template).replace(re.escape(_INDEX), r'(?P<i>0|[1-9]\d*)')
   return re.compile(pattern + r'\Z')
@@ -185,7 +221,7 @@ class PathMapping:
       if fw == framework and (m := pattern.match(text)):
         found.append(Match(rule, layout, int(m['i']) if layout == 'loop' else None))
     if not found and self.keep_unmatched:
-      found.append(Match(PathRule(linen=text, nnx=text), 'plain', None))
+      found.append(Match(KeptPath.of(framework, path), 'plain', None))
     return found
 
   def match(self, framework: Framework, paths: Iterable[Sequence]) -> dict[tuple, Match]:
@@ -271,12 +307,21 @@ def resolve(paths, framework: Framework, source_paths: Iterable[Sequence]) -> Pa
       warnings.warn(
           f'paths omitted: these {framework} paths are mapped by {name}, the '
           'former default; from the next release paths=None keeps every path as '
-          f'it is (PathMapping.identity()). Pass paths={name} to keep this mapping',
+          f'it is (PathMapping.identity()). Pass paths={name} to keep this mapping, '
+          'or paths=PathMapping.identity() if your port kept these names',
           DeprecationWarning,
-          stacklevel=4,
+          stacklevel=_stacklevel_outside_the_package(),
       )
       return former
   return PathMapping.identity()
+
+
+def _stacklevel_outside_the_package() -> int:
+  """The `stacklevel` that points a warning at the first caller outside `converters`."""
+  level, frame = 1, sys._getframe(1)
+  while frame is not None and frame.f_globals.get('__name__', '').split('.')[0] == 'converters':
+    frame, level = frame.f_back, level + 1
+  return level
 
 
 def __getattr__(name):

@@ -210,6 +210,16 @@ class Batch:
       agree_on_conversion(pairs, source, target, options)
     layout.check_placement(pairs, options.mesh, options.resolution_rules)
     mapping = path_mapping.resolve(options.paths, source, pairs)
+    if (options.scan is not None or options.num_layers is not None) and not any(
+        rule.layered for rule in mapping.rules
+    ):
+      asked = 'scan' if options.num_layers is None else 'num_layers'
+      raise LayoutError(
+          f'{asked}={getattr(options, asked)!r}: no PathRule of the mapping has layers '
+          '({i}), so no path is a layer to stack, unstack or count; pass paths= with '
+          "layer rules (PathRule(linen='Block_{i}/...', nnx='blocks/{i}/...', "
+          'linen_stacked=..., nnx_stacked=...)), or leave scan and num_layers out'
+      )
     targets = layout.plan(
         pairs, mapping, source, target,
         options.scan, options.layer_partition, options.num_layers,

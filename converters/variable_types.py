@@ -92,17 +92,17 @@ class CollectionTable:
     """The Linen collection of an NNX Variable; None for RNG state (never written)."""
     if isinstance(variable, nnx.RngState):
       return None
-    for kind in type(variable).__mro__:
-      if kind in self._by_type:
-        return self._by_type[kind]
-      if kind is nnx.Variable:
-        break
-    if isinstance(variable, nnx.Intermediate):
+    if isinstance(variable, nnx.Intermediate) and nnx.Intermediate not in self._by_type:
       raise StructureError(
           f'{where}: is an nnx.Intermediate, a value sown during one call, not '
           'state; drop intermediates first (nnx.pop(model, nnx.Intermediate))',
           [where],
       )
+    for kind in type(variable).__mro__:
+      if kind in self._by_type:
+        return self._by_type[kind]
+      if kind is nnx.Variable:
+        break
     name = type(variable).__name__
     raise StructureError(
         f'{where}: no Linen collection is known for the Variable type {name}; '

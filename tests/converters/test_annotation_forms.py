@@ -165,3 +165,53 @@ def test_logical_names_without_any_rules_are_refused_with_how_to_give_them():
 def test_strict_refuses_a_bare_bias_beside_a_boxed_kernel():
   with pytest.raises(errors.AnnotationError, match='bare arrays: query/bias'):
     in_context(lambda: converters.linen_to_nnx(linen_variables(), strict=True))
+
+
+def test_rules_naming_a_name_twice_are_refused_where_linen_and_nnx_would_differ():
+  twice = (('embed', 'model'), ('embed', None), ('heads', 'data'), ('batch', 'data'), ('kv', None))
+  box = nn.LogicallyPartitioned(jax.ShapeDtypeStruct((EMBED, HEADS, HEAD_DIM), jnp.float32), ('embed', 'heads'))
+  with jax.set_mesh(MESH), nn.logical_axis_rules(twice):
+    with pytest.raises(errors.AnnotationError, match=r"q/kernel: the rules name \['embed'\] more than once, and Linen .*P\('model', 'data'\).* NNX .*P\(None, 'data'\)"):
+      converters.linen_to_nnx({'params': {'q': {'kernel': box}}}, mesh=MESH)
+  harmless = (('embed', None), ('embed', None)) + RULES[2:]
+  with jax.set_mesh(MESH), nn.logical_axis_rules(harmless):
+    converters.linen_to_nnx({'params': {'q': {'kernel': box}}}, mesh=MESH)
+
+
+def test_rules_given_are_attached_to_a_target_form_that_carries_none():
+  model = in_context(lambda: NNXProjection('mesh_axes', nnx.Rngs(1)))
+  target = in_context(lambda: jax.eval_shape(LinenProjection().init, jax.random.key(0), X))
+  with jax.set_mesh(MESH):
+    linen = converters.nnx_to_linen(model, target=target, rules=RULES)
+  kernel = linen['params']['query']['kernel']
+  assert (kernel.names, kernel.rules) == (('embed', 'heads'), RULES)
+
+
+def test_a_bare_array_placed_sharded_is_not_relaid_replicated():
+  from jax.sharding import NamedSharding
+
+  def layer(i):
+    placed = jax.device_put(jnp.full((8, 4), float(i)), NamedSharding(MESH, P(None, 'model')))
+    return {'kernel': placed}
+
+  params = {'params': {'Block_0': layer(0), 'Block_1': layer(1)}}
+  paths = converters.PathMapping([converters.PathRule(
+      'Block_{i}/kernel', 'blocks/{i}/kernel', linen_stacked='Scan_0/kernel', nnx_stacked='blocks/kernel'
+  )])
+  with pytest.raises(errors.LayoutError, match=r"Scan_0/kernel: bare \(unannotated\) sources placed sharded, Block_0/kernel \(P\(None, 'model'\)\)"):
+    converters.relayout(params, scan=True, paths=paths)
+  kept = converters.linen_to_nnx(params, paths=paths)  # kept where it is: nothing moves
+  assert kept['blocks'][0]['kernel'][...] is params['params']['Block_0']['kernel']
+
+
+def test_bare_optimizer_moments_of_a_target_are_held_to_their_spec_as_parameters_are():
+  tx = optax.adam(1e-3)
+  variables = linen_variables()
+  bare_params = nn.meta.unbox(variables['params'])
+  # Moments of the bare params: replicated, and the kernel's converted moments are sharded.
+  state = in_context(lambda: TrainState.create(apply_fn=None, params=variables['params'], tx=tx))
+  target = state.replace(opt_state=tx.init(bare_params))
+  model = in_context(lambda: NNXProjection('mesh_axes', nnx.Rngs(1)))
+  optimizer = in_context(lambda: nnx.Optimizer(model, tx, wrt=nnx.Param))
+  with pytest.raises(errors.AnnotationError, match=r'opt_state/0/mu/query/kernel: .*resolving to P\(None, None, None\)'):
+    in_context(lambda: converters.nnx_to_linen((model, optimizer), target=target))

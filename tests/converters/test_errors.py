@@ -355,7 +355,7 @@ CATALOGUE = {
     'unknown collection': (case_unknown_collection, errors.StructureError, "ema: no NNX Variable type is known for the Linen collection 'ema'; pass collections={'ema': VariableType}"),
     'intermediates': (case_intermediates, errors.StructureError, "intermediates: the 'intermediates' collection holds values sown during one call"),
     'collections colliding in NNX': (case_collections_colliding_in_nnx, errors.StructureError, 'layers/0/w2 (params and batch_stats)'),
-    'TrainState field of no collection': (case_train_state_field_of_no_collection, errors.StructureError, "TrainState.dropout_key: no NNX Variable type is known for the Linen collection 'dropout_key'"),
+    'TrainState field of no collection': (case_train_state_field_of_no_collection, errors.StructureError, 'TrainState.dropout_key: is not a collection, and NNX has no place for it; leave it out (state.replace(dropout_key=None))'),
 }
 
 

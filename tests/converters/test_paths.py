@@ -140,3 +140,35 @@ def jax_tree_equal(a, b) -> bool:
       np.asarray(x).tobytes() == np.asarray(y).tobytes()
       for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
   )
+
+
+def test_kept_paths_keep_their_keys_whatever_characters_they_hold():
+  identity = PathMapping.identity()
+  (m,) = identity.match_all('linen', ('a/b', '01', '3', '²', '{i}x{i}'))
+  assert m.rule.path('nnx', 'plain', None) == ('a/b', '01', 3, '²', '{i}x{i}')
+  (back,) = identity.match_all('nnx', ('a/b', '01', 3, '²', '{i}x{i}'))
+  assert back.rule.path('linen', 'plain', None) == ('a/b', '01', '3', '²', '{i}x{i}')
+  with pytest.raises(PathMappingError, match="d/0: NNX key '0' is a string of digits"):
+    identity.match_all('nnx', ('d', '0'))
+
+
+def test_scan_and_num_layers_without_layer_rules_are_refused_not_ignored():
+  params = {'params': {'Block_0': {'w': jnp.ones(2)}, 'Block_1': {'w': jnp.ones(2)}}}
+  with pytest.raises(converters.LayoutError, match=r'scan=True: no PathRule of the mapping has layers'):
+    converters.relayout(params, scan=True)
+  with pytest.raises(converters.LayoutError, match=r'num_layers=7: no PathRule'):
+    converters.linen_to_nnx(params, num_layers=7)
+
+
+def test_the_former_default_is_decided_once_for_every_collection_and_warns_at_the_caller():
+  from tests.converters.conversion_cases import description, linen_trained
+
+  params = linen_trained(description('device', False), 'adam', 0).params
+  with pytest.warns(DeprecationWarning, match='paths=PathMapping.identity') as record:
+    converters.linen_to_nnx({'params': params})
+  assert record[0].filename == __file__
+  # One mapping for every collection: a cache path the guide's mapping lacks is
+  # refused, not kept under its Linen name beside renamed parameters.
+  variables = {'params': params, 'cache': {'DotReluDot_0': {'index': jnp.zeros((), jnp.int32)}}}
+  with pytest.warns(DeprecationWarning), pytest.raises(PathMappingError, match='DotReluDot_0/index'):
+    converters.linen_to_nnx(variables)

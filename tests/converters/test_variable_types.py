@@ -210,3 +210,66 @@ def test_a_collection_landing_on_a_variable_of_another_type_is_refused_by_path()
 def test_malformed_collection_tables_are_refused(collections, message):
   with pytest.raises(errors.StructureError, match=message):
     converters.linen_to_nnx(linen_variables(), collections=collections)
+
+
+def test_the_converted_model_has_rng_variables_of_its_own():
+  target = NNXNet(nnx.Rngs(7))
+  count_before = int(target.dropout.rngs.count[...])
+  key_before = bits(jax.random.key_data(target.dropout.rngs.key[...]))
+  new = converters.linen_to_nnx(linen_variables(), target=target, rngs=11)
+  assert new.dropout.rngs.key is not target.dropout.rngs.key
+  new.train()
+  new(X)
+  new(X)
+  assert int(target.dropout.rngs.count[...]) == count_before
+  assert bits(jax.random.key_data(target.dropout.rngs.key[...])) == key_before  # reseeding the new one only
+
+
+def test_a_train_state_field_that_is_not_a_collection_is_kept_from_the_target():
+  class WithKey(TrainState):
+    dropout_rng: Any = None
+
+  v = linen_variables()
+  tx = optax.adam(1e-2)
+  state = WithKey.create(apply_fn=None, params=v['params'], tx=tx, batch_stats=v['batch_stats'],
+                         dropout_rng=jax.random.key_data(jax.random.key(5)))
+  with pytest.raises(errors.StructureError, match=r'TrainState.dropout_rng: is not a collection, .*state.replace\(dropout_rng=None\)'):
+    converters.linen_to_nnx(state, target=(NNXNet(nnx.Rngs(0)), None))
+  model = NNXNet(nnx.Rngs(7))
+  model, optimizer = converters.linen_to_nnx(
+      state.replace(dropout_rng=None), target=(model, nnx.Optimizer(model, tx, wrt=nnx.Param))
+  )
+  back = converters.nnx_to_linen((model, optimizer), target=state)
+  assert back.dropout_rng is state.dropout_rng
+  abstract = jax.eval_shape(lambda: state)
+  with pytest.raises(errors.StructureError, match="target.dropout_rng: is not a collection, so the output keeps the target's, but it is abstract"):
+    converters.nnx_to_linen((model, optimizer), target=abstract)
+
+
+def test_a_collection_must_be_a_dict_of_variables():
+  with pytest.raises(errors.StructureError, match=r'ema: a collection is a dict of variables by path, not a ArrayImpl'):
+    converters.linen_to_nnx({**linen_variables(), 'ema': jnp.zeros(3)}, collections={'ema': EMA})
+
+
+def test_a_variable_of_a_type_registered_to_another_collection_is_refused():
+  class Net(NNXNet):
+    def __init__(self, rngs):
+      super().__init__(rngs)
+      self.dense.bias = nnx.LoRAParam(self.dense.bias[...])
+
+  with pytest.raises(errors.StructureError, match="model/dense/bias: converted from the Linen 'params' collection"):
+    converters.linen_to_nnx(linen_variables(), target=Net(nnx.Rngs(0)), collections={'lora': nnx.LoRAParam})
+
+
+def test_a_catch_all_collection_does_not_swallow_intermediates():
+  model = NNXNet(nnx.Rngs(7))
+  model.dense.sown = nnx.Intermediate((X,))  # what sow() stores: a tuple
+  with pytest.raises(errors.StructureError, match='model/dense/sown: is an nnx.Intermediate'):
+    converters.nnx_to_linen(model, collections={'ema': nnx.Variable})
+
+
+def test_an_empty_collection_of_the_target_stays_in_the_output():
+  model = NNXNet(nnx.Rngs(7))
+  nnx.update(model, converters.linen_to_nnx(linen_variables()))
+  target = {**linen_variables(), 'cache': {}}
+  assert converters.nnx_to_linen(model, target=target)['cache'] == {}
