@@ -161,25 +161,26 @@ def assert_port_equivalent(
 
   model.eval()
   linen_out = jax.jit(lambda v, *xs: linen_module.apply(v, *xs, **linen_kwargs))(linen_variables, *inputs)
-  # NNX transforms: models may update state as they run (RNG counts, caches).
-  nnx_out = nnx.jit(lambda m, *xs: m(*xs, **nnx_kwargs))(nnx.clone(model), *inputs)
+  # NNX transforms: models may update state as they run (RNG counts, caches);
+  # `model` is this function's own copy.
+  nnx_out = nnx.jit(lambda m, *xs: m(*xs, **nnx_kwargs))(model, *inputs)
   if jax.tree.structure(linen_out) != jax.tree.structure(nnx_out):
     raise AssertionError(
         f'output structures differ: Linen {jax.tree.structure(linen_out)}, NNX {jax.tree.structure(nnx_out)}'
     )
   rows = _compare_trees('outputs', linen_out, nnx_out, atol)
 
-  # Both sides take every variable as an argument: a collection closed over
-  # would be a constant that XLA folds (rsqrt of batch statistics, say) with
-  # other rounding than the runtime's.
-  def linen_loss(params, variables):
-    return loss(linen_module.apply({**variables, 'params': params}, *inputs, **linen_kwargs))
+  # Both sides take every variable and input as an argument: one closed over
+  # would be a constant that XLA folds (rsqrt of batch statistics, say) or
+  # fuses with other rounding than the runtime's.
+  def linen_loss(params, variables, *xs):
+    return loss(linen_module.apply({**variables, 'params': params}, *xs, **linen_kwargs))
 
   def nnx_loss(model, *xs):
     return loss(model(*xs, **nnx_kwargs))
 
-  linen_grads = jax.jit(jax.grad(linen_loss))(linen_variables['params'], linen_variables)
-  nnx_grads = nnx.jit(nnx.grad(nnx_loss))(nnx.clone(model), *inputs)
+  linen_grads = jax.jit(jax.grad(linen_loss))(linen_variables['params'], linen_variables, *inputs)
+  nnx_grads = nnx.jit(nnx.grad(nnx_loss))(model, *inputs)
   # Gradients are compared bare and by path: where each side's compiler puts
   # them is not a property of the port.
   converted = linen_to_nnx({'params': _bare(linen_grads)}, paths=paths, collections=collections)

@@ -34,7 +34,6 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 import converters
 from converters import PathMapping, PathRule
 from converters.testing import assert_port_equivalent, assert_training_equivalent
-from nnx_port.constrained_params import constrain_params_at_use
 from model_zoo import paths as zoo_paths
 from model_zoo.configs import RULES, CNNConfig, ResNetConfig, RNNConfig, TransformerConfig
 from model_zoo.linen import cnn as linen_cnn
@@ -185,11 +184,7 @@ def transformer_case(config: TransformerConfig, idiom: str, decode: bool = False
     abstract = jax.eval_shape(linen.init, jax.random.key(0), x)
     shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh(), RULES)
     variables = jax.jit(linen.init, out_shardings=shardings)(jax.random.key(0), x)
-    # Linen's boxes constrain every parameter read; so must the port, for its
-    # gradients to compile to Linen's program (README: "When Linen and NNX
-    # agree bit for bit"). Without it, a replicated contraction can be reduced
-    # in another order: seen as 1-ulp gradient differences with width 8, one head.
-    model = constrain_params_at_use(nnx_tf.TransformerLM(config, idiom=idiom, rngs=nnx.Rngs(1)))
+    model = nnx_tf.TransformerLM(config, idiom=idiom, rngs=nnx.Rngs(1))
   return linen, variables, model, x
 
 
@@ -267,26 +262,11 @@ def transformer_configs(draw):
   heads = draw(st.sampled_from([1, 2, 4]))
   return TransformerConfig(
       vocab_size=draw(st.sampled_from([16, 32])),
-      # At least 16 wide: see test_a_width_8_transformer_gradient_differs_by_an_ulp.
-      width=heads * draw(st.sampled_from([8, 16])) if heads > 1 else 16,
+      width=heads * draw(st.sampled_from([4, 8])),
       num_heads=heads, mlp_dim=draw(st.sampled_from([8, 16])), num_layers=draw(st.integers(1, 3)),
       max_len=8, norm=draw(st.sampled_from(['layernorm', 'rmsnorm'])),
       scan_layers=draw(st.booleans()),
   )
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    'Found by the random-configuration property: at width 8 on the 2x4 mesh, forward '
-    'outputs are bit-equal but gradients differ by 1 ulp; the compiled programs have '
-    'the same operations in another parameter order, cause not yet pinned down. Strict: '
-    'this test fails once they agree, so the width floor of the strategy can go.'
-))
-@pytest.mark.parametrize('width, heads', [(8, 1), (8, 2)])
-def test_a_width_8_transformer_gradient_differs_by_an_ulp(width, heads):
-  config = TransformerConfig(vocab_size=16, width=width, num_heads=heads, mlp_dim=8, num_layers=1, max_len=8)
-  linen, variables, model, x = transformer_case(config, 'rules_metadata')
-  with in_mesh():
-    assert_port_equivalent(linen, variables, model, x, paths=mapping(zoo_paths.TRANSFORMER))
 
 
 @settings(deadline=None)
