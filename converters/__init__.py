@@ -3,9 +3,10 @@
     from converters import linen_to_nnx, nnx_to_linen, PathRule, PathMapping
 
 The public API is this module's names. The core, which knows no model: `api`
-(the conversions), `paths` (the path mapping), `metadata` (the neutral sharding annotation), `layout`
-(path translation and scan <-> loop relayout), `tree_io` (reading and writing
-both frameworks' trees), `optimizer_state` (optax state <-> NNX optimizers,
+(the conversions), `paths` (the path mapping), `metadata` (the neutral
+sharding annotation), `layout` (path translation and scan <-> loop relayout),
+`variable_types` (Linen collections <-> NNX Variable types), `tree_io`
+(reading and writing both frameworks' trees), `optimizer_state` (optax state <-> NNX optimizers,
 with a registry for optimizers of your own), `distributed` (agreement between
 processes), `allocator` and `errors`. Above it: `converters.presets` (the
 path mappings of published models), `converters.checkpoint` (inspect,
@@ -13,7 +14,7 @@ restore, convert, verify and compare checkpoints on disk) and
 `converters.testing` (equivalence assertions for your CI).
 
 May import: `nnx_port` (helpers an NNX port uses, re-exported here). The core
-imports neither `linen_impl`, `nnx_impl`, `kit_mlp` nor `linen_nnx_cli`
+imports neither `linen_impl`, `nnx_impl`, `kit_mlp`, `model_zoo` nor `linen_nnx_cli`
 (contracts in pyproject.toml, checked by `make test`).
 
 Names are imported lazily, so that `linen_nnx_cli.devices` can set the
