@@ -50,24 +50,28 @@ from converters.variable_types import CollectionTable
 _TRAIN_STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainState))
 
 
+def _extra_fields(state: TrainState):
+  """`(name, value)` of a `TrainState` subclass's own pytree fields."""
+  for field in dataclasses.fields(state):
+    if field.name not in _TRAIN_STATE_FIELDS and field.metadata.get('pytree_node', True):
+      yield field.name, getattr(state, field.name)
+
+
 def _linen_collections(linen, table: CollectionTable) -> dict[str, Any]:
   """`{collection: tree}` of a variables dict or a `TrainState` (its extra fields)."""
   if isinstance(linen, TrainState):
     trees = {'params': linen.params}
-    for field in dataclasses.fields(linen):
-      if field.name in _TRAIN_STATE_FIELDS or not field.metadata.get('pytree_node', True):
-        continue
-      tree = getattr(linen, field.name)
+    for name, tree in _extra_fields(linen):
       if tree is None:
         continue
-      if field.name not in table.by_name:
+      if name not in table.by_name:
         raise StructureError(
-            f'TrainState.{field.name}: is not a collection, and NNX has no place for '
-            f'it; leave it out (state.replace({field.name}=None)) and keep it aside, or, '
-            f'if it holds variables, pass collections={{{field.name!r}: VariableType}}',
-            [f'TrainState.{field.name}'],
+            f'TrainState.{name}: is not a collection, and NNX has no place for '
+            f'it; leave it out (state.replace({name}=None)) and keep it aside, or, '
+            f'if it holds variables, pass collections={{{name!r}: VariableType}}',
+            [f'TrainState.{name}'],
         )
-      trees[field.name] = tree
+      trees[name] = tree
     return _collection_trees(trees, 'TrainState.')
   if not isinstance(linen, Mapping) or not linen:
     raise StructureError(
@@ -461,13 +465,10 @@ def _linen_templates(target, table: CollectionTable, groups) -> dict[str, Any]:
   `TrainState` whose fields of collection names (`params`, `batch_stats`) are the collections."""
   if isinstance(target, TrainState):
     templates = {'params': target.params}
-    for field in dataclasses.fields(target):
-      if field.name in _TRAIN_STATE_FIELDS or not field.metadata.get('pytree_node', True):
-        continue
-      tree = getattr(target, field.name)
-      if field.name in table.by_name:
-        if tree is not None or field.name in groups:
-          templates[field.name] = tree
+    for name, tree in _extra_fields(target):
+      if name in table.by_name:
+        if tree is not None or name in groups:
+          templates[name] = tree
         continue
       # Not a collection: kept from the target, as `tx` and `apply_fn` are.
       abstract = [
@@ -476,10 +477,10 @@ def _linen_templates(target, table: CollectionTable, groups) -> dict[str, Any]:
       ]
       if abstract:
         raise StructureError(
-            f'target.{field.name}: is not a collection, so the output keeps the '
+            f'target.{name}: is not a collection, so the output keeps the '
             f"target's, but it is abstract ({format_offenders(abstract)}); give the "
             'target a real value for it',
-            [f'target.{field.name}'],
+            [f'target.{name}'],
         )
     kind = 'the TrainState target has no field for'
     fix = (
