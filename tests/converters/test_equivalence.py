@@ -310,8 +310,8 @@ MUST_RAISE = {
     'add': (True, True),  # no rule maps the added path
     'reshape': (True, True),  # the names no longer fit the rank
     'retype': (False, True),  # an int32 model converts; the target is float32
-    # One bare array among boxed ones: replicated, as Linen reads it; the
-    # target's annotation resolves otherwise. (strict=True refuses it alone.)
+    # One bare array among boxed ones: replicated, as Linen reads it; with a
+    # target, see must_raise. (strict=True refuses it alone.)
     'unbox': (False, True),
 }
 
@@ -320,6 +320,11 @@ def must_raise(kind, with_target, box, argument) -> bool | None:
   """Whether the conversion must raise; None where either outcome is right."""
   if kind == 'reannotate':
     return None  # valid names for the array convert, others raise
+  if kind == 'unbox' and with_target:
+    # The bare array reads as replicated: the target is filled (in its own
+    # form) when its annotation resolves to replicated too, as some rule sets do.
+    names = box.names if not isinstance(box, nn.LogicallyPartitioned) else nn.logical_to_mesh_axes(box.names, box.rules)
+    return any(axis is not None for axis in names)
   if kind == 'drop_rule':
     # A name left without a rule raises. A rule no name uses changes no spec,
     # so a target (which keeps the rule) is filled in its own form.
