@@ -21,7 +21,6 @@ import contextlib
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -29,7 +28,7 @@ from flax import linen as nn
 from flax import nnx
 from flax.training import train_state
 from hypothesis import given, settings, strategies as st
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType
 
 import converters
 from converters import PathMapping, PathRule
