@@ -1,9 +1,10 @@
 """linen-nnx-kit's conversion library: Flax Linen <-> Flax NNX, for any model.
 
-    from converters import linen_to_nnx, nnx_to_linen, PathRule, PathMapping
+    from converters import linen_to_nnx, nnx_to_linen, PathRule, PathMapping, Rearrange
 
 The public API is this module's names. The core, which knows no model: `api`
-(the conversions), `paths` (the path mapping), `metadata` (the neutral
+(the conversions), `paths` (the path mapping), `transforms` (value
+transforms of path rules: reshape, transpose, fuse/split), `metadata` (the neutral
 sharding annotation), `layout` (path translation and scan <-> loop relayout),
 `variable_types` (Linen collections <-> NNX Variable types), `tree_io`
 (reading and writing both frameworks' trees), `optimizer_state` (optax state <-> NNX optimizers,
@@ -37,6 +38,7 @@ _EXPORTS = {
     'constrain_params_at_use': 'nnx_port.constrained_params',
     'PathRule': 'converters.paths',
     'PathMapping': 'converters.paths',
+    'Rearrange': 'converters.transforms',
     'KIT_PATHS': 'converters.presets',
     'GUIDE_PATHS': 'converters.presets',
     'GUIDE_LOGICAL_PATHS': 'converters.presets',

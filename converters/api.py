@@ -315,8 +315,8 @@ def _check_collection(where: str, collection: str, t_var: nnx.Variable, table: C
   wanted = table.by_name[collection]
   if table.collection(t_var, where) != collection:
     raise StructureError(
-        f'{where}: converted from the Linen {collection!r} collection (an '
-        f'{wanted.__name__}), but the target holds an {type(t_var).__name__} there; '
+        f'{where}: converted from the Linen {collection!r} collection '
+        f'({wanted.__name__} Variables), but the target holds a {type(t_var).__name__} there; '
         'map the path to a Variable of the same kind, or pass collections=... '
         'to say which type the collection has',
         [where],

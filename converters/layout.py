@@ -37,7 +37,8 @@ from converters.errors import (
     StructureError,
     format_offenders,
 )
-from converters.paths import Framework, PathMapping, format_path
+from converters.paths import Framework, Match, PathMapping, format_path
+from converters.transforms import Step
 
 Flat = Mapping[tuple, tuple[Any, md.Annotation]]
 
@@ -49,10 +50,12 @@ class Target:
   Attributes:
     op: 'keep' (the source array), 'stack' (the looped sources, in layer
       order) or 'slice' (layer `index` of the one stacked source).
-    sources: the source paths the leaf is made from.
+    sources: the source paths the leaf is made from (with a transform that
+      fuses parts: every part's, part after part).
     annotation: the target annotation.
     shape, dtype: of the target leaf.
     index: the layer of a 'slice'.
+    transform: the rule's value transform, applied after `op`, or None.
   """
 
   op: str
@@ -61,6 +64,16 @@ class Target:
   shape: tuple[int, ...]
   dtype: Any
   index: int | None = None
+  transform: Step | None = None
+
+  @property
+  def rearrange_text(self) -> str:
+    return repr(self.transform.rearrange) if self.transform else ''
+
+  @property
+  def kept(self) -> bool:
+    """Whether the target leaf is its source array itself (nothing to compute)."""
+    return self.op == 'keep' and self.transform is None
 
 
 def _shape_dtype(value) -> tuple[tuple[int, ...], Any]:
@@ -75,6 +88,7 @@ def plan(
     scan: bool | None = None,
     layer_partition: str | None = None,
     num_layers: int | None = None,
+    rules: tuple | None = None,
 ) -> dict[tuple, Target]:
   """Decides every target leaf of a conversion; raises before touching arrays.
 
@@ -85,6 +99,8 @@ def plan(
     scan: target layout of layer parameters; `None` keeps each one's layout.
     layer_partition: the layer axis name to insert when stacking.
     num_layers: if given, the number of layers every layer parameter must have.
+    rules: the logical rules that tell whether a name a value transform
+      merges away shards anything (the conversion's, or the context's).
   """
   matches = mapping.match(source, flat.keys())
   targets: dict[tuple, Target] = {}
@@ -94,7 +110,11 @@ def plan(
   problems: list[str] = []
   offenders: list[str] = []
 
+  transformed: dict[tuple, dict[int | None, dict[int, tuple]]] = defaultdict(lambda: defaultdict(dict))
   for path, match in matches.items():
+    if match.rule.transform is not None and source != target:
+      transformed[match.rule, match.layout][match.index][match.part] = path
+      continue
     value, annotation = flat[path]
     shape, dtype = _shape_dtype(value)
     layout = match.layout
@@ -105,7 +125,7 @@ def plan(
       continue
     if layout == want:
       if num_layers is not None and layout == 'loop':
-        kept_layers[match.rule][match.index] = path
+        kept_layers[match.rule, match.part][match.index] = path
       elif num_layers is not None and layout == 'scan' and (shape[:1] or (0,))[0] != num_layers:
         problems.append(
             f'{format_path(path)}: stacked axis has length {(shape[:1] or (0,))[0]}, '
@@ -113,11 +133,11 @@ def plan(
         )
         offenders.append(format_path(path))
         continue
-      new = match.rule.path(target, layout, match.index)
+      new = match.rule.path(target, layout, match.index, match.part)
       producers[new].append(format_path(path))
       targets[new] = Target('keep', (path,), annotation, shape, dtype)
     elif layout == 'loop':  # -> scan
-      groups[match.rule][match.index] = path
+      groups[match.rule, match.part][match.index] = path
     else:  # scan -> loop
       length = shape[0] if shape else 0
       if not length:
@@ -136,18 +156,18 @@ def plan(
         continue
       layer_annotation, _ = md.remove_layer_axis(annotation, format_path(path))
       for i in range(length):
-        new = match.rule.path(target, 'loop', i)
+        new = match.rule.path(target, 'loop', i, match.part)
         producers[new].append(f'{format_path(path)}[{i}]')
         targets[new] = Target('slice', (path,), layer_annotation, shape[1:], dtype, i)
 
-  for rule, layers in kept_layers.items():
-    problem = _layer_count_problem(rule, layers, num_layers, source, 'keep')
+  for (rule, part), layers in kept_layers.items():
+    problem = _layer_count_problem(rule, layers, num_layers, source, 'keep', part)
     if problem:
       problems.append(problem[0])
       offenders += problem[1]
-  for rule, layers in groups.items():
+  for (rule, part), layers in groups.items():
     count = num_layers if num_layers is not None else max(layers) + 1
-    problem = _layer_count_problem(rule, layers, count, source, 'stack')
+    problem = _layer_count_problem(rule, layers, count, source, 'stack', part)
     if problem:
       problems.append(problem[0])
       offenders += problem[1]
@@ -167,7 +187,7 @@ def plan(
       )
       offenders += differing
       continue
-    new = rule.path(target, 'scan', None)
+    new = rule.path(target, 'scan', None, part)
     producers[new].append(format_path(paths[0]) + ' ...')
     targets[new] = Target(
         'stack',
@@ -175,6 +195,12 @@ def plan(
         md.add_layer_axis(first_annotation, layer_partition),
         (count,) + shape,
         dtype,
+    )
+
+  for (rule, layout), layers in transformed.items():
+    _plan_transformed(
+        rule, layout, layers, flat, source, target, scan, layer_partition, num_layers,
+        rules, targets, producers, problems, offenders,
     )
 
   nested = [
@@ -196,12 +222,127 @@ def plan(
         listed,
     )
   if problems:
-    error = StructureError if any('missing layers' in p for p in problems) else LayoutError
+    missing = ('missing layers', 'parts of fused parameters are missing')
+    error = StructureError if any(m in p for p in problems for m in missing) else LayoutError
     raise error('; '.join(problems), offenders)
   return targets
 
 
-def _layer_count_problem(rule, layers: dict[int, tuple], count: int, source: Framework, verb: str):
+def _plan_transformed(
+    rule, layout, layers, flat, source, target, scan, layer_partition, num_layers,
+    rules, targets, producers, problems, offenders,
+) -> None:
+  """Plans the target leaves of one rule with a value transform, into `targets`.
+
+  `layers` holds `{layer index: {part: source path}}` (index None outside
+  loops). Layout changes compose with the transform: a stack of looped
+  layers is transformed with the layer axis leading, a stacked array is
+  sliced first.
+  """
+  rearrange = rule.transform
+  parts = len(rule.templates(source, layout))  # source arrays per parameter
+  part_count = max(parts, len(rule.templates(target, 'loop')))  # the part axis's size
+  want = layout if scan is None or layout == 'plain' else ('scan' if scan else 'loop')
+  if want == 'scan' and rule.linen_stacked is None:
+    paths = [format_path(p) for group in layers.values() for p in group.values()]
+    problems.append(f'{format_offenders(paths)}: their rule has no stacked form')
+    offenders.extend(paths)
+    return
+  incomplete = [
+      format_path(rule.path(source, layout, index, p))
+      for index, group in layers.items() for p in range(parts) if p not in group
+  ]
+  if incomplete:
+    problems.append(
+        f'parts of fused parameters are missing: {format_offenders(incomplete)} '
+        f'({rule.template(source, layout)!r} lists {parts} parts)'
+    )
+    offenders.extend(incomplete)
+    return
+  if layout == 'loop' and (want == 'scan' or num_layers is not None):
+    count = num_layers if num_layers is not None else max(layers) + 1
+    problem = _layer_count_problem(
+        rule, {i: g[0] for i, g in layers.items()}, count, source, 'stack' if want == 'scan' else 'keep'
+    )
+    if problem:
+      problems.append(problem[0])
+      offenders.extend(problem[1])
+      return
+  if layout == 'loop' and want == 'scan':
+    units = [(None, tuple(layers[i][p] for p in range(parts) for i in range(count)))]
+  else:
+    units = [(i, tuple(group[p] for p in range(parts))) for i, group in layers.items()]
+  for index, sources in units:
+    where = format_path(sources[0])
+    values = [flat[s][0] for s in sources]
+    annotations = [flat[s][1] for s in sources]
+    shape, dtype = _shape_dtype(values[0])
+    differing = [
+        format_path(s) for s, v, a in zip(sources, values, annotations)
+        if _shape_dtype(v) != (shape, dtype) or a != annotations[0]
+    ]
+    if differing:
+      problems.append(
+          f'{rule.template(source, layout)!r}: the parts and layers of one transformed '
+          f'parameter must share shape, dtype and annotation with {where} {shape} '
+          f'{dtype}: {format_offenders(differing)} differ'
+      )
+      offenders.extend(differing)
+      continue
+    annotation, layer_name, lead = annotations[0], None, 0
+    if layout == 'scan':
+      if not shape or (num_layers is not None and shape[0] != num_layers):
+        problems.append(
+            f'{where}: a stacked parameter of shape {shape} does not have '
+            f'{num_layers if num_layers is not None else "any"} layers'
+        )
+        offenders.append(where)
+        continue
+      annotation, layer_name = md.remove_layer_axis(annotation, where)
+      lead = 1
+    layer_shape = shape[lead:]
+    sizes = rearrange.axis_sizes(source, [layer_shape] * parts, 0, part_count, where)
+    names = rearrange.target_names(source, annotation.names, _sharded_test(annotation, rules, where), where)
+    annotation = dataclasses.replace(annotation, names=names)
+    target_shape = rearrange.target_shape(target, sizes)
+    if layout == 'scan' and want == 'scan':
+      op, index_of_slice, step_lead = 'keep', None, 1
+      annotation = md.add_layer_axis(annotation, layer_name)
+      target_shape = shape[:1] + target_shape
+    elif layout == 'scan':
+      op, index_of_slice, step_lead = 'slice', None, 0
+    elif want == 'scan':
+      op, index_of_slice, step_lead = 'stack', None, 1
+      annotation = md.add_layer_axis(annotation, layer_partition)
+      target_shape = (len(sources) // parts,) + target_shape
+    else:
+      op, index_of_slice, step_lead = 'keep', None, 0
+    for part in range(rearrange.target_parts(target, sizes)):
+      step = Step(rearrange, source, step_lead, part, part_count)
+      if op == 'slice':
+        for i in range(shape[0]):
+          new = rule.path(target, 'loop', i, part)
+          producers[new].append(f'{where}[{i}]')
+          targets[new] = Target('slice', sources, annotation, target_shape, dtype, i, step)
+        continue
+      new = rule.path(target, want, index, part)
+      producers[new].append(where + (' ...' if op == 'stack' else ''))
+      targets[new] = Target(op, sources, annotation, target_shape, dtype, index_of_slice, step)
+
+
+def _sharded_test(annotation: md.Annotation, rules: tuple | None, where: str):
+  """Whether a name of `annotation` puts its dimension on a mesh axis."""
+  def is_sharded(name) -> bool:
+    if not annotation.logical:
+      return True
+    single = dataclasses.replace(annotation, names=(name,))
+    return md.mesh_axes(single, where, rules)[0] is not None
+  return is_sharded
+
+
+def _layer_count_problem(
+    rule, layers: dict[int, tuple], count: int, source: Framework, verb: str, part: int = 0
+):
   """`(message, offenders)` when `layers` are not exactly layers 0..count-1.
 
   Costs the number of layers present, not `count` (which a caller may give
@@ -211,7 +352,7 @@ def _layer_count_problem(rule, layers: dict[int, tuple], count: int, source: Fra
   missing, i = [], 0
   while len(missing) < min(50, count - present):
     if i not in layers:
-      missing.append(rule.path(source, 'loop', i))
+      missing.append(rule.path(source, 'loop', i, part))
     i += 1
   extra = [p for i, p in layers.items() if i >= count]
   if not (missing or extra):
@@ -295,7 +436,18 @@ def target_shardings(
           list(meshes.values()),
       )
     leaf_mesh = next(iter(meshes), None)
-    spec = md.resolve(t.annotation, t.shape, leaf_mesh, format_path(path), rules)
+    try:
+      spec = md.resolve(t.annotation, t.shape, leaf_mesh, format_path(path), rules)
+    except AnnotationError as e:
+      if t.transform is None:
+        raise
+      raise AnnotationError(
+          f'{e} (the annotation {t.rearrange_text} gives {format_path(path)} from '
+          f'{format_path(t.sources[0])}; the sharding cannot follow the transform: '
+          'give the sizes a layout each device can hold whole, or convert with that '
+          'name resolving to None (rules=...) and reshard after)',
+          e.paths,
+      ) from e
     shardings[path] = None if leaf_mesh is None else NamedSharding(leaf_mesh, spec)
   return shardings
 
@@ -322,7 +474,7 @@ def check_executable(
     )
   problems, offenders = [], []
   for path, t in targets.items():
-    if t.op == 'keep':
+    if t.kept:
       continue
     values = [flat[s][0] for s in t.sources]
     where = format_path(path)
@@ -376,11 +528,18 @@ def buffer_keys(value) -> frozenset:
 
 def _relayout(recipe, *arrays):
   results = []
-  for op, inputs, index in recipe:
-    if op == 'stack':
-      results.append(jnp.stack([arrays[i] for i in inputs]))
+  for op, inputs, index, transform in recipe:
+    parts = 1 if transform is None else transform.source_arrays
+    if op == 'stack':  # part after part, each a run of layers
+      layers = len(inputs) // parts
+      values = [
+          jnp.stack([arrays[i] for i in inputs[p * layers:(p + 1) * layers]]) for p in range(parts)
+      ]
+    elif op == 'slice':
+      values = [arrays[i][index] for i in inputs]
     else:
-      results.append(arrays[inputs[0]][index])
+      values = [arrays[i] for i in inputs]
+    results.append(values[0] if transform is None else transform(values))
   return results
 
 
@@ -410,7 +569,10 @@ def _run(
   sources = sorted({s for p in paths for s in targets[p].sources}, key=format_path)
   position = {s: i for i, s in enumerate(sources)}
   recipe = tuple(
-      (targets[p].op, tuple(position[s] for s in targets[p].sources), targets[p].index)
+      (
+          targets[p].op, tuple(position[s] for s in targets[p].sources), targets[p].index,
+          targets[p].transform,
+      )
       for p in paths
   )
   relayout = _compiled_relayout(recipe, tuple(shardings[p] for p in paths))
@@ -435,7 +597,7 @@ def execute(
   out: dict[tuple, Any] = {}
   moved = []
   for path, t in targets.items():
-    if t.op == 'keep':
+    if t.kept:
       out[path] = flat[t.sources[0]][0]
     elif _abstract(flat[t.sources[0]][0]):
       out[path] = jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[path])

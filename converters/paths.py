@@ -8,7 +8,9 @@ a scan (no `{i}`: the layer index became axis 0 of the array). Rules without
 framework, so one mapping serves Linen -> NNX, NNX -> Linen and scan <-> loop.
 A mapping made with `keep_unmatched=True` (`PathMapping.identity()` has no
 rules at all) maps every path no rule matches to the same path, for ports
-that kept most names.
+that kept most names. A rule with a `transform` (`converters.transforms.
+Rearrange`) also changes the parameter's shape; a fused parameter's rule
+lists one template per part on the side that keeps the parts apart.
 
 Paths are relative to the parameters' root: Linen paths start below the
 `params` collection (`Block_0/Dense_0/kernel`), NNX paths at the model
@@ -27,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from converters.errors import PathMappingError, format_offenders
+from converters.transforms import Rearrange
 
 Framework = Literal['linen', 'nnx']
 Layout = Literal['loop', 'scan', 'plain']
@@ -53,6 +56,15 @@ def parse_path(text: str, framework: Framework) -> tuple:
   return tuple(keys)
 
 
+Templates = str | tuple[str, ...]
+
+
+def _as_templates(value) -> tuple[str, ...] | None:
+  if value is None:
+    return None
+  return (value,) if isinstance(value, str) else tuple(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class PathRule:
   """One parameter's path in Linen and in NNX.
@@ -63,52 +75,106 @@ class PathRule:
     linen_stacked: Linen path of the same parameter stacked over layers by
       `nn.scan` (layer rules only; `None` if no scanned form).
     nnx_stacked: NNX path of the stacked parameter (`nnx.vmap`/`nnx.scan`).
+    transform: a `converters.transforms.Rearrange` for a port that changed
+      the parameter's shape (reshaped, transposed, fused or split). A fused
+      parameter's parts are listed on their side as a tuple of templates,
+      in the order of the pattern's part axis: `linen=('q/kernel',
+      'k/kernel', 'v/kernel'), nnx='qkv/kernel'` (and tuples for the stacked
+      templates of that side).
   """
 
-  linen: str
-  nnx: str
-  linen_stacked: str | None = None
-  nnx_stacked: str | None = None
+  linen: Templates
+  nnx: Templates
+  linen_stacked: Templates | None = None
+  nnx_stacked: Templates | None = None
+  transform: Rearrange | None = None
 
   def __post_init__(self):
-    layered = [_INDEX in t for t in (self.linen, self.nnx)]
-    if layered[0] != layered[1] or any(t.count(_INDEX) > 1 for t in (self.linen, self.nnx)):
+    for field in ('linen', 'nnx', 'linen_stacked', 'nnx_stacked'):
+      value = getattr(self, field)
+      if not (value is None and field.endswith('stacked')) and not (
+          isinstance(value, str)
+          or (isinstance(value, (tuple, list)) and value and all(isinstance(t, str) for t in value))
+      ):
+        raise PathMappingError(
+            f'rule {self}: {field}={value!r}; give a path template (str), or a '
+            'tuple of them for the parts of a fused parameter'
+        )
+      if isinstance(value, list) or (isinstance(value, tuple) and len(value) == 1):
+        object.__setattr__(self, field, value[0] if len(value) == 1 else tuple(value))
+    if self.transform is not None and not isinstance(self.transform, Rearrange):
       raise PathMappingError(
-          f'rule {self}: put {_INDEX} exactly once in both templates (a layer '
-          'parameter) or in neither (a parameter outside the layers)'
+          f'rule {self}: transform={self.transform!r}; pass a Rearrange '
+          "(e.g. Rearrange('e h d -> e (h d)', h=8)) or None"
+      )
+    counts = {fw: len(self.templates(fw, 'loop')) for fw in ('linen', 'nnx')}
+    if self.transform is not None and self.transform.part_axis is not None:
+      parted = 'nnx' if self.transform.fused_side == 'linen' else 'linen'
+      if counts[self.transform.fused_side] != 1 or counts[parted] < 2:
+        raise PathMappingError(
+            f'rule {self}: its transform fuses parts on the {self.transform.fused_side} '
+            f'side (part axis {self.transform.part_axis}), so give one '
+            f'{self.transform.fused_side} template and a tuple of two or more {parted} '
+            'templates, one per part'
+        )
+    elif max(counts.values()) > 1:
+      raise PathMappingError(
+          f'rule {self}: several templates on one side need a transform that '
+          "fuses them, e.g. transform=Rearrange('e h d -> e (qkv h d)')"
+      )
+    templates = self.templates('linen', 'loop') + self.templates('nnx', 'loop')
+    layered = [_INDEX in t for t in templates]
+    if len(set(layered)) > 1 or any(t.count(_INDEX) > 1 for t in templates):
+      raise PathMappingError(
+          f'rule {self}: put {_INDEX} exactly once in every template (a layer '
+          'parameter) or in none (a parameter outside the layers)'
       )
     stacked = (self.linen_stacked, self.nnx_stacked)
     if (stacked[0] is None) != (stacked[1] is None):
       raise PathMappingError(
           f'rule {self}: give both linen_stacked and nnx_stacked, or neither'
       )
-    if stacked[0] is not None and (not self.layered or any(_INDEX in t for t in stacked)):
-      raise PathMappingError(
-          f'rule {self}: stacked templates belong to layer rules and have no '
-          f'{_INDEX} (the layer index is axis 0 of the stacked array)'
-      )
+    if stacked[0] is not None:
+      stacked_templates = self.templates('linen', 'scan') + self.templates('nnx', 'scan')
+      if not self.layered or any(_INDEX in t for t in stacked_templates):
+        raise PathMappingError(
+            f'rule {self}: stacked templates belong to layer rules and have no '
+            f'{_INDEX} (the layer index is axis 0 of the stacked array)'
+        )
+      for fw in ('linen', 'nnx'):
+        if len(self.templates(fw, 'scan')) != counts[fw]:
+          raise PathMappingError(
+              f'rule {self}: give {fw}_stacked one template per {fw} template ({counts[fw]})'
+          )
 
   @property
   def layered(self) -> bool:
-    return _INDEX in self.linen
+    return _INDEX in self.templates('linen', 'loop')[0]
+
+  def templates(self, framework: Framework, layout: Layout) -> tuple[str, ...] | None:
+    """The templates of `framework` in `layout`: one, or one per part of a fused parameter."""
+    if layout == 'scan':
+      return _as_templates(self.linen_stacked if framework == 'linen' else self.nnx_stacked)
+    return _as_templates(self.linen if framework == 'linen' else self.nnx)
 
   def template(self, framework: Framework, layout: Layout) -> str | None:
-    if layout == 'scan':
-      return self.linen_stacked if framework == 'linen' else self.nnx_stacked
-    return self.linen if framework == 'linen' else self.nnx
+    """The template of `framework` in `layout`, for messages (parts joined by ` & `)."""
+    templates = self.templates(framework, layout)
+    return None if templates is None else ' & '.join(templates)
 
   def layouts(self) -> tuple[Layout, ...]:
     if not self.layered:
       return ('plain',)
     return ('loop', 'scan') if self.linen_stacked is not None else ('loop',)
 
-  def path(self, framework: Framework, layout: Layout, index: int | None) -> tuple:
-    template = self.template(framework, layout)
-    if template is None:
+  def path(self, framework: Framework, layout: Layout, index: int | None, part: int = 0) -> tuple:
+    templates = self.templates(framework, layout)
+    if templates is None:
       raise PathMappingError(
           f'rule {self} has no stacked form; add linen_stacked and nnx_stacked '
           'to convert it to a scanned layout'
       )
+    template = templates[part]
     text = template.replace(_INDEX, str(index)) if layout == 'loop' else template
     return parse_path(text, framework)
 
@@ -126,6 +192,9 @@ class KeptPath(PathRule):
 
   keys: tuple = ()
 
+  def __post_init__(self):
+    pass  # its keys are not templates: a `{i}` in them is a key's text
+
   @classmethod
   def of(cls, framework: Framework, path: Sequence) -> KeptPath:
     text = format_path(path)
@@ -141,11 +210,11 @@ class KeptPath(PathRule):
         )
     return cls(linen='<kept>', nnx='<kept>', keys=linen if framework == 'nnx' else nnx)
 
-  def path(self, framework: Framework, layout: Layout, index: int | None) -> tuple:
+  def path(self, framework: Framework, layout: Layout, index: int | None, part: int = 0) -> tuple:
     return self.keys
 
-  def template(self, framework: Framework, layout: Layout) -> str | None:
-    return format_path(self.keys)
+  def templates(self, framework: Framework, layout: Layout) -> tuple[str, ...] | None:
+    return (format_path(self.keys),)
 
 
 def _compile(template: str) -> re.Pattern:
@@ -160,6 +229,7 @@ class Match:
   rule: PathRule
   layout: Layout
   index: int | None
+  part: int = 0
 
 
 class PathMapping:
@@ -175,18 +245,19 @@ class PathMapping:
       raise PathMappingError(f'keep_unmatched={keep_unmatched!r}: pass True or False')
     self.keep_unmatched = keep_unmatched
     self._patterns = [
-        (rule, layout, fw, _compile(rule.template(fw, layout)))
+        (rule, layout, fw, part, template, _compile(template))
         for rule in self.rules
         for layout in rule.layouts()
         for fw in ('linen', 'nnx')
+        for part, template in enumerate(rule.templates(fw, layout))
     ]
-    seen: dict[tuple, PathRule] = {}
+    seen: dict[tuple, tuple] = {}
     duplicates = []
-    for rule, layout, fw, pattern in self._patterns:
+    for rule, layout, fw, part, template, pattern in self._patterns:
       key = (fw, pattern.pattern)
-      if key in seen and seen[key] is not rule:
-        duplicates.append(f'{fw} {rule.template(fw, layout)!r}')
-      seen[key] = rule
+      if key in seen and seen[key] != (rule, part):
+        duplicates.append(f'{fw} {template!r}')
+      seen[key] = (rule, part)
     if duplicates:
       raise PathMappingError(
           'several rules share a template, so their paths are ambiguous: '
@@ -217,9 +288,9 @@ class PathMapping:
   def match_all(self, framework: Framework, path: Sequence) -> list[Match]:
     text = format_path(path)
     found = []
-    for rule, layout, fw, pattern in self._patterns:
+    for rule, layout, fw, part, _, pattern in self._patterns:
       if fw == framework and (m := pattern.match(text)):
-        found.append(Match(rule, layout, int(m['i']) if layout == 'loop' else None))
+        found.append(Match(rule, layout, int(m['i']) if layout == 'loop' else None, part))
     if not found and self.keep_unmatched:
       found.append(Match(KeptPath.of(framework, path), 'plain', None))
     return found

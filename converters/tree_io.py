@@ -222,7 +222,7 @@ class Batch:
       )
     targets = layout.plan(
         pairs, mapping, source, target,
-        options.scan, options.layer_partition, options.num_layers,
+        options.scan, options.layer_partition, options.num_layers, options.resolution_rules,
     )
     if options.rules is not None:
       targets = {
@@ -235,7 +235,7 @@ class Batch:
       check_writable(format_path(path), t.shape, t.dtype, t.annotation, target)
     planned = {}
     for path, t in targets.items():
-      if t.op == 'keep':
+      if t.kept:
         planned[path] = (pairs[t.sources[0]][0], t.annotation)
       else:
         planned[path] = (Pending(t.shape, t.dtype, shardings[path]), t.annotation)

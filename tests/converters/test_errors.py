@@ -21,6 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import converters
 from converters import errors
 from converters.paths import PathRule
+from converters.transforms import Rearrange
 from converters.presets import KIT_PATHS
 from kit_mlp.description import FSDP_RULES
 from tests.converters.conversion_cases import (
@@ -310,6 +311,44 @@ def case_train_state_field_of_no_collection():
   return dict(linen=with_key, target=nnx_abstract(LOOP, 'adam'))
 
 
+def _with_rule(rule):
+  """KIT_PATHS with the MLP's first kernel taken over by `rule`."""
+  rules = [r for r in KIT_PATHS.rules if r.linen != 'DotReluDot_{i}/Dense_0/kernel']
+  return converters.PathMapping(rules + [rule])
+
+
+def case_transform_that_cannot_carry_the_sharding():
+  # (E, hidden) named (None, 'model'): flattening puts the sharded axis behind E.
+  rule = PathRule('DotReluDot_{i}/Dense_0/kernel', 'layers/{i}/dot1/kernel', transform=Rearrange('e h -> (e h)', e=64))
+  return dict(linen={'params': params_of(LOOP)}, paths=_with_rule(rule))
+
+
+def case_transform_split_the_mesh_cannot_divide():
+  # hidden 64 over 'model' (4 devices) split into (2, 32): 2 heads over 4 devices.
+  rule = PathRule('DotReluDot_{i}/Dense_0/kernel', 'layers/{i}/dot1/kernel', transform=Rearrange('e (h d) -> e h d', h=2))
+  return dict(linen={'params': params_of(LOOP)}, paths=_with_rule(rule))
+
+
+def case_transform_of_another_rank():
+  rule = PathRule('DotReluDot_{i}/Dense_0/kernel', 'layers/{i}/dot1/kernel', transform=Rearrange('e h d -> e (h d)', h=2))
+  return dict(linen={'params': params_of(LOOP)}, paths=_with_rule(rule))
+
+
+def case_fused_part_missing():
+  rule = PathRule(
+      ('DotReluDot_{i}/Dense_0/kernel', 'DotReluDot_{i}/Dense_1/kernel'), 'layers/{i}/dot1/kernel',
+      transform=Rearrange('e h -> e (two h)'),
+  )
+  return dict(linen={'params': params_of(LOOP)}, paths=_with_rule(rule))
+
+
+def case_fused_parts_annotated_differently():
+  # Dense_0/kernel is (None, 'model'), W2 ('model', None): one array cannot hold both.
+  rules = [r for r in KIT_PATHS.rules if r.linen not in ('DotReluDot_{i}/Dense_0/kernel', 'DotReluDot_{i}/W2')]
+  rule = PathRule(('DotReluDot_{i}/Dense_0/kernel', 'DotReluDot_{i}/W2'), 'layers/{i}/both', transform=Rearrange('a b -> two a b'))
+  return dict(linen={'params': params_of(LOOP)}, paths=converters.PathMapping(rules + [rule]))
+
+
 CATALOGUE = {
     'missing param': (case_missing_param, errors.StructureError, 'the source lacks [model/layers/2/w2'),
     'extra layer': (case_extra_layer, errors.StructureError, 'model/layers/3/w2'),
@@ -355,6 +394,11 @@ CATALOGUE = {
     'unknown collection': (case_unknown_collection, errors.StructureError, "ema: no NNX Variable type is known for the Linen collection 'ema'; pass collections={'ema': VariableType}"),
     'intermediates': (case_intermediates, errors.StructureError, "intermediates: the 'intermediates' collection holds values sown during one call"),
     'collections colliding in NNX': (case_collections_colliding_in_nnx, errors.StructureError, 'layers/0/w2 (params and batch_stats)'),
+    'transform that cannot carry the sharding': (case_transform_that_cannot_carry_the_sharding, errors.AnnotationError, "DotReluDot_0/Dense_0/kernel: Rearrange('e h -> (e h)', e=64) cannot carry the sharding of axis h (named 'model')"),
+    'transform split the mesh cannot divide': (case_transform_split_the_mesh_cannot_divide, errors.AnnotationError, "layers/0/dot1/kernel: dimension 1 of size 2 is not divisible by mesh axis 'model' of size 4"),
+    'transform of another rank': (case_transform_of_another_rank, errors.ShapeError, "DotReluDot_0/Dense_0/kernel: shape (64, 64) has 2 dimensions, the linen side of Rearrange('e h d -> e (h d)', h=2) has 3"),
+    'fused part missing': (case_fused_part_missing, errors.StructureError, 'parts of fused parameters are missing: DotReluDot_0/Dense_1/kernel, DotReluDot_1/Dense_1/kernel, DotReluDot_2/Dense_1/kernel'),
+    'fused parts annotated differently': (case_fused_parts_annotated_differently, errors.LayoutError, 'must share shape, dtype and annotation with DotReluDot_0/Dense_0/kernel (64, 64) float32: DotReluDot_0/W2 differ'),
     'TrainState field of no collection': (case_train_state_field_of_no_collection, errors.StructureError, 'TrainState.dropout_key: is not a collection, and NNX has no place for it; leave it out (state.replace(dropout_key=None))'),
 }
 

@@ -41,8 +41,8 @@ def test_match_lists_every_unmapped_and_ambiguous_path():
 @pytest.mark.parametrize(
     'rule, message',
     [
-        (dict(linen='A_{i}/w', nnx='a/w'), 'exactly once in both'),
-        (dict(linen='A_{i}/w{i}', nnx='a/{i}/w'), 'exactly once in both'),
+        (dict(linen='A_{i}/w', nnx='a/w'), 'exactly once in every'),
+        (dict(linen='A_{i}/w{i}', nnx='a/{i}/w'), 'exactly once in every'),
         (dict(linen='A_{i}/w', nnx='a/{i}/w', linen_stacked='S/w'), 'or neither'),
         (dict(linen='A/w', nnx='a/w', linen_stacked='S/w', nnx_stacked='s/w'), 'belong to layer rules'),
         (dict(linen='A_{i}/w', nnx='a/{i}/w', linen_stacked='S_{i}/w', nnx_stacked='s/w'), 'have no {i}'),

@@ -194,7 +194,7 @@ def test_a_collection_landing_on_a_variable_of_another_type_is_refused_by_path()
       super().__init__(rngs)
       self.norm.mean = nnx.Param(self.norm.mean[...])
 
-  with pytest.raises(errors.StructureError, match=r"model/norm/mean: converted from the Linen 'batch_stats' collection \(an BatchStat\), but the target holds an Param"):
+  with pytest.raises(errors.StructureError, match=r"model/norm/mean: converted from the Linen 'batch_stats' collection \(BatchStat Variables\), but the target holds a Param"):
     converters.linen_to_nnx(linen_variables(), target=Swapped(nnx.Rngs(0)))
 
 
