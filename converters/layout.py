@@ -494,7 +494,14 @@ def check_executable(
     if len({_abstract(v) for v in values}) > 1:
       problems.append(f'{where}: its sources mix arrays and jax.ShapeDtypeStruct')
     elif shardings[path] is None and not _abstract(values[0]):
-      problems.append(f'{where}: its arrays have no NamedSharding and no mesh= was given')
+      # No mesh anywhere: arrays on one device are relaid on that device.
+      devices = {d for v in values if isinstance(v, jax.Array) for d in v.devices()}
+      if len(devices) <= 1:
+        continue
+      problems.append(
+          f'{where}: its arrays have no NamedSharding and lie on devices '
+          f'{sorted(d.id for d in devices)}, and no mesh= was given'
+      )
     else:
       stray = [
           format_path(s) for s, v in zip(t.sources, values)
@@ -608,7 +615,16 @@ def execute(
   kept = set(shared)
   for value in out.values():
     kept |= buffer_keys(value)
-  for group in _groups(moved, targets) if donate else [moved]:
+  if donate:
+    batches = _groups(moved, targets)
+  else:  # arrays on a mesh, and arrays outside any mesh (by device), compile apart
+    by_place: dict[Any, list[tuple]] = defaultdict(list)
+    for p in moved:
+      value = flat[targets[p].sources[0]][0]
+      device = next(iter(value.devices())) if isinstance(value, jax.Array) else None
+      by_place['mesh' if shardings[p] is not None else device].append(p)
+    batches = list(by_place.values())
+  for group in batches:
     results = _run(group, targets, flat, shardings)
     if donate:  # one group at a time: the next starts once these sources are freed
       jax.block_until_ready(results)

@@ -16,6 +16,11 @@ A row is `Row(linen, nnx, linen_stacked, nnx_stacked)`:
   array whose leading axis is the layer index; otherwise None. A row without
   `{i}` is the same in both layouts.
 
+A `FusedRow(linen, nnx, pattern)` maps several Linen variables (`linen`, a
+tuple of paths) to one NNX variable that holds them side by side: their
+arrays concatenated on the last axis, in the order given (`pattern` says so
+in the notation of `converters.Rearrange`, for the tests that convert).
+
 A row may name a variable that some configurations lack (the projection
 shortcut of a ResNet block that keeps its shape, the bias of an RMSNorm): it
 applies wherever the path exists on both sides, and a path found on one side
@@ -32,6 +37,12 @@ class Row(NamedTuple):
   nnx: str
   linen_stacked: str | None = None
   nnx_stacked: str | None = None
+
+
+class FusedRow(NamedTuple):
+  linen: tuple[str, ...]
+  nnx: str
+  pattern: str
 
 
 CNN = {
@@ -129,6 +140,24 @@ RNN = {
         Row('LSTMCell_0/hg/bias', 'rnn/cell/hg/bias'),
         Row('LSTMCell_0/ho/kernel', 'rnn/cell/ho/kernel'),
         Row('LSTMCell_0/ho/bias', 'rnn/cell/ho/bias'),
+        Row('Dense_0/kernel', 'logits/kernel'),
+        Row('Dense_0/bias', 'logits/bias'),
+    ),
+}
+
+# NNX's `OptimizedLSTMCell` holds the four gates side by side, in the order
+# i, f, g, o: `dense_i` the input kernels, `dense_h` the recurrent kernels and
+# the biases (Linen's input kernels have no bias).
+_GATES = ('i', 'f', 'g', 'o')
+RNN_OPTIMIZED_CELL = {
+    'params': (
+        Row('embed/embedding', 'embed/embedding'),
+        FusedRow(tuple(f'LSTMCell_0/i{g}/kernel' for g in _GATES), 'rnn/cell/dense_i/kernel',
+                 'i h -> i (gate h)'),
+        FusedRow(tuple(f'LSTMCell_0/h{g}/kernel' for g in _GATES), 'rnn/cell/dense_h/kernel',
+                 'i h -> i (gate h)'),
+        FusedRow(tuple(f'LSTMCell_0/h{g}/bias' for g in _GATES), 'rnn/cell/dense_h/bias',
+                 'h -> (gate h)'),
         Row('Dense_0/kernel', 'logits/kernel'),
         Row('Dense_0/bias', 'logits/bias'),
     ),

@@ -26,7 +26,7 @@ class RNNLM(nn.Module):
     config = self.config
     x = nn.Embed(config.vocab_size, config.embed_dim, name='embed')(tokens)
     # Linen's OptimizedLSTMCell has the same parameters as LSTMCell; NNX's
-    # does not (it fuses the gates), so the zoo uses LSTMCell on both sides.
+    # fuses the gates (the zoo ports to both NNX cells).
     x = nn.RNN(nn.LSTMCell(config.hidden), name='rnn')(x)
     return nn.Dense(config.vocab_size)(x)
 # [/side-by-side]

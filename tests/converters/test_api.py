@@ -442,3 +442,38 @@ def test_paths_can_be_any_iterable_of_rules():
   expected = converters.linen_to_nnx(params, paths=KIT_PATHS)
   assert_trees_bit_equal(nnx.to_pure_dict(as_list), nnx.to_pure_dict(expected))
   assert_trees_bit_equal(nnx.to_pure_dict(as_generator), nnx.to_pure_dict(expected))
+
+
+def test_unsharded_arrays_outside_any_mesh_are_relaid_on_their_device():
+  """A model trained on one device (no mesh, no annotations) stacks and unstacks too."""
+  layers = {f'Block_{i}': {'w': jnp.full((3, 2), float(i))} for i in range(3)}
+  paths = converters.PathMapping([converters.PathRule('Block_{i}/w', 'blocks/{i}/w', 'Blocks/w', 'blocks/w')])
+  stacked = converters.relayout({'params': layers}, scan=True, paths=paths)
+  w = stacked['params']['Blocks']['w']
+  np.testing.assert_array_equal(w, np.stack([np.full((3, 2), float(i)) for i in range(3)]))
+  assert w.devices() == layers['Block_0']['w'].devices()
+  looped = converters.relayout(stacked, scan=False, paths=paths)
+  assert_trees_bit_equal(looped['params'], layers)
+
+
+def test_unplaced_layers_on_different_devices_are_refused():
+  devices = jax.devices()
+  layers = {f'Block_{i}': {'w': jax.device_put(jnp.zeros((2,)), devices[i])} for i in range(2)}
+  paths = converters.PathMapping([converters.PathRule('Block_{i}/w', 'blocks/{i}/w', 'Blocks/w', 'blocks/w')])
+  with pytest.raises(converters.LayoutError, match=r'Blocks/w: its arrays have no NamedSharding and lie on devices \[0, 1\]'):
+    converters.relayout({'params': layers}, scan=True, paths=paths)
+
+
+def test_unplaced_arrays_on_different_devices_convert_each_on_its_own():
+  devices = jax.devices()
+  layers = {
+      f'Block_{i}': {'w': jax.device_put(jnp.full((2,), float(i)), devices[i])} for i in range(2)
+  }
+  paths = converters.PathMapping([
+      converters.PathRule('Block_{i}/w', 'blocks/{i}/w', transform=converters.Rearrange('(a b) -> b a', a=1)),
+  ])
+  state = converters.linen_to_nnx({'params': layers}, paths=paths)
+  for i in range(2):
+    value = state['blocks'][i]['w'][...]
+    assert value.shape == (2, 1) and value.devices() == {devices[i]}
+    np.testing.assert_array_equal(value, np.full((2, 1), float(i)))

@@ -12,17 +12,20 @@ from flax import linen as nn
 from flax import nnx
 from flax.traverse_util import flatten_dict
 
-from model_zoo.paths import Row
+from model_zoo.paths import FusedRow, Row
 
 #: The NNX Variable type of each Linen collection.
 VARIABLE_TYPES = {'params': nnx.Param, 'batch_stats': nnx.BatchStat, 'cache': nnx.Cache}
 
 
-def expand(rows: tuple[Row, ...], count: int, stacked: bool = False) -> list[tuple[str, str]]:
-  """`(linen, nnx)` path pairs of a table's rows for `count` repeated layers."""
+def expand(rows: tuple[Row | FusedRow, ...], count: int, stacked: bool = False) -> list[tuple]:
+  """`(linen, nnx)` path pairs of a table's rows for `count` repeated layers
+  (a fused row's `linen` is the tuple of its parts' paths)."""
   pairs = []
   for row in rows:
-    if '{i}' not in row.linen:
+    if isinstance(row, FusedRow):
+      pairs.append((row.linen, row.nnx))
+    elif '{i}' not in row.linen:
       pairs.append((row.linen, row.nnx))
     elif stacked:
       assert row.linen_stacked is not None and row.nnx_stacked is not None, row
@@ -55,14 +58,16 @@ def paired_paths(variables, model, table, count, stacked=False):
     ported = nnx_flat(model, variable_type)
     pairs = []
     for linen_path, nnx_path in expand(table.get(collection, ()), count, stacked):
-      in_linen, in_nnx = linen_path in linen, nnx_path in ported
+      parts = linen_path if isinstance(linen_path, tuple) else (linen_path,)
+      in_linen, in_nnx = all(p in linen for p in parts), nnx_path in ported
       assert in_linen == in_nnx, (
           f'{collection}: {linen_path!r} in Linen: {in_linen}, {nnx_path!r} in NNX: {in_nnx}'
       )
       if in_linen:
         pairs.append((linen_path, nnx_path))
-    assert sorted(p for p, _ in pairs) == sorted(linen), (
-        f'{collection}: Linen paths without a row: {sorted(set(linen) - {p for p, _ in pairs})}'
+    named = [p for linen_path, _ in pairs for p in _parts(linen_path)]
+    assert sorted(named) == sorted(linen), (
+        f'{collection}: Linen paths without a row: {sorted(set(linen) - set(named))}'
     )
     assert sorted(p for _, p in pairs) == sorted(ported), (
         f'{collection}: NNX paths without a row: {sorted(set(ported) - {p for _, p in pairs})}'
@@ -70,6 +75,17 @@ def paired_paths(variables, model, table, count, stacked=False):
     if pairs:
       result[collection] = pairs
   return result
+
+
+def _parts(linen_path) -> tuple[str, ...]:
+  return linen_path if isinstance(linen_path, tuple) else (linen_path,)
+
+
+def _linen_value(linen: dict, linen_path):
+  """The Linen array of a path, or a fused row's parts side by side on the last axis."""
+  if isinstance(linen_path, tuple):
+    return np.concatenate([np.asarray(linen[p]) for p in linen_path], axis=-1)
+  return linen[linen_path]
 
 
 def copy_linen_to_nnx(variables, model: nnx.Module, table, count: int, stacked: bool = False) -> int:
@@ -84,7 +100,7 @@ def copy_linen_to_nnx(variables, model: nnx.Module, table, count: int, stacked: 
   for collection, collection_pairs in pairs.items():
     linen = linen_flat(variables, collection)
     for linen_path, nnx_path in collection_pairs:
-      value, var = linen[linen_path], ported[nnx_path]
+      value, var = _linen_value(linen, linen_path), ported[nnx_path]
       old = var[...]
       assert value.shape == old.shape and value.dtype == old.dtype, (
           f'{linen_path} {value.shape} {value.dtype} <-> {nnx_path} {old.shape} {old.dtype}'
@@ -104,7 +120,7 @@ def assert_same_values(variables, model, table, count, stacked=False, *, exact=T
     linen = linen_flat(variables, collection)
     ported = nnx_flat(model, VARIABLE_TYPES[collection])
     for linen_path, nnx_path in collection_pairs:
-      actual, expected = np.asarray(ported[nnx_path][...]), np.asarray(linen[linen_path])
+      actual, expected = np.asarray(ported[nnx_path][...]), np.asarray(_linen_value(linen, linen_path))
       if exact:
         np.testing.assert_array_equal(actual, expected, err_msg=f'{linen_path} <-> {nnx_path}')
       else:

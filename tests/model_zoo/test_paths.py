@@ -12,17 +12,26 @@ import pytest
 
 from model_zoo import paths
 
-TABLES = {'CNN': paths.CNN, 'RESNET': paths.RESNET, 'TRANSFORMER': paths.TRANSFORMER, 'RNN': paths.RNN}
+TABLES = {
+    'CNN': paths.CNN, 'RESNET': paths.RESNET, 'TRANSFORMER': paths.TRANSFORMER, 'RNN': paths.RNN,
+    'RNN_OPTIMIZED_CELL': paths.RNN_OPTIMIZED_CELL,
+}
 
 
 @pytest.mark.parametrize('name', TABLES)
 def test_rows_are_well_formed(name):
   for collection, rows in TABLES[name].items():
     assert collection in ('params', 'batch_stats', 'cache')
-    for column in range(4):
-      values = [row[column] for row in rows if row[column] is not None]
+    linen = [p for row in rows for p in (row.linen if isinstance(row, paths.FusedRow) else (row.linen,))]
+    assert len(linen) == len(set(linen)), f'{name}/{collection}: a Linen path twice'
+    for column in range(1, 4):
+      values = [row.nnx if column == 1 else row[column] for row in rows
+                if (column == 1 or isinstance(row, paths.Row)) and row[column] is not None]
       assert len(values) == len(set(values)), f'{name}/{collection}: a path twice in column {column}'
     for row in rows:
+      if isinstance(row, paths.FusedRow):
+        assert len(row.linen) > 1 and '->' in row.pattern and '{i}' not in ''.join(row.linen) + row.nnx, row
+        continue
       assert isinstance(row, paths.Row)
       assert ('{i}' in row.linen) == ('{i}' in row.nnx), row
       assert (row.linen_stacked is None) == (row.nnx_stacked is None), row
@@ -32,7 +41,7 @@ def test_rows_are_well_formed(name):
 
 def test_only_the_transformer_stacks_and_its_stacked_nnx_paths_drop_the_index():
   for name, table in TABLES.items():
-    stacked = [row for rows in table.values() for row in rows if row.nnx_stacked is not None]
+    stacked = [row for rows in table.values() for row in rows if getattr(row, 'nnx_stacked', None) is not None]
     if name != 'TRANSFORMER':
       assert not stacked
       continue

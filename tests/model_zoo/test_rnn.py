@@ -63,3 +63,16 @@ def test_the_recurrence_matters():
 def test_nnx_rnn_keeps_an_rng_stream_linen_does_not_store():
   rng_paths = set(nnx_flat(_created(), nnx.RngState))
   assert rng_paths == {'rnn/rngs/key', 'rnn/rngs/count'}
+
+
+def test_the_port_to_nnx_optimized_cell_computes_the_same_logits():
+  """NNX's `OptimizedLSTMCell` holds the gates' kernels side by side."""
+  apply, variables = _linen()
+  tokens = _tokens()
+  model = nnx_rnn.RNNLM(CONFIG, cell='optimized_lstm', rngs=nnx.Rngs(2))
+  created = FORWARD(model, tokens)
+  count = copy_linen_to_nnx(variables, model, paths.RNN_OPTIMIZED_CELL, count=0)
+  assert count == len(paths.RNN_OPTIMIZED_CELL['params'])
+  actual = FORWARD(model, tokens)
+  np.testing.assert_array_equal(actual, apply(variables, tokens))
+  assert not np.allclose(created, actual)
