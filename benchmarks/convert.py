@@ -6,7 +6,10 @@ bytes, under 50 ms of tree bookkeeping). The same for the model zoo's
 transformer LM at its realistic size (12 blocks of width 512, vocabulary
 32000, logical rules from the context, looped and scanned): Linen -> NNX
 state, Linen -> the NNX port (an abstract target, the mesh-axes idiom, so
-the forms differ and the target's is written), and back.
+the forms differ and the target's is written), and back. And Linen -> the
+port with fused attention (value transforms: query, key and value kernels
+fused into one, the out kernel flattened): the rearranged kernels are the
+only bytes copied, timed against a plain on-device copy of those kernels.
 
 Relayout (Linen loop -> NNX scan, NNX scan -> Linen loop): achieved bandwidth
 against a plain on-device copy of the same arrays into the same shardings
@@ -160,13 +163,22 @@ def measure_zoo_transformer(repeats: int) -> dict:
   from flax import nnx
   from jax.sharding import AxisType
 
-  from converters import PathMapping, PathRule, linen_to_nnx, nnx_to_linen
+  import jax.numpy as jnp
+
+  from converters import PathMapping, PathRule, Rearrange, linen_to_nnx, nnx_to_linen
   from model_zoo import paths as zoo_paths
   from model_zoo.configs import RULES, TransformerConfig
   from model_zoo.linen import transformer as linen_tf
   from model_zoo.nnx import transformer as nnx_tf
 
-  paths = PathMapping([PathRule(*row) for rows in zoo_paths.TRANSFORMER.values() for row in rows])
+  def mapping(table):
+    return PathMapping([
+        PathRule(row.linen, row.nnx, row.linen_stacked, row.nnx_stacked,
+                 transform=Rearrange(row.pattern, **dict(row.sizes)) if row.pattern else None)
+        for rows in table.values() for row in rows
+    ])
+
+  paths = mapping(zoo_paths.TRANSFORMER)
   mesh = jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
   results = {}
   for scan in (False, True):
@@ -180,21 +192,32 @@ def measure_zoo_transformer(repeats: int) -> dict:
       target = nnx.eval_shape(lambda: nnx_tf.TransformerLM(config, idiom='mesh_axes', rngs=nnx.Rngs(0)))
       state = linen_to_nnx(variables, paths=paths)
       model = linen_to_nnx(variables, target=target, paths=paths, rngs=0)
+      fused_paths = mapping(zoo_paths.transformer_fused_attention(config.num_heads))
+      kernels = [
+          v for p, v in jax.tree_util.tree_leaves_with_path(nn.unbox(variables))
+          if 'attention' in jax.tree_util.keystr(p)
+      ]
+      copy_kernels = jax.jit(lambda xs: [jnp.copy(x) for x in xs], out_shardings=[x.sharding for x in kernels])
       t = interleaved({
           'linen_to_nnx_state': lambda: linen_to_nnx(variables, paths=paths),
           'linen_to_nnx_model': lambda: linen_to_nnx(variables, target=target, paths=paths, rngs=0),
           'nnx_to_linen': lambda: nnx_to_linen(state, paths=paths),
+          'linen_to_nnx_fused_attention': lambda: linen_to_nnx(variables, paths=fused_paths),
+          'copy_attention_kernels': lambda: copy_kernels(kernels),
       }, repeats)
       copied = {
           'linen_to_nnx_state': copied_bytes(variables, state),
           'linen_to_nnx_model': copied_bytes(variables, nnx.state(model)),
           'nnx_to_linen': copied_bytes(state, nnx_to_linen(state, paths=paths)),
+          'linen_to_nnx_fused_attention': copied_bytes(variables, linen_to_nnx(variables, paths=fused_paths)),
+          'copy_attention_kernels': sum(x.nbytes for x in kernels),
       }
     layout = 'scan' if scan else 'loop'
     results[layout] = {
         'param_bytes': sum(x.nbytes for x in jax.tree.leaves(variables)),
         **{k: {'ms': t[k] * 1e3, 'copied_bytes': copied[k]} for k in t},
     }
+    results[layout]['fused_attention_vs_copy'] = t['copy_attention_kernels'] / t['linen_to_nnx_fused_attention']
   return results
 
 
@@ -239,9 +262,13 @@ def print_table(layers: int, depth: int, runs: dict[str, dict]) -> None:
   for allocator, r in runs.items():
     for layout, figures in r['zoo_transformer'].items():
       mib = figures['param_bytes'] / 2**20
-      for key in ('linen_to_nnx_state', 'linen_to_nnx_model', 'nnx_to_linen'):
+      for key in (
+          'linen_to_nnx_state', 'linen_to_nnx_model', 'nnx_to_linen',
+          'linen_to_nnx_fused_attention', 'copy_attention_kernels',
+      ):
         row = figures[key]
-        print(f'{allocator:<10} {layout} ({mib:.0f} MiB) {key:<20} {row["ms"]:>8.2f} ms {row["copied_bytes"]:>9} B copied')
+        print(f'{allocator:<10} {layout} ({mib:.0f} MiB) {key:<28} {row["ms"]:>8.2f} ms {row["copied_bytes"]:>9} B copied')
+      print(f'{allocator:<10} {layout} fused attention: {figures["fused_attention_vs_copy"]:.2f}x the speed of a plain copy of its kernels')
 
 
 def main() -> None:

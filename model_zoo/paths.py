@@ -16,10 +16,13 @@ A row is `Row(linen, nnx, linen_stacked, nnx_stacked)`:
   array whose leading axis is the layer index; otherwise None. A row without
   `{i}` is the same in both layouts.
 
-A `FusedRow(linen, nnx, pattern)` maps several Linen variables (`linen`, a
-tuple of paths) to one NNX variable that holds them side by side: their
-arrays concatenated on the last axis, in the order given (`pattern` says so
-in the notation of `converters.Rearrange`, for the tests that convert).
+A row with a `pattern` maps a Linen variable to an NNX variable of another
+shape: the same elements in the same (row-major) order, reshaped. A
+`FusedRow(linen, nnx, pattern, sizes, linen_stacked, nnx_stacked)` maps
+several Linen variables (`linen`, a tuple of paths) to one NNX variable that
+holds them side by side: each reshaped to the NNX array's leading axes, then
+concatenated on the last axis in the order given. `pattern` and `sizes` say
+the same in the notation of `converters.Rearrange`, for the tests that convert.
 
 A row may name a variable that some configurations lack (the projection
 shortcut of a ResNet block that keeps its shape, the bias of an RMSNorm): it
@@ -37,12 +40,17 @@ class Row(NamedTuple):
   nnx: str
   linen_stacked: str | None = None
   nnx_stacked: str | None = None
+  pattern: str | None = None
+  sizes: tuple[tuple[str, int], ...] = ()
 
 
 class FusedRow(NamedTuple):
   linen: tuple[str, ...]
   nnx: str
   pattern: str
+  sizes: tuple[tuple[str, int], ...] = ()
+  linen_stacked: tuple[str, ...] | None = None
+  nnx_stacked: str | None = None
 
 
 CNN = {
@@ -90,9 +98,9 @@ RESNET = {
 _LINEN_BLOCK, _LINEN_STACKED = 'Block_{i}', 'ScanCheckpointBlock_0'
 
 
-def _block_row(linen: str, nnx: str) -> Row:
+def _block_row(linen: str, nnx: str, pattern: str | None = None, sizes=()) -> Row:
   return Row(f'{_LINEN_BLOCK}/{linen}', f'blocks/{{i}}/{nnx}',
-             f'{_LINEN_STACKED}/{linen}', f'blocks/{nnx}')
+             f'{_LINEN_STACKED}/{linen}', f'blocks/{nnx}', pattern, sizes)
 
 
 TRANSFORMER = {
@@ -121,6 +129,23 @@ TRANSFORMER = {
         _block_row('attention/cache_index', 'attention/cache_index'),
     ),
 }
+
+
+
+def transformer_fused_attention(num_heads: int) -> dict:
+  """`TRANSFORMER` for the port with `attention='fused_qkv'`: query, key and
+  value kernels (E, H, D) side by side in `qkv` (E, 3 * E), the out kernel
+  (H, D, E) flattened to (E, E)."""
+  attention = [f'attention/{name}/kernel' for name in ('query', 'key', 'value')]
+  fused = FusedRow(
+      tuple(f'{_LINEN_BLOCK}/{a}' for a in attention), 'blocks/{i}/attention/qkv/kernel',
+      'e h d -> e (qkv h d)', (('h', num_heads),),
+      tuple(f'{_LINEN_STACKED}/{a}' for a in attention), 'blocks/attention/qkv/kernel',
+  )
+  out = _block_row('attention/out/kernel', 'attention/out/kernel', 'h d e -> (h d) e', (('h', num_heads),))
+  params = [row for row in TRANSFORMER['params'] if '/attention/' not in row.linen]
+  return {'params': (*params, fused, out), 'cache': TRANSFORMER['cache']}
+
 
 # The cell is created in `RNNLM`'s compact `__call__`, so Linen binds it to
 # `RNNLM` (auto-named `LSTMCell_0`), not to the `nn.RNN` named `rnn`.

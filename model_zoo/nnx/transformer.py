@@ -9,7 +9,12 @@ and run with `nnx.scan` over `nnx.remat`, both with
 inserted into every annotation.
 
 `idiom` picks one of the three ways real ports annotate the parameters that
-the Linen original annotates with logical names (see `IDIOMS`). Creation
+the Linen original annotates with logical names (see `IDIOMS`). `attention`
+picks the attention: `'multi_head'`, `nnx.MultiHeadAttention` with Linen's
+parameters (query, key, value kernels (E, H, D), out (H, D, E)); or
+`'fused_qkv'`, `FusedAttention`, as many ports write it: one `nnx.Linear`
+(E, 3 * E) whose output holds query, key and value side by side, and an out
+`nnx.Linear` (E, E), the heads flattened. Creation
 needs a mesh in context (`with jax.set_mesh(mesh):`) since eager sharding is
 on by default. With `'context_rules'` it also needs the rules
 (`with jax.set_mesh(mesh), nnx.logical_axis_rules(RULES):`; without them the
@@ -35,6 +40,8 @@ from model_zoo.configs import RULES, TransformerConfig
 #: logical names only, the rules from `nnx.logical_axis_rules(RULES)` in
 #: context; `'mesh_axes'`, the names already resolved to mesh axes, no rules.
 IDIOMS = ('rules_metadata', 'context_rules', 'mesh_axes')
+#: The attention a port uses: Linen's parameters, or fused and flattened kernels.
+ATTENTIONS = ('multi_head', 'fused_qkv')
 
 KERNEL_INIT = nnx.initializers.xavier_uniform()
 EMBED_INIT = nnx.initializers.normal(stddev=1.0)
@@ -121,13 +128,79 @@ class Mlp(nnx.Module):
 # [/side-by-side]
 
 
+class FusedAttention(nnx.Module):
+  """Causal self-attention with one fused query/key/value projection.
+
+  `qkv` maps (..., E) to (..., 3 * E): query, key and value in turn, each
+  the heads side by side (H * D); `out` maps the flattened heads back to E.
+  Decoding keeps `nnx.MultiHeadAttention`'s cache: `cached_key`,
+  `cached_value` (batch, max_len, H, D) and `cache_index`.
+  """
+
+  def __init__(self, config: TransformerConfig, idiom: str, *, rngs: nnx.Rngs):
+    self.num_heads, self.head_dim = config.num_heads, config.head_dim
+    self.qkv = nnx.Linear(
+        config.width, 3 * config.width, use_bias=False,
+        kernel_init=_logical(idiom, KERNEL_INIT, ('embed', 'kv')), rngs=rngs,
+    )
+    self.out = nnx.Linear(
+        config.width, config.width, use_bias=False,
+        kernel_init=_logical(idiom, KERNEL_INIT, ('kv', 'embed')), rngs=rngs,
+    )
+    self.dropout_rate = config.attention_dropout_rate
+    self.deterministic = False
+    self.rngs = rngs.dropout.fork() if self.dropout_rate > 0 else None
+    # Data, not static attributes: `init_cache` puts Cache Variables there.
+    self.cached_key = self.cached_value = self.cache_index = nnx.data(None)
+
+  def init_cache(self, input_shape: tuple[int, ...], dtype=jnp.float32) -> None:
+    shape = (*input_shape[:-1], self.num_heads, self.head_dim)
+    self.cached_key = nnx.Cache(jnp.zeros(shape, dtype))
+    self.cached_value = nnx.Cache(jnp.zeros(shape, dtype))
+    self.cache_index = nnx.Cache(jnp.array(0, dtype=jnp.int32))
+
+  def __call__(self, x: jax.Array, *, mask: jax.Array | None, decode: bool = False) -> jax.Array:
+    *batch, length, width = x.shape
+    heads = lambda y: y.reshape(*batch, length, self.num_heads, self.head_dim)
+    query, key, value = map(heads, jnp.split(self.qkv(x), 3, axis=-1))
+    if decode:  # one position at a time, as nnx.MultiHeadAttention decodes
+      index = self.cache_index[...]
+      start = (0,) * len(batch) + (index, 0, 0)
+      key = jax.lax.dynamic_update_slice(self.cached_key[...], key, start)
+      value = jax.lax.dynamic_update_slice(self.cached_value[...], value, start)
+      self.cached_key[...], self.cached_value[...] = key, value
+      self.cache_index[...] += 1
+      max_length = key.shape[-3]
+      written = jnp.arange(max_length) <= index
+      mask = nnx.combine_masks(mask, jnp.broadcast_to(written, (*batch, 1, 1, max_length)))
+    deterministic = self.deterministic or self.dropout_rate == 0
+    y = nnx.dot_product_attention(
+        query, key, value, mask=mask, dropout_rate=self.dropout_rate,
+        dropout_rng=None if deterministic else self.rngs(),
+        broadcast_dropout=False, deterministic=deterministic,
+    )
+    return self.out(y.reshape(*batch, length, width))
+
+
 # [side-by-side: block]
 class Block(nnx.Module):
   """Pre-norm causal self-attention and MLP, each with a residual connection."""
 
-  def __init__(self, config: TransformerConfig, idiom: str, *, rngs: nnx.Rngs):
+  def __init__(
+      self, config: TransformerConfig, idiom: str, *, attention: str = 'multi_head', rngs: nnx.Rngs
+  ):
     self.attention_norm = _norm(config, rngs)
-    self.attention = nnx.MultiHeadAttention(
+    if attention == 'fused_qkv':
+      self.attention = FusedAttention(config, idiom, rngs=rngs)
+    else:
+      self.attention = self._multi_head(config, idiom, rngs)
+    self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+    self.mlp_norm = _norm(config, rngs)
+    self.mlp = Mlp(config, idiom, rngs=rngs)
+
+  @staticmethod
+  def _multi_head(config: TransformerConfig, idiom: str, rngs: nnx.Rngs) -> nnx.MultiHeadAttention:
+    return nnx.MultiHeadAttention(
         num_heads=config.num_heads,
         in_features=config.width,
         qkv_features=config.width,
@@ -140,9 +213,6 @@ class Block(nnx.Module):
         decode=False,
         rngs=rngs,
     )
-    self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
-    self.mlp_norm = _norm(config, rngs)
-    self.mlp = Mlp(config, idiom, rngs=rngs)
 
   def __call__(self, x: jax.Array, mask: jax.Array | None, *, decode: bool = False):
     y = self.attention_norm(x)
@@ -163,10 +233,17 @@ class TransformerLM(nnx.Module):
   """
 
   def __init__(
-      self, config: TransformerConfig, *, idiom: str = 'rules_metadata', rngs: nnx.Rngs
+      self,
+      config: TransformerConfig,
+      *,
+      idiom: str = 'rules_metadata',
+      attention: str = 'multi_head',
+      rngs: nnx.Rngs,
   ):
     if idiom not in IDIOMS:
       raise ValueError(f'idiom must be one of {IDIOMS}, got {idiom!r}')
+    if attention not in ATTENTIONS:
+      raise ValueError(f'attention must be one of {ATTENTIONS}, got {attention!r}')
     self.config = config
     self.idiom = idiom
     self.embed = nnx.Embed(
@@ -186,11 +263,13 @@ class TransformerLM(nnx.Module):
           transform_metadata={nnx.PARTITION_NAME: _layer_axis(idiom)},
       )
       def create_blocks(rngs: nnx.Rngs) -> Block:
-        return Block(config, idiom, rngs=rngs)
+        return Block(config, idiom, attention=attention, rngs=rngs)
 
       self.blocks = create_blocks(rngs)
     else:
-      self.blocks = nnx.List([Block(config, idiom, rngs=rngs) for _ in range(config.num_layers)])
+      self.blocks = nnx.List([
+          Block(config, idiom, attention=attention, rngs=rngs) for _ in range(config.num_layers)
+      ])
     self.final_norm = _norm(config, rngs)
 
   def init_cache(self, batch_size: int, dtype=jnp.float32) -> None:

@@ -18,20 +18,27 @@ from model_zoo.paths import FusedRow, Row
 VARIABLE_TYPES = {'params': nnx.Param, 'batch_stats': nnx.BatchStat, 'cache': nnx.Cache}
 
 
+class Reshaped(str):
+  """A Linen path whose array the NNX Variable holds reshaped (a row with a `pattern`)."""
+
+
 def expand(rows: tuple[Row | FusedRow, ...], count: int, stacked: bool = False) -> list[tuple]:
   """`(linen, nnx)` path pairs of a table's rows for `count` repeated layers
   (a fused row's `linen` is the tuple of its parts' paths)."""
   pairs = []
   for row in rows:
-    if isinstance(row, FusedRow):
-      pairs.append((row.linen, row.nnx))
-    elif '{i}' not in row.linen:
-      pairs.append((row.linen, row.nnx))
+    if '{i}' not in row.nnx:
+      row_pairs = [(row.linen, row.nnx)]
     elif stacked:
       assert row.linen_stacked is not None and row.nnx_stacked is not None, row
-      pairs.append((row.linen_stacked, row.nnx_stacked))
+      row_pairs = [(row.linen_stacked, row.nnx_stacked)]
+    elif isinstance(row, FusedRow):
+      row_pairs = [(tuple(p.format(i=i) for p in row.linen), row.nnx.format(i=i)) for i in range(count)]
     else:
-      pairs.extend((row.linen.format(i=i), row.nnx.format(i=i)) for i in range(count))
+      row_pairs = [(row.linen.format(i=i), row.nnx.format(i=i)) for i in range(count)]
+    if isinstance(row, Row) and row.pattern is not None:
+      row_pairs = [(Reshaped(linen), nnx) for linen, nnx in row_pairs]
+    pairs.extend(row_pairs)
   return pairs
 
 
@@ -81,11 +88,14 @@ def _parts(linen_path) -> tuple[str, ...]:
   return linen_path if isinstance(linen_path, tuple) else (linen_path,)
 
 
-def _linen_value(linen: dict, linen_path):
-  """The Linen array of a path, or a fused row's parts side by side on the last axis."""
+def _linen_value(linen: dict, linen_path, shape: tuple[int, ...]):
+  """The Linen array of a path reshaped to `shape` (the NNX array's), or a
+  fused row's parts, each reshaped to its leading axes, side by side on the last."""
   if isinstance(linen_path, tuple):
-    return np.concatenate([np.asarray(linen[p]) for p in linen_path], axis=-1)
-  return linen[linen_path]
+    parts = [np.asarray(linen[p]).reshape(shape[:-1] + (-1,)) for p in linen_path]
+    return np.concatenate(parts, axis=-1)
+  value = linen[linen_path]
+  return np.asarray(value).reshape(shape) if isinstance(linen_path, Reshaped) else value
 
 
 def copy_linen_to_nnx(variables, model: nnx.Module, table, count: int, stacked: bool = False) -> int:
@@ -100,7 +110,8 @@ def copy_linen_to_nnx(variables, model: nnx.Module, table, count: int, stacked: 
   for collection, collection_pairs in pairs.items():
     linen = linen_flat(variables, collection)
     for linen_path, nnx_path in collection_pairs:
-      value, var = _linen_value(linen, linen_path), ported[nnx_path]
+      var = ported[nnx_path]
+      value = _linen_value(linen, linen_path, var.shape)
       old = var[...]
       assert value.shape == old.shape and value.dtype == old.dtype, (
           f'{linen_path} {value.shape} {value.dtype} <-> {nnx_path} {old.shape} {old.dtype}'
@@ -120,7 +131,8 @@ def assert_same_values(variables, model, table, count, stacked=False, *, exact=T
     linen = linen_flat(variables, collection)
     ported = nnx_flat(model, VARIABLE_TYPES[collection])
     for linen_path, nnx_path in collection_pairs:
-      actual, expected = np.asarray(ported[nnx_path][...]), np.asarray(_linen_value(linen, linen_path))
+      actual = np.asarray(ported[nnx_path][...])
+      expected = np.asarray(_linen_value(linen, linen_path, actual.shape))
       if exact:
         np.testing.assert_array_equal(actual, expected, err_msg=f'{linen_path} <-> {nnx_path}')
       else:

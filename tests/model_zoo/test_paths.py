@@ -15,6 +15,7 @@ from model_zoo import paths
 TABLES = {
     'CNN': paths.CNN, 'RESNET': paths.RESNET, 'TRANSFORMER': paths.TRANSFORMER, 'RNN': paths.RNN,
     'RNN_OPTIMIZED_CELL': paths.RNN_OPTIMIZED_CELL,
+    'TRANSFORMER_FUSED_ATTENTION': paths.transformer_fused_attention(4),
 }
 
 
@@ -30,7 +31,9 @@ def test_rows_are_well_formed(name):
       assert len(values) == len(set(values)), f'{name}/{collection}: a path twice in column {column}'
     for row in rows:
       if isinstance(row, paths.FusedRow):
-        assert len(row.linen) > 1 and '->' in row.pattern and '{i}' not in ''.join(row.linen) + row.nnx, row
+        assert len(row.linen) > 1 and '->' in row.pattern, row
+        assert all(('{i}' in p) == ('{i}' in row.nnx) for p in row.linen), row
+        assert (row.linen_stacked is None) == (row.nnx_stacked is None), row
         continue
       assert isinstance(row, paths.Row)
       assert ('{i}' in row.linen) == ('{i}' in row.nnx), row
@@ -42,15 +45,18 @@ def test_rows_are_well_formed(name):
 def test_only_the_transformer_stacks_and_its_stacked_nnx_paths_drop_the_index():
   for name, table in TABLES.items():
     stacked = [row for rows in table.values() for row in rows if getattr(row, 'nnx_stacked', None) is not None]
-    if name != 'TRANSFORMER':
+    if not name.startswith('TRANSFORMER'):
       assert not stacked
       continue
     looped = [row for rows in table.values() for row in rows if '{i}' in row.nnx]
     assert stacked == looped
     for row in stacked:
       assert row.nnx_stacked == row.nnx.replace('{i}/', ''), row
-      assert row.linen_stacked.startswith('ScanCheckpointBlock_0/'), row
-      assert row.linen.replace('Block_{i}/', 'ScanCheckpointBlock_0/') == row.linen_stacked, row
+      linen, linen_stacked = (
+          (row.linen, row.linen_stacked) if isinstance(row, paths.Row) else (row.linen[0], row.linen_stacked[0])
+      )
+      assert linen_stacked.startswith('ScanCheckpointBlock_0/'), row
+      assert linen.replace('Block_{i}/', 'ScanCheckpointBlock_0/') == linen_stacked, row
 
 
 def test_the_tables_are_plain_data():

@@ -307,3 +307,22 @@ def test_dropout_is_on_in_training_only_also_in_scanned_blocks():
 def test_unknown_idiom_is_refused():
   with pytest.raises(ValueError, match='idiom must be one of'):
     nnx_tf.TransformerLM(_config(False), idiom='guess', rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize('scan', [False, True])
+def test_the_port_with_fused_attention_computes_the_same_logits(scan):
+  """Query, key and value side by side in one kernel, the out kernel flattened:
+  the same function, bit for bit (XLA computes each projection's dot the same way)."""
+  config = _config(scan)
+  table = paths.transformer_fused_attention(config.num_heads)
+  tokens = _tokens(config)
+  with _nnx_context('rules_metadata'):
+    model = nnx_tf.TransformerLM(config, attention='fused_qkv', rngs=nnx.Rngs(params=2, dropout=3))
+  model.eval()
+  created = nnx.jit(lambda m, t: m(t))(model, tokens)
+  count = copy_linen_to_nnx(_linen(config)[1], model, table, config.num_layers, stacked=scan)
+  assert count == len(expand(table['params'], config.num_layers, scan))
+  with _nnx_context('rules_metadata'):
+    actual = nnx.jit(lambda m, t: m(t))(model, tokens)
+  np.testing.assert_array_equal(actual, _linen_logits(config, tokens))
+  assert not np.allclose(created, actual)
