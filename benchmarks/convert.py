@@ -210,7 +210,7 @@ def measure_zoo_transformer(repeats: int) -> dict:
           'linen_to_nnx_model': copied_bytes(variables, nnx.state(model)),
           'nnx_to_linen': copied_bytes(state, nnx_to_linen(state, paths=paths)),
           'linen_to_nnx_fused_attention': copied_bytes(variables, linen_to_nnx(variables, paths=fused_paths)),
-          'copy_attention_kernels': sum(x.nbytes for x in kernels),
+          'copy_attention_kernels': copied_bytes(kernels, copy_kernels(kernels)),
       }
     layout = 'scan' if scan else 'loop'
     results[layout] = {
