@@ -7,6 +7,7 @@ Values are checked against index formulas written out element by element
 from __future__ import annotations
 
 import itertools
+import math
 
 import jax.numpy as jnp
 import numpy as np
@@ -104,6 +105,70 @@ def test_fuse_and_split_of_query_key_value(e, h, d, heads_major, lead):
   for p, part in enumerate(rearrange.apply([fused], 'nnx', len(lead), 3)):
     np.testing.assert_array_equal(part, parts[p])
   assert Step(rearrange, 'nnx', len(lead), 1, 3)([fused]).shape == parts[1].shape
+
+
+@st.composite
+def patterns(draw):
+  """A random pattern over up to four axes (each side a grouping of its own
+  permutation), their sizes, and whether one axis is a part axis."""
+  count = draw(st.integers(1, 4))
+  axes = list('abcd'[:count])
+  sizes = {a: draw(st.integers(1, 3)) for a in axes}
+
+  def side(order):
+    groups, rest = [], list(order)
+    while rest:
+      take = draw(st.integers(1, len(rest)))
+      groups.append(tuple(rest[:take]))
+      rest = rest[take:]
+    return groups
+
+  linen = side(draw(st.permutations(axes)))
+  nnx_side = side(draw(st.permutations(axes)))
+  part = draw(st.sampled_from([None] + axes)) if count > 1 else None
+  return linen, nnx_side, sizes, part
+
+
+def _text(groups, drop=None):
+  parts = [[a for a in g if a != drop] for g in groups]
+  return ' '.join(g[0] if len(g) == 1 else '(' + ' '.join(g) + ')' for g in parts if g)
+
+
+def _flat_index(groups, index, sizes, drop=None):
+  """Row-major position of the elementary `index` in each group."""
+  out = []
+  for group in groups:
+    kept = [a for a in group if a != drop]
+    if not kept:
+      continue
+    position = 0
+    for a in kept:
+      position = position * sizes[a] + index[a]
+    out.append(position)
+  return tuple(out)
+
+
+@given(patterns())
+def test_random_patterns_move_every_element_where_its_axes_say(drawn):
+  linen, nnx_side, sizes, part = drawn
+  if part is not None and any(g == (part,) for g in linen):
+    linen = [g for g in linen if g != (part,)]  # the part axis only on the fused (NNX) side
+  elif part is not None:
+    part = None
+  pattern = f'{_text(linen, part)} -> {_text(nnx_side)}'
+  rearrange = Rearrange(pattern, **{a: n for a, n in sizes.items() if a != part})
+  parts = sizes[part] if part else 1
+  linen_shape = tuple(math.prod(sizes[a] for a in g if a != part) for g in linen)
+  sources = [_array(linen_shape, offset=1000 * p) for p in range(parts)]
+  (fused,) = rearrange.apply(sources, 'linen', 0, parts)
+  fused_np = np.asarray(fused)
+  for values in itertools.product(*(range(sizes[a]) for a in sorted(sizes))):
+    index = dict(zip(sorted(sizes), values))
+    source = np.asarray(sources[index[part] if part else 0])
+    assert fused_np[_flat_index(nnx_side, index, sizes)] == source[_flat_index(linen, index, sizes, part)]
+  back = rearrange.apply([fused], 'nnx', 0, parts)
+  for got, want in zip(back, sources, strict=True):
+    np.testing.assert_array_equal(got, want)
 
 
 def test_shapes_the_pattern_does_not_describe_are_refused():
