@@ -298,6 +298,12 @@ def _plan_transformed(
         )
         offenders.append(where)
         continue
+      if want == 'loop' and shape[0] == 0:  # nothing to unstack: refused, as untransformed
+        problems.append(
+            f'{where}: a stacked parameter of shape {shape} has no layers to unstack'
+        )
+        offenders.append(where)
+        continue
       annotation, layer_name = md.remove_layer_axis(annotation, where)
       lead = 1
     layer_shape = shape[lead:]

@@ -320,8 +320,9 @@ def nest(flat: Mapping[tuple, Any]) -> dict:
 
 def scalar_like(value, template_dtype, mesh: Mesh | None, where: str):
   """A step or count converted to the other side's integer dtype."""
-  if not np.issubdtype(np.dtype(template_dtype), np.integer) or np.ndim(value) != 0:
-    raise ShapeError(f'{where}: expected an integer scalar, found {np.shape(value)}', [where])
+  shape = tuple(value.shape) if hasattr(value, 'shape') else np.shape(value)
+  if not np.issubdtype(np.dtype(template_dtype), np.integer) or shape != ():
+    raise ShapeError(f'{where}: expected an integer scalar, found {shape}', [where])
   dtype = value.dtype if hasattr(value, 'dtype') else np.asarray(value).dtype
   if np.dtype(dtype).kind not in 'iu':
     raise ShapeError(
@@ -329,6 +330,9 @@ def scalar_like(value, template_dtype, mesh: Mesh | None, where: str):
         'must be an integer so no value is rounded',
         [where],
     )
+  if isinstance(value, jax.ShapeDtypeStruct):  # an abstract state gives an abstract step
+    sharding = NamedSharding(mesh, PartitionSpec()) if mesh else value.sharding
+    return jax.ShapeDtypeStruct((), np.dtype(template_dtype), sharding=sharding)
   try:
     number = int(np.asarray(value))
   except Exception:  # an array this process cannot read whole: its dtype was checked

@@ -477,3 +477,17 @@ def test_unplaced_arrays_on_different_devices_convert_each_on_its_own():
     value = state['blocks'][i]['w'][...]
     assert value.shape == (2, 1) and value.devices() == {devices[i]}
     np.testing.assert_array_equal(value, np.full((2, 1), float(i)))
+
+
+def test_an_abstract_train_state_converts_into_an_abstract_target():
+  """`jax.eval_shape` of a TrainState: every leaf, the step too, comes out abstract."""
+  desc = description('device', False)
+  state = linen_trained(desc, 'adam', 0)
+  abstract = jax.eval_shape(lambda: state)
+  model, optimizer = converters.linen_to_nnx(
+      abstract, target=nnx_abstract(desc, 'adam'), paths=KIT_PATHS
+  )
+  step = optimizer.step.get_value()
+  assert isinstance(step, jax.ShapeDtypeStruct) and step.shape == () and step.dtype == jnp.uint32
+  leaves = jax.tree.leaves(nnx.state((model, optimizer)))
+  assert leaves and all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)

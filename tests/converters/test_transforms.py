@@ -444,3 +444,16 @@ def test_missing_parts_and_shapes_the_pattern_misreads_are_refused():
   wrong = PathMapping([PathRule('out/kernel', 'out/kernel', transform=Rearrange('h d e -> (h d) e', h=3))], keep_unmatched=True)
   with nn.logical_axis_rules(RULES), pytest.raises(ShapeError, match=r'out/kernel: a dimension of size 4 cannot be \(h\)'):
     linen_to_nnx(variables, paths=wrong)
+
+
+def test_a_stacked_transformed_parameter_without_layers_is_refused_not_dropped():
+  paths = PathMapping([PathRule(
+      tuple(f'Block_{{i}}/{n}/kernel' for n in QKV), 'layers/{i}/qkv/kernel',
+      linen_stacked=tuple(f'Block/{n}/kernel' for n in QKV), nnx_stacked='layers/qkv/kernel',
+      transform=Rearrange('e h d -> e (h qkv d)', h=H),
+  )])
+  empty = {'params': {'Block': {n: {'kernel': jnp.zeros((0, E, H, D))} for n in QKV}}}
+  with pytest.raises(LayoutError, match=r'Block/query/kernel: a stacked parameter of shape \(0, 8, 4, 2\) has no layers to unstack'):
+    linen_to_nnx(empty, paths=paths, scan=False)
+  stacked = linen_to_nnx(empty, paths=paths)  # kept stacked: an empty stack, rearranged
+  assert stacked['layers']['qkv']['kernel'].shape == (0, E, 3 * H * D)
