@@ -37,7 +37,7 @@ from converters.errors import (
     StructureError,
     format_offenders,
 )
-from converters.paths import Framework, Match, PathMapping, format_path
+from converters.paths import Framework, PathMapping, format_path
 from converters.transforms import Step
 
 Flat = Mapping[tuple, tuple[Any, md.Annotation]]
@@ -65,10 +65,6 @@ class Target:
   dtype: Any
   index: int | None = None
   transform: Step | None = None
-
-  @property
-  def rearrange_text(self) -> str:
-    return repr(self.transform.rearrange) if self.transform else ''
 
   @property
   def kept(self) -> bool:
@@ -312,17 +308,17 @@ def _plan_transformed(
     annotation = dataclasses.replace(annotation, names=names)
     target_shape = rearrange.target_shape(target, sizes)
     if layout == 'scan' and want == 'scan':
-      op, index_of_slice, step_lead = 'keep', None, 1
+      op, step_lead = 'keep', 1
       annotation = md.add_layer_axis(annotation, layer_name)
       target_shape = shape[:1] + target_shape
     elif layout == 'scan':
-      op, index_of_slice, step_lead = 'slice', None, 0
+      op, step_lead = 'slice', 0
     elif want == 'scan':
-      op, index_of_slice, step_lead = 'stack', None, 1
+      op, step_lead = 'stack', 1
       annotation = md.add_layer_axis(annotation, layer_partition)
       target_shape = (len(sources) // parts,) + target_shape
     else:
-      op, index_of_slice, step_lead = 'keep', None, 0
+      op, step_lead = 'keep', 0
     for part in range(rearrange.target_parts(target, sizes)):
       step = Step(rearrange, source, step_lead, part, part_count)
       if op == 'slice':
@@ -333,7 +329,7 @@ def _plan_transformed(
         continue
       new = rule.path(target, want, index, part)
       producers[new].append(where + (' ...' if op == 'stack' else ''))
-      targets[new] = Target(op, sources, annotation, target_shape, dtype, index_of_slice, step)
+      targets[new] = Target(op, sources, annotation, target_shape, dtype, None, step)
 
 
 def _sharded_test(annotation: md.Annotation, rules: tuple | None, where: str):
@@ -448,10 +444,10 @@ def target_shardings(
       if t.transform is None:
         raise
       raise AnnotationError(
-          f'{e} (the annotation {t.rearrange_text} gives {format_path(path)} from '
-          f'{format_path(t.sources[0])}; the sharding cannot follow the transform: '
-          'give the sizes a layout each device can hold whole, or convert with that '
-          'name resolving to None (rules=...) and reshard after)',
+          f'{e} ({format_path(path)} is made from {format_path(t.sources[0])} by '
+          f'{t.transform.rearrange!r}, and the sharding cannot follow it: give sizes '
+          'the mesh divides, or convert with that name resolving to None (rules=...) '
+          'and reshard after)',
           e.paths,
       ) from e
     shardings[path] = None if leaf_mesh is None else NamedSharding(leaf_mesh, spec)
