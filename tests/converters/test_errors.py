@@ -296,6 +296,16 @@ def case_intermediates():
   return dict(linen={'params': params_of(LOOP), 'intermediates': {'DotReluDot_0': {'__call__': (jnp.zeros(2),)}}})
 
 
+def case_collection_of_another_variable_type_than_the_target():
+  params = params_of(LOOP)
+  w2 = params['DotReluDot_0']['W2']
+  params = with_leaf(params, ('DotReluDot_0', 'W2'), None)
+  return dict(
+      linen={'params': params, 'batch_stats': {'DotReluDot_0': {'W2': w2}}},
+      target=nnx_abstract(LOOP, 'adam')[0],
+  )
+
+
 def case_collections_colliding_in_nnx():
   w2 = params_of(LOOP)['DotReluDot_0']['W2']
   return dict(linen={'params': params_of(LOOP), 'batch_stats': {'DotReluDot_0': {'W2': w2}}})
@@ -393,6 +403,7 @@ CATALOGUE = {
     'moments the target optimizer lacks': (case_moments_the_target_optimizer_lacks, errors.OptimizerStateError, '0/mu'),
     'unknown collection': (case_unknown_collection, errors.StructureError, "ema: no NNX Variable type is known for the Linen collection 'ema'; pass collections={'ema': VariableType}"),
     'intermediates': (case_intermediates, errors.StructureError, "intermediates: the 'intermediates' collection holds values sown during one call"),
+    'collection of another Variable type than the target': (case_collection_of_another_variable_type_than_the_target, errors.StructureError, "model/layers/0/w2: converted from the Linen 'batch_stats' collection (BatchStat Variables), but the target holds a ConstrainedParam there"),
     'collections colliding in NNX': (case_collections_colliding_in_nnx, errors.StructureError, 'layers/0/w2 (params and batch_stats)'),
     'transform that cannot carry the sharding': (case_transform_that_cannot_carry_the_sharding, errors.AnnotationError, "DotReluDot_0/Dense_0/kernel: Rearrange('e h -> (e h)', e=64) cannot carry the sharding of axis h (named 'model')"),
     'transform split the mesh cannot divide': (case_transform_split_the_mesh_cannot_divide, errors.AnnotationError, "layers/0/dot1/kernel: dimension 1 of size 2 is not divisible by mesh axis 'model' of size 4"),
