@@ -81,6 +81,7 @@ def measure(kind: str, src: str, dst: str) -> dict:
   # Everything either kind uses is imported before the interpreter's baseline
   # is taken: loaded libraries are not memory the work uses.
   from converters.checkpoint import inspect as checkpoints
+  from converters.checkpoint import kit
   from converters.checkpoint.convert import convert_checkpoint
   from converters.checkpoint.verify import verify
   from linen_impl import checkpoint
@@ -88,10 +89,10 @@ def measure(kind: str, src: str, dst: str) -> dict:
   baseline_rss = _rss_bytes()
   start = time.perf_counter()
   if kind.startswith('baseline'):
-    info = checkpoints.inspect(src)
-    desc = checkpoints.description(info, MESH)
+    described = kit.describe(checkpoints.inspect(src))
+    desc = kit.description(described, MESH)
     mesh = desc.make_mesh()
-    trainer = checkpoints.trainer_for('linen', desc, mesh, info.optimizer)
+    trainer = kit.trainer_for('linen', desc, mesh, described.optimizer)
     with jax.set_mesh(mesh):
       state = checkpoint.restore(src, trainer)
       checkpoint.save(dst, state)

@@ -1,6 +1,7 @@
 """linen-nnx-kit's conversion library: Flax Linen <-> Flax NNX, for any model.
 
     from converters import linen_to_nnx, nnx_to_linen, PathRule, PathMapping, Rearrange
+    from converters import convert_checkpoint, LinenModel   # checkpoints on disk
 
 The public API is this module's names. The core, which knows no model: `api`
 (the conversions), `paths` (the path mapping), `transforms` (value
@@ -51,6 +52,11 @@ _EXPORTS = {
     'AnnotationError': 'converters.errors',
     'LayoutError': 'converters.errors',
     'OptimizerStateError': 'converters.errors',
+    'CheckpointError': 'converters.errors',
+    'VerificationError': 'converters.errors',
+    'LinenModel': 'converters.checkpoint.models',
+    'convert_checkpoint': 'converters.checkpoint.convert',
+    'compare_checkpoints': 'converters.checkpoint.compare',
 }
 
 __all__ = sorted(_EXPORTS)

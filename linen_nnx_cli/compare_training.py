@@ -10,7 +10,9 @@ from __future__ import annotations
 import jax
 
 from converters.checkpoint.compare import LeafComparison, compare_linen_states
-from converters.checkpoint.training_states import nnx_to_linen_state, start_from_linen
+from converters.checkpoint.kit import correspondence_of_name
+from converters.checkpoint.kit import nnx_to_linen_state, start_from_linen
+from converters.presets import KIT_PATHS
 from kit_mlp.data import make_batches
 from kit_mlp.optimizers import make_tx
 from linen_impl import train as linen_train
@@ -37,6 +39,8 @@ def compare_description(desc, optimizer: str, steps: int) -> tuple[list[LeafComp
       arrays, loss = nnx_trainer.train_step(arrays, xs[step], ys[step])
       losses['nnx'].append(float(loss))
     nnx_as_linen = nnx_to_linen_state(nnx_trainer.to_state(arrays), nnx_trainer, linen_trainer, None, None)
-    rows = compare_linen_states(linen_state, nnx_as_linen, optimizer)
+    rows = compare_linen_states(
+        linen_state, nnx_as_linen, KIT_PATHS, correspondence_of_name(optimizer)
+    )
   extra = {'description': repr(desc), 'optimizer': optimizer, 'steps': steps, 'losses': losses}
   return rows, extra

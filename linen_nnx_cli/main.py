@@ -48,16 +48,23 @@ class _Parser(argparse.ArgumentParser):
     raise UsageError(message)
 
 
-def _mesh_shape(text: str) -> tuple[int, int]:
+def _mesh_shape(text: str) -> tuple[int, ...]:
   try:
-    data, model = (int(part) for part in text.lower().split('x'))
+    sizes = tuple(int(part) for part in text.lower().split('x'))
   except ValueError:
     raise argparse.ArgumentTypeError(
-        f'{text!r}: write DATAxMODEL, for example 2x4'
+        f'{text!r}: write DATAxMODEL, for example 2x4 (one size per mesh axis)'
     ) from None
-  if data < 1 or model < 1:
-    raise argparse.ArgumentTypeError(f'{text!r}: both sizes must be at least 1')
-  return data, model
+  if any(size < 1 for size in sizes):
+    raise argparse.ArgumentTypeError(f'{text!r}: every size must be at least 1')
+  return sizes
+
+
+def _mesh_axes(text: str) -> tuple[str, ...]:
+  axes = tuple(a.strip() for a in text.split(','))
+  if not all(axes) or len(set(axes)) != len(axes):
+    raise argparse.ArgumentTypeError(f'{text!r}: write distinct names, e.g. data,model')
+  return axes
 
 
 def _at_least(minimum: int):
@@ -83,10 +90,15 @@ def _annotation_options(group) -> None:
   )
   group.add_argument('--annotation', choices=('device', 'logical'), default='device')
   group.add_argument(
-      '--rules', choices=('guide', 'fsdp'), default='guide',
-      help='logical rule set (with --annotation logical)',
+      '--rules', default=None, metavar='guide|fsdp|pkg.module:RULES',
+      help="logical rule set: the kit MLP's (guide, the default, or fsdp; with "
+      '--annotation logical), or your models\' logical axis rules',
   )
   group.add_argument('--mesh', type=_mesh_shape, default=(2, 4), help='DATAxMODEL')
+  group.add_argument(
+      '--mesh-axes', type=_mesh_axes, default=None, metavar='data,model',
+      help="your models' mesh axis names, one per size of --mesh (default: data,model)",
+  )
   group.add_argument(
       '--devices', type=_at_least(1), default=8,
       help='simulated CPU devices (ignored unless JAX runs on CPU)',
@@ -101,6 +113,27 @@ def _checkpoint_options() -> argparse.ArgumentParser:
   _annotation_options(group)
   parser.add_argument('--json', action='store_true', help='print a JSON summary on stdout')
   return parser
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+  group = parser.add_argument_group(
+      'your models (default: the kit\'s MLP, described by the checkpoint)',
+      'Name each object as pkg.module:attribute; the current directory is on '
+      'the import path.',
+  )
+  group.add_argument(
+      '--linen-model', metavar='pkg.module:factory',
+      help='a function returning converters.LinenModel(module, *example_inputs); '
+      "it may take layout='scan'|'loop'",
+  )
+  group.add_argument(
+      '--nnx-model', metavar='pkg.module:factory',
+      help="a function returning the NNX module; it may take layout='scan'|'loop'",
+  )
+  group.add_argument(
+      '--paths', metavar='pkg.module:MAPPING',
+      help='the Linen <-> NNX PathMapping (default: every path kept)',
+  )
 
 
 def _distributed_options(parser: argparse.ArgumentParser) -> None:
@@ -192,9 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
       help='read an Orbax save of SRC that never finished (its arrays may be incomplete)',
   )
   convert.add_argument(
-      '--optimizer', choices=OPTIMIZER_CHOICES, default=None,
-      help='what SRC was trained with, when its state cannot say (adamw vs adam in NNX)',
+      '--optimizer', default=None, metavar='NAME|pkg.module:make_tx',
+      help='what SRC was trained with: for your models, a function returning the '
+      f'optax transform; for the kit\'s MLP, one of {", ".join(OPTIMIZER_CHOICES)} '
+      'when its state cannot say (adamw vs adam in NNX)',
   )
+  convert.add_argument(
+      '--seed', type=int, default=0,
+      help='seed of the RNG streams (dropout) of an NNX DST, which Linen has not',
+  )
+  _model_options(convert)
 
   compare = commands.add_parser(
       'compare',
@@ -216,7 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
   compare.add_argument(
       '--steps', type=_at_least(0), default=3, help='training steps (description)'
   )
-  compare.add_argument('--optimizer', default='adam', choices=OPTIMIZER_CHOICES)
+  compare.add_argument(
+      '--optimizer', default=None, metavar='NAME|pkg.module:make_tx',
+      help=f'a description\'s optimizer ({", ".join(OPTIMIZER_CHOICES)}; default adam), '
+      "or your models' optax transform",
+  )
+  _model_options(compare)
   compare.add_argument('--json', action='store_true', help='print a JSON report on stdout')
   side = commands.add_parser(
       'side-by-side',
@@ -228,8 +273,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def description_from_args(args: argparse.Namespace):
-  from kit_mlp.description import RULE_SETS, ModelDescription
+  from kit_mlp.description import RULE_SETS, InvalidDescriptionError, ModelDescription
 
+  if args.rules not in (None, *RULE_SETS):
+    raise InvalidDescriptionError(f'--rules {args.rules}: choose one of {", ".join(RULE_SETS)}')
+  if args.mesh_axes is not None or len(args.mesh) != 2:
+    raise InvalidDescriptionError(
+        "the kit's MLP runs on a ('data', 'model') mesh: give --mesh DATAxMODEL "
+        'and no --mesh-axes'
+    )
   return ModelDescription(
       num_layers=args.layers,
       depth=args.depth,
@@ -237,7 +289,7 @@ def description_from_args(args: argparse.Namespace):
       use_scan=args.scan,
       layer_partition=args.layer_partition,
       annotation=args.annotation,
-      rules=RULE_SETS[args.rules],
+      rules=RULE_SETS[args.rules or 'guide'],
       mesh_shape=args.mesh,
       dtype=args.dtype,
   )
@@ -358,15 +410,10 @@ def _first_process() -> bool:
   return jax.process_index() == 0
 
 
-def _annotation(args: argparse.Namespace) -> dict:
-  from kit_mlp.description import RULE_SETS
+def _models(args: argparse.Namespace) -> dict:
+  from linen_nnx_cli.user_models import models_options
 
-  return {
-      'mesh_shape': args.mesh,
-      'annotation': args.annotation,
-      'rules': RULE_SETS[args.rules],
-      'layer_partition': args.layer_partition,
-  }
+  return models_options(args)
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -375,9 +422,8 @@ def _convert(args: argparse.Namespace) -> int:
 
   with Progress(STAGES, enabled=_first_process()) as progress:
     summary = convert_checkpoint(
-        args.src, args.dst, args.to, layout=args.layout, force=args.force,
-        optimizer=args.optimizer, allow_unfinished=args.allow_unfinished,
-        on_stage=progress.stage, **_annotation(args),
+        args.src, args.dst, args.to, layout=args.layout, force=args.force, seed=args.seed,
+        allow_unfinished=args.allow_unfinished, on_stage=progress.stage, **_models(args),
     )
   summary = {'ok': True, **summary, 'seconds': {k: round(v, 3) for k, v in progress.timings.items()}}
   if not _first_process():
@@ -418,7 +464,7 @@ def _compare_checkpoints(args: argparse.Namespace) -> int:
   from converters.checkpoint.compare import compare_checkpoints
 
   rows, labels, extra = compare_checkpoints(
-      *args.checkpoints, allow_unfinished=args.allow_unfinished, **_annotation(args)
+      *args.checkpoints, allow_unfinished=args.allow_unfinished, **_models(args)
   )
   return _report_comparison(args, rows, labels, extra)
 
@@ -426,7 +472,10 @@ def _compare_checkpoints(args: argparse.Namespace) -> int:
 def _compare_description(args: argparse.Namespace, desc) -> int:
   from linen_nnx_cli.compare_training import compare_description
 
-  rows, extra = compare_description(desc, args.optimizer, args.steps)
+  optimizer = args.optimizer or 'adam'
+  if optimizer not in OPTIMIZER_CHOICES:
+    return _fail(args, f'--optimizer {optimizer}: choose one of {", ".join(OPTIMIZER_CHOICES)}', 2)
+  rows, extra = compare_description(desc, optimizer, args.steps)
   return _report_comparison(args, rows, ('Linen', 'NNX'), extra)
 
 

@@ -1,4 +1,5 @@
-"""The README's "Check your own port in CI" example runs, as users would run it."""
+"""The README's examples run, as users would run them: "Check your own port in CI",
+the restore example, and "Convert your checkpoint" with a model of the reader's own."""
 
 from __future__ import annotations
 
@@ -67,3 +68,42 @@ def test_restore_example_reads_converted_checkpoints(tmp_path):
   for name in ('nnx', 'linen'):
     with np.load(tmp_path / f'{name}.npz') as restored:
       assert_same_values_by_layer(flat(state), restored.items())
+
+
+def _block(readme: str, name: str) -> str:
+  block = re.search(
+      rf'<!-- {name}:start -->\n```python\n(.*?)```\n<!-- {name}:end -->', readme, re.S
+  )
+  assert block, f'the README lost its {name} markers'
+  return block.group(1)
+
+
+def test_convert_your_checkpoint_runs_on_a_model_of_the_readers_own(tmp_path):
+  readme = (ROOT / 'README.md').read_text()
+  (tmp_path / 'my_models.py').write_text(_block(readme, 'user-models'))
+  devices = 'from linen_nnx_cli.devices import simulate_cpu_devices\nsimulate_cpu_devices(8)\n'
+  env = {**os.environ, 'PYTHONPATH': str(ROOT)}
+
+  def python(code):
+    result = subprocess.run(
+        [sys.executable, '-c', devices + code], cwd=tmp_path, capture_output=True, text=True,
+        timeout=600, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+
+  python(_block(readme, 'user-training'))
+  section = readme[readme.index('## Convert your checkpoint'):readme.index('## Multi-process')]
+  models = re.search(r'MODELS="(.*?)"', section, re.S).group(1).replace('\\\n', ' ').split()
+  commands = re.findall(r'^(linen-nnx (?:convert|compare) .*?)(?:\s+#.*)?$', section, re.M)
+  assert len(commands) == 2
+  for command in commands:
+    args = [models if a == '$MODELS' else [a] for a in command.split()[1:]]
+    result = subprocess.run(
+        [sys.executable, '-m', 'linen_nnx_cli.main', *sum(args, [])],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+  python(_block(readme, 'user-restore') + (
+      '\nassert int(optimizer.step[...]) == 3\n'
+      'assert model.up.kernel[...].shape == (8, 16)\n'
+  ))

@@ -1,13 +1,17 @@
 """The checkpoint tool: inspect, restore, convert, verify and compare checkpoints on disk.
 
 `inspect` finds a checkpoint (Orbax, `flax.training.checkpoints` file or
-directory), tells what it holds and restores it; `convert` writes the converted
-checkpoint atomically (`destination` guards SRC and DST); `verify` reads it
-back and compares it bit for bit; `compare` compares two training states leaf
-by leaf; `training_states` converts whole training states in memory; `kit`
-registers the kit's own optimizers with the core.
+directory), tells what it holds and restores it; `models` builds the training
+states of a user's Linen model and its NNX port abstractly (`LinenModel`,
+`UserModels`); `convert` writes the converted checkpoint atomically
+(`destination` guards SRC and DST); `verify` reads it back and compares it bit
+for bit; `compare` compares two training states leaf by leaf;
+`training_states` converts whole training states in memory; `kit` is the
+built-in model, the kit's own MLP described by its checkpoint (the default
+when no model is given), with its optimizers and trainers.
 
-May import: the conversion core, and, until the tool takes users' models, the
-kit's MLP (`kit_mlp`, `linen_impl`, `nnx_impl`). Never the command line: it
+May import: the conversion core; only `kit` imports the kit's MLP
+(`kit_mlp`, `linen_impl`, `nnx_impl`), and `convert` and `compare` reach it
+only through `kit` (contracts in pyproject.toml). Never the command line: it
 reports its stages through a callback, not to the screen.
 """

@@ -20,9 +20,9 @@ from flax.training.train_state import TrainState
 
 from converters import metadata as md
 from converters.checkpoint.inspect import string_path
-from converters.checkpoint.kit import correspondence_of_name
+from converters.checkpoint.verify import host_bits
+from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import PathMapping, format_path
-from converters.presets import KIT_PATHS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +52,6 @@ def _difference(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
   equal = jnp.all(_bits(a) == _bits(b))
   diff = jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))
   return equal, jnp.max(diff, initial=0.0)
-
-
-def host_bits(x) -> np.ndarray:
-  """`x` on the host as unsigned integers of its width: NaNs and -0.0 compare by their bits."""
-  x = np.asarray(x)
-  return (x.reshape(1) if x.ndim == 0 else x).view(f'u{x.dtype.itemsize}')
 
 
 def bits_equal(xs: list[jax.Array], ys: list[jax.Array]) -> list[bool]:
@@ -102,12 +96,26 @@ def _spec(value) -> str:
   return str(tuple(spec)) if spec is not None else '-'
 
 
-def nnx_path_of(linen_path: tuple, optimizer: str, paths: PathMapping = KIT_PATHS) -> str:
+def _same_placement(a, b) -> bool:
+  """Whether `a` and `b` are laid out alike on the devices: equivalent
+  shardings, whatever their spelling (`P(None, None)` on a rank-3 array
+  replicates it as `P(None, None, None)` does)."""
+  sa, sb = getattr(a, 'sharding', None), getattr(b, 'sharding', None)
+  if sa is None or sb is None:
+    return sa is sb
+  return sa.is_equivalent_to(sb, a.ndim)
+
+
+def nnx_path_of(
+    linen_path: tuple, paths: PathMapping, corr: OptimizerCorrespondence = NNX_OPTIMIZER
+) -> str:
   """The NNX training-state path of a Linen `TrainState` leaf.
 
-  Parameters map through `paths`, optimizer-state prefixes through the
-  correspondence `converters.optimizer_state` converts with; a Linen leaf the
-  NNX optimizer derives from its step is shown as `(optimizer/step)`.
+  Parameters (and a `TrainState` subclass's collections, such as
+  `batch_stats`) map through `paths`, optimizer-state prefixes through the
+  correspondence `corr` that `converters.optimizer_state` converts with; a
+  Linen leaf the NNX optimizer derives from its step is shown as
+  `(optimizer/step)`.
   """
   keys = tuple(str(k) for k in linen_path)
   if keys == ('step',):
@@ -115,12 +123,11 @@ def nnx_path_of(linen_path: tuple, optimizer: str, paths: PathMapping = KIT_PATH
   if keys[-1:] == ('value',):
     keys = keys[:-1]  # the box's array; NNX paths name the Variable
   head, rest = keys[0], keys[1:]
-  if head == 'params':
+  if head != 'opt_state':  # params, or a collection
     found = paths.match_all('linen', rest)
     if len(found) != 1:
       return '?'
     return format_path(('model',) + found[0].rule.path('nnx', found[0].layout, found[0].index))
-  corr = correspondence_of_name(optimizer)
   typed = tuple(int(k) if k.isdigit() else k for k in rest)  # optax sequence indices
   if typed in corr.derived_from_step:
     return '(optimizer/step)'
@@ -136,7 +143,7 @@ def nnx_path_of(linen_path: tuple, optimizer: str, paths: PathMapping = KIT_PATH
 
 
 def compare_linen_states(
-    a: TrainState, b: TrainState, optimizer: str, paths: PathMapping = KIT_PATHS
+    a: TrainState, b: TrainState, paths: PathMapping, corr: OptimizerCorrespondence = NNX_OPTIMIZER
 ) -> list[LeafComparison]:
   """Rows comparing two Linen `TrainState`s of the same structure."""
   flat_b = {
@@ -154,13 +161,13 @@ def compare_linen_states(
     rows.append(
         LeafComparison(
             linen_path='/'.join(path),
-            nnx_path=nnx_path_of(path, optimizer, paths),
+            nnx_path=nnx_path_of(path, paths, corr),
             shape=tuple(value_a.shape),
             dtype=str(value_a.dtype),
             spec_a=spec_a,
             spec_b=spec_b,
             max_abs_diff=diff,
-            identical=same and spec_a == spec_b,
+            identical=same and _same_placement(value_a, value_b),
         )
     )
   return rows
@@ -177,58 +184,59 @@ def as_json(rows: list[LeafComparison]) -> list[dict[str, Any]]:
 
 
 def compare_checkpoints(
-    a: str, b: str, *, mesh_shape=(2, 4), annotation='device', rules=None,
+    a: str, b: str, *, linen_model=None, nnx_model=None, paths=None, rules=None,
+    optimizer=None, mesh_shape=(2, 4), mesh_axes=('data', 'model'), annotation='device',
     layer_partition=None, allow_unfinished: bool = False,
 ) -> tuple[list[LeafComparison], tuple[str, str], dict]:
   """Rows comparing the training states of two checkpoints, in A's layout.
 
+  The models (`linen_model`, `nnx_model`, `paths`, `rules`, `optimizer`)
+  are those `convert_checkpoint` takes; none given: the kit's MLP.
   `allow_unfinished` reads Orbax saves that never finished (see
   `checkpoints.inspect`).
 
   Raises:
-    CheckpointError: a checkpoint cannot be read.
+    CheckpointError: a checkpoint cannot be read, or does not hold the
+      models' training state.
     VerificationError: A and B hold different models or optimizers.
   """
   from converters.checkpoint import inspect as checkpoints
   from converters.checkpoint import training_states
-  from kit_mlp.description import GUIDE_RULES
+  from converters.checkpoint.kit import models_for
   from converters.errors import VerificationError
 
-  infos = checkpoints.inspect(a, allow_unfinished), checkpoints.inspect(b, allow_unfinished)
-  model = lambda i: (i.num_layers, i.depth, i.dtype, i.optimizer)
-  if model(infos[0]) != model(infos[1]):
-    raise VerificationError(
-        'A and B hold different models: (layers, depth, dtype, optimizer) '
-        f'{model(infos[0])} != {model(infos[1])}'
-    )
-  optimizer = infos[0].optimizer
-  checkpoints.check_layer_partition(layer_partition, [i.layout for i in infos])
-  descs = [
-      checkpoints.description(i, mesh_shape, annotation, rules or GUIDE_RULES, layer_partition)
-      for i in infos
-  ]
-  mesh = descs[0].make_mesh()
-  trainers = []
-  for info, desc in zip(infos, descs):
-    trainer = checkpoints.trainer_for(info.framework, desc, mesh, optimizer)
-    checkpoints.check_structure(info, checkpoints.expected_leaves(info.framework, trainer))
-    trainers.append(trainer)
-  # Both sides as Linen TrainStates in A's layout.
-  linen = trainers[0] if infos[0].framework == 'linen' else checkpoints.trainer_for(
-      'linen', descs[0], mesh, optimizer
+  models = models_for(
+      linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
+      mesh_shape=mesh_shape, mesh_axes=mesh_axes, annotation=annotation,
+      layer_partition=layer_partition,
   )
-  middle = checkpoints.trainer_for('nnx', descs[0], mesh, optimizer)
+  infos = checkpoints.inspect(a, allow_unfinished), checkpoints.inspect(b, allow_unfinished)
+  described = [models.summary(i) for i in infos]
+  without_layout = [{k: v for k, v in d.items() if k != 'layout'} for d in described]
+  if without_layout[0] != without_layout[1]:
+    raise VerificationError(f'A and B hold different models: {without_layout[0]} != {without_layout[1]}')
+  # Both sides as Linen TrainStates in A's layout.
+  plan_a = models.plan(infos[0], 'linen')
+  plan_b = models.plan(infos[1], 'linen', plan_a.source.layout)
   states = []
-  with jax.set_mesh(mesh):
-    for info, trainer in zip(infos, trainers):
-      state = checkpoints.restore(info, trainer)
-      if info.framework != 'linen' or info.layout != infos[0].layout:
-        state = training_states.convert(state, info.framework, trainer, 'linen', linen, middle)
+  with jax.set_mesh(plan_a.mesh):
+    for info, plan in zip(infos, (plan_a, plan_b)):
+      checkpoints.check_structure(
+          info, checkpoints.leaves_of(plan.source.abstract_state), plan.source.what
+      )
+    for info, plan in zip(infos, (plan_a, plan_b)):
+      state = checkpoints.restore(info, plan.source.abstract_state)
+      if info.framework != 'linen' or plan.source.layout != plan.target.layout:
+        state = training_states.convert(state, plan)
       states.append(state)
-    rows = compare_linen_states(*states, optimizer)
+    rows = compare_linen_states(*states, plan_a.paths, plan_a.correspondence)
   names = {'linen': 'Linen', 'nnx': 'NNX'}
   if infos[0].framework != infos[1].framework:
     labels = tuple(names[i.framework] for i in infos)
   else:
     labels = ('A', 'B')
-  return rows, labels, {'a': infos[0].summary(), 'b': infos[1].summary()}
+  summaries = [
+      {**i.summary(), 'layout': p.source.layout, **d}
+      for i, p, d in zip(infos, (plan_a, plan_b), described)
+  ]
+  return rows, labels, {'a': summaries[0], 'b': summaries[1]}

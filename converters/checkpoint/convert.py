@@ -27,6 +27,7 @@ import jax
 from converters.allocator import release_free_memory
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint import training_states
+from converters.checkpoint.kit import models_for
 from converters.checkpoint.destination import (
     Destination,
     check_replaceable,
@@ -37,7 +38,6 @@ from converters.checkpoint.verify import verify
 from converters.distributed import agree, exchange
 from converters.errors import CheckpointError, VerificationError
 from converters.paths import Framework
-from kit_mlp.description import GUIDE_RULES
 
 STAGES = ['reading', 'converting', 'writing', 'verifying', 'renaming']
 FRAMEWORKS = ('linen', 'nnx')
@@ -96,11 +96,16 @@ def convert_checkpoint(
     to: Framework,
     *,
     layout: str | None = None,
-    mesh_shape: tuple[int, int] = (2, 4),
+    linen_model=None,
+    nnx_model=None,
+    paths=None,
+    rules: tuple | None = None,
+    optimizer=None,
+    mesh_shape: tuple[int, ...] = (2, 4),
+    mesh_axes: tuple[str, ...] = ('data', 'model'),
     annotation: str = 'device',
-    rules: tuple = GUIDE_RULES,
     layer_partition: str | None = None,
-    optimizer: str | None = None,
+    seed: int = 0,
     force: bool = False,
     allow_unfinished: bool = False,
     on_stage: Callable[[str], None] | None = None,
@@ -108,17 +113,28 @@ def convert_checkpoint(
   """Converts the checkpoint at `src` into an Orbax checkpoint at `dst`.
 
   Args:
-    src: an Orbax checkpoint of either implementation, or a
-      `flax.training.checkpoints` checkpoint or directory.
+    src: an Orbax checkpoint of a training state (a Linen `TrainState`, or
+      an NNX `{'model', 'optimizer'}` state), or a `flax.training.checkpoints`
+      checkpoint or directory.
     dst: where to write; must not exist unless `force`.
     to: 'linen' or 'nnx'.
-    layout: 'scan' or 'loop'; None keeps SRC's.
-    mesh_shape: the `(data, model)` mesh to read, convert and write on.
-    annotation, rules, layer_partition: the sharding annotations of the model
-      (a checkpoint stores arrays only); see `ModelDescription`.
-    optimizer: the optimizer SRC was trained with, when its state does not
-      say (adamw and adam keep the same arrays; an NNX checkpoint cannot tell
-      them apart). None: as SRC's state says.
+    layout: 'scan' or 'loop'; None keeps SRC's (a model factory must take
+      `layout=` to make another one).
+    linen_model, nnx_model: the models whose training state SRC holds: a
+      `LinenModel(module, *example_inputs)` (or a function returning one) and
+      a function returning the NNX module (see `UserModels`). Neither given:
+      the kit's MLP, described by the checkpoint itself.
+    paths: the Linen <-> NNX path mapping of the models (None: paths kept).
+    rules: the logical axis rules the models are annotated under (the kit's
+      MLP: its description's rules).
+    optimizer: for the models, the optax transform the checkpoint was trained
+      with (or a function returning it); for the kit's MLP, the optimizer's
+      name when the state does not say (adam and adamw keep the same arrays).
+    mesh_shape, mesh_axes: the mesh to read, convert and write on.
+    annotation, layer_partition: the kit's MLP's annotations (see
+      `ModelDescription`); the user's models carry their own.
+    seed: seeds the RNG streams (dropout keys) of an NNX target, which a
+      Linen state does not have.
     force: replace an existing `dst` (a checkpoint, a file, a symlink, which
       is replaced as a link, or an empty directory).
     allow_unfinished: read an Orbax save of `src` that never finished.
@@ -129,54 +145,51 @@ def convert_checkpoint(
     A JSON-ready summary: source and destination, step, mesh.
 
   Raises:
-    CheckpointError: bad SRC or DST; nothing is written.
-    ConversionError: the state cannot be converted as asked; nothing is written.
+    CheckpointError: bad SRC or DST, or SRC does not hold the models'
+      training state (every differing leaf listed); nothing is written.
+    ConversionError: the state cannot be converted as asked (unmapped or
+      ambiguous paths, annotations); found before any array is read, and
+      nothing is written.
     VerificationError: the written checkpoint differs; it is deleted.
   """
   if to not in FRAMEWORKS:
     raise CheckpointError(f'to={to!r}: choose one of {FRAMEWORKS}')
   if layout not in (None, 'scan', 'loop'):
     raise CheckpointError(f'layout={layout!r}: choose scan or loop')
+  models = models_for(
+      linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
+      mesh_shape=mesh_shape, mesh_axes=mesh_axes, annotation=annotation,
+      layer_partition=layer_partition,
+  )
   on_stage = on_stage or (lambda stage: None)
   source_path, _ = checkpoints.locate(src)
   destination = plan_destination([os.fspath(src), source_path], dst, force)
   dst = destination.path
 
   on_stage('reading')
-  info = checkpoints.with_optimizer(
-      checkpoints.inspect(source_path, allow_unfinished), optimizer
-  )
+  info = checkpoints.inspect(source_path, allow_unfinished)
   agree('checkpoint conversion', {
       'src': source_path, 'dst': dst, 'to': to, 'layout': layout, 'force': force,
-      'mesh': list(mesh_shape), 'annotation': annotation, 'rules': repr(rules),
-      'layer_partition': layer_partition, 'source': info.summary(),
+      'models': models.agreement(), 'seed': seed, 'source': info.summary(),
   })
-  target_layout = layout or info.layout
-  checkpoints.check_layer_partition(layer_partition, [info.layout, target_layout])
-  source_desc = checkpoints.description(info, mesh_shape, annotation, rules, layer_partition)
-  target_desc = checkpoints.description(
-      info, mesh_shape, annotation, rules, layer_partition, target_layout
+  plan = models.plan(info, to, layout)
+  source_summary = {**info.summary(), 'layout': plan.source.layout, **models.summary(info)}
+  checkpoints.check_structure(
+      info, checkpoints.leaves_of(plan.source.abstract_state), plan.source.what
   )
-  mesh = source_desc.make_mesh()
-  source_trainer = checkpoints.trainer_for(info.framework, source_desc, mesh, info.optimizer)
-  checkpoints.check_structure(info, checkpoints.expected_leaves(info.framework, source_trainer))
   # Each stage's temporary host buffers go back to the system before the next
   # stage allocates its own (see converters.allocator).
   release_free_memory()
-  with jax.set_mesh(mesh):
-    state = checkpoints.restore(info, source_trainer)
+  with jax.set_mesh(plan.mesh):
+    # A dry run on the abstract state: unmapped paths, annotations and
+    # layouts are refused before any array is read.
+    training_states.convert(plan.source.abstract_state, plan, rngs=seed)
+    state = checkpoints.restore(info, plan.source.abstract_state)
     release_free_memory()
 
     on_stage('converting')
-    target_trainer = checkpoints.trainer_for(to, target_desc, mesh, info.optimizer)
-    other = None
-    if to == info.framework:
-      other_framework = 'nnx' if to == 'linen' else 'linen'
-      other = checkpoints.trainer_for(other_framework, target_desc, mesh, info.optimizer)
     # The restored state is ours: a relayout frees its sources group by group.
-    converted = training_states.convert(
-        state, info.framework, source_trainer, to, target_trainer, other, donate=True
-    )
+    converted = training_states.convert(state, plan, donate=True, rngs=seed)
     del state  # the converted state holds every array it still needs
     release_free_memory()
 
@@ -198,7 +211,7 @@ def convert_checkpoint(
     if failures:
       raise CheckpointError(failures[0], [dst])
     try:
-      checkpoints.checkpoint_module(to).save(partial, converted)
+      checkpoints.save(partial, converted)
       release_free_memory()
       replaced = os.path.lexists(dst)
       on_stage('verifying')
@@ -232,11 +245,10 @@ def convert_checkpoint(
         shutil.rmtree(staging, ignore_errors=True)
   step = converted.step if to == 'linen' else converted['optimizer']['step'][...]
   return {
-      'source': info.summary(),
+      'source': source_summary,
       'destination': {
           'path': dst, 'format': 'orbax', 'framework': to,
-          'layout': 'scan' if target_desc.use_scan else 'loop', 'leaves': leaves,
-          'replaced': replaced,
+          'layout': plan.target.layout, 'leaves': leaves, 'replaced': replaced,
       },
       'step': int(step),
       'mesh': list(mesh_shape),

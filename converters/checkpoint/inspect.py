@@ -1,16 +1,17 @@
 """What a training-state checkpoint holds, and reading it into its shardings.
 
 `inspect` reads a checkpoint's structure without reading array data: its
-format (an Orbax checkpoint directory, as `linen_impl.checkpoint`,
-`nnx_impl.checkpoint` and `flax.training.checkpoints` write by default, or the
-legacy msgpack file of `flax.training.checkpoints`), the framework that wrote
-it, the layer layout, the model size, dtype and optimizer, and every leaf's
-shape and dtype. `trainer_for` builds the trainer of that model on a mesh;
-`check_structure` compares the checkpoint leaf by leaf with what that trainer
-saves; `restore` reads it straight into the trainer's shardings, into the same
-target the implementation's own `restore` fills, a bounded number of bytes at a
-time (an msgpack file holds whole arrays, so it is read on the host and each
-device receives only its shards).
+format (an Orbax checkpoint directory, as Orbax's `StandardCheckpointer` and
+`flax.training.checkpoints` write by default, or the legacy msgpack file of
+`flax.training.checkpoints`), the framework that wrote it (a Linen
+`TrainState`, or an NNX `{'model', 'optimizer'}` state), and every leaf's shape
+and dtype. It knows no model: which model the arrays belong to comes from the
+caller (`converters.checkpoint.models`). `check_structure` compares the
+checkpoint leaf by leaf with a model's abstract training state; `restore`
+reads it straight into that state's shardings, the target the ordinary Orbax
+restore fills, a bounded number of bytes at a time (an msgpack file holds
+whole arrays, so it is read on the host and each device receives only its
+shards); `save` writes a training state as the ordinary Orbax save does.
 """
 
 from __future__ import annotations
@@ -28,26 +29,14 @@ import numpy as np
 from converters.errors import CheckpointError, format_offenders
 from converters.paths import Framework
 from converters.tree_io import key_of
-from kit_mlp.description import GUIDE_RULES, ModelDescription
-from kit_mlp.optimizers import make_tx
 
 Leaves = Mapping[tuple[str, ...], tuple[tuple[int, ...], str]]
 
-# The keys of the first optax state of each optimizer the kit trains with.
-# adam and adamw keep the same arrays: a Linen checkpoint tells them apart by
-# its number of (empty) optax states, an NNX one cannot (NNX drops empty
-# states), so `with_optimizer` lets the caller say which.
-_OPTAX_STATE_KEYS = {
-    frozenset({'count', 'mu', 'nu'}): 'adam',
-    frozenset({'trace'}): 'sgd_momentum',
-    frozenset({'count', 'ema'}): 'fsdp_sgd',
-}
 # Orbax stages each shard in a host buffer before copying it to its device and
 # by default reads everything at once (96 GB): bounding what it reads at a time
 # bounds that staging memory on top of the restored state.
 RESTORE_CONCURRENT_GB = 0.25
 _ORBAX_MARKERS = ('_METADATA', '_CHECKPOINT_METADATA', 'manifest.ocdbt')
-_LOOPED_LAYER = re.compile(r'DotReluDot_(\d+)$')
 # What an Orbax checkpoint directory holds (0.12, OCDBT and not).
 _ORBAX_ENTRIES = frozenset(
     _ORBAX_MARKERS
@@ -64,10 +53,9 @@ class CheckpointInfo:
     path: the checkpoint itself: an Orbax directory or an msgpack file.
     format: 'orbax' or 'flax-msgpack'.
     framework: 'linen' (a `TrainState`) or 'nnx' (`{'model', 'optimizer'}`).
-    layout: 'scan' (stacked layers) or 'loop'.
-    num_layers, depth, dtype: of the MLP.
-    optimizer: the optimizer whose state it holds ('adam' also covers adamw).
     leaves: `{path: (shape, dtype)}` of every array, keys as strings.
+    tree: the nested structure as stored (Orbax's metadata tree, which keeps
+      empty optax states; or the msgpack tree).
     host_tree: the arrays of an msgpack file, read whole.
     unfinished: an Orbax save that never finished, read on request.
   """
@@ -75,12 +63,8 @@ class CheckpointInfo:
   path: str
   format: str
   framework: Framework
-  layout: str
-  num_layers: int
-  depth: int
-  dtype: str
-  optimizer: str
   leaves: Leaves
+  tree: Any = dataclasses.field(default=None, repr=False, compare=False)
   host_tree: Any = dataclasses.field(default=None, repr=False, compare=False)
   unfinished: bool = False
 
@@ -94,9 +78,7 @@ class CheckpointInfo:
   def summary(self) -> dict:
     return {
         'path': self.path, 'format': self.format, 'framework': self.framework,
-        'layout': self.layout, 'num_layers': self.num_layers, 'depth': self.depth,
-        'dtype': self.dtype, 'optimizer': self.optimizer, 'leaves': len(self.leaves),
-        'bytes': self.nbytes,
+        'leaves': len(self.leaves), 'bytes': self.nbytes,
     }
 
 
@@ -221,10 +203,17 @@ def unfinished_reason(path: str, step_metadata: Any) -> str | None:
   return None
 
 
+def _stored(v) -> tuple[tuple[int, ...], str]:
+  """Shape and dtype as stored: a PRNG key array as its key data (uint32)."""
+  if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key):
+    v = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(v.shape, v.dtype))
+  return tuple(v.shape), str(np.dtype(v.dtype))
+
+
 def leaves_of(tree: Any) -> Leaves:
   """`{path: (shape, dtype)}` of every array of `tree` (arrays or their metadata)."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {string_path(k): (tuple(v.shape), str(np.dtype(v.dtype))) for k, v in leaves}
+  return {string_path(k): _stored(v) for k, v in leaves}
 
 
 def _msgpack_tree(path: str) -> Any:
@@ -250,66 +239,6 @@ def reason(e: BaseException) -> str:
   return f'{type(e).__name__}: {text[0] if text else ""}'.strip()
 
 
-def _subkeys(leaves: Leaves, prefix: tuple[str, ...]) -> set[str]:
-  n = len(prefix)
-  return {p[n] for p in leaves if p[:n] == prefix and len(p) > n}
-
-
-def _shape(leaves: Leaves, path: tuple[str, ...], path_text: str, rank: int) -> tuple[int, ...]:
-  """The shape of the kernel at `path`, which must be there with `rank` dimensions."""
-  if path not in leaves:
-    raise CheckpointError(
-        f'{path_text}: missing; this is not a checkpoint of the kit\'s MLP '
-        f'(expected the parameter {_join(path)})',
-        [_join(path)],
-    )
-  shape = leaves[path][0]
-  if len(shape) != rank:
-    raise CheckpointError(
-        f'{path_text}: {_join(path)} has shape {shape}, not rank {rank}; this is '
-        'not a checkpoint of the kit\'s MLP',
-        [_join(path)],
-    )
-  return shape
-
-
-def _model_of(leaves: Leaves, framework: Framework, where: str) -> tuple[str, int, int, str]:
-  """`(layout, num_layers, depth, dtype)` from the parameter leaves."""
-  if framework == 'linen':
-    tops = _subkeys(leaves, ('params',))
-    if 'ScanDotReluDot_0' in tops:
-      kernel = ('params', 'ScanDotReluDot_0', 'Dense_0', 'kernel', 'value')
-      shape = _shape(leaves, kernel, where, 3)
-      return 'scan', shape[0], shape[-1], leaves[kernel][1]
-    kernel = ('params', 'DotReluDot_0', 'Dense_0', 'kernel', 'value')
-    count = sum(1 for k in tops if _LOOPED_LAYER.match(k))
-  else:
-    tops = _subkeys(leaves, ('model', 'layers'))
-    if 'dot1' in tops:
-      kernel = ('model', 'layers', 'dot1', 'kernel', 'value')
-      shape = _shape(leaves, kernel, where, 3)
-      return 'scan', shape[0], shape[-1], leaves[kernel][1]
-    kernel = ('model', 'layers', '0', 'dot1', 'kernel', 'value')
-    count = sum(1 for k in tops if k.isdigit())
-  shape = _shape(leaves, kernel, where, 2)
-  return 'loop', count, shape[-1], leaves[kernel][1]
-
-
-def _optimizer_of(leaves: Leaves, framework: Framework, where: str) -> str:
-  if framework == 'nnx' and 'momentum' in _subkeys(leaves, ('optimizer',)):
-    return 'fsdp_sgd'
-  prefix = ('opt_state', '0') if framework == 'linen' else ('optimizer', 'opt_state', '0')
-  keys = frozenset(_subkeys(leaves, prefix))
-  if keys not in _OPTAX_STATE_KEYS:
-    raise CheckpointError(
-        f'{where}: {_join(prefix)} holds {sorted(keys)}, not the state of an '
-        'optimizer the kit converts (adam or adamw: count, mu, nu; '
-        'sgd_momentum: trace; fsdp_sgd: count, ema, or the NNX SGD momentum)',
-        [_join(prefix)],
-    )
-  return _OPTAX_STATE_KEYS[keys]
-
-
 def inspect(path: str | os.PathLike, allow_unfinished: bool = False) -> CheckpointInfo:
   """Reads what the checkpoint at `path` holds, without its array data.
 
@@ -320,7 +249,7 @@ def inspect(path: str | os.PathLike, allow_unfinished: bool = False) -> Checkpoi
 
   Raises:
     CheckpointError: the path is missing, unreadable, an unfinished save, or
-      not a training state of the kit's MLP written by either implementation.
+      not a training state of either framework.
   """
   path, format = locate(path)
   host_tree = None
@@ -352,137 +281,65 @@ def inspect(path: str | os.PathLike, allow_unfinished: bool = False) -> Checkpoi
     raise CheckpointError(
         f'{path}: top-level keys {sorted(tops)} are neither a Linen TrainState '
         "(step, params, opt_state) nor an NNX training state (model, optimizer); "
-        'save the whole training state as linen_impl.checkpoint and '
-        'nnx_impl.checkpoint do'
+        "save the whole training state: a TrainState, or nnx.state({'model': "
+        "model, 'optimizer': optimizer})"
     )
-  layout, num_layers, depth, dtype = _model_of(leaves, framework, path)
-  optimizer = _optimizer_of(leaves, framework, path)
-  if optimizer == 'adam' and framework == 'linen' and len(tree['opt_state']) == 3:
-    optimizer = 'adamw'  # chain(scale_by_adam, add_decayed_weights, scale): 3 states
-  return CheckpointInfo(
-      path, format, framework, layout, num_layers, depth, dtype, optimizer, leaves,
-      host_tree, unfinished,
+  return CheckpointInfo(path, format, framework, leaves, tree, host_tree, unfinished)
+
+
+def _compatible(have: tuple, want: tuple) -> bool:
+  """Whether a stored leaf restores as `want`: the same shape and dtype, or
+  integer scalars of two widths (a step or count saved as a Python int is
+  int64, one a jitted step returned is int32; Orbax casts it on restore)."""
+  if have == want:
+    return True
+  (have_shape, have_dtype), (want_shape, want_dtype) = have, want
+  return have_shape == want_shape == () and all(
+      np.issubdtype(np.dtype(d), np.integer) for d in (have_dtype, want_dtype)
   )
 
 
-# Optimizers whose states hold the same arrays.
-_SAME_STATE = {'adam': 'adam', 'adamw': 'adam', 'sgd_momentum': 'sgd_momentum', 'fsdp_sgd': 'fsdp_sgd'}
-
-
-def with_optimizer(info: CheckpointInfo, optimizer: str | None) -> CheckpointInfo:
-  """`info` with the caller's optimizer, which must keep the same state arrays."""
-  if optimizer is None or optimizer == info.optimizer:
-    return info
-  if _SAME_STATE.get(optimizer) != _SAME_STATE[info.optimizer]:
-    raise CheckpointError(
-        f'{info.path}: holds the state of {info.optimizer}, which is not the '
-        f'state of optimizer={optimizer!r}; drop the option or name the '
-        'optimizer the checkpoint was trained with'
-    )
-  return dataclasses.replace(info, optimizer=optimizer)
-
-
-def description(
-    info: CheckpointInfo,
-    mesh_shape: tuple[int, int] = (2, 4),
-    annotation: str = 'device',
-    rules: tuple = GUIDE_RULES,
-    layer_partition: str | None = None,
-    layout: str | None = None,
-) -> ModelDescription:
-  """The `ModelDescription` of the checkpoint's model on `mesh_shape`.
-
-  The annotation style, rules and layer partition are not stored in a
-  checkpoint (only arrays are), so they come from the caller.
-  `layer_partition` names the stacked layer axis, so it applies only when the
-  layout (`layout`, or the checkpoint's own) is scanned; callers converting
-  between layouts pass the same name for both sides.
-  """
-  use_scan = (layout or info.layout) == 'scan'
-  return ModelDescription(
-      num_layers=info.num_layers,
-      depth=info.depth,
-      batch=mesh_shape[0],
-      use_scan=use_scan,
-      layer_partition=layer_partition if use_scan else None,
-      annotation=annotation,
-      rules=rules,
-      mesh_shape=mesh_shape,
-      dtype=info.dtype,
-  )
-
-
-def check_layer_partition(layer_partition: str | None, layouts: list[str]) -> None:
-  """Raises `CheckpointError` when a layer partition is given with no scanned side."""
-  if layer_partition is not None and 'scan' not in layouts:
-    raise CheckpointError(
-        f'layer_partition={layer_partition!r} names the stacked layer axis, but '
-        f'no side is scanned (layouts {layouts}); drop --layer-partition or '
-        'convert to --layout scan'
-    )
-
-
-def trainer_for(framework: Framework, desc: ModelDescription, mesh, optimizer: str):
-  """The Linen or NNX trainer whose training state a checkpoint holds."""
-  if framework == 'linen':
-    from linen_impl import train as linen_train
-
-    return linen_train.make_trainer(desc, mesh, make_tx(optimizer))
-  from nnx_impl import train as nnx_train
-
-  return nnx_train.make_trainer(desc, mesh, optimizer)
-
-
-def checkpoint_module(framework: Framework):
-  """`linen_impl.checkpoint` or `nnx_impl.checkpoint`: same functions, each side."""
-  if framework == 'linen':
-    from linen_impl import checkpoint
-  else:
-    from nnx_impl import checkpoint
-  return checkpoint
-
-
-def restore_target(framework: Framework, trainer) -> Any:
-  """The abstract state, with shardings, that `trainer`'s restore fills."""
-  return checkpoint_module(framework).restore_target(trainer)
-
-
-def expected_leaves(framework: Framework, trainer) -> Leaves:
-  """`{path: (shape, dtype)}` of what `trainer`'s save writes."""
-  return leaves_of(restore_target(framework, trainer))
-
-
-def check_structure(info: CheckpointInfo, wanted: Leaves) -> None:
-  """Raises `CheckpointError` listing every leaf that is missing or differs."""
-  missing = sorted(_join(p) for p in set(wanted) - set(info.leaves))
-  extra = sorted(_join(p) for p in set(info.leaves) - set(wanted))
+def differences(leaves: Leaves, wanted: Leaves) -> tuple[list[str], list[str], list[str]]:
+  """`(missing, unexpected, differing)` leaves of `leaves` against `wanted`."""
+  missing = sorted(_join(p) for p in set(wanted) - set(leaves))
+  extra = sorted(_join(p) for p in set(leaves) - set(wanted))
   differing = sorted(
-      f'{_join(p)} {info.leaves[p][0]} {info.leaves[p][1]} (expected {w[0]} {w[1]})'
+      f'{_join(p)} {leaves[p][0]} {leaves[p][1]} (expected {w[0]} {w[1]})'
       for p, w in wanted.items()
-      if p in info.leaves and info.leaves[p] != w
+      if p in leaves and not _compatible(leaves[p], w)
   )
+  return missing, extra, differing
+
+
+def check_structure(info: CheckpointInfo, wanted: Leaves, what: str) -> None:
+  """Raises `CheckpointError` listing every leaf that is missing or differs.
+
+  `what` names the model whose training state `wanted` is, for the message.
+  """
+  missing, extra, differing = differences(info.leaves, wanted)
   if missing or extra or differing:
     raise CheckpointError(
-        f'{info.path}: does not hold the {info.framework} training state of a '
-        f'{info.num_layers}-layer, depth-{info.depth} MLP with {info.optimizer}: '
-        f'missing [{format_offenders(missing)}], unexpected '
+        f'{info.path}: does not hold the {info.framework} training state of '
+        f'{what}: missing [{format_offenders(missing)}], unexpected '
         f'[{format_offenders(extra)}], shape or dtype differs '
-        f'[{format_offenders(differing)}]',
+        f'[{format_offenders(differing)}]; check that the model, its '
+        'configuration and the optimizer are the ones the checkpoint was '
+        'trained with',
         missing + extra + differing,
     )
 
 
-def restore(info: CheckpointInfo, trainer) -> Any:
-  """The checkpoint read into `trainer`'s shardings (a `TrainState` or `nnx.State`).
+def restore(info: CheckpointInfo, target: Any) -> Any:
+  """The checkpoint read into `target`'s shardings (a `TrainState` or `nnx.State`).
 
-  What the implementation's `restore` returns, with Orbax reading at most
-  `RESTORE_CONCURRENT_GB` at a time. Call with the trainer's mesh in context
-  (`jax.set_mesh`).
+  `target` is an abstract training state whose `ShapeDtypeStruct`s carry
+  their shardings (`Side.abstract_state`). What the ordinary Orbax restore
+  returns, with Orbax reading at most `RESTORE_CONCURRENT_GB` at a time. Call
+  with the target's mesh in context (`jax.set_mesh`).
   """
   import orbax.checkpoint as ocp
   from etils import epath
 
-  target = restore_target(info.framework, trainer)
   if info.format == 'flax-msgpack':
     return _place_host_tree(info, target)
   handler = ocp.StandardCheckpointHandler(restore_concurrent_gb=RESTORE_CONCURRENT_GB)
@@ -500,6 +357,17 @@ def restore(info: CheckpointInfo, trainer) -> Any:
         f'{info.path}: the checkpoint is corrupted or incomplete; reading its '
         f'arrays failed: {reason(e)}'
     ) from e
+
+
+def save(path: str, state: Any) -> None:
+  """Writes `state` to the new directory `path` as Orbax's `StandardCheckpointer`
+  does (what `linen_impl.checkpoint.save` and `nnx_impl.checkpoint.save` do) and
+  waits until it is complete."""
+  import orbax.checkpoint as ocp
+
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(os.path.abspath(path), state)
+    checkpointer.wait_until_finished()
 
 
 def _place_host_tree(info: CheckpointInfo, target) -> Any:

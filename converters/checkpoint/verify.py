@@ -23,11 +23,16 @@ import numpy as np
 
 from converters.allocator import release_free_memory
 from converters.checkpoint import inspect as checkpoints
-from converters.checkpoint.compare import host_bits
 from converters.errors import CheckpointError, VerificationError, format_offenders
 
 # Read back at most this many bytes at a time.
 CHUNK_BYTES = 32 * 2**20
+
+
+def host_bits(x) -> np.ndarray:
+  """`x` on the host as unsigned integers of its width: NaNs and -0.0 compare by their bits."""
+  x = np.asarray(x)
+  return (x.reshape(1) if x.ndim == 0 else x).view(f'u{x.dtype.itemsize}')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +164,13 @@ async def _read_and_compare(reader: _Reader, regions: list[_Region], budget: int
   return list(dict.fromkeys('/'.join(r.leaf) for r, t in done if not t.result()))
 
 
+def _as_stored(x: jax.Array) -> jax.Array:
+  """`x` as Orbax writes it: a PRNG key array (NNX RNG state) as its key data."""
+  if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    return jax.random.key_data(x)
+  return x
+
+
 def verify(path: str, expected: Any, chunk_bytes: int = CHUNK_BYTES) -> int:
   """Reads the Orbax checkpoint at `path` back and compares it with `expected`.
 
@@ -177,7 +189,7 @@ def verify(path: str, expected: Any, chunk_bytes: int = CHUNK_BYTES) -> int:
   import orbax.checkpoint as ocp
 
   flat = {
-      checkpoints.string_path(k): v
+      checkpoints.string_path(k): _as_stored(v)
       for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]
   }
   try:

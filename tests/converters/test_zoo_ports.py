@@ -50,21 +50,10 @@ from model_zoo.nnx import cnn as nnx_cnn
 from model_zoo.nnx import resnet as nnx_resnet
 from model_zoo.nnx import rnn as nnx_rnn
 from model_zoo.nnx import transformer as nnx_tf
+from tests.converters.checkpoint.zoo_models import mapping
 from tests.model_zoo import strategies
 
 TX = optax.adam(1e-2)
-
-
-def mapping(table) -> PathMapping:
-  """A zoo table as a `PathMapping`: one rule per row, every collection (a row
-  with a pattern reshapes, or fuses its parts, by that pattern)."""
-  return PathMapping([
-      PathRule(
-          row.linen, row.nnx, row.linen_stacked, row.nnx_stacked,
-          transform=Rearrange(row.pattern, **dict(row.sizes)) if row.pattern else None,
-      )
-      for rows in table.values() for row in rows
-  ])
 
 
 @functools.cache

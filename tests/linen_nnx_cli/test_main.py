@@ -51,7 +51,7 @@ def test_invalid_description_exits_2_and_names_the_value():
 
 @pytest.mark.parametrize('bad, message', [
     ('2by4', 'write DATAxMODEL'), ('2x', 'write DATAxMODEL'), ('x4', 'write DATAxMODEL'),
-    ('abc', 'write DATAxMODEL'), ('0x8', 'both sizes must be at least 1'),
+    ('abc', 'write DATAxMODEL'), ('0x8', 'every size must be at least 1'),
 ])
 def test_bad_mesh_flag_is_a_usage_error(bad, message):
   assert_refused(run('demo', '--mesh', bad), f'argument --mesh: {bad!r}: {message}')

@@ -96,7 +96,7 @@ def conversions(workdir: str, options: dict) -> dict:
   from tests.converters.checkpoint.fixtures import same_leaves
   from kit_mlp.data import make_batches
   from kit_mlp.optimizers import make_tx
-  from converters.checkpoint.training_states import linen_to_nnx_state, nnx_to_linen_state
+  from converters.checkpoint.kit import linen_to_nnx_state, nnx_to_linen_state
   from linen_impl import train as linen_train
   from nnx_impl import train as nnx_train
 
@@ -158,7 +158,7 @@ def checkpoint(workdir: str, options: dict) -> dict:
   from kit_mlp.description import FSDP_RULES
   from kit_mlp.data import make_batches
   from kit_mlp.optimizers import make_tx
-  from converters.checkpoint.training_states import linen_to_nnx_state
+  from converters.checkpoint.kit import linen_to_nnx_state
   from linen_impl import checkpoint as linen_checkpoint
   from linen_impl import train as linen_train
   from nnx_impl import checkpoint as nnx_checkpoint

@@ -9,6 +9,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from converters.checkpoint.compare import bits_equal, leaf_difference, nnx_path_of
+from converters.checkpoint.kit import correspondence_of_name
+from converters.presets import KIT_PATHS
 
 
 @pytest.mark.parametrize('linen_path, optimizer, nnx_path', [
@@ -26,7 +28,7 @@ from converters.checkpoint.compare import bits_equal, leaf_difference, nnx_path_
     (('params', 'Embed_0', 'embedding'), 'adam', '?'),
 ])
 def test_nnx_path_of_follows_the_converters_correspondence(linen_path, optimizer, nnx_path):
-  assert nnx_path_of(linen_path, optimizer) == nnx_path
+  assert nnx_path_of(linen_path, KIT_PATHS, correspondence_of_name(optimizer)) == nnx_path
 
 
 def _sharded(x, spec):

@@ -8,9 +8,12 @@ import jax
 import pytest
 
 from converters.checkpoint import inspect as checkpoints
-from converters.checkpoint import training_states
+from converters.checkpoint import kit, training_states
 from converters.checkpoint.convert import convert_checkpoint
+from converters.checkpoint.models import Plan
 from converters.errors import CheckpointError
+from converters.optimizer_state import NNX_OPTIMIZER
+from converters.presets import KIT_PATHS
 from linen_impl import checkpoint as linen_checkpoint
 from nnx_impl import checkpoint as nnx_checkpoint
 from tests.converters.checkpoint.fixtures import (
@@ -56,7 +59,7 @@ def test_converted_checkpoint_restores_with_the_other_sides_ordinary_code(
   # paths (not by the converter's mapping).
   out_desc = DESC.replace(use_scan=out_scan)
   mesh = source_trainer.mesh
-  target_trainer = checkpoints.trainer_for(target, out_desc, mesh, optimizer)
+  target_trainer = kit.trainer_for(target, out_desc, mesh, optimizer)
   with jax.set_mesh(mesh):
     restored = MODULES[target].restore(dst, target_trainer)
   assert_same_values_by_layer(flat(source_state), flat(restored))
@@ -135,11 +138,14 @@ def test_layer_partition_names_the_stacked_axis_of_the_scanned_side(tmp_path, so
   convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', layout=layout, layer_partition='data')
   out_scan = source_scan if layout is None else layout == 'scan'
   out_desc = DESC.replace(use_scan=out_scan, layer_partition='data' if out_scan else None)
-  trainer = checkpoints.trainer_for('nnx', out_desc, source_trainer.mesh, 'adam')
-  other = checkpoints.trainer_for('linen', out_desc, source_trainer.mesh, 'adam')
+  trainer = kit.trainer_for('nnx', out_desc, source_trainer.mesh, 'adam')
   with jax.set_mesh(trainer.mesh):
     restored = nnx_checkpoint.restore(tmp_path / 'dst', trainer)
-    expected = training_states.convert(state, 'linen', source_trainer, 'nnx', trainer, other)
+    plan = Plan(
+        trainer.mesh, kit.side_of('linen', source_trainer), kit.side_of('nnx', trainer), None,
+        KIT_PATHS, None, NNX_OPTIMIZER,
+    )
+    expected = training_states.convert(state, plan)
     assert_bit_identical(expected, restored)
   kernel = restored['model']['layers']
   kernel = kernel['dot1']['kernel'] if out_scan else kernel[0]['dot1']['kernel']
@@ -180,22 +186,18 @@ def test_stale_partial_output_of_a_killed_run_is_removed(tmp_path):
 
 
 
-class _LosingSave:
-  """An implementation's checkpoint module whose disk loses one array chunk."""
+def _losing_save(save):
+  """`save`, on a disk that loses one array chunk."""
 
-  def __init__(self, module):
-    self._module = module
-
-  def __getattr__(self, name):
-    return getattr(self._module, name)
-
-  def save(self, path, state):
+  def losing(path, state):
     import tensorstore as ts
 
-    self._module.save(path, state)
+    save(path, state)
     store = ts.KvStore.open({'driver': 'ocdbt', 'base': f'file://{path}/'}).result()
     lost = [k for k in store.list().result() if k.startswith(b'model.layers.1.w2.value/')][-1]
     store.delete_range(ts.KvStore.KeyRange(lost, lost + b'\0')).result()
+
+  return losing
 
 
 def test_data_lost_while_writing_fails_verification_and_moves_nothing(tmp_path, monkeypatch, capsys):
@@ -203,8 +205,7 @@ def test_data_lost_while_writing_fails_verification_and_moves_nothing(tmp_path, 
   from converters.errors import VerificationError
 
   write_checkpoint(tmp_path / 'src')
-  real = checkpoints.checkpoint_module
-  monkeypatch.setattr(checkpoints, 'checkpoint_module', lambda f: _LosingSave(real(f)))
+  monkeypatch.setattr(checkpoints, 'save', _losing_save(checkpoints.save))
   with pytest.raises(VerificationError, match=r'cannot be read back at \[model/layers/1/w2/value\]'):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
   assert sorted(os.listdir(tmp_path)) == ['src']

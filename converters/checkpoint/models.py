@@ -1,0 +1,410 @@
+"""The models whose training states a checkpoint holds, as the checkpoint tool builds them.
+
+A checkpoint stores arrays only: what they are (which parameters, which
+optimizer state, how each is annotated and sharded) comes from the models.
+A user describes a Linen model and its NNX port as they construct them:
+`LinenModel(module, *example_args, **example_kwargs)` and a function that
+returns the NNX module, plus the path mapping, the logical rules and the
+optax transform (`UserModels`). Neither model is ever materialised: each side's
+training state is traced abstractly on the mesh (`jax.eval_shape` of Linen's
+`init` and `TrainState.create`, `nnx.eval_shape` of the NNX module and its
+`nnx.Optimizer`), with the sharding its annotations give under the rules.
+
+A training state is what Flax's examples save: a Linen `TrainState` (a
+subclass with one field per collection `init` returns besides `params`, such
+as `batch_stats`, as Flax's ImageNet example writes it), and for NNX the
+`nnx.State` of `{'model': model, 'optimizer': nnx.Optimizer(model, tx,
+wrt=nnx.Param)}`.
+
+A factory that takes a `layout` argument (`'scan'` or `'loop'`) makes either
+layout of its model, so one pair of factories serves scan <-> loop
+conversions; the source side takes the layout that matches the checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect as pyinspect
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import optax
+from flax import linen as nn
+from flax import nnx
+from flax.training.train_state import TrainState
+from flax.core import meta
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from converters.errors import CheckpointError
+from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
+from converters.paths import Framework, PathMapping, as_mapping
+from converters.tree_io import key_of
+
+LAYOUTS = ('loop', 'scan')
+
+
+class LinenModel:
+  """A Linen module and the example inputs its `init` is traced with.
+
+  `LinenModel(module, *args, **kwargs)` stands for `module.init(rngs, *args,
+  **kwargs)`; the inputs may be arrays or `jax.ShapeDtypeStruct`s (nothing is
+  computed). `train_state` is the `TrainState` class the training loop saves
+  (default: `TrainState` with a field per collection beside `params`).
+  """
+
+  def __init__(self, module: nn.Module, *args, train_state: type | None = None, **kwargs):
+    if not isinstance(module, nn.Module):
+      raise TypeError(
+          f'LinenModel takes a flax.linen Module first, got {type(module).__name__}; '
+          'write LinenModel(MyModule(config), example_input, ...)'
+      )
+    if train_state is not None and not (
+        isinstance(train_state, type) and issubclass(train_state, TrainState)
+    ):
+      raise TypeError(f'train_state must be a TrainState subclass, got {train_state!r}')
+    self.module, self.args, self.kwargs, self.train_state = module, args, kwargs, train_state
+
+  def __repr__(self) -> str:
+    return f'LinenModel({type(self.module).__name__}, {len(self.args)} example inputs)'
+
+
+@functools.cache
+def train_state_class(fields: tuple[str, ...]) -> type:
+  """`TrainState` with one extra field per name, as a user writes it for `batch_stats`.
+
+  One class per tuple of names, so that trees built from it compare equal.
+  """
+  if not fields:
+    return TrainState
+  namespace = {'__annotations__': dict.fromkeys(fields, Any), '__module__': __name__}
+  return type('TrainState', (TrainState,), namespace)  # PyTreeNode: a dataclass
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+  """One side of a conversion: a framework's training state, traced abstractly.
+
+  Attributes:
+    framework: 'linen' or 'nnx'.
+    abstract_state: the training state of `ShapeDtypeStruct`s with their
+      shardings: what the ordinary Orbax restore fills (Linen: the boxed
+      `TrainState`; NNX: the `nnx.State` of model and optimizer).
+    graphdef: NNX only, the static structure of `{'model', 'optimizer'}`.
+    layout: 'scan', 'loop' or None (no layer the path mapping stacks).
+    what: how to name the model in messages.
+    layer_partition: the layer axis name to insert when stacking into this
+      side, when its own annotations do not give it (the kit's MLP).
+  """
+
+  framework: Framework
+  abstract_state: Any
+  graphdef: Any = None
+  layout: str | None = None
+  what: str = 'model'
+  layer_partition: str | None = None
+
+  def objects(self, state: Any = None) -> tuple[Any, Any]:
+    """NNX: `(model, optimizer)` of `state` (abstract when None)."""
+    merged = nnx.merge(self.graphdef, self.abstract_state if state is None else state)
+    return merged['model'], merged['optimizer']
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Everything a checkpoint conversion needs to know about the models.
+
+  Attributes:
+    mesh: the mesh to read, convert and write on.
+    source: the side the checkpoint holds, in its layout.
+    target: the side to write.
+    other: when source and target are one framework, the other framework in
+      the target's layout, to convert through; else None.
+    paths: the Linen <-> NNX path mapping.
+    rules: the logical rules to convert under (None: the annotations' own).
+    correspondence: how the NNX optimizer's state maps to the optax state.
+  """
+
+  mesh: Mesh
+  source: Side
+  target: Side
+  other: Side | None
+  paths: PathMapping
+  rules: tuple | None
+  correspondence: OptimizerCorrespondence
+
+
+def _accepts_layout(factory: Callable) -> bool:
+  try:
+    return 'layout' in pyinspect.signature(factory).parameters
+  except (TypeError, ValueError):
+    return False
+
+
+def _call(factory: Callable | Any, layout: str | None, what: str) -> Any:
+  """`factory(layout=layout)`, `factory()` when no layout is asked for; a
+  model given as it is (not a function) makes its own layout only."""
+  if layout is None:
+    return factory() if callable(factory) else factory
+  if not (callable(factory) and _accepts_layout(factory)):
+    raise CheckpointError(
+        f'{what} makes one layout only (it takes no `layout` argument), so it '
+        f'cannot give the {layout!r} layout asked for; give the factory a '
+        "`layout='loop'|'scan'` parameter, or convert between models of the "
+        'layouts you have'
+    )
+  return factory(layout=layout)
+
+
+def _sharded(abstract: Any, shardings: Any) -> Any:
+  return jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+  )
+
+
+def _is_box(x) -> bool:
+  return isinstance(x, meta.AxisMetadata)
+
+
+def _linen_sharding(mesh: Mesh, rules, leaf) -> NamedSharding:
+  """Linen's own resolution of one leaf: mesh-axis boxes by their names,
+  logical ones by their rules (else `rules`), bare leaves replicated.
+
+  (`nn.get_sharding` reads a `LogicallyPartitioned` box's logical names as
+  mesh axes, so logical boxes go through `nn.logical_to_mesh_sharding`.)
+  """
+  if isinstance(leaf, nn.LogicallyPartitioned):
+    own = leaf.rules if leaf.rules is not None else rules
+    return nn.logical_to_mesh_sharding(leaf.get_partition_spec(), mesh, own)
+  if _is_box(leaf):
+    return leaf.get_sharding(mesh)
+  return NamedSharding(mesh, P())
+
+
+def linen_side(
+    model: LinenModel, tx: optax.GradientTransformation, mesh: Mesh, rules, paths: PathMapping,
+    what: str = 'the Linen model',
+) -> Side:
+  """The Linen `TrainState` of `model` and `tx`, traced on `mesh` under `rules`."""
+  if not isinstance(model, LinenModel):
+    raise CheckpointError(
+        f'{what} must give a LinenModel(module, *example_inputs), got '
+        f'{type(model).__name__}; wrap the module and the inputs its init takes'
+    )
+  # Array inputs (and ShapeDtypeStructs) are traced; the rest (train=False) stays static.
+  leaves, treedef = jax.tree.flatten((model.args, model.kwargs))
+  traced = [i for i, x in enumerate(leaves) if isinstance(x, jax.ShapeDtypeStruct) or hasattr(x, 'shape')]
+
+  def create(rngs, inputs):
+    filled = list(leaves)
+    for i, x in zip(traced, inputs):
+      filled[i] = x
+    args, kwargs = jax.tree.unflatten(treedef, filled)
+    variables = dict(model.module.init(rngs, *args, **kwargs))
+    params = variables.pop('params', {})
+    cls = model.train_state or train_state_class(tuple(sorted(variables)))
+    return cls.create(apply_fn=model.module.apply, params=params, tx=tx, **variables)
+
+  rngs = {'params': jax.random.key(0), 'dropout': jax.random.key(1)}
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
+    try:
+      abstract = jax.eval_shape(create, rngs, [leaves[i] for i in traced])
+    except CheckpointError:
+      raise
+    except Exception as e:  # the user's model: any error of theirs
+      raise CheckpointError(
+          f'{what}: tracing its init with the example inputs failed: '
+          f'{type(e).__name__}: {e}'.strip()
+      ) from e
+    # The sharding tree stops at the boxes.
+    shardings = jax.tree.map(
+        functools.partial(_linen_sharding, mesh, rules), abstract, is_leaf=_is_box
+    )
+  state = jax.tree.map(lambda s, boxed: _sharded(boxed, jax.tree.map(lambda _: s, boxed)), shardings, abstract)
+  param_paths = [
+      tuple(str(key_of(k)) for k in keypath)
+      for keypath, _ in jax.tree_util.tree_flatten_with_path(abstract.params, is_leaf=_is_box)[0]
+  ]
+  return Side('linen', state, None, layout_of(paths, 'linen', param_paths), what)
+
+
+def nnx_side(
+    factory: Callable[[], nnx.Module], tx: optax.GradientTransformation, mesh: Mesh, rules,
+    paths: PathMapping, what: str = 'the NNX model',
+) -> Side:
+  """The NNX model of `factory` and its `nnx.Optimizer`, traced on `mesh` under `rules`."""
+
+  def create():
+    model = factory()
+    if not isinstance(model, nnx.Module):
+      raise CheckpointError(f'{what} returned {type(model).__name__}, not an nnx.Module')
+    return {'model': model, 'optimizer': nnx.Optimizer(model, tx, wrt=nnx.Param)}
+
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
+    try:
+      objects = nnx.eval_shape(create)
+    except CheckpointError:
+      raise
+    except Exception as e:  # the user's model: any error of theirs
+      raise CheckpointError(
+          f'{what}: creating it abstractly failed: {type(e).__name__}: {e}'.strip()
+      ) from e
+    graphdef, state = nnx.split(objects)
+    shardings = nnx.get_named_sharding(state, mesh)
+  state = _sharded(state, shardings)
+  param_paths = [
+      tuple(str(k) for k in path)
+      for path, _ in nnx.to_flat_state(nnx.state(objects['model'], nnx.Param))
+  ]
+  return Side('nnx', state, graphdef, layout_of(paths, 'nnx', param_paths), what)
+
+
+def layout_of(paths: PathMapping, framework: Framework, param_paths) -> str | None:
+  """'scan' or 'loop' as `paths` reads the parameters; None when no layer repeats."""
+  layouts = {
+      m.layout for p in param_paths for m in paths.match_all(framework, p)
+  } & set(LAYOUTS)
+  if len(layouts) > 1:
+    raise CheckpointError(
+        f'the {framework} model has both stacked and looped layers as the path '
+        'mapping reads them; the checkpoint tool converts models of one layout'
+    )
+  return layouts.pop() if layouts else None
+
+
+def _name(obj: Any) -> str:
+  if isinstance(obj, LinenModel):
+    return type(obj.module).__name__
+  return f'{getattr(obj, "__module__", "?")}.{getattr(obj, "__qualname__", repr(obj))}'
+
+
+@dataclasses.dataclass(frozen=True)
+class UserModels:
+  """A Linen model and its NNX port, as `convert_checkpoint` and `compare_checkpoints` take them.
+
+  Attributes:
+    linen: a `LinenModel`, or a function returning one (taking `layout=`
+      to make either layout).
+    nnx: a function returning the NNX module (taking `layout=` likewise);
+      it is only ever called under `nnx.eval_shape`.
+    paths: the Linen <-> NNX path mapping (None: every path kept).
+    rules: the logical axis rules both models are annotated under (Flax's
+      `nn.logical_axis_rules` context around creation, conversion and
+      restore).
+    optimizer: the optax transform the checkpoint was trained with, or a
+      function returning it; its state's structure must match the checkpoint.
+    mesh_shape, mesh_axes: the mesh to read, convert and write on.
+  """
+
+  linen: LinenModel | Callable[..., LinenModel]
+  nnx: Callable[..., nnx.Module]
+  paths: PathMapping | None = None
+  rules: tuple | None = None
+  optimizer: optax.GradientTransformation | Callable[[], optax.GradientTransformation] | None = None
+  mesh_shape: tuple[int, ...] = (2, 4)
+  mesh_axes: tuple[str, ...] = ('data', 'model')
+
+  @property
+  def mapping(self) -> PathMapping:
+    return PathMapping.identity() if self.paths is None else as_mapping(self.paths)
+
+  def make_mesh(self) -> Mesh:
+    if len(self.mesh_shape) != len(self.mesh_axes):
+      raise CheckpointError(
+          f'mesh shape {tuple(self.mesh_shape)} and axes {tuple(self.mesh_axes)} differ in '
+          'length; give one size per axis'
+      )
+    needed, found = math.prod(self.mesh_shape), jax.device_count()
+    if needed != found:
+      raise CheckpointError(
+          f'mesh {"x".join(map(str, self.mesh_shape))} needs {needed} devices, '
+          f'this process sees {found}; give a mesh of {found} devices (--mesh)'
+      )
+    return jax.make_mesh(
+        tuple(self.mesh_shape), tuple(self.mesh_axes),
+        axis_types=(AxisType.Auto,) * len(self.mesh_axes),
+    )
+
+  def tx(self) -> optax.GradientTransformation:
+    if self.optimizer is None:
+      raise CheckpointError(
+          'the optimizer is not given: a training state holds its state, so the '
+          'checkpoint tool needs the optax transform it was trained with '
+          '(optimizer=make_tx, or --optimizer pkg.module:make_tx)'
+      )
+    if isinstance(self.optimizer, optax.GradientTransformation):
+      return self.optimizer
+    tx = self.optimizer()
+    if not isinstance(tx, optax.GradientTransformation):
+      raise CheckpointError(
+          f'the optimizer function returned {type(tx).__name__}, not an optax '
+          'GradientTransformation'
+      )
+    return tx
+
+  def layouts(self, framework: Framework) -> tuple[str | None, ...]:
+    """The layouts this side's factory can make (None: only its own)."""
+    factory = self.linen if framework == 'linen' else self.nnx
+    return LAYOUTS if callable(factory) and _accepts_layout(factory) else (None,)
+
+  def side(self, framework: Framework, mesh: Mesh, layout: str | None = None) -> Side:
+    """The `framework` side, in `layout` (None: the factory's own)."""
+    tx = self.tx()
+    factory = self.linen if framework == 'linen' else self.nnx
+    what = f'the {"Linen" if framework == "linen" else "NNX"} model ({_name(factory)})'
+    fixed = layout is not None and self.layouts(framework) == (None,)
+    make = None if fixed else layout
+    if framework == 'linen':
+      side = linen_side(_call(factory, make, what), tx, mesh, self.rules, self.mapping, what)
+    else:
+      side = nnx_side(
+          functools.partial(_call, factory, make, what), tx, mesh, self.rules, self.mapping, what
+      )
+    if fixed and side.layout not in (layout, None):
+      _call(factory, layout, what)  # raises: it makes one layout, not this one
+    return side
+
+  def source_side(self, info, mesh: Mesh) -> Side:
+    """The side whose training state `info` holds, in the layout it holds.
+
+    Raises:
+      CheckpointError: the checkpoint does not hold that side's training
+        state, listing every leaf missing, unexpected or of another shape
+        or dtype (for a factory of both layouts, against the nearer one).
+    """
+    from converters.checkpoint import inspect as checkpoints
+
+    found = []
+    for layout in self.layouts(info.framework):
+      side = self.side(info.framework, mesh, layout)
+      problems = checkpoints.differences(info.leaves, checkpoints.leaves_of(side.abstract_state))
+      if not any(problems):
+        return side
+      found.append((sum(map(len, problems)), side))
+    side = min(found, key=lambda f: f[0])[1]
+    checkpoints.check_structure(info, checkpoints.leaves_of(side.abstract_state), side.what + ' with the given optimizer')
+    return side  # unreachable: check_structure raised
+
+  def plan(self, info, to: Framework | None = None, layout: str | None = None) -> Plan:
+    """The sides of converting `info` to `to` in `layout` (None: SRC's)."""
+    mesh = self.make_mesh()
+    to = to or info.framework
+    source = self.source_side(info, mesh)
+    target_layout = layout or source.layout
+    target = self.side(to, mesh, target_layout)
+    other = None
+    if to == info.framework:
+      other = self.side('nnx' if to == 'linen' else 'linen', mesh, target_layout)
+    return Plan(mesh, source, target, other, self.mapping, self.rules, NNX_OPTIMIZER)
+
+  def summary(self, info) -> dict:
+    return {'models': {'linen': _name(self.linen), 'nnx': _name(self.nnx)}}
+
+  def agreement(self) -> dict:
+    return {
+        'mesh': list(self.mesh_shape), 'mesh_axes': list(self.mesh_axes),
+        'models': [_name(self.linen), _name(self.nnx)], 'rules': repr(self.rules),
+        'paths': repr(self.mapping),
+    }

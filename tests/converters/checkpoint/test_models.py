@@ -1,0 +1,390 @@
+"""Checkpoints of users' models: every model-zoo pair, through `convert_checkpoint`.
+
+Each pair is described as a user describes it (`zoo_models`: factories, path
+mapping, rules, optax transform). A Linen training loop written like Flax's
+examples trains k steps and saves its `TrainState` with Orbax; the checkpoint
+converts to NNX; the NNX port restores it with its ordinary restore (abstract
+model and optimizer from `nnx.eval_shape`, shardings from
+`nnx.get_named_sharding`, Orbax's `StandardCheckpointer`), trains j steps and
+saves; that converts back to Linen, whose ordinary restore must give what k + j
+Linen steps give: bit for bit where both sides compile to the same program, and
+within the zoo-port tests' stated tolerance for the LSTM's fused-gate port.
+Training is deterministic (dropout streams differ between the frameworks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+
+import flax
+import jax
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+from flax import linen as nn
+from flax import nnx
+from flax.training import checkpoints as flax_checkpoints
+from jax.sharding import AxisType
+
+from converters import LinenModel, convert_checkpoint, compare_checkpoints
+from converters.checkpoint.models import UserModels, train_state_class
+from converters.errors import CheckpointError, PathMappingError
+from model_zoo.linen import resnet as linen_resnet
+from model_zoo.nnx import resnet as nnx_resnet
+from tests.converters.checkpoint import zoo_models as zoo
+from tests.converters.checkpoint.fixtures import tree_checksum
+from tests.converters.test_zoo_ports import FUSED_CELL_TRAINING_ATOL
+
+
+@functools.cache
+def mesh():
+  return jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
+
+
+@contextlib.contextmanager
+def in_mesh(rules):
+  with jax.set_mesh(mesh()), nn.logical_axis_rules(rules or ()):
+    yield
+
+
+def classification_loss(logits, labels):
+  return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def lm_loss(logits, tokens):
+  return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], tokens[:, 1:]).mean()
+
+
+def image_batches(config, count, seed):
+  size = getattr(config, 'image_size', 8)
+  return [
+      {
+          'image': jax.random.normal(jax.random.key(seed + i), (4, size, size, config.in_channels)),
+          'label': jax.random.randint(jax.random.key(seed + 100 + i), (4,), 0, config.num_classes),
+      }
+      for i in range(count)
+  ]
+
+
+def token_batches(vocab_size, count, seed):
+  return [jax.random.randint(jax.random.key(seed + i), (2, 8), 0, vocab_size) for i in range(count)]
+
+
+# Each pair's steps, as a Flax example writes them: the Linen step on a
+# `TrainState`, the NNX step on the model and its `nnx.Optimizer`.
+def classifier_steps(linen_kwargs):
+  @jax.jit
+  def linen_step(state, batch):
+    def loss(params):
+      logits = state.apply_fn({'params': params}, batch['image'], **linen_kwargs)
+      return classification_loss(logits, batch['label'])
+    return state.apply_gradients(grads=jax.grad(loss)(state.params))
+
+  @nnx.jit
+  def nnx_step(model, optimizer, batch):
+    model.eval()
+    grads = nnx.grad(lambda m: classification_loss(m(batch['image']), batch['label']))(model)
+    optimizer.update(model, grads)
+
+  return linen_step, nnx_step
+
+
+def lm_steps():
+  @jax.jit
+  def linen_step(state, tokens):
+    grads = jax.grad(lambda p: lm_loss(state.apply_fn({'params': p}, tokens), tokens))(state.params)
+    return state.apply_gradients(grads=grads)
+
+  @nnx.jit
+  def nnx_step(model, optimizer, tokens):
+    model.eval()
+    optimizer.update(model, nnx.grad(lambda m: lm_loss(m(tokens), tokens))(model))
+
+  return linen_step, nnx_step
+
+
+def resnet_steps():
+  linen_step = jax.jit(lambda state, batch: linen_resnet.train_step(state, batch)[0])
+
+  @nnx.jit
+  def nnx_step(model, optimizer, batch):
+    nnx_resnet.train_step(model, optimizer, batch)
+
+  return linen_step, nnx_step
+
+
+PAIRS = {
+    'cnn': dict(
+        linen=zoo.linen_cnn, nnx=zoo.nnx_cnn, paths=zoo.CNN_PATHS, rules=None,
+        steps=lambda: classifier_steps({'train': False}),
+        batches=lambda: image_batches(zoo.CNN, 4, 10), atol=0.0,
+    ),
+    'resnet': dict(
+        linen=zoo.linen_resnet, nnx=zoo.nnx_resnet, paths=zoo.RESNET_PATHS, rules=None,
+        steps=resnet_steps, batches=lambda: image_batches(zoo.RESNET, 4, 20), atol=0.0,
+    ),
+    'lstm-fused-cell': dict(
+        linen=zoo.linen_rnn, nnx=zoo.nnx_rnn, paths=zoo.RNN_PATHS, rules=None,
+        steps=lm_steps, batches=lambda: token_batches(zoo.RNN.vocab_size, 4, 30),
+        atol=FUSED_CELL_TRAINING_ATOL,
+    ),
+    'transformer': dict(
+        linen=zoo.linen_transformer, nnx=zoo.nnx_transformer, paths=zoo.TRANSFORMER_PATHS,
+        rules=zoo.TRANSFORMER_RULES, steps=lm_steps,
+        batches=lambda: token_batches(64, 4, 40), atol=0.0,
+    ),
+}
+
+
+def models_of(pair, optimizer=zoo.make_tx) -> dict:
+  return dict(
+      linen_model=pair['linen'], nnx_model=pair['nnx'], paths=pair['paths'],
+      rules=pair['rules'], optimizer=optimizer,
+  )
+
+
+def linen_train_state(pair, tx, layout=None):
+  """A new Linen `TrainState` of the pair's model, as a Flax example creates it."""
+  model = pair['linen']() if layout is None else pair['linen'](layout=layout)
+  concrete = [
+      jax.numpy.zeros(a.shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else a
+      for a in model.args
+  ]
+  variables = dict(model.module.init(jax.random.key(0), *concrete, **model.kwargs))
+  params = variables.pop('params')
+  if variables:  # batch_stats: the ResNet's own TrainState, as Flax's ImageNet example
+    return linen_resnet.TrainState.create(
+        apply_fn=model.module.apply, params=params, tx=tx, **variables
+    )
+  return flax.training.train_state.TrainState.create(
+      apply_fn=model.module.apply, params=params, tx=tx
+  )
+
+
+def save(path, state):
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(os.fspath(path), state)
+
+
+def restore_like(path, like):
+  """The ordinary Orbax restore into the structure and shardings of `like`."""
+  target = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like
+  )
+  with ocp.StandardCheckpointer() as checkpointer:
+    return checkpointer.restore(os.fspath(path), target)
+
+
+def nnx_restore(path, factory, tx):
+  """The NNX port's ordinary restore: abstract model and optimizer, their
+  shardings, Orbax; returns the model and its optimizer."""
+  abstract = nnx.eval_shape(
+      lambda: (lambda m: {'model': m, 'optimizer': nnx.Optimizer(m, tx, wrt=nnx.Param)})(factory())
+  )
+  graphdef, state = nnx.split(abstract)
+  shardings = nnx.get_named_sharding(state, mesh())
+  target = jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), state, shardings
+  )
+  with ocp.StandardCheckpointer() as checkpointer:
+    restored = checkpointer.restore(os.fspath(path), target)
+  objects = nnx.merge(graphdef, restored)
+  return objects['model'], objects['optimizer']
+
+
+def assert_states_equal(expected, actual, atol):
+  flat_e = jax.tree_util.tree_flatten_with_path(nn.meta.unbox(expected))[0]
+  flat_a = dict(jax.tree_util.tree_flatten_with_path(nn.meta.unbox(actual))[0])
+  assert len(flat_e) == len(flat_a)
+  for path, e in flat_e:
+    a = flat_a[path]
+    e, a = np.asarray(e), np.asarray(a)
+    assert e.shape == a.shape and e.dtype == a.dtype, path
+    if atol == 0.0 or not np.issubdtype(e.dtype, np.floating):
+      np.testing.assert_array_equal(e, a, err_msg=jax.tree_util.keystr(path))
+    else:
+      np.testing.assert_allclose(e, a, rtol=0, atol=atol, err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize('name', list(PAIRS))
+def test_linen_checkpoint_trains_on_in_nnx_and_comes_back(tmp_path, name):
+  """k Linen steps, save, convert, NNX restore + j steps, save, convert back = k + j steps."""
+  pair, k, j = PAIRS[name], 2, 2
+  linen_step, nnx_step = pair['steps']()
+  batches = pair['batches']()
+  with in_mesh(pair['rules']):
+    state = linen_train_state(pair, zoo.make_tx())
+    for batch in batches[:k]:
+      state = linen_step(state, batch)
+  save(tmp_path / 'linen', state)
+  before = tree_checksum(tmp_path / 'linen')
+
+  summary = convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **models_of(pair))
+  assert summary['verified'] and summary['step'] == k
+  assert tree_checksum(tmp_path / 'linen') == before
+  with in_mesh(pair['rules']):
+    model, optimizer = nnx_restore(tmp_path / 'nnx', pair['nnx'], zoo.make_tx())
+    for batch in batches[k:k + j]:
+      nnx_step(model, optimizer, batch)
+    save(tmp_path / 'nnx_trained', nnx.state({'model': model, 'optimizer': optimizer}))
+    for batch in batches[k:k + j]:
+      state = linen_step(state, batch)
+
+  convert_checkpoint(tmp_path / 'nnx_trained', tmp_path / 'back', 'linen', **models_of(pair))
+  with in_mesh(pair['rules']):
+    back = restore_like(tmp_path / 'back', state)
+  assert int(back.step) == k + j
+  assert_states_equal(state.params, back.params, pair['atol'])
+  assert_states_equal(state.opt_state, back.opt_state, pair['atol'])
+  if hasattr(state, 'batch_stats'):
+    assert_states_equal(state.batch_stats, back.batch_stats, pair['atol'])
+
+
+@pytest.mark.parametrize('to', ['nnx', 'linen'])
+def test_transformer_scan_and_loop_convert_both_ways_and_within_a_framework(tmp_path, to):
+  pair = PAIRS['transformer']
+  with in_mesh(pair['rules']):
+    state = linen_train_state(pair, zoo.make_tx(), layout='loop')
+    state = pair['steps']()[0](state, pair['batches']()[0])
+  save(tmp_path / 'loop', state)
+  models = models_of(pair)
+  summary = convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', to, layout='scan', **models)
+  assert (summary['source']['layout'], summary['destination']['layout']) == ('loop', 'scan')
+  # ... and back to Linen's loop layout: what was saved, bit for bit.
+  convert_checkpoint(tmp_path / 'scan', tmp_path / 'back', 'linen', layout='loop', **models)
+  with in_mesh(pair['rules']):
+    back = restore_like(tmp_path / 'back', state)
+  assert_states_equal(state.params, back.params, 0.0)
+  assert_states_equal(state.opt_state, back.opt_state, 0.0)
+
+
+@pytest.mark.parametrize('use_orbax', [True, False], ids=['flax-orbax', 'flax-msgpack'])
+def test_flax_training_checkpoints_of_a_users_model_convert(tmp_path, use_orbax):
+  pair = PAIRS['resnet']
+  with in_mesh(None):
+    state = linen_train_state(pair, zoo.make_sgd())
+    state = pair['steps']()[0](state, pair['batches']()[0])
+  previous = flax.config.flax_use_orbax_checkpointing
+  flax.config.update('flax_use_orbax_checkpointing', use_orbax)
+  try:
+    flax_checkpoints.save_checkpoint(str(tmp_path / 'checkpoints'), state, step=1)
+  finally:
+    flax.config.update('flax_use_orbax_checkpointing', previous)
+  models = models_of(pair, optimizer=zoo.make_sgd)
+  summary = convert_checkpoint(tmp_path / 'checkpoints', tmp_path / 'nnx', 'nnx', **models)
+  assert summary['source']['format'] == ('orbax' if use_orbax else 'flax-msgpack')
+  with in_mesh(None):
+    model, optimizer = nnx_restore(tmp_path / 'nnx', pair['nnx'], zoo.make_sgd())
+  assert int(optimizer.step[...]) == 1
+  np.testing.assert_array_equal(
+      np.asarray(model.bn_init.mean[...]), np.asarray(state.batch_stats['bn_init']['mean'])
+  )
+
+
+def test_compare_of_a_users_linen_and_nnx_checkpoints(tmp_path):
+  pair = PAIRS['transformer']
+  with in_mesh(pair['rules']):
+    state = linen_train_state(pair, zoo.make_tx())
+    state = pair['steps']()[0](state, pair['batches']()[0])
+  save(tmp_path / 'linen', state)
+  models = models_of(pair)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **models)
+  rows, labels, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'nnx', **models)
+  assert labels == ('Linen', 'NNX') and all(r.identical for r in rows)
+  by_path = {r.linen_path: r.nnx_path for r in rows}
+  assert by_path['params/Block_1/attention/query/kernel'] == 'model/blocks/1/attention/query/kernel'
+  assert by_path['opt_state/0/mu/Block_0/mlp/Dense_0/kernel'] == (
+      'optimizer/opt_state/0/mu/blocks/0/mlp/up/kernel'
+  )
+
+
+# -- structure mismatches, before anything is read -----------------------------
+
+
+def linen_checkpoint_of(tmp_path, pair, tx=None):
+  with in_mesh(pair['rules']):
+    state = linen_train_state(pair, tx or zoo.make_tx())
+  save(tmp_path / 'src', state)
+  return tmp_path / 'src'
+
+
+def test_a_model_of_another_size_is_refused_leaf_by_leaf(tmp_path):
+  src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
+  wider = zoo.CNNConfig(hidden=32)
+  models = models_of(PAIRS['cnn']) | dict(
+      linen_model=LinenModel(
+          zoo.linen_cnn_module.CNN(wider), zoo.images(wider), train=False
+      ),
+  )
+  with pytest.raises(CheckpointError) as e:
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models)
+  message = str(e.value)
+  assert 'does not hold the linen training state of the Linen model (CNN)' in message
+  assert 'params/Dense_0/kernel (32, 16) float32 (expected (32, 32) float32)' in message
+  assert 'opt_state/0/mu/Dense_0/kernel' in message  # the optimizer's leaves too
+  assert not os.path.exists(tmp_path / 'dst')
+
+
+def test_another_optimizer_is_refused_with_its_leaves(tmp_path):
+  src = linen_checkpoint_of(tmp_path, PAIRS['cnn'], tx=zoo.make_sgd())
+  with pytest.raises(CheckpointError, match=r'missing \[.*opt_state/.*unexpected \[.*trace'):
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models_of(PAIRS['cnn']))
+
+
+def test_a_mapping_that_leaves_parameters_unmapped_is_refused_before_reading(tmp_path, monkeypatch):
+  from converters.checkpoint import inspect as checkpoints
+
+  src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
+  monkeypatch.setattr(checkpoints, 'restore', lambda *a: pytest.fail('read before refusing'))
+  partial = zoo.PathMapping([r for r in zoo.CNN_PATHS.rules if 'Dense_1' not in r.linen])
+  with pytest.raises(PathMappingError, match='no rule maps these linen paths: .*Dense_1/kernel'):
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models_of(PAIRS['cnn']) | {'paths': partial})
+
+
+def test_options_of_a_users_models_are_checked(tmp_path):
+  src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
+  models = models_of(PAIRS['cnn'])
+  with pytest.raises(CheckpointError, match='linen_model= is given without nnx_model='):
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', linen_model=zoo.linen_cnn)
+  with pytest.raises(CheckpointError, match="names one of the kit's optimizers"):
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models | {'optimizer': 'adam'})
+  with pytest.raises(CheckpointError, match='the optimizer is not given'):
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models | {'optimizer': None})
+  with pytest.raises(CheckpointError, match='makes one layout only'):
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', layout='scan', **models)
+  with pytest.raises(CheckpointError, match=r'mesh 3x3 needs 9 devices'):
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', mesh_shape=(3, 3), **models)
+  assert sorted(os.listdir(tmp_path)) == ['src']
+
+
+def test_train_state_class_is_one_class_per_field_set():
+  assert train_state_class(()) is flax.training.train_state.TrainState
+  cls = train_state_class(('batch_stats',))
+  assert cls is train_state_class(('batch_stats',))
+  assert 'batch_stats' in {f.name for f in __import__('dataclasses').fields(cls)}
+
+
+def test_user_models_sides_carry_the_annotations_shardings():
+  models = UserModels(
+      zoo.linen_transformer, zoo.nnx_transformer, zoo.TRANSFORMER_PATHS,
+      zoo.TRANSFORMER_RULES, zoo.make_tx,
+  )
+  linen = models.side('linen', mesh(), 'scan')
+  nnx_side = models.side('nnx', mesh(), 'loop')
+  assert (linen.layout, nnx_side.layout) == ('scan', 'loop')
+  kernel = linen.abstract_state.params['ScanCheckpointBlock_0']['mlp']['Dense_0']['kernel']
+  assert kernel.names == ('layers', 'embed', 'mlp')
+  assert tuple(kernel.value.sharding.spec) == (None, None, 'model')  # layers, embed unsharded
+
+
+def test_a_state_saved_before_its_first_step_converts(tmp_path):
+  """`TrainState.create` leaves `step` a Python int, which Orbax stores as int64."""
+  from converters.checkpoint import inspect as checkpoints
+
+  src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
+  assert checkpoints.inspect(src).leaves[('step',)] == ((), 'int64')
+  summary = convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models_of(PAIRS['cnn']))
+  assert summary['step'] == 0 and summary['verified']

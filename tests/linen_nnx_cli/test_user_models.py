@@ -1,0 +1,155 @@
+"""`linen-nnx convert` and `compare` on users' models, named on the command line.
+
+The models are the zoo's, described in a user module
+(`tests.converters.checkpoint.zoo_models`), run as a team runs the tool:
+`--linen-model pkg.module:factory --nnx-model ... --paths ... --optimizer ...`.
+Includes the corrupted-source and SIGKILL tests of the MLP's checkpoints, on
+the zoo's CNN; and the loading of objects named on the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from linen_nnx_cli.user_models import UserObjectError, load
+from tests.converters.checkpoint import test_models
+from tests.converters.checkpoint.fixtures import tree_checksum
+from tests.linen_nnx_cli.test_main_checkpoints import KILL_DRIVER, KILL_POINTS, linen_nnx
+
+ZOO = 'tests.converters.checkpoint.zoo_models'
+CNN = [
+    '--linen-model', f'{ZOO}:linen_cnn', '--nnx-model', f'{ZOO}:nnx_cnn',
+    '--paths', f'{ZOO}:CNN_PATHS', '--optimizer', f'{ZOO}:make_tx',
+]
+TRANSFORMER = [
+    '--linen-model', f'{ZOO}:linen_transformer', '--nnx-model', f'{ZOO}:nnx_transformer',
+    '--paths', f'{ZOO}:TRANSFORMER_PATHS', '--rules', f'{ZOO}:TRANSFORMER_RULES',
+    '--optimizer', f'{ZOO}:make_tx',
+]
+
+
+def trained_linen_checkpoint(path, name):
+  pair = test_models.PAIRS[name]
+  with test_models.in_mesh(pair['rules']):
+    state = test_models.linen_train_state(pair, test_models.zoo.make_tx())
+    state = pair['steps']()[0](state, pair['batches']()[0])
+  test_models.save(path, state)
+  return state
+
+
+@pytest.fixture(scope='module')
+def cnn_checkpoint(tmp_path_factory):
+  path = tmp_path_factory.mktemp('src') / 'cnn'
+  trained_linen_checkpoint(path, 'cnn')
+  return path
+
+
+def test_convert_and_compare_a_transformer_and_a_changed_weight(tmp_path):
+  trained_linen_checkpoint(tmp_path / 'linen', 'transformer')
+  result = linen_nnx('convert', tmp_path / 'linen', tmp_path / 'nnx', '--to', 'nnx',
+                     '--layout', 'scan', '--json', *TRANSFORMER)
+  assert result.returncode == 0, result.stderr
+  summary = json.loads(result.stdout)
+  assert summary['source']['models']['linen'] == f'{ZOO}.linen_transformer'
+  assert (summary['source']['layout'], summary['destination']['layout']) == ('loop', 'scan')
+  assert 'verifying' in result.stderr  # progress on stderr
+
+  result = linen_nnx('compare', tmp_path / 'linen', tmp_path / 'nnx', *TRANSFORMER)
+  assert result.returncode == 0, result.stderr
+  assert 'params/Block_1/mlp/Dense_0/kernel' in result.stdout
+  assert 'model/blocks/1/mlp/up/kernel' in result.stdout  # in A's layout
+  assert 'all identical' in result.stdout
+
+  # One weight changed in the Linen checkpoint (saved again with it changed).
+  state = trained_linen_checkpoint(tmp_path / 'scratch', 'transformer')
+  kernel = state.params['Block_0']['attention']['out']['kernel']
+  changed = kernel.replace_boxed(kernel.value.at[0, 0, 0].add(1.0))
+  params = {**state.params, 'Block_0': {**state.params['Block_0'], 'attention': {
+      **state.params['Block_0']['attention'], 'out': {'kernel': changed}}}}
+  test_models.save(tmp_path / 'changed', state.replace(params=params))
+  result = linen_nnx('compare', tmp_path / 'changed', tmp_path / 'nnx', '--json', *TRANSFORMER)
+  assert result.returncode == 1
+  differing = [r for r in json.loads(result.stdout)['leaves'] if not r['identical']]
+  assert [r['linen_path'] for r in differing] == ['params/Block_0/attention/out/kernel']
+  assert differing[0]['max_abs_diff'] == 1.0
+
+
+def test_bad_models_exit_2_naming_the_option(cnn_checkpoint, tmp_path):
+  cases = [
+      (['--linen-model', 'no_such_module:f', '--nnx-model', f'{ZOO}:nnx_cnn'],
+       "--linen-model no_such_module:f: importing no_such_module failed: ModuleNotFoundError"),
+      (['--linen-model', f'{ZOO}:missing', '--nnx-model', f'{ZOO}:nnx_cnn'],
+       f"--linen-model {ZOO}:missing: {ZOO} has no 'missing'"),
+      (['--linen-model', f'{ZOO}', '--nnx-model', f'{ZOO}:nnx_cnn'], 'name an object as pkg.module:attribute'),
+      (CNN[:2], 'linen_model= is given without nnx_model='),
+      (CNN[:-2] + ['--optimizer', 'adam'], "names one of the kit's optimizers"),
+      (CNN + ['--rules', 'fsdp'], 'name your rules as pkg.module:RULES'),
+      (CNN + ['--annotation', 'logical'], "describe the kit's MLP"),
+      (TRANSFORMER, 'does not hold the linen training state of the Linen model'),
+  ]
+  for options, message in cases:
+    result = linen_nnx('convert', cnn_checkpoint, tmp_path / 'dst', '--to', 'nnx', *options)
+    assert result.returncode == 2, (options, result.stderr)
+    assert message in result.stderr, (message, result.stderr)
+    assert 'Traceback' not in result.stderr
+  assert not os.path.exists(tmp_path / 'dst')
+
+
+def test_truncated_source_exits_2_and_writes_nothing(cnn_checkpoint, tmp_path):
+  src = tmp_path / 'src'
+  shutil.copytree(cnn_checkpoint, src)
+  for path in (src / 'd').iterdir():
+    with open(path, 'r+b') as f:
+      f.truncate(100)
+  result = linen_nnx('convert', src, tmp_path / 'dst', '--to', 'nnx', '--json', *CNN)
+  assert result.returncode == 2
+  assert 'corrupted or incomplete' in result.stderr.splitlines()[-1]
+  assert 'Traceback' not in result.stderr
+  assert json.loads(result.stdout)['ok'] is False
+  assert sorted(os.listdir(tmp_path)) == ['src']
+
+
+@pytest.mark.parametrize('point', KILL_POINTS)
+def test_sigkill_leaves_src_intact_and_dst_absent_or_complete(cnn_checkpoint, tmp_path, point):
+  before = tree_checksum(cnn_checkpoint)
+  dst = tmp_path / 'dst'
+  process = subprocess.Popen(
+      [sys.executable, '-c', KILL_DRIVER, point, 'convert', str(cnn_checkpoint), str(dst),
+       '--to', 'nnx', *CNN],
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+  )
+  try:
+    _, status = os.waitpid(process.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), f'the conversion ended before reaching {point!r}'
+    process.send_signal(signal.SIGKILL)
+  finally:
+    if process.poll() is None:
+      process.kill()
+    process.communicate(timeout=60)
+  assert process.returncode == -signal.SIGKILL
+  assert os.path.exists(dst) == (point == 'renamed')
+  assert tree_checksum(cnn_checkpoint) == before
+  if point == 'renamed':  # complete: what a clean conversion writes
+    assert linen_nnx('convert', cnn_checkpoint, tmp_path / 'clean', '--to', 'nnx', *CNN).returncode == 0
+    result = linen_nnx('compare', dst, tmp_path / 'clean', *CNN)
+    assert result.returncode == 0, result.stderr
+  result = linen_nnx('convert', cnn_checkpoint, dst, '--to', 'nnx', '--force', *CNN)
+  assert result.returncode == 0, result.stderr
+  assert sorted(os.listdir(tmp_path)) == (['clean', 'dst'] if point == 'renamed' else ['dst'])
+
+
+def test_load_finds_objects_in_the_current_directory(tmp_path, monkeypatch):
+  (tmp_path / 'my_models.py').write_text('class Models:\n  RULES = (("embed", None),)\n')
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(sys, 'path', [p for p in sys.path if p not in ('', str(tmp_path))])
+  assert load('--rules', 'my_models:Models.RULES') == (('embed', None),)
+  (tmp_path / 'broken.py').write_text('raise RuntimeError("a bug of theirs")\n')
+  with pytest.raises(UserObjectError, match='importing broken failed: RuntimeError: a bug of theirs'):
+    load('--linen-model', 'broken:f')
