@@ -1,10 +1,13 @@
-"""Benchmark: converting a ~1 GB checkpoint against a plain Orbax restore-and-save.
+"""Benchmark: converting ~1 GB checkpoints against a plain Orbax restore-and-save.
 
-A Linen `TrainState` (40 layers, depth 1024, adam: 960 MiB of float32) is
-saved with `linen_impl.checkpoint`. Then, in fresh processes run in turn, each
-measurement once per repeat:
+Two Linen `TrainState`s with adam, each about 1 GiB of float32: the kit's MLP
+(40 layers, depth 1024: 960 MiB), saved with `linen_impl.checkpoint`, and the
+model zoo's transformer LM (4 blocks of width 1024, 16 heads, MLP 4096, a
+32k vocabulary: ~1 GiB), a user's model given to the tool as users give it
+(`--linen-model`, `--nnx-model`, path mapping, logical rules). Then, in fresh
+processes run in turn, each measurement once per repeat:
 
-- baseline: the Linen trainer restores the checkpoint into its shardings and
+- baseline: the Linen side restores the checkpoint into its shardings and
   saves it again (Orbax `StandardCheckpointer`, as `linen_impl.checkpoint`);
 - baseline_readback: the same, then the read-back a conversion must do
   (`converters.checkpoint.verify.verify`): the floor of any verified conversion,
@@ -16,9 +19,10 @@ measurement once per repeat:
 Each process reports its wall time and its peak resident memory above the
 resident memory it had once JAX and the kit were imported and the devices
 were up (the interpreter's baseline). Goals: convert / baseline time <= 1.2; peak above
-baseline <= 1.5x the checkpoint size. Prints a table and writes JSON.
+baseline <= 1.5x the checkpoint size. Prints a table per model and writes JSON.
 
-    python benchmarks/checkpoint.py [--layers 40] [--depth 1024] [--repeats 3]
+    python benchmarks/checkpoint.py [--models mlp transformer] [--layers 40] [--depth 1024]
+                                    [--repeats 3]
 """
 
 from __future__ import annotations
@@ -60,6 +64,82 @@ def _peak_bytes() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+# The zoo transformer of about 1 GiB with adam (params x 3, float32).
+TRANSFORMER = dict(
+    vocab_size=32_000, width=1024, num_heads=16, mlp_dim=4096, num_layers=4, max_len=1024,
+)
+
+
+def linen_transformer(layout: str = 'loop'):
+  """The user's Linen model, as `--linen-model benchmarks.checkpoint:linen_transformer`."""
+  import jax.numpy as jnp
+  from jax import ShapeDtypeStruct
+
+  from converters import LinenModel
+  from model_zoo.configs import TransformerConfig
+  from model_zoo.linen.transformer import TransformerLM
+
+  config = TransformerConfig(**TRANSFORMER, scan_layers=layout == 'scan')
+  return LinenModel(TransformerLM(config), ShapeDtypeStruct((8, 16), jnp.int32))
+
+
+def nnx_transformer(layout: str = 'loop'):
+  from flax import nnx
+
+  from model_zoo.configs import TransformerConfig
+  from model_zoo.nnx.transformer import TransformerLM
+
+  config = TransformerConfig(**TRANSFORMER, scan_layers=layout == 'scan')
+  return TransformerLM(config, idiom='rules_metadata', rngs=nnx.Rngs(0))
+
+
+def transformer_models() -> dict:
+  """The keyword arguments that describe the transformer to the checkpoint tool."""
+  import optax
+
+  from model_zoo import paths
+  from model_zoo.configs import RULES
+  from tests.converters.checkpoint.zoo_models import mapping
+
+  return dict(
+      linen_model=linen_transformer, nnx_model=nnx_transformer,
+      paths=mapping(paths.TRANSFORMER), rules=RULES, optimizer=lambda: optax.adam(1e-3),
+      mesh_shape=MESH,
+  )
+
+
+def make_transformer_checkpoint(path: str) -> int:
+  """A new transformer `TrainState`, created in its shards, saved with Orbax."""
+  jax = _setup_jax()
+  import orbax.checkpoint as ocp
+  from flax import linen as nn
+
+  from converters.checkpoint.models import UserModels
+
+  models = transformer_models()
+  user = UserModels(
+      models['linen_model'], models['nnx_model'], models['paths'], models['rules'],
+      models['optimizer'], MESH,
+  )
+  mesh = user.make_mesh()
+  side = user.side('linen', mesh)
+  shardings = jax.tree.map(lambda a: a.sharding, side.abstract_state)
+  model = linen_transformer()
+  tx = models['optimizer']()
+
+  def create(key):
+    from flax.training.train_state import TrainState
+
+    variables = model.module.init(key, jax.numpy.zeros(model.args[0].shape, model.args[0].dtype))
+    return TrainState.create(apply_fn=model.module.apply, params=variables['params'], tx=tx)
+
+  with jax.set_mesh(mesh), nn.logical_axis_rules(models['rules']):
+    state = jax.jit(create, out_shardings=shardings)(jax.random.key(0))
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(path, state)
+  return sum(x.nbytes for x in jax.tree.leaves(state))
+
+
 def make_checkpoint(path: str, layers: int, depth: int) -> int:
   jax = _setup_jax()
   from kit_mlp.description import ModelDescription
@@ -75,7 +155,7 @@ def make_checkpoint(path: str, layers: int, depth: int) -> int:
   return sum(x.nbytes for x in jax.tree.leaves(state))
 
 
-def measure(kind: str, src: str, dst: str) -> dict:
+def measure(model: str, kind: str, src: str, dst: str) -> dict:
   """One measurement in this (fresh) process."""
   jax = _setup_jax()
   # Everything either kind uses is imported before the interpreter's baseline
@@ -83,65 +163,71 @@ def measure(kind: str, src: str, dst: str) -> dict:
   from converters.checkpoint import inspect as checkpoints
   from converters.checkpoint import kit
   from converters.checkpoint.convert import convert_checkpoint
+  from converters.checkpoint.models import UserModels
   from converters.checkpoint.verify import verify
-  from linen_impl import checkpoint
+  from flax import linen as nn
+  import orbax.checkpoint as ocp
 
+  models = transformer_models() if model == 'transformer' else {'mesh_shape': MESH}
   baseline_rss = _rss_bytes()
   start = time.perf_counter()
   if kind.startswith('baseline'):
-    described = kit.describe(checkpoints.inspect(src))
-    desc = kit.description(described, MESH)
-    mesh = desc.make_mesh()
-    trainer = kit.trainer_for('linen', desc, mesh, described.optimizer)
-    with jax.set_mesh(mesh):
-      state = checkpoint.restore(src, trainer)
-      checkpoint.save(dst, state)
+    info = checkpoints.inspect(src)
+    if model == 'transformer':
+      user = UserModels(
+          models['linen_model'], models['nnx_model'], models['paths'], models['rules'],
+          models['optimizer'], MESH,
+      )
+      mesh = user.make_mesh()
+      target = user.side('linen', mesh).abstract_state
+    else:
+      plan = kit.KitModels(MESH).plan(info, 'linen')
+      mesh, target = plan.mesh, plan.source.abstract_state
+    with jax.set_mesh(mesh), nn.logical_axis_rules(models.get('rules') or ()):
+      with ocp.StandardCheckpointer() as checkpointer:  # the ordinary restore and save
+        state = checkpointer.restore(src, target)
+        checkpointer.save(dst, state)
       if kind == 'baseline_readback':
         verify(dst, state)
   else:
     layout = 'scan' if kind == 'convert_scan' else None
-    convert_checkpoint(src, dst, 'nnx', layout=layout, mesh_shape=MESH)
+    convert_checkpoint(src, dst, 'nnx', layout=layout, **models)
   seconds = time.perf_counter() - start
   return {'seconds': seconds, 'peak_above_baseline': _peak_bytes() - baseline_rss}
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--layers', type=int, default=40)
-  parser.add_argument('--depth', type=int, default=1024)
-  parser.add_argument('--repeats', type=int, default=3)
-  parser.add_argument('--json', default='benchmarks/results/checkpoint.json')
-  parser.add_argument('--measure', nargs=3, metavar=('KIND', 'SRC', 'DST'), help=argparse.SUPPRESS)
-  args = parser.parse_args()
-  if args.measure:
-    print(json.dumps(measure(*args.measure)))
-    return
+def _run(command: list[str]) -> str:
+  return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
+
+def run_model(model: str, args, work: str) -> dict:
+  """Every measurement of `model`, `args.repeats` times in fresh processes."""
   kinds = ('baseline', 'baseline_readback', 'convert', 'convert_scan')
-  work = tempfile.mkdtemp(prefix='linen-nnx-bench-')
-  try:
-    src = os.path.join(work, 'src')
-    command = [sys.executable, '-c', (
-        'import sys; sys.path.insert(0, %r); from benchmarks.checkpoint import '
-        'make_checkpoint; print(make_checkpoint(%r, %d, %d))'
-    ) % (ROOT, src, args.layers, args.depth)]
-    size = int(subprocess.run(command, check=True, capture_output=True, text=True).stdout.split()[-1])
-    runs = {k: [] for k in kinds}
-    for _ in range(args.repeats):
-      for kind in kinds:
-        dst = os.path.join(work, kind)
-        out = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), '--measure', kind, src, dst],
-            check=True, capture_output=True, text=True,
-        ).stdout
-        runs[kind].append(json.loads(out.strip().splitlines()[-1]))
-        shutil.rmtree(dst)
-  finally:
-    shutil.rmtree(work, ignore_errors=True)
+  src = os.path.join(work, f'{model}-src')
+  if model == 'transformer':
+    make = 'make_transformer_checkpoint(%r)' % src
+  else:
+    make = 'make_checkpoint(%r, %d, %d)' % (src, args.layers, args.depth)
+  size = int(_run([sys.executable, '-c', (
+      'import sys; sys.path.insert(0, %r); from benchmarks.checkpoint import '
+      'make_checkpoint, make_transformer_checkpoint; print(%s)'
+  ) % (ROOT, make)]).split()[-1])
+  runs = {k: [] for k in kinds}
+  for _ in range(args.repeats):
+    for kind in kinds:
+      dst = os.path.join(work, f'{model}-{kind}')
+      out = _run([sys.executable, os.path.abspath(__file__), '--measure', model, kind, src, dst])
+      runs[kind].append(json.loads(out.strip().splitlines()[-1]))
+      shutil.rmtree(dst)
+  shutil.rmtree(src)
 
-  results = {'layers': args.layers, 'depth': args.depth, 'checkpoint_bytes': size, 'runs': runs}
+  described = (
+      f'{args.layers} layers, depth {args.depth}' if model == 'mlp'
+      else 'zoo transformer, {num_layers} blocks, width {width}, vocab {vocab_size}'.format(**TRANSFORMER)
+  )
+  results = {'model': described, 'checkpoint_bytes': size, 'runs': runs}
   base = statistics.median(r['seconds'] for r in runs['baseline'])
-  print(f'checkpoint: {args.layers} layers, depth {args.depth}, adam: {size / 2**20:.0f} MiB')
+  print(f'\n{model}: {described}, adam: {size / 2**20:.0f} MiB')
   print(f'{"measurement":<18} {"s (median)":>11} {"vs baseline":>12} {"peak above baseline":>20} {"x size":>7}')
   for kind in kinds:
     seconds = statistics.median(r['seconds'] for r in runs[kind])
@@ -154,6 +240,27 @@ def main() -> None:
         f'{kind:<18} {seconds:>11.2f} {seconds / base:>11.2f}x '
         f'{peak / 2**20:>16.0f} MiB {peak / size:>6.2f}x'
     )
+  return results
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--models', nargs='+', choices=('mlp', 'transformer'), default=['mlp', 'transformer'])
+  parser.add_argument('--layers', type=int, default=40)
+  parser.add_argument('--depth', type=int, default=1024)
+  parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--json', default='benchmarks/results/checkpoint.json')
+  parser.add_argument('--measure', nargs=4, metavar=('MODEL', 'KIND', 'SRC', 'DST'), help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args.measure:
+    print(json.dumps(measure(*args.measure)))
+    return
+
+  work = tempfile.mkdtemp(prefix='linen-nnx-bench-')
+  try:
+    results = {model: run_model(model, args, work) for model in args.models}
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
   os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
   with open(args.json, 'w') as f:
     json.dump(results, f, indent=2)

@@ -446,8 +446,10 @@ def check_keys(where: str, wanted, given):
     error = OptimizerStateError if in_optimizer or 'opt_state' in where else StructureError
     raise error(
         f'{where}: the source lacks [{format_offenders(missing)}] and has '
-        f'[{format_offenders(unexpected)}] that the target lacks; convert '
-        'between models of the same description (same layers, optimizer and '
-        'layout)',
+        f'[{format_offenders(unexpected)}] that the target lacks (target-side '
+        'paths, after the path mapping); if a rule maps to a path the target '
+        'does not have, or no rule produces one it has, fix the rules (paths=); '
+        'else convert between models of the same configuration, optimizer and '
+        'layout',
         missing + unexpected,
     )

@@ -2,12 +2,16 @@
 
     linen-nnx demo [--devices 8] [--layers 4] [--depth 1024] [--scan] ...
     linen-nnx convert SRC DST --to nnx|linen [--layout scan|loop] [--mesh 2x4]
+                      [--linen-model pkg.mod:factory --nnx-model pkg.mod:factory
+                       --paths pkg.mod:MAPPING --optimizer pkg.mod:make_tx]
                       [--force] [--json]
-    linen-nnx compare [A B] [--mesh 2x4] [--json]   (two checkpoints)
+    linen-nnx compare [A B] [--mesh 2x4] [model options] [--json]   (two checkpoints)
     linen-nnx compare [--layers 4 ...] [--steps 3]  (a model description)
     linen-nnx side-by-side [--markdown PATH] [--html PATH]
 
-Options that describe the model map one to one onto `ModelDescription`. The
+Options that describe the kit's MLP map one to one onto `ModelDescription`;
+`--linen-model` and `--nnx-model` name a user's models instead
+(`linen_nnx_cli.user_models`). The
 simulated CPU device count is set before JAX is imported, so this module imports
 nothing from JAX at load time.
 

@@ -214,7 +214,9 @@ def compare_checkpoints(
   described = [models.summary(i) for i in infos]
   without_layout = [{k: v for k, v in d.items() if k != 'layout'} for d in described]
   if without_layout[0] != without_layout[1]:
-    raise VerificationError(f'A and B hold different models: {without_layout[0]} != {without_layout[1]}')
+    raise VerificationError(
+        f'A and B hold different models: {without_layout[0]} != {without_layout[1]}'
+    )
   # Both sides as Linen TrainStates in A's layout.
   plan_a = models.plan(infos[0], 'linen')
   plan_b = models.plan(infos[1], 'linen', plan_a.source.layout)

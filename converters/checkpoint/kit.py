@@ -56,7 +56,9 @@ _OPTAX_STATE_KEYS = {
     frozenset({'count', 'ema'}): 'fsdp_sgd',
 }
 # Optimizers whose states hold the same arrays.
-_SAME_STATE = {'adam': 'adam', 'adamw': 'adam', 'sgd_momentum': 'sgd_momentum', 'fsdp_sgd': 'fsdp_sgd'}
+_SAME_STATE = {
+    'adam': 'adam', 'adamw': 'adam', 'sgd_momentum': 'sgd_momentum', 'fsdp_sgd': 'fsdp_sgd',
+}
 _LOOPED_LAYER = re.compile(r'DotReluDot_(\d+)$')
 
 
@@ -267,7 +269,9 @@ class KitModels:
   def summary(self, info: CheckpointInfo) -> dict:
     return self.describe(info).summary()
 
-  def plan(self, info: CheckpointInfo, to: Framework | None = None, layout: str | None = None) -> Plan:
+  def plan(
+      self, info: CheckpointInfo, to: Framework | None = None, layout: str | None = None
+  ) -> Plan:
     """The sides of converting `info` to `to` in `layout` (None: SRC's)."""
     kit = self.describe(info)
     target_layout = layout or kit.layout
@@ -324,7 +328,9 @@ def models_for(
     if tuple(mesh_axes) != ('data', 'model') or len(mesh_shape) != 2:
       raise CheckpointError("the kit's MLP runs on a ('data', 'model') mesh: give DATAxMODEL")
     kit = dict(annotation=annotation, layer_partition=layer_partition, optimizer=optimizer)
-    return KitModels(tuple(mesh_shape), rules=rules, **kit) if rules is not None else KitModels(tuple(mesh_shape), **kit)
+    if rules is not None:
+      kit['rules'] = rules
+    return KitModels(tuple(mesh_shape), **kit)
   if linen_model is None or nnx_model is None:
     given, missing = ('linen', 'nnx') if nnx_model is None else ('nnx', 'linen')
     raise CheckpointError(

@@ -195,7 +195,7 @@ def linen_side(
     )
   # Array inputs (and ShapeDtypeStructs) are traced; the rest (train=False) stays static.
   leaves, treedef = jax.tree.flatten((model.args, model.kwargs))
-  traced = [i for i, x in enumerate(leaves) if isinstance(x, jax.ShapeDtypeStruct) or hasattr(x, 'shape')]
+  traced = [i for i, x in enumerate(leaves) if hasattr(x, 'shape') and hasattr(x, 'dtype')]
 
   def create(rngs, inputs):
     filled = list(leaves)
@@ -222,7 +222,9 @@ def linen_side(
     shardings = jax.tree.map(
         functools.partial(_linen_sharding, mesh, rules), abstract, is_leaf=_is_box
     )
-  state = jax.tree.map(lambda s, boxed: _sharded(boxed, jax.tree.map(lambda _: s, boxed)), shardings, abstract)
+  state = jax.tree.map(
+      lambda s, boxed: _sharded(boxed, jax.tree.map(lambda _: s, boxed)), shardings, abstract
+  )
   param_paths = [
       tuple(str(key_of(k)) for k in keypath)
       for keypath, _ in jax.tree_util.tree_flatten_with_path(abstract.params, is_leaf=_is_box)[0]
@@ -384,7 +386,9 @@ class UserModels:
         return side
       found.append((sum(map(len, problems)), side))
     side = min(found, key=lambda f: f[0])[1]
-    checkpoints.check_structure(info, checkpoints.leaves_of(side.abstract_state), side.what + ' with the given optimizer')
+    checkpoints.check_structure(
+        info, checkpoints.leaves_of(side.abstract_state), side.what + ' with the given optimizer'
+    )
     return side  # unreachable: check_structure raised
 
   def plan(self, info, to: Framework | None = None, layout: str | None = None) -> Plan:

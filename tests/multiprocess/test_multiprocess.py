@@ -75,6 +75,16 @@ def test_checkpoint_conversion_across_processes(tmp_path):
   assert left == ['dst', 'src'], 'a staging directory was left'
 
 
+def test_a_users_model_checkpoint_converts_across_processes(tmp_path):
+  results = run_ok('zoo_checkpoint', tmp_path)
+  for process, r in enumerate(results):
+    where = f'process {process}'
+    assert r['summary']['verified'] and r['summary']['destination']['layout'] == 'scan', where
+    assert r['identical'] and r['leaves'] > 50, where
+    assert not all(r['state_evidence']['fully_addressable']), where  # sharded across processes
+    assert {'ocdbt.process_0', 'ocdbt.process_1'} <= set(r['dst_entries']), where
+
+
 def test_processes_given_different_layouts_fail_naming_the_difference(tmp_path):
   runs = run_processes('checkpoint', tmp_path, options={1: {'layout': 'loop'}}, timeout_s=300)
   for r in runs:

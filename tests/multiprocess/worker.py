@@ -211,7 +211,52 @@ def tree_mismatch(workdir: str, options: dict) -> dict:
   return {}
 
 
-SCENARIOS = {'conversions': conversions, 'checkpoint': checkpoint, 'tree_mismatch': tree_mismatch}
+def zoo_checkpoint(workdir: str, options: dict) -> dict:
+  """A user's model (the zoo transformer) through the checkpoint tool, across processes."""
+  import jax
+  import orbax.checkpoint as ocp
+  from flax import linen as nn
+
+  from converters.checkpoint.compare import compare_checkpoints
+  from converters.checkpoint.convert import convert_checkpoint
+  from converters.checkpoint.models import UserModels
+  from tests.converters.checkpoint import test_models
+
+  pair = test_models.PAIRS['transformer']
+  models = test_models.models_of(pair)
+  user = UserModels(
+      models['linen_model'], models['nnx_model'], models['paths'], models['rules'],
+      models['optimizer'],
+  )
+  mesh = user.make_mesh()
+  side = user.side('linen', mesh)
+  src, dst = os.path.join(workdir, 'src'), os.path.join(workdir, 'dst')
+  tx = models['optimizer']()
+  create = lambda: test_models.linen_train_state(pair, tx)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(pair['rules']):
+    # Created in its shards, as the annotations place it (the checkpoint tool's own view).
+    shardings = jax.tree.unflatten(
+        jax.tree.structure(jax.eval_shape(create)),
+        [a.sharding for a in jax.tree.leaves(side.abstract_state)],
+    )
+    state = jax.jit(create, out_shardings=shardings)()
+    with ocp.StandardCheckpointer() as checkpointer:
+      checkpointer.save(src, state)
+  summary = convert_checkpoint(src, dst, 'nnx', layout='scan', **models)
+  rows, _, _ = compare_checkpoints(src, dst, **models)
+  return {
+      'summary': summary,
+      'identical': all(r.identical for r in rows),
+      'leaves': len(rows),
+      'state_evidence': _shard_evidence(state.params),
+      'dst_entries': sorted(os.listdir(dst)),
+  }
+
+
+SCENARIOS = {
+    'conversions': conversions, 'checkpoint': checkpoint, 'tree_mismatch': tree_mismatch,
+    'zoo_checkpoint': zoo_checkpoint,
+}
 
 
 def main() -> None:

@@ -3,13 +3,14 @@
 Each pair is described as a user describes it (`zoo_models`: factories, path
 mapping, rules, optax transform). A Linen training loop written like Flax's
 examples trains k steps and saves its `TrainState` with Orbax; the checkpoint
-converts to NNX; the NNX port restores it with its ordinary restore (abstract
-model and optimizer from `nnx.eval_shape`, shardings from
-`nnx.get_named_sharding`, Orbax's `StandardCheckpointer`), trains j steps and
-saves; that converts back to Linen, whose ordinary restore must give what k + j
-Linen steps give: bit for bit where both sides compile to the same program, and
-within the zoo-port tests' stated tolerance for the LSTM's fused-gate port.
-Training is deterministic (dropout streams differ between the frameworks).
+converts to NNX with `linen-nnx convert --linen-model ... --nnx-model ...`
+(the command line's `main`, in this process); the NNX port restores it with
+its ordinary restore (`nnx.get_abstract_model` and Orbax), trains j steps and
+saves; that converts back to Linen, whose ordinary restore must give what
+k + j Linen steps give: bit for bit where both sides compile to the same
+program, and within the zoo-port tests' stated tolerance for the LSTM's
+fused-gate port. Training is deterministic (dropout streams differ between
+the frameworks).
 """
 
 from __future__ import annotations
@@ -116,23 +117,46 @@ def resnet_steps():
   return linen_step, nnx_step
 
 
+def cli_options(name: str) -> list[str]:
+  """The command line's model options of a pair, naming `zoo_models`' objects."""
+  pair, module = PAIRS[name], zoo.__name__
+  spec = lambda obj: f'{module}:{obj.__name__}'
+  options = [
+      '--linen-model', spec(pair['linen']), '--nnx-model', spec(pair['nnx']),
+      '--paths', f'{module}:{pair["paths_name"]}', '--optimizer', spec(zoo.make_tx),
+  ]
+  if pair['rules'] is not None:
+    options += ['--rules', f'{module}:TRANSFORMER_RULES']
+  return options
+
+
+def linen_nnx(*args) -> int:
+  from linen_nnx_cli import main as cli
+
+  return cli.main([str(a) for a in args])
+
+
 PAIRS = {
     'cnn': dict(
-        linen=zoo.linen_cnn, nnx=zoo.nnx_cnn, paths=zoo.CNN_PATHS, rules=None,
+        linen=zoo.linen_cnn, nnx=zoo.nnx_cnn, paths=zoo.CNN_PATHS, paths_name='CNN_PATHS',
+        rules=None,
         steps=lambda: classifier_steps({'train': False}),
         batches=lambda: image_batches(zoo.CNN, 4, 10), atol=0.0,
     ),
     'resnet': dict(
-        linen=zoo.linen_resnet, nnx=zoo.nnx_resnet, paths=zoo.RESNET_PATHS, rules=None,
+        linen=zoo.linen_resnet, nnx=zoo.nnx_resnet, paths=zoo.RESNET_PATHS,
+        paths_name='RESNET_PATHS', rules=None,
         steps=resnet_steps, batches=lambda: image_batches(zoo.RESNET, 4, 20), atol=0.0,
     ),
     'lstm-fused-cell': dict(
-        linen=zoo.linen_rnn, nnx=zoo.nnx_rnn, paths=zoo.RNN_PATHS, rules=None,
+        linen=zoo.linen_rnn, nnx=zoo.nnx_rnn, paths=zoo.RNN_PATHS, paths_name='RNN_PATHS',
+        rules=None,
         steps=lm_steps, batches=lambda: token_batches(zoo.RNN.vocab_size, 4, 30),
         atol=FUSED_CELL_TRAINING_ATOL,
     ),
     'transformer': dict(
         linen=zoo.linen_transformer, nnx=zoo.nnx_transformer, paths=zoo.TRANSFORMER_PATHS,
+        paths_name='TRANSFORMER_PATHS',
         rules=zoo.TRANSFORMER_RULES, steps=lm_steps,
         batches=lambda: token_batches(64, 4, 40), atol=0.0,
     ),
@@ -179,16 +203,15 @@ def restore_like(path, like):
 
 
 def nnx_restore(path, factory, tx):
-  """The NNX port's ordinary restore: abstract model and optimizer, their
-  shardings, Orbax; returns the model and its optimizer."""
-  abstract = nnx.eval_shape(
-      lambda: (lambda m: {'model': m, 'optimizer': nnx.Optimizer(m, tx, wrt=nnx.Param)})(factory())
-  )
-  graphdef, state = nnx.split(abstract)
-  shardings = nnx.get_named_sharding(state, mesh())
-  target = jax.tree.map(
-      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), state, shardings
-  )
+  """The NNX port's ordinary restore (Flax 0.12's guide): the abstract model and
+  optimizer with their shardings (`nnx.get_abstract_model`), Orbax; returns the
+  model and its optimizer. Call under the rules the model is annotated with."""
+
+  def create():
+    model = factory()
+    return {'model': model, 'optimizer': nnx.Optimizer(model, tx, wrt=nnx.Param)}
+
+  graphdef, target = nnx.get_abstract_model(create, mesh())
   with ocp.StandardCheckpointer() as checkpointer:
     restored = checkpointer.restore(os.fspath(path), target)
   objects = nnx.merge(graphdef, restored)
@@ -222,8 +245,8 @@ def test_linen_checkpoint_trains_on_in_nnx_and_comes_back(tmp_path, name):
   save(tmp_path / 'linen', state)
   before = tree_checksum(tmp_path / 'linen')
 
-  summary = convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **models_of(pair))
-  assert summary['verified'] and summary['step'] == k
+  options = cli_options(name)
+  assert linen_nnx('convert', tmp_path / 'linen', tmp_path / 'nnx', '--to', 'nnx', *options) == 0
   assert tree_checksum(tmp_path / 'linen') == before
   with in_mesh(pair['rules']):
     model, optimizer = nnx_restore(tmp_path / 'nnx', pair['nnx'], zoo.make_tx())
@@ -233,7 +256,8 @@ def test_linen_checkpoint_trains_on_in_nnx_and_comes_back(tmp_path, name):
     for batch in batches[k:k + j]:
       state = linen_step(state, batch)
 
-  convert_checkpoint(tmp_path / 'nnx_trained', tmp_path / 'back', 'linen', **models_of(pair))
+  back_path = tmp_path / 'back'
+  assert linen_nnx('convert', tmp_path / 'nnx_trained', back_path, '--to', 'linen', *options) == 0
   with in_mesh(pair['rules']):
     back = restore_like(tmp_path / 'back', state)
   assert int(back.step) == k + j
@@ -244,7 +268,9 @@ def test_linen_checkpoint_trains_on_in_nnx_and_comes_back(tmp_path, name):
 
 
 @pytest.mark.parametrize('to', ['nnx', 'linen'])
-def test_transformer_scan_and_loop_convert_both_ways_and_within_a_framework(tmp_path, to):
+def test_transformer_scan_and_loop_in_all_four_framework_pairs(tmp_path, to):
+  """Linen loop -> `to` scan -> NNX loop -> Linen loop: with both values of
+  `to`, every framework pair converts, and what comes back is what was saved."""
   pair = PAIRS['transformer']
   with in_mesh(pair['rules']):
     state = linen_train_state(pair, zoo.make_tx(), layout='loop')
@@ -253,8 +279,9 @@ def test_transformer_scan_and_loop_convert_both_ways_and_within_a_framework(tmp_
   models = models_of(pair)
   summary = convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', to, layout='scan', **models)
   assert (summary['source']['layout'], summary['destination']['layout']) == ('loop', 'scan')
-  # ... and back to Linen's loop layout: what was saved, bit for bit.
-  convert_checkpoint(tmp_path / 'scan', tmp_path / 'back', 'linen', layout='loop', **models)
+  summary = convert_checkpoint(tmp_path / 'scan', tmp_path / 'nnx', 'nnx', layout='loop', **models)
+  assert (summary['source']['framework'], summary['source']['layout']) == (to, 'scan')
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', **models)
   with in_mesh(pair['rules']):
     back = restore_like(tmp_path / 'back', state)
   assert_states_equal(state.params, back.params, 0.0)
