@@ -123,7 +123,6 @@ def make_transformer_checkpoint(path: str) -> int:
   )
   mesh = user.make_mesh()
   side = user.side('linen', mesh)
-  shardings = jax.tree.map(lambda a: a.sharding, side.abstract_state)
   model = linen_transformer()
   tx = models['optimizer']()
 
@@ -134,6 +133,11 @@ def make_transformer_checkpoint(path: str) -> int:
     return TrainState.create(apply_fn=model.module.apply, params=variables['params'], tx=tx)
 
   with jax.set_mesh(mesh), nn.logical_axis_rules(models['rules']):
+    # Created in its shards, as its annotations place it (the tool's own view).
+    shardings = jax.tree.unflatten(
+        jax.tree.structure(jax.eval_shape(create, jax.random.key(0))),
+        [a.sharding for a in jax.tree.leaves(side.abstract_state)],
+    )
     state = jax.jit(create, out_shardings=shardings)(jax.random.key(0))
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(path, state)

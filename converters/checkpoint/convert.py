@@ -244,12 +244,16 @@ def convert_checkpoint(
       if first:
         shutil.rmtree(staging, ignore_errors=True)
   step = converted.step if to == 'linen' else converted['optimizer']['step'][...]
+  kept, seeded = training_states.rng_state(plan)
   return {
       'source': source_summary,
       'destination': {
           'path': dst, 'format': 'orbax', 'framework': to,
           'layout': plan.target.layout, 'leaves': leaves, 'replaced': replaced,
       },
+      # NNX RNG streams (dropout keys): kept from an NNX source where they
+      # match, else seeded from `seed` (Linen has none).
+      'rng_state': {'kept': kept, 'seeded': seeded, 'seed': seed},
       'step': int(step),
       'mesh': list(mesh_shape),
       'verified': True,

@@ -19,7 +19,7 @@ from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.checkpoint.models import Plan, Side
-from converters.paths import PathMapping
+from converters.paths import PathMapping, format_path
 
 
 def _scan(source: Side, target: Side) -> bool | None:
@@ -64,8 +64,9 @@ def convert(state: Any, plan: Plan, donate: bool = False, rngs: Any = 0) -> Any:
     donate: delete the arrays of `state` that are relaid as soon as their
       replacements exist (see `linen_to_nnx`); `state` must not be used after.
     rngs: seeds for the RNG streams of an NNX target (dropout keys), as
-      `linen_to_nnx` takes them: Linen has none, so a Linen source gives
-      none, and an NNX source converted within NNX goes through Linen.
+      `linen_to_nnx` takes them: Linen has none. From an NNX source, every
+      RNG variable the target has at the same path, shape and dtype keeps the
+      source's value (`rng_state` says which); only the others are seeded.
 
   Call with the plan's mesh in context; the plan's rules are put in context.
   """
@@ -82,5 +83,36 @@ def convert(state: Any, plan: Plan, donate: bool = False, rngs: Any = 0) -> Any:
     if source.framework == 'linen':
       middle = _to_nnx(state, source, other, paths, donate, rngs)
       return _to_linen(middle, other, target, paths, False)
+    kept = rng_state(plan)[0]
+    sources = {p: v for p, v in nnx.to_flat_state(state) if format_path(p) in kept}
     middle = _to_linen(state, source, other, paths, donate)
-    return _to_nnx(middle, other, target, paths, False, rngs)
+    return _keep_rng_state(_to_nnx(middle, other, target, paths, False, rngs), sources)
+
+
+def _rng_leaves(side: Side) -> dict[str, tuple]:
+  model, optimizer = side.objects()
+  state = nnx.state({'model': model, 'optimizer': optimizer}, nnx.RngState)
+  return {
+      format_path(p): (v.get_raw_value().shape, v.get_raw_value().dtype)
+      for p, v in nnx.to_flat_state(state)
+  }
+
+
+def rng_state(plan: Plan) -> tuple[list[str], list[str]]:
+  """`(kept, seeded)`: the RNG variables (`nnx.RngState`) of an NNX target that
+  keep the NNX source's values, and those seeded from `rngs` (all of them
+  from a Linen source, which has none; a relayout changes their shapes)."""
+  if plan.target.framework != 'nnx':
+    return [], []
+  wanted = _rng_leaves(plan.target)
+  have = _rng_leaves(plan.source) if plan.source.framework == 'nnx' else {}
+  kept = sorted(p for p, leaf in wanted.items() if have.get(p) == leaf)
+  return kept, sorted(set(wanted) - set(kept))
+
+
+def _keep_rng_state(state: nnx.State, sources: dict) -> nnx.State:
+  """`state` with the RNG variables at the paths of `sources` taking their values."""
+  return nnx.from_flat_state([
+      (p, v.replace(sources[p].get_raw_value()) if p in sources else v)
+      for p, v in nnx.to_flat_state(state)
+  ])

@@ -415,3 +415,29 @@ def test_a_state_saved_before_its_first_step_converts(tmp_path):
   assert checkpoints.inspect(src).leaves[('step',)] == ((), 'int64')
   summary = convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models_of(PAIRS['cnn']))
   assert summary['step'] == 0 and summary['verified']
+
+
+def test_nnx_rng_streams_are_kept_within_nnx_and_seeded_from_linen(tmp_path):
+  """Linen has no RNG state: a Linen source seeds the NNX target's streams
+  (and says so); an NNX source keeps its keys and counts."""
+  pair = PAIRS['cnn']
+  src = linen_checkpoint_of(tmp_path, pair)
+  models = models_of(pair)
+  first = convert_checkpoint(src, tmp_path / 'nnx', 'nnx', seed=7, **models)
+  assert first['rng_state']['kept'] == []
+  assert first['rng_state']['seeded'] == ['model/dropout/rngs/count', 'model/dropout/rngs/key']
+  # A key the seed cannot give, so keeping it is told from seeding it again.
+  with in_mesh(None):
+    model, optimizer = nnx_restore(tmp_path / 'nnx', pair['nnx'], zoo.make_tx())
+    model.dropout.rngs.key.set_value(jax.random.key(12345))
+    count = int(model.dropout.rngs.count[...]) + 3
+    model.dropout.rngs.count.set_value(model.dropout.rngs.count[...] + 3)
+    save(tmp_path / 'nnx_used', nnx.state({'model': model, 'optimizer': optimizer}))
+  again = convert_checkpoint(tmp_path / 'nnx_used', tmp_path / 'nnx_again', 'nnx', seed=7, **models)
+  assert again['rng_state']['seeded'] == [] and len(again['rng_state']['kept']) == 2
+  with in_mesh(None):
+    model, _ = nnx_restore(tmp_path / 'nnx_again', pair['nnx'], zoo.make_tx())
+  np.testing.assert_array_equal(
+      jax.random.key_data(model.dropout.rngs.key[...]), jax.random.key_data(jax.random.key(12345))
+  )
+  assert int(model.dropout.rngs.count[...]) == count
