@@ -83,6 +83,22 @@ def train_state_class(fields: tuple[str, ...]) -> type:
   return type('TrainState', (TrainState,), namespace)  # PyTreeNode: a dataclass
 
 
+_TRAIN_STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainState))
+
+
+def _unset_fields(cls: type, collections: Mapping) -> dict[str, None]:
+  """None for each required field of a `TrainState` subclass that is neither
+  `TrainState`'s nor a collection: Flax's ImageNet example's `dynamic_scale`,
+  None unless training in half precision. A checkpoint that holds arrays
+  there is then reported leaf by leaf, as any other difference."""
+  return {
+      f.name: None
+      for f in dataclasses.fields(cls)
+      if f.init and f.name not in _TRAIN_STATE_FIELDS and f.name not in collections
+      and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+  }
+
+
 @dataclasses.dataclass(frozen=True)
 class Side:
   """One side of a conversion: a framework's training state, traced abstractly.
@@ -205,7 +221,10 @@ def linen_side(
     variables = dict(model.module.init(rngs, *args, **kwargs))
     params = variables.pop('params', {})
     cls = model.train_state or train_state_class(tuple(sorted(variables)))
-    return cls.create(apply_fn=model.module.apply, params=params, tx=tx, **variables)
+    return cls.create(
+        apply_fn=model.module.apply, params=params, tx=tx, **variables,
+        **_unset_fields(cls, variables),
+    )
 
   rngs = {'params': jax.random.key(0), 'dropout': jax.random.key(1)}
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):

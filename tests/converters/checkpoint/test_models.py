@@ -20,6 +20,7 @@ import functools
 import os
 
 import flax
+import flax.training.dynamic_scale
 import jax
 import numpy as np
 import optax
@@ -441,3 +442,32 @@ def test_nnx_rng_streams_are_kept_within_nnx_and_seeded_from_linen(tmp_path):
       jax.random.key_data(model.dropout.rngs.key[...]), jax.random.key_data(jax.random.key(12345))
   )
   assert int(model.dropout.rngs.count[...]) == count
+
+
+class ImageNetTrainState(flax.training.train_state.TrainState):
+  """Flax's ImageNet example's `TrainState`: `dynamic_scale` is None unless in half precision."""
+
+  batch_stats: object
+  dynamic_scale: flax.training.dynamic_scale.DynamicScale
+
+
+def test_a_train_state_class_of_the_users_own_with_fields_beyond_collections(tmp_path):
+  pair = PAIRS['resnet']
+  with in_mesh(None):
+    state = linen_train_state(pair, zoo.make_tx())
+    state = ImageNetTrainState.create(
+        apply_fn=state.apply_fn, params=state.params, tx=state.tx,
+        batch_stats=state.batch_stats, dynamic_scale=None,
+    )
+    state = pair['steps']()[0](state, pair['batches']()[0])
+  save(tmp_path / 'src', state)
+  linen = pair['linen']()
+  models = models_of(pair) | {'linen_model': LinenModel(
+      linen.module, *linen.args, train_state=ImageNetTrainState, **linen.kwargs
+  )}
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'nnx', 'nnx', **models)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', **models)
+  with in_mesh(None):
+    back = restore_like(tmp_path / 'back', state)
+  assert isinstance(back, ImageNetTrainState) and back.dynamic_scale is None
+  assert_states_equal(state.batch_stats, back.batch_stats, 0.0)
