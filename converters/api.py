@@ -29,7 +29,13 @@ from jax.sharding import Mesh
 
 from converters import metadata as md
 from converters import paths as path_mapping
-from converters.errors import AnnotationError, StructureError, format_offenders
+from converters.errors import (
+    AnnotationError,
+    LeafErrors,
+    PathMappingError,
+    StructureError,
+    format_offenders,
+)
 from converters.optimizer_state import linen_opt_to_nnx, nnx_opt_to_linen
 from converters.paths import PathMapping, format_path
 from converters.tree_io import (
@@ -38,6 +44,7 @@ from converters.tree_io import (
     check_against_template,
     check_keys,
     in_target_form,
+    keys_of,
     mesh_of_tree,
     nest,
     read_linen_tree,
@@ -217,10 +224,16 @@ def linen_to_nnx(
     )
   batch = Batch(options)
   read = lambda name, tree: read_linen_tree(tree, name, strict=options.strict)
-  flats, converted = _plan_collections(
-      {name: tree for name, tree in trees.items()}, 'linen', 'nnx', batch,
-      lambda name, tree: _nonempty(read(name, tree), name) if name == 'params' else read(name, tree),
-  )
+  try:
+    flats, converted = _plan_collections(
+        {name: tree for name, tree in trees.items()}, 'linen', 'nnx', batch,
+        lambda name, tree: _nonempty(read(name, tree), name) if name == 'params' else read(name, tree),
+    )
+  except PathMappingError as e:
+    if model is None:
+      raise
+    variables = nnx.to_flat_state(nnx.state(model, nnx.Not(nnx.RngState)))
+    raise _with_target_side(e, batch.options.paths, 'nnx', [p for p, _ in variables]) from None
   if target is None:
     batch.run()
     return nnx.State(nest({
@@ -234,28 +247,33 @@ def linen_to_nnx(
   produced = {('model',) + p: (v, a) for p, (v, a, _) in converted.items()}
   if optimizer is not None:
     produced.update(linen_opt_to_nnx(linen, flats.get('params', {}), optimizer, batch))
+  mapping = batch.options.paths
   check_keys(
-      'linen -> nnx', [p for p in template_flat if p not in kept_rngs], produced
+      'linen -> nnx', [p for p in template_flat if p not in kept_rngs], produced,
+      explain=lambda p, _: mapping.describe('nnx', p[1:]) if p[0] == 'model' else None,
   )
 
   # Every check passes before any array is built (or any donated one deleted).
   scalars, written = {}, {}
+  errors = LeafErrors()
   for path, (t_value, t_annotation, t_var) in template_flat.items():
     if path in kept_rngs:
       continue
     value, annotation = produced[path]
     where = format_path(path)
-    if annotation is None:  # a step or count: the target's own metadata
-      mesh = options.mesh or mesh_of_tree(template_flat)
-      scalars[path] = scalar_like(value, t_value.dtype, mesh, where)
-      continue
-    if path[0] == 'model':
-      _check_collection(where, converted[path[1:]][2], t_var, table)
-    check_against_template(
-        where, value, annotation, t_value, t_annotation, options.resolution_rules
-    )
-    _check_fills(where, t_var, t_value, annotation)
-    written[path] = annotation
+    with errors.leaf():
+      if annotation is None:  # a step or count: the target's own metadata
+        mesh = options.mesh or mesh_of_tree(template_flat)
+        scalars[path] = scalar_like(value, t_value.dtype, mesh, where)
+        continue
+      if path[0] == 'model':
+        _check_collection(where, converted[path[1:]][2], t_var, table)
+      check_against_template(
+          where, value, annotation, t_value, t_annotation, options.resolution_rules
+      )
+      _check_fills(where, t_var, t_value, annotation)
+      written[path] = annotation
+  errors.raise_any()
   batch.protect(value for value, annotation in produced.values() if annotation is None)
   batch.run()
 
@@ -360,6 +378,24 @@ def _nnx_collections(state, table: CollectionTable, rules, where: str) -> dict[s
   return groups
 
 
+def _with_target_side(
+    error: PathMappingError, mapping: PathMapping | None, framework: str, target_paths
+) -> PathMappingError:
+  """`error` (source paths no rule maps) with the target's `framework` paths
+  that no rule maps either, so that both sides of a missing rule are named."""
+  if mapping is None:
+    return error
+  unmapped = [format_path(p) for p in target_paths if not mapping.match_all(framework, p)]
+  if not unmapped:
+    return error
+  return PathMappingError(
+      f'{error.problem}; and no rule maps these {framework} paths of the target: '
+      f'{format_offenders(unmapped)}',
+      error.paths + tuple(unmapped),
+      fix=error.fix,
+  )
+
+
 def nnx_to_linen(
     nnx_in,
     *,
@@ -433,9 +469,16 @@ def nnx_to_linen(
   if optimizer is not None or not groups:
     _nonempty(groups.get('params', {}), 'model')
   batch = Batch(options)
-  flats, converted = _plan_collections(
-      groups, 'nnx', 'linen', batch, lambda name, flat: flat
-  )
+  try:
+    flats, converted = _plan_collections(
+        groups, 'nnx', 'linen', batch, lambda name, flat: flat
+    )
+  except PathMappingError as e:
+    params = target.params if isinstance(target, TrainState) else (target or {}).get('params')
+    if params is None:
+      raise
+    leaves = jax.tree_util.tree_flatten_with_path(params, is_leaf=md.is_linen_box)[0]
+    raise _with_target_side(e, batch.options.paths, 'linen', [keys_of(k) for k, _ in leaves]) from None
   if target is None:
     batch.run()
     out: dict[str, dict] = {}
@@ -443,7 +486,7 @@ def nnx_to_linen(
       out.setdefault(c, {})[p] = md.write_linen(batch.value(v), a)
     return {c: nest(flat) for c, flat in out.items()}
 
-  written = _fill_linen_templates(_linen_templates(target, table, groups), converted, options)
+  written = _fill_linen_templates(_linen_templates(target, table, groups), converted, batch.options)
   if optimizer is None:
     batch.run()
     return {
@@ -509,15 +552,21 @@ def _fill_linen_templates(templates, converted, options: Options) -> dict[str, d
   for collection in sorted(templates):
     template = read_linen_tree(templates[collection], f'target.{collection}')
     mine = {p: (v, a) for p, (v, a, c) in converted.items() if c == collection}
-    check_keys(f'nnx -> linen {collection}', template, mine)
+    check_keys(
+        f'nnx -> linen {collection}', template, mine,
+        explain=lambda p, _: options.paths.describe('linen', p) if options.paths else None,
+    )
+    errors = LeafErrors()
     for p, (value, annotation) in mine.items():
       t_value, t_annotation = template[p]
       where = f'{collection}/{format_path(p)}'
-      check_against_template(
-          where, value, annotation, t_value, t_annotation, options.resolution_rules
-      )
-      form = md.with_default_rules(in_target_form(annotation, t_annotation), options.rules)
-      written[collection][p] = (value, form)
+      with errors.leaf():
+        check_against_template(
+            where, value, annotation, t_value, t_annotation, options.resolution_rules
+        )
+        form = md.with_default_rules(in_target_form(annotation, t_annotation), options.rules)
+        written[collection][p] = (value, form)
+    errors.raise_any()
   return written
 
 

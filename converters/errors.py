@@ -9,15 +9,24 @@ output is built.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 
 class ConversionError(ValueError):
-  """A tree that cannot be converted as asked."""
+  """A tree that cannot be converted as asked.
 
-  def __init__(self, message: str, paths: Iterable[str] = ()):
-    super().__init__(message)
+  Attributes:
+    paths: every offending path.
+    problem: what is wrong (the message without `fix`).
+    fix: how to fix it, when it is said apart from the problem.
+  """
+
+  def __init__(self, message: str, paths: Iterable[str] = (), *, fix: str | None = None):
+    super().__init__(message if fix is None else f'{message}; {fix}')
     self.paths = tuple(paths)
+    self.problem = message
+    self.fix = fix
 
 
 class PathMappingError(ConversionError):
@@ -51,6 +60,56 @@ def format_offenders(paths: Iterable[str], limit: int = 50) -> str:
   if len(paths) > limit:
     shown += f', ... ({len(paths) - limit} more)'
   return shown
+
+
+class LeafErrors:
+  """The errors of one check over many leaves, raised together.
+
+  A check that stops at its first offending leaf makes a user fix a model one
+  parameter at a time; this one lets every leaf be checked first:
+
+    errors = LeafErrors()
+    for path in paths:
+      with errors.leaf():
+        check(path)
+    errors.raise_any()
+
+  `raise_any` raises nothing when every leaf passed, the error itself when
+  one failed, and otherwise one error of the first failure's class whose
+  message lists every failing leaf's problem (up to `limit`) and each
+  distinct fix once.
+  """
+
+  def __init__(self, limit: int = 50):
+    self.errors: list[ConversionError] = []
+    self.limit = limit
+
+  @contextlib.contextmanager
+  def leaf(self):
+    try:
+      yield
+    except ConversionError as e:
+      self.errors.append(e)
+
+  def __bool__(self) -> bool:
+    return bool(self.errors)
+
+  def raise_any(self) -> None:
+    if not self.errors:
+      return
+    if len(self.errors) == 1:
+      raise self.errors[0]
+    problems = [e.problem for e in self.errors]
+    shown = '; '.join(problems[:self.limit])
+    if len(problems) > self.limit:
+      shown += f'; ... ({len(problems) - self.limit} more)'
+    fixes = list(dict.fromkeys(e.fix for e in self.errors if e.fix))
+    paths = [p for e in self.errors for p in e.paths]
+    raise type(self.errors[0])(
+        f'{len(self.errors)} leaves do not fit the target: {shown}',
+        paths,
+        fix='; '.join(fixes) or None,
+    )
 
 
 class CheckpointError(ConversionError):

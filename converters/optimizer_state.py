@@ -23,7 +23,7 @@ from flax import nnx
 from flax.training.train_state import TrainState
 
 from converters import metadata as md
-from converters.errors import OptimizerStateError, format_offenders
+from converters.errors import LeafErrors, OptimizerStateError, format_offenders
 from converters.paths import format_path
 from converters.tree_io import (
     Batch,
@@ -205,19 +205,22 @@ def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, batch: Batch, me
   if len(set(t_paths)) != len(t_paths):
     raise OptimizerStateError('target.opt_state: two leaves share one path; pass a real optax state')
   scalars = {}
+  errors = LeafErrors()
   for path, (_, t_leaf) in zip(t_paths, t_leaves):
     t_value, t_annotation = md.read_linen(t_leaf, 'target.opt_state/' + format_path(path))
     value, annotation = produced[path]
     where = 'opt_state/' + format_path(path)
-    if annotation is None:
-      scalars[path] = scalar_like(value, t_value.dtype, mesh_hint, where)
-    else:
-      check_against_template(
-          where, value, annotation, t_value, t_annotation, batch.options.resolution_rules
-      )
-      produced[path] = (
-          value, md.with_default_rules(in_target_form(annotation, t_annotation), batch.options.rules)
-      )
+    with errors.leaf():
+      if annotation is None:
+        scalars[path] = scalar_like(value, t_value.dtype, mesh_hint, where)
+      else:
+        check_against_template(
+            where, value, annotation, t_value, t_annotation, batch.options.resolution_rules
+        )
+        produced[path] = (
+            value, md.with_default_rules(in_target_form(annotation, t_annotation), batch.options.rules)
+        )
+  errors.raise_any()
   step_dtype = getattr(target.step, 'dtype', np.dtype('int32'))
   step = scalar_like(step, step_dtype, mesh_hint, 'step')
   batch.protect([step, *scalars.values()])

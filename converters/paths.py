@@ -34,6 +34,8 @@ from converters.transforms import Rearrange
 Framework = Literal['linen', 'nnx']
 Layout = Literal['loop', 'scan', 'plain']
 _INDEX = '{i}'
+#: How to fix paths that no rule maps.
+UNMAPPED_FIX = 'add a PathRule for each (mapping + [PathRule(linen=..., nnx=...)])'
 
 
 def _key_text(key) -> str:
@@ -295,6 +297,21 @@ class PathMapping:
       found.append(Match(KeptPath.of(framework, path), 'plain', None))
     return found
 
+  def describe(self, framework: Framework, path: Sequence) -> str:
+    """Which rule names `path` (a `framework` path), in a few words for messages:
+    `rule 'Dense_0/kernel' <-> 'up/kernel'`, `kept: no rule names it`, or
+    `no rule names it`."""
+    found = self.match_all(framework, path)
+    if not found:
+      return 'no rule names it'
+    if len(found) > 1:
+      return f'{len(found)} rules name it'
+    match = found[0]
+    if isinstance(match.rule, KeptPath):
+      return 'kept: no rule names it'
+    linen, nnx = (match.rule.template(fw, match.layout) for fw in ('linen', 'nnx'))
+    return f'rule {linen!r} <-> {nnx!r}'
+
   def match(self, framework: Framework, paths: Iterable[Sequence]) -> dict[tuple, Match]:
     """The one `Match` of every path; raises listing every unmapped or ambiguous path."""
     result, unmapped, ambiguous = {}, [], []
@@ -310,19 +327,17 @@ class PathMapping:
         )
       else:
         result[tuple(path)] = found[0]
-    problems = []
+    problems, fixes = [], []
     if unmapped:
-      problems.append(
-          f'no rule maps these {framework} paths: {format_offenders(unmapped)}; '
-          'add a PathRule for each (mapping + [PathRule(linen=..., nnx=...)])'
-      )
+      problems.append(f'no rule maps these {framework} paths: {format_offenders(unmapped)}')
+      fixes.append(UNMAPPED_FIX)
     if ambiguous:
       problems.append(
-          f'several rules map these {framework} paths: '
-          f'{format_offenders(ambiguous)}; make the templates disjoint'
+          f'several rules map these {framework} paths: {format_offenders(ambiguous)}'
       )
+      fixes.append('make the templates disjoint')
     if problems:
-      raise PathMappingError('; '.join(problems), unmapped + ambiguous)
+      raise PathMappingError('; '.join(problems), unmapped + ambiguous, fix='; '.join(fixes))
     return result
 
 

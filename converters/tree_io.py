@@ -389,15 +389,17 @@ def check_against_template(path: str, value, annotation, t_value, t_annotation, 
   if tuple(value.shape) != tuple(t_value.shape):
     raise ShapeError(
         f'{path}: converted shape {tuple(value.shape)}, target expects '
-        f'{tuple(t_value.shape)}; convert with the target layout (scan=..., '
-        'num_layers=...) or build the target from the same model description',
+        f'{tuple(t_value.shape)}',
         [path],
+        fix='build the target from the same configuration (widths, heads, layer '
+        'counts) as the source, or convert with the target\'s layout (scan=..., '
+        'num_layers=...); if a rule pairs parameters of different shapes, fix it (paths=)',
     )
   if value.dtype != t_value.dtype:
     raise ShapeError(
-        f'{path}: converted dtype {value.dtype}, target expects {t_value.dtype}; '
-        'cast the source or build the target with the same dtype',
+        f'{path}: converted dtype {value.dtype}, target expects {t_value.dtype}',
         [path],
+        fix='cast the source or build the target with the same dtype (param_dtype=...)',
     )
   if t_annotation is None or _same_form(annotation, t_annotation, rules):
     return
@@ -437,19 +439,36 @@ def in_target_form(annotation: md.Annotation, t_annotation: md.Annotation | None
   return dataclasses.replace(t_annotation, extra=annotation.extra)
 
 
-def check_keys(where: str, wanted, given):
-  missing = sorted(format_path(p) for p in set(wanted) - set(given))
-  unexpected = sorted(format_path(p) for p in set(given) - set(wanted))
+def check_keys(where: str, wanted, given, explain=None):
+  """Raises unless `given` (the converted leaves) has exactly the paths of
+  `wanted` (the target's), listing every path missing and unexpected.
+
+  `explain(path, missing)`, when given, says for one path why (which rule
+  of the path mapping names it, or that none does), or returns None.
+  """
+  missing = sorted(set(wanted) - set(given), key=format_path)
+  unexpected = sorted(set(given) - set(wanted), key=format_path)
   if missing or unexpected:
-    offenders = missing + unexpected
+    def listed(paths, is_missing):
+      notes = [explain(p, is_missing) if explain else None for p in paths]
+      return [format_path(p) + (f' ({n})' if n else '') for p, n in zip(paths, notes)]
+
+    offenders = [format_path(p) for p in missing + unexpected]
     in_optimizer = all(p.startswith(('optimizer/', 'opt_state')) for p in offenders)
     error = OptimizerStateError if in_optimizer or 'opt_state' in where else StructureError
+    parts = []
+    if missing:
+      parts.append(f'the source lacks [{format_offenders(listed(missing, True))}]')
+    if unexpected:
+      parts.append(
+          f'has [{format_offenders(listed(unexpected, False))}] that the target lacks'
+          if missing else
+          f'the source has [{format_offenders(listed(unexpected, False))}] that the target lacks'
+      )
     raise error(
-        f'{where}: the source lacks [{format_offenders(missing)}] and has '
-        f'[{format_offenders(unexpected)}] that the target lacks (target-side '
-        'paths, after the path mapping); if a rule maps to a path the target '
-        'does not have, or no rule produces one it has, fix the rules (paths=); '
-        'else convert between models of the same configuration, optimizer and '
-        'layout',
-        missing + unexpected,
+        f'{where}: {" and ".join(parts)} (target-side paths, after the path mapping)',
+        offenders,
+        fix='if a rule maps to a path the target does not have, or no rule produces '
+        'one it has, fix the rules (paths=); else convert between models of the same '
+        'configuration, optimizer and layout',
     )

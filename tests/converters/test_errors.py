@@ -93,6 +93,22 @@ def case_dtype_mismatch():
   return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bad)}, target=nnx_abstract(LOOP, 'adam')[0])
 
 
+def case_target_of_another_depth():
+  # Every kernel and both moments of each differ: all listed, not the first.
+  return dict(linen=linen_trained(LOOP, 'adam', 0), target=nnx_abstract(dataclasses.replace(LOOP, depth=32), 'adam'))
+
+
+def case_rule_to_a_path_the_target_lacks():
+  rules = [r for r in KIT_PATHS.rules if r.linen != 'DotReluDot_{i}/W2']
+  rules.append(PathRule('DotReluDot_{i}/W2', 'layers/{i}/w_2', 'ScanDotReluDot_0/W2', 'layers/w_2'))
+  return dict(linen={'params': params_of(LOOP)}, target=nnx_abstract(LOOP, 'adam')[0], paths=converters.PathMapping(rules))
+
+
+def case_rule_missing_on_both_sides():
+  rules = [r for r in KIT_PATHS.rules if r.linen != 'DotReluDot_{i}/W2']
+  return dict(linen={'params': params_of(LOOP)}, target=nnx_abstract(LOOP, 'adam')[0], paths=converters.PathMapping(rules))
+
+
 def case_names_rank():
   bad = box(LOOP).replace(names=(None, 'model', None))
   return dict(linen={'params': with_leaf(params_of(LOOP), KERNEL, bad)})
@@ -364,6 +380,9 @@ CATALOGUE = {
     'extra layer': (case_extra_layer, errors.StructureError, 'model/layers/3/w2'),
     'unmapped params': (case_unmapped_param, errors.PathMappingError, 'DotReluDot_0/bias, head/kernel'),
     'shape mismatch': (case_shape_mismatch, errors.ShapeError, 'model/layers/1/dot1/kernel: converted shape (64, 32)'),
+    'target of another depth': (case_target_of_another_depth, errors.ShapeError, '18 leaves do not fit the target: model/layers/0/dot1/kernel: converted shape (64, 64), target expects (32, 32); model/layers/0/w2: converted shape'),
+    'rule to a path the target lacks': (case_rule_to_a_path_the_target_lacks, errors.StructureError, "the source lacks [model/layers/0/w2 (no rule names it), model/layers/1/w2 (no rule names it), model/layers/2/w2 (no rule names it)] and has [model/layers/0/w_2 (rule 'DotReluDot_{i}/W2' <-> 'layers/{i}/w_2')"),
+    'rule missing on both sides': (case_rule_missing_on_both_sides, errors.PathMappingError, 'no rule maps these linen paths: DotReluDot_0/W2, DotReluDot_1/W2, DotReluDot_2/W2; and no rule maps these nnx paths of the target: layers/0/w2, layers/1/w2, layers/2/w2; add a PathRule'),
     'dtype mismatch': (case_dtype_mismatch, errors.ShapeError, 'converted dtype bfloat16, target expects float32'),
     'len(names) > ndim': (case_names_rank, errors.AnnotationError, 'DotReluDot_1/Dense_0/kernel: 3 sharding names'),
     'logical name with no rule': (case_logical_name_without_rule, errors.AnnotationError, "logical names ['mlp'] have no rule"),
@@ -460,6 +479,35 @@ def test_every_offender_is_listed():
   assert set(info.value.paths) == {'DotReluDot_0/bias', 'head/kernel'}
 
 
+def test_leaf_errors_raise_one_error_as_it_is_and_several_as_one_listing_each():
+  def collect(*raised):
+    collected = errors.LeafErrors(limit=2)
+    for e in raised:
+      with collected.leaf():
+        raise e
+    with collected.leaf():
+      pass  # a leaf that passes adds nothing
+    return collected
+
+  collect().raise_any()  # nothing failed: nothing raised
+  one = errors.ShapeError('a: converted shape (2,)', ['a'], fix='fix it')
+  with pytest.raises(errors.ShapeError) as info:
+    collect(one).raise_any()
+  assert info.value is one
+  several = collect(
+      errors.AnnotationError('a: bad names', ['a'], fix='fix the names'),
+      errors.ShapeError('b: converted shape (2,)', ['b'], fix='fix the shape'),
+      errors.AnnotationError('c: bad names', ['c'], fix='fix the names'),
+  )
+  with pytest.raises(errors.AnnotationError) as info:  # the first failure's class
+    several.raise_any()
+  assert str(info.value) == (
+      '3 leaves do not fit the target: a: bad names; b: converted shape (2,); ... (1 more); '
+      'fix the names; fix the shape'
+  )
+  assert info.value.paths == ('a', 'b', 'c') and info.value.fix == 'fix the names; fix the shape'
+
+
 def test_duplicate_templates_are_rejected_when_the_mapping_is_built():
   with pytest.raises(errors.PathMappingError, match="linen 'DotReluDot_{i}/W2'"):
     KIT_PATHS + [PathRule('DotReluDot_{i}/W2', 'layers/{i}/other')]
@@ -518,6 +566,19 @@ def nnx_case_target_with_other_layers():
   return dict(nnx_in=nnx_trained(LOOP, 'adam', 0), target=linen_trainer(fewer, 'adam').abstract_state)
 
 
+def nnx_case_target_of_another_depth():
+  other = dataclasses.replace(LOOP, depth=32)
+  return dict(nnx_in=nnx_trained(LOOP, 'adam', 0), target=linen_trainer(other, 'adam').abstract_state)
+
+
+def nnx_case_rule_missing_on_both_sides():
+  rules = [r for r in KIT_PATHS.rules if r.linen != 'DotReluDot_{i}/W2']
+  return dict(
+      nnx_in=nnx_trained(LOOP, 'adam', 0), target=linen_trainer(LOOP, 'adam').abstract_state,
+      paths=converters.PathMapping(rules),
+  )
+
+
 def nnx_case_intermediate():
   model, _ = nnx_trained(LOOP, 'adam', 0)
   state = nnx.state(model)
@@ -543,6 +604,8 @@ NNX_CATALOGUE = {
     'target on another mesh': (nnx_case_target_on_another_mesh, errors.LayoutError, "params/DotReluDot_0/Dense_0/kernel: the converted array lives on mesh {'data': 2, 'model': 4}"),
     'model only, TrainState target': (nnx_case_model_only_with_a_train_state_target, errors.StructureError, 'a TrainState target needs (model, optimizer)'),
     'target with other layers': (nnx_case_target_with_other_layers, errors.StructureError, 'DotReluDot_2/Dense_0/kernel'),
+    'target of another depth': (nnx_case_target_of_another_depth, errors.ShapeError, '6 leaves do not fit the target: params/DotReluDot_0/Dense_0/kernel: converted shape (64, 64), target expects (32, 32)'),
+    'rule missing on both sides': (nnx_case_rule_missing_on_both_sides, errors.PathMappingError, 'no rule maps these nnx paths: layers/0/w2, layers/1/w2, layers/2/w2; and no rule maps these linen paths of the target: DotReluDot_0/W2, DotReluDot_1/W2, DotReluDot_2/W2'),
     'Intermediate': (nnx_case_intermediate, errors.StructureError, 'model/layers/0/sown: is an nnx.Intermediate'),
     'names mixing ruled and unruled': (nnx_case_names_mixing_ruled_and_unruled, errors.AnnotationError, "model/layers/0/dot1/kernel: names ('embed', 'model') mix logical names ['embed']"),
 }

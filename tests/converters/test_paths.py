@@ -38,6 +38,17 @@ def test_match_lists_every_unmapped_and_ambiguous_path():
   }
 
 
+def test_describe_names_the_rule_of_a_path_or_says_that_none_does():
+  fused = PathRule(('q/kernel', 'k/kernel'), 'qk/kernel', transform=converters.Rearrange('e h -> e (two h)'))
+  mapping = KIT_PATHS + [fused]
+  assert mapping.describe('nnx', ('layers', 2, 'w2')) == "rule 'DotReluDot_{i}/W2' <-> 'layers/{i}/w2'"
+  assert mapping.describe('linen', ('ScanDotReluDot_0', 'W2')) == "rule 'ScanDotReluDot_0/W2' <-> 'layers/w2'"
+  assert mapping.describe('linen', ('k', 'kernel')) == "rule 'q/kernel & k/kernel' <-> 'qk/kernel'"
+  assert mapping.describe('nnx', ('head', 'kernel')) == 'no rule names it'
+  kept = PathMapping(KIT_PATHS.rules, keep_unmatched=True)
+  assert kept.describe('nnx', ('head', 'kernel')) == 'kept: no rule names it'
+
+
 @pytest.mark.parametrize(
     'rule, message',
     [

@@ -33,7 +33,7 @@ from jax.sharding import AxisType
 
 from converters import LinenModel, convert_checkpoint, compare_checkpoints
 from converters.checkpoint.models import UserModels, train_state_class
-from converters.errors import CheckpointError, PathMappingError
+from converters.errors import CheckpointError, PathMappingError, ShapeError
 from model_zoo.linen import resnet as linen_resnet
 from model_zoo.nnx import resnet as nnx_resnet
 from tests.converters.checkpoint import zoo_models as zoo
@@ -289,27 +289,40 @@ def test_transformer_scan_and_loop_in_all_four_framework_pairs(tmp_path, to):
   assert_states_equal(state.opt_state, back.opt_state, 0.0)
 
 
-@pytest.mark.parametrize('use_orbax', [True, False], ids=['flax-orbax', 'flax-msgpack'])
-def test_flax_training_checkpoints_of_a_users_model_convert(tmp_path, use_orbax):
-  pair = PAIRS['resnet']
-  with in_mesh(None):
+# Every pair with the legacy msgpack files (read on the host, then placed);
+# Orbax's format, which flax.training.checkpoints writes by default, is the
+# one every pair's round trip above reads, so one pair covers its directory.
+@pytest.mark.parametrize(
+    'name, use_orbax',
+    [(name, False) for name in PAIRS] + [('cnn', True)],
+    ids=[f'{name}-flax-msgpack' for name in PAIRS] + ['cnn-flax-orbax'],
+)
+def test_flax_training_checkpoints_of_every_pair_convert(tmp_path, name, use_orbax):
+  """`flax.training.checkpoints` directories, as Flax's examples save them
+  every few steps: the newest step converts, and every leaf is what the
+  Linen state held."""
+  pair = PAIRS[name]
+  linen_step = pair['steps']()[0]
+  with in_mesh(pair['rules']):
     state = linen_train_state(pair, zoo.make_sgd())
-    state = pair['steps']()[0](state, pair['batches']()[0])
   previous = flax.config.flax_use_orbax_checkpointing
   flax.config.update('flax_use_orbax_checkpointing', use_orbax)
   try:
-    flax_checkpoints.save_checkpoint(str(tmp_path / 'checkpoints'), state, step=1)
+    for step, batch in enumerate(pair['batches']()[:2], start=1):
+      with in_mesh(pair['rules']):
+        state = linen_step(state, batch)
+      flax_checkpoints.save_checkpoint(str(tmp_path / 'checkpoints'), state, step=step, keep=3)
   finally:
     flax.config.update('flax_use_orbax_checkpointing', previous)
+  options = [o if o != f'{zoo.__name__}:make_tx' else f'{zoo.__name__}:make_sgd' for o in cli_options(name)]
+  assert linen_nnx('convert', tmp_path / 'checkpoints', tmp_path / 'nnx', '--to', 'nnx', *options) == 0
   models = models_of(pair, optimizer=zoo.make_sgd)
-  summary = convert_checkpoint(tmp_path / 'checkpoints', tmp_path / 'nnx', 'nnx', **models)
-  assert summary['source']['format'] == ('orbax' if use_orbax else 'flax-msgpack')
-  with in_mesh(None):
-    model, optimizer = nnx_restore(tmp_path / 'nnx', pair['nnx'], zoo.make_sgd())
-  assert int(optimizer.step[...]) == 1
-  np.testing.assert_array_equal(
-      np.asarray(model.bn_init.mean[...]), np.asarray(state.batch_stats['bn_init']['mean'])
-  )
+  rows, _, summary = compare_checkpoints(tmp_path / 'checkpoints', tmp_path / 'nnx', **models)
+  assert summary['a']['format'] == ('orbax' if use_orbax else 'flax-msgpack')
+  assert rows and all(r.identical for r in rows), [r for r in rows if not r.identical]
+  with in_mesh(pair['rules']):
+    _, optimizer = nnx_restore(tmp_path / 'nnx', pair['nnx'], zoo.make_sgd())
+  assert int(optimizer.step[...]) == 2  # the newest step
 
 
 def test_compare_of_a_users_linen_and_nnx_checkpoints(tmp_path):
@@ -370,6 +383,39 @@ def test_a_mapping_that_leaves_parameters_unmapped_is_refused_before_reading(tmp
   partial = zoo.PathMapping([r for r in zoo.CNN_PATHS.rules if 'Dense_1' not in r.linen])
   with pytest.raises(PathMappingError, match='no rule maps these linen paths: .*Dense_1/kernel'):
     convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models_of(PAIRS['cnn']) | {'paths': partial})
+
+
+def test_a_port_of_another_width_is_refused_leaf_by_leaf_before_reading(tmp_path, monkeypatch):
+  from converters.checkpoint import inspect as checkpoints
+
+  src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
+  monkeypatch.setattr(checkpoints, 'restore', lambda *a: pytest.fail('read before refusing'))
+  wider = zoo.CNNConfig(hidden=32)
+  models = models_of(PAIRS['cnn']) | dict(nnx_model=lambda: zoo.nnx_cnn_module.CNN(wider, rngs=nnx.Rngs(0)))
+  with pytest.raises(ShapeError) as e:
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models)
+  # The hidden layer's kernel and bias, the head's kernel, and adam's two moments of each.
+  assert str(e.value).startswith('9 leaves do not fit the target: ')
+  listed = {
+      prefix + path
+      for path in ('hidden/kernel', 'hidden/bias', 'logits/kernel')
+      for prefix in ('model/', 'optimizer/opt_state/0/mu/', 'optimizer/opt_state/0/nu/')
+  }
+  assert set(e.value.paths) == listed
+  assert sorted(os.listdir(tmp_path)) == ['src']
+
+
+def test_a_missing_rule_is_named_on_both_sides_before_reading(tmp_path, monkeypatch):
+  from converters.checkpoint import inspect as checkpoints
+
+  src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
+  monkeypatch.setattr(checkpoints, 'restore', lambda *a: pytest.fail('read before refusing'))
+  partial = zoo.PathMapping([r for r in zoo.CNN_PATHS.rules if 'Dense_1' not in r.linen])
+  with pytest.raises(PathMappingError) as e:
+    convert_checkpoint(src, tmp_path / 'nnx', 'nnx', **models_of(PAIRS['cnn']) | {'paths': partial})
+  assert 'no rule maps these linen paths: Dense_1/bias, Dense_1/kernel' in str(e.value)
+  assert 'and no rule maps these nnx paths of the target: logits/bias, logits/kernel' in str(e.value)
+  assert sorted(os.listdir(tmp_path)) == ['src']
 
 
 def test_options_of_a_users_models_are_checked(tmp_path):
