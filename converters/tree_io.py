@@ -319,11 +319,24 @@ def nest(flat: Mapping[tuple, Any]) -> dict:
 
 
 def scalar_like(value, template_dtype, mesh: Mesh | None, where: str):
-  """A step or count converted to the other side's integer dtype."""
+  """An optimizer scalar in the other side's form: a step or count converted to
+  its integer dtype (refused if it does not fit), any other scalar (a
+  hyperparameter of `optax.inject_hyperparams`) kept as it is, of the same dtype."""
   shape = tuple(value.shape) if hasattr(value, 'shape') else np.shape(value)
-  if not np.issubdtype(np.dtype(template_dtype), np.integer) or shape != ():
-    raise ShapeError(f'{where}: expected an integer scalar, found {shape}', [where])
+  if shape != ():
+    raise ShapeError(
+        f'{where}: expected a scalar (a step, count or hyperparameter), found shape {shape}',
+        [where],
+    )
   dtype = value.dtype if hasattr(value, 'dtype') else np.asarray(value).dtype
+  if not np.issubdtype(np.dtype(template_dtype), np.integer):
+    if np.dtype(dtype) != np.dtype(template_dtype):
+      raise ShapeError(
+          f'{where}: is {np.dtype(dtype)}, the target holds {np.dtype(template_dtype)}',
+          [where],
+          fix='build the target with the same optimizer, hyperparameters of the same dtype',
+      )
+    return _placed_scalar(value, mesh)
   if np.dtype(dtype).kind not in 'iu':
     raise ShapeError(
         f'{where}: is {value!r} of dtype {dtype}, not an integer; a step or count '
@@ -347,6 +360,17 @@ def scalar_like(value, template_dtype, mesh: Mesh | None, where: str):
   if isinstance(value, jax.Array):
     return value if value.dtype == template_dtype else value.astype(template_dtype)
   array = np.asarray(value, dtype=template_dtype)
+  return jax.device_put(array, NamedSharding(mesh, PartitionSpec())) if mesh else jnp.asarray(array)
+
+
+def _placed_scalar(value, mesh: Mesh | None):
+  """A scalar kept as it is: the input array itself, or placed replicated."""
+  if isinstance(value, jax.ShapeDtypeStruct):
+    sharding = NamedSharding(mesh, PartitionSpec()) if mesh else value.sharding
+    return jax.ShapeDtypeStruct((), value.dtype, sharding=sharding)
+  if isinstance(value, jax.Array):
+    return value
+  array = np.asarray(value)
   return jax.device_put(array, NamedSharding(mesh, PartitionSpec())) if mesh else jnp.asarray(array)
 
 

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from linen_nnx_cli.devices import simulate_cpu_devices
@@ -137,6 +139,11 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
   group.add_argument(
       '--paths', metavar='pkg.module:MAPPING',
       help='the Linen <-> NNX PathMapping (default: every path kept)',
+  )
+  group.add_argument(
+      '--collections', metavar='pkg.module:COLLECTIONS',
+      help="{'collection': nnx.Variable subclass} for your models' own collections "
+      'beyond params, batch_stats and cache',
   )
 
 
@@ -324,6 +331,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   if getattr(args, 'json', False) and _joins_a_job(args):
     _keep_stdout_for_json()
+  # Orbax logs a failed background write (a full disk) with tracebacks from
+  # each of its threads and tasks; the command reports the failure itself, in
+  # one line.
+  for logger in ('absl', 'asyncio'):
+    logging.getLogger(logger).setLevel(logging.CRITICAL)
+  warnings.filterwarnings('ignore', "coroutine '.*' was never awaited", RuntimeWarning)
   try:
     _join(args)
   except Exception as e:  # jax.distributed raises several types
@@ -442,6 +455,11 @@ def _convert(args: argparse.Namespace) -> int:
         f"{target['path']}: step {summary['step']}, {target['leaves']} arrays, "
         f"{source['bytes'] / 2**20:.1f} MiB, verified bit for bit"
     )
+    rng = summary['rng_state']
+    if rng['seeded']:
+      print(f"NNX RNG state seeded from --seed {rng['seed']}: {', '.join(rng['seeded'])}")
+    if rng['dropped']:
+      print(f"NNX RNG state dropped (Linen has none): {', '.join(rng['dropped'])}")
   return 0
 
 
@@ -459,6 +477,13 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
   else:
     tables.print_table(*tables.comparison_rows(rows, labels))
     print(f'\n{len(rows)} leaves: ' + ('all identical' if identical else f'{differing} differ'))
+    skipped = extra.get('rng_not_compared')
+    if skipped:
+      print(
+          f'not compared: {len(skipped)} NNX RNG leaves (dropout keys and counts), which '
+          f'the other checkpoint holds in another form or not at all (Linen has none): '
+          + ', '.join(skipped)
+      )
   if not identical:
     print(f'linen-nnx compare: {differing} leaves differ', file=sys.stderr)
   return 0 if identical else 1

@@ -65,6 +65,8 @@ def models_options(args) -> dict:
     options['mesh_axes'] = args.mesh_axes  # refused for the kit's MLP, with the reason
   if args.paths is not None:
     options['paths'] = load('--paths', args.paths)
+  if getattr(args, 'collections', None) is not None:
+    options['collections'] = load('--collections', args.collections)
   if args.rules is not None:
     if ':' in args.rules:
       options['rules'] = load('--rules', args.rules)

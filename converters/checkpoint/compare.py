@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from flax.training.train_state import TrainState
 
 from converters import metadata as md
@@ -173,6 +174,44 @@ def compare_linen_states(
   return rows
 
 
+def rng_leaves(state) -> dict[str, jax.Array]:
+  """`{path: array}` of the RNG state (`nnx.RngState`: dropout keys and
+  counts) of an NNX training state; keys as their key data."""
+  from flax import nnx
+
+  out = {}
+  for path, variable in nnx.to_flat_state(state):
+    if isinstance(variable, nnx.RngState):
+      value = variable.get_raw_value()
+      if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        value = jax.random.key_data(value)
+      out[format_path(path)] = value
+  return out
+
+
+def compare_rng_state(
+    a: dict[str, jax.Array], b: dict[str, jax.Array]
+) -> tuple[list[LeafComparison], list[str]]:
+  """`(rows, not compared)` for the RNG state of two training states.
+
+  Linen has none, so it is compared only between two NNX states holding it
+  at the same paths and shapes (the same layout); otherwise every RNG leaf
+  is listed as not compared, for the report to say so.
+  """
+  same = set(a) == set(b) and all(a[p].shape == b[p].shape for p in a)
+  if not (a and b and same):
+    return [], sorted(set(a) | set(b))
+  rows = []
+  for path in sorted(a):
+    equal, diff = leaf_difference(a[path], b[path])
+    rows.append(LeafComparison(
+        linen_path='-', nnx_path=path, shape=tuple(a[path].shape), dtype=str(a[path].dtype),
+        spec_a=_spec(a[path]), spec_b=_spec(b[path]), max_abs_diff=diff,
+        identical=equal and _same_placement(a[path], b[path]),
+    ))
+  return rows, []
+
+
 def as_json(rows: list[LeafComparison]) -> list[dict[str, Any]]:
   return [
       dataclasses.asdict(r) | {
@@ -186,7 +225,7 @@ def as_json(rows: list[LeafComparison]) -> list[dict[str, Any]]:
 def compare_checkpoints(
     a: str, b: str, *, linen_model=None, nnx_model=None, paths=None, rules=None,
     optimizer=None, mesh_shape=(2, 4), mesh_axes=('data', 'model'), annotation='device',
-    layer_partition=None, allow_unfinished: bool = False,
+    layer_partition=None, collections=None, allow_unfinished: bool = False,
 ) -> tuple[list[LeafComparison], tuple[str, str], dict]:
   """Rows comparing the training states of two checkpoints, in A's layout.
 
@@ -208,7 +247,7 @@ def compare_checkpoints(
   models = models_for(
       linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
       mesh_shape=mesh_shape, mesh_axes=mesh_axes, annotation=annotation,
-      layer_partition=layer_partition,
+      layer_partition=layer_partition, collections=collections,
   )
   infos = checkpoints.inspect(a, allow_unfinished), checkpoints.inspect(b, allow_unfinished)
   described = [models.summary(i) for i in infos]
@@ -220,7 +259,7 @@ def compare_checkpoints(
   # Both sides as Linen TrainStates in A's layout.
   plan_a = models.plan(infos[0], 'linen')
   plan_b = models.plan(infos[1], 'linen', plan_a.source.layout)
-  states = []
+  states, rngs = [], []
   with jax.set_mesh(plan_a.mesh):
     for info, plan in zip(infos, (plan_a, plan_b)):
       checkpoints.check_structure(
@@ -228,10 +267,13 @@ def compare_checkpoints(
       )
     for info, plan in zip(infos, (plan_a, plan_b)):
       state = checkpoints.restore(info, plan.source.abstract_state)
+      rngs.append(rng_leaves(state) if info.framework == 'nnx' else {})
       if info.framework != 'linen' or plan.source.layout != plan.target.layout:
         state = training_states.convert(state, plan)
       states.append(state)
     rows = compare_linen_states(*states, plan_a.paths, plan_a.correspondence)
+    rng_rows, not_compared = compare_rng_state(*rngs)
+    rows += rng_rows
   names = {'linen': 'Linen', 'nnx': 'NNX'}
   if infos[0].framework != infos[1].framework:
     labels = tuple(names[i.framework] for i in infos)
@@ -241,4 +283,4 @@ def compare_checkpoints(
       {**i.summary(), 'layout': p.source.layout, **d}
       for i, p, d in zip(infos, (plan_a, plan_b), described)
   ]
-  return rows, labels, {'a': summaries[0], 'b': summaries[1]}
+  return rows, labels, {'a': summaries[0], 'b': summaries[1], 'rng_not_compared': not_compared}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable
 
 import jax
@@ -90,6 +91,22 @@ def _move_into_place(partial: str, destination: Destination) -> None:
   _fsync_directory(destination.parent)
 
 
+def _remove_staging(staging: str, settle: bool) -> None:
+  """Removes the staging directory. After a failed write (`settle`), Orbax's
+  writer threads may still be creating files in it for a moment: it is
+  removed again until it stays gone (for up to a few seconds)."""
+  shutil.rmtree(staging, ignore_errors=True)
+  if not settle:
+    return
+  deadline = time.monotonic() + 5.0
+  gone_since = time.monotonic()
+  while time.monotonic() < deadline and time.monotonic() - gone_since < 0.5:
+    time.sleep(0.05)
+    if os.path.lexists(staging):
+      shutil.rmtree(staging, ignore_errors=True)
+      gone_since = time.monotonic()
+
+
 def convert_checkpoint(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -105,6 +122,7 @@ def convert_checkpoint(
     mesh_axes: tuple[str, ...] = ('data', 'model'),
     annotation: str = 'device',
     layer_partition: str | None = None,
+    collections=None,
     seed: int = 0,
     force: bool = False,
     allow_unfinished: bool = False,
@@ -133,6 +151,8 @@ def convert_checkpoint(
     mesh_shape, mesh_axes: the mesh to read, convert and write on.
     annotation, layer_partition: the kit's MLP's annotations (see
       `ModelDescription`); the user's models carry their own.
+    collections: `{Linen collection: nnx.Variable subclass}` for the models'
+      own collections beyond `params`, `batch_stats` and `cache`.
     seed: seeds the RNG streams (dropout keys) of an NNX target, which a
       Linen state does not have.
     force: replace an existing `dst` (a checkpoint, a file, a symlink, which
@@ -159,7 +179,7 @@ def convert_checkpoint(
   models = models_for(
       linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
       mesh_shape=mesh_shape, mesh_axes=mesh_axes, annotation=annotation,
-      layer_partition=layer_partition,
+      layer_partition=layer_partition, collections=collections,
   )
   on_stage = on_stage or (lambda stage: None)
   source_path, _ = checkpoints.locate(src)
@@ -200,6 +220,8 @@ def convert_checkpoint(
     staging = destination.sibling('partial', exchange('staging directory', os.getpid())[0])
     partial = os.path.join(staging, 'checkpoint')
     failure = None
+    created = destination.missing_parents() if first else []
+    moved = False
     if first:
       destination.remove_stale()
       try:
@@ -235,6 +257,7 @@ def convert_checkpoint(
       if first:
         try:
           _move_into_place(partial, destination)
+          moved = True
         except CheckpointError as e:
           failure = str(e)
       failures = [f for f in exchange('renamed into place', failure) if f is not None]
@@ -242,7 +265,13 @@ def convert_checkpoint(
         raise CheckpointError(failures[0], [dst])
     finally:
       if first:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove_staging(staging, settle=not moved)
+        if not moved:  # failed: the parents it created go too
+          for parent in reversed(created):
+            try:
+              os.rmdir(parent)
+            except OSError:
+              break
   step = converted.step if to == 'linen' else converted['optimizer']['step'][...]
   kept, seeded = training_states.rng_state(plan)
   return {
@@ -252,8 +281,12 @@ def convert_checkpoint(
           'layout': plan.target.layout, 'leaves': leaves, 'replaced': replaced,
       },
       # NNX RNG streams (dropout keys): kept from an NNX source where they
-      # match, else seeded from `seed` (Linen has none).
-      'rng_state': {'kept': kept, 'seeded': seeded, 'seed': seed},
+      # match, else seeded from `seed`; Linen has none, so going to Linen
+      # drops them (listed).
+      'rng_state': {
+          'kept': kept, 'seeded': seeded, 'seed': seed,
+          'dropped': training_states.rng_dropped(plan),
+      },
       'step': int(step),
       'mesh': list(mesh_shape),
       'verified': True,

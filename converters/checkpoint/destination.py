@@ -119,6 +119,15 @@ class Destination:
     """`.NAME.KIND-PID` beside DST: staging (`partial`) or a replaced DST."""
     return os.path.join(self.parent, f'.{os.path.basename(self.path)}.{kind}-{pid}')
 
+  def missing_parents(self) -> list[str]:
+    """DST's ancestors that do not exist yet, outermost first: what creating
+    the staging directory creates, and a failed run removes again."""
+    missing, parent = [], self.parent
+    while parent and not os.path.lexists(parent):
+      missing.append(parent)
+      parent = os.path.dirname(parent)
+    return missing[::-1]
+
   def make_staging(self, pid: int) -> str:
     """Creates the staging sibling (and DST's missing parents); returns it."""
     staging = self.sibling('partial', pid)

@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from converters.errors import CheckpointError, format_offenders
+from converters.errors import CheckpointError, ShapeError, format_offenders
 from converters.paths import Framework
 from converters.tree_io import key_of
 
@@ -272,8 +272,10 @@ def inspect(path: str | os.PathLike, allow_unfinished: bool = False) -> Checkpoi
     leaves = {
         string_path(k): (tuple(np.shape(v)), str(np.asarray(v).dtype)) for k, v in flat
     }
-  tops = {p[0] for p in leaves}
-  if {'step', 'params', 'opt_state'} <= tops:
+  # The stored tree's own keys: an empty optimizer state (optax.sgd without
+  # momentum) has no leaves, but its key is there.
+  tops = set(tree) if isinstance(tree, Mapping) else {p[0] for p in leaves}
+  if {'step', 'params'} <= tops:
     framework: Framework = 'linen'
   elif {'model', 'optimizer'} <= tops:
     framework = 'nnx'
@@ -340,6 +342,7 @@ def restore(info: CheckpointInfo, target: Any) -> Any:
   import orbax.checkpoint as ocp
   from etils import epath
 
+  _check_integer_scalars(info, target)
   if info.format == 'flax-msgpack':
     return _place_host_tree(info, target)
   handler = ocp.StandardCheckpointHandler(restore_concurrent_gb=RESTORE_CONCURRENT_GB)
@@ -359,15 +362,101 @@ def restore(info: CheckpointInfo, target: Any) -> Any:
     ) from e
 
 
+def _stored_scalars(info: CheckpointInfo, paths: list[tuple[str, ...]]) -> dict[tuple, int]:
+  """The stored values of the integer scalars at `paths`, read alone."""
+  import orbax.checkpoint as ocp
+
+  if info.format == 'flax-msgpack':
+    flat = {
+        string_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(info.host_tree)[0]
+    }
+    return {p: int(np.asarray(flat[p])) for p in paths}
+  item, restore_args = {}, {}
+  for path in paths:
+    node, args = item, restore_args
+    for key in path[:-1]:
+      node, args = node.setdefault(key, {}), args.setdefault(key, {})
+    node[path[-1]] = np.zeros((), info.leaves[path][1])
+    args[path[-1]] = ocp.RestoreArgs(restore_type=np.ndarray)
+  _ignore_stray_orbax_callbacks()
+  try:
+    with ocp.PyTreeCheckpointer() as checkpointer:
+      restored = checkpointer.restore(info.path, args=ocp.args.PyTreeRestore(
+          item=item, restore_args=restore_args, partial_restore=True,
+      ))
+  except Exception as e:  # Orbax and TensorStore raise many types for bad data
+    raise CheckpointError(
+        f'{info.path}: the checkpoint is corrupted or incomplete; reading its '
+        f'counters failed: {reason(e)}'
+    ) from e
+  values = {}
+  for path in paths:
+    node = restored
+    for key in path:
+      node = node[key]
+    values[path] = int(np.asarray(node))
+  return values
+
+
+def _check_integer_scalars(info: CheckpointInfo, target: Any) -> None:
+  """Refuses a step or count that the target's integer dtype cannot hold.
+
+  A counter saved as a Python int is stored as int64; the training state
+  JAX restores holds int32 (without `jax_enable_x64`) or NNX's uint32, and
+  Orbax casts on restore, wrapping a value that does not fit. Those stored
+  wider than the target (or of another signedness) are read alone first.
+  """
+  wanted = leaves_of(target)
+  narrowed = sorted(
+      p for p, (shape, dtype) in info.leaves.items()
+      if shape == () and p in wanted and dtype != wanted[p][1]
+      and np.issubdtype(np.dtype(dtype), np.integer)
+      and np.issubdtype(np.dtype(wanted[p][1]), np.integer)
+  )
+  if not narrowed:
+    return
+  problems = []
+  for path, value in _stored_scalars(info, narrowed).items():
+    limits = np.iinfo(np.dtype(wanted[path][1]))
+    if not limits.min <= value <= limits.max:
+      problems.append(
+          f'{_join(path)} = {value} (stored as {info.leaves[path][1]}) does not fit '
+          f'the target\'s {limits.dtype} [{limits.min}, {limits.max}]'
+      )
+  if problems:
+    raise ShapeError(
+        f'{info.path}: {"; ".join(problems)}',
+        [p.split(' = ')[0] for p in problems],
+        fix='restoring it would wrap the value; enable 64-bit integers '
+        "(jax.config.update('jax_enable_x64', True)) to keep it, or save the state "
+        'with the counter reset (state.replace(step=...))',
+    )
+
+
 def save(path: str, state: Any) -> None:
   """Writes `state` to the new directory `path` as Orbax's `StandardCheckpointer`
   does (what `linen_impl.checkpoint.save` and `nnx_impl.checkpoint.save` do) and
   waits until it is complete."""
   import orbax.checkpoint as ocp
 
-  with ocp.StandardCheckpointer() as checkpointer:
+  checkpointer = ocp.StandardCheckpointer()
+  try:
     checkpointer.save(os.path.abspath(path), state)
     checkpointer.wait_until_finished()
+  except Exception as e:  # Orbax and TensorStore raise many types (OSError for a full disk)
+    try:  # its background writes end before the caller removes what they wrote
+      checkpointer.wait_until_finished()
+    except Exception:
+      pass
+    raise CheckpointError(
+        f'{path}: writing the checkpoint failed: {reason(e)}; is the disk full or '
+        'over a quota? Nothing was moved into place'
+    ) from e
+  finally:
+    try:
+      checkpointer.close()
+    except Exception:
+      pass
 
 
 def _place_host_tree(info: CheckpointInfo, target) -> Any:

@@ -307,6 +307,7 @@ def models_for(
     linen_model=None, nnx_model=None, *, paths=None, rules=None, optimizer=None,
     mesh_shape: tuple[int, ...] = (2, 4), mesh_axes: tuple[str, ...] = ('data', 'model'),
     annotation: str = 'device', layer_partition: str | None = None,
+    collections=None,
 ) -> KitModels | UserModels:
   """The models a checkpoint is read as: the user's pair, or the kit's MLP when none is given.
 
@@ -324,6 +325,11 @@ def models_for(
       raise CheckpointError(
           'an optax optimizer is for your models: give them too (linen_model= and '
           "nnx_model=); the kit's MLP takes an optimizer name (adam, adamw, ...)"
+      )
+    if collections is not None:
+      raise CheckpointError(
+          "collections= names your models' own collections: give the models too "
+          '(linen_model= and nnx_model=)'
       )
     if tuple(mesh_axes) != ('data', 'model') or len(mesh_shape) != 2:
       raise CheckpointError("the kit's MLP runs on a ('data', 'model') mesh: give DATAxMODEL")
@@ -351,7 +357,7 @@ def models_for(
     )
   return UserModels(
       linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
-      mesh_shape=tuple(mesh_shape), mesh_axes=tuple(mesh_axes),
+      mesh_shape=tuple(mesh_shape), mesh_axes=tuple(mesh_axes), collections=collections,
   )
 
 

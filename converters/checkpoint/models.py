@@ -38,7 +38,7 @@ from flax.training.train_state import TrainState
 from flax.core import meta
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from converters.errors import CheckpointError
+from converters.errors import CheckpointError, format_offenders
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import Framework, PathMapping, as_mapping
 from converters.tree_io import key_of
@@ -141,6 +141,8 @@ class Plan:
     paths: the Linen <-> NNX path mapping.
     rules: the logical rules to convert under (None: the annotations' own).
     correspondence: how the NNX optimizer's state maps to the optax state.
+    collections: `{Linen collection: nnx.Variable subclass}` for collections
+      beyond `params`, `batch_stats` and `cache` (see `linen_to_nnx`).
   """
 
   mesh: Mesh
@@ -150,6 +152,7 @@ class Plan:
   paths: PathMapping
   rules: tuple | None
   correspondence: OptimizerCorrespondence
+  collections: Mapping[str, type] | None = None
 
 
 def _accepts_layout(factory: Callable) -> bool:
@@ -163,7 +166,7 @@ def _call(factory: Callable | Any, layout: str | None, what: str) -> Any:
   """`factory(layout=layout)`, `factory()` when no layout is asked for; a
   model given as it is (not a function) makes its own layout only."""
   if layout is None:
-    return factory() if callable(factory) else factory
+    return _called(factory, what) if callable(factory) else factory
   if not (callable(factory) and _accepts_layout(factory)):
     raise CheckpointError(
         f'{what} makes one layout only (it takes no `layout` argument), so it '
@@ -171,7 +174,19 @@ def _call(factory: Callable | Any, layout: str | None, what: str) -> Any:
         "`layout='loop'|'scan'` parameter, or convert between models of the "
         'layouts you have'
     )
-  return factory(layout=layout)
+  return _called(factory, what, layout=layout)
+
+
+def _called(factory: Callable, what: str, **kwargs) -> Any:
+  """`factory(**kwargs)`, any error of the user's code said in one line."""
+  try:
+    return factory(**kwargs)
+  except CheckpointError:
+    raise
+  except Exception as e:  # the user's factory: any error of theirs
+    raise CheckpointError(
+        f'{what}: calling its factory failed: {type(e).__name__}: {e}'.strip()
+    ) from e
 
 
 def _sharded(abstract: Any, shardings: Any) -> Any:
@@ -197,6 +212,84 @@ def _linen_sharding(mesh: Mesh, rules, leaf) -> NamedSharding:
   if _is_box(leaf):
     return leaf.get_sharding(mesh)
   return NamedSharding(mesh, P())
+
+
+# One annotation as the checks read it: (path, names, logical rules or None
+# when the names are mesh axes).
+Named = tuple[str, tuple, tuple | None]
+
+
+def _linen_names(params, rules, prefix: str) -> list[Named]:
+  """Every box of a Linen params tree: mesh-axis names, or logical names with
+  the rules that resolve them (the box's own, else `rules`)."""
+  out = []
+  flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_box)[0]
+  for keypath, leaf in flat:
+    path = '/'.join((prefix,) + tuple(str(key_of(k)) for k in keypath))
+    if isinstance(leaf, nn.LogicallyPartitioned):
+      own = leaf.rules if leaf.rules is not None else rules
+      out.append((path, tuple(leaf.names), tuple(own or ())))
+    elif isinstance(leaf, nn.Partitioned):
+      out.append((path, tuple(leaf.names), None))
+  return out
+
+
+def _linen_names_without_mesh(create, rngs, inputs, rules) -> list[Named]:
+  try:
+    with nn.logical_axis_rules(rules or ()):
+      abstract = jax.eval_shape(create, rngs, inputs)
+  except Exception:  # fails without the mesh too: not an annotation's doing
+    return []
+  return _linen_names(abstract.params, rules, 'params')
+
+
+def _nnx_names_without_mesh(create, rules) -> list[Named]:
+  """Every annotated Variable of the NNX model, created without the mesh
+  (eager sharding off): names that the rules (its own `sharding_rules`, else
+  `rules`) name are logical, the others mesh axes, as NNX reads them."""
+  try:
+    with nnx.use_eager_sharding(False), nn.logical_axis_rules(rules or ()):
+      objects = nnx.eval_shape(create)
+  except Exception:  # fails without the mesh too: not an annotation's doing
+    return []
+  out = []
+  for path, variable in nnx.to_flat_state(nnx.state(objects['model'])):
+    names = variable.get_metadata().get('out_sharding')
+    if not names:
+      continue
+    own = variable.get_metadata().get('sharding_rules') or rules or ()
+    ruled = {name for name, _ in own}
+    logical = any(n in ruled for n in names if isinstance(n, str))
+    out.append(('model/' + '/'.join(map(str, path)), tuple(names), tuple(own) if logical else None))
+  return out
+
+
+def _check_annotations(named: list[Named], mesh: Mesh, what: str) -> None:
+  """Refuses annotations the mesh cannot resolve, naming every parameter.
+
+  A logical name with no rule: Linen replicates the dimension while NNX
+  takes the name for a mesh axis, so the two would differ. A mesh-axis name
+  the mesh lacks: neither side can place the parameter.
+  """
+  axes = set(mesh.axis_names)
+  problems = []
+  for path, names, rules in named:
+    flat = [a for n in names for a in (n if isinstance(n, tuple) else (n,)) if a is not None]
+    if rules is not None:
+      ruled = {name for name, _ in rules}
+      for name in (n for n in flat if n not in ruled):
+        problems.append(f"{path}: logical name {name!r} has no rule")
+    else:
+      for name in (n for n in flat if n not in axes):
+        problems.append(f"{path}: names {name!r}, which the mesh {tuple(mesh.axis_names)} lacks")
+  if problems:
+    raise CheckpointError(
+        f'{what}: annotations the mesh cannot resolve: {format_offenders(problems)}',
+        [p.split(':')[0] for p in problems],
+        fix='name the mesh axes the annotations use (--mesh-axes, mesh_axes=), and give '
+        "a rule for every logical name (--rules; ('name', None) replicates it: Linen "
+        'does so for a name with no rule, while NNX takes the name for a mesh axis)',
+    )
 
 
 def linen_side(
@@ -227,16 +320,22 @@ def linen_side(
     )
 
   rngs = {'params': jax.random.key(0), 'dropout': jax.random.key(1)}
+  inputs = [leaves[i] for i in traced]
+  try:
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
+      abstract = jax.eval_shape(create, rngs, inputs)
+  except CheckpointError:
+    raise
+  except Exception as e:  # the user's model: any error of theirs
+    # An annotation the mesh cannot resolve fails inside Flax; traced
+    # without the mesh, the boxes say which parameter names what.
+    _check_annotations(_linen_names_without_mesh(create, rngs, inputs, rules), mesh, what)
+    raise CheckpointError(
+        f'{what}: tracing its init with the example inputs failed: '
+        f'{type(e).__name__}: {e}'.strip()
+    ) from e
+  _check_annotations(_linen_names(abstract.params, rules, 'params'), mesh, what)
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
-    try:
-      abstract = jax.eval_shape(create, rngs, [leaves[i] for i in traced])
-    except CheckpointError:
-      raise
-    except Exception as e:  # the user's model: any error of theirs
-      raise CheckpointError(
-          f'{what}: tracing its init with the example inputs failed: '
-          f'{type(e).__name__}: {e}'.strip()
-      ) from e
     # The sharding tree stops at the boxes.
     shardings = jax.tree.map(
         functools.partial(_linen_sharding, mesh, rules), abstract, is_leaf=_is_box
@@ -263,15 +362,20 @@ def nnx_side(
       raise CheckpointError(f'{what} returned {type(model).__name__}, not an nnx.Module')
     return {'model': model, 'optimizer': nnx.Optimizer(model, tx, wrt=nnx.Param)}
 
-  with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
-    try:
+  try:
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
       objects = nnx.eval_shape(create)
-    except CheckpointError:
+  except Exception as e:  # the user's model: any error of theirs
+    if not isinstance(e, CheckpointError) or e.__cause__ is not None:
+      # Eager sharding fails creating a Variable the mesh cannot place:
+      # created without the mesh, the Variables say which parameter names what.
+      _check_annotations(_nnx_names_without_mesh(create, rules), mesh, what)
+    if isinstance(e, CheckpointError):
       raise
-    except Exception as e:  # the user's model: any error of theirs
-      raise CheckpointError(
-          f'{what}: creating it abstractly failed: {type(e).__name__}: {e}'.strip()
-      ) from e
+    raise CheckpointError(
+        f'{what}: creating it abstractly failed: {type(e).__name__}: {e}'.strip()
+    ) from e
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
     graphdef, state = nnx.split(objects)
     shardings = nnx.get_named_sharding(state, mesh)
   state = _sharded(state, shardings)
@@ -301,6 +405,12 @@ def _name(obj: Any) -> str:
   return f'{getattr(obj, "__module__", "?")}.{getattr(obj, "__qualname__", repr(obj))}'
 
 
+def _multi_steps_hint(obj) -> str:
+  if isinstance(obj, optax.MultiSteps):
+    return '; for optax.MultiSteps, give its .gradient_transformation()'
+  return ''
+
+
 @dataclasses.dataclass(frozen=True)
 class UserModels:
   """A Linen model and its NNX port, as `convert_checkpoint` and `compare_checkpoints` take them.
@@ -317,6 +427,8 @@ class UserModels:
     optimizer: the optax transform the checkpoint was trained with, or a
       function returning it; its state's structure must match the checkpoint.
     mesh_shape, mesh_axes: the mesh to read, convert and write on.
+    collections: `{Linen collection: nnx.Variable subclass}` for the models'
+      own collections beyond `params`, `batch_stats` and `cache`.
   """
 
   linen: LinenModel | Callable[..., LinenModel]
@@ -326,6 +438,27 @@ class UserModels:
   optimizer: optax.GradientTransformation | Callable[[], optax.GradientTransformation] | None = None
   mesh_shape: tuple[int, ...] = (2, 4)
   mesh_axes: tuple[str, ...] = ('data', 'model')
+  collections: Mapping[str, type] | None = None
+
+  def __post_init__(self):
+    rules = self.rules
+    if rules is not None and (
+        isinstance(rules, (str, bytes)) or not all(
+            isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], str) for r in rules
+        )
+    ):
+      raise CheckpointError(
+          f'rules={rules!r}: give logical axis rules as (name, mesh axis or None) '
+          "pairs, e.g. (('embed', None), ('mlp', 'model'))"
+      )
+    if self.collections is not None and not (
+        isinstance(self.collections, Mapping)
+        and all(isinstance(t, type) and issubclass(t, nnx.Variable) for t in self.collections.values())
+    ):
+      raise CheckpointError(
+          f'collections={self.collections!r}: give {{collection name: nnx.Variable '
+          "subclass}, e.g. {'counters': Counter}"
+      )
 
   @property
   def mapping(self) -> PathMapping:
@@ -357,11 +490,17 @@ class UserModels:
       )
     if isinstance(self.optimizer, optax.GradientTransformation):
       return self.optimizer
-    tx = self.optimizer()
+    if not callable(self.optimizer):
+      raise CheckpointError(
+          f'the optimizer is a {type(self.optimizer).__name__}, not an optax '
+          'GradientTransformation or a function returning one'
+          + _multi_steps_hint(self.optimizer)
+      )
+    tx = _called(self.optimizer, 'the optimizer')
     if not isinstance(tx, optax.GradientTransformation):
       raise CheckpointError(
           f'the optimizer function returned {type(tx).__name__}, not an optax '
-          'GradientTransformation'
+          'GradientTransformation' + _multi_steps_hint(tx)
       )
     return tx
 
@@ -420,7 +559,9 @@ class UserModels:
     other = None
     if to == info.framework:
       other = self.side('nnx' if to == 'linen' else 'linen', mesh, target_layout)
-    return Plan(mesh, source, target, other, self.mapping, self.rules, NNX_OPTIMIZER)
+    return Plan(
+        mesh, source, target, other, self.mapping, self.rules, NNX_OPTIMIZER, self.collections
+    )
 
   def summary(self, info) -> dict:
     return {'models': {'linen': _name(self.linen), 'nnx': _name(self.nnx)}}
@@ -429,5 +570,5 @@ class UserModels:
     return {
         'mesh': list(self.mesh_shape), 'mesh_axes': list(self.mesh_axes),
         'models': [_name(self.linen), _name(self.nnx)], 'rules': repr(self.rules),
-        'paths': repr(self.mapping),
+        'paths': repr(self.mapping), 'collections': repr(self.collections),
     }

@@ -19,7 +19,7 @@ from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.checkpoint.models import Plan, Side
-from converters.paths import PathMapping, format_path
+from converters.paths import format_path
 
 
 def _scan(source: Side, target: Side) -> bool | None:
@@ -29,27 +29,29 @@ def _scan(source: Side, target: Side) -> bool | None:
   return target.layout == 'scan'
 
 
-def _to_nnx(state, source: Side, target: Side, paths: PathMapping, donate: bool, rngs) -> nnx.State:
+def _to_nnx(state, source: Side, target: Side, plan: Plan, donate: bool, rngs) -> nnx.State:
   model, optimizer = linen_to_nnx(
       state,
       target=target.objects(),
       scan=_scan(source, target),
       layer_partition=target.layer_partition,
       donate=donate,
-      paths=paths,
+      paths=plan.paths,
       rngs=rngs,
+      collections=plan.collections,
   )
   return nnx.state({'model': model, 'optimizer': optimizer})
 
 
-def _to_linen(state, source: Side, target: Side, paths: PathMapping, donate: bool):
+def _to_linen(state, source: Side, target: Side, plan: Plan, donate: bool):
   return nnx_to_linen(
       source.objects(state),
       target=target.abstract_state,
       scan=_scan(source, target),
       layer_partition=target.layer_partition,
       donate=donate,
-      paths=paths,
+      paths=plan.paths,
+      collections=plan.collections,
   )
 
 
@@ -70,23 +72,23 @@ def convert(state: Any, plan: Plan, donate: bool = False, rngs: Any = 0) -> Any:
 
   Call with the plan's mesh in context; the plan's rules are put in context.
   """
-  source, target, paths = plan.source, plan.target, plan.paths
+  source, target = plan.source, plan.target
   with nn.logical_axis_rules(plan.rules) if plan.rules else contextlib.nullcontext():
     if source.framework == 'linen' and target.framework == 'nnx':
-      return _to_nnx(state, source, target, paths, donate, rngs)
+      return _to_nnx(state, source, target, plan, donate, rngs)
     if source.framework == 'nnx' and target.framework == 'linen':
-      return _to_linen(state, source, target, paths, donate)
+      return _to_linen(state, source, target, plan, donate)
     other = plan.other
     if other is None:
       raise ValueError('converting within one framework needs plan.other')
     # The second step keeps the layout: it copies and deletes nothing.
     if source.framework == 'linen':
-      middle = _to_nnx(state, source, other, paths, donate, rngs)
-      return _to_linen(middle, other, target, paths, False)
+      middle = _to_nnx(state, source, other, plan, donate, rngs)
+      return _to_linen(middle, other, target, plan, False)
     kept = rng_state(plan)[0]
     sources = {p: v for p, v in nnx.to_flat_state(state) if format_path(p) in kept}
-    middle = _to_linen(state, source, other, paths, donate)
-    return _keep_rng_state(_to_nnx(middle, other, target, paths, False, rngs), sources)
+    middle = _to_linen(state, source, other, plan, donate)
+    return _keep_rng_state(_to_nnx(middle, other, target, plan, False, rngs), sources)
 
 
 def _rng_leaves(side: Side) -> dict[str, tuple]:
@@ -108,6 +110,13 @@ def rng_state(plan: Plan) -> tuple[list[str], list[str]]:
   have = _rng_leaves(plan.source) if plan.source.framework == 'nnx' else {}
   kept = sorted(p for p, leaf in wanted.items() if have.get(p) == leaf)
   return kept, sorted(set(wanted) - set(kept))
+
+
+def rng_dropped(plan: Plan) -> list[str]:
+  """The RNG variables of an NNX source that a Linen target has no place for."""
+  if plan.source.framework != 'nnx' or plan.target.framework != 'linen':
+    return []
+  return sorted(_rng_leaves(plan.source))
 
 
 def _keep_rng_state(state: nnx.State, sources: dict) -> nnx.State:

@@ -1,0 +1,124 @@
+"""Small user models for the checkpoint tool's hostile cases, as a user's module.
+
+`linen_mlp` / `nnx_mlp` (with dropout, so the NNX port carries RNG state), a
+model with a collection of its own (`counters`, NNX `Counter` Variables), and
+models whose annotations the ('data', 'model') mesh cannot resolve: mesh
+axes it lacks, and a logical name the rules lack.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import linen as nn
+from flax import nnx
+
+from converters import LinenModel, PathMapping, PathRule
+
+X = jax.ShapeDtypeStruct((2, 8), jnp.float32)
+PATHS = PathMapping([
+    PathRule('Dense_0/kernel', 'up/kernel'), PathRule('Dense_0/bias', 'up/bias'),
+    PathRule('Dense_1/kernel', 'down/kernel'), PathRule('Dense_1/bias', 'down/bias'),
+])
+
+
+class LinenMLP(nn.Module):
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.Dropout(0.5, deterministic=not train)(nn.relu(nn.Dense(16)(x)))
+    return nn.Dense(4)(x)
+
+
+class NNXMLP(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.up = nnx.Linear(8, 16, rngs=rngs)
+    self.dropout = nnx.Dropout(0.5, rngs=rngs)
+    self.down = nnx.Linear(16, 4, rngs=rngs)
+
+  def __call__(self, x):
+    return self.down(self.dropout(nnx.relu(self.up(x))))
+
+
+def linen_mlp() -> LinenModel:
+  return LinenModel(LinenMLP(), X)
+
+
+def nnx_mlp() -> nnx.Module:
+  return NNXMLP(nnx.Rngs(0))
+
+
+def make_tx() -> optax.GradientTransformation:
+  return optax.adam(1e-3)
+
+
+def make_sgd() -> optax.GradientTransformation:
+  """Plain SGD: an optimizer state with no arrays at all."""
+  return optax.sgd(1e-2)
+
+
+def make_injected() -> optax.GradientTransformation:
+  """Hyperparameters in the optimizer state (float scalars beside the count)."""
+  return optax.inject_hyperparams(optax.adamw)(learning_rate=1e-3, weight_decay=1e-4)
+
+
+# -- a collection of the model's own -----------------------------------------------
+
+
+class Counter(nnx.Variable):
+  """How many times the model ran: a Linen 'counters' collection."""
+
+
+class LinenCounting(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    calls = self.variable('counters', 'calls', lambda: jnp.zeros((), jnp.int32))
+    calls.value += 1
+    return nn.Dense(4)(x)
+
+
+class NNXCounting(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.calls = Counter(jnp.zeros((), jnp.int32))
+    self.dense = nnx.Linear(8, 4, rngs=rngs)
+
+
+def linen_counting() -> LinenModel:
+  return LinenModel(LinenCounting(), X)
+
+
+def nnx_counting() -> nnx.Module:
+  return NNXCounting(nnx.Rngs(0))
+
+
+COUNTING_PATHS = PathMapping([
+    PathRule('Dense_0/kernel', 'dense/kernel'), PathRule('Dense_0/bias', 'dense/bias'),
+    PathRule('calls', 'calls'),
+])
+COLLECTIONS = {'counters': Counter}
+
+
+# -- annotations the mesh cannot resolve -------------------------------------------
+
+KERNEL_NAMES = ('embed', 'mlp')
+
+
+class LinenAnnotated(nn.Module):
+  names: tuple = KERNEL_NAMES
+  logical: bool = True
+
+  @nn.compact
+  def __call__(self, x):
+    wrap = nn.with_logical_partitioning if self.logical else nn.with_partitioning
+    return nn.Dense(16, kernel_init=wrap(nn.initializers.lecun_normal(), self.names))(x)
+
+
+class NNXAnnotated(nnx.Module):
+  def __init__(self, names, rngs: nnx.Rngs):
+    init = nnx.with_partitioning(nnx.initializers.lecun_normal(), names)
+    self.dense = nnx.Linear(8, 16, kernel_init=init, rngs=rngs)
+
+
+ANNOTATED_PATHS = PathMapping([
+    PathRule('Dense_0/kernel', 'dense/kernel'), PathRule('Dense_0/bias', 'dense/bias'),
+])

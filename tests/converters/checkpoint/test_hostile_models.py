@@ -1,0 +1,207 @@
+"""The checkpoint tool on users' models it must not mishandle, found by an adversarial pass.
+
+A counter too large for the target's integer dtype, an optimizer with no
+state or with hyperparameters in its state, NNX RNG state in `compare`, a
+write that fails (a full disk), factories that raise, annotations the mesh
+cannot resolve, and a collection of the model's own. Models:
+`small_models`, a user's module.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import flax
+import jax
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+from flax import linen as nn
+from flax import nnx
+from flax.training import checkpoints as flax_checkpoints
+from flax.training import train_state
+
+from converters import LinenModel, compare_checkpoints, convert_checkpoint
+from converters.checkpoint.models import UserModels, train_state_class
+from converters.errors import CheckpointError, ShapeError
+from tests.converters.checkpoint import small_models as small
+from tests.converters.checkpoint import test_models as zoo_tests
+
+MLP = dict(linen_model=small.linen_mlp, nnx_model=small.nnx_mlp, paths=small.PATHS)
+
+
+def linen_state(tx, model=None, **fields):
+  model = model or small.linen_mlp()
+  variables = dict(model.module.init(jax.random.key(0), np.ones(model.args[0].shape, np.float32)))
+  params = variables.pop('params')
+  cls = train_state_class(tuple(sorted(variables)))
+  return cls.create(apply_fn=model.module.apply, params=params, tx=tx, **variables, **fields)
+
+
+def save(path, state):
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(os.fspath(path), state)
+
+
+def nnx_checkpoint(path, key=0, count=0, tx=None):
+  """An NNX training state of `nnx_mlp` with its dropout stream at `key`, `count`."""
+  model = small.nnx_mlp()
+  model.dropout.rngs.key.set_value(jax.random.key(key))
+  model.dropout.rngs.count.set_value(model.dropout.rngs.count[...] + count)
+  save(path, nnx.state({'model': model, 'optimizer': nnx.Optimizer(model, tx or small.make_tx(), wrt=nnx.Param)}))
+
+
+@pytest.mark.parametrize('use_orbax', [True, False], ids=['orbax', 'flax-msgpack'])
+def test_a_step_the_target_cannot_hold_is_refused_not_wrapped(tmp_path, use_orbax):
+  state = linen_state(small.make_tx()).replace(step=2**32 + 5)  # saved as int64
+  if use_orbax:
+    save(tmp_path / 'src', state)
+  else:
+    previous = flax.config.flax_use_orbax_checkpointing
+    flax.config.update('flax_use_orbax_checkpointing', False)
+    try:
+      flax_checkpoints.save_checkpoint(str(tmp_path / 'src'), state, step=1)
+    finally:
+      flax.config.update('flax_use_orbax_checkpointing', previous)
+  with pytest.raises(ShapeError, match=r'step = 4294967301 \(stored as int64\) does not fit the target\'s int32'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', optimizer=small.make_tx, **MLP)
+  save(tmp_path / 'small', state.replace(step=5))
+  with pytest.raises(ShapeError, match='does not fit'):
+    compare_checkpoints(tmp_path / 'small', tmp_path / 'src', optimizer=small.make_tx, **MLP)
+  assert sorted(os.listdir(tmp_path)) == ['small', 'src']
+
+
+def test_a_counter_that_fits_converts_from_int64(tmp_path):
+  save(tmp_path / 'src', linen_state(small.make_tx()).replace(step=2**31 - 1))
+  summary = convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', optimizer=small.make_tx, **MLP)
+  assert summary['step'] == 2**31 - 1
+
+
+def test_an_optimizer_with_no_state_converts_both_ways(tmp_path):
+  state = linen_state(small.make_sgd())
+  save(tmp_path / 'linen', state)
+  models = dict(MLP, optimizer=small.make_sgd)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **models)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', **models)
+  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'back', **models)
+  assert [r.linen_path for r in rows if 'params' in r.linen_path] and all(r.identical for r in rows)
+
+
+def test_hyperparameters_in_the_optimizer_state_keep_their_values(tmp_path):
+  state = linen_state(small.make_injected())
+  hyperparams = dict(state.opt_state.hyperparams, learning_rate=np.float32(3e-4))
+  state = state.replace(opt_state=state.opt_state._replace(hyperparams=hyperparams))
+  save(tmp_path / 'linen', state)
+  models = dict(MLP, optimizer=small.make_injected)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **models)
+  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'nnx', **models)
+  learning_rate = [r for r in rows if r.linen_path.endswith('hyperparams/learning_rate')]
+  assert learning_rate and learning_rate[0].nnx_path == 'optimizer/opt_state/hyperparams/learning_rate'
+  assert all(r.identical for r in rows)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', **models)
+  with ocp.StandardCheckpointer() as checkpointer:
+    back = checkpointer.restore(os.fspath(tmp_path / 'back'))
+  assert np.float32(back['opt_state']['hyperparams']['learning_rate']) == np.float32(3e-4)
+
+
+def test_compare_compares_nnx_rng_state_and_says_what_it_cannot(tmp_path):
+  nnx_checkpoint(tmp_path / 'a', key=1)
+  nnx_checkpoint(tmp_path / 'same', key=1)
+  nnx_checkpoint(tmp_path / 'b', key=2, count=3)
+  models = dict(MLP, optimizer=small.make_tx)
+  rows, _, extra = compare_checkpoints(tmp_path / 'a', tmp_path / 'same', **models)
+  rng = [r for r in rows if r.linen_path == '-']
+  assert [r.nnx_path for r in rng] == ['model/dropout/rngs/count', 'model/dropout/rngs/key']
+  assert all(r.identical for r in rows) and extra['rng_not_compared'] == []
+  rows, _, _ = compare_checkpoints(tmp_path / 'a', tmp_path / 'b', **models)
+  assert sorted(r.nnx_path for r in rows if not r.identical) == [
+      'model/dropout/rngs/count', 'model/dropout/rngs/key'
+  ]
+  save(tmp_path / 'linen', linen_state(small.make_tx()))
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'converted', 'nnx', **models)
+  rows, _, extra = compare_checkpoints(tmp_path / 'linen', tmp_path / 'converted', **models)
+  assert all(r.identical for r in rows)
+  assert extra['rng_not_compared'] == ['model/dropout/rngs/count', 'model/dropout/rngs/key']
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+  save(tmp_path / 'src', linen_state(small.make_tx()))
+
+  def full_disk(self, directory, *args, **kwargs):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, 'partial'), 'w') as f:
+      f.write('half')
+    raise OSError(errno.ENOSPC, 'No space left on device')
+
+  monkeypatch.setattr(ocp.StandardCheckpointer, 'save', full_disk)
+  with pytest.raises(CheckpointError, match='writing the checkpoint failed: OSError: .*No space left'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'new' / 'parents' / 'dst', 'nnx', optimizer=small.make_tx, **MLP)
+  assert sorted(os.listdir(tmp_path)) == ['src']  # the parents it created went too
+
+
+def test_factories_that_raise_are_named_in_one_error(tmp_path):
+  save(tmp_path / 'src', linen_state(small.make_tx()))
+
+  def broken():
+    raise RuntimeError('a bug of theirs')
+
+  for option, what in [('linen_model', 'the Linen model'), ('optimizer', 'the optimizer'),
+                       ('nnx_model', 'the NNX model')]:
+    models = dict(MLP, optimizer=small.make_tx) | {option: broken}
+    with pytest.raises(CheckpointError, match=f'{what}.*calling its factory failed: RuntimeError: a bug of theirs'):
+      convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', **models)
+  with pytest.raises(CheckpointError, match=r'gradient_transformation\(\)'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', **MLP,
+                       optimizer=optax.MultiSteps(optax.adam(1e-3), 2))
+  assert sorted(os.listdir(tmp_path)) == ['src']
+
+
+@pytest.mark.parametrize('names, logical, rules, message', [
+    (('fsdp', 'tensor'), False, None, "params/Dense_0/kernel: names 'fsdp', which the mesh ('data', 'model') lacks"),
+    (('embed', 'mlp'), True, (('embed', None),), "params/Dense_0/kernel: logical name 'mlp' has no rule"),
+])
+def test_annotations_the_mesh_cannot_resolve_name_the_parameter(names, logical, rules, message):
+  linen = lambda: LinenModel(small.LinenAnnotated(names, logical), small.X)
+  nnx_model = lambda: small.NNXAnnotated(names, nnx.Rngs(0))
+  models = UserModels(linen, nnx_model, small.ANNOTATED_PATHS, rules, small.make_tx)
+  mesh = models.make_mesh()
+  with pytest.raises(CheckpointError) as e:
+    models.side('linen', mesh)
+  assert message in str(e.value) and '--mesh-axes' in str(e.value)
+  with pytest.raises(CheckpointError) as e:  # NNX fails creating the Variable: named too
+    models.side('nnx', mesh)
+  assert message.replace('params/Dense_0', 'model/dense') in str(e.value)
+
+
+def test_a_collection_of_the_models_own_converts_with_collections(tmp_path):
+  model = small.linen_counting()
+  state = linen_state(small.make_tx(), model)
+  state = state.replace(counters={'calls': np.int32(7)})
+  save(tmp_path / 'linen', state)
+  models = dict(linen_model=small.linen_counting, nnx_model=small.nnx_counting,
+                paths=small.COUNTING_PATHS, optimizer=small.make_tx)
+  with pytest.raises(Exception, match="pass collections=\\{'counters'"):
+    convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **models)
+  assert zoo_tests.linen_nnx(
+      'convert', tmp_path / 'linen', tmp_path / 'nnx', '--to', 'nnx',
+      '--linen-model', f'{small.__name__}:linen_counting', '--nnx-model', f'{small.__name__}:nnx_counting',
+      '--paths', f'{small.__name__}:COUNTING_PATHS', '--optimizer', f'{small.__name__}:make_tx',
+      '--collections', f'{small.__name__}:COLLECTIONS',
+  ) == 0
+  with zoo_tests.in_mesh(None):
+    model, _ = zoo_tests.nnx_restore(tmp_path / 'nnx', small.nnx_counting, small.make_tx())
+  assert int(model.calls[...]) == 7
+  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'nnx', collections=small.COLLECTIONS, **models)
+  assert 'model/calls' in [r.nnx_path for r in rows] and all(r.identical for r in rows)
+
+
+@pytest.mark.parametrize('rules, collections, message', [
+    ('embed', None, 'give logical axis rules as'),
+    ((('embed',),), None, 'give logical axis rules as'),
+    (None, {'counters': int}, 'nnx.Variable subclass'),
+])
+def test_options_of_the_wrong_type_are_refused(rules, collections, message):
+  with pytest.raises(CheckpointError, match=message):
+    UserModels(small.linen_mlp, small.nnx_mlp, small.PATHS, rules, small.make_tx, collections=collections)
