@@ -4,7 +4,8 @@
     from converters import convert_checkpoint, LinenModel   # checkpoints on disk
 
 The public API is this module's names. The core, which knows no model: `api`
-(the conversions), `paths` (the path mapping), `transforms` (value
+(the conversions), `paths` (the path mapping), `inference` (the path
+mapping inferred from what two models compute), `transforms` (value
 transforms of path rules: reshape, transpose, fuse/split), `metadata` (the neutral
 sharding annotation), `layout` (path translation and scan <-> loop relayout),
 `variable_types` (Linen collections <-> NNX Variable types), `tree_io`
@@ -40,6 +41,7 @@ _EXPORTS = {
     'PathRule': 'converters.paths',
     'PathMapping': 'converters.paths',
     'Rearrange': 'converters.transforms',
+    'infer_paths': 'converters.inference',
     'KIT_PATHS': 'converters.presets',
     'GUIDE_PATHS': 'converters.presets',
     'GUIDE_LOGICAL_PATHS': 'converters.presets',

@@ -287,6 +287,23 @@ class PathMapping:
     keep = ', keep_unmatched=True' if self.keep_unmatched else ''
     return f'PathMapping({list(self.rules)!r}{keep})'
 
+  def to_python(self, name: str = 'PATHS') -> str:
+    """The mapping as Python source to keep in your code (what `infer_paths`
+    found, reviewed and committed): imports, then `NAME = PathMapping([...])`."""
+    names = ['PathMapping', 'PathRule'] + (
+        ['Rearrange'] if any(r.transform is not None for r in self.rules) else []
+    )
+    lines = [f'from converters import {", ".join(names)}', '', f'{name} = PathMapping([']
+    for rule in self.rules:
+      args = [repr(rule.linen), repr(rule.nnx)]
+      if rule.linen_stacked is not None:
+        args += [f'linen_stacked={rule.linen_stacked!r}', f'nnx_stacked={rule.nnx_stacked!r}']
+      if rule.transform is not None:
+        args.append(f'transform={rule.transform!r}')
+      lines.append(f'    PathRule({", ".join(args)}),')
+    lines.append('], keep_unmatched=True)' if self.keep_unmatched else '])')
+    return '\n'.join(lines) + '\n'
+
   def match_all(self, framework: Framework, path: Sequence) -> list[Match]:
     text = format_path(path)
     found = []

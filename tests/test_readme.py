@@ -22,13 +22,14 @@ def test_ci_example_passes_under_pytest(tmp_path):
       r'<!-- ci-example:start -->\n```python\n(.*?)```\n<!-- ci-example:end -->', readme, re.S
   )
   assert block, 'the README lost its CI example markers'
-  (tmp_path / 'test_my_port.py').write_text(block.group(1))
+  # "Port your model in three lines" adds a test to the same file.
+  (tmp_path / 'test_my_port.py').write_text(block.group(1) + '\n\n' + _block(readme, 'three-lines'))
   result = subprocess.run(
       [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'test_my_port.py'],
       cwd=tmp_path, capture_output=True, text=True, timeout=600,
   )
   assert result.returncode == 0, result.stdout + result.stderr
-  assert '1 passed' in result.stdout
+  assert '2 passed' in result.stdout
 
 
 def test_restore_example_reads_converted_checkpoints(tmp_path):

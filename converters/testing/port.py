@@ -29,6 +29,7 @@ from flax import linen as nn
 from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
+from converters.inference import infer_paths
 from converters.metadata import is_linen_box
 from converters.paths import PathMapping
 from converters.testing.tables import format_table
@@ -121,7 +122,7 @@ def assert_port_equivalent(
     linen_variables: Mapping,
     nnx_model: nnx.Module,
     *inputs: Any,
-    paths: PathMapping | None = None,
+    paths: PathMapping | str | None = None,
     rules: tuple | None = None,
     collections: Mapping[str, type] | None = None,
     linen_kwargs: Mapping[str, Any] | None = None,
@@ -137,15 +138,24 @@ def assert_port_equivalent(
     nnx_model: the port (real, any values; used as the conversion target and
       never modified).
     inputs: example inputs, passed to both calls.
-    paths, rules, collections: as in `converters.linen_to_nnx`.
+    paths, rules, collections: as in `converters.linen_to_nnx`; `paths='infer'`
+      derives the mapping from what the two models compute
+      (`converters.infer_paths`).
     linen_kwargs, nnx_kwargs: extra keyword arguments of each call in eval
       mode (e.g. `{'train': False}` for Linen).
     loss: scalar function of the outputs whose gradients are compared
       (default: the mean of squares of every floating output).
     atol: tolerance for outputs and gradients; 0 compares bits.
   """
-  options = dict(paths=paths, rules=rules, collections=collections)
   linen_kwargs, nnx_kwargs = dict(linen_kwargs or {}), dict(nnx_kwargs or {})
+  if isinstance(paths, str) and paths == 'infer':
+    probe = nnx.merge(*nnx.split(nnx_model))  # the same arrays, in eval mode
+    probe.eval()
+    paths = infer_paths(
+        linen_module, probe, *inputs, linen_kwargs=linen_kwargs, nnx_kwargs=nnx_kwargs,
+        collections=collections,
+    )
+  options = dict(paths=paths, rules=rules, collections=collections)
   loss = loss or _default_loss
 
   model = linen_to_nnx(linen_variables, target=nnx_model, **options)
@@ -212,7 +222,9 @@ def assert_training_equivalent(
     nnx_target: `(model, optimizer)` of the port, the conversion's target.
     nnx_step: `(model, optimizer, batch) -> anything`, updating in place.
     batches: one batch per step; `k` of them are taken in Linen first.
-    paths, rules, collections: as in `converters.linen_to_nnx`.
+    paths, rules, collections: as in `converters.linen_to_nnx`; `paths='infer'`
+      derives the mapping from what the two models compute
+      (`converters.infer_paths`).
     atol: tolerance on every compared leaf; 0 compares bits.
   """
   if not 0 <= k <= len(batches):

@@ -15,7 +15,12 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from converters import PathMapping, PathRule
 from converters.errors import PathMappingError
-from converters.testing import assert_same_layout, assert_same_outputs, assert_same_values
+from converters.testing import (
+    assert_port_equivalent,
+    assert_same_layout,
+    assert_same_outputs,
+    assert_same_values,
+)
 from kit_mlp.description import ModelDescription
 
 IN, HIDDEN, OUT = 16, 32, 8
@@ -94,6 +99,12 @@ def test_faithful_port_passes(setup):
   with jax.set_mesh(mesh):
     assert_same_layout(variables, model, paths=PATHS)
     assert_same_outputs(LinenNet(), variables, model, x, paths=PATHS)
+
+
+def test_the_whole_port_with_the_mapping_inferred(setup):
+  mesh, x, variables, model, _ = setup
+  with jax.set_mesh(mesh):
+    assert_port_equivalent(LinenNet(), variables, model, x, paths='infer')
 
 
 def test_model_is_not_modified(setup):

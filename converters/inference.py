@@ -1,0 +1,486 @@
+"""Inferring the Linen <-> NNX path mapping from what the two models compute.
+
+`infer_paths(linen_module, nnx_model, *example_args)` traces both forward
+passes abstractly (`jax.make_jaxpr` on `ShapeDtypeStruct`s: no FLOPs, no
+parameter memory) and matches every variable by where the computation
+consumes it, never by its name: the primitive and operand position of its
+first use, the chain of operations its result flows into, its shape, dtype
+and collection, and the order in which the computation first uses it.
+Names only break ties between variables the computation cannot tell apart.
+Layers repeated in a loop fold into `{i}` templates, so the result is the
+short mapping a person would write (`PathMapping.to_python()` prints it).
+
+What this slice covers: models of the same layout on both sides (looped and
+looped, or scanned and scanned; a stacked variable maps as one array). Ports
+that reshaped a parameter (fused attention) or changed the layout need a
+hand-written rule for those parameters (`paths=` rules take precedence).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from flax import linen as nn
+from flax import nnx
+from jax.extend import core as jcore
+
+from converters.errors import PathMappingError, format_offenders
+from converters.paths import PathMapping, PathRule, as_mapping, format_path
+from converters.variable_types import CollectionTable
+
+#: Operations that only reshape, cast, broadcast or place a value: a variable
+#: flowing through them is still that variable, not yet used.
+PASS_THROUGH = frozenset({
+    'reshape', 'convert_element_type', 'broadcast_in_dim', 'squeeze', 'expand_dims',
+    'copy', 'copy_p', 'sharding_constraint', 'mesh_cast', 'reshard', 'device_put',
+    'optimization_barrier',
+})
+#: How many operations after its first use describe a variable's role.
+CONTEXT_DEPTH = 3
+#: Operations that give a computation its structure: contractions,
+#: reductions, lookups and loops. Two implementations of one layer can differ
+#: in the elementwise operations between them (where a scale is applied), not
+#: in these.
+MAJOR = frozenset({
+    'dot_general', 'conv_general_dilated', 'reduce_sum', 'reduce_max', 'reduce_min',
+    'reduce_prod', 'argmax', 'argmin', 'gather', 'scatter', 'scatter-add', 'dynamic_slice',
+    'dynamic_update_slice', 'scan', 'while', 'cond', 'cumsum', 'sort',
+})
+#: How far to look for the nearest structural operation.
+MAJOR_DEPTH = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Use:
+  """Where the computation first consumes a variable."""
+
+  primitive: str
+  operand: int
+  #: `(primitive, operand)` of the operations its result flows into next.
+  context: tuple[tuple[str, int], ...] = ()
+  #: For each other operand of that first use, the operations that made it
+  #: (nearest first): what the variable is combined with.
+  inputs: tuple[tuple[str, ...], ...] = ()
+  #: The nearest structural operation (`MAJOR`) the result flows into, with
+  #: the operand it enters as, and the nearest one that made each other
+  #: operand: the role of the variable, whatever elementwise steps between.
+  structure: tuple = ()
+
+  @property
+  def exact(self) -> tuple:
+    return (self.primitive, self.operand, self.context, self.inputs)
+
+  @property
+  def structural(self) -> tuple:
+    return (self.primitive, self.operand, self.structure)
+
+
+@dataclasses.dataclass(frozen=True)
+class Traced:
+  """One variable of a traced model."""
+
+  collection: str
+  path: tuple
+  shape: tuple[int, ...]
+  dtype: str
+  first: int | None  # order of first use; None when the computation never reads it
+  use: Use | None
+
+  def signature(self, exact: bool) -> tuple:
+    use = None if self.use is None else (self.use.exact if exact else self.use.structural)
+    return (self.collection, self.shape, self.dtype, use)
+
+  def describe(self) -> str:
+    where = f'{self.use.primitive} operand {self.use.operand}' if self.use else 'never read'
+    return f'{format_path(self.path)} ({self.collection}, {self.shape} {self.dtype}, {where})'
+
+
+# -- tracing -----------------------------------------------------------------------
+
+
+def _is_box(x) -> bool:
+  return isinstance(x, nn.meta.AxisMetadata)
+
+
+def _abstract(x):
+  return jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, 'shape') else x
+
+
+def trace_linen(module: nn.Module, args, kwargs, rngs=None) -> tuple[jcore.ClosedJaxpr, list]:
+  """The jaxpr of `module.apply(variables, *args, **kwargs)` over abstract
+  variables, and `(collection, path)` of each of its inputs (None: not a variable)."""
+  rngs = rngs if rngs is not None else {'params': jax.random.key(0), 'dropout': jax.random.key(1)}
+  variables = jax.eval_shape(lambda r, a: module.init(r, *a, **kwargs), rngs, args)
+  bare = jax.tree.map(lambda b: _abstract(b.value if _is_box(b) else b), variables, is_leaf=_is_box)
+  leaves = jax.tree_util.tree_flatten_with_path(bare)[0]
+  names = [(str(k[0].key), tuple(str(x.key) for x in k[1:])) for k, _ in leaves]
+
+  def apply(v, a):
+    try:
+      return module.apply(v, *a, **kwargs)
+    except nn.errors.ModifyScopeVariableError:
+      return module.apply(v, *a, **kwargs, mutable=True)
+
+  closed = jax.make_jaxpr(apply)(bare, args)
+  return closed, names + [None] * (len(closed.jaxpr.invars) - len(names))
+
+
+def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable) -> tuple[jcore.ClosedJaxpr, list]:
+  """The jaxpr of `model(*args, **kwargs)` over its abstract state, and
+  `(collection, path)` of each input (None: RNG state and the arguments)."""
+  graphdef, state = nnx.split(model)
+  flat = nnx.to_flat_state(state)
+  names = []
+  for path, variable in flat:
+    collection = table.collection(variable, format_path(path))
+    names.append(None if collection is None else (collection, tuple(path)))
+  abstract = jax.tree.map(_abstract, state)
+
+  def call(s, a):
+    return nnx.merge(graphdef, s)(*a, **kwargs)
+
+  closed = jax.make_jaxpr(call)(abstract, args)
+  return closed, names + [None] * (len(closed.jaxpr.invars) - len(names))
+
+
+# -- where each variable is used ---------------------------------------------------
+
+
+def _inner_jaxprs(eqn) -> list[tuple[jcore.Jaxpr, list]]:
+  """`(jaxpr, outer operand of each of its inputs)` of an equation's sub-jaxprs."""
+  found = []
+  for value in eqn.params.values():
+    for item in value if isinstance(value, (tuple, list)) else (value,):
+      if isinstance(item, jcore.ClosedJaxpr):
+        found.append(item.jaxpr)
+      elif isinstance(item, jcore.Jaxpr):
+        found.append(item)
+  out = []
+  for jaxpr in found:
+    n = len(jaxpr.invars)
+    if eqn.primitive.name == 'while':  # [cond consts, body consts, carry]
+      operands = list(eqn.invars[eqn.params['cond_nconsts']:])
+      operands = operands[-n:] if len(operands) >= n else operands
+    else:  # pjit, remat, custom_jvp/vjp, scan (consts, carry, xs): aligned at the end
+      operands = list(eqn.invars[-n:]) if n <= len(eqn.invars) else list(eqn.invars)
+    out.append((jaxpr, [None] * (n - len(operands)) + operands))
+  return out
+
+
+class _Walk:
+  """Records, in program order, every use of a variable (through sub-jaxprs)."""
+
+  def __init__(self):
+    self.first: dict[int, tuple[int, Use]] = {}
+    self.counter = 0
+
+  def run(self, jaxpr: jcore.Jaxpr, ident: dict) -> None:
+    consumers = defaultdict(list)
+    producers = {}
+    for index, eqn in enumerate(jaxpr.eqns):
+      for position, var in enumerate(eqn.invars):
+        if isinstance(var, jcore.Var):
+          consumers[var].append((index, position))
+      for var in eqn.outvars:
+        producers[var] = eqn
+    for index, eqn in enumerate(jaxpr.eqns):
+      ids = [ident.get(v) if isinstance(v, jcore.Var) else None for v in eqn.invars]
+      if not any(i is not None for i in ids):
+        continue
+      inner = _inner_jaxprs(eqn)
+      if inner:
+        outer = {id(v): i for v, i in zip(eqn.invars, ids) if isinstance(v, jcore.Var)}
+        for sub, operands in inner:
+          self.run(sub, {
+              v: outer.get(id(o)) for v, o in zip(sub.invars, operands)
+              if o is not None and outer.get(id(o)) is not None
+          })
+        continue
+      if eqn.primitive.name in PASS_THROUGH and ids[0] is not None:
+        ident[eqn.outvars[0]] = ids[0]
+        continue
+      for position, variable in enumerate(ids):
+        if variable is not None and variable not in self.first:
+          others = [o for other, o in enumerate(eqn.invars) if other != position]
+          use = Use(
+              eqn.primitive.name, position, _context(jaxpr, consumers, eqn),
+              tuple(_origin(producers, o, ident) for o in others),
+              (_next_major(jaxpr, consumers, eqn),
+               tuple(_origin(producers, o, ident, MAJOR_DEPTH, major=True) for o in others)),
+          )
+          self.first[variable] = (self.counter, use)
+          self.counter += 1
+
+
+def _context(jaxpr, consumers, eqn) -> tuple[tuple[str, int], ...]:
+  """`(primitive, operand)` of the next `CONTEXT_DEPTH` operations the result
+  of `eqn` flows into (the first consumer at each step; pass-through skipped)."""
+  chain = []
+  var = eqn.outvars[0] if eqn.outvars else None
+  while var is not None and len(chain) < CONTEXT_DEPTH:
+    uses = consumers.get(var)
+    if not uses:
+      break
+    index, position = uses[0]
+    nxt = jaxpr.eqns[index]
+    var = nxt.outvars[0] if nxt.outvars else None
+    if nxt.primitive.name not in PASS_THROUGH:
+      chain.append((nxt.primitive.name, position))
+  return tuple(chain)
+
+
+def _next_major(jaxpr, consumers, eqn) -> tuple[str, int] | None:
+  """`(primitive, operand)` of the nearest structural operation the result of
+  `eqn` flows into (following first consumers), or None within `MAJOR_DEPTH`."""
+  var = eqn.outvars[0] if eqn.outvars else None
+  for _ in range(MAJOR_DEPTH):
+    uses = consumers.get(var) if var is not None else None
+    if not uses:
+      return None
+    index, position = uses[0]
+    nxt = jaxpr.eqns[index]
+    if nxt.primitive.name in MAJOR:
+      return (nxt.primitive.name, position)
+    var = nxt.outvars[0] if nxt.outvars else None
+  return None
+
+
+def _origin(producers, var, ident, depth=CONTEXT_DEPTH, major=False) -> tuple[str, ...]:
+  """The operations that made `var`, nearest first, `depth` of them
+  (following each one's first operand; pass-through skipped; with `major`,
+  only the nearest structural one): `('variable',)` for another variable,
+  `('input',)` for an argument or a constant."""
+  chain: list[str] = []
+  steps = 0
+  while len(chain) < (1 if major else depth) and steps < depth:
+    steps += 1
+    if not isinstance(var, jcore.Var):
+      chain.append('literal')
+      break
+    if var in ident:
+      chain.append('variable')
+      break
+    eqn = producers.get(var)
+    if eqn is None:
+      chain.append('input')
+      break
+    if major and eqn.primitive.name in MAJOR:
+      # Which of its operands are variables: x @ W is not x @ ones.
+      kinds = ''.join('v' if isinstance(o, jcore.Var) and o in ident else '-' for o in eqn.invars)
+      chain.append(f'{eqn.primitive.name}[{kinds}]')
+    elif not major and eqn.primitive.name not in PASS_THROUGH:
+      chain.append(eqn.primitive.name)
+    var = eqn.invars[0] if eqn.invars else None
+  return tuple(chain)
+
+
+def traced_variables(closed: jcore.ClosedJaxpr, names: list) -> list[Traced]:
+  """Every variable of a traced model, in the order the computation first uses it
+  (those it never reads last, by path)."""
+  walk = _Walk()
+  walk.run(closed.jaxpr, {v: i for i, (v, n) in enumerate(zip(closed.jaxpr.invars, names)) if n})
+  out = []
+  for i, (var, name) in enumerate(zip(closed.jaxpr.invars, names)):
+    if name is None:
+      continue
+    first, use = walk.first.get(i, (None, None))
+    aval = var.aval
+    out.append(Traced(name[0], name[1], tuple(aval.shape), str(np.dtype(aval.dtype)), first, use))
+  return sorted(out, key=lambda t: (t.first is None, t.first or 0, format_path(t.path)))
+
+
+# -- matching ----------------------------------------------------------------------
+
+
+def match(linen: list[Traced], nnx_vars: list[Traced]) -> tuple[list[tuple[Traced, Traced]], list[str]]:
+  """Pairs of the same signature, in order of first use; `(pairs, problems)`.
+
+  Variables of one signature pair up in the order the computations first use
+  them (a port computes its layers in the original's order). Variables the
+  computation never reads pair by path. What cannot be paired is a problem.
+  """
+  pairs = []
+  left = ([v for v in linen if v.use is not None], [v for v in nnx_vars if v.use is not None])
+  # First the exact operations around each first use; then, for what is left,
+  # the structure around it (two implementations of one layer may apply a
+  # scale or a cast at another step).
+  for exact in (True, False):
+    groups: dict[tuple, list[list[Traced]]] = defaultdict(lambda: [[], []])
+    for side, variables in enumerate(left):
+      for v in variables:
+        groups[v.signature(exact)][side].append(v)
+    left = ([], [])
+    for ls, ns in groups.values():
+      pairs += zip(ls, ns)
+      left[0].extend(ls[len(ns):])
+      left[1].extend(ns[len(ls):])
+    left = tuple(sorted(vs, key=lambda t: t.first) for vs in left)
+  problems = []
+  for side, (mine, theirs) in enumerate((left, left[::-1])):
+    this, other = ('linen', 'nnx')[side], ('nnx', 'linen')[side]
+    for v in mine:
+      alike = [format_path(t.path) for t in theirs if (t.collection, t.shape, t.dtype) == (v.collection, v.shape, v.dtype)]
+      candidates = f'; {other} candidates of its shape, used otherwise: {", ".join(alike)}' if alike else ''
+      problems.append(f'{this} {v.describe()}: no {other.upper() if other == "nnx" else "Linen"} variable is used this way{candidates}')
+  unused = [[v for v in vs if v.use is None] for vs in (linen, nnx_vars)]
+  by_path = {format_path(v.path): v for v in unused[1]}
+  for v in unused[0]:
+    other = by_path.pop(format_path(v.path), None)
+    if other is not None and (other.shape, other.dtype) == (v.shape, v.dtype):
+      pairs.append((v, other))  # never read by either: only the name can pair them
+    else:
+      problems.append(f'linen {v.describe()}: the forward pass never reads it, and NNX has no variable of its path')
+  for v in by_path.values():
+    problems.append(f'nnx {v.describe()}: the forward pass never reads it, and Linen has no variable of its path')
+  return sorted(pairs, key=lambda p: (p[0].first is None, p[0].first or 0)), problems
+
+
+# -- folding repeated layers into templates ----------------------------------------
+
+_INDEXED = re.compile(r'^(.*?)(0|[1-9]\d*)$')
+
+
+def _indices(path: tuple) -> list[tuple[int, str, int]]:
+  """`(position, prefix, index)` of every key that ends in a layer index."""
+  out = []
+  for position, key in enumerate(path):
+    if isinstance(key, int):
+      out.append((position, '', key))
+    elif (m := _INDEXED.match(str(key))):
+      out.append((position, m[1], int(m[2])))
+  return out
+
+
+def _template(path: tuple, position: int, prefix: str) -> str:
+  keys = [str(k) for k in path]
+  keys[position] = prefix + '{i}'
+  return '/'.join(keys)
+
+
+def fold(pairs: Iterable[tuple[tuple, tuple]]) -> list[PathRule]:
+  """Rules for `(linen path, nnx path)` pairs, layers of a loop folded into `{i}`.
+
+  A layer family is a pair of key positions (one per side) holding the same
+  index: `Block_3` and `blocks/3`. A family counts when at least two indices
+  share the rest of their paths; every pair that fits a counted family is
+  written once as a template.
+  """
+  pairs = list(pairs)
+  support: dict[tuple, set[int]] = defaultdict(set)
+  for lp, np_ in pairs:
+    for la, lprefix, li in _indices(lp):
+      for na, nprefix, ni in _indices(np_):
+        if li == ni:
+          key = (_template(lp, la, lprefix), _template(np_, na, nprefix))
+          support[key].add(li)
+  families: dict[tuple, set[int]] = defaultdict(set)  # layer prefixes
+  for (lt, nt), indices in support.items():
+    if len(indices) >= 2:
+      lprefix, nprefix = lt[:lt.index('{i}') + 3], nt[:nt.index('{i}') + 3]
+      families[lprefix, nprefix] |= indices
+  rules, seen = [], set()
+  for lp, np_ in pairs:
+    chosen = None
+    for la, lprefix, li in _indices(lp):
+      for na, nprefix, ni in _indices(np_):
+        if li != ni:
+          continue
+        lt, nt = _template(lp, la, lprefix), _template(np_, na, nprefix)
+        if (lt[:lt.index('{i}') + 3], nt[:nt.index('{i}') + 3]) in families:
+          candidate = (len(support[lt, nt]), lt, nt)
+          chosen = max(chosen, candidate) if chosen else candidate
+    lt, nt = (chosen[1], chosen[2]) if chosen else (format_path(lp), format_path(np_))
+    if (lt, nt) not in seen:
+      seen.add((lt, nt))
+      rules.append(PathRule(lt, nt))
+  return rules
+
+
+# -- the mapping -------------------------------------------------------------------
+
+
+def infer_paths(
+    linen_module: nn.Module,
+    nnx_model: nnx.Module,
+    *example_args,
+    linen_kwargs: Mapping[str, Any] | None = None,
+    nnx_kwargs: Mapping[str, Any] | None = None,
+    paths: PathMapping | Iterable[PathRule] | None = None,
+    collections: Mapping[str, type] | None = None,
+    **example_kwargs,
+) -> PathMapping:
+  """The Linen <-> NNX path mapping of a model and its port, from what they compute.
+
+  Args:
+    linen_module: the Linen module (not initialised: its variables are traced).
+    nnx_model: its NNX port, real or abstract (`nnx.eval_shape`), in the mode
+      to compare (`model.eval()` for dropout).
+    example_args, example_kwargs: inputs of one forward pass, arrays or
+      `jax.ShapeDtypeStruct`s, the same for both models.
+    linen_kwargs, nnx_kwargs: keyword arguments for one side only (Linen's
+      `train=False`, an NNX `decode=False`).
+    paths: rules you already know (a fused or reshaped parameter); they take
+      precedence, and the rest is inferred.
+    collections: `{Linen collection: nnx.Variable subclass}` beyond `params`,
+      `batch_stats` and `cache`.
+
+  Call it under the mesh and rules the models are annotated for (`with
+  jax.set_mesh(mesh), nn.logical_axis_rules(rules):`) when they need them.
+
+  Returns:
+    A `PathMapping` with one rule per variable, layers of a loop folded into
+    `{i}` templates; print `mapping.to_python()` to keep it.
+
+  Raises:
+    PathMappingError: listing every variable of either side that has no
+      counterpart computed the same way, with how to fix it.
+  """
+  table = CollectionTable(collections)
+  given = as_mapping(paths) if paths is not None else None
+  linen_jaxpr, linen_names = trace_linen(
+      linen_module, example_args, {**example_kwargs, **(linen_kwargs or {})}
+  )
+  nnx_jaxpr, nnx_names = trace_nnx(
+      nnx_model, example_args, {**example_kwargs, **(nnx_kwargs or {})}, table
+  )
+  linen_vars = traced_variables(linen_jaxpr, linen_names)
+  nnx_vars = traced_variables(nnx_jaxpr, nnx_names)
+  rules: list[PathRule] = []
+  if given is not None:
+    linen_vars = [v for v in linen_vars if not given.match_all('linen', v.path)]
+    nnx_vars = [v for v in nnx_vars if not given.match_all('nnx', v.path)]
+    rules += list(given.rules)
+  pairs, problems = match(linen_vars, nnx_vars)
+  if problems:
+    raise PathMappingError(
+        'the two models do not compute with the same variables: '
+        + format_offenders(problems),
+        [p.split(' (')[0] for p in problems],
+        fix='a parameter the port reshaped, fused or dropped needs a rule of its own '
+        "(paths=[PathRule('linen/path', 'nnx/path', transform=...)]); the rest is "
+        'inferred. If the port computes differently, it is not the same model',
+    )
+  _check_collections(pairs)
+  rules += fold((a.path, b.path) for a, b in pairs)
+  return PathMapping(rules)
+
+
+def _check_collections(pairs) -> None:
+  """One path mapping serves every collection, so a path cannot name two variables."""
+  seen: dict[tuple, str] = {}
+  for a, b in pairs:
+    for key in (('linen', a.path), ('nnx', b.path)):
+      if key in seen and seen[key] != a.collection:
+        raise PathMappingError(
+            f'{key[0]} path {format_path(key[1])} holds variables of two collections '
+            f'({seen[key]} and {a.collection}); one path mapping serves every '
+            'collection, so give them distinct paths',
+            [format_path(key[1])],
+        )
+      seen[key] = a.collection

@@ -1,0 +1,225 @@
+"""`infer_paths`: the path mapping of a model and its port, from what they compute.
+
+Every model-zoo pair (every NNX annotation idiom, looped and scanned) and the
+kit's MLP: the inferred mapping is the hand-written one, with no rule given,
+and converting through it gives the original's outputs bit for bit. Ports
+that renamed, reordered or split modules map exactly; ports that dropped a
+parameter or compute differently are refused, listing what did not match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+from flax import nnx
+from jax.sharding import AxisType
+
+from converters import PathMapping, PathRule, Rearrange, infer_paths, linen_to_nnx
+from converters.errors import PathMappingError
+from converters.presets import KIT_PATHS
+from linen_impl import model as linen_kit
+from model_zoo import paths as zoo_paths
+from model_zoo.configs import RULES, CNNConfig, ResNetConfig, RNNConfig, TransformerConfig
+from model_zoo.linen import cnn as linen_cnn, resnet as linen_resnet, rnn as linen_rnn
+from model_zoo.linen import transformer as linen_transformer
+from model_zoo.nnx import cnn as nnx_cnn, resnet as nnx_resnet, rnn as nnx_rnn
+from model_zoo.nnx import transformer as nnx_transformer
+from nnx_impl import model as nnx_kit
+from tests.converters.conversion_cases import description
+
+TOKENS = jax.ShapeDtypeStruct((2, 8), jnp.int32)
+
+
+def mesh():
+  return jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
+
+
+@contextlib.contextmanager
+def in_mesh(rules=None):
+  with jax.set_mesh(mesh()), nn.logical_axis_rules(rules or ()):
+    yield
+
+
+def images(config):
+  size = getattr(config, 'image_size', 8)
+  return jax.ShapeDtypeStruct((2, size, size, config.in_channels), jnp.float32)
+
+
+def hand_written(table, stacked: bool = False) -> set[tuple[str, str]]:
+  """A zoo table's rules as `(linen, nnx)` in one layout: looped templates, or
+  the stacked paths of layer rows and the others as they are. Decode caches
+  are left out: a forward pass without `decode` does not create them."""
+  rows = [row for name, rows in table.items() if name != 'cache' for row in rows]
+  return {
+      (row.linen_stacked, row.nnx_stacked) if stacked and row.linen_stacked else (row.linen, row.nnx)
+      for row in rows
+  }
+
+
+def inferred(mapping: PathMapping) -> set[tuple[str, str]]:
+  assert all(r.transform is None and r.linen_stacked is None for r in mapping.rules)
+  return {(r.linen, r.nnx) for r in mapping.rules}
+
+
+def zoo_pair(name: str):
+  """`(linen module, abstract NNX model, inputs, linen_kwargs, table, rules)`."""
+  if name == 'cnn':
+    config = CNNConfig()
+    return (linen_cnn.CNN(config), lambda: nnx_cnn.CNN(config, rngs=nnx.Rngs(0)),
+            images(config), {'train': False}, zoo_paths.CNN, None)
+  if name == 'resnet':
+    config = ResNetConfig()
+    return (linen_resnet.ResNet(config), lambda: nnx_resnet.ResNet(config, rngs=nnx.Rngs(0)),
+            images(config), {'train': False}, zoo_paths.RESNET, None)
+  if name == 'lstm':
+    config = RNNConfig()
+    return (linen_rnn.RNNLM(config), lambda: nnx_rnn.RNNLM(config, rngs=nnx.Rngs(0)),
+            TOKENS, {}, zoo_paths.RNN, None)
+  _, idiom, layout = name.split('-')
+  config = TransformerConfig(scan_layers=layout == 'scan')
+  return (linen_transformer.TransformerLM(config),
+          lambda: nnx_transformer.TransformerLM(config, idiom=idiom, rngs=nnx.Rngs(0)),
+          TOKENS, {}, zoo_paths.TRANSFORMER, RULES)
+
+
+ZOO = ['cnn', 'resnet', 'lstm'] + [
+    f'transformer-{idiom}-{layout}' for idiom in nnx_transformer.IDIOMS for layout in ('loop', 'scan')
+]
+
+
+@pytest.mark.parametrize('name', ZOO)
+def test_every_zoo_pair_infers_the_hand_written_mapping(name):
+  linen, make_nnx, inputs, linen_kwargs, table, rules = zoo_pair(name)
+  with in_mesh(rules):
+    model = nnx.eval_shape(make_nnx)
+    model.eval()
+    mapping = infer_paths(linen, model, inputs, linen_kwargs=linen_kwargs)
+  assert inferred(mapping) == hand_written(table, stacked=name.endswith('scan'))
+
+
+@pytest.mark.parametrize('use_scan', [False, True], ids=['loop', 'scan'])
+def test_the_kits_mlp_infers_its_preset(use_scan):
+  desc = description('device', use_scan)
+  x = jax.ShapeDtypeStruct((desc.batch, desc.depth), jnp.float32)
+  with in_mesh():
+    model = nnx.eval_shape(lambda: nnx_kit.MLP(desc, rngs=nnx.Rngs(0)))
+    mapping = infer_paths(linen_kit.MLP(desc), model, x)
+  layout = 'scan' if use_scan else 'loop'
+  assert inferred(mapping) == {
+      (r.template('linen', layout), r.template('nnx', layout)) for r in KIT_PATHS.rules
+  }
+
+
+def test_converting_through_the_inferred_mapping_gives_the_originals_outputs():
+  linen, make_nnx, inputs, _, _, rules = zoo_pair('transformer-context_rules-loop')
+  tokens = jax.random.randint(jax.random.key(1), inputs.shape, 0, 64)
+  with in_mesh(rules):
+    model = make_nnx()
+    model.eval()
+    mapping = infer_paths(linen, model, inputs)
+    abstract = jax.eval_shape(linen.init, jax.random.key(0), tokens)
+    shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh(), rules)
+    variables = jax.jit(linen.init, out_shardings=shardings)(jax.random.key(0), tokens)
+    ported = linen_to_nnx(variables, target=model, paths=mapping)
+    expected = linen.apply(variables, tokens)
+    np.testing.assert_array_equal(np.asarray(ported(tokens)), np.asarray(expected))
+
+
+# -- ports that nobody on the kit wrote --------------------------------------------
+
+
+class LinenNet(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    h = nn.relu(nn.Dense(16)(x))
+    return nn.Dense(4)(nn.LayerNorm()(h)) + nn.Dense(4, use_bias=False)(h)
+
+
+class Head(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.norm = nnx.LayerNorm(16, rngs=rngs)
+    self.proj = nnx.Linear(16, 4, rngs=rngs)
+
+
+class NNXNet(nnx.Module):
+  """The port: attributes renamed, defined in another order, the head split off."""
+
+  def __init__(self, rngs: nnx.Rngs, bias: bool = True, skip_input: str = 'hidden'):
+    self.skip = nnx.Linear(16, 4, use_bias=False, rngs=rngs)
+    self.head = Head(rngs)
+    self.up = nnx.Linear(8, 16, use_bias=bias, rngs=rngs)
+    self.skip_input = skip_input
+
+  def __call__(self, x):
+    h = nnx.relu(self.up(x))
+    skipped = h if self.skip_input == 'hidden' else x @ jnp.ones((8, 16))
+    return self.head.proj(self.head.norm(h)) + self.skip(skipped)
+
+
+X = jax.ShapeDtypeStruct((2, 8), jnp.float32)
+NET_PATHS = PathMapping([
+    PathRule('Dense_0/kernel', 'up/kernel'), PathRule('Dense_0/bias', 'up/bias'),
+    PathRule('LayerNorm_0/scale', 'head/norm/scale'), PathRule('LayerNorm_0/bias', 'head/norm/bias'),
+    PathRule('Dense_1/kernel', 'head/proj/kernel'), PathRule('Dense_1/bias', 'head/proj/bias'),
+    PathRule('Dense_2/kernel', 'skip/kernel'),
+])
+
+
+def test_a_port_that_renamed_reordered_and_split_modules_maps_exactly():
+  mapping = infer_paths(LinenNet(), NNXNet(nnx.Rngs(0)), X)
+  assert mapping == NET_PATHS  # in the order the computation uses them
+
+
+def test_a_port_that_dropped_a_parameter_is_refused_naming_it():
+  with pytest.raises(PathMappingError) as e:
+    infer_paths(LinenNet(), NNXNet(nnx.Rngs(0), bias=False), X)
+  assert 'linen Dense_0/bias (params, (16,) float32, add operand 1): no NNX variable' in str(e.value)
+  assert 'needs a rule of its own' in str(e.value)
+
+
+def test_a_port_that_computes_differently_is_refused_with_the_candidates():
+  with pytest.raises(PathMappingError) as e:
+    infer_paths(LinenNet(), NNXNet(nnx.Rngs(0), skip_input='input'), X)
+  message = str(e.value)
+  assert 'linen Dense_2/kernel (params, (16, 4) float32, dot_general operand 1)' in message
+  assert 'nnx candidates of its shape, used otherwise: skip/kernel' in message
+  assert set(e.value.paths) == {'linen Dense_2/kernel', 'nnx skip/kernel'}
+
+
+def test_rules_given_for_a_reshaped_port_take_precedence_and_the_rest_is_inferred():
+  config = TransformerConfig()
+  fused = zoo_paths.transformer_fused_attention(config.num_heads)['params']
+  given = [
+      PathRule(row.linen, row.nnx, transform=Rearrange(row.pattern, **dict(row.sizes)))
+      for row in fused if row.pattern
+  ]
+  with in_mesh(RULES):
+    model = nnx.eval_shape(lambda: nnx_transformer.TransformerLM(
+        config, idiom='rules_metadata', attention='fused_qkv', rngs=nnx.Rngs(0)))
+    model.eval()
+    with pytest.raises(PathMappingError, match='query/kernel'):
+      infer_paths(linen_transformer.TransformerLM(config), model, TOKENS)
+    mapping = infer_paths(linen_transformer.TransformerLM(config), model, TOKENS, paths=given)
+  assert mapping.rules[:len(given)] == tuple(given)
+  assert {(r.linen, r.nnx) for r in mapping.rules[len(given):]} == {
+      (row.linen, row.nnx) for row in fused if not row.pattern
+  }
+
+
+def test_the_mapping_prints_as_python_that_rebuilds_it():
+  source = NET_PATHS.to_python('NET')
+  assert source.startswith('from converters import PathMapping, PathRule\n\nNET = PathMapping([\n')
+  namespace: dict = {}
+  exec(source, namespace)
+  assert namespace['NET'] == NET_PATHS
+  fused = PathMapping(
+      [PathRule(('q', 'k'), 'qk', transform=Rearrange('e h -> e (two h)'))], keep_unmatched=True
+  )
+  namespace = {}
+  exec(fused.to_python(), namespace)
+  assert namespace['PATHS'] == fused
