@@ -17,6 +17,7 @@ benchmark: $(STAMP)
 	$(BIN)/python benchmarks/train_step.py
 	$(BIN)/python benchmarks/convert.py
 	$(BIN)/python benchmarks/checkpoint.py
+	$(BIN)/python benchmarks/infer_paths.py
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

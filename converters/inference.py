@@ -30,7 +30,7 @@ from flax import linen as nn
 from flax import nnx
 from jax.extend import core as jcore
 
-from converters.errors import PathMappingError, format_offenders
+from converters.errors import ConversionError, PathMappingError, format_offenders
 from converters.paths import PathMapping, PathRule, as_mapping, format_path
 from converters.variable_types import CollectionTable
 
@@ -443,11 +443,11 @@ def infer_paths(
   """
   table = CollectionTable(collections)
   given = as_mapping(paths) if paths is not None else None
-  linen_jaxpr, linen_names = trace_linen(
-      linen_module, example_args, {**example_kwargs, **(linen_kwargs or {})}
+  linen_jaxpr, linen_names = _traced(
+      'Linen', trace_linen, linen_module, example_args, {**example_kwargs, **(linen_kwargs or {})}
   )
-  nnx_jaxpr, nnx_names = trace_nnx(
-      nnx_model, example_args, {**example_kwargs, **(nnx_kwargs or {})}, table
+  nnx_jaxpr, nnx_names = _traced(
+      'NNX', trace_nnx, nnx_model, example_args, {**example_kwargs, **(nnx_kwargs or {})}, table
   )
   linen_vars = traced_variables(linen_jaxpr, linen_names)
   nnx_vars = traced_variables(nnx_jaxpr, nnx_names)
@@ -469,6 +469,22 @@ def infer_paths(
   _check_collections(pairs)
   rules += fold((a.path, b.path) for a, b in pairs)
   return PathMapping(rules)
+
+
+def _traced(which: str, trace, *args):
+  try:
+    return trace(*args)
+  except ConversionError:
+    raise
+  except Exception as e:  # the user's model: any error of theirs
+    text = str(e).strip().splitlines()
+    raise PathMappingError(
+        f'the {which} model: tracing its forward pass on the example inputs failed: '
+        f'{type(e).__name__}: {text[0] if text else ""}',
+        fix='give inputs the model takes, and the keyword arguments of one side only as '
+        "linen_kwargs= / nnx_kwargs= (Linen's train=False); an NNX model runs as it is "
+        'given (model.eval(), and any attribute its call needs set)',
+    ) from e
 
 
 def _check_collections(pairs) -> None:

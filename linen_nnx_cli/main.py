@@ -137,8 +137,9 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
       help="a function returning the NNX module; it may take layout='scan'|'loop'",
   )
   group.add_argument(
-      '--paths', metavar='pkg.module:MAPPING',
-      help='the Linen <-> NNX PathMapping (default: every path kept)',
+      '--paths', metavar='pkg.module:MAPPING|infer',
+      help="the Linen <-> NNX PathMapping (default: every path kept); 'infer' "
+      'derives it from what the two models compute (see linen-nnx map)',
   )
   group.add_argument(
       '--collections', metavar='pkg.module:COLLECTIONS',
@@ -274,6 +275,22 @@ def build_parser() -> argparse.ArgumentParser:
   )
   _model_options(compare)
   compare.add_argument('--json', action='store_true', help='print a JSON report on stdout')
+  map_ = commands.add_parser(
+      'map',
+      help='print the path mapping of your Linen model and its NNX port, inferred '
+      'from what they compute',
+      description=(
+          'Trace both models abstractly (no parameter is materialised), pair every '
+          'variable by where the computation uses it, and print the PathMapping as '
+          'Python to keep (or --json). Rules given with --paths take precedence.'
+      ),
+  )
+  _annotation_options(map_.add_argument_group('mesh and annotations'))
+  _model_options(map_)
+  map_.add_argument('--layout', choices=('scan', 'loop'), default=None,
+                    help='the layout to make both models in (their factories take layout=)')
+  map_.add_argument('--name', default='PATHS', help='the variable name of the printed mapping')
+  map_.add_argument('--json', action='store_true', help='print the rules as JSON on stdout')
   side = commands.add_parser(
       'side-by-side',
       help='the Linen and NNX code paired by concept, generated from the source',
@@ -344,6 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     if args.command == 'convert':
       return _convert(args)
+    if args.command == 'map':
+      return _map(args)
     if args.command == 'compare' and args.checkpoints:
       return _compare_checkpoints(args)
     try:
@@ -487,6 +506,32 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
   if not identical:
     print(f'linen-nnx compare: {differing} leaves differ', file=sys.stderr)
   return 0 if identical else 1
+
+
+def _map(args: argparse.Namespace) -> int:
+  from converters.checkpoint.kit import models_for
+  from converters.checkpoint.models import UserModels
+
+  options = _models(args)
+  if 'linen_model' not in options or 'nnx_model' not in options:
+    return _fail(args, 'map needs your two models: --linen-model and --nnx-model', 2)
+  given = options.pop('paths', None)
+  models = models_for(**options)
+  assert isinstance(models, UserModels)
+  if isinstance(given, str):
+    given = None  # --paths infer: nothing given
+  mapping = models.inferred(args.layout, paths=given)
+  if args.json:
+    print(json.dumps({'ok': True, 'rules': [
+        {'linen': r.linen, 'nnx': r.nnx} | (
+            {'linen_stacked': r.linen_stacked, 'nnx_stacked': r.nnx_stacked}
+            if r.linen_stacked is not None else {}
+        ) | ({'transform': repr(r.transform)} if r.transform is not None else {})
+        for r in mapping.rules
+    ]}, indent=2))
+  else:
+    print(mapping.to_python(args.name), end='')
+  return 0
 
 
 def _compare_checkpoints(args: argparse.Namespace) -> int:

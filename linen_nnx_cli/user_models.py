@@ -63,7 +63,9 @@ def models_options(args) -> dict:
       options['mesh_axes'] = args.mesh_axes
   elif args.mesh_axes is not None:
     options['mesh_axes'] = args.mesh_axes  # refused for the kit's MLP, with the reason
-  if args.paths is not None:
+  if args.paths == 'infer':
+    options['paths'] = 'infer'
+  elif args.paths is not None:
     options['paths'] = load('--paths', args.paths)
   if getattr(args, 'collections', None) is not None:
     options['collections'] = load('--collections', args.collections)

@@ -39,6 +39,7 @@ from flax.core import meta
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from converters.errors import CheckpointError, format_offenders
+from converters.inference import infer_paths
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import Framework, PathMapping, as_mapping
 from converters.tree_io import key_of
@@ -420,7 +421,8 @@ class UserModels:
       to make either layout).
     nnx: a function returning the NNX module (taking `layout=` likewise);
       it is only ever called under `nnx.eval_shape`.
-    paths: the Linen <-> NNX path mapping (None: every path kept).
+    paths: the Linen <-> NNX path mapping (None: every path kept; 'infer':
+      derived from what the two models compute, for models of one layout).
     rules: the logical axis rules both models are annotated under (Flax's
       `nn.logical_axis_rules` context around creation, conversion and
       restore).
@@ -433,7 +435,7 @@ class UserModels:
 
   linen: LinenModel | Callable[..., LinenModel]
   nnx: Callable[..., nnx.Module]
-  paths: PathMapping | None = None
+  paths: PathMapping | str | None = None
   rules: tuple | None = None
   optimizer: optax.GradientTransformation | Callable[[], optax.GradientTransformation] | None = None
   mesh_shape: tuple[int, ...] = (2, 4)
@@ -460,9 +462,41 @@ class UserModels:
           "subclass}, e.g. {'counters': Counter}"
       )
 
-  @property
+  @functools.cached_property
   def mapping(self) -> PathMapping:
-    return PathMapping.identity() if self.paths is None else as_mapping(self.paths)
+    if self.paths is None:
+      return PathMapping.identity()
+    if isinstance(self.paths, str):
+      if self.paths != 'infer':
+        raise CheckpointError(
+            f"paths={self.paths!r}: give a PathMapping, or 'infer' to derive it from "
+            'what the two models compute'
+        )
+      return self.inferred()
+    return as_mapping(self.paths)
+
+  def inferred(self, layout: str | None = None, paths=None) -> PathMapping:
+    """The path mapping of the two models, from what they compute
+    (`converters.infer_paths`), both made in `layout` (None: their own);
+    rules given as `paths` take precedence."""
+    mesh = self.make_mesh()
+    names = {fw: f'the {fw.capitalize() if fw == "linen" else "NNX"} model' for fw in ('linen', 'nnx')}
+    linen = _call(self.linen, layout if 'scan' in self.layouts('linen') else None, names['linen'])
+    if not isinstance(linen, LinenModel):
+      raise CheckpointError(
+          f'the Linen model must give a LinenModel(module, *example_inputs), got '
+          f'{type(linen).__name__}'
+      )
+    make = functools.partial(
+        _call, self.nnx, layout if 'scan' in self.layouts('nnx') else None, names['nnx']
+    )
+    with jax.set_mesh(mesh), nn.logical_axis_rules(self.rules or ()):
+      model = nnx.eval_shape(make)
+      model.eval()  # the mapping of the computation without dropout
+      return infer_paths(
+          linen.module, model, *linen.args, linen_kwargs=linen.kwargs, paths=paths,
+          collections=self.collections,
+      )
 
   def make_mesh(self) -> Mesh:
     if len(self.mesh_shape) != len(self.mesh_axes):
@@ -555,6 +589,12 @@ class UserModels:
     to = to or info.framework
     source = self.source_side(info, mesh)
     target_layout = layout or source.layout
+    if isinstance(self.paths, str) and target_layout != source.layout:
+      raise CheckpointError(
+          f"paths='infer' maps models of one layout, and this conversion goes from "
+          f'{source.layout} to {target_layout}; print the mapping (linen-nnx map), add '
+          'the stacked templates (linen_stacked=, nnx_stacked=) and give it as paths='
+      )
     target = self.side(to, mesh, target_layout)
     other = None
     if to == info.framework:

@@ -161,3 +161,29 @@ def test_load_finds_objects_in_the_current_directory(tmp_path, monkeypatch):
   (tmp_path / 'broken.py').write_text('raise RuntimeError("a bug of theirs")\n')
   with pytest.raises(UserObjectError, match='importing broken failed: RuntimeError: a bug of'):
     load('--linen-model', 'broken:f')
+
+
+def test_map_prints_the_inferred_mapping_as_python_and_json(capsys):
+  from linen_nnx_cli import main as cli
+  from tests.converters.checkpoint import zoo_models
+
+  options = TRANSFORMER[:4] + TRANSFORMER[6:8]  # the models and their rules
+  assert cli.main(['map', *options, '--name', 'MAPPING']) == 0
+  namespace: dict = {}
+  exec(capsys.readouterr().out, namespace)
+  hand_written = {(r.linen, r.nnx) for r in zoo_models.TRANSFORMER_PATHS.rules if 'cache' not in r.linen}
+  assert {(r.linen, r.nnx) for r in namespace['MAPPING'].rules} == hand_written
+  assert cli.main(['map', *options, '--layout', 'scan', '--json']) == 0
+  rules = json.loads(capsys.readouterr().out)['rules']
+  assert {'linen': 'ScanCheckpointBlock_0/mlp/Dense_0/kernel', 'nnx': 'blocks/mlp/up/kernel'} in rules
+  code = cli.main(['map', '--linen-model', f'{ZOO}:linen_cnn', '--nnx-model', f'{ZOO}:nnx_rnn'])
+  failure = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and failure[-1].startswith('linen-nnx map: the ')  # one line
+
+
+def test_convert_and_compare_with_paths_inferred(cnn_checkpoint, tmp_path):
+  inferred = [a if a != f'{ZOO}:CNN_PATHS' else 'infer' for a in CNN]
+  result = linen_nnx('convert', cnn_checkpoint, tmp_path / 'nnx', '--to', 'nnx', *inferred)
+  assert result.returncode == 0, result.stderr
+  result = linen_nnx('compare', cnn_checkpoint, tmp_path / 'nnx', *CNN)  # the hand-written mapping
+  assert result.returncode == 0 and 'all identical' in result.stdout, result.stderr

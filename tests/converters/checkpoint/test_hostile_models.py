@@ -205,3 +205,18 @@ def test_a_collection_of_the_models_own_converts_with_collections(tmp_path):
 def test_options_of_the_wrong_type_are_refused(rules, collections, message):
   with pytest.raises(CheckpointError, match=message):
     UserModels(small.linen_mlp, small.nnx_mlp, small.PATHS, rules, small.make_tx, collections=collections)
+
+
+def test_paths_infer_converts_one_layout_and_refuses_a_relayout(tmp_path):
+  from tests.converters.checkpoint import test_models as pairs
+
+  pair = pairs.PAIRS['transformer']
+  with pairs.in_mesh(pair['rules']):
+    state = pairs.linen_train_state(pair, small.make_tx(), layout='loop')
+  save(tmp_path / 'loop', state)
+  models = pairs.models_of(pair, optimizer=small.make_tx) | {'paths': 'infer'}
+  convert_checkpoint(tmp_path / 'loop', tmp_path / 'nnx', 'nnx', **models)
+  rows, _, _ = compare_checkpoints(tmp_path / 'loop', tmp_path / 'nnx', **pairs.models_of(pair))
+  assert rows and all(r.identical for r in rows)
+  with pytest.raises(CheckpointError, match="paths='infer' maps models of one layout"):
+    convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', 'nnx', layout='scan', **models)
