@@ -10,10 +10,12 @@ Names only break ties between variables the computation cannot tell apart.
 Layers repeated in a loop fold into `{i}` templates, so the result is the
 short mapping a person would write (`PathMapping.to_python()` prints it).
 
-What this slice covers: models of the same layout on both sides (looped and
-looped, or scanned and scanned; a stacked variable maps as one array). Ports
-that reshaped a parameter (fused attention) or changed the layout need a
-hand-written rule for those parameters (`paths=` rules take precedence).
+`infer_paths` maps two models of one layout (looped and looped, or scanned
+and scanned; a stacked variable maps as one array); `merge_layouts` joins the
+mappings of both layouts into rules with their stacked paths, for scan <->
+loop conversions. Ports that reshaped or fused a parameter (fused attention)
+need a hand-written rule for it (`paths=` rules take precedence; the rest is
+inferred).
 """
 
 from __future__ import annotations
@@ -400,6 +402,57 @@ def fold(pairs: Iterable[tuple[tuple, tuple]]) -> list[PathRule]:
       seen.add((lt, nt))
       rules.append(PathRule(lt, nt))
   return rules
+
+
+def merge_layouts(looped: PathMapping, stacked: PathMapping) -> PathMapping:
+  """One mapping for both layouts: the rules inferred from the looped models
+  with the stacked paths inferred from the scanned ones, as `PathRule(linen,
+  nnx, linen_stacked, nnx_stacked)`.
+
+  Within one framework a layer's parameter keeps its path below the layer
+  (`Block_{i}/mlp/Dense_0/kernel`, stacked `ScanBlock_0/mlp/Dense_0/kernel`),
+  so each `{i}` rule pairs with the one stacked rule whose paths end, on both
+  sides, as its own do after the layer index. The rules outside the layers
+  must be the same in both.
+
+  Raises:
+    PathMappingError: a layer rule with no stacked counterpart or several,
+      or rules outside the layers that the two layouts disagree on.
+  """
+  layered = [r for r in looped.rules if r.layered]
+  plain = [r for r in looped.rules if not r.layered]
+  plain_keys = {(r.linen, r.nnx) for r in plain}
+  candidates = [r for r in stacked.rules if (r.linen, r.nnx) not in plain_keys]
+
+  def below_layer(template: str) -> str:
+    return template.split('{i}', 1)[1].lstrip('/')
+
+  rules, problems, used = [], [], set()
+  for rule in layered:
+    ends = (below_layer(rule.linen), below_layer(rule.nnx))
+    found = [
+        s for s in candidates
+        if s.linen.endswith('/' + ends[0]) and s.nnx.endswith('/' + ends[1]) and id(s) not in used
+    ]
+    if len(found) != 1:
+      problems.append(
+          f'{rule.linen} <-> {rule.nnx}: {len(found)} stacked rules end as it does'
+          + (f' ({", ".join(f"{s.linen} <-> {s.nnx}" for s in found)})' if found else '')
+      )
+      continue
+    used.add(id(found[0]))
+    rules.append(PathRule(rule.linen, rule.nnx, found[0].linen, found[0].nnx))
+  leftover = [f'{s.linen} <-> {s.nnx}' for s in candidates if id(s) not in used]
+  if leftover:
+    problems.append(f'stacked rules with no looped counterpart: {", ".join(leftover)}')
+  if problems:
+    raise PathMappingError(
+        'the looped and the scanned models do not have the same layers: '
+        + format_offenders(problems),
+        fix='make both layouts of each model from one configuration, or write the rules '
+        'of the layers by hand (PathRule(linen, nnx, linen_stacked, nnx_stacked))',
+    )
+  return PathMapping(plain + rules)
 
 
 # -- the mapping -------------------------------------------------------------------

@@ -39,7 +39,7 @@ from flax.core import meta
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from converters.errors import CheckpointError, format_offenders
-from converters.inference import infer_paths
+from converters.inference import infer_paths, merge_layouts
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import Framework, PathMapping, as_mapping
 from converters.tree_io import key_of
@@ -477,8 +477,11 @@ class UserModels:
 
   def inferred(self, layout: str | None = None, paths=None) -> PathMapping:
     """The path mapping of the two models, from what they compute
-    (`converters.infer_paths`), both made in `layout` (None: their own);
-    rules given as `paths` take precedence."""
+    (`converters.infer_paths`), both made in `layout`; rules given as `paths`
+    take precedence. With no layout, factories that make both give one
+    mapping for both (`merge_layouts`), others their own layout's."""
+    if layout is None and all('scan' in self.layouts(fw) for fw in ('linen', 'nnx')):
+      return merge_layouts(self.inferred('loop', paths), self.inferred('scan', paths))
     mesh = self.make_mesh()
     names = {fw: f'the {fw.capitalize() if fw == "linen" else "NNX"} model' for fw in ('linen', 'nnx')}
     linen = _call(self.linen, layout if 'scan' in self.layouts('linen') else None, names['linen'])
@@ -589,11 +592,14 @@ class UserModels:
     to = to or info.framework
     source = self.source_side(info, mesh)
     target_layout = layout or source.layout
-    if isinstance(self.paths, str) and target_layout != source.layout:
+    if isinstance(self.paths, str) and target_layout != source.layout and not any(
+        r.linen_stacked is not None for r in self.mapping.rules
+    ):
       raise CheckpointError(
-          f"paths='infer' maps models of one layout, and this conversion goes from "
-          f'{source.layout} to {target_layout}; print the mapping (linen-nnx map), add '
-          'the stacked templates (linen_stacked=, nnx_stacked=) and give it as paths='
+          f"paths='infer' maps models of one layout (unless both factories take "
+          f'layout=), and this conversion goes from {source.layout} to {target_layout}; '
+          'print the mapping (linen-nnx map), add the stacked templates (linen_stacked=, '
+          "nnx_stacked=) and give it as paths="
       )
     target = self.side(to, mesh, target_layout)
     other = None

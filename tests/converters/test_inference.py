@@ -21,6 +21,7 @@ from jax.sharding import AxisType
 
 from converters import PathMapping, PathRule, Rearrange, infer_paths, linen_to_nnx
 from converters.errors import PathMappingError
+from converters.inference import merge_layouts
 from converters.presets import KIT_PATHS
 from linen_impl import model as linen_kit
 from model_zoo import paths as zoo_paths
@@ -100,6 +101,24 @@ def test_every_zoo_pair_infers_the_hand_written_mapping(name):
     model.eval()
     mapping = infer_paths(linen, model, inputs, linen_kwargs=linen_kwargs)
   assert inferred(mapping) == hand_written(table, stacked=name.endswith('scan'))
+
+
+@pytest.mark.parametrize('idiom', nnx_transformer.IDIOMS)
+def test_both_layouts_merge_into_the_hand_written_rules_with_their_stacked_paths(idiom):
+  mappings = []
+  for layout in ('loop', 'scan'):
+    linen, make_nnx, inputs, _, _, rules = zoo_pair(f'transformer-{idiom}-{layout}')
+    with in_mesh(rules):
+      model = nnx.eval_shape(make_nnx)
+      model.eval()
+      mappings.append(infer_paths(linen, model, inputs))
+  merged = merge_layouts(*mappings)
+  rows = [row for row in zoo_paths.TRANSFORMER['params']]
+  assert {(r.linen, r.nnx, r.linen_stacked, r.nnx_stacked) for r in merged.rules} == {
+      (row.linen, row.nnx, row.linen_stacked, row.nnx_stacked) for row in rows
+  }
+  with pytest.raises(PathMappingError, match='do not have the same layers'):
+    merge_layouts(mappings[0], PathMapping([r for r in mappings[1].rules if 'mlp' not in r.nnx]))
 
 
 @pytest.mark.parametrize('use_scan', [False, True], ids=['loop', 'scan'])

@@ -207,16 +207,25 @@ def test_options_of_the_wrong_type_are_refused(rules, collections, message):
     UserModels(small.linen_mlp, small.nnx_mlp, small.PATHS, rules, small.make_tx, collections=collections)
 
 
-def test_paths_infer_converts_one_layout_and_refuses_a_relayout(tmp_path):
+def test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts(tmp_path):
   from tests.converters.checkpoint import test_models as pairs
 
   pair = pairs.PAIRS['transformer']
   with pairs.in_mesh(pair['rules']):
     state = pairs.linen_train_state(pair, small.make_tx(), layout='loop')
   save(tmp_path / 'loop', state)
-  models = pairs.models_of(pair, optimizer=small.make_tx) | {'paths': 'infer'}
-  convert_checkpoint(tmp_path / 'loop', tmp_path / 'nnx', 'nnx', **models)
-  rows, _, _ = compare_checkpoints(tmp_path / 'loop', tmp_path / 'nnx', **pairs.models_of(pair))
+  inferred = pairs.models_of(pair, optimizer=small.make_tx) | {'paths': 'infer'}
+  hand_written = pairs.models_of(pair, optimizer=small.make_tx)
+  convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', 'nnx', layout='scan', **inferred)
+  convert_checkpoint(tmp_path / 'loop', tmp_path / 'expected', 'nnx', layout='scan', **hand_written)
+  rows, _, _ = compare_checkpoints(tmp_path / 'scan', tmp_path / 'expected', **hand_written)
   assert rows and all(r.identical for r in rows)
-  with pytest.raises(CheckpointError, match="paths='infer' maps models of one layout"):
-    convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', 'nnx', layout='scan', **models)
+
+
+def test_paths_infer_of_factories_of_one_layout_refuses_a_relayout(tmp_path):
+  save(tmp_path / 'src', linen_state(small.make_tx()))
+  models = dict(MLP, optimizer=small.make_tx, paths='infer')
+  summary = convert_checkpoint(tmp_path / 'src', tmp_path / 'nnx', 'nnx', **models)
+  assert summary['verified']
+  with pytest.raises(CheckpointError, match="makes one layout only|paths='infer' maps models of one layout"):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'scan', 'nnx', layout='scan', **models)
