@@ -21,11 +21,13 @@ inferred).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import flax.errors
 import jax
 import numpy as np
 from flax import linen as nn
@@ -123,13 +125,15 @@ def trace_linen(module: nn.Module, args, kwargs, rngs=None) -> tuple[jcore.Close
   leaves = jax.tree_util.tree_flatten_with_path(bare)[0]
   names = [(str(k[0].key), tuple(str(x.key) for x in k[1:])) for k, _ in leaves]
 
-  def apply(v, a):
-    try:
-      return module.apply(v, *a, **kwargs)
-    except nn.errors.ModifyScopeVariableError:
-      return module.apply(v, *a, **kwargs, mutable=True)
+  def apply(v, a, mutable=False):
+    return module.apply(v, *a, **kwargs, mutable=mutable)
 
-  closed = jax.make_jaxpr(apply)(bare, args)
+  try:
+    closed = jax.make_jaxpr(apply)(bare, args)
+  except flax.errors.ModifyScopeVariableError:
+    # A call that writes a collection (a decode cache, batch statistics in
+    # training): traced anew, so no operation of the failed trace remains.
+    closed = jax.make_jaxpr(functools.partial(apply, mutable=True))(bare, args)
   return closed, names + [None] * (len(closed.jaxpr.invars) - len(names))
 
 
@@ -140,6 +144,9 @@ def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable) -> tuple[
   flat = nnx.to_flat_state(state)
   names = []
   for path, variable in flat:
+    if not isinstance(variable, nnx.Variable):
+      names.append(None)  # an array attribute (a convolution's mask): a constant
+      continue
     collection = table.collection(variable, format_path(path))
     names.append(None if collection is None else (collection, tuple(path)))
   abstract = jax.tree.map(_abstract, state)

@@ -230,6 +230,35 @@ def test_rules_given_for_a_reshaped_port_take_precedence_and_the_rest_is_inferre
   }
 
 
+def test_a_linen_call_that_writes_a_collection_is_traced_once_mutable():
+  """A decode step writes the cache; the retry leaves no trace of the failed call."""
+  linen = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=6, decode=True)
+  model = nnx.MultiHeadAttention(num_heads=2, in_features=4, qkv_features=6, decode=True, rngs=nnx.Rngs(0))
+  token = jax.ShapeDtypeStruct((1, 1, 4), jnp.float32)  # Linen's init makes a cache this long
+  model.init_cache(token.shape)
+  mapping = infer_paths(linen, model, token)
+  pairs = {(r.linen, r.nnx) for r in mapping.rules}
+  assert ('query/kernel', 'query/kernel') in pairs and ('cached_key', 'cached_key') in pairs
+
+
+def test_batch_norm_in_training_pairs_its_statistics():
+  linen = nn.BatchNorm(use_running_average=False)
+  model = nnx.BatchNorm(4, rngs=nnx.Rngs(0))
+  model.train()
+  mapping = infer_paths(linen, model, jax.ShapeDtypeStruct((8, 4), jnp.float32))
+  assert {(r.linen, r.nnx) for r in mapping.rules} == {
+      ('scale', 'scale'), ('bias', 'bias'), ('mean', 'mean'), ('var', 'var')
+  }
+
+
+def test_an_array_attribute_of_the_port_is_a_constant_not_a_variable():
+  mask = jnp.ones((3, 3, 2, 4)).at[0].set(0.0)
+  linen = nn.Conv(4, (3, 3), mask=mask)
+  model = nnx.Conv(2, 4, (3, 3), mask=mask, rngs=nnx.Rngs(0))
+  mapping = infer_paths(linen, model, jax.ShapeDtypeStruct((1, 5, 5, 2), jnp.float32))
+  assert {(r.linen, r.nnx) for r in mapping.rules} == {('kernel', 'kernel'), ('bias', 'bias')}
+
+
 def test_the_mapping_prints_as_python_that_rebuilds_it():
   source = NET_PATHS.to_python('NET')
   assert source.startswith('from converters import PathMapping, PathRule\n\nNET = PathMapping([\n')
