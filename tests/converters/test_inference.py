@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from flax import linen as nn
 from flax import nnx
 from jax.sharding import AxisType
@@ -32,6 +34,7 @@ from model_zoo.nnx import cnn as nnx_cnn, resnet as nnx_resnet, rnn as nnx_rnn
 from model_zoo.nnx import transformer as nnx_transformer
 from nnx_impl import model as nnx_kit
 from tests.converters.conversion_cases import description
+from tests.model_zoo.strategies import transformer_configs
 
 TOKENS = jax.ShapeDtypeStruct((2, 8), jnp.int32)
 
@@ -147,6 +150,39 @@ def test_converting_through_the_inferred_mapping_gives_the_originals_outputs():
     ported = linen_to_nnx(variables, target=model, paths=mapping)
     expected = linen.apply(variables, tokens)
     np.testing.assert_array_equal(np.asarray(ported(tokens)), np.asarray(expected))
+
+
+def translated(mapping: PathMapping, paths) -> dict[str, str]:
+  """Where `mapping` sends each Linen path (`'linen/path' -> 'nnx/path'`)."""
+  out = {}
+  for path in paths:
+    (match,) = mapping.match_all('linen', path)
+    out['/'.join(path)] = '/'.join(map(str, match.rule.path('nnx', match.layout, match.index)))
+  return out
+
+
+@given(config=transformer_configs(), idiom=st.sampled_from(nnx_transformer.IDIOMS))
+def test_random_transformers_infer_what_the_hand_written_mapping_says(config, idiom):
+  """Any depth, width, heads, norm and layout: every variable goes where the
+  hand-written table sends it (one block folds to no template: a single
+  layer is not a loop, and its rule names it)."""
+  linen = linen_transformer.TransformerLM(config)
+  with in_mesh(RULES):
+    model = nnx.eval_shape(lambda: nnx_transformer.TransformerLM(config, idiom=idiom, rngs=nnx.Rngs(0)))
+    model.eval()
+    mapping = infer_paths(linen, model, jax.ShapeDtypeStruct((2, config.max_len), jnp.int32))
+    variables = jax.eval_shape(linen.init, jax.random.key(0), jax.ShapeDtypeStruct((2, config.max_len), jnp.int32))
+  paths = [
+      tuple(str(k.key) for k in keypath)
+      for keypath, _ in jax.tree_util.tree_flatten_with_path(
+          variables['params'], is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))[0]
+  ]
+  hand = PathMapping([
+      PathRule(r.linen, r.nnx, r.linen_stacked, r.nnx_stacked) for r in zoo_paths.TRANSFORMER['params']
+  ])
+  assert translated(mapping, paths) == translated(hand, paths)
+  if config.num_layers > 1 and not config.scan_layers:
+    assert all(r.layered for r in mapping.rules if 'Block' in r.linen)
 
 
 # -- ports that nobody on the kit wrote --------------------------------------------
