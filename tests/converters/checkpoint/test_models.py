@@ -289,13 +289,17 @@ def test_transformer_scan_and_loop_in_all_four_framework_pairs(tmp_path, to):
   assert_states_equal(state.opt_state, back.opt_state, 0.0)
 
 
-# Every pair with the legacy msgpack files (read on the host, then placed);
+# The legacy msgpack files (read on the host, then placed) of every pair but
+# the transformer, whose layers the Orbax round trips above cover (CI time);
 # Orbax's format, which flax.training.checkpoints writes by default, is the
-# one every pair's round trip above reads, so one pair covers its directory.
+# one every pair's round trip reads, so one pair covers its directory.
+_MSGPACK_PAIRS = [name for name in PAIRS if name != 'transformer']
+
+
 @pytest.mark.parametrize(
     'name, use_orbax',
-    [(name, False) for name in PAIRS] + [('cnn', True)],
-    ids=[f'{name}-flax-msgpack' for name in PAIRS] + ['cnn-flax-orbax'],
+    [(name, False) for name in _MSGPACK_PAIRS] + [('cnn', True)],
+    ids=[f'{name}-flax-msgpack' for name in _MSGPACK_PAIRS] + ['cnn-flax-orbax'],
 )
 def test_flax_training_checkpoints_of_every_pair_convert(tmp_path, name, use_orbax):
   """`flax.training.checkpoints` directories, as Flax's examples save them
