@@ -419,14 +419,14 @@ def _check_integer_scalars(info: CheckpointInfo, target: Any) -> None:
   for path, value in _stored_scalars(info, narrowed).items():
     limits = np.iinfo(np.dtype(wanted[path][1]))
     if not limits.min <= value <= limits.max:
-      problems.append(
+      problems.append((_join(path), (
           f'{_join(path)} = {value} (stored as {info.leaves[path][1]}) does not fit '
           f'the target\'s {limits.dtype} [{limits.min}, {limits.max}]'
-      )
+      )))
   if problems:
     raise ShapeError(
-        f'{info.path}: {"; ".join(problems)}',
-        [p.split(' = ')[0] for p in problems],
+        f'{info.path}: {"; ".join(text for _, text in problems)}',
+        [path for path, _ in problems],
         fix='restoring it would wrap the value; enable 64-bit integers '
         "(jax.config.update('jax_enable_x64', True)) to keep it, or save the state "
         'with the counter reset (state.replace(step=...))',

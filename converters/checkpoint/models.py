@@ -279,14 +279,15 @@ def _check_annotations(named: list[Named], mesh: Mesh, what: str) -> None:
     if rules is not None:
       ruled = {name for name, _ in rules}
       for name in (n for n in flat if n not in ruled):
-        problems.append(f"{path}: logical name {name!r} has no rule")
+        problems.append((path, f"{path}: logical name {name!r} has no rule"))
     else:
       for name in (n for n in flat if n not in axes):
-        problems.append(f"{path}: names {name!r}, which the mesh {tuple(mesh.axis_names)} lacks")
+        problems.append((path, f"{path}: names {name!r}, which the mesh {tuple(mesh.axis_names)} lacks"))
   if problems:
     raise CheckpointError(
-        f'{what}: annotations the mesh cannot resolve: {format_offenders(problems)}',
-        [p.split(':')[0] for p in problems],
+        f'{what}: annotations the mesh cannot resolve: '
+        f'{format_offenders(text for _, text in problems)}',
+        list(dict.fromkeys(path for path, _ in problems)),
         fix='name the mesh axes the annotations use (--mesh-axes, mesh_axes=), and give '
         "a rule for every logical name (--rules; ('name', None) replicates it: Linen "
         'does so for a name with no rule, while NNX takes the name for a mesh axis)',
