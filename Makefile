@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Test processes (pytest-xdist), each a JAX process of 8 simulated devices that
+# compiles most of the time: one per core of CI's two. `TEST_WORKERS=0` runs
+# the suite in this process.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test benchmark clean
 
@@ -11,7 +15,7 @@ demo: $(STAMP)
 	$(BIN)/linen-nnx demo --devices 8
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/train_step.py

@@ -1,8 +1,12 @@
-"""Test set-up: 8 simulated CPU devices before JAX loads, hypothesis profiles.
+"""Test set-up: 8 simulated CPU devices before JAX loads, one compilation per
+program, hypothesis profiles (`tests.hypothesis_profiles`).
 
-Profiles: `ci` (default: small and derandomized, so every CI run sees the
-same examples) and `nightly` (at least 200 random examples per property),
-chosen with `HYPOTHESIS_PROFILE=nightly`.
+Every distinct XLA program is compiled once per session: JAX's persistent
+compilation cache, in a directory of the session's own that is removed at
+exit. Tests build the same models again and again (each parametrization, each
+hypothesis example, each side of a comparison), and compiling them is most of
+the suite's time; the executables are those XLA builds anyway, so bit-for-bit
+comparisons are unaffected.
 """
 
 import os
@@ -12,25 +16,19 @@ from linen_nnx_cli.devices import simulate_cpu_devices
 if os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
   simulate_cpu_devices(8)
 
-from hypothesis import HealthCheck, settings  # noqa: E402
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+import jax  # noqa: E402
+
+_compilation_cache = tempfile.mkdtemp(prefix='linen-nnx-kit-tests-xla-')
+atexit.register(shutil.rmtree, _compilation_cache, ignore_errors=True)
+jax.config.update('jax_compilation_cache_dir', _compilation_cache)
+jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
+jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
 
 # The kit's FSDP SGD is registered with the converters as a user registers an
 # optimizer of their own; many tests convert its state.
 from converters.checkpoint import kit  # noqa: E402, F401
-
-settings.register_profile(
-    'ci',
-    max_examples=6,
-    deadline=None,
-    # The same examples on every CI run: a red CI means a change broke
-    # something, not that a new example turned up. `nightly` explores.
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile(
-    'nightly',
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'ci'))
+from tests import hypothesis_profiles  # noqa: E402, F401  (loads the profile)

@@ -33,6 +33,7 @@ from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train
 from tests.converters.conversion_cases import copy
 from tests.helpers import assert_trees_bit_equal, compile_with_program, parameter_pairs
+from tests.hypothesis_profiles import compiling
 
 REGRESSION = ModelDescription(  # FSDP rules put 'batch' and 'embed' on 'data'
     num_layers=2, depth=16, batch=4, use_scan=True, layer_partition='layer',
@@ -70,6 +71,7 @@ def metadata_of(tree):
 # 1. Layouts ------------------------------------------------------------------------------
 
 
+@compiling
 @given(desc=descriptions(), optimizer=optimizers())
 @example(desc=REGRESSION, optimizer='fsdp_sgd')
 def test_linen_and_nnx_creations_have_identical_layouts(desc, optimizer):
@@ -94,6 +96,7 @@ def test_linen_and_nnx_creations_have_identical_layouts(desc, optimizer):
 # 2. and 3. Outputs, gradients and training --------------------------------------------
 
 
+@compiling
 @given(desc=descriptions(), optimizer=optimizers(), k=st.integers(1, 3))
 @example(desc=REGRESSION, optimizer='adam', k=2)
 @example(  # found by hypothesis: inputs sharded on 'data' while 'batch' -> None
@@ -178,6 +181,7 @@ def test_outputs_gradients_and_training_are_identical(desc, optimizer, k):
 # 4. Round trips ------------------------------------------------------------------------
 
 
+@compiling
 @given(desc=descriptions(), optimizer=optimizers(), via_other_layout=st.booleans())
 def test_round_trips_are_the_identity(desc, optimizer, via_other_layout):
   event(f'optimizer {optimizer}')
@@ -222,7 +226,7 @@ def contraction_is_sharded(desc: ModelDescription) -> bool:
 @pytest.mark.parametrize('direction', ('scan-to-loop', 'loop-to-scan'))
 @given(scanned=descriptions(dtypes=('float32',), layouts=(True,)))
 # Replicated contractions are rare draws: filtering for them is cheap (no compile).
-@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(compiling, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @example(  # found by hypothesis (loop to scan): 'embed' on 'data', the batch replicated
     scanned=ModelDescription(
         num_layers=1, depth=8, batch=2, annotation='logical', mesh_shape=(2, 4), use_scan=True,
@@ -270,6 +274,7 @@ def test_scanned_and_looped_models_with_the_same_params_agree(direction, contrac
 # 6. Logical names and rules --------------------------------------------------------------
 
 
+@compiling
 @given(desc=descriptions(annotations=('logical',)))
 def test_logical_names_shard_as_the_device_axes_they_resolve_to(desc):
   mesh, linen, nnx_t = trainers(desc, 'adam')

@@ -2,6 +2,8 @@
 
 Includes the kill test: the conversion is SIGKILLed at several points while it
 writes, and SRC must be intact and DST absent or complete and restorable.
+What a process alone shows (exit status, output at exit, a kill) runs the
+command as a process; the rest calls its `main` in this process (`runner`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tests.converters.checkpoint.fixtures import (
     tree_checksum,
     write_checkpoint,
 )
+from tests.linen_nnx_cli.runner import run
 
 COMMAND = [sys.executable, '-m', 'linen_nnx_cli.main']
 
@@ -88,24 +91,24 @@ def test_truncated_data_exits_2_with_one_line_and_no_tracebacks(linen_checkpoint
 
 
 def test_layout_change_with_a_layer_partition(linen_checkpoint, tmp_path):
-  result = linen_nnx('convert', linen_checkpoint, tmp_path / 'scan', '--to', 'nnx', '--layout', 'scan', '--layer-partition', 'data')
-  assert result.returncode == 0, result.stderr
-  result = linen_nnx('convert', tmp_path / 'scan', tmp_path / 'loop', '--to', 'linen', '--layout', 'loop', '--layer-partition', 'data')
-  assert result.returncode == 0, result.stderr
-  result = linen_nnx('convert', tmp_path / 'loop', tmp_path / 'x', '--to', 'nnx', '--layer-partition', 'data')
-  assert result.returncode == 2 and 'no side is scanned' in result.stderr
+  result = run('convert', linen_checkpoint, tmp_path / 'scan', '--to', 'nnx', '--layout', 'scan', '--layer-partition', 'data')
+  assert result.code == 0, result.stderr
+  result = run('convert', tmp_path / 'scan', tmp_path / 'loop', '--to', 'linen', '--layout', 'loop', '--layer-partition', 'data')
+  assert result.code == 0, result.stderr
+  result = run('convert', tmp_path / 'loop', tmp_path / 'x', '--to', 'nnx', '--layer-partition', 'data')
+  assert result.code == 2 and 'no side is scanned' in result.stderr
 
 
 def test_compare_checkpoints_identical_and_different(linen_checkpoint, tmp_path):
-  assert linen_nnx('convert', linen_checkpoint, tmp_path / 'nnx', '--to', 'nnx').returncode == 0
-  result = linen_nnx('compare', linen_checkpoint, tmp_path / 'nnx')
-  assert result.returncode == 0, result.stderr
+  assert run('convert', linen_checkpoint, tmp_path / 'nnx', '--to', 'nnx').code == 0
+  result = run('compare', linen_checkpoint, tmp_path / 'nnx')
+  assert result.code == 0, result.stderr
   assert 'params/DotReluDot_1/W2' in result.stdout and 'model/layers/1/w2' in result.stdout
   assert '14 leaves: all identical' in result.stdout
 
   write_checkpoint(tmp_path / 'other', 'linen', DESC, 'adam', steps=4)  # one more step
-  result = linen_nnx('compare', tmp_path / 'other', tmp_path / 'nnx', '--json')
-  assert result.returncode == 1
+  result = run('compare', tmp_path / 'other', tmp_path / 'nnx', '--json')
+  assert result.code == 1
   report = json.loads(result.stdout)
   assert not report['identical']
   differing = {r['linen_path'] for r in report['leaves'] if not r['identical']}
@@ -114,9 +117,9 @@ def test_compare_checkpoints_identical_and_different(linen_checkpoint, tmp_path)
 
 
 def test_compare_description_trains_both_sides_identically():
-  result = linen_nnx('compare', '--layers', '2', '--depth', '64', '--scan', '--steps', '2',
+  result = run('compare', '--layers', '2', '--depth', '64', '--scan', '--steps', '2',
                      '--optimizer', 'fsdp_sgd', '--json')
-  assert result.returncode == 0, result.stderr
+  assert result.code == 0, result.stderr
   report = json.loads(result.stdout)
   assert report['identical'] and report['losses']['linen'] == report['losses']['nnx']
   assert {r['nnx_path'] for r in report['leaves']} >= {
@@ -196,12 +199,12 @@ def test_sigkill_leaves_src_intact_and_dst_absent_or_complete(linen_checkpoint, 
   if point == 'renamed':  # complete: restorable and equal to a clean conversion
     trainer, _ = trained_state('nnx', DESC.replace(use_scan=True), 'adam', steps=0)
     clean = tmp_path / 'clean'
-    assert linen_nnx('convert', linen_checkpoint, clean, '--to', 'nnx', '--layout', 'scan').returncode == 0
+    assert run('convert', linen_checkpoint, clean, '--to', 'nnx', '--layout', 'scan').code == 0
     with jax.set_mesh(trainer.mesh):
       assert_bit_identical(nnx_checkpoint.restore(dst, trainer), nnx_checkpoint.restore(clean, trainer))
   else:
     assert checkpoints.inspect(linen_checkpoint).framework == 'linen'
   # A later run for the same DST cleans up and succeeds.
-  result = linen_nnx('convert', linen_checkpoint, dst, '--to', 'nnx', '--layout', 'scan', '--force')
-  assert result.returncode == 0, result.stderr
+  result = run('convert', linen_checkpoint, dst, '--to', 'nnx', '--layout', 'scan', '--force')
+  assert result.code == 0, result.stderr
   assert sorted(os.listdir(tmp_path)) == (['clean', 'dst'] if point == 'renamed' else ['dst'])

@@ -4,7 +4,9 @@ The models are the zoo's, described in a user module
 (`tests.converters.checkpoint.zoo_models`), run as a team runs the tool:
 `--linen-model pkg.module:factory --nnx-model ... --paths ... --optimizer ...`.
 Includes the corrupted-source and SIGKILL tests of the MLP's checkpoints, on
-the zoo's CNN; and the loading of objects named on the command line.
+the zoo's CNN; and the loading of objects named on the command line. What a
+process alone shows (exit status, a kill) runs as a process; the rest in this
+process (`runner`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 from linen_nnx_cli.user_models import UserObjectError, load
 from tests.converters.checkpoint import test_models
 from tests.converters.checkpoint.fixtures import tree_checksum
+from tests.linen_nnx_cli.runner import run
 from tests.linen_nnx_cli.test_main_checkpoints import KILL_DRIVER, KILL_POINTS, linen_nnx
 
 ZOO = 'tests.converters.checkpoint.zoo_models'
@@ -51,10 +54,8 @@ def cnn_checkpoint(tmp_path_factory):
   return path
 
 
-def test_convert_and_compare_a_transformer_and_a_changed_weight(tmp_path, capsys):
-  from linen_nnx_cli import main as cli
-
-  trained_linen_checkpoint(tmp_path / 'linen', 'transformer')
+def test_convert_and_compare_a_transformer_and_a_changed_weight(tmp_path):
+  state = trained_linen_checkpoint(tmp_path / 'linen', 'transformer')
   result = linen_nnx('convert', tmp_path / 'linen', tmp_path / 'nnx', '--to', 'nnx',
                      '--layout', 'scan', '--json', *TRANSFORMER)
   assert result.returncode == 0, result.stderr
@@ -63,22 +64,20 @@ def test_convert_and_compare_a_transformer_and_a_changed_weight(tmp_path, capsys
   assert (summary['source']['layout'], summary['destination']['layout']) == ('loop', 'scan')
   assert 'verifying' in result.stderr  # progress on stderr
 
-  code = cli.main(['compare', str(tmp_path / 'linen'), str(tmp_path / 'nnx'), *TRANSFORMER])
-  stdout = capsys.readouterr().out
-  assert code == 0
-  assert 'params/Block_1/mlp/Dense_0/kernel' in stdout
-  assert 'model/blocks/1/mlp/up/kernel' in stdout  # in A's layout
-  assert 'all identical' in stdout
+  result = run('compare', tmp_path / 'linen', tmp_path / 'nnx', *TRANSFORMER)
+  assert result.code == 0, result.stderr
+  assert 'params/Block_1/mlp/Dense_0/kernel' in result.stdout
+  assert 'model/blocks/1/mlp/up/kernel' in result.stdout  # in A's layout
+  assert 'all identical' in result.stdout
 
   # One weight changed in the Linen checkpoint (saved again with it changed).
-  state = trained_linen_checkpoint(tmp_path / 'scratch', 'transformer')
   kernel = state.params['Block_0']['attention']['out']['kernel']
   changed = kernel.replace_boxed(kernel.value.at[0, 0, 0].add(1.0))
   params = {**state.params, 'Block_0': {**state.params['Block_0'], 'attention': {
       **state.params['Block_0']['attention'], 'out': {'kernel': changed}}}}
   test_models.save(tmp_path / 'changed', state.replace(params=params))
-  result = linen_nnx('compare', tmp_path / 'changed', tmp_path / 'nnx', '--json', *TRANSFORMER)
-  assert result.returncode == 1 and 'linen-nnx compare: 1 leaves differ' in result.stderr
+  result = run('compare', tmp_path / 'changed', tmp_path / 'nnx', '--json', *TRANSFORMER)
+  assert result.code == 1 and 'linen-nnx compare: 1 leaves differ' in result.stderr
   differing = [r for r in json.loads(result.stdout)['leaves'] if not r['identical']]
   assert [r['linen_path'] for r in differing] == ['params/Block_0/attention/out/kernel']
   assert differing[0]['max_abs_diff'] == 1.0
@@ -115,9 +114,9 @@ def test_truncated_source_exits_2_and_writes_nothing(cnn_checkpoint, tmp_path):
   for path in (src / 'd').iterdir():
     with open(path, 'r+b') as f:
       f.truncate(100)
-  result = linen_nnx('convert', src, tmp_path / 'dst', '--to', 'nnx', '--json', *CNN)
-  assert result.returncode == 2
-  assert 'corrupted or incomplete' in result.stderr.splitlines()[-1]
+  result = run('convert', src, tmp_path / 'dst', '--to', 'nnx', '--json', *CNN)
+  assert result.code == 2
+  assert 'corrupted or incomplete' in result.reason
   assert 'Traceback' not in result.stderr
   assert json.loads(result.stdout)['ok'] is False
   assert sorted(os.listdir(tmp_path)) == ['src']
@@ -144,12 +143,12 @@ def test_sigkill_leaves_src_intact_and_dst_absent_or_complete(cnn_checkpoint, tm
   assert os.path.exists(dst) == (point == 'renamed')
   assert tree_checksum(cnn_checkpoint) == before
   if point == 'renamed':  # complete: what a clean conversion writes
-    clean = linen_nnx('convert', cnn_checkpoint, tmp_path / 'clean', '--to', 'nnx', *CNN)
-    assert clean.returncode == 0, clean.stderr
-    result = linen_nnx('compare', dst, tmp_path / 'clean', *CNN)
-    assert result.returncode == 0, result.stderr
-  result = linen_nnx('convert', cnn_checkpoint, dst, '--to', 'nnx', '--force', *CNN)
-  assert result.returncode == 0, result.stderr
+    clean = run('convert', cnn_checkpoint, tmp_path / 'clean', '--to', 'nnx', *CNN)
+    assert clean.code == 0, clean.stderr
+    result = run('compare', dst, tmp_path / 'clean', *CNN)
+    assert result.code == 0, result.stderr
+  result = run('convert', cnn_checkpoint, dst, '--to', 'nnx', '--force', *CNN)
+  assert result.code == 0, result.stderr
   assert sorted(os.listdir(tmp_path)) == (['clean', 'dst'] if point == 'renamed' else ['dst'])
 
 
@@ -183,7 +182,7 @@ def test_map_prints_the_inferred_mapping_as_python_and_json(capsys):
 
 def test_convert_and_compare_with_paths_inferred(cnn_checkpoint, tmp_path):
   inferred = [a if a != f'{ZOO}:CNN_PATHS' else 'infer' for a in CNN]
-  result = linen_nnx('convert', cnn_checkpoint, tmp_path / 'nnx', '--to', 'nnx', *inferred)
-  assert result.returncode == 0, result.stderr
-  result = linen_nnx('compare', cnn_checkpoint, tmp_path / 'nnx', *CNN)  # the hand-written mapping
-  assert result.returncode == 0 and 'all identical' in result.stdout, result.stderr
+  result = run('convert', cnn_checkpoint, tmp_path / 'nnx', '--to', 'nnx', *inferred)
+  assert result.code == 0, result.stderr
+  result = run('compare', cnn_checkpoint, tmp_path / 'nnx', *CNN)  # the hand-written mapping
+  assert result.code == 0 and 'all identical' in result.stdout, result.stderr
