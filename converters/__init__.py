@@ -5,7 +5,8 @@
 
 The public API is this module's names. The core, which knows no model: `api`
 (the conversions), `paths` (the path mapping), `inference` (the path
-mapping inferred from what two models compute), `transforms` (value
+mapping inferred from what two models compute), `linen_model` (a Linen
+module with its example inputs), `transforms` (value
 transforms of path rules: reshape, transpose, fuse/split), `metadata` (the neutral
 sharding annotation), `layout` (path translation and scan <-> loop relayout),
 `variable_types` (Linen collections <-> NNX Variable types), `tree_io`
@@ -56,7 +57,7 @@ _EXPORTS = {
     'OptimizerStateError': 'converters.errors',
     'CheckpointError': 'converters.errors',
     'VerificationError': 'converters.errors',
-    'LinenModel': 'converters.checkpoint.models',
+    'LinenModel': 'converters.linen_model',
     'convert_checkpoint': 'converters.checkpoint.convert',
     'compare_checkpoints': 'converters.checkpoint.compare',
 }

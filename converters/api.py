@@ -18,7 +18,7 @@ how optimizer states correspond, in `converters.optimizer_state`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -36,6 +36,8 @@ from converters.errors import (
     StructureError,
     format_offenders,
 )
+from converters.inference import infer_models
+from converters.linen_model import LinenModel, accepts_layout
 from converters.optimizer_state import linen_opt_to_nnx, nnx_opt_to_linen
 from converters.paths import PathMapping, format_path
 from converters.tree_io import (
@@ -103,6 +105,46 @@ def _collection_trees(trees: dict, prefix: str) -> dict:
   return trees
 
 
+def _mapping(paths, linen_model, nnx_model, nnx_default, *, mesh, rules, collections, both_layouts=False):
+  """`paths` as the conversions take it: 'infer' replaced by the mapping
+  inferred from the two models (`converters.inference.infer_models`)."""
+  if not isinstance(paths, str):
+    given = [name for name, m in (('linen_model', linen_model), ('nnx_model', nnx_model)) if m is not None]
+    if given:
+      raise PathMappingError(
+          f"{' and '.join(given)} given with paths={paths!r}: the models are read "
+          "only to infer the mapping; pass paths='infer', or leave them out"
+      )
+    return paths
+  if paths != 'infer':
+    raise PathMappingError(
+        f"paths={paths!r}: give a PathMapping (or PathRules), None to keep every "
+        "path, or 'infer' to derive the mapping from the two models"
+    )
+  nnx_model = nnx_model if nnx_model is not None else nnx_default
+  missing = [
+      fix for model, fix in (
+          (linen_model, 'linen_model=LinenModel(module, *example_inputs) (or a function returning one)'),
+          (nnx_model, 'nnx_model= (the NNX model, or a function returning it)'),
+      ) if model is None
+  ]
+  if missing:
+    raise PathMappingError(
+        "paths='infer' derives the mapping from what the Linen model and its "
+        f"port compute; pass {' and '.join(missing)}"
+    )
+  if both_layouts and not (accepts_layout(linen_model) and accepts_layout(nnx_model)):
+    raise PathMappingError(
+        "relayout with paths='infer' needs both layouts of both models: give "
+        "linen_model and nnx_model as functions with a layout parameter ('loop' "
+        "or 'scan'), or infer_paths(...) of each layout joined by "
+        'converters.inference.merge_layouts as paths='
+    )
+  return infer_models(
+      linen_model, nnx_model, mesh=mesh, rules=rules, collections=collections
+  )
+
+
 def _plan_collections(
     trees: Mapping[str, Any], source: str, target: str, batch: Batch, read
 ) -> tuple[dict[str, dict], dict[tuple, tuple[Any, md.Annotation, str]]]:
@@ -149,6 +191,8 @@ def linen_to_nnx(
     strict: bool = False,
     collections: Mapping[str, type] | None = None,
     rngs: int | Mapping[str, Any] | None = None,
+    linen_model: LinenModel | Callable[..., LinenModel] | None = None,
+    nnx_model: nnx.Module | Callable[..., nnx.Module] | None = None,
 ):
   """Converts Linen variables or a `TrainState` to NNX.
 
@@ -161,7 +205,9 @@ def linen_to_nnx(
       RNG state (`nnx.Rngs` streams) is kept as it is: Linen has none.
     paths: the Linen <-> NNX path mapping: a `PathMapping` or any iterable
       of `PathRule`s; None keeps every parameter's path
-      (`PathMapping.identity()`). It maps the paths of every collection.
+      (`PathMapping.identity()`); `'infer'` derives it from what the two
+      models compute (`linen_model`, `nnx_model`; `converters.infer_paths`).
+      It maps the paths of every collection.
     scan: target layout of layer variables (True stacked, False looped,
       None as the source).
     layer_partition: layer axis name inserted when stacking.
@@ -189,6 +235,13 @@ def linen_to_nnx(
       key}`. Needed when the target's RNG state is abstract (a target from
       `nnx.eval_shape`), which Linen has nothing to fill with; without it a
       real target's RNG state is kept as it is.
+    linen_model: with `paths='infer'`, the Linen model the variables are
+      of: `LinenModel(module, *example_inputs)`, or a function returning one.
+    nnx_model: with `paths='infer'`, the NNX port (default: the target's
+      model), or a function returning it. Functions with a `layout`
+      parameter (`'loop'`/`'scan'`) on both sides give the mapping of both
+      layouts, for a conversion that also changes the layout; models of one
+      layout map that layout.
 
   Every placed input array must sit where its annotation says, and a
   target's arrays must live on the input's mesh: the conversion checks, it
@@ -202,6 +255,12 @@ def linen_to_nnx(
   Raises:
     ConversionError: before anything is built, naming every offending path.
   """
+  target_model = target[0] if isinstance(target, tuple) and target else target
+  paths = _mapping(
+      paths, linen_model, nnx_model,
+      target_model if isinstance(target_model, nnx.Module) else None,
+      mesh=mesh, rules=rules, collections=collections,
+  )
   options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate, strict)
   table = CollectionTable(collections)
   is_state = isinstance(linen, TrainState)
@@ -409,6 +468,8 @@ def nnx_to_linen(
     donate: bool = False,
     strict: bool = False,
     collections: Mapping[str, type] | None = None,
+    linen_model: LinenModel | Callable[..., LinenModel] | None = None,
+    nnx_model: nnx.Module | Callable[..., nnx.Module] | None = None,
 ):
   """Converts an NNX state, model or `(model, optimizer)` to Linen.
 
@@ -423,6 +484,8 @@ def nnx_to_linen(
       takes. Not modified.
     paths, scan, layer_partition, num_layers, mesh, rules, donate, strict,
       collections: as in `linen_to_nnx`.
+    linen_model, nnx_model: with `paths='infer'`, as in `linen_to_nnx`;
+      `nnx_model` defaults to the input's model (needed for an `nnx.State`).
 
   Returns:
     Without an optimizer: `{collection: boxed tree}` (`{'params': ...}` for
@@ -433,6 +496,12 @@ def nnx_to_linen(
   Raises:
     ConversionError: before anything is built, naming every offending path.
   """
+  source_model = nnx_in[0] if isinstance(nnx_in, tuple) and nnx_in else nnx_in
+  paths = _mapping(
+      paths, linen_model, nnx_model,
+      source_model if isinstance(source_model, nnx.Module) else None,
+      mesh=mesh, rules=rules, collections=collections,
+  )
   options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate, strict)
   table = CollectionTable(collections)
   optimizer = None
@@ -582,6 +651,8 @@ def relayout(
     donate: bool = False,
     strict: bool = False,
     collections: Mapping[str, type] | None = None,
+    linen_model: Callable[..., LinenModel] | None = None,
+    nnx_model: Callable[..., nnx.Module] | None = None,
 ):
   """Scanned <-> looped within one framework, for variables.
 
@@ -591,11 +662,18 @@ def relayout(
     scan: True to stack the layers, False to unstack them.
     paths, layer_partition, num_layers, mesh, rules, donate, strict,
       collections: as in `linen_to_nnx`.
+    linen_model, nnx_model: with `paths='infer'`, functions with a `layout`
+      parameter (`'loop'`/`'scan'`) making the Linen model (a `LinenModel`)
+      and its NNX port: the mapping of both layouts is inferred from them.
 
   Returns:
     The same kind of tree in the other layout. For a whole training state,
     convert through the other framework with targets in the wanted layout.
   """
+  paths = _mapping(
+      paths, linen_model, nnx_model, None,
+      mesh=mesh, rules=rules, collections=collections, both_layouts=True,
+  )
   options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate, strict)
   table = CollectionTable(collections)
   batch = Batch(options)

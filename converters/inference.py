@@ -13,18 +13,20 @@ short mapping a person would write (`PathMapping.to_python()` prints it).
 `infer_paths` maps two models of one layout (looped and looped, or scanned
 and scanned; a stacked variable maps as one array); `merge_layouts` joins the
 mappings of both layouts into rules with their stacked paths, for scan <->
-loop conversions. Ports that reshaped or fused a parameter (fused attention)
+loop conversions. `infer_models` is what `paths='infer'` of the conversions
+runs: a `LinenModel` and an NNX model, or factories of both layouts. Ports that reshaped or fused a parameter (fused attention)
 need a hand-written rule for it (`paths=` rules take precedence; the rest is
 inferred).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import flax.errors
@@ -35,6 +37,7 @@ from flax import nnx
 from jax.extend import core as jcore
 
 from converters.errors import ConversionError, PathMappingError, format_offenders
+from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.paths import PathMapping, PathRule, as_mapping, format_path
 from converters.variable_types import CollectionTable
 
@@ -95,6 +98,7 @@ class Traced:
   dtype: str
   first: int | None  # order of first use; None when the computation never reads it
   use: Use | None
+  scanned: bool = False  # stacked: a scan slices it over its layers
 
   def signature(self, exact: bool) -> tuple:
     use = None if self.use is None else (self.use.exact if exact else self.use.structural)
@@ -188,6 +192,8 @@ class _Walk:
   def __init__(self):
     self.first: dict[int, tuple[int, Use]] = {}
     self.counter = 0
+    #: Variables a scan slices over (`xs`): layers stacked on axis 0.
+    self.scanned: set[int] = set()
 
   def run(self, jaxpr: jcore.Jaxpr, ident: dict) -> None:
     consumers = defaultdict(list)
@@ -202,6 +208,9 @@ class _Walk:
       ids = [ident.get(v) if isinstance(v, jcore.Var) else None for v in eqn.invars]
       if not any(i is not None for i in ids):
         continue
+      if eqn.primitive.name == 'scan':
+        first_x = eqn.params['num_consts'] + eqn.params['num_carry']
+        self.scanned.update(i for i in ids[first_x:] if i is not None)
       inner = _inner_jaxprs(eqn)
       if inner:
         outer = {id(v): i for v, i in zip(eqn.invars, ids) if isinstance(v, jcore.Var)}
@@ -300,7 +309,9 @@ def traced_variables(closed: jcore.ClosedJaxpr, names: list) -> list[Traced]:
       continue
     first, use = walk.first.get(i, (None, None))
     aval = var.aval
-    out.append(Traced(name[0], name[1], tuple(aval.shape), str(np.dtype(aval.dtype)), first, use))
+    out.append(Traced(
+        name[0], name[1], tuple(aval.shape), str(np.dtype(aval.dtype)), first, use, i in walk.scanned
+    ))
   return sorted(out, key=lambda t: (t.first is None, t.first or 0, format_path(t.path)))
 
 
@@ -518,6 +529,7 @@ def infer_paths(
     rules += list(given.rules)
   pairs, problems = match(linen_vars, nnx_vars)
   if problems:
+    _check_one_layout(linen_vars, nnx_vars)
     raise PathMappingError(
         'the two models do not compute with the same variables: '
         + format_offenders(problems),
@@ -547,6 +559,23 @@ def _traced(which: str, trace, *args):
     ) from e
 
 
+def _check_one_layout(linen_vars: list[Traced], nnx_vars: list[Traced]) -> None:
+  """A scanned model beside a looped one: said as such, not as every layer
+  variable unmatched."""
+  scanned = {fw: [format_path(v.path) for v in vs if v.scanned] for fw, vs in (('Linen', linen_vars), ('NNX', nnx_vars))}
+  if bool(scanned['Linen']) == bool(scanned['NNX']):
+    return
+  stacked, looped = ('Linen', 'NNX') if scanned['Linen'] else ('NNX', 'Linen')
+  raise PathMappingError(
+      f'the {stacked} model scans its layers (stacked: {format_offenders(scanned[stacked], 5)}) '
+      f'and the {looped} model loops them; infer_paths maps two models of one layout',
+      scanned[stacked],
+      fix='infer the mapping of each layout from models of that layout and join them '
+      '(converters.inference.merge_layouts(looped, scanned)), which is what paths=\'infer\' '
+      "does when linen_model and nnx_model are functions with a layout parameter ('loop'/'scan')",
+  )
+
+
 def _check_collections(pairs) -> None:
   """One path mapping serves every collection, so a path cannot name two variables."""
   seen: dict[tuple, str] = {}
@@ -560,3 +589,102 @@ def _check_collections(pairs) -> None:
             [format_path(key[1])],
         )
       seen[key] = a.collection
+
+
+# -- paths='infer' of the conversions ------------------------------------------------
+
+
+def infer_models(
+    linen_model: LinenModel | Callable[..., LinenModel],
+    nnx_model: nnx.Module | Callable[..., nnx.Module],
+    *,
+    paths: PathMapping | Iterable[PathRule] | None = None,
+    collections: Mapping[str, type] | None = None,
+    mesh: jax.sharding.Mesh | None = None,
+    rules: tuple | None = None,
+) -> PathMapping:
+  """The mapping `paths='infer'` stands for: `infer_paths` of a port given whole.
+
+  Args:
+    linen_model: a `LinenModel(module, *example_inputs)`, or a function
+      returning one; its inputs are the NNX model's too.
+    nnx_model: the NNX port (real or abstract; never modified: a copy of it
+      is traced, in eval mode), or a function returning it (called under
+      `nnx.eval_shape`: nothing is allocated).
+    paths: rules you already know; they take precedence.
+    collections: as in `infer_paths`.
+    mesh, rules: the mesh and logical rules the models are annotated for
+      (None: those in context).
+
+  When both sides are functions with a `layout` parameter (`'loop'` or
+  `'scan'`), both layouts are inferred and merged (`merge_layouts`): the
+  mapping scan <-> loop conversions need. Otherwise the two models must be of
+  one layout, and the mapping is that layout's; a function with a `layout`
+  parameter beside a model of one layout makes the layout that maps.
+
+  Raises:
+    PathMappingError: as `infer_paths`, or a side that is not a model.
+  """
+  contexts = contextlib.ExitStack()
+  with contexts:
+    if mesh is not None:
+      contexts.enter_context(jax.set_mesh(mesh))
+    if rules is not None:
+      contexts.enter_context(nn.logical_axis_rules(rules))
+    infer = functools.partial(
+        _infer_layout, linen_model, nnx_model, paths=paths, collections=collections
+    )
+    if accepts_layout(linen_model) and accepts_layout(nnx_model):
+      return merge_layouts(infer('loop'), infer('scan'))
+    if not (accepts_layout(linen_model) or accepts_layout(nnx_model)):
+      return infer(None)
+    failures = []
+    for layout in LAYOUTS:
+      try:
+        return infer(layout)
+      except PathMappingError as e:
+        failures.append(e)
+    raise min(failures, key=lambda e: len(e.paths))
+
+
+def _infer_layout(linen_model, nnx_model, layout, *, paths, collections) -> PathMapping:
+  linen = _made(linen_model, layout, 'linen_model')
+  if not isinstance(linen, LinenModel):
+    raise PathMappingError(
+        f'linen_model: got {type(linen).__name__}; give LinenModel(module, '
+        '*example_inputs) (converters.LinenModel), or a function returning one: '
+        'a Linen module alone has no inputs to trace it with'
+    )
+  if isinstance(nnx_model, nnx.Module):
+    model = nnx.merge(*nnx.split(nnx_model))  # a copy to put in eval mode
+  elif callable(nnx_model):
+    model = nnx.eval_shape(lambda: _made(nnx_model, layout, 'nnx_model'))
+  else:
+    raise PathMappingError(
+        f'nnx_model: got {type(nnx_model).__name__}; give the NNX model (real or '
+        'from nnx.eval_shape) or a function returning it'
+    )
+  if not isinstance(model, nnx.Module):
+    raise PathMappingError(
+        f'nnx_model: its function returned {type(model).__name__}, not an nnx.Module'
+    )
+  model.eval()  # the computation without dropout, as Linen's example inputs ask
+  return infer_paths(
+      linen.module, model, *linen.args, linen_kwargs=linen.kwargs, paths=paths,
+      collections=collections,
+  )
+
+
+def _made(factory, layout: str | None, what: str):
+  """`factory(layout=layout)`, or `factory()`, or the model given as it is."""
+  if isinstance(factory, (LinenModel, nn.Module, nnx.Module)) or not callable(factory):
+    return factory
+  try:
+    return factory() if layout is None or not accepts_layout(factory) else factory(layout=layout)
+  except ConversionError:
+    raise
+  except Exception as e:  # the user's factory: any error of theirs
+    raise PathMappingError(
+        f'{what}: calling {getattr(factory, "__qualname__", repr(factory))} failed: '
+        f'{type(e).__name__}: {e}'.strip()
+    ) from e

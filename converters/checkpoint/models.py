@@ -3,9 +3,9 @@
 A checkpoint stores arrays only: what they are (which parameters, which
 optimizer state, how each is annotated and sharded) comes from the models.
 A user describes a Linen model and its NNX port as they construct them:
-`LinenModel(module, *example_args, **example_kwargs)` and a function that
-returns the NNX module, plus the path mapping, the logical rules and the
-optax transform (`UserModels`). Neither model is ever materialised: each side's
+`LinenModel(module, *example_args, **example_kwargs)` (`converters.linen_model`)
+and a function that returns the NNX module, plus the path mapping, the
+logical rules and the optax transform (`UserModels`). Neither model is ever materialised: each side's
 training state is traced abstractly on the mesh (`jax.eval_shape` of Linen's
 `init` and `TrainState.create`, `nnx.eval_shape` of the NNX module and its
 `nnx.Optimizer`), with the sharding its annotations give under the rules.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect as pyinspect
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -40,37 +39,10 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from converters.errors import CheckpointError, format_offenders
 from converters.inference import infer_paths, merge_layouts
+from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import Framework, PathMapping, as_mapping
 from converters.tree_io import key_of
-
-LAYOUTS = ('loop', 'scan')
-
-
-class LinenModel:
-  """A Linen module and the example inputs its `init` is traced with.
-
-  `LinenModel(module, *args, **kwargs)` stands for `module.init(rngs, *args,
-  **kwargs)`; the inputs may be arrays or `jax.ShapeDtypeStruct`s (nothing is
-  computed). `train_state` is the `TrainState` class the training loop saves
-  (default: `TrainState` with a field per collection beside `params`).
-  """
-
-  def __init__(self, module: nn.Module, *args, train_state: type | None = None, **kwargs):
-    if not isinstance(module, nn.Module):
-      raise TypeError(
-          f'LinenModel takes a flax.linen Module first, got {type(module).__name__}; '
-          'write LinenModel(MyModule(config), example_input, ...)'
-      )
-    if train_state is not None and not (
-        isinstance(train_state, type) and issubclass(train_state, TrainState)
-    ):
-      raise TypeError(f'train_state must be a TrainState subclass, got {train_state!r}')
-    self.module, self.args, self.kwargs, self.train_state = module, args, kwargs, train_state
-
-  def __repr__(self) -> str:
-    return f'LinenModel({type(self.module).__name__}, {len(self.args)} example inputs)'
-
 
 @functools.cache
 def train_state_class(fields: tuple[str, ...]) -> type:
@@ -156,19 +128,12 @@ class Plan:
   collections: Mapping[str, type] | None = None
 
 
-def _accepts_layout(factory: Callable) -> bool:
-  try:
-    return 'layout' in pyinspect.signature(factory).parameters
-  except (TypeError, ValueError):
-    return False
-
-
 def _call(factory: Callable | Any, layout: str | None, what: str) -> Any:
   """`factory(layout=layout)`, `factory()` when no layout is asked for; a
   model given as it is (not a function) makes its own layout only."""
   if layout is None:
     return _called(factory, what) if callable(factory) else factory
-  if not (callable(factory) and _accepts_layout(factory)):
+  if not (callable(factory) and accepts_layout(factory)):
     raise CheckpointError(
         f'{what} makes one layout only (it takes no `layout` argument), so it '
         f'cannot give the {layout!r} layout asked for; give the factory a '
@@ -545,7 +510,7 @@ class UserModels:
   def layouts(self, framework: Framework) -> tuple[str | None, ...]:
     """The layouts this side's factory can make (None: only its own)."""
     factory = self.linen if framework == 'linen' else self.nnx
-    return LAYOUTS if callable(factory) and _accepts_layout(factory) else (None,)
+    return LAYOUTS if callable(factory) and accepts_layout(factory) else (None,)
 
   def side(self, framework: Framework, mesh: Mesh, layout: str | None = None) -> Side:
     """The `framework` side, in `layout` (None: the factory's own)."""

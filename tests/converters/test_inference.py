@@ -21,7 +21,9 @@ from flax import linen as nn
 from flax import nnx
 from jax.sharding import AxisType
 
-from converters import PathMapping, PathRule, Rearrange, infer_paths, linen_to_nnx
+from converters import (
+    LinenModel, PathMapping, PathRule, Rearrange, infer_paths, linen_to_nnx, nnx_to_linen, relayout,
+)
 from converters.errors import PathMappingError
 from converters.inference import merge_layouts
 from converters.presets import KIT_PATHS
@@ -122,6 +124,22 @@ def test_both_layouts_merge_into_the_hand_written_rules_with_their_stacked_paths
   }
   with pytest.raises(PathMappingError, match='do not have the same layers'):
     merge_layouts(mappings[0], PathMapping([r for r in mappings[1].rules if 'mlp' not in r.nnx]))
+
+
+@pytest.mark.parametrize('scanned', ['linen', 'nnx'])
+def test_a_scanned_model_beside_a_looped_one_is_refused_as_such(scanned):
+  linen, _, inputs, _, _, rules = zoo_pair(f'transformer-context_rules-{"scan" if scanned == "linen" else "loop"}')
+  make_nnx = zoo_pair(f'transformer-context_rules-{"scan" if scanned == "nnx" else "loop"}')[1]
+  with in_mesh(rules):
+    model = nnx.eval_shape(make_nnx)
+    model.eval()
+    with pytest.raises(PathMappingError) as e:
+      infer_paths(linen, model, inputs)
+  stacked, looped = ('Linen', 'NNX') if scanned == 'linen' else ('NNX', 'Linen')
+  assert f'the {stacked} model scans its layers' in str(e.value)
+  assert f'the {looped} model loops them' in str(e.value)
+  assert 'merge_layouts' in str(e.value)
+  assert all(('Scan' in p) or p.startswith('blocks/') for p in e.value.paths)
 
 
 @pytest.mark.parametrize('use_scan', [False, True], ids=['loop', 'scan'])
@@ -307,3 +325,109 @@ def test_the_mapping_prints_as_python_that_rebuilds_it():
   namespace = {}
   exec(fused.to_python(), namespace)
   assert namespace['PATHS'] == fused
+
+
+# -- paths='infer' of the conversions ----------------------------------------------
+
+
+def transformer_models(idiom: str = 'context_rules'):
+  """Factories of both layouts of the zoo transformer and its port."""
+  def linen(layout: str = 'loop') -> LinenModel:
+    config = TransformerConfig(scan_layers=layout == 'scan')
+    return LinenModel(linen_transformer.TransformerLM(config), TOKENS)
+
+  def port(layout: str = 'loop') -> nnx.Module:
+    config = TransformerConfig(scan_layers=layout == 'scan')
+    return nnx_transformer.TransformerLM(config, idiom=idiom, rngs=nnx.Rngs(0))
+
+  return linen, port
+
+
+def initialised(linen: LinenModel, tokens):
+  abstract = jax.eval_shape(linen.module.init, jax.random.key(0), tokens)
+  shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh(), RULES)
+  return jax.jit(linen.module.init, out_shardings=shardings)(jax.random.key(0), tokens)
+
+
+def assert_same_values(*trees) -> None:
+  """Every tree has the same leaves at the same paths, bit for bit."""
+  flats = [
+      {jax.tree_util.keystr(k): np.asarray(v)
+       for k, v in jax.tree_util.tree_leaves_with_path(nn.meta.unbox(tree))}
+      for tree in trees
+  ]
+  for flat in flats[1:]:
+    assert flat.keys() == flats[0].keys()
+    for key, value in flat.items():
+      np.testing.assert_array_equal(value, flats[0][key], err_msg=key)
+
+
+def test_conversions_take_paths_infer_with_the_two_models():
+  make_linen, make_port = transformer_models()
+  tokens = jax.random.randint(jax.random.key(1), TOKENS.shape, 0, 64)
+  with in_mesh(RULES):
+    variables = initialised(make_linen(), tokens)
+    target = make_port()
+    graphdef, before = nnx.graphdef(target), nnx.state(target, nnx.Param)
+    ported = linen_to_nnx(variables, target=target, paths='infer', linen_model=make_linen())
+    # The target is a template: not put in eval mode, nothing replaced.
+    assert nnx.graphdef(target) == graphdef
+    assert_same_values(nnx.state(target, nnx.Param), before)
+    ported.eval()
+    expected = make_linen().module.apply(variables, tokens)
+    np.testing.assert_array_equal(np.asarray(ported(tokens)), np.asarray(expected))
+    back = nnx_to_linen(ported, paths='infer', linen_model=make_linen())
+    state = nnx.state(ported, nnx.Not(nnx.RngState))
+    again = nnx_to_linen(state, paths='infer', linen_model=make_linen, nnx_model=make_port)
+  assert_same_values(variables, back, again)
+
+
+def test_factories_of_both_layouts_infer_conversions_that_change_the_layout():
+  make_linen, make_port = transformer_models('rules_metadata')
+  tokens = jax.random.randint(jax.random.key(1), TOKENS.shape, 0, 64)
+  hand_written_paths = PathMapping([
+      PathRule(r.linen, r.nnx, r.linen_stacked, r.nnx_stacked) for r in zoo_paths.TRANSFORMER['params']
+  ])
+  with in_mesh(RULES):
+    variables = initialised(make_linen('loop'), tokens)
+    stacked = relayout(
+        variables, scan=True, layer_partition='layers', paths='infer',
+        linen_model=make_linen, nnx_model=make_port,
+    )
+    assert_same_values(
+        relayout(variables, scan=True, layer_partition='layers', paths=hand_written_paths), stacked
+    )
+    ported = linen_to_nnx(
+        variables, target=make_port('scan'), scan=True, layer_partition='layers', paths='infer',
+        linen_model=make_linen, nnx_model=make_port,
+    )
+    ported.eval()
+    # Scanned models, Linen's and the port, compile to one program: bit for bit.
+    expected = make_linen('scan').module.apply(stacked, tokens)
+    np.testing.assert_array_equal(np.asarray(ported(tokens)), np.asarray(expected))
+    with pytest.raises(PathMappingError, match='needs both layouts of both models'):
+      relayout(variables, scan=True, paths='infer', linen_model=make_linen(), nnx_model=make_port)
+
+
+def test_paths_infer_without_a_model_or_with_models_unused_is_refused():
+  make_linen, make_port = transformer_models()
+  with in_mesh(RULES):
+    variables = jax.eval_shape(make_linen().module.init, jax.random.key(0), TOKENS)
+    model = nnx.eval_shape(make_port)
+    with pytest.raises(PathMappingError, match=r'pass linen_model=LinenModel\(module'):
+      linen_to_nnx(variables, target=model, paths='infer')
+    with pytest.raises(PathMappingError, match='and nnx_model='):
+      linen_to_nnx(variables, paths='infer')
+    with pytest.raises(PathMappingError, match='pass nnx_model='):
+      nnx_to_linen(nnx.state(model, nnx.Not(nnx.RngState)), paths='infer', linen_model=make_linen())
+    with pytest.raises(PathMappingError, match="linen_model given with paths=None.*paths='infer'"):
+      linen_to_nnx(variables, target=model, linen_model=make_linen())
+    with pytest.raises(PathMappingError, match="paths='guess'"):
+      linen_to_nnx(variables, target=model, paths='guess')
+    with pytest.raises(PathMappingError, match='a Linen module alone has no inputs'):
+      linen_to_nnx(variables, target=model, paths='infer', linen_model=make_linen().module)
+    with pytest.raises(PathMappingError, match=r'linen_model: calling .* failed: RuntimeError: no'):
+      linen_to_nnx(
+          variables, target=model, paths='infer',
+          linen_model=lambda: (_ for _ in ()).throw(RuntimeError('no')),
+      )

@@ -1,0 +1,61 @@
+"""`LinenModel`: a Linen module with the example inputs of one forward pass.
+
+A Linen module holds no variables: what they are (paths, shapes, dtypes,
+annotations) is known only by tracing `init` on inputs. Whatever must know a
+Linen model without running it takes it as `LinenModel(module, *args,
+**kwargs)`: `paths='infer'` of the conversions (with `converters.inference`)
+and the checkpoint tool's abstract training states (`converters.checkpoint`).
+
+Either side of a port may also be given as a factory: a function returning
+the `LinenModel` or the NNX module. A factory with a `layout` parameter
+(`'loop'` or `'scan'`) makes both layouts of its model, which is what scan <->
+loop conversions need to infer both layouts' paths.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+from flax import linen as nn
+from flax import nnx
+from flax.training.train_state import TrainState
+
+#: The layouts a factory with a `layout` parameter makes.
+LAYOUTS = ('loop', 'scan')
+
+
+class LinenModel:
+  """A Linen module and the example inputs its `init` is traced with.
+
+  `LinenModel(module, *args, **kwargs)` stands for `module.init(rngs, *args,
+  **kwargs)` and `module.apply(variables, *args, **kwargs)`; the inputs may
+  be arrays or `jax.ShapeDtypeStruct`s (nothing is computed). `train_state`
+  is the `TrainState` class a training loop saves (default: `TrainState` with
+  a field per collection beside `params`).
+  """
+
+  def __init__(self, module: nn.Module, *args, train_state: type | None = None, **kwargs):
+    if not isinstance(module, nn.Module):
+      raise TypeError(
+          f'LinenModel takes a flax.linen Module first, got {type(module).__name__}; '
+          'write LinenModel(MyModule(config), example_input, ...)'
+      )
+    if train_state is not None and not (
+        isinstance(train_state, type) and issubclass(train_state, TrainState)
+    ):
+      raise TypeError(f'train_state must be a TrainState subclass, got {train_state!r}')
+    self.module, self.args, self.kwargs, self.train_state = module, args, kwargs, train_state
+
+  def __repr__(self) -> str:
+    return f'LinenModel({type(self.module).__name__}, {len(self.args)} example inputs)'
+
+
+def accepts_layout(factory: Callable) -> bool:
+  """Whether `factory` takes a `layout` argument (makes both layouts)."""
+  if not callable(factory) or isinstance(factory, (LinenModel, nn.Module, nnx.Module)):
+    return False
+  try:
+    return 'layout' in inspect.signature(factory).parameters
+  except (TypeError, ValueError):
+    return False
