@@ -115,8 +115,8 @@ def plan(
     shape, dtype = _shape_dtype(value)
     layout = match.layout
     want = layout if scan is None or layout == 'plain' else ('scan' if scan else 'loop')
-    if want == 'scan' and match.rule.linen_stacked is None:
-      problems.append(f'{format_path(path)}: its rule has no stacked form')
+    if (missing := match.rule.missing_form(target, want)) is not None:
+      problems.append(f'{format_path(path)}: {missing}')
       offenders.append(format_path(path))
       continue
     if layout == want:
@@ -237,11 +237,11 @@ def _plan_transformed(
   """
   rearrange = rule.transform
   parts = len(rule.templates(source, layout))  # source arrays per parameter
-  part_count = max(parts, len(rule.templates(target, 'loop')))  # the part axis's size
+  part_count = max(parts, rule.parts(target))  # the part axis's size
   want = layout if scan is None or layout == 'plain' else ('scan' if scan else 'loop')
-  if want == 'scan' and rule.linen_stacked is None:
+  if (missing := rule.missing_form(target, want)) is not None:
     paths = [format_path(p) for group in layers.values() for p in group.values()]
-    problems.append(f'{format_offenders(paths)}: their rule has no stacked form')
+    problems.append(f'{format_offenders(paths)}: {missing}')
     offenders.extend(paths)
     return
   incomplete = [
@@ -365,7 +365,7 @@ def _layer_count_problem(
   extra_text = format_offenders(format_path(p) for p in extra)
   what = 'cannot stack' if verb == 'stack' else 'layers of'
   return (
-      f'{what} {rule.linen!r}: missing layers [{missing_text}], '
+      f'{what} {rule.template(source, "loop")!r}: missing layers [{missing_text}], '
       f'layers beyond num_layers={count} [{extra_text}]',
       [format_path(p) for p in missing + extra],
   )

@@ -73,7 +73,9 @@ class PathRule:
 
   Attributes:
     linen: Linen template; `{i}` marks the layer index of looped layers.
-    nnx: NNX template; `{i}` if and only if `linen` has it.
+      None for a layer parameter the Linen model only has stacked (a Linen
+      model that scans, beside a port that loops).
+    nnx: NNX template; `{i}` if and only if `linen` has it (None likewise).
     linen_stacked: Linen path of the same parameter stacked over layers by
       `nn.scan` (layer rules only; `None` if no scanned form).
     nnx_stacked: NNX path of the stacked parameter (`nnx.vmap`/`nnx.scan`).
@@ -83,10 +85,15 @@ class PathRule:
       in the order of the pattern's part axis: `linen=('q/kernel',
       'k/kernel', 'v/kernel'), nnx='qkv/kernel'` (and tuples for the stacked
       templates of that side).
+
+  Each side has the forms of its model: looped, stacked or both. A
+  conversion needs the source's form and the target's form it asks for:
+  `PathRule(None, 'blocks/{i}/w', linen_stacked='ScanBlock_0/w')` converts
+  a scanned Linen model to a looped port and back.
   """
 
-  linen: Templates
-  nnx: Templates
+  linen: Templates | None
+  nnx: Templates | None
   linen_stacked: Templates | None = None
   nnx_stacked: Templates | None = None
   transform: Rearrange | None = None
@@ -94,7 +101,7 @@ class PathRule:
   def __post_init__(self):
     for field in ('linen', 'nnx', 'linen_stacked', 'nnx_stacked'):
       value = getattr(self, field)
-      if not (value is None and field.endswith('stacked')) and not (
+      if not (value is None) and not (
           isinstance(value, str)
           or (isinstance(value, (tuple, list)) and value and all(isinstance(t, str) for t in value))
       ):
@@ -104,12 +111,25 @@ class PathRule:
         )
       if isinstance(value, list) or (isinstance(value, tuple) and len(value) == 1):
         object.__setattr__(self, field, value[0] if len(value) == 1 else tuple(value))
+    for fw in ('linen', 'nnx'):
+      if getattr(self, fw) is None and getattr(self, f'{fw}_stacked') is None:
+        raise PathMappingError(
+            f'rule {self}: give the {fw} path ({fw}=..., with {_INDEX} for looped '
+            f'layers), its stacked path ({fw}_stacked=...), or both'
+        )
     if self.transform is not None and not isinstance(self.transform, Rearrange):
       raise PathMappingError(
           f'rule {self}: transform={self.transform!r}; pass a Rearrange '
           "(e.g. Rearrange('e h d -> e (h d)', h=8)) or None"
       )
-    counts = {fw: len(self.templates(fw, 'loop')) for fw in ('linen', 'nnx')}
+    counts = {}
+    for fw in ('linen', 'nnx'):
+      found = {len(t) for t in (self.templates(fw, 'loop'), self.templates(fw, 'scan')) if t}
+      if len(found) > 1:
+        raise PathMappingError(
+            f'rule {self}: give {fw}_stacked one template per {fw} template'
+        )
+      counts[fw] = found.pop()
     if self.transform is not None and self.transform.part_axis is not None:
       parted = 'nnx' if self.transform.fused_side == 'linen' else 'linen'
       if counts[self.transform.fused_side] != 1 or counts[parted] < 2:
@@ -124,37 +144,36 @@ class PathRule:
           f'rule {self}: several templates on one side need a transform that '
           "fuses them, e.g. transform=Rearrange('e h d -> e (qkv h d)')"
       )
-    templates = self.templates('linen', 'loop') + self.templates('nnx', 'loop')
-    layered = [_INDEX in t for t in templates]
-    if len(set(layered)) > 1 or any(t.count(_INDEX) > 1 for t in templates):
+    looped = [t for fw in ('linen', 'nnx') for t in self.templates(fw, 'loop') or ()]
+    indexed = [_INDEX in t for t in looped]
+    if len(set(indexed)) > 1 or any(t.count(_INDEX) > 1 for t in looped):
       raise PathMappingError(
           f'rule {self}: put {_INDEX} exactly once in every template (a layer '
           'parameter) or in none (a parameter outside the layers)'
       )
-    stacked = (self.linen_stacked, self.nnx_stacked)
-    if (stacked[0] is None) != (stacked[1] is None):
+    has_stacked = self.linen_stacked is not None or self.nnx_stacked is not None
+    if has_stacked and not any(indexed):
       raise PathMappingError(
-          f'rule {self}: give both linen_stacked and nnx_stacked, or neither'
+          f'rule {self}: stacked templates belong to layer rules: give the looped '
+          f'template of at least one side, with {_INDEX} (a parameter stacked on both '
+          "sides and looped on neither is a plain rule: PathRule('linen/path', 'nnx/path'))"
       )
-    if stacked[0] is not None:
-      stacked_templates = self.templates('linen', 'scan') + self.templates('nnx', 'scan')
-      if not self.layered or any(_INDEX in t for t in stacked_templates):
-        raise PathMappingError(
-            f'rule {self}: stacked templates belong to layer rules and have no '
-            f'{_INDEX} (the layer index is axis 0 of the stacked array)'
-        )
-      for fw in ('linen', 'nnx'):
-        if len(self.templates(fw, 'scan')) != counts[fw]:
-          raise PathMappingError(
-              f'rule {self}: give {fw}_stacked one template per {fw} template ({counts[fw]})'
-          )
+    stacked = [t for fw in ('linen', 'nnx') for t in self.templates(fw, 'scan') or ()]
+    if any(_INDEX in t for t in stacked):
+      raise PathMappingError(
+          f'rule {self}: stacked templates have no {_INDEX} (the layer index is '
+          'axis 0 of the stacked array)'
+      )
 
   @property
   def layered(self) -> bool:
-    return _INDEX in self.templates('linen', 'loop')[0]
+    return any(
+        _INDEX in t for fw in ('linen', 'nnx') for t in self.templates(fw, 'loop') or ()
+    )
 
   def templates(self, framework: Framework, layout: Layout) -> tuple[str, ...] | None:
-    """The templates of `framework` in `layout`: one, or one per part of a fused parameter."""
+    """The templates of `framework` in `layout`: one, or one per part of a
+    fused parameter; None when that side has no such form."""
     if layout == 'scan':
       return _as_templates(self.linen_stacked if framework == 'linen' else self.nnx_stacked)
     return _as_templates(self.linen if framework == 'linen' else self.nnx)
@@ -164,17 +183,34 @@ class PathRule:
     templates = self.templates(framework, layout)
     return None if templates is None else ' & '.join(templates)
 
-  def layouts(self) -> tuple[Layout, ...]:
+  def parts(self, framework: Framework) -> int:
+    """How many arrays one parameter is on the `framework` side (fused: several)."""
+    return len(self.templates(framework, 'loop') or self.templates(framework, 'scan'))
+
+  def layouts(self, framework: Framework) -> tuple[Layout, ...]:
+    """The layouts the `framework` side has a form for."""
     if not self.layered:
       return ('plain',)
-    return ('loop', 'scan') if self.linen_stacked is not None else ('loop',)
+    return tuple(layout for layout in ('loop', 'scan') if self.templates(framework, layout))
+
+  def missing_form(self, framework: Framework, layout: Layout) -> str | None:
+    """Why this rule cannot give a `framework` path in `layout`, or None if it can."""
+    if layout == 'plain' or self.templates(framework, layout) is not None:
+      return None
+    form, field = ('stacked', f'{framework}_stacked') if layout == 'scan' else ('looped', framework)
+    return (
+        f'its rule has no {form} form on the {"Linen" if framework == "linen" else "NNX"} '
+        f'side ({field}=None)'
+    )
 
   def path(self, framework: Framework, layout: Layout, index: int | None, part: int = 0) -> tuple:
     templates = self.templates(framework, layout)
     if templates is None:
       raise PathMappingError(
-          f'rule {self} has no stacked form; add linen_stacked and nnx_stacked '
-          'to convert it to a scanned layout'
+          f'rule {self}: {self.missing_form(framework, layout)}; give '
+          f'{framework}_stacked= to convert to a scanned layout' if layout == 'scan' else
+          f'rule {self}: {self.missing_form(framework, layout)}; give {framework}= '
+          f'(with {_INDEX}) to convert to a looped layout'
       )
     template = templates[part]
     text = template.replace(_INDEX, str(index)) if layout == 'loop' else template
@@ -249,8 +285,8 @@ class PathMapping:
     self._patterns = [
         (rule, layout, fw, part, template, _compile(template))
         for rule in self.rules
-        for layout in rule.layouts()
         for fw in ('linen', 'nnx')
+        for layout in rule.layouts(fw)
         for part, template in enumerate(rule.templates(fw, layout))
     ]
     seen: dict[tuple, tuple] = {}
@@ -296,8 +332,10 @@ class PathMapping:
     lines = [f'from converters import {", ".join(names)}', '', f'{name} = PathMapping([']
     for rule in self.rules:
       args = [repr(rule.linen), repr(rule.nnx)]
-      if rule.linen_stacked is not None:
-        args += [f'linen_stacked={rule.linen_stacked!r}', f'nnx_stacked={rule.nnx_stacked!r}']
+      args += [
+          f'{field}={getattr(rule, field)!r}' for field in ('linen_stacked', 'nnx_stacked')
+          if getattr(rule, field) is not None
+      ]
       if rule.transform is not None:
         args.append(f'transform={rule.transform!r}')
       lines.append(f'    PathRule({", ".join(args)}),')

@@ -523,10 +523,10 @@ def _map(args: argparse.Namespace) -> int:
   mapping = models.inferred(args.layout, paths=given)
   if args.json:
     print(json.dumps({'ok': True, 'rules': [
-        {'linen': r.linen, 'nnx': r.nnx} | (
-            {'linen_stacked': r.linen_stacked, 'nnx_stacked': r.nnx_stacked}
-            if r.linen_stacked is not None else {}
-        ) | ({'transform': repr(r.transform)} if r.transform is not None else {})
+        {'linen': r.linen, 'nnx': r.nnx} | {
+            field: getattr(r, field) for field in ('linen_stacked', 'nnx_stacked')
+            if getattr(r, field) is not None
+        } | ({'transform': repr(r.transform)} if r.transform is not None else {})
         for r in mapping.rules
     ]}, indent=2))
   else:

@@ -85,6 +85,41 @@ def test_linen_k_steps_then_nnx_j_steps_equal_linen_k_plus_j(layouts, annotation
   assert int(back.step) == STEPS
 
 
+def each_side_in_its_layout(linen_scan: bool) -> converters.PathMapping:
+  """KIT_PATHS as a mapping of models that each have one layout: the Linen
+  side's templates of its layout only, the NNX side's of the other."""
+  return converters.PathMapping([
+      converters.PathRule(
+          None if linen_scan else r.linen, r.nnx if linen_scan else None,
+          linen_stacked=r.linen_stacked if linen_scan else None,
+          nnx_stacked=None if linen_scan else r.nnx_stacked,
+      ) if r.layered else r
+      for r in KIT_PATHS.rules
+  ])
+
+
+@pytest.mark.parametrize('layouts', LAYOUTS[2:], ids=layout_id)
+def test_a_mapping_with_one_layout_per_side_converts_training_states_across_layouts(layouts):
+  linen_scan, nnx_scan = layouts
+  linen_desc, nnx_desc = description('device', linen_scan), description('device', nnx_scan)
+  state = linen_trained(linen_desc, 'adam', K)
+  mapping = each_side_in_its_layout(linen_scan)
+  convert = lambda paths: converters.linen_to_nnx(
+      copy_tree(state), target=nnx_abstract(nnx_desc, 'adam'), scan=nnx_scan,
+      layer_partition=nnx_desc.layer_partition, paths=paths,
+  )
+  model, opt = convert(mapping)
+  assert_trees_bit_equal(nnx_arrays(model, opt), nnx_arrays(*convert(KIT_PATHS)))
+  back = converters.nnx_to_linen(
+      (model, opt), target=linen_trainer(linen_desc, 'adam').abstract_state, scan=linen_scan,
+      layer_partition=linen_desc.layer_partition, paths=mapping,
+  )
+  assert_trees_bit_equal(back, state)
+  # Keeping the layout asks the NNX side for a form it does not have.
+  with pytest.raises(converters.LayoutError, match='no (stacked|looped) form on the NNX side'):
+    converters.linen_to_nnx({'params': state.params}, paths=mapping)
+
+
 @pytest.mark.parametrize('optimizer', ['adam', 'fsdp_sgd'])
 @pytest.mark.parametrize('layouts', LAYOUTS, ids=layout_id)
 def test_nnx_k_steps_then_linen_j_steps_equal_nnx_k_plus_j(layouts, optimizer):

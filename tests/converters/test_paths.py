@@ -54,9 +54,12 @@ def test_describe_names_the_rule_of_a_path_or_says_that_none_does():
     [
         (dict(linen='A_{i}/w', nnx='a/w'), 'exactly once in every'),
         (dict(linen='A_{i}/w{i}', nnx='a/{i}/w'), 'exactly once in every'),
-        (dict(linen='A_{i}/w', nnx='a/{i}/w', linen_stacked='S/w'), 'or neither'),
         (dict(linen='A/w', nnx='a/w', linen_stacked='S/w', nnx_stacked='s/w'), 'belong to layer rules'),
+        (dict(linen=None, nnx='a/w', linen_stacked='S/w'), 'belong to layer rules'),
+        (dict(linen=None, nnx=None, linen_stacked='S/w', nnx_stacked='s/w'), 'is a plain rule'),
+        (dict(linen=None, nnx='a/{i}/w'), r'give the linen path .* its stacked path'),
         (dict(linen='A_{i}/w', nnx='a/{i}/w', linen_stacked='S_{i}/w', nnx_stacked='s/w'), 'have no {i}'),
+        (dict(linen=('A_{i}/q', 'A_{i}/k'), nnx='a/{i}/qk', linen_stacked='S/q'), 'one template per'),
     ],
 )
 def test_malformed_rules_are_rejected(rule, message):
@@ -66,9 +69,27 @@ def test_malformed_rules_are_rejected(rule, message):
 
 def test_a_rule_without_stacked_form_cannot_be_scanned():
   rule = PathRule('A_{i}/w', 'a/{i}/w')
-  with pytest.raises(PathMappingError, match='no stacked form'):
+  with pytest.raises(PathMappingError, match='no stacked form on the NNX side'):
     rule.path('nnx', 'scan', None)
   assert PathMapping([rule]).match_all('nnx', ('a', 3, 'w'))[0].index == 3
+
+
+def test_each_side_has_the_forms_of_its_model():
+  """A Linen model that scans beside a port that loops: the Linen side has
+  only its stacked path, the NNX side only its looped template."""
+  rule = PathRule(None, 'blocks/{i}/w', linen_stacked='ScanBlock_0/w')
+  assert rule.layered and rule.layouts('linen') == ('scan',) and rule.layouts('nnx') == ('loop',)
+  mapping = PathMapping([rule])
+  (m,) = mapping.match_all('linen', ('ScanBlock_0', 'w'))
+  assert (m.layout, m.rule.path('nnx', 'loop', 2)) == ('scan', ('blocks', 2, 'w'))
+  assert not mapping.match_all('linen', ('Block_0', 'w'))
+  assert rule.missing_form('nnx', 'scan') == 'its rule has no stacked form on the NNX side (nnx_stacked=None)'
+  assert rule.missing_form('linen', 'loop') == 'its rule has no looped form on the Linen side (linen=None)'
+  with pytest.raises(PathMappingError, match=r'no looped form on the Linen side .* give linen= \(with \{i\}\)'):
+    rule.path('linen', 'loop', 0)
+  namespace: dict = {}
+  exec(mapping.to_python(), namespace)
+  assert namespace['PATHS'] == mapping
 
 
 # -- keeping unmatched paths, and the default ----------------------------------------
