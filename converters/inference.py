@@ -11,9 +11,12 @@ Layers repeated in a loop fold into `{i}` templates, so the result is the
 short mapping a person would write (`PathMapping.to_python()` prints it).
 
 `infer_paths` maps two models of one layout (looped and looped, or scanned
-and scanned; a stacked variable maps as one array); `merge_layouts` joins the
-mappings of both layouts into rules with their stacked paths, for scan <->
-loop conversions. `infer_models` is what `paths='infer'` of the conversions
+and scanned; a stacked variable maps as one array), and a model that scans
+beside one that loops: both are traced again with scans unrolled and calls
+inlined, each layer sliced out of a stacked variable pairs like a looped
+one, and the rule keeps each side in its own layout (`PathRule(None,
+'blocks/{i}/w', linen_stacked='ScanBlock_0/w')`). `merge_layouts` joins
+the mappings of both layouts into rules with all four paths. `infer_models` is what `paths='infer'` of the conversions
 runs: a `LinenModel` and an NNX model, or factories of both layouts. Ports that reshaped or fused a parameter (fused attention)
 need a hand-written rule for it (`paths=` rules take precedence; the rest is
 inferred).
@@ -99,6 +102,9 @@ class Traced:
   first: int | None  # order of first use; None when the computation never reads it
   use: Use | None
   scanned: bool = False  # stacked: a scan slices it over its layers
+  #: One layer of a stacked variable, traced with its scan unrolled (its
+  #: path is the stacked variable's, its shape one layer's).
+  layer: int | None = None
 
   def signature(self, exact: bool) -> tuple:
     use = None if self.use is None else (self.use.exact if exact else self.use.structural)
@@ -106,7 +112,8 @@ class Traced:
 
   def describe(self) -> str:
     where = f'{self.use.primitive} operand {self.use.operand}' if self.use else 'never read'
-    return f'{format_path(self.path)} ({self.collection}, {self.shape} {self.dtype}, {where})'
+    layer = '' if self.layer is None else f' layer {self.layer}'
+    return f'{format_path(self.path)}{layer} ({self.collection}, {self.shape} {self.dtype}, {where})'
 
 
 # -- tracing -----------------------------------------------------------------------
@@ -189,11 +196,16 @@ def _inner_jaxprs(eqn) -> list[tuple[jcore.Jaxpr, list]]:
 class _Walk:
   """Records, in program order, every use of a variable (through sub-jaxprs)."""
 
-  def __init__(self):
+  def __init__(self, stacked: frozenset[int] = frozenset(), size: int = 0):
     self.first: dict[int, tuple[int, Use]] = {}
     self.counter = 0
     #: Variables a scan slices over (`xs`): layers stacked on axis 0.
     self.scanned: set[int] = set()
+    #: With scans unrolled: the stacked variables, and `{(variable, layer):
+    #: id}` of the layers sliced out of them (ids from `size` on).
+    self.stacked = stacked
+    self.layers: dict[tuple[int, int], int] = {}
+    self.size = size
 
   def run(self, jaxpr: jcore.Jaxpr, ident: dict) -> None:
     consumers = defaultdict(list)
@@ -223,6 +235,10 @@ class _Walk:
       if eqn.primitive.name in PASS_THROUGH and ids[0] is not None:
         ident[eqn.outvars[0]] = ids[0]
         continue
+      if ids[0] in self.stacked and (layer := _layer_sliced(eqn)) is not None:
+        key = (ids[0], layer)
+        ident[eqn.outvars[0]] = self.layers.setdefault(key, self.size + len(self.layers))
+        continue
       for position, variable in enumerate(ids):
         if variable is not None and variable not in self.first:
           others = [o for other, o in enumerate(eqn.invars) if other != position]
@@ -234,6 +250,20 @@ class _Walk:
           )
           self.first[variable] = (self.counter, use)
           self.counter += 1
+
+
+def _layer_sliced(eqn) -> int | None:
+  """The layer a `slice` takes whole out of axis 0 (how an unrolled scan
+  reads its `xs`), or None."""
+  if eqn.primitive.name != 'slice':
+    return None
+  start, limit = eqn.params['start_indices'], eqn.params['limit_indices']
+  strides = eqn.params.get('strides')
+  shape = eqn.invars[0].aval.shape
+  whole = all(a == 0 for a in start[1:]) and tuple(limit[1:]) == tuple(shape[1:])
+  if limit[0] - start[0] == 1 and whole and (strides is None or all(x == 1 for x in strides)):
+    return int(start[0])
+  return None
 
 
 def _context(jaxpr, consumers, eqn) -> tuple[tuple[str, int], ...]:
@@ -298,21 +328,34 @@ def _origin(producers, var, ident, depth=CONTEXT_DEPTH, major=False) -> tuple[st
   return tuple(chain)
 
 
-def traced_variables(closed: jcore.ClosedJaxpr, names: list) -> list[Traced]:
+def traced_variables(closed: jcore.ClosedJaxpr, names: list, stacked: frozenset = frozenset()) -> list[Traced]:
   """Every variable of a traced model, in the order the computation first uses it
-  (those it never reads last, by path)."""
-  walk = _Walk()
+  (those it never reads last, by path).
+
+  `stacked`: `(collection, path)` of variables a scan slices over, in a
+  trace with scans unrolled (`jax.disable_jit`): each layer sliced out of
+  one is a variable of its own (`Traced.layer`), as in a looped model.
+  """
+  stacked_ids = frozenset(i for i, n in enumerate(names) if n is not None and n in stacked)
+  walk = _Walk(stacked_ids, len(names))
   walk.run(closed.jaxpr, {v: i for i, (v, n) in enumerate(zip(closed.jaxpr.invars, names)) if n})
+  layers = defaultdict(list)
+  for (i, layer), ident in walk.layers.items():
+    layers[i].append((layer, ident))
   out = []
   for i, (var, name) in enumerate(zip(closed.jaxpr.invars, names)):
     if name is None:
       continue
-    first, use = walk.first.get(i, (None, None))
     aval = var.aval
-    out.append(Traced(
-        name[0], name[1], tuple(aval.shape), str(np.dtype(aval.dtype)), first, use, i in walk.scanned
-    ))
-  return sorted(out, key=lambda t: (t.first is None, t.first or 0, format_path(t.path)))
+    dtype = str(np.dtype(aval.dtype))
+    if layers.get(i):
+      for layer, ident in sorted(layers[i]):
+        first, use = walk.first.get(ident, (None, None))
+        out.append(Traced(name[0], name[1], tuple(aval.shape[1:]), dtype, first, use, True, layer))
+      continue
+    first, use = walk.first.get(i, (None, None))
+    out.append(Traced(name[0], name[1], tuple(aval.shape), dtype, first, use, i in walk.scanned))
+  return sorted(out, key=lambda t: (t.first is None, t.first or 0, format_path(t.path), t.layer or 0))
 
 
 # -- matching ----------------------------------------------------------------------
@@ -514,22 +557,28 @@ def infer_paths(
   """
   table = CollectionTable(collections)
   given = as_mapping(paths) if paths is not None else None
-  linen_jaxpr, linen_names = _traced(
-      'Linen', trace_linen, linen_module, example_args, {**example_kwargs, **(linen_kwargs or {})}
-  )
-  nnx_jaxpr, nnx_names = _traced(
-      'NNX', trace_nnx, nnx_model, example_args, {**example_kwargs, **(nnx_kwargs or {})}, table
-  )
-  linen_vars = traced_variables(linen_jaxpr, linen_names)
-  nnx_vars = traced_variables(nnx_jaxpr, nnx_names)
+  linen_args = ('Linen', trace_linen, linen_module, example_args, {**example_kwargs, **(linen_kwargs or {})})
+  nnx_args = ('NNX', trace_nnx, nnx_model, example_args, {**example_kwargs, **(nnx_kwargs or {})}, table)
+  linen_vars = traced_variables(*_traced(*linen_args))
+  nnx_vars = traced_variables(*_traced(*nnx_args))
+  stacked = [frozenset((v.collection, v.path) for v in vs if v.scanned) for vs in (linen_vars, nnx_vars)]
+  if bool(stacked[0]) != bool(stacked[1]):
+    # One model scans its layers, the other loops them: both traced again
+    # with scans unrolled, each layer of a stacked variable is a variable.
+    with jax.disable_jit():
+      linen_vars = traced_variables(*_inlined(*_traced(*linen_args)), stacked[0])
+      nnx_vars = traced_variables(*_inlined(*_traced(*nnx_args)), stacked[1])
   rules: list[PathRule] = []
   if given is not None:
     linen_vars = [v for v in linen_vars if not given.match_all('linen', v.path)]
     nnx_vars = [v for v in nnx_vars if not given.match_all('nnx', v.path)]
     rules += list(given.rules)
   pairs, problems = match(linen_vars, nnx_vars)
+  layer_rules, layer_problems = _stacked_rules(
+      [(a, b) for a, b in pairs if a.layer is not None or b.layer is not None]
+  )
+  problems += layer_problems
   if problems:
-    _check_one_layout(linen_vars, nnx_vars)
     raise PathMappingError(
         'the two models do not compute with the same variables: '
         + format_offenders(problems),
@@ -539,8 +588,96 @@ def infer_paths(
         'inferred. If the port computes differently, it is not the same model',
     )
   _check_collections(pairs)
-  rules += fold((a.path, b.path) for a, b in pairs)
-  return PathMapping(rules)
+  rules += fold((a.path, b.path) for a, b in pairs if a.layer is None and b.layer is None)
+  return PathMapping(rules + layer_rules)
+
+
+#: Call-like operations and the parameter holding the jaxpr they call.
+_CALLS = {
+    'pjit': 'jaxpr', 'jit': 'jaxpr', 'remat2': 'jaxpr', 'checkpoint': 'jaxpr',
+    'custom_jvp_call': 'call_jaxpr', 'custom_vjp_call': 'call_jaxpr', 'closed_call': 'call_jaxpr',
+}
+
+
+def _inlined(closed: jcore.ClosedJaxpr, names: list) -> tuple[jcore.ClosedJaxpr, list]:
+  """`closed` with every call (jit, remat, custom derivatives) inlined, its
+  inputs in the same order: one model's layers under `nn.remat` inside a
+  scan and another's looped plainly compute the same operations in a row."""
+
+  def run(jaxpr: jcore.Jaxpr, consts, *args):
+    env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
+    read = lambda v: v.val if isinstance(v, jcore.Literal) else env[v]
+    for eqn in jaxpr.eqns:
+      values = [read(v) for v in eqn.invars]
+      called = eqn.params.get(_CALLS.get(eqn.primitive.name, ''))
+      if called is not None:
+        inner = called if isinstance(called, jcore.ClosedJaxpr) else jcore.ClosedJaxpr(called, ())
+        outs = run(inner.jaxpr, inner.consts, *values)
+      else:
+        outs = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))
+        outs = outs if eqn.primitive.multiple_results else [outs]
+      env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
+
+  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in closed.jaxpr.invars]
+  flat = jax.make_jaxpr(lambda *a: run(closed.jaxpr, closed.consts, *a))(*avals)
+  return flat, names
+
+
+def _stacked_rules(pairs: list[tuple[Traced, Traced]]) -> tuple[list[PathRule], list[str]]:
+  """Rules for the layers of stacked variables paired with looped ones: the
+  stacked path on its side, the looped template on the other; `(rules, problems)`.
+
+  Layer `l` of a stacked array must pair with layer `l` of one looped family
+  (`Block_{i}/...` at `i = l`), for every layer."""
+  layers: dict[tuple[str, tuple], dict[int, tuple]] = defaultdict(dict)
+  for a, b in pairs:
+    stacked, looped, side = (a, b, 'linen') if a.layer is not None else (b, a, 'nnx')
+    if looped.layer is not None:  # both stacked: one layer each cannot say which layers
+      layers[side, stacked.path][stacked.layer] = None
+      continue
+    layers[side, stacked.path][stacked.layer] = looped.path
+  rules, problems = [], []
+  for (side, path), looped in layers.items():
+    template = _layer_template(looped)
+    other = 'nnx' if side == 'linen' else 'linen'
+    if template is None:
+      shown = ', '.join(
+          f'{i}: {"(stacked)" if p is None else format_path(p)}' for i, p in sorted(looped.items())
+      )
+      problems.append(
+          f'{side} {format_path(path)} (stacked): its layers pair with {other} variables '
+          f'that are not one family of layers in its order ({shown})'
+      )
+      continue
+    if side == 'linen':
+      rules.append(PathRule(None, template, linen_stacked=format_path(path)))
+    else:
+      rules.append(PathRule(template, None, nnx_stacked=format_path(path)))
+  return rules, problems
+
+
+def _layer_template(looped: dict[int, tuple | None]) -> str | None:
+  """The `{i}` template naming `looped[i]` for every layer `i` (0, 1, ...),
+  or None. With one layer, the outermost key holding its index."""
+  if any(p is None for p in looped.values()) or sorted(looped) != list(range(len(looped))):
+    return None
+  candidates = None
+  for index, path in looped.items():
+    found = {
+        _template(path, position, prefix)
+        for position, prefix, i in _indices(path) if i == index
+    }
+    candidates = found if candidates is None else candidates & found
+  if not candidates:
+    return None
+  if len(candidates) == 1:
+    return candidates.pop()
+  first = looped[0]
+  for position, prefix, i in _indices(first):  # outermost first
+    if i == 0 and (t := _template(first, position, prefix)) in candidates:
+      return t
+  return None
 
 
 def _traced(which: str, trace, *args):
@@ -557,23 +694,6 @@ def _traced(which: str, trace, *args):
         "linen_kwargs= / nnx_kwargs= (Linen's train=False); an NNX model runs as it is "
         'given (model.eval(), and any attribute its call needs set)',
     ) from e
-
-
-def _check_one_layout(linen_vars: list[Traced], nnx_vars: list[Traced]) -> None:
-  """A scanned model beside a looped one: said as such, not as every layer
-  variable unmatched."""
-  scanned = {fw: [format_path(v.path) for v in vs if v.scanned] for fw, vs in (('Linen', linen_vars), ('NNX', nnx_vars))}
-  if bool(scanned['Linen']) == bool(scanned['NNX']):
-    return
-  stacked, looped = ('Linen', 'NNX') if scanned['Linen'] else ('NNX', 'Linen')
-  raise PathMappingError(
-      f'the {stacked} model scans its layers (stacked: {format_offenders(scanned[stacked], 5)}) '
-      f'and the {looped} model loops them; infer_paths maps two models of one layout',
-      scanned[stacked],
-      fix='infer the mapping of each layout from models of that layout and join them '
-      '(converters.inference.merge_layouts(looped, scanned)), which is what paths=\'infer\' '
-      "does when linen_model and nnx_model are functions with a layout parameter ('loop'/'scan')",
-  )
 
 
 def _check_collections(pairs) -> None:
@@ -618,8 +738,8 @@ def infer_models(
 
   When both sides are functions with a `layout` parameter (`'loop'` or
   `'scan'`), both layouts are inferred and merged (`merge_layouts`): the
-  mapping scan <-> loop conversions need. Otherwise the two models must be of
-  one layout, and the mapping is that layout's; a function with a `layout`
+  mapping every scan <-> loop conversion needs. Otherwise each side maps in
+  the layout of its model (`infer_paths`); a function with a `layout`
   parameter beside a model of one layout makes the layout that maps.
 
   Raises:

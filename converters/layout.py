@@ -92,7 +92,8 @@ def plan(
     flat: `{source path: (array, annotation)}`.
     mapping: the path rules.
     source, target: the frameworks of `flat` and of the result.
-    scan: target layout of layer parameters; `None` keeps each one's layout.
+    scan: target layout of layer parameters; `None` keeps each one's layout
+      (or takes the one layout its rule has on the target side).
     layer_partition: the layer axis name to insert when stacking.
     num_layers: if given, the number of layers every layer parameter must have.
     rules: the logical rules that tell whether a name a value transform
@@ -114,7 +115,7 @@ def plan(
     value, annotation = flat[path]
     shape, dtype = _shape_dtype(value)
     layout = match.layout
-    want = layout if scan is None or layout == 'plain' else ('scan' if scan else 'loop')
+    want = _wanted_layout(match.rule, layout, target, scan)
     if (missing := match.rule.missing_form(target, want)) is not None:
       problems.append(f'{format_path(path)}: {missing}')
       offenders.append(format_path(path))
@@ -224,6 +225,19 @@ def plan(
   return targets
 
 
+def _wanted_layout(rule, layout: str, target: Framework, scan: bool | None) -> str:
+  """The target layout of a parameter in `layout`: as `scan` asks; with None,
+  its own, unless its rule's target side has only the other (a port that
+  loops what the original scans)."""
+  if layout == 'plain':
+    return layout
+  if scan is not None:
+    return 'scan' if scan else 'loop'
+  if rule.templates(target, layout) is None:
+    return 'loop' if layout == 'scan' else 'scan'
+  return layout
+
+
 def _plan_transformed(
     rule, layout, layers, flat, source, target, scan, layer_partition, num_layers,
     rules, targets, producers, problems, offenders,
@@ -238,7 +252,7 @@ def _plan_transformed(
   rearrange = rule.transform
   parts = len(rule.templates(source, layout))  # source arrays per parameter
   part_count = max(parts, rule.parts(target))  # the part axis's size
-  want = layout if scan is None or layout == 'plain' else ('scan' if scan else 'loop')
+  want = _wanted_layout(rule, layout, target, scan)
   if (missing := rule.missing_form(target, want)) is not None:
     paths = [format_path(p) for group in layers.values() for p in group.values()]
     problems.append(f'{format_offenders(paths)}: {missing}')

@@ -195,7 +195,7 @@ class PathRule:
 
   def missing_form(self, framework: Framework, layout: Layout) -> str | None:
     """Why this rule cannot give a `framework` path in `layout`, or None if it can."""
-    if layout == 'plain' or self.templates(framework, layout) is not None:
+    if layout == 'plain' or not self.layered or self.templates(framework, layout) is not None:
       return None
     form, field = ('stacked', f'{framework}_stacked') if layout == 'scan' else ('looped', framework)
     return (

@@ -388,7 +388,8 @@ class UserModels:
     nnx: a function returning the NNX module (taking `layout=` likewise);
       it is only ever called under `nnx.eval_shape`.
     paths: the Linen <-> NNX path mapping (None: every path kept; 'infer':
-      derived from what the two models compute, for models of one layout).
+      derived from what the two models compute: both layouts for factories
+      that take `layout=`, else each side in its own model's layout).
     rules: the logical axis rules both models are annotated under (Flax's
       `nn.logical_axis_rules` context around creation, conversion and
       restore).
@@ -557,17 +558,32 @@ class UserModels:
     mesh = self.make_mesh()
     to = to or info.framework
     source = self.source_side(info, mesh)
-    target_layout = layout or source.layout
-    if isinstance(self.paths, str) and target_layout != source.layout and not any(
-        r.linen_stacked is not None for r in self.mapping.rules
-    ):
-      raise CheckpointError(
-          f"paths='infer' maps models of one layout (unless both factories take "
-          f'layout=), and this conversion goes from {source.layout} to {target_layout}; '
-          'print the mapping (linen-nnx map), add the stacked templates (linen_stacked=, '
-          "nnx_stacked=) and give it as paths="
-      )
+    # By default the source's layout, or, for a port whose factory makes one
+    # layout, that one (a Linen model that scans beside a port that loops).
+    own = to != info.framework and self.layouts(to) == (None,)
+    target_layout = layout or (None if own else source.layout)
     target = self.side(to, mesh, target_layout)
+    if layout is not None and target.layout is None:
+      raise CheckpointError(
+          f'layout {layout!r} asked for, but the {to} model has no layers as the path '
+          'mapping reads them (no rule with {i} matches its parameters); leave the '
+          'layout out, or give a mapping with layer rules'
+      )
+    if target.layout not in (None, source.layout):
+      lacking = [
+          r.template(to, source.layout) or r.template(info.framework, source.layout)
+          for r in self.mapping.rules if r.missing_form(to, target.layout)
+      ]
+      if lacking:
+        raise CheckpointError(
+            f'this conversion goes from {source.layout} to {target.layout}, and the path '
+            f'mapping has no {target.layout} form on the {to} side for '
+            f'{format_offenders(lacking)}; '
+            + ("paths='infer' infers both layouts when both factories take layout=, or "
+               'maps a model of one layout to a port of the other'
+               if isinstance(self.paths, str) else
+               f'add {to}_stacked= / {to}= (looped, with {{i}}) to those rules')
+        )
     other = None
     if to == info.framework:
       other = self.side('nnx' if to == 'linen' else 'linen', mesh, target_layout)

@@ -110,14 +110,14 @@ def test_a_mapping_with_one_layout_per_side_converts_training_states_across_layo
   )
   model, opt = convert(mapping)
   assert_trees_bit_equal(nnx_arrays(model, opt), nnx_arrays(*convert(KIT_PATHS)))
+  # Without scan=, each parameter takes the one layout its rule's target side has.
   back = converters.nnx_to_linen(
-      (model, opt), target=linen_trainer(linen_desc, 'adam').abstract_state, scan=linen_scan,
+      (model, opt), target=linen_trainer(linen_desc, 'adam').abstract_state,
       layer_partition=linen_desc.layer_partition, paths=mapping,
   )
   assert_trees_bit_equal(back, state)
-  # Keeping the layout asks the NNX side for a form it does not have.
   with pytest.raises(converters.LayoutError, match='no (stacked|looped) form on the NNX side'):
-    converters.linen_to_nnx({'params': state.params}, paths=mapping)
+    converters.linen_to_nnx({'params': state.params}, scan=linen_scan, paths=mapping)
 
 
 @pytest.mark.parametrize('optimizer', ['adam', 'fsdp_sgd'])

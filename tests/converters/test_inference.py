@@ -10,6 +10,7 @@ parameter or compute differently are refused, listing what did not match.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -126,20 +127,49 @@ def test_both_layouts_merge_into_the_hand_written_rules_with_their_stacked_paths
     merge_layouts(mappings[0], PathMapping([r for r in mappings[1].rules if 'mlp' not in r.nnx]))
 
 
+def across_layouts(rows, linen_scan: bool) -> set[tuple]:
+  """Hand-written rows as the mapping of a Linen model in one layout and a
+  port in the other: each side's template of its own model's layout."""
+  return {
+      ((None, r.nnx, r.linen_stacked, None) if linen_scan else (r.linen, None, None, r.nnx_stacked))
+      if r.linen_stacked else (r.linen, r.nnx, None, None)
+      for r in rows
+  }
+
+
+def rule_set(mapping: PathMapping) -> set[tuple]:
+  return {(r.linen, r.nnx, r.linen_stacked, r.nnx_stacked) for r in mapping.rules}
+
+
+@pytest.mark.parametrize('idiom', nnx_transformer.IDIOMS)
 @pytest.mark.parametrize('scanned', ['linen', 'nnx'])
-def test_a_scanned_model_beside_a_looped_one_is_refused_as_such(scanned):
-  linen, _, inputs, _, _, rules = zoo_pair(f'transformer-context_rules-{"scan" if scanned == "linen" else "loop"}')
-  make_nnx = zoo_pair(f'transformer-context_rules-{"scan" if scanned == "nnx" else "loop"}')[1]
+def test_a_model_that_scans_maps_to_a_port_that_loops(scanned, idiom):
+  """Each stacked variable's layers, traced with the scan unrolled, pair
+  with one looped family: the stacked path on one side, `{i}` on the other."""
+  linen, _, inputs, _, _, rules = zoo_pair(f'transformer-{idiom}-{"scan" if scanned == "linen" else "loop"}')
+  make_nnx = zoo_pair(f'transformer-{idiom}-{"scan" if scanned == "nnx" else "loop"}')[1]
   with in_mesh(rules):
     model = nnx.eval_shape(make_nnx)
     model.eval()
-    with pytest.raises(PathMappingError) as e:
-      infer_paths(linen, model, inputs)
-  stacked, looped = ('Linen', 'NNX') if scanned == 'linen' else ('NNX', 'Linen')
-  assert f'the {stacked} model scans its layers' in str(e.value)
-  assert f'the {looped} model loops them' in str(e.value)
-  assert 'merge_layouts' in str(e.value)
-  assert all(('Scan' in p) or p.startswith('blocks/') for p in e.value.paths)
+    mapping = infer_paths(linen, model, inputs)
+  assert rule_set(mapping) == across_layouts(zoo_paths.TRANSFORMER['params'], scanned == 'linen')
+
+
+@pytest.mark.parametrize('linen_scan', [True, False], ids=['linen_scan', 'linen_loop'])
+def test_the_kits_mlp_maps_across_layouts_and_converts_through_it(linen_scan):
+  linen_desc, nnx_desc = description('device', linen_scan), description('device', not linen_scan)
+  x = jax.ShapeDtypeStruct((linen_desc.batch, linen_desc.depth), jnp.float32)
+  with in_mesh():
+    model = nnx.eval_shape(lambda: nnx_kit.MLP(nnx_desc, rngs=nnx.Rngs(0)))
+    mapping = infer_paths(linen_kit.MLP(linen_desc), model, x)
+    assert rule_set(mapping) == across_layouts(KIT_PATHS.rules, linen_scan)
+    init = linen_kit.MLP(linen_desc).init
+    abstract = jax.eval_shape(init, jax.random.key(0), x)
+    variables = jax.jit(init, out_shardings=nn.get_sharding(abstract, mesh()))(jax.random.key(0), jnp.ones(x.shape))
+    ported = linen_to_nnx(variables, target=model, paths=mapping)
+    expected = linen_to_nnx(variables, target=model, scan=not linen_scan, paths=KIT_PATHS)
+    assert_same_values(nnx.state(ported, nnx.Param), nnx.state(expected, nnx.Param))
+    assert_same_values(nnx_to_linen(ported, paths=mapping), variables)
 
 
 @pytest.mark.parametrize('use_scan', [False, True], ids=['loop', 'scan'])
@@ -170,26 +200,40 @@ def test_converting_through_the_inferred_mapping_gives_the_originals_outputs():
     np.testing.assert_array_equal(np.asarray(ported(tokens)), np.asarray(expected))
 
 
-def translated(mapping: PathMapping, paths) -> dict[str, str]:
-  """Where `mapping` sends each Linen path (`'linen/path' -> 'nnx/path'`)."""
+def translated(mapping: PathMapping, paths, nnx_layout: str) -> dict[str, str]:
+  """Where `mapping` sends each Linen path (`'linen/path' -> 'nnx/path'`, a
+  stacked one -> its layers' paths when the port loops, a looped one's
+  layer -> its stacked path when it scans)."""
   out = {}
   for path in paths:
     (match,) = mapping.match_all('linen', path)
-    out['/'.join(path)] = '/'.join(map(str, match.rule.path('nnx', match.layout, match.index)))
+    rule, layout = match.rule, match.layout
+    if layout == 'plain' or layout == nnx_layout:
+      out['/'.join(path)] = '/'.join(map(str, rule.path('nnx', layout, match.index)))
+    elif layout == 'loop':  # one layer of the port's stacked variable
+      out['/'.join(path)] = '/'.join(map(str, rule.path('nnx', 'scan', None))) + f'[{match.index}]'
+    else:  # stacked -> looped: its layers' paths, by layer 0's
+      out['/'.join(path)] = '/'.join(map(str, rule.path('nnx', 'loop', 0)))
   return out
 
 
-@given(config=transformer_configs(), idiom=st.sampled_from(nnx_transformer.IDIOMS))
-def test_random_transformers_infer_what_the_hand_written_mapping_says(config, idiom):
-  """Any depth, width, heads, norm and layout: every variable goes where the
-  hand-written table sends it (one block folds to no template: a single
-  layer is not a loop, and its rule names it)."""
+@given(
+    config=transformer_configs(), idiom=st.sampled_from(nnx_transformer.IDIOMS),
+    port_layout=st.sampled_from(['same', 'other']),
+)
+def test_random_transformers_infer_what_the_hand_written_mapping_says(config, idiom, port_layout):
+  """Any depth, width, heads, norm and layout, the port in the same layout
+  or the other: every variable goes where the hand-written table sends it
+  (one block folds to no template: a single layer is not a loop, and its
+  rule names it)."""
   linen = linen_transformer.TransformerLM(config)
+  port_config = config if port_layout == 'same' else dataclasses.replace(config, scan_layers=not config.scan_layers)
+  tokens = jax.ShapeDtypeStruct((2, config.max_len), jnp.int32)
   with in_mesh(RULES):
-    model = nnx.eval_shape(lambda: nnx_transformer.TransformerLM(config, idiom=idiom, rngs=nnx.Rngs(0)))
+    model = nnx.eval_shape(lambda: nnx_transformer.TransformerLM(port_config, idiom=idiom, rngs=nnx.Rngs(0)))
     model.eval()
-    mapping = infer_paths(linen, model, jax.ShapeDtypeStruct((2, config.max_len), jnp.int32))
-    variables = jax.eval_shape(linen.init, jax.random.key(0), jax.ShapeDtypeStruct((2, config.max_len), jnp.int32))
+    mapping = infer_paths(linen, model, tokens)
+    variables = jax.eval_shape(linen.init, jax.random.key(0), tokens)
   paths = [
       tuple(str(k.key) for k in keypath)
       for keypath, _ in jax.tree_util.tree_flatten_with_path(
@@ -198,8 +242,9 @@ def test_random_transformers_infer_what_the_hand_written_mapping_says(config, id
   hand = PathMapping([
       PathRule(r.linen, r.nnx, r.linen_stacked, r.nnx_stacked) for r in zoo_paths.TRANSFORMER['params']
   ])
-  assert translated(mapping, paths) == translated(hand, paths)
-  if config.num_layers > 1 and not config.scan_layers:
+  nnx_layout = 'scan' if port_config.scan_layers else 'loop'
+  assert translated(mapping, paths, nnx_layout) == translated(hand, paths, nnx_layout)
+  if config.num_layers > 1 and not config.scan_layers and port_layout == 'same':
     assert all(r.layered for r in mapping.rules if 'Block' in r.linen)
 
 

@@ -28,6 +28,7 @@ from converters.checkpoint.models import UserModels, train_state_class
 from converters.errors import CheckpointError, ShapeError
 from tests.converters.checkpoint import small_models as small
 from tests.converters.checkpoint import test_models as zoo_tests
+from tests.converters.checkpoint import zoo_models as zoo
 
 MLP = dict(linen_model=small.linen_mlp, nnx_model=small.nnx_mlp, paths=small.PATHS)
 
@@ -222,10 +223,36 @@ def test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts(tmp_p
   assert rows and all(r.identical for r in rows)
 
 
+def test_paths_infer_maps_a_linen_model_that_scans_to_a_port_that_loops(tmp_path):
+  """One factory per side, each of its own layout: the checkpoint converts
+  to the port's layout and back, leaf for leaf."""
+  from tests.converters.checkpoint import test_models as pairs
+
+  pair = pairs.PAIRS['transformer']
+  with pairs.in_mesh(pair['rules']):
+    state = pairs.linen_train_state(pair, small.make_tx(), layout='scan')
+  save(tmp_path / 'linen', state)
+  one_layout_each = dict(
+      linen_model=lambda: zoo.linen_transformer('scan'), nnx_model=lambda: zoo.nnx_transformer('loop'),
+      rules=pair['rules'], optimizer=small.make_tx, paths='infer',
+  )
+  summary = convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **one_layout_each)
+  assert summary['verified']
+  hand_written = pairs.models_of(pair, optimizer=small.make_tx)
+  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'nnx', **hand_written)
+  assert rows and all(r.identical for r in rows)
+  with ocp.StandardCheckpointer() as checkpointer:  # stored looped, as the port has it
+    stored = checkpointer.metadata(os.fspath(tmp_path / 'nnx')).item_metadata
+  assert set(stored['model']['blocks']) == {'0', '1'}
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', **one_layout_each)
+  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'back', **hand_written)
+  assert rows and all(r.identical for r in rows)
+
+
 def test_paths_infer_of_factories_of_one_layout_refuses_a_relayout(tmp_path):
   save(tmp_path / 'src', linen_state(small.make_tx()))
   models = dict(MLP, optimizer=small.make_tx, paths='infer')
   summary = convert_checkpoint(tmp_path / 'src', tmp_path / 'nnx', 'nnx', **models)
   assert summary['verified']
-  with pytest.raises(CheckpointError, match="makes one layout only|paths='infer' maps models of one layout"):
+  with pytest.raises(CheckpointError, match="layout 'scan' asked for, but the nnx model has no layers"):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'scan', 'nnx', layout='scan', **models)
