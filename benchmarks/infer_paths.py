@@ -1,8 +1,9 @@
 """Benchmark: inferring the path mapping of large models, without materialising them.
 
 The model zoo's transformer LM at 24 blocks of width 1024 (16 heads, MLP
-4096, a 32k vocabulary: about 1.3 GiB of float32 parameters), looped and
-scanned, and the kit's 64-layer depth-1024 MLP (256 MiB): `infer_paths` on
+4096, a 32k vocabulary: about 1.3 GiB of float32 parameters), looped,
+scanned, and across layouts (the Linen model scans, the port loops: both
+traced again with the scan unrolled), and the kit's 64-layer depth-1024 MLP (256 MiB): `infer_paths` on
 the Linen module and the abstract NNX port (`nnx.eval_shape`). Each model runs
 in a fresh process, which reports the wall time of `infer_paths` and its peak
 resident memory above what the process held before the call (JAX loaded, the
@@ -16,6 +17,7 @@ JSON with `seconds`, `peak_rss_mib` and `param_mib` per model.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -60,10 +62,12 @@ def measure(model: str, blocks: int, width: int) -> dict:
 
     config = TransformerConfig(
         vocab_size=32_000, width=width, num_heads=16, mlp_dim=4 * width, num_layers=blocks,
-        max_len=1024, scan_layers=model.endswith('scan'),
+        max_len=1024, scan_layers=model.endswith(('scan', 'across')),
     )
+    # across: the Linen model scans its layers, the port loops them.
+    port_config = dataclasses.replace(config, scan_layers=model.endswith('scan'))
     linen, rules = LinenLM(config), RULES
-    make_nnx = lambda: NNXLM(config, idiom='rules_metadata', rngs=nnx.Rngs(0))
+    make_nnx = lambda: NNXLM(port_config, idiom='rules_metadata', rngs=nnx.Rngs(0))
     inputs = jax.ShapeDtypeStruct((8, 128), jnp.int32)
   else:
     from kit_mlp.description import ModelDescription
@@ -104,7 +108,7 @@ def main() -> None:
     return
   results = {}
   print(f'{"model":<20} {"s (median)":>10} {"peak MiB":>9} {"param MiB":>10} {"peak/params":>12} {"rules":>6}')
-  for model in ('transformer-loop', 'transformer-scan', 'mlp'):
+  for model in ('transformer-loop', 'transformer-scan', 'transformer-across', 'mlp'):
     runs = []
     for _ in range(args.repeats):
       out = subprocess.run(

@@ -240,8 +240,8 @@ def linen_to_nnx(
     nnx_model: with `paths='infer'`, the NNX port (default: the target's
       model), or a function returning it. Functions with a `layout`
       parameter (`'loop'`/`'scan'`) on both sides give the mapping of both
-      layouts, for a conversion that also changes the layout; models of one
-      layout map that layout.
+      layouts, for conversions to either layout; models of one layout each
+      map in their own (a Linen model that scans, a port that loops).
 
   Every placed input array must sit where its annotation says, and a
   target's arrays must live on the input's mesh: the conversion checks, it

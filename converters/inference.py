@@ -740,7 +740,7 @@ def infer_models(
   `'scan'`), both layouts are inferred and merged (`merge_layouts`): the
   mapping every scan <-> loop conversion needs. Otherwise each side maps in
   the layout of its model (`infer_paths`); a function with a `layout`
-  parameter beside a model of one layout makes the layout that maps.
+  parameter beside a model of one layout makes that model's layout.
 
   Raises:
     PathMappingError: as `infer_paths`, or a side that is not a model.
@@ -758,12 +758,17 @@ def infer_models(
       return merge_layouts(infer('loop'), infer('scan'))
     if not (accepts_layout(linen_model) or accepts_layout(nnx_model)):
       return infer(None)
-    failures = []
+    found, failures = [], []
     for layout in LAYOUTS:
       try:
-        return infer(layout)
+        found.append(infer(layout))
       except PathMappingError as e:
         failures.append(e)
+    # The layout of the model given whole, if it maps: its rules keep both
+    # sides' paths (a model of the other layout maps too, across layouts).
+    whole = [m for m in found if all(r.linen is not None and r.nnx is not None for r in m.rules)]
+    if whole or found:
+      return (whole or found)[0]
     raise min(failures, key=lambda e: len(e.paths))
 
 

@@ -5,10 +5,11 @@ optimizer state, how each is annotated and sharded) comes from the models.
 A user describes a Linen model and its NNX port as they construct them:
 `LinenModel(module, *example_args, **example_kwargs)` (`converters.linen_model`)
 and a function that returns the NNX module, plus the path mapping, the
-logical rules and the optax transform (`UserModels`). Neither model is ever materialised: each side's
-training state is traced abstractly on the mesh (`jax.eval_shape` of Linen's
-`init` and `TrainState.create`, `nnx.eval_shape` of the NNX module and its
-`nnx.Optimizer`), with the sharding its annotations give under the rules.
+logical rules and the optax transform (`UserModels`). Neither model is ever
+materialised: each side's training state is traced abstractly on the mesh
+(`jax.eval_shape` of Linen's `init` and `TrainState.create`, `nnx.eval_shape`
+of the NNX module and its `nnx.Optimizer`), with the sharding its annotations
+give under the rules.
 
 A training state is what Flax's examples save: a Linen `TrainState` (a
 subclass with one field per collection `init` returns besides `params`, such

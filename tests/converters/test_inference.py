@@ -26,7 +26,7 @@ from converters import (
     LinenModel, PathMapping, PathRule, Rearrange, infer_paths, linen_to_nnx, nnx_to_linen, relayout,
 )
 from converters.errors import PathMappingError
-from converters.inference import merge_layouts
+from converters.inference import infer_models, merge_layouts
 from converters.presets import KIT_PATHS
 from linen_impl import model as linen_kit
 from model_zoo import paths as zoo_paths
@@ -476,3 +476,14 @@ def test_paths_infer_without_a_model_or_with_models_unused_is_refused():
           variables, target=model, paths='infer',
           linen_model=lambda: (_ for _ in ()).throw(RuntimeError('no')),
       )
+
+
+def test_a_factory_of_both_layouts_beside_a_model_of_one_takes_that_models_layout():
+  make_linen, make_port = transformer_models()
+  with in_mesh(RULES):
+    model = nnx.eval_shape(lambda: make_port('scan'))
+    mapping = infer_models(make_linen, model)
+  assert rule_set(mapping) == {
+      (r.linen_stacked, r.nnx_stacked, None, None) if r.linen_stacked else (r.linen, r.nnx, None, None)
+      for r in zoo_paths.TRANSFORMER['params']
+  }
