@@ -64,6 +64,13 @@ MAJOR = frozenset({
 })
 #: How far to look for the nearest structural operation.
 MAJOR_DEPTH = 8
+#: Operations whose operands commute: `sigmoid(g) * v` and `v * sigmoid(g)`
+#: use `v` the same way, so their operand positions say nothing.
+COMMUTATIVE = frozenset({'add', 'add_any', 'mul', 'max', 'min', 'and', 'or', 'xor', 'eq', 'ne'})
+
+
+def _operand(primitive: str, position: int) -> int:
+  return 0 if primitive in COMMUTATIVE else position
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,11 +91,11 @@ class Use:
 
   @property
   def exact(self) -> tuple:
-    return (self.primitive, self.operand, self.context, self.inputs)
+    return (self.primitive, _operand(self.primitive, self.operand), self.context, self.inputs)
 
   @property
   def structural(self) -> tuple:
-    return (self.primitive, self.operand, self.structure)
+    return (self.primitive, _operand(self.primitive, self.operand), self.structure)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,11 +249,14 @@ class _Walk:
       for position, variable in enumerate(ids):
         if variable is not None and variable not in self.first:
           others = [o for other, o in enumerate(eqn.invars) if other != position]
+          name = eqn.primitive.name
+          inputs = [_origin(producers, o, ident) for o in others]
+          majors = [_origin(producers, o, ident, MAJOR_DEPTH, major=True) for o in others]
+          if name in COMMUTATIVE:
+            inputs, majors = sorted(inputs), sorted(majors)
           use = Use(
-              eqn.primitive.name, position, _context(jaxpr, consumers, eqn),
-              tuple(_origin(producers, o, ident) for o in others),
-              (_next_major(jaxpr, consumers, eqn),
-               tuple(_origin(producers, o, ident, MAJOR_DEPTH, major=True) for o in others)),
+              name, position, _context(jaxpr, consumers, eqn),
+              tuple(inputs), (_next_major(jaxpr, consumers, eqn), tuple(majors)),
           )
           self.first[variable] = (self.counter, use)
           self.counter += 1
@@ -279,7 +289,7 @@ def _context(jaxpr, consumers, eqn) -> tuple[tuple[str, int], ...]:
     nxt = jaxpr.eqns[index]
     var = nxt.outvars[0] if nxt.outvars else None
     if nxt.primitive.name not in PASS_THROUGH:
-      chain.append((nxt.primitive.name, position))
+      chain.append((nxt.primitive.name, _operand(nxt.primitive.name, position)))
   return tuple(chain)
 
 
@@ -294,7 +304,7 @@ def _next_major(jaxpr, consumers, eqn) -> tuple[str, int] | None:
     index, position = uses[0]
     nxt = jaxpr.eqns[index]
     if nxt.primitive.name in MAJOR:
-      return (nxt.primitive.name, position)
+      return (nxt.primitive.name, _operand(nxt.primitive.name, position))
     var = nxt.outvars[0] if nxt.outvars else None
   return None
 
@@ -324,8 +334,29 @@ def _origin(producers, var, ident, depth=CONTEXT_DEPTH, major=False) -> tuple[st
       chain.append(f'{eqn.primitive.name}[{kinds}]')
     elif not major and eqn.primitive.name not in PASS_THROUGH:
       chain.append(eqn.primitive.name)
-    var = eqn.invars[0] if eqn.invars else None
+    var = _followed(eqn, producers, ident)
   return tuple(chain)
+
+
+def _followed(eqn, producers, ident):
+  """The operand an origin chain follows: the first, or for operands that
+  commute the one made by the operation whose name comes first (whatever
+  their order; a constant is a literal on one side and an input on the
+  other, so computed operands come first)."""
+  if not eqn.invars:
+    return None
+  if eqn.primitive.name not in COMMUTATIVE:
+    return eqn.invars[0]
+
+  def maker(v) -> str:
+    if not isinstance(v, jcore.Var):
+      return 'literal'
+    if v in ident:
+      return 'variable'
+    made = producers.get(v)
+    return 'input' if made is None else made.primitive.name
+
+  return min(eqn.invars, key=lambda v: (maker(v) in ('literal', 'input', 'variable'), maker(v)))
 
 
 def traced_variables(closed: jcore.ClosedJaxpr, names: list, stacked: frozenset = frozenset()) -> list[Traced]:
@@ -388,7 +419,10 @@ def match(linen: list[Traced], nnx_vars: list[Traced]) -> tuple[list[tuple[Trace
   for side, (mine, theirs) in enumerate((left, left[::-1])):
     this, other = ('linen', 'nnx')[side], ('nnx', 'linen')[side]
     for v in mine:
-      alike = [format_path(t.path) for t in theirs if (t.collection, t.shape, t.dtype) == (v.collection, v.shape, v.dtype)]
+      alike = list(dict.fromkeys(
+          format_path(t.path) + ('' if t.layer is None else f' layer {t.layer}')
+          for t in theirs if (t.collection, t.shape, t.dtype) == (v.collection, v.shape, v.dtype)
+      ))
       candidates = f'; {other} candidates of its shape, used otherwise: {", ".join(alike)}' if alike else ''
       problems.append(f'{this} {v.describe()}: no {other.upper() if other == "nnx" else "Linen"} variable is used this way{candidates}')
   unused = [[v for v in vs if v.use is None] for vs in (linen, nnx_vars)]

@@ -293,6 +293,59 @@ def test_a_port_that_renamed_reordered_and_split_modules_maps_exactly():
   assert mapping == NET_PATHS  # in the order the computation uses them
 
 
+class LinenGLU(nn.Module):
+  """Two kernels of one shape reading one input: only the sigmoid tells them apart."""
+
+  @nn.compact
+  def __call__(self, x, _=None):
+    value, gate = nn.Dense(8, name='value')(x), nn.Dense(8, name='gate')(x)
+    return value * nn.sigmoid(gate), None
+
+
+class NNXGLU(nnx.Module):
+  """The port computes the gate first and multiplies the other way round."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.gate = nnx.Linear(8, 8, rngs=rngs)
+    self.value = nnx.Linear(8, 8, rngs=rngs)
+
+  def __call__(self, x):
+    return jax.nn.sigmoid(self.gate(x)) * self.value(x)
+
+
+class LinenScannedGLUs(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    scanned = nn.scan(LinenGLU, variable_axes={'params': 0}, split_rngs={'params': True}, length=3)
+    return scanned(name='blocks')(x, None)[0]
+
+
+class NNXLoopedGLUs(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.layers = nnx.List([NNXGLU(rngs) for _ in range(3)])
+
+  def __call__(self, x):
+    for layer in self.layers:
+      x = layer(x)
+    return x
+
+
+@pytest.mark.parametrize('scanned', [False, True], ids=['glu', 'scanned_glus_to_a_loop'])
+def test_operands_that_commute_do_not_tell_variables_apart(scanned):
+  """`sigmoid(g) * v` is `v * sigmoid(g)`: what tells the two kernels apart
+  is the sigmoid, whichever operand of the product each is."""
+  linen = LinenScannedGLUs() if scanned else LinenGLU()
+  model = NNXLoopedGLUs(nnx.Rngs(0)) if scanned else NNXGLU(nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(0), (4, 8))
+  mapping = infer_paths(linen, model, x)
+  variables = linen.init(jax.random.key(1), x)
+  ported = linen_to_nnx(variables, target=model, paths=mapping)
+  expected = linen.apply(variables, x) if scanned else linen.apply(variables, x)[0]
+  np.testing.assert_allclose(np.asarray(ported(x)), np.asarray(expected), rtol=1e-6, atol=1e-6)
+  gates = {r.nnx for r in mapping.rules if 'gate' in (r.linen or r.linen_stacked)}
+  assert gates and all('gate' in p for p in gates)
+
+
 def test_a_port_that_dropped_a_parameter_is_refused_naming_it():
   with pytest.raises(PathMappingError) as e:
     infer_paths(LinenNet(), NNXNet(nnx.Rngs(0), bias=False), X)
