@@ -404,6 +404,7 @@ def match(linen: list[Traced], nnx_vars: list[Traced]) -> tuple[list[tuple[Trace
   # First the exact operations around each first use; then, for what is left,
   # the structure around it (two implementations of one layer may apply a
   # scale or a cast at another step).
+  problems = []
   for exact in (True, False):
     groups: dict[tuple, list[list[Traced]]] = defaultdict(lambda: [[], []])
     for side, variables in enumerate(left):
@@ -411,11 +412,13 @@ def match(linen: list[Traced], nnx_vars: list[Traced]) -> tuple[list[tuple[Trace
         groups[v.signature(exact)][side].append(v)
     left = ([], [])
     for ls, ns in groups.values():
+      if not exact and min(len(ls), len(ns)) > 1 and _guessed(ls, ns):
+        problems += _indistinct(ls, ns)
+        continue
       pairs += zip(ls, ns)
       left[0].extend(ls[len(ns):])
       left[1].extend(ns[len(ls):])
     left = tuple(sorted(vs, key=lambda t: t.first) for vs in left)
-  problems = []
   for side, (mine, theirs) in enumerate((left, left[::-1])):
     this, other = ('linen', 'nnx')[side], ('nnx', 'linen')[side]
     for v in mine:
@@ -436,6 +439,31 @@ def match(linen: list[Traced], nnx_vars: list[Traced]) -> tuple[list[tuple[Trace
   for v in by_path.values():
     problems.append(f'nnx {v.describe()}: the forward pass never reads it, and Linen has no variable of its path')
   return sorted(pairs, key=lambda p: (p[0].first is None, p[0].first or 0)), problems
+
+
+def _guessed(linen: list[Traced], nnx_vars: list[Traced]) -> bool:
+  """Whether pairing variables of one structure by their order of use would
+  be a guess: the exact operations tell them apart within a side (so they
+  are not used alike), yet none matched across sides, and they are not one
+  parameter of repeated layers (paths that differ only in indices, or the
+  layers of one stacked variable), whose order of use is their layer order."""
+  for side in (linen, nnx_vars):
+    families = {re.sub(r'\d+', '#', format_path(v.path)) for v in side}
+    if len(families) > 1 and len({v.signature(True) for v in side}) > 1:
+      return True
+  return False
+
+
+def _indistinct(linen: list[Traced], nnx_vars: list[Traced]) -> list[str]:
+  """Problems for variables that the structure of the computation cannot tell
+  apart, and whose exact operations differ between the two models."""
+  names = lambda vs: ', '.join(format_path(v.path) for v in vs)
+  return [
+      f'linen {names(linen)} and nnx {names(nnx_vars)} (used alike as far as the '
+      'structure of the two computations shows, while their exact operations differ: '
+      'only the order of use would pair them; give their rules, paths=[PathRule(...)] '
+      'for each, and the rest is inferred)'
+  ]
 
 
 # -- folding repeated layers into templates ----------------------------------------

@@ -346,6 +346,24 @@ def test_operands_that_commute_do_not_tell_variables_apart(scanned):
   assert gates and all('gate' in p for p in gates)
 
 
+class NNXScaledGLU(NNXGLU):
+  """A port that scales the input first: no kernel is used exactly as in
+  Linen, and the structure alone cannot tell the value from the gate."""
+
+  def __call__(self, x):
+    return super().__call__(x * 1.0)
+
+
+def test_variables_only_the_order_of_use_would_pair_are_refused_not_guessed():
+  x = jax.ShapeDtypeStruct((4, 8), jnp.float32)
+  with pytest.raises(PathMappingError) as e:
+    infer_paths(LinenGLU(), NNXScaledGLU(nnx.Rngs(0)), x)
+  assert 'only the order of use would pair them' in str(e.value)
+  assert 'linen value/kernel, gate/kernel and nnx gate/kernel, value/kernel' in e.value.paths
+  given = [PathRule(f'{name}/{kind}', f'{name}/{kind}') for name in ('value', 'gate') for kind in ('kernel', 'bias')]
+  assert infer_paths(LinenGLU(), NNXScaledGLU(nnx.Rngs(0)), x, paths=given) == PathMapping(given)
+
+
 def test_a_port_that_dropped_a_parameter_is_refused_naming_it():
   with pytest.raises(PathMappingError) as e:
     infer_paths(LinenNet(), NNXNet(nnx.Rngs(0), bias=False), X)
