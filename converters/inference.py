@@ -4,22 +4,26 @@
 passes abstractly (`jax.make_jaxpr` on `ShapeDtypeStruct`s: no FLOPs, no
 parameter memory) and matches every variable by where the computation
 consumes it, never by its name: the primitive and operand position of its
-first use, the chain of operations its result flows into, its shape, dtype
-and collection, and the order in which the computation first uses it.
-Names only break ties between variables the computation cannot tell apart.
-Layers repeated in a loop fold into `{i}` templates, so the result is the
-short mapping a person would write (`PathMapping.to_python()` prints it).
+first use (positions of operands that commute do not count), the chain of
+operations its result flows into, its shape, dtype and collection, and the
+order in which the computation first uses it. Variables used alike pair in
+that order only when it is their layer order or nothing tells them apart on
+either side; otherwise they are refused, not guessed. Names pair only
+variables the forward pass never reads. Layers repeated in a loop fold into
+`{i}` templates, so the result is the short mapping a person would write
+(`PathMapping.to_python()` prints it).
 
 `infer_paths` maps two models of one layout (looped and looped, or scanned
 and scanned; a stacked variable maps as one array), and a model that scans
 beside one that loops: both are traced again with scans unrolled and calls
 inlined, each layer sliced out of a stacked variable pairs like a looped
 one, and the rule keeps each side in its own layout (`PathRule(None,
-'blocks/{i}/w', linen_stacked='ScanBlock_0/w')`). `merge_layouts` joins
-the mappings of both layouts into rules with all four paths. `infer_models` is what `paths='infer'` of the conversions
-runs: a `LinenModel` and an NNX model, or factories of both layouts. Ports that reshaped or fused a parameter (fused attention)
-need a hand-written rule for it (`paths=` rules take precedence; the rest is
-inferred).
+'blocks/{i}/w', linen_stacked='ScanBlock_0/w')`). `merge_layouts` joins the
+mappings of both layouts into rules with all four paths. `infer_models` is
+what `paths='infer'` of the conversions runs: a `LinenModel` and an NNX
+model, or factories of both layouts. Ports that reshaped or fused a
+parameter (fused attention) need a hand-written rule for it (`paths=` rules
+take precedence; the rest is inferred).
 """
 
 from __future__ import annotations
