@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
 from converters import metadata as md
+from converters import provenance
 from converters.allocator import release_free_memory
 from converters.errors import (
     AnnotationError,
@@ -623,7 +624,12 @@ def execute(
     if t.kept:
       out[path] = flat[t.sources[0]][0]
     elif _abstract(flat[t.sources[0]][0]):
-      out[path] = jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[path])
+      out[path] = provenance.record(
+          jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[path]),
+          provenance.Derivation(
+              t.op, tuple(flat[s][0] for s in t.sources), t.index, t.transform
+          ),
+      )
     else:
       moved.append(path)
   if not moved:

@@ -26,6 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from converters import layout
 from converters import metadata as md
+from converters import provenance
 from converters.errors import (
     AnnotationError,
     LayoutError,
@@ -345,7 +346,10 @@ def scalar_like(value, template_dtype, mesh: Mesh | None, where: str):
     )
   if isinstance(value, jax.ShapeDtypeStruct):  # an abstract state gives an abstract step
     sharding = NamedSharding(mesh, PartitionSpec()) if mesh else value.sharding
-    return jax.ShapeDtypeStruct((), np.dtype(template_dtype), sharding=sharding)
+    return provenance.record(
+        jax.ShapeDtypeStruct((), np.dtype(template_dtype), sharding=sharding),
+        provenance.Derivation('cast', (value,), dtype=np.dtype(template_dtype)),
+    )
   try:
     number = int(np.asarray(value))
   except Exception:  # an array this process cannot read whole: its dtype was checked
@@ -367,7 +371,10 @@ def _placed_scalar(value, mesh: Mesh | None):
   """A scalar kept as it is: the input array itself, or placed replicated."""
   if isinstance(value, jax.ShapeDtypeStruct):
     sharding = NamedSharding(mesh, PartitionSpec()) if mesh else value.sharding
-    return jax.ShapeDtypeStruct((), value.dtype, sharding=sharding)
+    return provenance.record(
+        jax.ShapeDtypeStruct((), value.dtype, sharding=sharding),
+        provenance.Derivation('keep', (value,)),
+    )
   if isinstance(value, jax.Array):
     return value
   array = np.asarray(value)

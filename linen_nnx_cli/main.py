@@ -73,6 +73,28 @@ def _mesh_axes(text: str) -> tuple[str, ...]:
   return axes
 
 
+_SIZE_UNITS = {'': 1, 'b': 1, 'k': 2**10, 'kib': 2**10, 'm': 2**20, 'mib': 2**20, 'g': 2**30, 'gib': 2**30}
+
+
+def _size(text: str) -> int:
+  """An argparse type: a number of bytes, such as 1GiB, 512MiB or 1073741824."""
+  import re
+
+  match = re.fullmatch(r'\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*', text)
+  unit = match and match.group(2).lower()
+  if not match or unit not in _SIZE_UNITS:
+    raise argparse.ArgumentTypeError(
+        f'{text!r} is not a size: give bytes, or a number with KiB, MiB or GiB (e.g. 1GiB)'
+    )
+  value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+  if value < 2**20:
+    raise argparse.ArgumentTypeError(f'{text!r} is below the minimum 1MiB')
+  return value
+
+
+_size.__name__ = 'size'
+
+
 def _at_least(minimum: int):
   """An argparse type: an integer no smaller than `minimum`."""
 
@@ -213,10 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
       parents=[_checkpoint_options()],
       help='convert a training-state checkpoint between Linen and NNX',
       description=(
-          'Read an Orbax checkpoint of either implementation (or a '
-          'flax.training.checkpoints one) into its shardings, convert it, '
-          'write an Orbax checkpoint the other side restores, verify it and '
-          'move it into place. SRC is never modified.'
+          'Stream an Orbax checkpoint of either implementation (or a '
+          'flax.training.checkpoints one) chunk by chunk into an Orbax checkpoint '
+          'the other side restores, within --memory-budget, verify it and move it '
+          'into place. SRC is never modified.'
       ),
   )
   _distributed_options(convert)
@@ -235,6 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
   convert.add_argument(
       '--allow-unfinished', action='store_true',
       help='read an Orbax save of SRC that never finished (its arrays may be incomplete)',
+  )
+  convert.add_argument(
+      '--memory-budget', type=_size, default='1GiB', metavar='SIZE',
+      help='hold at most this much array data at once while streaming SRC to DST '
+      '(default 1GiB; a single chunk larger than it is moved alone)',
+  )
+  convert.add_argument(
+      '--in-memory', action='store_true',
+      help='restore SRC onto the devices, convert it there and save it, instead of '
+      'streaming it chunk by chunk from disk to disk',
   )
   convert.add_argument(
       '--optimizer', default=None, metavar='NAME|pkg.module:make_tx',
@@ -459,7 +491,8 @@ def _convert(args: argparse.Namespace) -> int:
   with Progress(STAGES, enabled=_first_process()) as progress:
     summary = convert_checkpoint(
         args.src, args.dst, args.to, layout=args.layout, force=args.force, seed=args.seed,
-        allow_unfinished=args.allow_unfinished, on_stage=progress.stage, **_models(args),
+        allow_unfinished=args.allow_unfinished, in_memory=args.in_memory,
+        memory_budget=args.memory_budget, on_stage=progress.stage, **_models(args),
     )
   summary = {'ok': True, **summary, 'seconds': {k: round(v, 3) for k, v in progress.timings.items()}}
   if not _first_process():

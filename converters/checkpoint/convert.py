@@ -28,7 +28,9 @@ import jax
 from converters.allocator import release_free_memory
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint import training_states
+from converters.checkpoint import recipes, streaming
 from converters.checkpoint.kit import models_for
+from converters.checkpoint.orbax_files import CheckpointWriter, SourceCheckpoint
 from converters.checkpoint.destination import (
     Destination,
     check_replaceable,
@@ -126,6 +128,8 @@ def convert_checkpoint(
     seed: int = 0,
     force: bool = False,
     allow_unfinished: bool = False,
+    in_memory: bool = False,
+    memory_budget: int = streaming.DEFAULT_MEMORY_BUDGET,
     on_stage: Callable[[str], None] | None = None,
 ) -> dict:
   """Converts the checkpoint at `src` into an Orbax checkpoint at `dst`.
@@ -158,6 +162,11 @@ def convert_checkpoint(
     force: replace an existing `dst` (a checkpoint, a file, a symlink, which
       is replaced as a link, or an empty directory).
     allow_unfinished: read an Orbax save of `src` that never finished.
+    in_memory: restore SRC onto the mesh, convert it there and save it (the
+      path for conversions that also need the arrays on devices); by default
+      SRC is streamed from disk to disk (`converters.checkpoint.streaming`).
+    memory_budget: streaming holds at most this many bytes of array data at
+      once (a single chunk larger than it alone).
     on_stage: called with each stage of `STAGES` as it starts (the command
       line draws its progress from it).
 
@@ -176,6 +185,10 @@ def convert_checkpoint(
     raise CheckpointError(f'to={to!r}: choose one of {FRAMEWORKS}')
   if layout not in (None, 'scan', 'loop'):
     raise CheckpointError(f'layout={layout!r}: choose scan or loop')
+  if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 2**20:
+    raise CheckpointError(
+        f'memory_budget={memory_budget!r}: give a number of bytes of at least 1 MiB'
+    )
   models = models_for(
       linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
       mesh_shape=mesh_shape, mesh_axes=mesh_axes, annotation=annotation,
@@ -190,6 +203,7 @@ def convert_checkpoint(
   info = checkpoints.inspect(source_path, allow_unfinished)
   agree('checkpoint conversion', {
       'src': source_path, 'dst': dst, 'to': to, 'layout': layout, 'force': force,
+      'in_memory': in_memory, 'memory_budget': memory_budget,
       'models': models.agreement(), 'seed': seed, 'source': info.summary(),
   })
   plan = models.plan(info, to, layout)
@@ -197,82 +211,12 @@ def convert_checkpoint(
   checkpoints.check_structure(
       info, checkpoints.leaves_of(plan.source.abstract_state), plan.source.what
   )
-  # Each stage's temporary host buffers go back to the system before the next
-  # stage allocates its own (see converters.allocator).
-  release_free_memory()
-  with jax.set_mesh(plan.mesh):
-    # A dry run on the abstract state: unmapped paths, annotations and
-    # layouts are refused before any array is read.
-    training_states.convert(plan.source.abstract_state, plan, rngs=seed)
-    state = checkpoints.restore(info, plan.source.abstract_state)
-    release_free_memory()
-
-    on_stage('converting')
-    # The restored state is ours: a relayout frees its sources group by group.
-    converted = training_states.convert(state, plan, donate=True, rngs=seed)
-    del state  # the converted state holds every array it still needs
-    release_free_memory()
-
-    on_stage('writing')
-    # One process (the first) handles directories; all write their shards
-    # into the same staging directory, named after the first one's pid.
-    first = jax.process_index() == 0
-    staging = destination.sibling('partial', exchange('staging directory', os.getpid())[0])
-    partial = os.path.join(staging, 'checkpoint')
-    failure = None
-    created = destination.missing_parents() if first else []
-    moved = False
-    if first:
-      destination.remove_stale()
-      try:
-        destination.make_staging(os.getpid())
-      except CheckpointError as e:
-        failure = str(e)
-    # Every process learns whether the first one could create it.
-    failures = [f for f in exchange('staging directory created', failure) if f is not None]
-    if failures:
-      raise CheckpointError(failures[0], [dst])
-    try:
-      checkpoints.save(partial, converted)
-      release_free_memory()
-      replaced = os.path.lexists(dst)
-      on_stage('verifying')
-      try:
-        leaves = verify(partial, converted)
-        release_free_memory()
-        failure = None
-      except VerificationError as e:
-        leaves, failure = 0, e
-      # Each process verified its own shards: all must pass.
-      failures = exchange('verification', None if failure is None else str(failure))
-      if failure is not None:
-        raise failure
-      failed = [p for p, f in enumerate(failures) if f is not None]
-      if failed:
-        raise VerificationError(
-            f'{partial}: process {failed[0]} found differences: {failures[failed[0]]}'
-        )
-      on_stage('renaming')
-      failure = None
-      if first:
-        try:
-          _move_into_place(partial, destination)
-          moved = True
-        except CheckpointError as e:
-          failure = str(e)
-      failures = [f for f in exchange('renamed into place', failure) if f is not None]
-      if failures:
-        raise CheckpointError(failures[0], [dst])
-    finally:
-      if first:
-        _remove_staging(staging, settle=not moved)
-        if not moved:  # failed: the parents it created go too
-          for parent in reversed(created):
-            try:
-              os.rmdir(parent)
-            except OSError:
-              break
-  step = converted.step if to == 'linen' else converted['optimizer']['step'][...]
+  if in_memory:
+    leaves, replaced, step = _convert_in_memory(info, plan, destination, seed, on_stage)
+  else:
+    leaves, replaced, step = _convert_streaming(
+        info, plan, destination, seed, memory_budget, on_stage
+    )
   kept, seeded = training_states.rng_state(plan)
   return {
       'source': source_summary,
@@ -290,4 +234,152 @@ def convert_checkpoint(
       'step': int(step),
       'mesh': list(mesh_shape),
       'verified': True,
+      'streamed': not in_memory,
+      'memory_budget': None if in_memory else memory_budget,
   }
+
+
+def _convert_in_memory(info, plan, destination: Destination, seed, on_stage) -> tuple[int, bool, int]:
+  """Restores SRC onto the mesh, converts it there, saves and reads it back;
+  `(leaves, replaced, step)`."""
+  # Each stage's temporary host buffers go back to the system before the next
+  # stage allocates its own (see converters.allocator).
+  release_free_memory()
+  with jax.set_mesh(plan.mesh):
+    # A dry run on the abstract state: unmapped paths, annotations and
+    # layouts are refused before any array is read.
+    training_states.convert(plan.source.abstract_state, plan, rngs=seed)
+    state = checkpoints.restore(info, plan.source.abstract_state)
+    release_free_memory()
+
+    on_stage('converting')
+    # The restored state is ours: a relayout frees its sources group by group.
+    converted = training_states.convert(state, plan, donate=True, rngs=seed)
+    del state  # the converted state holds every array it still needs
+    release_free_memory()
+
+    def save(partial: str) -> None:
+      checkpoints.save(partial, converted)
+      release_free_memory()
+
+    def check(partial: str) -> int:
+      leaves = verify(partial, converted)
+      release_free_memory()
+      return leaves
+
+    replaced, leaves = _write_in_place(destination, save, check, on_stage)
+  step = converted.step if plan.target.framework == 'linen' else converted['optimizer']['step'][...]
+  return leaves, replaced, int(step)
+
+
+def _convert_streaming(info, plan, destination: Destination, seed, budget: int, on_stage) -> tuple[int, bool, int]:
+  """Moves SRC's chunks into an Orbax checkpoint by the conversion's recipes
+  (`converters.checkpoint.streaming`); `(leaves, replaced, step)`."""
+  target, made = recipes.recipes(plan, rngs=seed)  # the dry run: every check, nothing read
+  with jax.set_mesh(plan.mesh):
+    checkpoints.check_integer_scalars(info, plan.source.abstract_state)
+  source = SourceCheckpoint(info, cache_bytes=budget // streaming.CACHE_SHARE)
+  streaming.open_source(source)
+  layout = streaming.plan_layout(made, target, source, budget)
+  processes, me = jax.process_count(), jax.process_index()
+  mine = streaming.share(layout.chunks, me, processes)
+  written = {}
+  on_stage('converting')
+
+  def save(partial: str) -> None:
+    writer = CheckpointWriter(partial, me)
+    failure = None
+    try:
+      written.update(streaming.write(layout, source, writer, mine, budget, create=me == 0))
+    except CheckpointError as e:
+      failure = e
+    failures = exchange('chunks written', None if failure is None else str(failure))
+    if failure is not None:
+      raise failure
+    others = [f for f in failures if f is not None]
+    if others:
+      raise CheckpointError(others[0], [destination.path])
+    failure = None
+    if me == 0:
+      try:
+        os.makedirs(partial, exist_ok=True)
+        writer.merge()
+        writer.write_metadata(target, layout.arrays, streaming.extension_metadata(layout, source))
+      except Exception as e:  # OSError for a full disk, TensorStore's errors
+        failure = f'{partial}: writing the checkpoint failed: {checkpoints.reason(e)}'
+    failures = [f for f in exchange('checkpoint merged', failure) if f is not None]
+    if failures:
+      raise CheckpointError(failures[0], [destination.path])
+    release_free_memory()
+
+  def check(partial: str) -> int:
+    return streaming.verify(partial, layout, target, mine, written, budget)
+
+  replaced, leaves = _write_in_place(destination, save, check, on_stage)
+  return leaves, replaced, streaming.step(layout, source)
+
+
+def _write_in_place(destination: Destination, save, check, on_stage) -> tuple[bool, int]:
+  """Writes DST with `save(partial)` in a staging sibling, verifies it with
+  `check(partial)` (every process its own share; all must pass) and renames
+  it into place; `(replaced, leaves checked)`. The staging directory goes,
+  with the parents it created, whatever fails."""
+  on_stage('writing')
+  dst = destination.path
+  # One process (the first) handles directories; all write their shards
+  # into the same staging directory, named after the first one's pid.
+  first = jax.process_index() == 0
+  staging = destination.sibling('partial', exchange('staging directory', os.getpid())[0])
+  partial = os.path.join(staging, 'checkpoint')
+  failure = None
+  created = destination.missing_parents() if first else []
+  moved = False
+  if first:
+    destination.remove_stale()
+    try:
+      destination.make_staging(os.getpid())
+    except CheckpointError as e:
+      failure = str(e)
+  # Every process learns whether the first one could create it.
+  failures = [f for f in exchange('staging directory created', failure) if f is not None]
+  if failures:
+    raise CheckpointError(failures[0], [dst])
+  try:
+    save(partial)
+    replaced = os.path.lexists(dst)
+    on_stage('verifying')
+    try:
+      leaves = check(partial)
+      failure = None
+    except VerificationError as e:
+      leaves, failure = 0, e
+    # Each process verified its own shards: all must pass.
+    failures = exchange('verification', None if failure is None else str(failure))
+    if failure is not None:
+      raise failure
+    failed = [p for p, f in enumerate(failures) if f is not None]
+    if failed:
+      raise VerificationError(
+          f'{partial}: process {failed[0]} found differences: {failures[failed[0]]}'
+      )
+    on_stage('renaming')
+    failure = None
+    if first:
+      try:
+        _move_into_place(partial, destination)
+        moved = True
+      except CheckpointError as e:
+        failure = str(e)
+    failures = [f for f in exchange('renamed into place', failure) if f is not None]
+    if failures:
+      raise CheckpointError(failures[0], [dst])
+  finally:
+    if first:
+      _remove_staging(staging, settle=not moved)
+      if not moved:  # failed: the parents it created go too
+        for parent in reversed(created):
+          try:
+            os.rmdir(parent)
+          except OSError:
+            break
+  return replaced, leaves

@@ -342,7 +342,7 @@ def restore(info: CheckpointInfo, target: Any) -> Any:
   import orbax.checkpoint as ocp
   from etils import epath
 
-  _check_integer_scalars(info, target)
+  check_integer_scalars(info, target)
   if info.format == 'flax-msgpack':
     return _place_host_tree(info, target)
   handler = ocp.StandardCheckpointHandler(restore_concurrent_gb=RESTORE_CONCURRENT_GB)
@@ -398,7 +398,7 @@ def _stored_scalars(info: CheckpointInfo, paths: list[tuple[str, ...]]) -> dict[
   return values
 
 
-def _check_integer_scalars(info: CheckpointInfo, target: Any) -> None:
+def check_integer_scalars(info: CheckpointInfo, target: Any) -> None:
   """Refuses a step or count that the target's integer dtype cannot hold.
 
   A counter saved as a Python int is stored as int64; the training state

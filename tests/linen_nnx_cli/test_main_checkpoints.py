@@ -133,7 +133,7 @@ KILL_DRIVER = """
 import os, signal, sys
 from linen_nnx_cli import progress
 from linen_nnx_cli.main import main
-from orbax.checkpoint._src.path import atomicity
+from converters.checkpoint.orbax_files import CheckpointWriter
 
 point = sys.argv[1]
 
@@ -148,12 +148,12 @@ def stage_then_stop(self, name):
     stop()
 progress.Progress.stage = stage_then_stop
 
-finalize = atomicity.AtomicRenameTemporaryPath.finalize
-async def stop_then_finalize(self, *args, **kwargs):
-  if point == 'orbax-commit':
+merge = CheckpointWriter.merge
+def stop_then_merge(self):
+  if point == 'chunks-written':
     stop()
-  return await finalize(self, *args, **kwargs)
-atomicity.AtomicRenameTemporaryPath.finalize = stop_then_finalize
+  return merge(self)
+CheckpointWriter.merge = stop_then_merge
 
 rename = os.rename
 def rename_then_stop(source, destination):
@@ -164,10 +164,10 @@ os.rename = rename_then_stop
 
 sys.exit(main(sys.argv[2:]))
 """
-# The start of each stage that touches DST; the moment Orbax has written every
-# array into the staging directory but not yet committed it; DST just renamed
+# The start of each stage that touches DST; the moment every chunk is written
+# into the staging directory but not yet merged nor described; DST just renamed
 # into place (complete, the run not yet finished).
-KILL_POINTS = ['writing', 'orbax-commit', 'verifying', 'renaming', 'renamed']
+KILL_POINTS = ['writing', 'chunks-written', 'verifying', 'renaming', 'renamed']
 
 
 @pytest.mark.parametrize('point', KILL_POINTS)

@@ -186,29 +186,50 @@ def test_stale_partial_output_of_a_killed_run_is_removed(tmp_path):
 
 
 
+def _lose_a_chunk(path) -> None:
+  """What a disk that loses one array chunk of `path` leaves."""
+  import tensorstore as ts
+
+  store = ts.KvStore.open({'driver': 'ocdbt', 'base': f'file://{path}/'}).result()
+  lost = [k for k in store.list().result() if k.startswith(b'model.layers.1.w2.value/')][-1]
+  store.delete_range(ts.KvStore.KeyRange(lost, lost + b'\0')).result()
+
+
 def _losing_save(save):
-  """`save`, on a disk that loses one array chunk."""
+  """The in-memory path's `save`, on a disk that loses one array chunk."""
 
   def losing(path, state):
-    import tensorstore as ts
-
     save(path, state)
-    store = ts.KvStore.open({'driver': 'ocdbt', 'base': f'file://{path}/'}).result()
-    lost = [k for k in store.list().result() if k.startswith(b'model.layers.1.w2.value/')][-1]
-    store.delete_range(ts.KvStore.KeyRange(lost, lost + b'\0')).result()
+    _lose_a_chunk(path)
 
   return losing
 
 
-def test_data_lost_while_writing_fails_verification_and_moves_nothing(tmp_path, monkeypatch, capsys):
+def _losing_metadata(write_metadata):
+  """The streaming writer's last step, on a disk that lost one array chunk."""
+
+  def losing(self, *args, **kwargs):
+    write_metadata(self, *args, **kwargs)
+    _lose_a_chunk(self.path)
+
+  return losing
+
+
+@pytest.mark.parametrize('in_memory', [False, True])
+def test_data_lost_while_writing_fails_verification_and_moves_nothing(tmp_path, monkeypatch, capsys, in_memory):
   from linen_nnx_cli import main as cli
+  from converters.checkpoint.orbax_files import CheckpointWriter
   from converters.errors import VerificationError
 
   write_checkpoint(tmp_path / 'src')
-  monkeypatch.setattr(checkpoints, 'save', _losing_save(checkpoints.save))
+  if in_memory:
+    monkeypatch.setattr(checkpoints, 'save', _losing_save(checkpoints.save))
+  else:
+    monkeypatch.setattr(CheckpointWriter, 'write_metadata', _losing_metadata(CheckpointWriter.write_metadata))
   with pytest.raises(VerificationError, match=r'cannot be read back at \[model/layers/1/w2/value\]'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', in_memory=in_memory)
   assert sorted(os.listdir(tmp_path)) == ['src']
-  assert cli.main(['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx']) == 1
+  argv = ['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx']
+  assert cli.main(argv + (['--in-memory'] if in_memory else [])) == 1
   assert 'model/layers/1/w2/value' in capsys.readouterr().err
   assert sorted(os.listdir(tmp_path)) == ['src']

@@ -238,11 +238,10 @@ def test_force_never_replaces_a_directory_with_more_than_a_checkpoint(tmp_path, 
 
 
 def test_dst_appearing_during_the_run_is_never_replaced_without_force(tmp_path, saved, monkeypatch):
-  from converters.checkpoint import convert as checkpoint_convert
-  from converters.checkpoint import verify as verification
+  from converters.checkpoint import streaming
 
   world(tmp_path, saved)
-  verify = verification.verify
+  verify = streaming.verify
 
   def verify_then_someone_writes_dst(*args, **kwargs):
     result = verify(*args, **kwargs)
@@ -250,7 +249,7 @@ def test_dst_appearing_during_the_run_is_never_replaced_without_force(tmp_path, 
     (tmp_path / 'new' / 'keep.txt').write_text('written meanwhile')
     return result
 
-  monkeypatch.setattr(checkpoint_convert, 'verify', verify_then_someone_writes_dst)
+  monkeypatch.setattr(streaming, 'verify', verify_then_someone_writes_dst)
   result = run('convert', tmp_path / 'ckpt', tmp_path / 'new', '--to', 'nnx', '--json')
   assert_refused(result, 'appeared while converting')
   assert os.listdir(tmp_path / 'new') == ['keep.txt']

@@ -127,18 +127,28 @@ def test_compare_compares_nnx_rng_state_and_says_what_it_cannot(tmp_path):
   assert extra['rng_not_compared'] == ['model/dropout/rngs/count', 'model/dropout/rngs/key']
 
 
-def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+@pytest.mark.parametrize('in_memory', [False, True], ids=['streaming', 'in-memory'])
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch, in_memory):
+  from converters.checkpoint.orbax_files import CheckpointWriter
+
   save(tmp_path / 'src', linen_state(small.make_tx()))
 
-  def full_disk(self, directory, *args, **kwargs):
+  def full_disk(self, *args, **kwargs):
+    directory = getattr(self, 'path', args[0])
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, 'partial'), 'w') as f:
       f.write('half')
     raise OSError(errno.ENOSPC, 'No space left on device')
 
-  monkeypatch.setattr(ocp.StandardCheckpointer, 'save', full_disk)
+  if in_memory:
+    monkeypatch.setattr(ocp.StandardCheckpointer, 'save', full_disk)
+  else:  # after some chunks are written
+    monkeypatch.setattr(CheckpointWriter, 'write', full_disk)
   with pytest.raises(CheckpointError, match='writing the checkpoint failed: OSError: .*No space left'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'new' / 'parents' / 'dst', 'nnx', optimizer=small.make_tx, **MLP)
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'new' / 'parents' / 'dst', 'nnx', optimizer=small.make_tx,
+        in_memory=in_memory, **MLP,
+    )
   assert sorted(os.listdir(tmp_path)) == ['src']  # the parents it created went too
 
 

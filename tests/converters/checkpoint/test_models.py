@@ -379,11 +379,24 @@ def test_another_optimizer_is_refused_with_its_leaves(tmp_path):
     convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models_of(PAIRS['cnn']))
 
 
+def forbid_reading(monkeypatch) -> None:
+  """Fails the test if a conversion reads array data (either path) before refusing."""
+  from converters.checkpoint import inspect as checkpoints
+  from converters.checkpoint.orbax_files import SourceCheckpoint
+
+  def fail(*args, **kwargs):
+    pytest.fail('read before refusing')
+
+  monkeypatch.setattr(checkpoints, 'restore', fail)
+  for method in ('open', 'read', 'read_chunk'):
+    monkeypatch.setattr(SourceCheckpoint, method, fail)
+
+
 def test_a_mapping_that_leaves_parameters_unmapped_is_refused_before_reading(tmp_path, monkeypatch):
   from converters.checkpoint import inspect as checkpoints
 
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
-  monkeypatch.setattr(checkpoints, 'restore', lambda *a: pytest.fail('read before refusing'))
+  forbid_reading(monkeypatch)
   partial = zoo.PathMapping([r for r in zoo.CNN_PATHS.rules if 'Dense_1' not in r.linen])
   with pytest.raises(PathMappingError, match='no rule maps these linen paths: .*Dense_1/kernel'):
     convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models_of(PAIRS['cnn']) | {'paths': partial})
@@ -393,7 +406,7 @@ def test_a_port_of_another_width_is_refused_leaf_by_leaf_before_reading(tmp_path
   from converters.checkpoint import inspect as checkpoints
 
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
-  monkeypatch.setattr(checkpoints, 'restore', lambda *a: pytest.fail('read before refusing'))
+  forbid_reading(monkeypatch)
   wider = zoo.CNNConfig(hidden=32)
   models = models_of(PAIRS['cnn']) | dict(nnx_model=lambda: zoo.nnx_cnn_module.CNN(wider, rngs=nnx.Rngs(0)))
   with pytest.raises(ShapeError) as e:
@@ -413,7 +426,7 @@ def test_a_missing_rule_is_named_on_both_sides_before_reading(tmp_path, monkeypa
   from converters.checkpoint import inspect as checkpoints
 
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
-  monkeypatch.setattr(checkpoints, 'restore', lambda *a: pytest.fail('read before refusing'))
+  forbid_reading(monkeypatch)
   partial = zoo.PathMapping([r for r in zoo.CNN_PATHS.rules if 'Dense_1' not in r.linen])
   with pytest.raises(PathMappingError) as e:
     convert_checkpoint(src, tmp_path / 'nnx', 'nnx', **models_of(PAIRS['cnn']) | {'paths': partial})

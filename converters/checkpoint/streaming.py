@@ -1,0 +1,509 @@
+"""Converting a checkpoint from disk to disk, chunk by chunk, within a memory budget.
+
+`write` carries out the recipes of a conversion (`converters.checkpoint.recipes`)
+from the source checkpoint's files to a new Orbax checkpoint
+(`converters.checkpoint.orbax_files`) without placing anything on a device:
+
+- a chunk whose data does not change moves as its encoded bytes, never
+  decoded: every chunk of a same-layout conversion, each layer's chunks when
+  looped layers are stacked, and each layer's chunks when a stack whose chunks
+  hold one layer each is sliced;
+- everything else (a slice of chunks that hold several layers, a cast
+  counter, a rule's transform, a seeded RNG key) is read decoded, computed on
+  the host and written region by region, encoded by TensorStore.
+
+The target keeps the source's chunks, with one layer per chunk along a
+stacked axis: a later relayout of what it writes moves bytes again. Arrays it
+computes are chunked by their shards, as Orbax chunks them, split further
+when a chunk would take more than an eighth of the budget.
+
+At most `memory_budget` bytes of chunk data are held at once (a chunk larger
+than the budget is moved alone). Every chunk written is recorded with the
+CRC-32 of its bytes (encoded when moved, decoded when computed); `verify`
+reads the written checkpoint back through a fresh TensorStore context and
+compares each chunk's checksum, and its Orbax metadata with the target's
+tree. With several processes, each moves a contiguous share of the chunks
+into its own database (`ocdbt.process_N`) and verifies its own share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import zlib
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from converters.allocator import release_free_memory
+from converters.checkpoint import inspect as checkpoints
+from converters.checkpoint.orbax_files import (
+    CheckpointWriter,
+    Region,
+    SourceCheckpoint,
+    StoredArray,
+    chunk_grid,
+    chunk_region,
+    run_coroutine,
+)
+from converters.checkpoint.recipes import Constant, Made, Recipe, Stored
+from converters.errors import CheckpointError, VerificationError, format_offenders
+
+Leaf = tuple[str, ...]
+
+DEFAULT_MEMORY_BUDGET = 2**30
+# The share of the budget that caches decoded source chunks, so that slicing
+# one layer at a time out of chunks that hold several layers reads each once.
+CACHE_SHARE = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+  """One chunk of a target array to write.
+
+  Attributes:
+    leaf: the target array.
+    index: the chunk's index in the target's chunk grid.
+    source: `(source leaf, chunk index)` of the chunk moved as bytes, or None
+      when it is computed.
+    cost: the bytes it holds while being written.
+    order: sorts chunks that read the same source chunks next to each other.
+  """
+
+  leaf: Leaf
+  index: tuple[int, ...]
+  source: tuple[Leaf, tuple[int, ...]] | None
+  cost: int
+  order: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """The target arrays and the chunks to write."""
+
+  arrays: dict[Leaf, StoredArray]
+  chunks: list[Chunk]
+  recipes: Mapping[Leaf, Recipe]
+
+  @property
+  def moved_bytes(self) -> int:
+    return sum(c.cost for c in self.chunks if c.source is not None)
+
+
+def _name(leaf: Leaf) -> str:
+  return '.'.join(leaf)
+
+
+def _moved(recipe: Recipe, source: SourceCheckpoint) -> StoredArray | None:
+  """The chunk layout a target array keeps from the source when its chunks can
+  move as bytes (its zarr metadata), or None when they must be computed."""
+  if isinstance(recipe, Stored):
+    array = source.arrays[recipe.leaf]
+    return array if array.zarr is not None else None
+  if not isinstance(recipe, Made) or recipe.transform is not None:
+    return None
+  if recipe.op == 'keep' and len(recipe.inputs) == 1:
+    return _moved(recipe.inputs[0], source)
+  if recipe.op == 'stack':
+    layers = [_moved(r, source) for r in recipe.inputs]
+    if None in layers or len({(a.shape, a.chunks, a.codec()) for a in layers}) != 1:
+      return None
+    first = layers[0]
+    return dataclasses.replace(
+        first, shape=(len(layers),) + first.shape, chunks=(1,) + first.chunks,
+        zarr={**first.zarr, 'shape': [len(layers), *first.shape], 'chunks': [1, *first.chunks]},
+    )
+  if recipe.op == 'slice' and len(recipe.inputs) == 1:
+    stacked = _moved(recipe.inputs[0], source)
+    if stacked is None or stacked.chunks[:1] != (1,):
+      return None
+    return dataclasses.replace(
+        stacked, shape=stacked.shape[1:], chunks=stacked.chunks[1:],
+        zarr={**stacked.zarr, 'shape': list(stacked.shape[1:]), 'chunks': list(stacked.chunks[1:])},
+    )
+  return None
+
+
+def _source_chunk(recipe: Recipe, index: tuple[int, ...]) -> tuple[Leaf, tuple[int, ...]]:
+  """The source chunk a moved target chunk is (see `_moved`)."""
+  if isinstance(recipe, Stored):
+    return recipe.leaf, index
+  if recipe.op == 'keep':
+    return _source_chunk(recipe.inputs[0], index)
+  if recipe.op == 'stack':
+    return _source_chunk(recipe.inputs[index[0]], index[1:])
+  return _source_chunk(recipe.inputs[0], (recipe.index,) + index)
+
+
+def _inherited_chunks(recipe: Recipe, source: SourceCheckpoint) -> tuple[int, ...] | None:
+  """The source's chunks as the target keeps them (a layer per chunk along a
+  stacked axis), or None when the recipe computes new values."""
+  if isinstance(recipe, Stored):
+    return source.arrays[recipe.leaf].chunks
+  if not isinstance(recipe, Made) or recipe.transform is not None:
+    return None
+  if recipe.op == 'keep' and len(recipe.inputs) == 1:
+    return _inherited_chunks(recipe.inputs[0], source)
+  if recipe.op == 'stack':
+    inner = _inherited_chunks(recipe.inputs[0], source)
+    return None if inner is None else (1,) + inner
+  if recipe.op == 'slice':
+    inner = _inherited_chunks(recipe.inputs[0], source)
+    return None if inner is None else inner[1:]
+  return None
+
+
+def _computed_chunks(recipe: Recipe, value: Any, source: SourceCheckpoint, budget: int) -> tuple[int, ...]:
+  """Chunks for a computed array: the source's where it keeps them, else its
+  shards (as Orbax chunks); at most an eighth of the budget each."""
+  from orbax.checkpoint._src.arrays import subchunking
+
+  shape = tuple(recipe.shape)
+  chunks = _inherited_chunks(recipe, source)
+  if chunks is None:
+    sharding = getattr(value, 'sharding', None)
+    chunks = tuple(sharding.shard_shape(tuple(value.shape))) if sharding is not None else shape
+    chunks = chunks + shape[len(chunks):]  # a key array's key-data axis
+  chunks = tuple(max(1, min(c, n)) for c, n in zip(chunks, shape))
+  limit = max(budget // 8, recipe.dtype.itemsize)
+  if int(np.prod(chunks)) * recipe.dtype.itemsize > limit:
+    chunks = tuple(subchunking.choose_chunk_shape(shape, chunks, recipe.dtype, limit))
+  return chunks
+
+
+def _read_bytes(recipe: Recipe, region: Region, source: SourceCheckpoint) -> int:
+  """About how many bytes reading `region` of `recipe` decodes from the source."""
+  if isinstance(recipe, Stored):
+    array = source.arrays[recipe.leaf]
+    grid = chunk_grid(array.shape, array.chunks)
+    touched = [
+        (min(b - 1, n - 1) // c - a // c + 1) if b > a else 0
+        for (a, b), c, n in zip(region, array.chunks, grid)
+    ] if array.chunks else []
+    return int(np.prod(touched or [1])) * int(np.prod(array.chunks or [1])) * array.dtype.itemsize
+  if isinstance(recipe, Constant):
+    return 0
+  if recipe.transform is not None:
+    return sum(_read_bytes(r, tuple((0, n) for n in r.shape), source) for r in recipe.inputs)
+  if recipe.op == 'stack':
+    return sum(_read_bytes(recipe.inputs[l], region[1:], source) for l in range(*region[0]))
+  if recipe.op == 'slice':
+    return _read_bytes(recipe.inputs[0], ((recipe.index, recipe.index + 1),) + region, source)
+  return _read_bytes(recipe.inputs[0], region, source)
+
+
+def _first_source(recipe: Recipe, region: Region) -> tuple:
+  """Where `region` starts in the first stored array it reads: chunks reading
+  the same source chunk sort next to each other."""
+  if isinstance(recipe, Stored):
+    return (recipe.leaf, tuple(a for a, _ in region))
+  if isinstance(recipe, Constant) or not recipe.inputs:
+    return ()
+  if recipe.transform is not None:
+    return _first_source(recipe.inputs[0], tuple((0, n) for n in recipe.inputs[0].shape))
+  if recipe.op == 'stack':
+    return _first_source(recipe.inputs[region[0][0]], region[1:])
+  if recipe.op == 'slice':
+    return _first_source(recipe.inputs[0], ((recipe.index, recipe.index + 1),) + region)
+  return _first_source(recipe.inputs[0], region)
+
+
+def plan_layout(
+    recipes: Mapping[Leaf, Recipe], target: Any, source: SourceCheckpoint, budget: int
+) -> Layout:
+  """The target arrays (name, shape, chunks, codec) and every chunk to write."""
+  values = {
+      checkpoints.string_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(target)[0]
+  }
+  arrays, chunks = {}, []
+  for leaf, recipe in recipes.items():
+    moved = _moved(recipe, source)
+    if moved is not None and tuple(moved.shape) == tuple(recipe.shape):
+      array = dataclasses.replace(moved, name=_name(leaf))
+      for index in np.ndindex(*chunk_grid(array.shape, array.chunks)):
+        region = chunk_region(array.shape, array.chunks, index)
+        cost = int(np.prod([b - a for a, b in region])) * array.dtype.itemsize
+        chunks.append(Chunk(leaf, index, _source_chunk(recipe, index), cost, (leaf, index)))
+    else:
+      shape = tuple(recipe.shape)
+      grid_chunks = _computed_chunks(recipe, values[leaf], source, budget)
+      array = StoredArray(
+          _name(leaf), shape, recipe.dtype, grid_chunks,
+          CheckpointWriter.zarr_metadata(shape, recipe.dtype, grid_chunks),
+      )
+      whole = isinstance(recipe, Made) and recipe.transform is not None
+      for index in np.ndindex(*chunk_grid(array.shape, array.chunks)):
+        region = chunk_region(array.shape, array.chunks, index)
+        out = int(np.prod([b - a for a, b in region])) * array.dtype.itemsize
+        reads = _read_bytes(recipe, region, source)
+        cost = 3 * array.nbytes if whole else out + reads
+        chunks.append(Chunk(leaf, index, None, cost, _first_source(recipe, region) + (leaf, index)))
+    arrays[leaf] = array
+  chunks.sort(key=lambda c: (c.source is None, repr(c.order)))
+  return Layout(arrays, chunks, recipes)
+
+
+async def _evaluate(recipe: Recipe, region: Region, source: SourceCheckpoint) -> np.ndarray:
+  """`region` of what `recipe` makes, on the host."""
+  if isinstance(recipe, Stored):
+    return await source.read(recipe.leaf, region)
+  if isinstance(recipe, Constant):
+    return recipe.value[tuple(slice(a, b) for a, b in region)]
+  if recipe.transform is not None:
+    whole = await _transformed(recipe, source)
+    return whole[tuple(slice(a, b) for a, b in region)]
+  if recipe.op == 'stack':
+    layers = await asyncio.gather(*(
+        _evaluate(recipe.inputs[l], region[1:], source) for l in range(*region[0])
+    ))
+    return np.stack(layers) if layers else np.zeros((0,) + tuple(b - a for a, b in region[1:]), recipe.dtype)
+  if recipe.op == 'slice':
+    return (await _evaluate(recipe.inputs[0], ((recipe.index, recipe.index + 1),) + region, source))[0]
+  value = await _evaluate(recipe.inputs[0], region, source)
+  return value.astype(recipe.dtype) if recipe.op == 'cast' else value
+
+
+async def _transformed(recipe: Made, source: SourceCheckpoint) -> np.ndarray:
+  """The whole of a recipe with a transform, computed as the in-memory
+  conversion computes it (`converters.layout`), on the host's CPU device."""
+  inputs = await asyncio.gather(*(
+      _evaluate(r, tuple((0, n) for n in r.shape), source) for r in recipe.inputs
+  ))
+  parts = recipe.transform.source_arrays
+  if recipe.op == 'stack':
+    layers = len(inputs) // parts
+    values = [np.stack(inputs[p * layers:(p + 1) * layers]) for p in range(parts)]
+  elif recipe.op == 'slice':
+    values = [x[recipe.index] for x in inputs]
+  else:
+    values = list(inputs)
+  cpu = jax.devices('cpu')[0]
+  with jax.default_device(cpu):
+    result = np.asarray(jax.jit(recipe.transform)([jax.device_put(v, cpu) for v in values]))
+  if result.shape != tuple(recipe.shape) or result.dtype != recipe.dtype:
+    raise CheckpointError(
+        f'a transform made {result.shape} {result.dtype}, the plan expected '
+        f'{recipe.shape} {recipe.dtype}'
+    )
+  return result
+
+
+def _crc(data) -> int:
+  return zlib.crc32(np.ascontiguousarray(data).view(np.uint8).reshape(-1)) if isinstance(data, np.ndarray) else zlib.crc32(data)
+
+
+async def _bounded(jobs: list, budget: int, run: Callable[[Any], Coroutine], cost: Callable[[Any], int]) -> list:
+  """Runs `run(job)` for every job, at most `budget` bytes of them at once (a
+  larger one alone); every job finishes before an error is raised."""
+  running: dict[asyncio.Task, int] = {}
+  tasks = []
+  released = 0
+  for job in jobs:
+    while running and sum(running.values()) + cost(job) > budget:
+      finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+      for task in finished:
+        released += running.pop(task)
+      if any(t.exception() is not None for t in finished):
+        break
+    if any(t.done() and t.exception() is not None for t in tasks):
+      break
+    if released >= 4 * budget:  # TensorStore's threads keep freed buffers in their arenas
+      released = 0
+      release_free_memory()
+    task = asyncio.ensure_future(run(job))
+    running[task] = cost(job)
+    tasks.append(task)
+  await asyncio.gather(*running, return_exceptions=True)
+  release_free_memory()
+  for task in tasks:
+    if task.exception() is not None:
+      raise task.exception()
+  return [task.result() for task in tasks]
+
+
+def share(chunks: list[Chunk], process: int, processes: int) -> list[Chunk]:
+  """The contiguous run of chunks one process writes, of about equal bytes."""
+  if processes == 1:
+    return chunks
+  total = sum(c.cost for c in chunks) or 1
+  out, seen = [], 0
+  for chunk in chunks:
+    if min(processes - 1, seen * processes // total) == process:
+      out.append(chunk)
+    seen += chunk.cost
+  return out
+
+
+def _read_error(info, e: BaseException) -> CheckpointError:
+  if isinstance(e, CheckpointError):
+    return e
+  return CheckpointError(
+      f'{info.path}: the checkpoint is corrupted or incomplete; reading its '
+      f'arrays failed: {checkpoints.reason(e)}'
+  )
+
+
+def write(
+    layout: Layout,
+    source: SourceCheckpoint,
+    writer: CheckpointWriter,
+    chunks: list[Chunk],
+    budget: int,
+    create: bool,
+) -> dict[tuple[Leaf, tuple[int, ...]], int]:
+  """Writes `chunks` (this process's share) of `layout`; `create` also writes
+  every array's zarr metadata. Returns each chunk's CRC-32.
+
+  Raises:
+    CheckpointError: the source cannot be read (corrupted or incomplete), or
+      the target cannot be written (a full disk).
+  """
+
+  async def one(chunk: Chunk) -> int:
+    array = layout.arrays[chunk.leaf]
+    try:
+      if chunk.source is not None:
+        data = await source.read_chunk(*chunk.source)
+      else:
+        region = chunk_region(array.shape, array.chunks, chunk.index)
+        data = await _evaluate(layout.recipes[chunk.leaf], region, source)
+        data = np.asarray(data, dtype=array.dtype)
+    except Exception as e:  # TensorStore raises several types for bad data
+      raise _read_error(source.info, e) from e
+    try:
+      if chunk.source is not None:
+        await writer.write_chunk(array, chunk.index, data)
+      else:
+        await writer.write(array, chunk_region(array.shape, array.chunks, chunk.index), data)
+    except Exception as e:  # OSError for a full disk, among others
+      raise CheckpointError(
+          f'{writer.path}: writing the checkpoint failed: {checkpoints.reason(e)}; is the '
+          'disk full or over a quota? Nothing was moved into place'
+      ) from e
+    return _crc(data)
+
+  async def main():
+    await writer.open()
+    if create:
+      await asyncio.gather(*(writer.create(a) for a in layout.arrays.values()))
+    crcs = await _bounded(chunks, budget - budget // CACHE_SHARE, one, lambda c: c.cost)
+    await writer.close()
+    return crcs
+
+  crcs = run_coroutine(main())
+  return {(c.leaf, c.index): crc for c, crc in zip(chunks, crcs)}
+
+
+def verify(
+    path: str,
+    layout: Layout,
+    target: Any,
+    chunks: list[Chunk],
+    written: Mapping[tuple[Leaf, tuple[int, ...]], int],
+    budget: int,
+) -> int:
+  """Reads the written checkpoint at `path` back and checks it.
+
+  Its Orbax metadata must list the target's leaves with their shapes and
+  dtypes, and every chunk of `chunks` must read back with the checksum it
+  was written with (moved chunks as bytes, computed ones decoded).
+
+  Returns:
+    The number of leaves checked.
+
+  Raises:
+    VerificationError: listing every leaf that is missing, extra, of another
+      shape or dtype, unreadable or different.
+  """
+  try:
+    info = checkpoints.inspect(path)
+  except CheckpointError as e:
+    raise VerificationError(f'what was written cannot be read back: {e}') from e
+  wanted = checkpoints.leaves_of(target)
+  missing, extra, differing = checkpoints.differences(info.leaves, wanted)
+  structure = missing + extra + [d.split(' ')[0] for d in differing]
+  if structure:
+    raise VerificationError(
+        f'{path}: what was written does not hold the converted tree at '
+        f'[{format_offenders(structure)}]; nothing was moved into place',
+        structure,
+    )
+  reader = SourceCheckpoint(info)
+
+  async def one(chunk: Chunk) -> bool:
+    array = layout.arrays[chunk.leaf]
+    if chunk.source is not None:
+      data = await reader.read_chunk(chunk.leaf, chunk.index)
+    else:
+      data = np.asarray(await reader.read(chunk.leaf, chunk_region(array.shape, array.chunks, chunk.index)))
+    return _crc(data) == written[(chunk.leaf, chunk.index)]
+
+  async def checked(chunk: Chunk) -> bool | None:
+    try:
+      return await one(chunk)
+    except Exception:  # TensorStore raises several types for lost data
+      return None
+
+  async def main():
+    await reader.open()
+    return await _bounded(chunks, budget, checked, lambda c: c.cost)
+
+  try:
+    outcomes = run_coroutine(main())
+  except CheckpointError as e:
+    raise VerificationError(f'what was written cannot be read back: {e}') from e
+  unreadable = sorted({'/'.join(c.leaf) for c, o in zip(chunks, outcomes) if o is None})
+  different = sorted({'/'.join(c.leaf) for c, o in zip(chunks, outcomes) if o is False})
+  if unreadable:
+    raise VerificationError(
+        f'{path}: what was written cannot be read back at [{format_offenders(unreadable)}]; '
+        'nothing was moved into place',
+        unreadable,
+    )
+  if different:
+    raise VerificationError(
+        f'{path}: what was written differs from what was converted at '
+        f'[{format_offenders(different)}]; the disk lost data, so nothing was moved into place',
+        different,
+    )
+  return len(wanted)
+
+
+def open_source(source: SourceCheckpoint) -> None:
+  """Reads the source's array metadata (no array data)."""
+  run_coroutine(source.open())
+
+
+def _stored_leaf(recipe: Recipe) -> Leaf | None:
+  """The one source array a recipe reads as it is (or casts), if any."""
+  if isinstance(recipe, Stored):
+    return recipe.leaf
+  if isinstance(recipe, Made) and recipe.op in ('keep', 'cast') and len(recipe.inputs) == 1 and recipe.transform is None:
+    return _stored_leaf(recipe.inputs[0])
+  return None
+
+
+def extension_metadata(layout: Layout, source: SourceCheckpoint) -> dict[Leaf, dict | None]:
+  """Orbax's extra metadata of each target array: a PRNG key array's
+  implementation (kept from the source, or of a key the conversion made)."""
+  kept = source.extension_metadata()
+  out = {}
+  for leaf, recipe in layout.recipes.items():
+    if isinstance(recipe, Constant):
+      out[leaf] = None if recipe.key_impl is None else {'random_key_impl': recipe.key_impl}
+    else:
+      stored = _stored_leaf(recipe)
+      out[leaf] = kept.get(stored) if stored is not None else None
+  return out
+
+
+def step(layout: Layout, source: SourceCheckpoint) -> int:
+  """The training step the target holds, read from the source."""
+  for leaf in (('step',), ('optimizer', 'step', 'value')):
+    if leaf in layout.recipes:
+      stored = _stored_leaf(layout.recipes[leaf])
+      if stored is not None:
+        return int(np.asarray(run_coroutine(source.read(stored, ()))))
+  raise CheckpointError('the converted training state has no step')
