@@ -354,9 +354,10 @@ class CheckpointWriter:
     for keypath, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
       leaf = string_path(keypath)
       array = arrays[leaf]
-      if getattr(value, 'sharding', None) is not None:
-        key = base64.urlsafe_b64encode(array.name.encode()).decode('utf-8')
-        shardings[key] = sharding_metadata.from_jax_sharding(value.sharding).to_serialized_string()
+      # An array without one is on one device, as Orbax records an uncommitted array.
+      sharding = getattr(value, 'sharding', None) or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+      key = base64.urlsafe_b64encode(array.name.encode()).decode('utf-8')
+      shardings[key] = sharding_metadata.from_jax_sharding(sharding).to_serialized_string()
       described.append(array_metadata.ArrayMetadata(
           param_name=array.name, shape=array.shape, dtype=array.dtype,
           write_shape=array.chunks, chunk_shape=array.chunks, use_ocdbt=True, use_zarr3=False,

@@ -290,8 +290,16 @@ async def _transformed(recipe: Made, source: SourceCheckpoint) -> np.ndarray:
   return result
 
 
-def _crc(data) -> int:
-  return zlib.crc32(np.ascontiguousarray(data).view(np.uint8).reshape(-1)) if isinstance(data, np.ndarray) else zlib.crc32(data)
+def _crc_now(data) -> int:
+  if isinstance(data, np.ndarray):
+    data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+  return zlib.crc32(data)
+
+
+async def _crc(data) -> int:
+  """CRC-32 of encoded bytes, or of a decoded block's bytes; in a worker
+  thread (zlib releases the GIL), so checksums and I/O overlap."""
+  return await asyncio.to_thread(_crc_now, data)
 
 
 async def _bounded(jobs: list, budget: int, run: Callable[[Any], Coroutine], cost: Callable[[Any], int]) -> list:
@@ -382,7 +390,7 @@ def write(
           f'{writer.path}: writing the checkpoint failed: {checkpoints.reason(e)}; is the '
           'disk full or over a quota? Nothing was moved into place'
       ) from e
-    return _crc(data)
+    return await _crc(data)
 
   async def main():
     await writer.open()
@@ -438,7 +446,7 @@ def verify(
       data = await reader.read_chunk(chunk.leaf, chunk.index)
     else:
       data = np.asarray(await reader.read(chunk.leaf, chunk_region(array.shape, array.chunks, chunk.index)))
-    return _crc(data) == written[(chunk.leaf, chunk.index)]
+    return await _crc(data) == written[(chunk.leaf, chunk.index)]
 
   async def checked(chunk: Chunk) -> bool | None:
     try:

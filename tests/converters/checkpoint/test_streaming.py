@@ -1,0 +1,162 @@
+"""Tests for converters.checkpoint.streaming: disk-to-disk conversion within a memory budget."""
+
+from __future__ import annotations
+
+import asyncio
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import tensorstore as ts
+
+from converters.checkpoint import inspect as checkpoints
+from converters.checkpoint import streaming
+from converters.checkpoint.convert import convert_checkpoint
+from converters.errors import CheckpointError
+from tests.converters.checkpoint import zoo_models as zoo
+from tests.converters.checkpoint.fixtures import DESC, write_checkpoint
+
+
+def _chunks(path) -> dict[bytes, bytes]:
+  """Every array chunk of an Orbax checkpoint, by key, as stored (encoded)."""
+  store = ts.KvStore.open({'driver': 'ocdbt', 'base': f'file://{path}/'}).result()
+  return {
+      k: store.read(k).result().value for k in store.list().result() if not k.endswith(b'.zarray')
+  }
+
+
+def _restored(path) -> dict[tuple, np.ndarray]:
+  """Every leaf of a checkpoint, as the ordinary restore (no target) reads it."""
+  with ocp.StandardCheckpointer() as checkpointer:
+    tree = checkpointer.restore(path)
+  out = {}
+  for keypath, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+      value = jax.random.key_data(value)
+    out[checkpoints.string_path(keypath)] = np.asarray(value)
+  return out
+
+
+def assert_same_checkpoint(a, b) -> None:
+  left, right = _restored(a), _restored(b)
+  assert left.keys() == right.keys()
+  for leaf in left:
+    assert left[leaf].dtype == right[leaf].dtype and left[leaf].shape == right[leaf].shape, leaf
+    assert left[leaf].tobytes() == right[leaf].tobytes(), leaf
+
+
+def test_unchanged_chunks_move_as_their_bytes_and_stacks_keep_a_layer_per_chunk(tmp_path):
+  write_checkpoint(tmp_path / 'src')
+  source = _chunks(tmp_path / 'src')
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'loop', 'nnx')
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'scan', 'nnx', layout='scan')
+  same, stacked = _chunks(tmp_path / 'loop'), _chunks(tmp_path / 'scan')
+  # Same layout: each parameter chunk is the source's chunk, byte for byte.
+  assert same[b'model.layers.1.w2.value/3.0'] == source[b'params.DotReluDot_1.W2.value/3.0']
+  moved = [k for k in same if b'layers' in k]
+  assert len(moved) == len([k for k in source if b'DotReluDot' in k])
+  assert all(same[k] in source.values() for k in moved)
+  # Stacked: one chunk per layer, each the layer's own chunk as stored.
+  for layer in range(DESC.num_layers):
+    assert stacked[f'model.layers.w2.value/{layer}.3.0'.encode()] == source[
+        f'params.DotReluDot_{layer}.W2.value/3.0'.encode()
+    ]
+  # Unstacking what it stacked moves bytes again: the round trip is the source's chunks.
+  convert_checkpoint(tmp_path / 'scan', tmp_path / 'back', 'linen', layout='loop')
+  back = _chunks(tmp_path / 'back')
+  assert {k: v for k, v in back.items() if b'DotReluDot' in k} == {
+      k: v for k, v in source.items() if b'DotReluDot' in k
+  }
+  assert_same_checkpoint(tmp_path / 'back', tmp_path / 'src')
+
+
+def _zoo_state(tmp_path, layout: str):
+  """A Linen transformer training state of the zoo, scanned or looped, saved by Orbax."""
+  from converters.checkpoint.models import UserModels
+
+  user = UserModels(
+      lambda: zoo.linen_transformer(layout), lambda: zoo.nnx_transformer(layout),
+      zoo.TRANSFORMER_PATHS, zoo.TRANSFORMER_RULES, zoo.make_tx, (2, 4),
+  )
+  abstract = user.side('linen', user.make_mesh()).abstract_state
+  rng = np.random.default_rng(0)
+  state = jax.tree.map(
+      lambda a: jax.device_put(rng.standard_normal(a.shape).astype(a.dtype), a.sharding)
+      if np.issubdtype(a.dtype, np.floating) else jax.device_put(np.full(a.shape, 7, a.dtype), a.sharding),
+      abstract,
+  )
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(tmp_path / f'src-{layout}', state)
+  return tmp_path / f'src-{layout}'
+
+
+@pytest.mark.parametrize('layout, to, target_layout', [
+    ('scan', 'nnx', 'loop'),   # slices of chunks that hold every layer: decoded, once each
+    ('loop', 'linen', 'scan'),  # a stack within Linen, through NNX
+])
+def test_streaming_writes_what_the_in_memory_conversion_writes(tmp_path, layout, to, target_layout):
+  src = _zoo_state(tmp_path, layout)
+  models = dict(
+      linen_model=zoo.linen_transformer, nnx_model=zoo.nnx_transformer,
+      paths=zoo.TRANSFORMER_PATHS, rules=zoo.TRANSFORMER_RULES, optimizer=zoo.make_tx,
+  )
+  convert_checkpoint(src, tmp_path / 'streamed', to, layout=target_layout, memory_budget=2**20, **models)
+  convert_checkpoint(src, tmp_path / 'in-memory', to, layout=target_layout, in_memory=True, **models)
+  assert_same_checkpoint(tmp_path / 'streamed', tmp_path / 'in-memory')
+
+
+def test_a_msgpack_source_streams_like_an_orbax_one(tmp_path):
+  from flax.training import checkpoints as flax_checkpoints
+
+  _, state = write_checkpoint(tmp_path / 'orbax')
+  flax_checkpoints.save_checkpoint(tmp_path / 'flax', jax.device_get(state), step=2, orbax_checkpointer=None)
+  convert_checkpoint(tmp_path / 'flax', tmp_path / 'from-msgpack', 'nnx', layout='scan')
+  convert_checkpoint(tmp_path / 'orbax', tmp_path / 'from-orbax', 'nnx', layout='scan')
+  assert_same_checkpoint(tmp_path / 'from-msgpack', tmp_path / 'from-orbax')
+
+
+def test_at_most_the_budget_is_in_flight_and_a_larger_job_runs_alone():
+  in_flight, peak, order = [0], [0], []
+
+  async def run(cost):
+    in_flight[0] += cost
+    peak[0] = max(peak[0], in_flight[0])
+    await asyncio.sleep(0.001 * (cost % 7))
+    in_flight[0] -= cost
+    order.append(cost)
+    return cost * 2
+
+  costs = [3, 5, 2, 8, 1, 30, 4, 4, 6]
+  results = asyncio.run(streaming._bounded(costs, 10, run, lambda c: c))
+  assert results == [c * 2 for c in costs]  # in the order given
+  assert sorted(order) == sorted(costs)
+  assert peak[0] == 30  # the job over the budget, alone; every other moment <= 10
+
+
+def test_a_failing_job_is_raised_once_every_started_job_has_ended():
+  ended = []
+
+  async def run(cost):
+    await asyncio.sleep(0.001 * cost)
+    ended.append(cost)
+    if cost == 2:
+      raise CheckpointError('chunk 2 is missing')
+    return cost
+
+  with pytest.raises(CheckpointError, match='chunk 2 is missing'):
+    asyncio.run(streaming._bounded([1, 2, 3, 4, 5, 6], 6, run, lambda c: c))
+  assert 2 in ended and len(ended) < 6  # stopped starting new jobs
+
+
+@pytest.mark.parametrize('budget', [0, 2**19, True, 1.5e9])
+def test_a_memory_budget_below_a_mib_or_not_an_int_is_refused(tmp_path, budget):
+  with pytest.raises(CheckpointError, match='memory_budget=.*at least 1 MiB'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', memory_budget=budget)
+
+
+def test_the_share_of_each_process_is_contiguous_disjoint_and_complete():
+  chunks = [streaming.Chunk(('a',), (i,), None, cost) for i, cost in enumerate([5, 1, 1, 9, 2, 2, 3, 8])]
+  shares = [streaming.share(chunks, p, 3) for p in range(3)]
+  assert [c for s in shares for c in s] == chunks
+  assert all(shares)
