@@ -299,7 +299,9 @@ class CheckpointWriter:
         {'driver': 'zarr', 'kvstore': {**self._kvstore_spec(), 'path': f'{array.name}/'},
          'metadata': dict(array.zarr), 'recheck_cached_metadata': False,
          'recheck_cached_data': False},
-        open=True, context=self._context,
+        # Another process's database holds the metadata written by `create`:
+        # this one's gets the same (the merge keeps one of identical values).
+        open=True, create=True, context=self._context,
     )
     await store[_slices(region)].write(values)
 
