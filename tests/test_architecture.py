@@ -52,6 +52,19 @@ def test_every_module_of_the_conversion_core_is_under_the_contracts():
   assert above_the_core <= modules
 
 
+def test_every_module_of_the_checkpoint_tool_is_under_the_contracts():
+  """A new module of `converters.checkpoint` knows no model, or reaches the
+  kit's MLP only through the built-in entry (`converters.checkpoint.kit`)."""
+  listed = {'converters.checkpoint.kit'}
+  for contract in _contracts():
+    listed |= {m for m in contract.get('source_modules', []) if m.startswith('converters.checkpoint.')}
+  modules = {
+      f'converters.checkpoint.{path.stem}'
+      for path in (ROOT / 'converters' / 'checkpoint').glob('*.py') if path.stem != '__init__'
+  }
+  assert modules == listed
+
+
 def test_the_conversion_core_names_no_model_of_the_kit():
   """Not the guides' MLP, its description, its path presets or the kit's optimizers."""
   from kit_mlp.optimizers import OPTIMIZERS
