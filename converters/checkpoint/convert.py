@@ -18,6 +18,7 @@ DST.
 
 from __future__ import annotations
 
+import numbers
 import os
 import shutil
 import time
@@ -185,10 +186,11 @@ def convert_checkpoint(
     raise CheckpointError(f'to={to!r}: choose one of {FRAMEWORKS}')
   if layout not in (None, 'scan', 'loop'):
     raise CheckpointError(f'layout={layout!r}: choose scan or loop')
-  if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 2**20:
+  if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Integral) or memory_budget < 2**20:
     raise CheckpointError(
         f'memory_budget={memory_budget!r}: give a number of bytes of at least 1 MiB'
     )
+  memory_budget = int(memory_budget)
   models = models_for(
       linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
       mesh_shape=mesh_shape, mesh_axes=mesh_axes, annotation=annotation,
@@ -293,12 +295,7 @@ def _convert_streaming(info, plan, destination: Destination, seed, budget: int, 
       written.update(streaming.write(layout, source, writer, mine, budget, create=me == 0))
     except CheckpointError as e:
       failure = e
-    failures = exchange('chunks written', None if failure is None else str(failure))
-    if failure is not None:
-      raise failure
-    others = [f for f in failures if f is not None]
-    if others:
-      raise CheckpointError(others[0], [destination.path])
+    _raise_any_failure('chunks written', failure, lambda p, f: CheckpointError(f, [destination.path]))
     failure = None
     if me == 0:
       try:
@@ -307,9 +304,7 @@ def _convert_streaming(info, plan, destination: Destination, seed, budget: int, 
         writer.write_metadata(target, layout.arrays, streaming.extension_metadata(layout, source))
       except Exception as e:  # OSError for a full disk, TensorStore's errors
         failure = f'{partial}: writing the checkpoint failed: {checkpoints.reason(e)}'
-    failures = [f for f in exchange('checkpoint merged', failure) if f is not None]
-    if failures:
-      raise CheckpointError(failures[0], [destination.path])
+    _raise_first_failure('checkpoint merged', failure, destination.path)
     release_free_memory()
 
   def check(partial: str) -> int:
@@ -317,6 +312,24 @@ def _convert_streaming(info, plan, destination: Destination, seed, budget: int, 
 
   replaced, leaves = _write_in_place(destination, save, check, on_stage)
   return leaves, replaced, streaming.step(layout, source)
+
+
+def _raise_first_failure(label: str, failure: str | None, dst: str) -> None:
+  """After a step only the first process takes: every process raises its failure."""
+  failures = [f for f in exchange(label, failure) if f is not None]
+  if failures:
+    raise CheckpointError(failures[0], [dst])
+
+
+def _raise_any_failure(label: str, failure: Exception | None, of_another) -> None:
+  """After a step every process takes: a process raises its own failure, else
+  the first other process's, as `of_another(process, message)`."""
+  failures = exchange(label, None if failure is None else str(failure))
+  if failure is not None:
+    raise failure
+  for process, message in enumerate(failures):
+    if message is not None:
+      raise of_another(process, message)
 
 
 def _write_in_place(destination: Destination, save, check, on_stage) -> tuple[bool, int]:
@@ -341,9 +354,7 @@ def _write_in_place(destination: Destination, save, check, on_stage) -> tuple[bo
     except CheckpointError as e:
       failure = str(e)
   # Every process learns whether the first one could create it.
-  failures = [f for f in exchange('staging directory created', failure) if f is not None]
-  if failures:
-    raise CheckpointError(failures[0], [dst])
+  _raise_first_failure('staging directory created', failure, dst)
   try:
     save(partial)
     replaced = os.path.lexists(dst)
@@ -354,14 +365,9 @@ def _write_in_place(destination: Destination, save, check, on_stage) -> tuple[bo
     except VerificationError as e:
       leaves, failure = 0, e
     # Each process verified its own shards: all must pass.
-    failures = exchange('verification', None if failure is None else str(failure))
-    if failure is not None:
-      raise failure
-    failed = [p for p, f in enumerate(failures) if f is not None]
-    if failed:
-      raise VerificationError(
-          f'{partial}: process {failed[0]} found differences: {failures[failed[0]]}'
-      )
+    _raise_any_failure('verification', failure, lambda p, f: VerificationError(
+        f'{partial}: process {p} found differences: {f}'
+    ))
     on_stage('renaming')
     failure = None
     if first:
@@ -370,9 +376,7 @@ def _write_in_place(destination: Destination, save, check, on_stage) -> tuple[bo
         moved = True
       except CheckpointError as e:
         failure = str(e)
-    failures = [f for f in exchange('renamed into place', failure) if f is not None]
-    if failures:
-      raise CheckpointError(failures[0], [dst])
+    _raise_first_failure('renamed into place', failure, dst)
   finally:
     if first:
       _remove_staging(staging, settle=not moved)

@@ -203,7 +203,7 @@ def unfinished_reason(path: str, step_metadata: Any) -> str | None:
   return None
 
 
-def _stored(v) -> tuple[tuple[int, ...], str]:
+def stored_form(v) -> tuple[tuple[int, ...], str]:
   """Shape and dtype as stored: a PRNG key array as its key data (uint32)."""
   if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key):
     v = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(v.shape, v.dtype))
@@ -213,7 +213,7 @@ def _stored(v) -> tuple[tuple[int, ...], str]:
 def leaves_of(tree: Any) -> Leaves:
   """`{path: (shape, dtype)}` of every array of `tree` (arrays or their metadata)."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {string_path(k): _stored(v) for k, v in leaves}
+  return {string_path(k): stored_form(v) for k, v in leaves}
 
 
 def _msgpack_tree(path: str) -> Any:

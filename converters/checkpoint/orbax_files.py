@@ -173,15 +173,14 @@ class SourceCheckpoint:
 
   async def _describe(self, leaf: Leaf, name: str) -> StoredArray:
     shape, dtype = self.info.leaves[leaf]
-    store = await self._store(leaf, name)
-    chunks = tuple(store.chunk_layout.read_chunk.shape or shape)
-    zarr = None
-    if not self._use_zarr3:
+    if not self._use_zarr3:  # its metadata says its chunks: no array is opened yet
       found = await self._kvstore.read(f'{name}/{_ZARR2}'.encode())
       if found.state == 'value':
         zarr = json.loads(found.value)
-        chunks = tuple(zarr['chunks'])
-    return StoredArray(name, tuple(shape), np.dtype(dtype), chunks, zarr)
+        return StoredArray(name, tuple(shape), np.dtype(dtype), tuple(zarr['chunks']), zarr)
+    store = await self._store(leaf, name)  # zarr v3 (or metadata Orbax's reader finds elsewhere)
+    chunks = tuple(store.chunk_layout.read_chunk.shape or shape)
+    return StoredArray(name, tuple(shape), np.dtype(dtype), chunks)
 
   async def _store(self, leaf: Leaf, name: str):
     ocp, ts = _async_io()
@@ -246,7 +245,6 @@ class CheckpointWriter:
     self.process_index = process_index
     self._kvstore = None
     self._context = _async_io()[0].type_handlers.get_ts_context(use_ocdbt=True)
-    self._zarr: dict[str, Mapping[str, Any]] = {}
 
   def _kvstore_spec(self) -> dict:
     from orbax.checkpoint._src.serialization import tensorstore_utils
@@ -286,7 +284,6 @@ class CheckpointWriter:
   async def create(self, array: StoredArray) -> None:
     """Writes the zarr metadata of `array` (`array.zarr`); once per array,
     whichever process writes its chunks."""
-    self._zarr[array.name] = array.zarr
     await self._kvstore.write(f'{array.name}/{_ZARR2}'.encode(), json.dumps(array.zarr).encode())
 
   async def write_chunk(self, array: StoredArray, index: Sequence[int], data: bytes) -> None:

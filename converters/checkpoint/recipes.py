@@ -25,7 +25,7 @@ import numpy as np
 
 from converters import provenance
 from converters.checkpoint import training_states
-from converters.checkpoint.inspect import string_path
+from converters.checkpoint.inspect import stored_form, string_path
 from converters.checkpoint.models import Plan
 from converters.errors import CheckpointError
 
@@ -78,10 +78,8 @@ Recipe = Union[Stored, Constant, Made]
 
 
 def _stored_form(value) -> tuple[tuple[int, ...], np.dtype]:
-  """Shape and dtype as Orbax stores them: a PRNG key array as its key data."""
-  if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
-    value = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(value.shape, value.dtype))
-  return tuple(value.shape), np.dtype(value.dtype)
+  shape, dtype = stored_form(value)
+  return shape, np.dtype(dtype)
 
 
 def _constant(value: jax.Array, where: str) -> Constant:

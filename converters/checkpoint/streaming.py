@@ -66,6 +66,8 @@ class Chunk:
   Attributes:
     leaf: the target array.
     index: the chunk's index in the target's chunk grid.
+    region: the part of the array it writes: the chunk's, or the whole array
+      for a rule's transform (computed once, written whole).
     source: `(source leaf, chunk index)` of the chunk moved as bytes, or None
       when it is computed.
     cost: the bytes it holds while being written.
@@ -74,6 +76,7 @@ class Chunk:
 
   leaf: Leaf
   index: tuple[int, ...]
+  region: Region
   source: tuple[Leaf, tuple[int, ...]] | None
   cost: int
   order: tuple = ()
@@ -86,10 +89,6 @@ class Layout:
   arrays: dict[Leaf, StoredArray]
   chunks: list[Chunk]
   recipes: Mapping[Leaf, Recipe]
-
-  @property
-  def moved_bytes(self) -> int:
-    return sum(c.cost for c in self.chunks if c.source is not None)
 
 
 def _name(leaf: Leaf) -> str:
@@ -210,6 +209,10 @@ def _first_source(recipe: Recipe, region: Region) -> tuple:
   return _first_source(recipe.inputs[0], region)
 
 
+def _nbytes(region: Region, dtype: np.dtype) -> int:
+  return int(np.prod([b - a for a, b in region])) * dtype.itemsize
+
+
 def plan_layout(
     recipes: Mapping[Leaf, Recipe], target: Any, source: SourceCheckpoint, budget: int
 ) -> Layout:
@@ -224,8 +227,10 @@ def plan_layout(
       array = dataclasses.replace(moved, name=_name(leaf))
       for index in np.ndindex(*chunk_grid(array.shape, array.chunks)):
         region = chunk_region(array.shape, array.chunks, index)
-        cost = int(np.prod([b - a for a, b in region])) * array.dtype.itemsize
-        chunks.append(Chunk(leaf, index, _source_chunk(recipe, index), cost, (leaf, index)))
+        chunks.append(Chunk(
+            leaf, index, region, _source_chunk(recipe, index), _nbytes(region, array.dtype),
+            (leaf, index),
+        ))
     else:
       shape = tuple(recipe.shape)
       grid_chunks = _computed_chunks(recipe, values[leaf], source, budget)
@@ -233,13 +238,14 @@ def plan_layout(
           _name(leaf), shape, recipe.dtype, grid_chunks,
           CheckpointWriter.zarr_metadata(shape, recipe.dtype, grid_chunks),
       )
-      whole = isinstance(recipe, Made) and recipe.transform is not None
-      for index in np.ndindex(*chunk_grid(array.shape, array.chunks)):
-        region = chunk_region(array.shape, array.chunks, index)
-        out = int(np.prod([b - a for a, b in region])) * array.dtype.itemsize
-        reads = _read_bytes(recipe, region, source)
-        cost = 3 * array.nbytes if whole else out + reads
-        chunks.append(Chunk(leaf, index, None, cost, _first_source(recipe, region) + (leaf, index)))
+      if isinstance(recipe, Made) and recipe.transform is not None:  # needs its inputs whole
+        whole = tuple((0, n) for n in shape)
+        chunks.append(Chunk(leaf, (), whole, None, 3 * array.nbytes, _first_source(recipe, whole) + (leaf,)))
+      else:
+        for index in np.ndindex(*chunk_grid(array.shape, array.chunks)):
+          region = chunk_region(array.shape, array.chunks, index)
+          cost = _nbytes(region, array.dtype) + _read_bytes(recipe, region, source)
+          chunks.append(Chunk(leaf, index, region, None, cost, _first_source(recipe, region) + (leaf, index)))
     arrays[leaf] = array
   chunks.sort(key=lambda c: (c.source is None, repr(c.order)))
   return Layout(arrays, chunks, recipes)
@@ -360,7 +366,7 @@ def write(
     chunks: list[Chunk],
     budget: int,
     create: bool,
-) -> dict[tuple[Leaf, tuple[int, ...]], int]:
+) -> dict[tuple[Leaf, Region], int]:
   """Writes `chunks` (this process's share) of `layout`; `create` also writes
   every array's zarr metadata. Returns each chunk's CRC-32.
 
@@ -375,8 +381,7 @@ def write(
       if chunk.source is not None:
         data = await source.read_chunk(*chunk.source)
       else:
-        region = chunk_region(array.shape, array.chunks, chunk.index)
-        data = await _evaluate(layout.recipes[chunk.leaf], region, source)
+        data = await _evaluate(layout.recipes[chunk.leaf], chunk.region, source)
         data = np.asarray(data, dtype=array.dtype)
     except Exception as e:  # TensorStore raises several types for bad data
       raise _read_error(source.info, e) from e
@@ -384,7 +389,7 @@ def write(
       if chunk.source is not None:
         await writer.write_chunk(array, chunk.index, data)
       else:
-        await writer.write(array, chunk_region(array.shape, array.chunks, chunk.index), data)
+        await writer.write(array, chunk.region, data)
     except Exception as e:  # OSError for a full disk, among others
       raise CheckpointError(
           f'{writer.path}: writing the checkpoint failed: {checkpoints.reason(e)}; is the '
@@ -401,7 +406,7 @@ def write(
     return crcs
 
   crcs = run_coroutine(main())
-  return {(c.leaf, c.index): crc for c, crc in zip(chunks, crcs)}
+  return {(c.leaf, c.region): crc for c, crc in zip(chunks, crcs)}
 
 
 def verify(
@@ -409,7 +414,7 @@ def verify(
     layout: Layout,
     target: Any,
     chunks: list[Chunk],
-    written: Mapping[tuple[Leaf, tuple[int, ...]], int],
+    written: Mapping[tuple[Leaf, Region], int],
     budget: int,
 ) -> int:
   """Reads the written checkpoint at `path` back and checks it.
@@ -441,12 +446,11 @@ def verify(
   reader = SourceCheckpoint(info)
 
   async def one(chunk: Chunk) -> bool:
-    array = layout.arrays[chunk.leaf]
     if chunk.source is not None:
       data = await reader.read_chunk(chunk.leaf, chunk.index)
     else:
-      data = np.asarray(await reader.read(chunk.leaf, chunk_region(array.shape, array.chunks, chunk.index)))
-    return await _crc(data) == written[(chunk.leaf, chunk.index)]
+      data = np.asarray(await reader.read(chunk.leaf, chunk.region))
+    return await _crc(data) == written[(chunk.leaf, chunk.region)]
 
   async def checked(chunk: Chunk) -> bool | None:
     try:

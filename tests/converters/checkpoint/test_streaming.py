@@ -156,7 +156,7 @@ def test_a_memory_budget_below_a_mib_or_not_an_int_is_refused(tmp_path, budget):
 
 
 def test_the_share_of_each_process_is_contiguous_disjoint_and_complete():
-  chunks = [streaming.Chunk(('a',), (i,), None, cost) for i, cost in enumerate([5, 1, 1, 9, 2, 2, 3, 8])]
+  chunks = [streaming.Chunk(('a',), (i,), ((i, i + 1),), None, cost) for i, cost in enumerate([5, 1, 1, 9, 2, 2, 3, 8])]
   shares = [streaming.share(chunks, p, 3) for p in range(3)]
   assert [c for s in shares for c in s] == chunks
   assert all(shares)
