@@ -58,6 +58,7 @@ class CheckpointInfo:
       empty optax states; or the msgpack tree).
     host_tree: the arrays of an msgpack file, read whole.
     unfinished: an Orbax save that never finished, read on request.
+    use_zarr3: its arrays are zarr v3 (Orbax's `use_zarr3`); zarr v2 else.
   """
 
   path: str
@@ -67,6 +68,7 @@ class CheckpointInfo:
   tree: Any = dataclasses.field(default=None, repr=False, compare=False)
   host_tree: Any = dataclasses.field(default=None, repr=False, compare=False)
   unfinished: bool = False
+  use_zarr3: bool = False
 
   @property
   def nbytes(self) -> int:
@@ -253,7 +255,7 @@ def inspect(path: str | os.PathLike, allow_unfinished: bool = False) -> Checkpoi
   """
   path, format = locate(path)
   host_tree = None
-  unfinished = False
+  unfinished = use_zarr3 = False
   if format == 'orbax':
     step = _step_metadata(path)
     why = unfinished_reason(path, step)
@@ -265,6 +267,7 @@ def inspect(path: str | os.PathLike, allow_unfinished: bool = False) -> Checkpoi
       )
     unfinished = why is not None
     tree = step.item_metadata.tree  # keeps the empty optax states
+    use_zarr3 = bool(step.item_metadata.use_zarr3)
     leaves = leaves_of(tree)
   else:
     host_tree = tree = _msgpack_tree(path)
@@ -286,7 +289,7 @@ def inspect(path: str | os.PathLike, allow_unfinished: bool = False) -> Checkpoi
         "save the whole training state: a TrainState, or nnx.state({'model': "
         "model, 'optimizer': optimizer})"
     )
-  return CheckpointInfo(path, format, framework, leaves, tree, host_tree, unfinished)
+  return CheckpointInfo(path, format, framework, leaves, tree, host_tree, unfinished, use_zarr3)
 
 
 def _compatible(have: tuple, want: tuple) -> bool:

@@ -29,6 +29,7 @@ into its own database (`ocdbt.process_N`) and verifies its own share.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import zlib
 from collections.abc import Callable, Coroutine, Mapping
@@ -308,28 +309,82 @@ async def _crc(data) -> int:
   return await asyncio.to_thread(_crc_now, data)
 
 
+async def _crcs(data: list) -> list[int]:
+  """`_crc` of several blocks, in one worker thread."""
+  return await asyncio.to_thread(lambda: [_crc_now(d) for d in data])
+
+
+def _batches(chunks: list[Chunk], budget: int) -> list[tuple[Chunk, ...]]:
+  """`chunks` in order, runs of moved chunks grouped into batches of up to a
+  sixteenth of the budget (read, written and checked together: a TensorStore
+  call awaited per chunk costs more than moving its bytes); a computed chunk
+  alone."""
+  limit = max(budget // 16, 1)
+  out, batch, held = [], [], 0
+  for chunk in chunks:
+    if batch and (chunk.source is None or held + chunk.cost > limit):
+      out.append(tuple(batch))
+      batch, held = [], 0
+    if chunk.source is None:
+      out.append((chunk,))
+    else:
+      batch.append(chunk)
+      held += chunk.cost
+  if batch:
+    out.append(tuple(batch))
+  return out
+
+
+def _batch_cost(batch: tuple[Chunk, ...]) -> int:
+  return sum(c.cost for c in batch)
+
+
+@contextlib.contextmanager
+def _writing(writer: CheckpointWriter):
+  try:
+    yield
+  except Exception as e:  # OSError for a full disk, among others
+    raise CheckpointError(
+        f'{writer.path}: writing the checkpoint failed: {checkpoints.reason(e)}; is the '
+        'disk full or over a quota? Nothing was moved into place'
+    ) from e
+
+
 async def _bounded(jobs: list, budget: int, run: Callable[[Any], Coroutine], cost: Callable[[Any], int]) -> list:
-  """Runs `run(job)` for every job, at most `budget` bytes of them at once (a
-  larger one alone); every job finishes before an error is raised."""
-  running: dict[asyncio.Task, int] = {}
-  tasks = []
+  """Runs `run(job)` for every job, in order, at most `budget` bytes of them at
+  once (a larger one alone); every started job finishes before an error is
+  raised, and none starts after one failed."""
+  free = budget
+  failed = False
   released = 0
+  changed = asyncio.Condition()
+
+  async def guarded(job, held: int):
+    nonlocal free, failed, released
+    try:
+      return await run(job)
+    except BaseException:
+      failed = True
+      raise
+    finally:
+      async with changed:
+        free += held
+        released += held
+        changed.notify()
+
+  tasks = []
   for job in jobs:
-    while running and sum(running.values()) + cost(job) > budget:
-      finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-      for task in finished:
-        released += running.pop(task)
-      if any(t.exception() is not None for t in finished):
+    held = min(cost(job), budget)  # a job over the budget waits for all of it
+    async with changed:
+      await changed.wait_for(lambda: failed or free >= held)
+      if failed:
         break
-    if any(t.done() and t.exception() is not None for t in tasks):
-      break
+      free -= held
     if released >= 4 * budget:  # TensorStore's threads keep freed buffers in their arenas
       released = 0
       release_free_memory()
-    task = asyncio.ensure_future(run(job))
-    running[task] = cost(job)
-    tasks.append(task)
-  await asyncio.gather(*running, return_exceptions=True)
+    tasks.append(asyncio.ensure_future(guarded(job, held)))
+  await asyncio.gather(*tasks, return_exceptions=True)
   release_free_memory()
   for task in tasks:
     if task.exception() is not None:
@@ -375,35 +430,38 @@ def write(
       the target cannot be written (a full disk).
   """
 
-  async def one(chunk: Chunk) -> int:
+  async def computed(chunk: Chunk) -> list[int]:
     array = layout.arrays[chunk.leaf]
     try:
-      if chunk.source is not None:
-        data = await source.read_chunk(*chunk.source)
-      else:
-        data = await _evaluate(layout.recipes[chunk.leaf], chunk.region, source)
-        data = np.asarray(data, dtype=array.dtype)
+      data = await _evaluate(layout.recipes[chunk.leaf], chunk.region, source)
+      data = np.asarray(data, dtype=array.dtype)
     except Exception as e:  # TensorStore raises several types for bad data
       raise _read_error(source.info, e) from e
+    with _writing(writer):
+      await writer.write(array, chunk.region, data)
+    return [await _crc(data)]
+
+  async def moved(batch: tuple[Chunk, ...]) -> list[int]:
     try:
-      if chunk.source is not None:
-        await writer.write_chunk(array, chunk.index, data)
-      else:
-        await writer.write(array, chunk.region, data)
-    except Exception as e:  # OSError for a full disk, among others
-      raise CheckpointError(
-          f'{writer.path}: writing the checkpoint failed: {checkpoints.reason(e)}; is the '
-          'disk full or over a quota? Nothing was moved into place'
-      ) from e
-    return await _crc(data)
+      data = await source.read_chunks([c.source for c in batch])
+    except Exception as e:  # TensorStore raises several types for bad data
+      raise _read_error(source.info, e) from e
+    with _writing(writer):
+      await writer.write_chunks([(layout.arrays[c.leaf], c.index, d) for c, d in zip(batch, data)])
+    return await _crcs(data)
+
+  async def one(batch: tuple[Chunk, ...]) -> list[int]:
+    return await (moved(batch) if batch[0].source is not None else computed(batch[0]))
 
   async def main():
     await writer.open()
     if create:
       await asyncio.gather(*(writer.create(a) for a in layout.arrays.values()))
-    crcs = await _bounded(chunks, budget - budget // CACHE_SHARE, one, lambda c: c.cost)
+    in_flight = budget - budget // CACHE_SHARE
+    batches = _batches(chunks, in_flight)
+    crcs = await _bounded(batches, in_flight, one, _batch_cost)
     await writer.close()
-    return crcs
+    return [crc for batch in crcs for crc in batch]
 
   crcs = run_coroutine(main())
   return {(c.leaf, c.region): crc for c, crc in zip(chunks, crcs)}
@@ -430,11 +488,48 @@ def verify(
     VerificationError: listing every leaf that is missing, extra, of another
       shape or dtype, unreadable or different.
   """
-  try:
-    info = checkpoints.inspect(path)
-  except CheckpointError as e:
-    raise VerificationError(f'what was written cannot be read back: {e}') from e
   wanted = checkpoints.leaves_of(target)
+  # The chunks are read back as the target describes them while Orbax reads
+  # the written metadata (in a thread of its own): the two checks overlap.
+  framework = 'linen' if any(leaf[0] == 'params' for leaf in wanted) else 'nnx'
+  reader = SourceCheckpoint(checkpoints.CheckpointInfo(path, 'orbax', framework, wanted, target))
+
+  def same(batch: tuple[Chunk, ...], crcs: list[int]) -> list[bool]:
+    return [crc == written[(c.leaf, c.region)] for c, crc in zip(batch, crcs)]
+
+  async def computed(chunk: Chunk) -> list[bool | None]:
+    try:
+      data = np.asarray(await reader.read(chunk.leaf, chunk.region))
+    except Exception:  # TensorStore raises several types for lost data
+      return [None]
+    return same((chunk,), [await _crc(data)])
+
+  async def moved(batch: tuple[Chunk, ...]) -> list[bool | None]:
+    try:
+      data = await reader.read_chunks([(c.leaf, c.index) for c in batch])
+    except Exception:  # TensorStore raises several types for lost data
+      if len(batch) == 1:
+        return [None]
+      return [o for c in batch for o in await moved((c,))]  # which chunks were lost
+    return same(batch, await _crcs(data))
+
+  async def read_back():
+    await reader.open()
+    batches = _batches(chunks, budget)
+    outcomes = await _bounded(
+        batches, budget, lambda b: moved(b) if b[0].source is not None else computed(b[0]), _batch_cost
+    )
+    return [o for batch in outcomes for o in batch]
+
+  async def main():
+    return await asyncio.gather(asyncio.to_thread(checkpoints.inspect, path), read_back(), return_exceptions=True)
+
+  info, outcomes = run_coroutine(main())
+  for failure in (info, outcomes):
+    if isinstance(failure, CheckpointError):
+      raise VerificationError(f'what was written cannot be read back: {failure}') from failure
+    if isinstance(failure, BaseException):
+      raise failure
   missing, extra, differing = checkpoints.differences(info.leaves, wanted)
   structure = missing + extra + [d.split(' ')[0] for d in differing]
   if structure:
@@ -443,29 +538,6 @@ def verify(
         f'[{format_offenders(structure)}]; nothing was moved into place',
         structure,
     )
-  reader = SourceCheckpoint(info)
-
-  async def one(chunk: Chunk) -> bool:
-    if chunk.source is not None:
-      data = await reader.read_chunk(chunk.leaf, chunk.index)
-    else:
-      data = np.asarray(await reader.read(chunk.leaf, chunk.region))
-    return await _crc(data) == written[(chunk.leaf, chunk.region)]
-
-  async def checked(chunk: Chunk) -> bool | None:
-    try:
-      return await one(chunk)
-    except Exception:  # TensorStore raises several types for lost data
-      return None
-
-  async def main():
-    await reader.open()
-    return await _bounded(chunks, budget, checked, lambda c: c.cost)
-
-  try:
-    outcomes = run_coroutine(main())
-  except CheckpointError as e:
-    raise VerificationError(f'what was written cannot be read back: {e}') from e
   unreadable = sorted({'/'.join(c.leaf) for c, o in zip(chunks, outcomes) if o is None})
   different = sorted({'/'.join(c.leaf) for c, o in zip(chunks, outcomes) if o is False})
   if unreadable:

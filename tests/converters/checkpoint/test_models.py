@@ -388,7 +388,7 @@ def forbid_reading(monkeypatch) -> None:
     pytest.fail('read before refusing')
 
   monkeypatch.setattr(checkpoints, 'restore', fail)
-  for method in ('open', 'read', 'read_chunk'):
+  for method in ('open', 'read', 'read_chunks'):
     monkeypatch.setattr(SourceCheckpoint, method, fail)
 
 

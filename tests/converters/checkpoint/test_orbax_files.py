@@ -51,7 +51,7 @@ def _rewrite(src: str, dst: str, tree) -> None:
       await writer.create(array)
     for leaf, array in source.arrays.items():
       for index in np.ndindex(*chunk_grid(array.shape, array.chunks)):
-        await writer.write_chunk(array, index, await source.read_chunk(leaf, index))
+        await writer.write_chunks([(array, index, (await source.read_chunks([(leaf, index)]))[0])])
 
   run_coroutine(move())
   writer.merge()
@@ -118,6 +118,6 @@ def test_a_missing_chunk_is_named_with_its_array(tmp_path):
   source = SourceCheckpoint(checkpoints.inspect(tmp_path / 'src'))
   run_coroutine(source.open())
   with pytest.raises(CheckpointError, match=r'chunk params.w/0.1.0 of params/w is missing') as e:
-    run_coroutine(source.read_chunk(('params', 'w'), (0, 1, 0)))
+    run_coroutine(source.read_chunks([(('params', 'w'), (0, 1, 0))]))
   assert list(e.value.paths) == ['params/w']
   assert os.path.exists(tmp_path / 'src' / '_METADATA')
