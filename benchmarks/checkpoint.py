@@ -1,28 +1,48 @@
-"""Benchmark: converting ~1 GB checkpoints against a plain Orbax restore-and-save.
+"""Benchmark: streaming checkpoint conversion against a plain Orbax restore + save and `cp -r`.
 
-Two Linen `TrainState`s with adam, each about 1 GiB of float32: the kit's MLP
-(40 layers, depth 1024: 960 MiB), saved with `linen_impl.checkpoint`, and the
-model zoo's transformer LM (4 blocks of width 1024, 16 heads, MLP 4096, a
-32k vocabulary: ~1 GiB), a user's model given to the tool as users give it
-(`--linen-model`, `--nnx-model`, path mapping, logical rules). Then, in fresh
-processes run in turn, each measurement once per repeat:
+The model zoo's transformer LM with adam (4 blocks of width 1024, 16 heads,
+MLP 4096, a 32k vocabulary: about 1 GiB; `--layers 4 52` adds about 8 GiB),
+a Linen `TrainState` saved with Orbax and given to the tool as a user gives
+their models (factories, path mapping, logical rules, optimizer), and the
+kit's MLP (40 layers, depth 1024: 960 MiB). Each measurement runs in a fresh
+process, in turn, once per repeat:
 
-- baseline: the Linen side restores the checkpoint into its shardings and
-  saves it again (Orbax `StandardCheckpointer`, as `linen_impl.checkpoint`);
-- baseline_readback: the same, then the read-back a conversion must do
-  (`converters.checkpoint.verify.verify`): the floor of any verified conversion,
-  shown for reference (the goals are against the plain baseline);
-- convert: `convert_checkpoint(SRC, DST, 'nnx')` (read, convert, write,
-  read back and compare bit for bit, rename into place);
-- convert scan: the same, to the stacked layout (a relayout on device).
+- baseline: what a user would otherwise run: the Linen side restores the
+  checkpoint into its shardings and saves it again (Orbax
+  `StandardCheckpointer`);
+- cp: `cp -r` of the source directory, the physical floor on this disk;
+- same_layout: `convert_checkpoint(SRC, DST, 'nnx')`, streamed (moved
+  chunks, full verification, rename into place);
+- relayout: the same to the stacked layout (loop -> scan);
+- same_layout_2_processes: same_layout by two processes of one JAX job
+  (4 devices each), each streaming its share; its wall time is the slower
+  process's;
+- with `--in-memory`, both conversions on the in-memory path too.
+
+Conversions run as the `linen-nnx` command runs them: glibc set to recycle
+large buffers at start-up (`converters.allocator.recycle_large_buffers`);
+the baseline with glibc's defaults, as a plain script runs.
 
 Each process reports its wall time and its peak resident memory above the
-resident memory it had once JAX and the kit were imported and the devices
-were up (the interpreter's baseline). Goals: convert / baseline time <= 1.2; peak above
-baseline <= 1.5x the checkpoint size. Prints a table per model and writes JSON.
+memory it had once JAX and the libraries were imported and the devices were
+up. Goals: same layout <= 0.6x the baseline's time, relayout <= 1.0x; peak
+<= the memory budget + 256 MiB at every size, the peaks of the sizes within
+20% of each other; two processes faster than one.
 
-    python benchmarks/checkpoint.py [--models mlp transformer] [--layers 40] [--depth 1024]
-                                    [--repeats 3]
+`--memory-limit SIZE` also runs the baseline and the same-layout conversion
+of each size in a memory cgroup of SIZE (the kernel kills a process that
+goes over it): a conversion of a checkpoint larger than the limit succeeds
+where a plain Orbax restore is killed. It needs the right to create a memory
+cgroup (root, or a delegated cgroup v2), and says so when it has not.
+
+A measurement that fails (the baseline of a checkpoint the machine's memory
+cannot hold) is recorded with its error and leaves its ratios empty. Prints
+a table per model and size and writes JSON: per size and kind,
+`time_ratio_vs_orbax`, `time_ratio_vs_cp`, `peak_rss_above_interpreter_mib`,
+`memory_budget_mib`.
+
+    python benchmarks/checkpoint.py [--models transformer mlp] [--layers 4 52]
+        [--repeats 3] [--memory-budget BYTES] [--memory-limit 4GiB] [--in-memory]
 """
 
 from __future__ import annotations
@@ -44,13 +64,22 @@ MESH = (1, 8)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _setup_jax():
+def _setup_jax(recycle: bool = False, process: tuple[int, int] | None = None):
+  """JAX on 8 simulated CPU devices (4 for each of two processes `(id, port)`);
+  `recycle`: glibc set up as the `linen-nnx` command sets it at start-up."""
   sys.path.insert(0, ROOT)
   from linen_nnx_cli.devices import simulate_cpu_devices
 
-  simulate_cpu_devices(8)
+  simulate_cpu_devices(8 if process is None else 4)
+  if recycle:
+    from converters.allocator import recycle_large_buffers
+
+    recycle_large_buffers()
   import jax
 
+  if process is not None:
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    jax.distributed.initialize(f'localhost:{process[1]}', num_processes=2, process_id=process[0])
   jax.devices()
   return jax
 
@@ -162,13 +191,13 @@ def make_checkpoint(path: str, layers: int, depth: int) -> int:
   return sum(x.nbytes for x in jax.tree.leaves(state))
 
 
-def measure(model: str, kind: str, src: str, dst: str, budget: int) -> dict:
-  """One measurement in this (fresh) process."""
+def measure(model: str, kind: str, src: str, dst: str, budget: int, process=None) -> dict:
+  """One measurement in this (fresh) process (`process`: `(id, port)` of two)."""
   if kind == 'cp':  # the physical floor: copying the files, nothing decoded
     start = time.perf_counter()
     subprocess.run(['cp', '-r', src, dst], check=True)
     return {'seconds': time.perf_counter() - start, 'peak_above_baseline': 0}
-  jax = _setup_jax()
+  jax = _setup_jax(recycle=kind != 'baseline', process=process)
   # Everything either kind uses is imported before the interpreter's baseline
   # is taken: loaded libraries are not memory the work uses.
   from converters.checkpoint import inspect as checkpoints
@@ -207,11 +236,102 @@ def measure(model: str, kind: str, src: str, dst: str, budget: int) -> dict:
   return {'seconds': seconds, 'peak_above_baseline': _peak_bytes() - baseline_rss}
 
 
+def _measure_command(model: str, kind: str, src: str, dst: str, budget: int) -> list[str]:
+  return [sys.executable, os.path.abspath(__file__), '--measure', model, kind, src, dst, str(budget)]
+
+
+def _measured(proc: subprocess.Popen) -> dict:
+  """A measuring process's figures, or its failure."""
+  out, err = proc.communicate()
+  if proc.returncode != 0:
+    why = (
+        'killed by the kernel (out of memory)' if proc.returncode == -9
+        else (err.strip().splitlines() or ['no output'])[-1]
+    )
+    return {'failed': f'exit {proc.returncode}: {why}'}
+  return json.loads(out.strip().splitlines()[-1])
+
+
+def run_measurement(model: str, kind: str, src: str, dst: str, budget: int, env, cgroup=None) -> dict:
+  """`kind` in fresh processes (two for a `_2_processes` kind), in `cgroup` if given."""
+  join = None if cgroup is None else lambda: _join_cgroup(cgroup)
+  if kind.endswith('_2_processes'):
+    port = _free_port()
+    command = _measure_command(model, kind.removesuffix('_2_processes'), src, dst, budget)
+    procs = [
+        subprocess.Popen(command + ['--process', str(p), str(port)], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=join)
+        for p in range(2)
+    ]
+    runs = [_measured(p) for p in procs]
+    failed = [r['failed'] for r in runs if 'failed' in r]
+    if failed:
+      return {'failed': failed[0]}
+    return {k: max(r[k] for r in runs) for k in ('seconds', 'peak_above_baseline')}
+  proc = subprocess.Popen(
+      _measure_command(model, kind, src, dst, budget), env=env, text=True,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=join,
+  )
+  return _measured(proc)
+
+
 def _run(command: list[str], env=None) -> str:
   return subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
 
 
-KINDS = ('baseline', 'cp', 'same_layout', 'relayout')
+def _free_port() -> int:
+  import socket
+
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+def memory_cgroup(limit: int) -> str:
+  """A new memory cgroup that holds its processes to `limit` bytes; its directory.
+
+  Raises:
+    PermissionError: no memory cgroup can be created here.
+  """
+  name = f'linen-nnx-bench-{os.getpid()}'
+  tried = []
+  # cgroup v1's memory hierarchy, then cgroup v2's (unified) one.
+  for root, limit_file in (('/sys/fs/cgroup/memory', 'memory.limit_in_bytes'), ('/sys/fs/cgroup', 'memory.max')):
+    if not os.path.exists(os.path.join(root, 'cgroup.procs')):
+      continue
+    path = os.path.join(root, name)
+    try:
+      os.mkdir(path)
+    except OSError as e:
+      tried.append(f'{root}: {e.strerror}')
+      continue
+    try:
+      with open(os.path.join(path, limit_file), 'w') as f:
+        f.write(str(limit))
+      return path
+    except OSError as e:
+      tried.append(f'{path}/{limit_file}: {e.strerror}')
+      os.rmdir(path)
+  raise PermissionError(
+      'cannot create a memory cgroup (' + ('; '.join(tried) or 'no cgroup hierarchy with a '
+      'memory controller') + '); run as root, or in a delegated cgroup v2'
+  )
+
+
+def _join_cgroup(path: str) -> None:
+  with open(os.path.join(path, 'cgroup.procs'), 'w') as f:
+    f.write(str(os.getpid()))
+
+
+KINDS = ('baseline', 'cp', 'same_layout', 'relayout', 'same_layout_2_processes')
+
+
+def _size(text: str) -> int:
+  units = {'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}
+  for unit, factor in units.items():
+    if text.endswith(unit):
+      return int(float(text[:-len(unit)]) * factor)
+  return int(text)
 
 
 def run_model(model: str, args, work: str, layers: int) -> dict:
@@ -231,12 +351,23 @@ def run_model(model: str, args, work: str, layers: int) -> dict:
   for _ in range(args.repeats):
     for kind in kinds:
       dst = os.path.join(work, f'{model}-{kind}')
-      out = _run([
-          sys.executable, os.path.abspath(__file__), '--measure', model, kind, src, dst,
-          str(args.memory_budget),
-      ], env)
-      runs[kind].append(json.loads(out.strip().splitlines()[-1]))
-      shutil.rmtree(dst)
+      runs[kind].append(run_measurement(model, kind, src, dst, args.memory_budget, env))
+      shutil.rmtree(dst, ignore_errors=True)
+  limited = None
+  if args.memory_limit:
+    limited = {'limit_mib': args.memory_limit / 2**20, 'checkpoint_vs_limit': size / args.memory_limit}
+    try:
+      cgroup = memory_cgroup(args.memory_limit)
+    except PermissionError as e:
+      limited['skipped'] = str(e)
+    else:
+      try:
+        for kind in ('baseline', 'same_layout'):
+          dst = os.path.join(work, f'{model}-{kind}-limited')
+          limited[kind] = run_measurement(model, kind, src, dst, args.memory_budget, env, cgroup)
+          shutil.rmtree(dst, ignore_errors=True)
+      finally:
+        os.rmdir(cgroup)
   shutil.rmtree(src)
 
   described = (
@@ -245,22 +376,48 @@ def run_model(model: str, args, work: str, layers: int) -> dict:
           **{**TRANSFORMER, 'num_layers': layers})
   )
   results = {'model': described, 'checkpoint_bytes': size, 'runs': runs}
-  median = {k: statistics.median(r['seconds'] for r in runs[k]) for k in kinds}
+
+  def median(kind):
+    done = [r['seconds'] for r in runs[kind] if 'failed' not in r]
+    return statistics.median(done) if len(done) == len(runs[kind]) else None
+
+  def ratio(a, b):
+    return None if a is None or b is None else a / b
+
+  medians = {k: median(k) for k in kinds}
   print(f'\n{model}: {described}, adam: {size / 2**20:.0f} MiB, memory budget {args.memory_budget / 2**20:.0f} MiB')
-  print(f'{"measurement":<24} {"s (median)":>11} {"vs Orbax":>9} {"vs cp":>7} {"peak above interpreter":>23}')
+  print(f'{"measurement":<28} {"s (median)":>11} {"vs Orbax":>9} {"vs cp":>7} {"peak above interpreter":>23}')
+  show = lambda x, f: '-' if x is None else format(x, f)
   for kind in kinds:
-    peak = max(r['peak_above_baseline'] for r in runs[kind])
+    failures = [r['failed'] for r in runs[kind] if 'failed' in r]
+    peak = max((r['peak_above_baseline'] for r in runs[kind] if 'failed' not in r), default=None)
     results[kind] = {
-        'seconds': median[kind],
-        'time_ratio_vs_orbax': median[kind] / median['baseline'],
-        'time_ratio_vs_cp': median[kind] / median['cp'],
-        'peak_rss_above_interpreter_mib': peak / 2**20,
+        'seconds': medians[kind],
+        'time_ratio_vs_orbax': ratio(medians[kind], medians['baseline']),
+        'time_ratio_vs_cp': ratio(medians[kind], medians['cp']),
+        'peak_rss_above_interpreter_mib': None if peak is None else peak / 2**20,
         'memory_budget_mib': args.memory_budget / 2**20,
+        **({'failed': failures[0]} if failures else {}),
     }
+    row = results[kind]
     print(
-        f'{kind:<24} {median[kind]:>11.2f} {median[kind] / median["baseline"]:>8.2f}x '
-        f'{median[kind] / median["cp"]:>6.2f}x {peak / 2**20:>19.0f} MiB'
+        f'{kind:<28} {show(row["seconds"], ">11.2f")} {show(row["time_ratio_vs_orbax"], ">8.2f")}x '
+        f'{show(row["time_ratio_vs_cp"], ">6.2f")}x {show(row["peak_rss_above_interpreter_mib"], ">19.0f")} MiB'
+        + (f'  ({failures[0]})' if failures else '')
     )
+  results['two_processes_vs_one'] = ratio(medians['same_layout_2_processes'], medians['same_layout'])
+  print(f'two processes / one (same layout): {show(results["two_processes_vs_one"], ".2f")}x')
+  if limited is not None:
+    results['memory_limit'] = limited
+    print(f'under a memory limit of {limited["limit_mib"]:.0f} MiB (the checkpoint is '
+          f'{limited["checkpoint_vs_limit"]:.2f}x the limit):')
+    if 'skipped' in limited:
+      print(f'  skipped: {limited["skipped"]}')
+    for kind in ('baseline', 'same_layout'):
+      if kind in limited:
+        r = limited[kind]
+        print(f'  {kind:<26} ' + (r['failed'] if 'failed' in r else
+              f'done in {r["seconds"]:.2f} s, peak {r["peak_above_baseline"] / 2**20:.0f} MiB above the interpreter'))
   return results
 
 
@@ -273,14 +430,22 @@ def main() -> None:
   )
   parser.add_argument('--depth', type=int, default=1024)
   parser.add_argument('--repeats', type=int, default=3)
-  parser.add_argument('--memory-budget', type=int, default=2**30)
+  parser.add_argument('--memory-budget', type=_size, default=2**30, help='bytes, or with KiB, MiB, GiB')
+  parser.add_argument(
+      '--memory-limit', type=_size, default=None,
+      help='also run the baseline and the conversion in a memory cgroup of this size',
+  )
   parser.add_argument('--in-memory', action='store_true', help='also measure the in-memory path')
   parser.add_argument('--json', default='benchmarks/results/checkpoint.json')
   parser.add_argument('--measure', nargs=5, metavar=('MODEL', 'KIND', 'SRC', 'DST', 'BUDGET'), help=argparse.SUPPRESS)
+  parser.add_argument('--process', nargs=2, type=int, metavar=('ID', 'PORT'), help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.measure:
     model, kind, src, dst, budget = args.measure
-    print(json.dumps(measure(model, kind, src, dst, int(budget))))
+    print(json.dumps(measure(model, kind, src, dst, int(budget), args.process)))
+    if args.process:  # not JAX's shutdown barrier: the other process may be gone
+      sys.stdout.flush()
+      os._exit(0)
     return
 
   work = tempfile.mkdtemp(prefix='linen-nnx-bench-')
@@ -292,6 +457,16 @@ def main() -> None:
         results[f'{model}-{layers}'] = run_model(model, args, work, layers)
   finally:
     shutil.rmtree(work, ignore_errors=True)
+  for model in args.models:
+    sized = [r for k, r in results.items() if k.startswith(f'{model}-')]
+    peaks = [
+        r[k]['peak_rss_above_interpreter_mib'] for r in sized for k in ('same_layout', 'relayout')
+        if r[k]['peak_rss_above_interpreter_mib'] is not None
+    ]
+    if len(sized) > 1 and peaks:
+      results[f'{model}-peak_spread'] = max(peaks) / min(peaks)
+      print(f'\n{model}: the largest conversion peak is {max(peaks) / min(peaks):.2f}x the smallest '
+            f'({min(peaks):.0f} to {max(peaks):.0f} MiB) over {len(sized)} sizes')
   os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
   with open(args.json, 'w') as f:
     json.dump(results, f, indent=2)

@@ -21,9 +21,11 @@ stacked shard is 64 MiB per device here, beyond what its per-thread arenas
 hold) with freshly mapped pages, so every call pays a page fault per 4 KiB
 written, while the 1 MiB looped shards are recycled from the heap. Any write
 of stacked-size buffers pays the same, a plain copy included, so the
-measurement runs twice, each in its own process: with the default allocator,
-and with glibc recycling buffers of every size (GLIBC_TUNABLES: one arena, a
-high mmap threshold). Prints one table and writes JSON.
+measurement runs three times, each in its own process: with the default
+allocator; with glibc recycling buffers of every size as the `linen-nnx`
+command sets it up at start-up (`converters.allocator.recycle_large_buffers`,
+mallopt); and with the same asked for by GLIBC_TUNABLES (one arena, a high
+mmap threshold). Prints one table and writes JSON.
 
     python benchmarks/convert.py [--layers 64] [--depth 1024] [--repeats 7]
 """
@@ -42,6 +44,8 @@ import time
 
 ALLOCATORS = {
     'default': None,
+    # What `linen-nnx` does at start-up (mallopt, in the process itself).
+    'mallopt': None,
     # One arena, and a 4 GiB mmap threshold (above any buffer here): freed
     # buffers of every size return to the heap and are reused, not unmapped.
     'recycling': (
@@ -83,12 +87,16 @@ def interleaved(fns: dict, repeats: int) -> dict[str, float]:
   return {name: statistics.median(t) for name, t in times.items()}
 
 
-def measure(layers: int, depth: int, repeats: int) -> dict:
+def measure(layers: int, depth: int, repeats: int, allocator: str = 'default') -> dict:
   """Runs every measurement in this process; returns the figures."""
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   from linen_nnx_cli.devices import simulate_cpu_devices
 
   simulate_cpu_devices(8)
+  if allocator == 'mallopt':
+    from converters.allocator import recycle_large_buffers
+
+    assert recycle_large_buffers(), 'glibc refused the settings'
 
   import jax
   import jax.numpy as jnp
@@ -284,7 +292,7 @@ def main() -> None:
   args = parser.parse_args()
 
   if args.allocator != 'both':
-    results = {'allocator': args.allocator, **measure(args.layers, args.depth, args.repeats)}
+    results = {'allocator': args.allocator, **measure(args.layers, args.depth, args.repeats, args.allocator)}
     results['zoo_transformer'] = measure_zoo_transformer(args.repeats)
     with open(args.json, 'w') as f:
       json.dump(results, f, indent=2)

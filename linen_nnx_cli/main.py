@@ -355,7 +355,14 @@ def description_from_args(args: argparse.Namespace):
   )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int:
+  """Runs one command; its exit code.
+
+  `own_process`: the process is the command's alone (the installed
+  executable), so glibc is set to recycle large buffers
+  (`converters.allocator.recycle_large_buffers`); never when the command runs
+  inside another program, whose allocator is its own.
+  """
   argv = list(sys.argv[1:] if argv is None else argv)
   parser = build_parser()
   try:
@@ -369,6 +376,10 @@ def main(argv: Sequence[str] | None = None) -> int:
       simulate_cpu_devices(args.devices)
     except (ValueError, RuntimeError) as e:
       return _fail(args, f'--devices {args.devices}: {e}', 2)
+  if own_process:
+    from converters.allocator import recycle_large_buffers
+
+    recycle_large_buffers()
   if args.command == 'compare' and len(args.checkpoints) not in (0, 2):
     return _fail(args, 'compare takes two checkpoints A B, or none (a description)', 2)
   if args.command == 'demo' and args.plot:
@@ -609,5 +620,10 @@ def _side_by_side(args: argparse.Namespace) -> int:
   return 0
 
 
+def entry_point() -> int:
+  """The installed `linen-nnx` executable."""
+  return main(own_process=True)
+
+
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(entry_point())

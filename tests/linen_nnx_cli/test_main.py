@@ -43,6 +43,18 @@ def test_demo_sets_the_device_count_before_jax_starts():
   assert 'over 4 cpu devices' in result.stdout
 
 
+def test_the_executable_recycles_large_buffers_and_main_inside_a_program_does_not(monkeypatch, tmp_path):
+  from converters import allocator
+  from linen_nnx_cli import main as cli
+
+  calls = []
+  monkeypatch.setattr(allocator, 'recycle_large_buffers', lambda: calls.append(1) or True)
+  args = ['convert', str(tmp_path / 'missing'), str(tmp_path / 'out'), '--to', 'nnx']
+  assert cli.main(args) == 2 and calls == []  # a program's allocator is its own
+  monkeypatch.setattr(sys, 'argv', ['linen-nnx', *args])
+  assert cli.entry_point() == 2 and calls == [1]
+
+
 def test_invalid_description_exits_2_and_names_the_value():
   result = linen_nnx('demo', '--depth', '30', '--steps', '1')
   assert result.returncode == 2
