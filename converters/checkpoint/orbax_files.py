@@ -81,6 +81,12 @@ class StoredArray:
   def nbytes(self) -> int:
     return int(np.prod(self.shape)) * self.dtype.itemsize
 
+  def stored(self) -> tuple[tuple[int, ...], np.dtype] | None:
+    """Shape and dtype as its zarr metadata records them (None without it)."""
+    if self.zarr is None:
+      return None
+    return tuple(self.zarr['shape']), np.dtype(self.zarr['dtype'])
+
   def codec(self) -> tuple | None:
     """What chunks moved as bytes must agree on, or None if they cannot be."""
     if self.zarr is None:
@@ -110,6 +116,25 @@ def chunk_key(array: StoredArray, index: Sequence[int]) -> bytes:
 
 def _slices(region: Region) -> tuple[slice, ...]:
   return tuple(slice(a, b) for a, b in region)
+
+
+def listed_arrays(path: str) -> list[Leaf]:
+  """The arrays an Orbax checkpoint's `_METADATA` lists, empty nodes left out.
+
+  Parsed by Orbax's own tree metadata class; opens no array (Orbax's
+  `metadata()` opens every one to read its shape, which `SourceCheckpoint`
+  reads from the same zarr metadata).
+  """
+  from orbax.checkpoint._src.metadata import empty_values
+  from orbax.checkpoint._src.metadata import tree as tree_metadata
+
+  with open(os.path.join(path, '_METADATA')) as f:
+    content = tree_metadata.InternalTreeMetadata.from_json(json.load(f))
+  return [
+      tuple(str(k.nested_key_name) for k in entry.key_metadata.nested_key_metadata_entries)
+      for entry in content.tree_metadata_entries
+      if not empty_values.is_empty_typestr(entry.value_metadata.value_type)
+  ]
 
 
 def _is_ocdbt(path: str) -> bool:

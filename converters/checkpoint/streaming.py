@@ -47,6 +47,7 @@ from converters.checkpoint.orbax_files import (
     StoredArray,
     chunk_grid,
     chunk_region,
+    listed_arrays,
     run_coroutine,
 )
 from converters.checkpoint.recipes import Constant, Made, Recipe, Stored
@@ -477,8 +478,8 @@ def verify(
 ) -> int:
   """Reads the written checkpoint at `path` back and checks it.
 
-  Its Orbax metadata must list the target's leaves with their shapes and
-  dtypes, and every chunk of `chunks` must read back with the checksum it
+  Its Orbax tree metadata must list the target's leaves, each array's zarr
+  metadata their shapes and dtypes, and every chunk of `chunks` must read back with the checksum it
   was written with (moved chunks as bytes, computed ones decoded).
 
   Returns:
@@ -489,8 +490,24 @@ def verify(
       shape or dtype, unreadable or different.
   """
   wanted = checkpoints.leaves_of(target)
-  # The chunks are read back as the target describes them while Orbax reads
-  # the written metadata (in a thread of its own): the two checks overlap.
+  try:
+    listed = listed_arrays(path)
+  except Exception as e:  # a missing or unparsable _METADATA
+    raise VerificationError(
+        f'{path}: what was written cannot be read back: its Orbax tree metadata '
+        f'(_METADATA) is unreadable: {checkpoints.reason(e)}; nothing was moved into place'
+    ) from e
+  missing = sorted(set(wanted) - set(listed))
+  extra = sorted(set(listed) - set(wanted))
+  if missing or extra:
+    structure = ['/'.join(leaf) for leaf in missing + extra]
+    raise VerificationError(
+        f'{path}: what was written does not hold the converted tree at '
+        f'[{format_offenders(structure)}]; nothing was moved into place',
+        structure,
+    )
+  # Each array's shape and dtype are read back from its zarr metadata (what
+  # Orbax's restore reads), with its chunks.
   framework = 'linen' if any(leaf[0] == 'params' for leaf in wanted) else 'nnx'
   reader = SourceCheckpoint(checkpoints.CheckpointInfo(path, 'orbax', framework, wanted, target))
 
@@ -521,22 +538,19 @@ def verify(
     )
     return [o for batch in outcomes for o in batch]
 
-  async def main():
-    return await asyncio.gather(asyncio.to_thread(checkpoints.inspect, path), read_back(), return_exceptions=True)
-
-  info, outcomes = run_coroutine(main())
-  for failure in (info, outcomes):
-    if isinstance(failure, CheckpointError):
-      raise VerificationError(f'what was written cannot be read back: {failure}') from failure
-    if isinstance(failure, BaseException):
-      raise failure
-  missing, extra, differing = checkpoints.differences(info.leaves, wanted)
-  structure = missing + extra + [d.split(' ')[0] for d in differing]
-  if structure:
+  try:
+    outcomes = run_coroutine(read_back())
+  except CheckpointError as e:
+    raise VerificationError(f'what was written cannot be read back: {e}') from e
+  differing = sorted(
+      '/'.join(leaf) for leaf, array in reader.arrays.items()
+      if array.stored() != (tuple(wanted[leaf][0]), np.dtype(wanted[leaf][1]))
+  )
+  if differing:
     raise VerificationError(
         f'{path}: what was written does not hold the converted tree at '
-        f'[{format_offenders(structure)}]; nothing was moved into place',
-        structure,
+        f'[{format_offenders(differing)}] (another shape or dtype); nothing was moved into place',
+        differing,
     )
   unreadable = sorted({'/'.join(c.leaf) for c, o in zip(chunks, outcomes) if o is None})
   different = sorted({'/'.join(c.leaf) for c, o in zip(chunks, outcomes) if o is False})

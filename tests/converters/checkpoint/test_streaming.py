@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import pathlib
 
 import jax
 import numpy as np
@@ -114,6 +116,49 @@ def test_a_msgpack_source_streams_like_an_orbax_one(tmp_path):
   convert_checkpoint(tmp_path / 'flax', tmp_path / 'from-msgpack', 'nnx', layout='scan')
   convert_checkpoint(tmp_path / 'orbax', tmp_path / 'from-orbax', 'nnx', layout='scan')
   assert_same_checkpoint(tmp_path / 'from-msgpack', tmp_path / 'from-orbax')
+
+
+def _dropping_a_listed_array(path):
+  """`_METADATA` as a disk that lost one of its entries leaves it."""
+  import json
+
+  with open(path / '_METADATA') as f:
+    content = json.load(f)
+  del content['tree_metadata']["('model', 'layers', '1', 'w2', 'value')"]
+  with open(path / '_METADATA', 'w') as f:
+    json.dump(content, f)
+
+
+def _reshaping_an_array(path):
+  """The zarr metadata of one array, rewritten with another shape."""
+  import json
+
+  store = ts.KvStore.open({'driver': 'ocdbt', 'base': f'file://{path}/'}).result()
+  key = b'model.layers.1.w2.value/.zarray'
+  zarr = json.loads(store.read(key).result().value)
+  zarr['shape'] = [zarr['shape'][0] * 2, *zarr['shape'][1:]]
+  store.write(key, json.dumps(zarr).encode()).result()
+
+
+@pytest.mark.parametrize('damage, message', [
+    (_dropping_a_listed_array, r'does not hold the converted tree at \[model/layers/1/w2/value\];'),
+    (_reshaping_an_array, r'does not hold the converted tree at \[model/layers/1/w2/value\] \(another shape'),
+])
+def test_written_metadata_that_lost_or_changed_an_array_fails_verification(tmp_path, monkeypatch, damage, message):
+  from converters.checkpoint.orbax_files import CheckpointWriter
+  from converters.errors import VerificationError
+
+  write_metadata = CheckpointWriter.write_metadata
+
+  def damaged(self, *args, **kwargs):
+    write_metadata(self, *args, **kwargs)
+    damage(pathlib.Path(self.path))
+
+  write_checkpoint(tmp_path / 'src')
+  monkeypatch.setattr(CheckpointWriter, 'write_metadata', damaged)
+  with pytest.raises(VerificationError, match=message):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+  assert sorted(os.listdir(tmp_path)) == ['src']
 
 
 def test_at_most_the_budget_is_in_flight_and_a_larger_job_runs_alone():
