@@ -141,39 +141,63 @@ def transformer_models() -> dict:
 
 
 def make_transformer_checkpoint(path: str) -> int:
-  """A new transformer `TrainState`, created in its shards, saved with Orbax."""
-  jax = _setup_jax()
-  import orbax.checkpoint as ocp
-  from flax import linen as nn
+  """A transformer `TrainState` as training leaves it, saved as Orbax saves it.
 
+  Every float array is random (trained parameters and adam moments are; a
+  fresh state's zero moments would compress to nothing), every counter 1000.
+  It is written chunk by chunk, each shard a chunk with Orbax's codec and
+  Orbax's metadata files (`converters.checkpoint.orbax_files`, whose files
+  the tests compare with Orbax's), so a checkpoint larger than this machine's
+  memory is made in little of it; the baseline's plain Orbax restore reads it.
+  """
+  jax = _setup_jax()
+  import numpy as np
+  import orbax.checkpoint as ocp
+
+  from converters.checkpoint.inspect import string_path
   from converters.checkpoint.models import UserModels
+  from converters.checkpoint.orbax_files import (
+      CheckpointWriter, StoredArray, chunk_grid, chunk_region, run_coroutine,
+  )
 
   models = transformer_models()
   user = UserModels(
       models['linen_model'], models['nnx_model'], models['paths'], models['rules'],
       models['optimizer'], MESH,
   )
-  mesh = user.make_mesh()
-  side = user.side('linen', mesh)
-  model = linen_transformer()
-  tx = models['optimizer']()
+  abstract = user.side('linen', user.make_mesh()).abstract_state
+  names = jax.tree.leaves(ocp.tree.get_param_names(abstract))
+  leaves = jax.tree_util.tree_flatten_with_path(abstract)[0]
+  rng = np.random.default_rng(0)
+  os.makedirs(path)
+  writer = CheckpointWriter(path)
+  arrays = {}
 
-  def create(key):
-    from flax.training.train_state import TrainState
+  async def write():
+    await writer.open()
+    for (keypath, leaf), name in zip(leaves, names):
+      dtype = np.dtype(leaf.dtype)
+      chunks = tuple(leaf.sharding.shard_shape(leaf.shape))
+      array = StoredArray(
+          name, tuple(leaf.shape), dtype, chunks,
+          CheckpointWriter.zarr_metadata(leaf.shape, dtype, chunks),
+      )
+      await writer.create(array)
+      for index in np.ndindex(*chunk_grid(leaf.shape, chunks)):
+        region = chunk_region(leaf.shape, chunks, index)
+        shape = tuple(b - a for a, b in region)
+        block = (
+            (rng.standard_normal(shape, np.float32) * 0.02).astype(dtype)
+            if np.issubdtype(dtype, np.floating) else np.full(shape, 1000, dtype)
+        )
+        await writer.write(array, region, block)
+      arrays[string_path(keypath)] = array
+    await writer.close()
 
-    variables = model.module.init(key, jax.numpy.zeros(model.args[0].shape, model.args[0].dtype))
-    return TrainState.create(apply_fn=model.module.apply, params=variables['params'], tx=tx)
-
-  with jax.set_mesh(mesh), nn.logical_axis_rules(models['rules']):
-    # Created in its shards, as its annotations place it (the tool's own view).
-    shardings = jax.tree.unflatten(
-        jax.tree.structure(jax.eval_shape(create, jax.random.key(0))),
-        [a.sharding for a in jax.tree.leaves(side.abstract_state)],
-    )
-    state = jax.jit(create, out_shardings=shardings)(jax.random.key(0))
-  with ocp.StandardCheckpointer() as checkpointer:
-    checkpointer.save(path, state)
-  return sum(x.nbytes for x in jax.tree.leaves(state))
+  run_coroutine(write())
+  writer.merge()
+  writer.write_metadata(abstract, arrays, {})
+  return sum(a.nbytes for a in arrays.values())
 
 
 def make_checkpoint(path: str, layers: int, depth: int) -> int:

@@ -18,11 +18,12 @@ computes are chunked by their shards, as Orbax chunks them, split further
 when a chunk would take more than an eighth of the budget.
 
 At most `memory_budget` bytes of chunk data are held at once (a chunk larger
-than the budget is moved alone). Every chunk written is recorded with the
-CRC-32 of its bytes (encoded when moved, decoded when computed); `verify`
-reads the written checkpoint back through a fresh TensorStore context and
-compares each chunk's checksum, and its Orbax metadata with the target's
-tree. With several processes, each moves a contiguous share of the chunks
+than the budget is moved alone); moved chunks go in batches (one TensorStore
+call awaited per chunk would cost more than its bytes). Every chunk written
+is recorded with the CRC-32 of its bytes (encoded when moved, decoded when
+computed); `verify` reads the written checkpoint back through a fresh
+TensorStore context and compares each chunk's checksum, the tree its
+`_METADATA` lists and each array's shape and dtype with the target's. With several processes, each moves a contiguous share of the chunks
 into its own database (`ocdbt.process_N`) and verifies its own share.
 """
 
@@ -211,6 +212,12 @@ def _first_source(recipe: Recipe, region: Region) -> tuple:
   return _first_source(recipe.inputs[0], region)
 
 
+# A chunk written is held twice at its peak: as read or computed, and as handed
+# to TensorStore, which copies it into the write it commits. The encoded bytes
+# of a moved chunk are counted as its decoded size, which they can reach.
+_HELD_COPIES = 2
+
+
 def _nbytes(region: Region, dtype: np.dtype) -> int:
   return int(np.prod([b - a for a, b in region])) * dtype.itemsize
 
@@ -230,8 +237,8 @@ def plan_layout(
       for index in np.ndindex(*chunk_grid(array.shape, array.chunks)):
         region = chunk_region(array.shape, array.chunks, index)
         chunks.append(Chunk(
-            leaf, index, region, _source_chunk(recipe, index), _nbytes(region, array.dtype),
-            (leaf, index),
+            leaf, index, region, _source_chunk(recipe, index),
+            _HELD_COPIES * _nbytes(region, array.dtype), (leaf, index),
         ))
     else:
       shape = tuple(recipe.shape)
@@ -242,11 +249,12 @@ def plan_layout(
       )
       if isinstance(recipe, Made) and recipe.transform is not None:  # needs its inputs whole
         whole = tuple((0, n) for n in shape)
-        chunks.append(Chunk(leaf, (), whole, None, 3 * array.nbytes, _first_source(recipe, whole) + (leaf,)))
+        cost = (_HELD_COPIES + 1) * array.nbytes  # its inputs, of about its size, besides
+        chunks.append(Chunk(leaf, (), whole, None, cost, _first_source(recipe, whole) + (leaf,)))
       else:
         for index in np.ndindex(*chunk_grid(array.shape, array.chunks)):
           region = chunk_region(array.shape, array.chunks, index)
-          cost = _nbytes(region, array.dtype) + _read_bytes(recipe, region, source)
+          cost = _HELD_COPIES * _nbytes(region, array.dtype) + _read_bytes(recipe, region, source)
           chunks.append(Chunk(leaf, index, region, None, cost, _first_source(recipe, region) + (leaf, index)))
     arrays[leaf] = array
   chunks.sort(key=lambda c: (c.source is None, repr(c.order)))
@@ -478,9 +486,10 @@ def verify(
 ) -> int:
   """Reads the written checkpoint at `path` back and checks it.
 
-  Its Orbax tree metadata must list the target's leaves, each array's zarr
-  metadata their shapes and dtypes, and every chunk of `chunks` must read back with the checksum it
-  was written with (moved chunks as bytes, computed ones decoded).
+  Its Orbax tree metadata (`_METADATA`) must list the target's leaves, each
+  array's zarr metadata their shapes and dtypes, and every chunk of `chunks`
+  must read back with the checksum it was written with (moved chunks as
+  bytes, computed ones decoded).
 
   Returns:
     The number of leaves checked.
