@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -152,8 +153,21 @@ def _called(factory: Callable, what: str, **kwargs) -> Any:
     raise
   except Exception as e:  # the user's factory: any error of theirs
     raise CheckpointError(
-        f'{what}: calling its factory failed: {type(e).__name__}: {e}'.strip()
+        f'{what}: calling its factory failed: {type(e).__name__}: {e}'.strip(),
+        fix=_unruled_fix(e),
     ) from e
+
+
+def _unruled_fix(e: Exception) -> str | None:
+  """How to fix an NNX model whose annotation names a logical axis with no rule."""
+  found = re.search(r'Resource axis: (\S+) of .* is not found in mesh', str(e))
+  if found is None:
+    return None
+  name = found.group(1)
+  return (
+      f'if {name!r} is a logical name, give it a rule (--rules; ({name!r}, None) replicates '
+      'it: Linen does so for a name with no rule, while NNX takes the name for a mesh axis)'
+  )
 
 
 def _sharded(abstract: Any, shardings: Any) -> Any:

@@ -186,6 +186,24 @@ def test_annotations_the_mesh_cannot_resolve_name_the_parameter(names, logical, 
   assert message.replace('params/Dense_0', 'model/dense') in str(e.value)
 
 
+def test_an_nnx_factory_that_fails_on_a_logical_name_with_no_rule_is_told_the_rule(tmp_path):
+  # A port whose factory builds and runs the model (Flax's lm1b behind
+  # nnx.bridge.ToNNX(...).lazy_init) fails inside it, before the tool can name
+  # the parameter, with JAX's words (this message is the one that port got).
+  save(tmp_path / 'src', linen_state(small.make_tx()))
+
+  def nnx_port():
+    raise ValueError("Resource axis: kv of P('data', 'kv') is not found in mesh: ('data', 'model').")
+
+  models = dict(MLP, optimizer=small.make_tx, nnx_model=nnx_port)
+  with pytest.raises(CheckpointError, match=(
+      r"the NNX model.*calling its factory failed: ValueError: Resource axis: kv .*; "
+      r"if 'kv' is a logical name, give it a rule \(--rules; \('kv', None\) replicates it"
+  )):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', **models)
+  assert sorted(os.listdir(tmp_path)) == ['src']
+
+
 def test_a_collection_of_the_models_own_converts_with_collections(tmp_path):
   model = small.linen_counting()
   state = linen_state(small.make_tx(), model)
