@@ -278,6 +278,9 @@ def _measured(proc: subprocess.Popen) -> dict:
 
 def run_measurement(model: str, kind: str, src: str, dst: str, budget: int, env, cgroup=None) -> dict:
   """`kind` in fresh processes (two for a `_2_processes` kind), in `cgroup` if given."""
+  # The previous measurement's files written back first: its pending writeback
+  # (cp's above all, which does not sync) would slow the disk under this one.
+  os.sync()
   join = None if cgroup is None else lambda: _join_cgroup(cgroup)
   if kind.endswith('_2_processes'):
     port = _free_port()
