@@ -268,6 +268,7 @@ class CheckpointWriter:
     self.process_index = process_index
     self._kvstore = None
     self._context = _async_io()[0].type_handlers.get_ts_context(use_ocdbt=True)
+    self._arrays: dict[str, Any] = {}  # opened for region writes, by name
 
   def _kvstore_spec(self) -> dict:
     from orbax.checkpoint._src.serialization import tensorstore_utils
@@ -316,18 +317,21 @@ class CheckpointWriter:
   async def write(self, array: StoredArray, region: Region, values: np.ndarray) -> None:
     """Writes a region of `array` (whole chunks), encoded by TensorStore."""
     _, ts = _async_io()
-    store = await ts.open(
-        {'driver': 'zarr', 'kvstore': {**self._kvstore_spec(), 'path': f'{array.name}/'},
-         'metadata': dict(array.zarr), 'recheck_cached_metadata': False,
-         'recheck_cached_data': False},
-        # Another process's database holds the metadata written by `create`:
-        # this one's gets the same (the merge keeps one of identical values).
-        open=True, create=True, context=self._context,
-    )
+    store = self._arrays.get(array.name)
+    if store is None:  # once per array, not per region
+      store = self._arrays[array.name] = await ts.open(
+          {'driver': 'zarr', 'kvstore': {**self._kvstore_spec(), 'path': f'{array.name}/'},
+           'metadata': dict(array.zarr), 'recheck_cached_metadata': False,
+           'recheck_cached_data': False},
+          # Another process's database holds the metadata written by `create`:
+          # this one's gets the same (the merge keeps one of identical values).
+          open=True, create=True, context=self._context,
+      )
     await store[_slices(region)].write(values)
 
   async def close(self) -> None:
     self._kvstore = None
+    self._arrays.clear()
 
   def merge(self) -> None:
     """Joins every process's database at the root (the first process, once all are written)."""

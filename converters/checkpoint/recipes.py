@@ -68,11 +68,6 @@ class Made:
   index: int | None = None
   transform: Any = None
 
-  @property
-  def layer_axis(self) -> bool:
-    """Whether axis 0 is the layer axis this recipe stacks (one chunk per layer)."""
-    return self.op == 'stack' and self.transform is None
-
 
 Recipe = Union[Stored, Constant, Made]
 

@@ -179,11 +179,7 @@ def _read_bytes(recipe: Recipe, region: Region, source: SourceCheckpoint) -> int
   """About how many bytes reading `region` of `recipe` decodes from the source."""
   if isinstance(recipe, Stored):
     array = source.arrays[recipe.leaf]
-    grid = chunk_grid(array.shape, array.chunks)
-    touched = [
-        (min(b - 1, n - 1) // c - a // c + 1) if b > a else 0
-        for (a, b), c, n in zip(region, array.chunks, grid)
-    ] if array.chunks else []
+    touched = [(b - 1) // c - a // c + 1 if b > a else 0 for (a, b), c in zip(region, array.chunks)]
     return int(np.prod(touched or [1])) * int(np.prod(array.chunks or [1])) * array.dtype.itemsize
   if isinstance(recipe, Constant):
     return 0

@@ -200,6 +200,22 @@ def test_a_memory_budget_below_a_mib_or_not_an_int_is_refused(tmp_path, budget):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', memory_budget=budget)
 
 
+def test_reading_a_region_counts_every_source_chunk_it_decodes():
+  import types
+
+  from converters.checkpoint.orbax_files import StoredArray
+  from converters.checkpoint.recipes import Made, Stored
+
+  array = StoredArray('w', (8, 128), np.dtype('float32'), (2, 16))  # 4 x 8 chunks of 128 B
+  source = types.SimpleNamespace(arrays={('w',): array})
+  stored = Stored(('w',), (8, 128), np.dtype('float32'))
+  assert streaming._read_bytes(stored, ((0, 8), (0, 128)), source) == 32 * 128
+  assert streaming._read_bytes(stored, ((1, 3), (15, 17)), source) == 2 * 2 * 128  # straddles 2 x 2
+  # One layer of a stack whose chunks hold two layers decodes its chunks whole.
+  layer = Made('slice', (stored,), (128,), np.dtype('float32'), index=5)
+  assert streaming._read_bytes(layer, ((0, 128),), source) == 8 * 128
+
+
 def test_the_share_of_each_process_is_contiguous_disjoint_and_complete():
   chunks = [streaming.Chunk(('a',), (i,), ((i, i + 1),), None, cost) for i, cost in enumerate([5, 1, 1, 9, 2, 2, 3, 8])]
   shares = [streaming.share(chunks, p, 3) for p in range(3)]
