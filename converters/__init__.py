@@ -12,7 +12,8 @@ sharding annotation), `layout` (path translation and scan <-> loop relayout),
 `variable_types` (Linen collections <-> NNX Variable types), `tree_io`
 (reading and writing both frameworks' trees), `optimizer_state` (optax state <-> NNX optimizers,
 with a registry for optimizers of your own), `distributed` (agreement between
-processes), `allocator` and `errors`. Above it: `converters.presets` (the
+processes), `abstract_models` (users' NNX models created abstractly, guarded
+against a Flax defect), `allocator` and `errors`. Above it: `converters.presets` (the
 path mappings of published models), `converters.checkpoint` (inspect,
 restore, convert, verify and compare checkpoints on disk) and
 `converters.testing` (equivalence assertions for your CI).

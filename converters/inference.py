@@ -43,6 +43,7 @@ from flax import linen as nn
 from flax import nnx
 from jax.extend import core as jcore
 
+from converters import abstract_models
 from converters.errors import ConversionError, PathMappingError, format_offenders
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.paths import PathMapping, PathRule, as_mapping, format_path
@@ -849,7 +850,7 @@ def _infer_layout(linen_model, nnx_model, layout, *, paths, collections) -> Path
   if isinstance(nnx_model, nnx.Module):
     model = nnx.merge(*nnx.split(nnx_model))  # a copy to put in eval mode
   elif callable(nnx_model):
-    model = nnx.eval_shape(lambda: _made(nnx_model, layout, 'nnx_model'))
+    model = abstract_models.eval_shape(lambda: _made(nnx_model, layout, 'nnx_model'))
   else:
     raise PathMappingError(
         f'nnx_model: got {type(nnx_model).__name__}; give the NNX model (real or '

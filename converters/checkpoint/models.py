@@ -39,6 +39,7 @@ from flax.training.train_state import TrainState
 from flax.core import meta
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from converters import abstract_models
 from converters.errors import CheckpointError, format_offenders
 from converters.inference import infer_paths, merge_layouts
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
@@ -230,7 +231,7 @@ def _nnx_names_without_mesh(create, rules) -> list[Named]:
   `rules`) name are logical, the others mesh axes, as NNX reads them."""
   try:
     with nnx.use_eager_sharding(False), nn.logical_axis_rules(rules or ()):
-      objects = nnx.eval_shape(create)
+      objects = abstract_models.eval_shape(create)
   except Exception:  # fails without the mesh too: not an annotation's doing
     return []
   out = []
@@ -346,7 +347,7 @@ def nnx_side(
 
   try:
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
-      objects = nnx.eval_shape(create)
+      objects = abstract_models.eval_shape(create)
   except Exception as e:  # the user's model: any error of theirs
     if not isinstance(e, CheckpointError) or e.__cause__ is not None:
       # Eager sharding fails creating a Variable the mesh cannot place:
@@ -476,7 +477,7 @@ class UserModels:
         _call, self.nnx, layout if 'scan' in self.layouts('nnx') else None, names['nnx']
     )
     with jax.set_mesh(mesh), nn.logical_axis_rules(self.rules or ()):
-      model = nnx.eval_shape(make)
+      model = abstract_models.eval_shape(make)
       model.eval()  # the mapping of the computation without dropout
       return infer_paths(
           linen.module, model, *linen.args, linen_kwargs=linen.kwargs, paths=paths,

@@ -1,0 +1,119 @@
+"""Tests of `converters.abstract_models`: the guarded `nnx.eval_shape` makes what
+Flax's makes, without walking the trace per Variable update, and changes
+nothing for errors or for other threads."""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax._src.interpreters import partial_eval
+
+from converters import abstract_models
+
+MESH_AXES = ('data', 'model')
+
+
+class Stack(nnx.Module):
+  """Annotated layers and per-layer random streams: many `rngs()` updates."""
+
+  def __init__(self, depth: int, rngs: nnx.Rngs):
+    init = nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, 'model'))
+    self.layers = nnx.List(
+        [nnx.Linear(8, 8, kernel_init=init, rngs=rngs) for _ in range(depth)]
+    )
+    self.dropout = nnx.Dropout(0.1, rngs=rngs)
+    self.norm = nnx.LayerNorm(8, rngs=rngs)
+
+
+def _mesh():
+  return jax.make_mesh((1, 2), MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2,
+                       devices=jax.devices()[:2])
+
+
+def _leaves(state):
+  return [
+      (path, type(v), v.get_metadata(), v.get_value().shape, v.get_value().dtype,
+       getattr(v.get_value(), 'sharding', None))
+      for path, v in nnx.to_flat_state(state)
+  ]
+
+
+def _origin_walks(monkeypatch) -> list[int]:
+  """Counts the walks over the trace that JAX's origin messages make."""
+  walks = []
+  frame = partial_eval.JaxprStackFrame
+  find = frame.find_progenitors
+  monkeypatch.setattr(frame, 'find_progenitors', lambda self, t: walks.append(1) or find(self, t))
+  return walks
+
+
+def test_makes_what_flax_makes():
+  with jax.set_mesh(_mesh()):
+    ours = abstract_models.eval_shape(lambda: Stack(6, nnx.Rngs(0, dropout=1)))
+    flax_own = nnx.eval_shape(lambda: Stack(6, nnx.Rngs(0, dropout=1)))
+  (ours_def, ours_state), (flax_def, flax_state) = nnx.split(ours), nnx.split(flax_own)
+  assert ours_def == flax_def
+  assert _leaves(ours_state) == _leaves(flax_state)
+  assert any(isinstance(s, jax.sharding.NamedSharding) for *_, s in _leaves(ours_state))
+
+
+def test_no_walk_over_the_trace_per_variable_update(monkeypatch):
+  walks = _origin_walks(monkeypatch)
+  with jax.set_mesh(_mesh()):
+    nnx.eval_shape(lambda: Stack(4, nnx.Rngs(0)))
+    assert walks, 'Flax no longer asks tracers for .sharding: the guard can go'
+    walks.clear()
+    abstract_models.eval_shape(lambda: Stack(4, nnx.Rngs(0)))
+  assert walks == []
+  assert partial_eval.DynamicJaxprTracer._origin_msg is abstract_models._ORIGINAL_MESSAGE
+
+
+def _concretizes():
+  x = jnp.ones(3) * 2
+  return nnx.Param(np.zeros(int(x.sum())))  # a tracer made concrete: the user's bug
+
+
+def test_a_failing_factory_raises_flax_own_error_with_jax_full_message():
+  with pytest.raises(jax.errors.ConcretizationTypeError) as flax_own:
+    nnx.eval_shape(_concretizes)
+  with pytest.raises(jax.errors.ConcretizationTypeError) as ours:
+    abstract_models.eval_shape(_concretizes)
+  assert 'This value became a tracer due to JAX operations' in str(flax_own.value)
+  assert str(ours.value) == str(flax_own.value)
+  assert partial_eval.DynamicJaxprTracer._origin_msg is abstract_models._ORIGINAL_MESSAGE
+
+
+def test_other_threads_keep_jax_full_messages():
+  seen = []
+
+  def elsewhere():
+    try:
+      jax.eval_shape(_concretizes)
+    except jax.errors.ConcretizationTypeError as e:
+      seen.append(str(e))
+
+  def create():
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    return Stack(2, nnx.Rngs(0))
+
+  with jax.set_mesh(_mesh()):
+    abstract_models.eval_shape(create)
+  assert len(seen) == 1 and 'This value became a tracer due to JAX operations' in seen[0]
+
+
+def test_nested_creations_restore_jax_on_the_way_out():
+  def create():
+    inner = abstract_models.eval_shape(lambda: Stack(1, nnx.Rngs(1)))
+    return {'inner': inner, 'outer': Stack(1, nnx.Rngs(0))}
+
+  with jax.set_mesh(_mesh()):
+    made = abstract_models.eval_shape(create)
+  assert made['inner'].layers[0].kernel.shape == (8, 8)
+  assert partial_eval.DynamicJaxprTracer._origin_msg is abstract_models._ORIGINAL_MESSAGE
