@@ -448,6 +448,24 @@ def run_model(model: str, args, work: str, layers: int) -> dict:
   return results
 
 
+def peak_spreads(results: dict, model: str) -> dict:
+  """The largest peak over the smallest across sizes: of each conversion kind
+  (the goal's "two peaks": one conversion at two sizes), and of both kinds."""
+  sized = [r for k, r in results.items() if k.startswith(f'{model}-') and isinstance(r, dict) and 'cp' in r]
+  out = {}
+  for name, kinds in (('same_layout', ('same_layout',)), ('relayout', ('relayout',)),
+                      ('', ('same_layout', 'relayout'))):
+    peaks = [
+        r[k]['peak_rss_above_interpreter_mib'] for r in sized for k in kinds
+        if r[k]['peak_rss_above_interpreter_mib'] is not None
+    ]
+    if len(sized) > 1 and peaks:
+      out[f'{model}-{name + "-" if name else ""}peak_spread'] = max(peaks) / min(peaks)
+      print(f'{model}: {name or "either kind"}: the largest peak is {max(peaks) / min(peaks):.2f}x the '
+            f'smallest ({min(peaks):.0f} to {max(peaks):.0f} MiB) over {len(sized)} sizes')
+  return out
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--models', nargs='+', choices=('mlp', 'transformer'), default=['transformer', 'mlp'])
@@ -485,15 +503,7 @@ def main() -> None:
   finally:
     shutil.rmtree(work, ignore_errors=True)
   for model in args.models:
-    sized = [r for k, r in results.items() if k.startswith(f'{model}-')]
-    peaks = [
-        r[k]['peak_rss_above_interpreter_mib'] for r in sized for k in ('same_layout', 'relayout')
-        if r[k]['peak_rss_above_interpreter_mib'] is not None
-    ]
-    if len(sized) > 1 and peaks:
-      results[f'{model}-peak_spread'] = max(peaks) / min(peaks)
-      print(f'\n{model}: the largest conversion peak is {max(peaks) / min(peaks):.2f}x the smallest '
-            f'({min(peaks):.0f} to {max(peaks):.0f} MiB) over {len(sized)} sizes')
+    results.update(peak_spreads(results, model))
   os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
   with open(args.json, 'w') as f:
     json.dump(results, f, indent=2)
