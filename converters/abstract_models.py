@@ -25,8 +25,9 @@ from jax._src.interpreters import partial_eval
 
 T = TypeVar('T')
 
-_TRACER = partial_eval.DynamicJaxprTracer
-_ORIGINAL_MESSAGE = _TRACER._origin_msg
+# JAX internals: if a later JAX renames them, the guard does nothing.
+_TRACER = getattr(partial_eval, 'DynamicJaxprTracer', None)
+_ORIGINAL_MESSAGE = getattr(_TRACER, '_origin_msg', None)
 _LOCK = threading.Lock()
 _INSTALLED = 0
 _THIS_THREAD = threading.local()
@@ -42,6 +43,9 @@ def _origin_message(tracer) -> str:
 def _without_origin_messages():
   """JAX's tracer-origin messages skipped on this thread, for the block."""
   global _INSTALLED
+  if _ORIGINAL_MESSAGE is None:
+    yield
+    return
   with _LOCK:
     if _INSTALLED == 0:
       _TRACER._origin_msg = _origin_message
