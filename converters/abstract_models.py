@@ -10,7 +10,8 @@ traced so far. Creating a model is then quadratic in its number of parameters:
 
 The message is skipped only for the thread running the creation and only while
 it runs (other threads, and every error the user's factory raises, keep JAX's
-full text: a creation that fails is run again unguarded). Nothing else changes.
+full text: a creation that fails is run again unguarded, unless its caller
+discards the error). Nothing else changes.
 """
 
 from __future__ import annotations
@@ -62,15 +63,18 @@ def _without_origin_messages():
         _TRACER._origin_msg = _ORIGINAL_MESSAGE
 
 
-def eval_shape(create: Callable[[], T]) -> T:
+def eval_shape(create: Callable[[], T], *, rerun_on_error: bool = True) -> T:
   """`nnx.eval_shape(create)`, in time linear in what `create` makes.
 
-  Raises what `nnx.eval_shape(create)` raises, with JAX's full messages.
+  Raises what `nnx.eval_shape(create)` raises. With `rerun_on_error` (for a
+  caller that shows the error), a failed creation runs again unguarded, so
+  the error carries JAX's full message; without it, it is raised as it came.
   """
   try:
     with _without_origin_messages():
       return nnx.eval_shape(create)
   except Exception:
-    pass
+    if not rerun_on_error:
+      raise
   # Outside the handler: the error raised again carries its own context only.
   return nnx.eval_shape(create)

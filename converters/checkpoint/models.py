@@ -231,7 +231,7 @@ def _nnx_names_without_mesh(create, rules) -> list[Named]:
   `rules`) name are logical, the others mesh axes, as NNX reads them."""
   try:
     with nnx.use_eager_sharding(False), nn.logical_axis_rules(rules or ()):
-      objects = abstract_models.eval_shape(create)
+      objects = abstract_models.eval_shape(create, rerun_on_error=False)
   except Exception:  # fails without the mesh too: not an annotation's doing
     return []
   out = []

@@ -23,8 +23,9 @@ call awaited per chunk would cost more than its bytes). Every chunk written
 is recorded with the CRC-32 of its bytes (encoded when moved, decoded when
 computed); `verify` reads the written checkpoint back through a fresh
 TensorStore context and compares each chunk's checksum, the tree its
-`_METADATA` lists and each array's shape and dtype with the target's. With several processes, each moves a contiguous share of the chunks
-into its own database (`ocdbt.process_N`) and verifies its own share.
+`_METADATA` lists and each array's shape and dtype with the target's. With
+several processes, each moves a contiguous share of the chunks into its own
+database (`ocdbt.process_N`) and verifies its own share.
 """
 
 from __future__ import annotations

@@ -88,6 +88,22 @@ def test_a_failing_factory_raises_flax_own_error_with_jax_full_message():
   assert partial_eval.DynamicJaxprTracer._origin_msg is abstract_models._ORIGINAL_MESSAGE
 
 
+def test_a_caller_that_discards_the_error_runs_the_factory_once():
+  calls = []
+
+  def failing():
+    calls.append(1)
+    return _concretizes()
+
+  with pytest.raises(jax.errors.ConcretizationTypeError):
+    abstract_models.eval_shape(failing, rerun_on_error=False)
+  assert len(calls) == 1
+  with pytest.raises(jax.errors.ConcretizationTypeError):
+    abstract_models.eval_shape(failing)
+  assert len(calls) == 3  # the second time, again unguarded for JAX's message
+  assert partial_eval.DynamicJaxprTracer._origin_msg is abstract_models._ORIGINAL_MESSAGE
+
+
 def test_other_threads_keep_jax_full_messages():
   seen = []
 
