@@ -1,11 +1,12 @@
 """Sharded creation, training and inference of the NNX MLP.
 
-Creation follows the NNX guide: inside `nnx.jit` under `jax.set_mesh`, the model
-is built, `nnx.state` -> `nnx.get_partition_spec` ->
-`jax.lax.with_sharding_constraint` -> `nnx.update` pins every parameter to its
-annotated sharding, and the optimizer is built from the sharded model, so no
-array is ever whole on one device. `nnx.eval_shape` gives the abstract model and
-optimizer that restores and the shardings start from.
+Creation follows the Flax 0.12 guide: inside `nnx.jit` under `jax.set_mesh`, the
+model is built and eager sharding (on by default) shards every annotated
+Variable as it is created; stacked layers are constrained once more, since the
+layer axis `nnx.vmap` adds is not applied to them. The optimizer, built from
+the sharded model, copies each parameter's annotation to its moments. No array
+is ever whole on one device. `nnx.get_abstract_model` gives the abstract model and optimizer that
+restores and the shardings start from.
 
 The hot path does not pay `nnx.jit`'s graph traversal per call: the model and
 optimizer are split once into a graphdef and an abstract state, and
@@ -51,13 +52,17 @@ def create_sharded(
 ) -> tuple[MLP, nnx.Optimizer | SGD]:
   """Builds the model and its optimizer with every array in its shards.
 
-  Call inside `nnx.jit` (see `NNXTrainer.create`) or `nnx.eval_shape`.
+  Each annotated Variable is sharded as it is created (eager sharding), so
+  this needs the mesh in context: call it inside `nnx.jit` under
+  `jax.set_mesh` (see `NNXTrainer.create`) or through `nnx.get_abstract_model`.
   """
   model = MLP(desc, rngs=nnx.Rngs(key))
-  state = nnx.state(model)
-  pspecs = nnx.get_partition_spec(state)
-  sharded_state = jax.lax.with_sharding_constraint(state, pspecs)
-  nnx.update(model, sharded_state)
+  if desc.use_scan:
+    # `nnx.vmap` creates each layer sharded, but the layer axis its
+    # `transform_metadata` adds to the annotations is not applied to the
+    # stacked arrays (Flax 0.12): constrain them to their annotations.
+    state = nnx.state(model)
+    nnx.update(model, jax.lax.with_sharding_constraint(state, nnx.get_partition_spec(state)))
   return model, make_optimizer(model, optimizer)
 # [/side-by-side]
 
@@ -83,7 +88,7 @@ class NNXTrainer:
     optimizer: an `kit_mlp.optimizers.OPTIMIZERS` name.
     graphdef: the static structure of `{'model': ..., 'optimizer': ...}`.
     abstract_state: the `train_state` of the model and optimizer made by
-      `nnx.eval_shape`, holding sharded `ShapeDtypeStruct`s; the target of
+      `nnx.get_abstract_model`, holding sharded `ShapeDtypeStruct`s; the target of
       restores and the template of `to_state`.
     sharding: the `NamedSharding` of every array, as a pure dict.
   """
@@ -205,17 +210,13 @@ class NNXTrainer:
 def abstract_state(
     desc: ModelDescription, mesh: Mesh, optimizer: str
 ) -> tuple[nnx.GraphDef, nnx.State]:
-  """`nnx.eval_shape` of the creation: graphdef and sharded abstract state."""
-  with jax.set_mesh(mesh):
-    model, opt = nnx.eval_shape(lambda: create_sharded(desc, optimizer))
-    graphdef, state = nnx.split({'model': model, 'optimizer': opt})
-    sharding = nnx.get_named_sharding(state, mesh)
-  state = jax.tree.map(
-      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-      state,
-      sharding,
-  )
-  return graphdef, state
+  """The graphdef and abstract state of the creation, each leaf a sharded `ShapeDtypeStruct`."""
+
+  def create() -> dict:
+    model, opt = create_sharded(desc, optimizer)
+    return {'model': model, 'optimizer': opt}
+
+  return nnx.get_abstract_model(create, mesh)
 # [/side-by-side]
 
 

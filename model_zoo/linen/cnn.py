@@ -13,7 +13,7 @@ from flax import linen as nn
 from model_zoo.configs import CNNConfig
 
 
-# [side-by-side: cnn]
+# [side-by-side: dropout]
 class CNN(nn.Module):
   """`__call__(x, train)` maps NHWC images to logits; dropout is active only with `train=True`."""
 

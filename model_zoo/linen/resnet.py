@@ -25,7 +25,7 @@ from flax.training import train_state
 from model_zoo.configs import ResNetConfig
 
 
-# [side-by-side: resnet-block]
+# [side-by-side: batch-norm]
 class ResNetBlock(nn.Module):
   """Two 3x3 convolutions with BatchNorm and a residual connection."""
 
@@ -56,7 +56,6 @@ class ResNetBlock(nn.Module):
 # [/side-by-side]
 
 
-# [side-by-side: resnet]
 class ResNet(nn.Module):
   """Stem, `config.stage_sizes` stages of `ResNetBlock`s, global mean pool, dense head."""
 
@@ -79,10 +78,9 @@ class ResNet(nn.Module):
         x = ResNetBlock(config, config.num_filters * 2**i, strides)(x, train)
     x = jnp.mean(x, axis=(1, 2))
     return nn.Dense(config.num_classes, name='head')(x)
-# [/side-by-side]
 
 
-# [side-by-side: train-state]
+# [side-by-side: batch-stats-step]
 class TrainState(train_state.TrainState):
   """Flax's `TrainState` with the BatchNorm running averages beside the parameters."""
 
@@ -90,7 +88,7 @@ class TrainState(train_state.TrainState):
 # [/side-by-side]
 
 
-# [side-by-side: train-step]
+# [side-by-side: batch-stats-step]
 def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, jax.Array]:
   """One step on `batch` (`'image'`, integer `'label'`): returns the new state and the loss."""
 

@@ -15,7 +15,6 @@ from flax import linen as nn
 from model_zoo.configs import RNNConfig
 
 
-# [side-by-side: rnn]
 class RNNLM(nn.Module):
   """`__call__(tokens)` maps int tokens `(batch, length)` to logits `(batch, length, vocab)`."""
 
@@ -29,4 +28,3 @@ class RNNLM(nn.Module):
     # fuses the gates (the zoo ports to both NNX cells).
     x = nn.RNN(nn.LSTMCell(config.hidden), name='rnn')(x)
     return nn.Dense(config.vocab_size)(x)
-# [/side-by-side]

@@ -31,22 +31,20 @@ EMBED_INIT = nn.initializers.normal(stddev=1.0)
 POSITION_INIT = nn.initializers.normal(stddev=0.02)
 
 
-# [side-by-side: logical-names]
+# [side-by-side: rules-context]
 def _logical(init, names):
   """`init` annotated with logical names; the rules come from the context at use."""
   return nn.with_logical_partitioning(init, names)
 # [/side-by-side]
 
 
-# [side-by-side: norm]
 def _norm(config: TransformerConfig, name: str) -> nn.Module:
   if config.norm == 'rmsnorm':
     return nn.RMSNorm(name=name)
   return nn.LayerNorm(name=name)
-# [/side-by-side]
 
 
-# [side-by-side: position-embedding]
+# [side-by-side: decode-cache]
 class PositionEmbedding(nn.Module):
   """Adds learned position embeddings; in decode mode, of the position in `cache`."""
 
@@ -71,7 +69,6 @@ class PositionEmbedding(nn.Module):
 # [/side-by-side]
 
 
-# [side-by-side: mlp]
 class Mlp(nn.Module):
   """Dense, GELU, dense, dropout."""
 
@@ -94,10 +91,8 @@ class Mlp(nn.Module):
         bias_init=_logical(zeros, ('embed',)),
     )(x)
     return nn.Dropout(config.dropout_rate, deterministic=self.deterministic)(x)
-# [/side-by-side]
 
 
-# [side-by-side: block]
 class Block(nn.Module):
   """Pre-norm causal self-attention and MLP, each with a residual connection.
 
@@ -129,10 +124,9 @@ class Block(nn.Module):
     y = _norm(config, 'mlp_norm')(x)
     y = Mlp(config, self.deterministic, name='mlp')(y)
     return x + y, None
-# [/side-by-side]
 
 
-# [side-by-side: transformer]
+# [side-by-side: remat-scan]
 class TransformerLM(nn.Module):
   """`__call__(tokens, train)` maps int tokens `(batch, length)` to logits `(batch, length, vocab)`.
 

@@ -13,7 +13,7 @@ from flax import nnx
 from model_zoo.configs import CNNConfig
 
 
-# [side-by-side: cnn]
+# [side-by-side: dropout]
 class CNN(nnx.Module):
   """`__call__(x)` maps NHWC images to logits; dropout is active after `model.train()`."""
 

@@ -18,7 +18,7 @@ from flax import nnx
 from model_zoo.configs import ResNetConfig
 
 
-# [side-by-side: resnet-block]
+# [side-by-side: batch-norm]
 class ResNetBlock(nnx.Module):
   """Two 3x3 convolutions with BatchNorm and a residual connection."""
 
@@ -59,7 +59,6 @@ class ResNetBlock(nnx.Module):
 # [/side-by-side]
 
 
-# [side-by-side: resnet]
 class ResNet(nnx.Module):
   """Stem, `config.stage_sizes` stages of `ResNetBlock`s, global mean pool, dense head."""
 
@@ -89,16 +88,15 @@ class ResNet(nnx.Module):
       x = block(x)
     x = jnp.mean(x, axis=(1, 2))
     return self.head(x)
-# [/side-by-side]
 
 
-# [side-by-side: train-state]
+# [side-by-side: batch-stats-step]
 # NNX has no TrainState: the model holds its parameters and batch statistics,
 # and `nnx.Optimizer(model, tx, wrt=nnx.Param)` holds the step and optax state.
 # [/side-by-side]
 
 
-# [side-by-side: train-step]
+# [side-by-side: batch-stats-step]
 def train_step(model: ResNet, optimizer: nnx.Optimizer, batch: dict[str, jax.Array]) -> jax.Array:
   """One step on `batch` (`'image'`, integer `'label'`), in place: returns the loss.
 

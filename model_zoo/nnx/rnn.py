@@ -24,7 +24,6 @@ from model_zoo.configs import RNNConfig
 CELLS = {'lstm': nnx.LSTMCell, 'optimized_lstm': nnx.OptimizedLSTMCell}
 
 
-# [side-by-side: rnn]
 class RNNLM(nnx.Module):
   """`__call__(tokens)` maps int tokens `(batch, length)` to logits `(batch, length, vocab)`."""
 
@@ -40,4 +39,3 @@ class RNNLM(nnx.Module):
     x = self.embed(tokens)
     x = self.rnn(x)
     return self.logits(x)
-# [/side-by-side]

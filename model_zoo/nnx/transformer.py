@@ -48,7 +48,7 @@ EMBED_INIT = nnx.initializers.normal(stddev=1.0)
 POSITION_INIT = nnx.initializers.normal(stddev=0.02)
 
 
-# [side-by-side: logical-names]
+# [side-by-side: rules-context]
 def _resolve(names: tuple[str | None, ...]) -> tuple[str | None, ...]:
   """Logical names -> mesh axes under `RULES`, as Linen's resolver does it."""
   return tuple(nn.logical_to_mesh_axes(names, RULES))
@@ -69,15 +69,13 @@ def _layer_axis(idiom: str) -> str | None:
 # [/side-by-side]
 
 
-# [side-by-side: norm]
 def _norm(config: TransformerConfig, rngs: nnx.Rngs) -> nnx.Module:
   if config.norm == 'rmsnorm':
     return nnx.RMSNorm(config.width, rngs=rngs)
   return nnx.LayerNorm(config.width, rngs=rngs)
-# [/side-by-side]
 
 
-# [side-by-side: position-embedding]
+# [side-by-side: decode-cache]
 class PositionEmbedding(nnx.Module):
   """Adds learned position embeddings; in decode mode, of the position in `cache_index`."""
 
@@ -98,7 +96,6 @@ class PositionEmbedding(nnx.Module):
 # [/side-by-side]
 
 
-# [side-by-side: mlp]
 class Mlp(nnx.Module):
   """Linear, GELU, linear, dropout."""
 
@@ -125,7 +122,6 @@ class Mlp(nnx.Module):
     x = nnx.gelu(x)
     x = self.down(x)
     return self.dropout(x)
-# [/side-by-side]
 
 
 class FusedAttention(nnx.Module):
@@ -182,7 +178,6 @@ class FusedAttention(nnx.Module):
     return self.out(y.reshape(*batch, length, width))
 
 
-# [side-by-side: block]
 class Block(nnx.Module):
   """Pre-norm causal self-attention and MLP, each with a residual connection."""
 
@@ -222,10 +217,9 @@ class Block(nnx.Module):
     y = self.mlp_norm(x)
     y = self.mlp(y)
     return x + y
-# [/side-by-side]
 
 
-# [side-by-side: transformer]
+# [side-by-side: remat-scan]
 class TransformerLM(nnx.Module):
   """`__call__(tokens)` maps int tokens `(batch, length)` to logits `(batch, length, vocab)`.
 

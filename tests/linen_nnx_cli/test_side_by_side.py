@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from linen_nnx_cli import side_by_side
-from linen_nnx_cli.side_by_side import CONCEPTS, ROOT, SOURCES, SideBySideError
+from linen_nnx_cli.side_by_side import API_MAP, CONCEPTS, ROOT, SOURCES, SideBySideError
+from tests.linen_nnx_cli import test_side_by_side_claims
 
 
 def test_committed_markdown_is_what_the_generator_produces():
@@ -22,7 +23,7 @@ def test_committed_markdown_is_what_the_generator_produces():
 
 
 def copy_sources(tmp_path):
-  for rel in SOURCES['linen'] + SOURCES['nnx']:
+  for rel in (rel for part in SOURCES.values() for files in part.values() for rel in files):
     (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / rel, tmp_path / rel)
   return tmp_path
@@ -35,7 +36,7 @@ def test_a_concept_marked_on_one_side_only_fails(tmp_path):
   text = re.sub(r'\n\s*# \[side-by-side: checkpoint\]\n', '\n', text)
   text = re.sub(r'\n\s*# \[/side-by-side\]\n', '\n', text)
   path.write_text(text)
-  with pytest.raises(SideBySideError, match="'checkpoint' has no marker in nnx_impl"):
+  with pytest.raises(SideBySideError, match="'checkpoint' has no marker in nnx_impl/model.py"):
     side_by_side.collect(root)
 
 
@@ -49,7 +50,7 @@ def test_unpaired_markers_fail(tmp_path):
 
 def test_every_concept_has_code_on_both_sides():
   concepts = side_by_side.collect()
-  assert [name for name, _, _ in CONCEPTS] == list(concepts)
+  assert [c.name for c in CONCEPTS] == list(concepts)
   for name, sides in concepts.items():
     for side, regions in sides.items():
       assert regions and all(r.code.strip() for r in regions), (name, side)
@@ -67,8 +68,10 @@ def test_html_is_self_contained_two_columns_with_contents_and_highlighting(tmp_p
   assert '<script' not in page and '@import' not in page and '@font-face' not in page
   assert not re.search(r'(src|href)="(https?:)?//', page)
   assert page.count('<div class="pair">') == len(CONCEPTS)
-  for name, title, _ in CONCEPTS:
-    assert f'href="#{name}"' in page and f'id="{name}"' in page
+  for concept in CONCEPTS:
+    assert f'href="#{concept.name}"' in page and f'id="{concept.name}"' in page
+    for claim in concept.claims:
+      assert side_by_side._inline(claim.text) in page
   # Highlighted by pygments, styled inline: a keyword and the name it defines.
   assert re.search(r'<span style="[^"]+">def</span><span style="[^"]+"> </span><span style="[^"]+">save</span>', page)
   assert 'nnx.Optimizer' in page and 'TrainState' in page
@@ -78,3 +81,30 @@ def test_highlight_keeps_the_source_text():
   code = 'def f(x):  # note\n  return "a" + 1\n'
   rendered = side_by_side.highlight(code)
   assert re.sub(r'<[^>]+>', '', rendered).replace('&quot;', '"') == code
+
+
+def test_a_zoo_concept_marked_on_one_side_only_fails(tmp_path):
+  root = copy_sources(tmp_path)
+  path = root / 'model_zoo' / 'linen' / 'resnet.py'
+  path.write_text(path.read_text().replace('# [side-by-side: batch-norm]', '# [side-by-side: batch-norms]'))
+  with pytest.raises(SideBySideError, match="unknown concept 'batch-norms' in zoo.*'batch-norm' has no marker"):
+    side_by_side.collect(root)
+
+
+def test_every_claim_has_its_test_and_every_claims_test_a_claim():
+  claims = [c.name for c in side_by_side.claims()]
+  assert len(claims) == len(set(claims)), 'claim names repeat'
+  tests = {name.removeprefix('test_') for name in dir(test_side_by_side_claims) if name.startswith('test_')}
+  assert sorted(set(claims) - tests) == [], 'claims without a test in test_side_by_side_claims'
+  assert sorted(tests - set(claims)) == [], 'tests of test_side_by_side_claims that no claim names'
+
+
+def test_every_api_row_is_backed_by_a_claim():
+  claims = {c.name for c in side_by_side.claims()}
+  assert [row.linen for row in API_MAP if row.backed_by not in claims] == []
+
+
+def test_the_page_shows_each_claim_once():
+  page = side_by_side.render_markdown()
+  for claim in side_by_side.claims():
+    assert page.count(claim.text) == 1, claim.name
