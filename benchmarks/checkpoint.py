@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -264,15 +265,21 @@ def _measure_command(model: str, kind: str, src: str, dst: str, budget: int) -> 
   return [sys.executable, os.path.abspath(__file__), '--measure', model, kind, src, dst, str(budget)]
 
 
+def _why(err: str) -> str:
+  """The line of a failed process's stderr that says why: a fatal or error
+  log line of absl (a crash ends with its stack, which says nothing), or an
+  exception's, else the last line."""
+  lines = [line.strip() for line in err.splitlines() if line.strip()]
+  said = [line for line in lines if re.match(r'[FE]\d{4} ', line) or re.match(r'\w+(Error|Exception)\b', line)]
+  return (said or lines or ['no output'])[-1]
+
+
 def _measured(proc: subprocess.Popen) -> dict:
-  """A measuring process's figures, or its failure."""
+  """A measuring process's figures, or its failure with the end of its stderr."""
   out, err = proc.communicate()
   if proc.returncode != 0:
-    why = (
-        'killed by the kernel (out of memory)' if proc.returncode == -9
-        else (err.strip().splitlines() or ['no output'])[-1]
-    )
-    return {'failed': f'exit {proc.returncode}: {why}'}
+    why = 'killed by the kernel (out of memory)' if proc.returncode == -9 else _why(err)
+    return {'failed': f'exit {proc.returncode}: {why}', 'stderr_tail': err.splitlines()[-40:]}
   return json.loads(out.strip().splitlines()[-1])
 
 
