@@ -2,7 +2,8 @@
 
 Two parts: the kit's MLP (`linen_impl` beside `nnx_impl`) and the model zoo
 (`model_zoo.linen` beside `model_zoo.nnx`), for what the MLP does not use
-(dropout, BatchNorm, decode caches, remat, logical rules in context). Both
+(dropout, BatchNorm, decode caches, remat, logical rules in context, sown
+intermediates, `nnx.bridge`). Both
 mark matching regions with
 
     # [side-by-side: CONCEPT]
@@ -45,8 +46,10 @@ SOURCES = {
         'nnx': ('nnx_impl/model.py', 'nnx_impl/train.py', 'nnx_impl/sgd.py', 'nnx_impl/checkpoint.py'),
     },
     'zoo': {
-        'linen': ('model_zoo/linen/cnn.py', 'model_zoo/linen/resnet.py', 'model_zoo/linen/transformer.py'),
-        'nnx': ('model_zoo/nnx/cnn.py', 'model_zoo/nnx/resnet.py', 'model_zoo/nnx/transformer.py'),
+        'linen': ('model_zoo/linen/cnn.py', 'model_zoo/linen/resnet.py', 'model_zoo/linen/transformer.py',
+                  'model_zoo/linen/mlp.py'),
+        'nnx': ('model_zoo/nnx/cnn.py', 'model_zoo/nnx/resnet.py', 'model_zoo/nnx/transformer.py',
+                'model_zoo/nnx/mlp.py'),
     },
 }
 PARTS = {
@@ -277,6 +280,28 @@ CONCEPTS = (
            '`cache`) and splits the RNG streams listed in `split_rngs`; NNX stacks whatever '
            '`nnx.vmap` created, `nnx.Cache` included.'),
     )),
+    Concept('sow', 'Sown intermediates', 'zoo', (
+        _C('linen_sow_needs_mutable_intermediates',
+           "Linen's `self.sow('intermediates', name, x)` records `x` only when `apply` is given "
+           "`mutable=['intermediates']`, which returns a tuple per name (one entry per `sow`); "
+           '`init` leaves them out.'),
+        _C('nnx_capture_collects_sown_values',
+           "NNX's `self.sow(nnx.Intermediate, name, x)` runs under `nnx.capture(model, "
+           'nnx.Intermediate)`, which returns the values beside the output and leaves the model '
+           'as it was; outside `nnx.capture` it stores them on the module, with a '
+           '`DeprecationWarning` in Flax 0.12.'),
+    )),
+    Concept('bridge', 'Porting one module at a time: `nnx.bridge`', 'zoo', (
+        _C('bridge_to_linen_puts_nnx_params_in_the_linen_tree',
+           '`nnx.bridge.ToLinen(nnx.Linear, args=...)` runs an NNX module inside a Linen model: '
+           'its parameters sit in the Linen tree under the wrapper\'s name (`params/hidden/kernel`) '
+           'and `init` / `apply` work as before.'),
+        _C('bridge_to_nnx_needs_lazy_init',
+           '`nnx.bridge.ToNNX(linen_module, rngs=rngs)` runs a Linen module inside an NNX model. '
+           'It has no parameters until `nnx.bridge.lazy_init(model, x)` runs it on an input; then '
+           'they are `nnx.Param`s, and the `Rngs` it was given stay in the model\'s state '
+           '(`to_nnx__rngs`), which the Linen original never had.'),
+    )),
 )
 
 _ROW = ApiRow
@@ -323,6 +348,14 @@ API_MAP = (
          'Decode caches are Variables of the model.', 'nnx_cache_variables_update_in_place'),
     _ROW('nn.remat', 'nnx.remat', 'nn.remat', 'nnx.remat', 'The same rematerialisation.',
          'remat_keeps_values_and_gradients'),
+    _ROW("self.sow('intermediates', ...)", 'self.sow(nnx.Intermediate, ...)', "self.sow('intermediates'",
+         'self.sow(nnx.Intermediate', 'A Variable type names the collection.', 'nnx_capture_collects_sown_values'),
+    _ROW("apply(..., mutable=['intermediates'])", 'nnx.capture(model, nnx.Intermediate)',
+         "mutable=['intermediates']", 'nnx.capture(', 'Returned beside the output on both sides.',
+         'nnx_capture_collects_sown_values'),
+    _ROW('nnx.bridge.ToLinen (NNX inside Linen)', 'nnx.bridge.ToNNX + lazy_init (Linen inside NNX)',
+         'bridge.ToLinen(', 'bridge.ToNNX(', 'Either side can hold the other while a port is under way.',
+         'bridge_to_nnx_needs_lazy_init'),
 )
 
 # Spans only (the page supplies <pre>), styled inline so the page stays one file.

@@ -25,8 +25,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 from kit_mlp.description import FSDP_RULES, ModelDescription
 from linen_impl.train import make_trainer as linen_trainer
 from model_zoo import configs
-from model_zoo.linen import cnn as linen_cnn, resnet as linen_resnet, transformer as linen_transformer
-from model_zoo.nnx import cnn as nnx_cnn, resnet as nnx_resnet, transformer as nnx_transformer
+from model_zoo.linen import cnn as linen_cnn, mlp as linen_mlp, resnet as linen_resnet, transformer as linen_transformer
+from model_zoo.nnx import cnn as nnx_cnn, mlp as nnx_mlp, resnet as nnx_resnet, transformer as nnx_transformer
 from nnx_impl.train import make_trainer as nnx_trainer
 
 #: `('batch', 'embed')` both to 'data', 'batch' first, as the FSDP rules do.
@@ -581,3 +581,58 @@ def test_linen_scan_stacks_listed_collections(mesh):
   assert linen_key.shape[0] == config.num_layers
   assert model.blocks.attention.cached_key.shape[0] == config.num_layers
   assert model.blocks.attention.cached_key.shape == linen_key.shape
+
+
+# -- Sown intermediates (zoo) --------------------------------------------------------
+
+
+def test_linen_sow_needs_mutable_intermediates():
+  model = linen_mlp.SowingMLP(hidden=4, num_classes=2)
+  x = jnp.ones((2, 3))
+  variables = model.init(jax.random.key(0), x)
+  assert set(variables) == {'params'}
+  _, state = model.apply(variables, x, mutable=['intermediates'])
+  (features,) = state['intermediates']['features']
+  assert features.shape == (2, 4)
+  assert not isinstance(model.apply(variables, x), tuple)  # nothing recorded, nothing returned
+  logits, hidden = linen_mlp.hidden_activations(model, variables, x)
+  np.testing.assert_array_equal(hidden, features)
+
+
+def test_nnx_capture_collects_sown_values():
+  model = nnx_mlp.SowingMLP(3, 4, 2, rngs=nnx.Rngs(0))
+  x = jnp.ones((2, 3))
+  before = nnx.state(model)
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', DeprecationWarning)
+    logits, hidden = nnx_mlp.hidden_activations(model, x)
+  assert hidden.shape == (2, 4) and logits.shape == (2, 2)
+  assert jax.tree.structure(nnx.state(model)) == jax.tree.structure(before)
+  with pytest.warns(DeprecationWarning, match='capture'):
+    model(x)
+  stored = nnx.pop(model, nnx.Intermediate)
+  assert stored['features'].get_value()[0].shape == (2, 4)
+
+
+# -- Porting one module at a time: nnx.bridge (zoo) ----------------------------------
+
+
+def test_bridge_to_linen_puts_nnx_params_in_the_linen_tree():
+  model = linen_mlp.BridgedMLP(in_features=3, hidden=4, num_classes=2)
+  x = jnp.ones((2, 3))
+  variables = model.init(jax.random.key(0), x)
+  assert variables['params']['hidden']['kernel'].shape == (3, 4)
+  expected = jax.nn.relu(x @ variables['params']['hidden']['kernel'] + variables['params']['hidden']['bias'])
+  expected = expected @ variables['params']['logits']['kernel'] + variables['params']['logits']['bias']
+  np.testing.assert_allclose(model.apply(variables, x), expected, rtol=1e-6)
+
+
+def test_bridge_to_nnx_needs_lazy_init():
+  bare = nnx_mlp.BridgedMLP(3, 4, 2, rngs=nnx.Rngs(0))
+  assert ('hidden', 'kernel') not in dict(nnx.to_flat_state(nnx.state(bare, nnx.Param)))
+  model = nnx_mlp.create_bridged(3, 4, 2, rngs=nnx.Rngs(0))
+  params = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+  assert params[('hidden', 'kernel')].shape == (3, 4)
+  rng_state = [path for path, _ in nnx.to_flat_state(nnx.state(model, nnx.RngState))]
+  assert rng_state and all(path[:2] == ('hidden', 'to_nnx__rngs') for path in rng_state)
+  assert model(jnp.ones((2, 3))).shape == (2, 2)
