@@ -507,7 +507,7 @@ def render_markdown(root: pathlib.Path = ROOT) -> str:
         out += [f'**{label}** ({_where(regions_)})', '', '```python']
         out += ['\n\n'.join(r.code for r in regions_), '```', '']
   out += ['<a id="api-mapping"></a>', '# API mapping, Linen -> NNX', '',
-          '| Linen | NNX | | used in Linen | used in NNX |', '| --- | --- | --- | --- | --- |']
+          '| Linen | NNX | what differs | used in Linen | used in NNX |', '| --- | --- | --- | --- | --- |']
   link = lambda place: 'not used here' if place is None else f'[{place[0]}:{place[1]}](../{place[0]}#L{place[1]})'
   for row, linen_place, nnx_place in api_locations(root):
     out.append(f'| `{row.linen}` | `{row.nnx}` | {row.note} | {link(linen_place)} | {link(nnx_place)} |')
@@ -522,7 +522,7 @@ def highlight(code: str) -> str:
 _CSS = '''
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:110rem;padding:0 1rem;color:#1f2328}
 h1{font-size:1.6rem}h2{font-size:1.25rem;margin-top:2.5rem;border-bottom:1px solid #d0d7de}
-nav ol ol{columns:2}
+nav>ol{columns:2}nav>ol>li{break-inside:avoid}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:1rem}.pair>div{min-width:0}
 .pair h3{font-size:.95rem;margin:.4rem 0}.where{color:#59636e;font-weight:normal;font-size:.85rem}
 pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.75rem;overflow-x:auto;font:13px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
@@ -563,7 +563,7 @@ def render_html(root: pathlib.Path = ROOT) -> str:
         )
       parts.append('</div></section>')
   parts += ['<section id="api-mapping"><h2>API mapping, Linen &rarr; NNX</h2><table>',
-            '<tr><th>Linen</th><th>NNX</th><th></th><th>used in Linen</th><th>used in NNX</th></tr>']
+            '<tr><th>Linen</th><th>NNX</th><th>what differs</th><th>used in Linen</th><th>used in NNX</th></tr>']
   link = lambda place: 'not used here' if place is None else f'<a href="../{place[0]}#L{place[1]}">{place[0]}:{place[1]}</a>'
   for row, linen_place, nnx_place in api_locations(root):
     parts.append(

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from model_zoo.configs import TransformerConfig
+from model_zoo.configs import RULES, TransformerConfig
 
 KERNEL_INIT = nn.initializers.xavier_uniform()
 EMBED_INIT = nn.initializers.normal(stddev=1.0)
@@ -166,4 +166,15 @@ class TransformerLM(nn.Module):
         x, _ = Block(config, deterministic, self.decode)(x, mask)
     x = _norm(config, 'final_norm')(x)
     return embed.attend(x)
+# [/side-by-side]
+
+
+# [side-by-side: rules-context]
+def create_sharded(model: TransformerLM, mesh: jax.sharding.Mesh, tokens: jax.Array, seed: int = 0) -> dict:
+  """`model.init` with every array created in its shards, the rules from the context."""
+  with jax.set_mesh(mesh), nn.logical_axis_rules(RULES):
+    key = jax.random.key(seed)
+    abstract = jax.eval_shape(model.init, key, tokens)
+    shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh, RULES)
+    return jax.jit(model.init, out_shardings=shardings)(key, tokens)
 # [/side-by-side]

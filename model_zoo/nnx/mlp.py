@@ -14,6 +14,7 @@ the model.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
 from flax.nnx import bridge
@@ -38,7 +39,7 @@ class BridgedMLP(nnx.Module):
 def create_bridged(in_features: int, hidden: int, num_classes: int, *, rngs: nnx.Rngs) -> BridgedMLP:
   """A `BridgedMLP` with every parameter created."""
   model = BridgedMLP(in_features, hidden, num_classes, rngs=rngs)
-  return bridge.lazy_init(model, jax.numpy.zeros((1, in_features)))
+  return bridge.lazy_init(model, jnp.zeros((1, in_features)))
 # [/side-by-side]
 
 

@@ -312,3 +312,13 @@ class TransformerLM(nnx.Module):
     x = self.final_norm(x)
     return self.embed.attend(x)
 # [/side-by-side]
+
+
+# [side-by-side: rules-context]
+def create_sharded(config: TransformerConfig, mesh: jax.sharding.Mesh, idiom: str, seed: int = 0) -> TransformerLM:
+  """A `TransformerLM` with every array created in its shards (eager sharding)."""
+  # Only `'context_rules'` needs the rules in context; the context merges with
+  # any `sharding_rules` metadata.
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(RULES if idiom == 'context_rules' else ()):
+    return nnx.jit(lambda: TransformerLM(config, idiom=idiom, rngs=nnx.Rngs(seed)))()
+# [/side-by-side]

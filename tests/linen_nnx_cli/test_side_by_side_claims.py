@@ -400,26 +400,23 @@ def test_linen_rules_come_from_the_context(mesh):
   config = configs.TransformerConfig()
   tokens = jnp.zeros((2, 8), jnp.int32)
   model = linen_transformer.TransformerLM(config)
-  with jax.set_mesh(mesh), nn.logical_axis_rules(configs.RULES):
-    abstract = jax.eval_shape(model.init, jax.random.key(0), tokens)
-    specs = nn.get_partition_spec(abstract)
-    resolved = nn.logical_to_mesh_sharding(specs, mesh, configs.RULES)
-  embedding = abstract['params']['embed']['embedding']
-  assert isinstance(embedding, nn.LogicallyPartitioned) and embedding.rules is None
-  assert specs['params']['embed']['embedding'] == P('vocab', 'embed')
-  expected = nn.logical_to_mesh_axes(('vocab', 'embed'), configs.RULES)
-  assert resolved['params']['embed']['embedding'].spec == expected
+  boxed = jax.eval_shape(model.init, jax.random.key(0), tokens)['params']['embed']['embedding']
+  assert isinstance(boxed, nn.LogicallyPartitioned) and boxed.rules is None
+  assert boxed.names == ('vocab', 'embed')
+  variables = linen_transformer.create_sharded(model, mesh, tokens)
+  expected = P(*nn.logical_to_mesh_axes(('vocab', 'embed'), configs.RULES))
+  assert expected == P('model', None)
+  assert variables['params']['embed']['embedding'].value.sharding.is_equivalent_to(NamedSharding(mesh, expected), 2)
 
 
 def test_nnx_context_rules_resolve_at_creation(mesh):
   config = configs.TransformerConfig()
-  expected = P(*nn.logical_to_mesh_axes(('vocab', 'embed'), configs.RULES))
+  expected = NamedSharding(mesh, P(*nn.logical_to_mesh_axes(('vocab', 'embed'), configs.RULES)))
   for idiom in nnx_transformer.IDIOMS:
-    create = lambda: nnx_transformer.TransformerLM(config, idiom=idiom, rngs=nnx.Rngs(0))
-    with jax.set_mesh(mesh), nn.logical_axis_rules(configs.RULES if idiom == 'context_rules' else ()):
-      model = create()
-      assert model.embed.embedding[...].sharding.spec == expected, idiom
-  with jax.set_mesh(mesh), pytest.raises(ValueError):
+    model = nnx_transformer.create_sharded(config, mesh, idiom)
+    assert model.embed.embedding[...].sharding.is_equivalent_to(expected, 2), idiom
+  # Without the rules in context the logical names are taken for mesh axes.
+  with jax.set_mesh(mesh), pytest.raises(ValueError, match='vocab'):
     nnx_transformer.TransformerLM(config, idiom='context_rules', rngs=nnx.Rngs(0))
 
 
