@@ -222,7 +222,7 @@ CONCEPTS = (
            '`ShapeDtypeStruct`; Linen restores into the boxed abstract `TrainState`, NNX into '
            "`nnx.get_abstract_model`'s state."),
     )),
-    Concept('rules-context', 'Logical rules from the context', 'zoo', (
+    Concept('rules-context', 'Logical rules from the context; Auto and Explicit mesh axes', 'zoo', (
         _C('linen_rules_come_from_the_context',
            'Linen code often leaves the rules out of the boxes (`rules=None`) and gives them '
            'with `nn.logical_axis_rules(rules)` around `init` and `apply`.'),
@@ -232,6 +232,14 @@ CONCEPTS = (
            '`nnx.logical_axis_rules(rules)` too (without the rules the names are taken for mesh '
            'axes and creation fails); or store the names already resolved with '
            '`nn.logical_to_mesh_axes`.'),
+        _C('linen_needs_auto_mesh_axes',
+           "Linen's boxes are constrained with `jax.lax.with_sharding_constraint`, so Linen needs "
+           "Auto mesh axes: on Explicit ones (JAX 0.10's `jax.make_mesh` default) `init` of an "
+           'annotated model raises.'),
+        _C('nnx_creates_on_explicit_mesh_axes',
+           "NNX's eager sharding reshards on Explicit axes, so creation works there too; running "
+           'a model on them is another matter: sharding in types asks for explicit output '
+           "shardings (the zoo transformer's embedding lookup raises)."),
     )),
     Concept('dropout', 'Dropout, `train()` and `eval()`, RNG streams', 'zoo', (
         _C('linen_dropout_needs_a_dropout_rng',

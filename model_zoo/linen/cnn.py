@@ -32,3 +32,10 @@ class CNN(nn.Module):
     x = nn.Dropout(config.dropout_rate, deterministic=not train)(x)
     return nn.Dense(config.num_classes)(x)
 # [/side-by-side]
+
+
+# [side-by-side: dropout]
+def train_logits(model: CNN, variables, images: jax.Array, dropout_key: jax.Array) -> jax.Array:
+  """Logits with dropout on: its masks come from `dropout_key` (the same key, the same masks)."""
+  return model.apply(variables, images, train=True, rngs={'dropout': dropout_key})
+# [/side-by-side]

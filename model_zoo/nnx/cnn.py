@@ -39,3 +39,13 @@ class CNN(nnx.Module):
     x = self.dropout(x)
     return self.logits(x)
 # [/side-by-side]
+
+
+# [side-by-side: dropout]
+def train_logits(model: CNN, images: jax.Array) -> jax.Array:
+  """Logits with dropout on (this puts `model` in training mode): its masks come
+  from the `dropout` stream of the `nnx.Rngs` the model was created with
+  (`nnx.Rngs(params=..., dropout=...)`), which each call advances."""
+  model.train()
+  return model(images)
+# [/side-by-side]

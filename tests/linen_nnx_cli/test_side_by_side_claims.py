@@ -420,6 +420,31 @@ def test_nnx_context_rules_resolve_at_creation(mesh):
     nnx_transformer.TransformerLM(config, idiom='context_rules', rngs=nnx.Rngs(0))
 
 
+@pytest.fixture(scope='module')
+def explicit_mesh():
+  mesh = jax.make_mesh((2, 4), ('data', 'model'), devices=jax.devices()[:8])
+  assert mesh.axis_types == (AxisType.Explicit,) * 2
+  return mesh
+
+
+def test_linen_needs_auto_mesh_axes(mesh, explicit_mesh):
+  model = linen_transformer.TransformerLM(configs.TransformerConfig())
+  tokens = jnp.zeros((2, 8), jnp.int32)
+  with pytest.raises(AssertionError, match='Explicit'):
+    linen_transformer.create_sharded(model, explicit_mesh, tokens)
+  linen_transformer.create_sharded(model, mesh, tokens)
+
+
+def test_nnx_creates_on_explicit_mesh_axes(explicit_mesh):
+  config = configs.TransformerConfig()
+  model = nnx_transformer.create_sharded(config, explicit_mesh, 'rules_metadata')
+  expected = P(*nn.logical_to_mesh_axes(('vocab', 'embed'), configs.RULES))
+  assert model.embed.embedding[...].sharding.is_equivalent_to(NamedSharding(explicit_mesh, expected), 2)
+  # JAX's ShardingTypeError is not public; its message names the fix.
+  with jax.set_mesh(explicit_mesh), pytest.raises(Exception, match='out_sharding'):
+    model(jnp.zeros((2, 8), jnp.int32))
+
+
 # -- Dropout, train() and eval(), RNG streams (zoo) ----------------------------------
 
 
@@ -432,9 +457,9 @@ def test_linen_dropout_needs_a_dropout_rng():
   variables = model.init(jax.random.key(0), IMAGES, train=False)
   with pytest.raises(Exception, match='dropout'):
     model.apply(variables, IMAGES, train=True)
-  once = model.apply(variables, IMAGES, train=True, rngs={'dropout': jax.random.key(1)})
-  again = model.apply(variables, IMAGES, train=True, rngs={'dropout': jax.random.key(1)})
-  other = model.apply(variables, IMAGES, train=True, rngs={'dropout': jax.random.key(2)})
+  once = linen_cnn.train_logits(model, variables, IMAGES, jax.random.key(1))
+  again = linen_cnn.train_logits(model, variables, IMAGES, jax.random.key(1))
+  other = linen_cnn.train_logits(model, variables, IMAGES, jax.random.key(2))
   np.testing.assert_array_equal(once, again)
   assert not np.array_equal(once, other)
 
@@ -450,16 +475,16 @@ def test_nnx_train_and_eval_set_every_dropout():
 
 def test_nnx_dropout_draws_from_its_rngs_stream():
   model = nnx_cnn.CNN(CNN, rngs=nnx.Rngs(params=0, dropout=1))
-  model.train()
   counts = nnx.state(model, nnx.RngCount)
   assert [path for path, _ in nnx.to_flat_state(counts)] == [('dropout', 'rngs', 'count')]
-  first, second = model(IMAGES), model(IMAGES)
+  first, second = nnx_cnn.train_logits(model, IMAGES), nnx_cnn.train_logits(model, IMAGES)
   assert not np.array_equal(first, second)
   assert nnx.state(model, nnx.RngCount)['dropout']['rngs']['count'][...] == 2
   # The same dropout seed gives the same masks; another, others.
   same = nnx_cnn.CNN(CNN, rngs=nnx.Rngs(params=0, dropout=1))
-  same.train()
-  np.testing.assert_array_equal(same(IMAGES), first)
+  np.testing.assert_array_equal(nnx_cnn.train_logits(same, IMAGES), first)
+  other = nnx_cnn.CNN(CNN, rngs=nnx.Rngs(params=0, dropout=2))
+  assert not np.array_equal(nnx_cnn.train_logits(other, IMAGES), first)
 
 
 def test_nnx_layers_are_created_with_their_input_sizes():
