@@ -347,7 +347,7 @@ API_MAP = (
     _ROW('Dropout(deterministic=...)', 'model.train() / model.eval()', 'deterministic=not train',
          'self.dropout(x)', 'The mode is state of the model, not an argument.',
          'nnx_train_and_eval_set_every_dropout'),
-    _ROW("apply(..., rngs={'dropout': key})", "nnx.Rngs(params=..., dropout=...)", "'dropout': True",
+    _ROW("apply(..., rngs={'dropout': key})", 'nnx.Rngs(params=..., dropout=...)', "rngs={'dropout'",
          'nnx.Dropout(config.dropout_rate, rngs=rngs)', 'RNG streams are state of the model.',
          'nnx_dropout_draws_from_its_rngs_stream'),
     _ROW("apply(..., mutable=['batch_stats'])", 'nnx.BatchStat, updated in place', "mutable=['batch_stats']",
