@@ -88,16 +88,16 @@ class ApiRow:
 
   Attributes:
     linen, nnx: the two APIs.
-    linen_text, nnx_text: what to search for in each side's code, to link the
-      first place it is used; `None` where the code shown does not use it.
+    linen_text, nnx_text: what to search for in the code each side shows, to
+      link the first place it is used.
     note: what differs, in a few words.
     backed_by: the name of the concept claim whose test checks `note`.
   """
 
   linen: str
   nnx: str
-  linen_text: str | None
-  nnx_text: str | None
+  linen_text: str
+  nnx_text: str
   note: str
   backed_by: str
 
@@ -115,9 +115,9 @@ CONCEPTS = (
            'on an initializer, or a keyword of `nnx.Param`. The older keywords `sharding` and '
            '`sharding_names` still work, with a `DeprecationWarning`.'),
         _C('linen_boxes_constrain_at_use',
-           "Linen's boxes constrain a parameter to its sharding each time `apply` unboxes it; "
-           "NNX's Variables do not, so XLA may shard a gradient otherwise. The kit's "
-           '`ConstrainedParam` constrains at use, so that both compile to one program.'),
+           "With a mesh in context, Linen's boxes constrain a parameter to its sharding each time "
+           "`apply` unboxes it; NNX's annotated Variables do not, so XLA may shard a gradient "
+           "otherwise. The kit's `ConstrainedParam` constrains at each read, as Linen does."),
     )),
     Concept('logical-names', 'Logical names and rules', 'kit', (
         _C('linen_logical_boxes_carry_rules',
@@ -144,8 +144,9 @@ CONCEPTS = (
            "`P(None, 'data')`."),
         _C('nnx_keeps_a_repeated_mesh_axis',
            "NNX maps each name on its own: with the same rules `('batch', 'embed')` is "
-           "`P('data', 'data')` in NNX and `P('data', None)` in Linen, and a name without a "
-           'rule passes through as a mesh axis name.'),
+           "`P('data', 'data')` in NNX, which no array can have (creating the Variable raises), "
+           "and `P('data', None)` in Linen; a name without a rule passes through as a mesh axis "
+           "name, and of two rules for one name (Linen's fallbacks) NNX keeps the last."),
     )),
     Concept('scan-vs-loop', 'Scanned vs looped layers', 'kit', (
         _C('both_insert_the_layer_axis_name_first',
@@ -199,7 +200,9 @@ CONCEPTS = (
         _C('nnx_modules_are_pytrees',
            'NNX Modules and Optimizers are pytrees: `jax.jit`, `jax.value_and_grad` and '
            '`jax.lax.scan` take them as they are, besides `nnx.jit` and `nnx.value_and_grad` '
-           '(which differentiates the `nnx.Param`s only).'),
+           '(which differentiates the `nnx.Param`s only). What a JAX transform changes inside '
+           '(RNG counts, batch statistics, an optimizer step) comes out only in what the '
+           'function returns; NNX transforms write it back to the objects.'),
         _C('kit_step_merges_inside_the_trace',
            'Linen jits a pure function of the `TrainState`; the kit\'s NNX step is a `jax.jit` '
            'over the bare arrays that merges the model and optimizer back inside the trace, '
@@ -247,11 +250,13 @@ CONCEPTS = (
            "given to `apply(..., rngs={'dropout': key})`: the same key gives the same mask."),
         _C('nnx_train_and_eval_set_every_dropout',
            "NNX's `nnx.Dropout` follows the module's mode: `model.train()` and `model.eval()` "
-           'set it on every submodule.'),
+           'set it on every submodule, and `nnx.view(model, deterministic=...)` gives a view '
+           'in the other mode without changing the model. A new NNX model is in training mode '
+           "(dropout on), where Linen's `train` argument is often off by default."),
         _C('nnx_dropout_draws_from_its_rngs_stream',
-           "`nnx.Dropout` draws from the `nnx.Rngs` it was created with (its `dropout` stream, "
-           "else `default`), whose count is state of the model (`nnx.RngCount`): each call "
-           'gives a new mask.'),
+           '`nnx.Dropout` keeps a fork of the `dropout` stream (else `default`) of the '
+           '`nnx.Rngs` it was created with; its count is state of the model (`nnx.RngCount`), '
+           'so each call gives a new mask, and the same seeds give the same masks.'),
         _C('nnx_layers_are_created_with_their_input_sizes',
            'NNX layers are created with their input sizes (`nnx.Linear(in_features, '
            'out_features, ...)`): NNX has no shape inference.'),
@@ -281,7 +286,7 @@ CONCEPTS = (
     )),
     Concept('remat-scan', 'Scanned blocks with remat', 'zoo', (
         _C('remat_keeps_values_and_gradients',
-           '`nn.remat(Block)` and `nnx.remat` recompute the activations in the backward pass '
+           '`nn.remat` (of a module class) and `nnx.remat` recompute the activations in the backward pass '
            'instead of keeping them: the values and gradients are those without remat.'),
         _C('linen_scan_stacks_listed_collections',
            "Linen's `nn.scan` stacks the collections listed in `variable_axes` (`params` and "
@@ -307,8 +312,8 @@ CONCEPTS = (
         _C('bridge_to_nnx_needs_lazy_init',
            '`nnx.bridge.ToNNX(linen_module, rngs=rngs)` runs a Linen module inside an NNX model. '
            'It has no parameters until `nnx.bridge.lazy_init(model, x)` runs it on an input; then '
-           'they are `nnx.Param`s, and the `Rngs` it was given stay in the model\'s state '
-           '(`to_nnx__rngs`), which the Linen original never had.'),
+           'they are `nnx.Param`s, and a fork of the `Rngs` it was given stays in the model\'s '
+           'state (`to_nnx__rngs`, drawn from at every call), which the Linen original never had.'),
     )),
 )
 
@@ -324,10 +329,10 @@ API_MAP = (
     _ROW('nn.with_logical_constraint', 'jax.lax.with_sharding_constraint', 'nn.with_logical_constraint',
          'jax.lax.with_sharding_constraint(x', 'NNX has none: resolve the names, then constrain.',
          'nnx_has_no_logical_constraint'),
-    _ROW('nn.get_partition_spec', 'nnx.get_partition_spec', 'nn.get_partition_spec', None,
+    _ROW('nn.get_partition_spec', 'nnx.get_partition_spec', 'nn.get_partition_spec', 'nnx.get_partition_spec',
          "NNX applies the Variables' rules.", 'nnx_sharding_rules_metadata'),
     _ROW('nn.get_sharding', 'nnx.get_named_sharding', 'nn.get_sharding', 'nnx.get_named_sharding',
-         'Annotations as `NamedSharding`s of a mesh.', 'linen_shards_init_from_the_boxes'),
+         'Annotations as `NamedSharding`s of a mesh.', 'nnx_sharding_rules_metadata'),
     _ROW('nn.logical_to_mesh_sharding', 'nnx.get_named_sharding', 'nn.logical_to_mesh_sharding',
          'nnx.get_named_sharding', "NNX resolves logical names with the Variables' rules.",
          'nnx_sharding_rules_metadata'),
@@ -348,10 +353,10 @@ API_MAP = (
          'self.dropout(x)', 'The mode is state of the model, not an argument.',
          'nnx_train_and_eval_set_every_dropout'),
     _ROW("apply(..., rngs={'dropout': key})", 'nnx.Rngs(params=..., dropout=...)', "rngs={'dropout'",
-         'nnx.Dropout(config.dropout_rate, rngs=rngs)', 'RNG streams are state of the model.',
+         'nnx.Rngs(params=', 'RNG streams are state of the model.',
          'nnx_dropout_draws_from_its_rngs_stream'),
     _ROW("apply(..., mutable=['batch_stats'])", 'nnx.BatchStat, updated in place', "mutable=['batch_stats']",
-         'nnx.BatchNorm(', 'No collection to thread through.', 'nnx_batch_stats_update_in_place'),
+         'nnx.BatchNorm,', 'No collection to thread through.', 'nnx_batch_stats_update_in_place'),
     _ROW("the 'cache' collection", 'nnx.Cache', "self.variable('cache'", 'nnx.Cache(',
          'Decode caches are Variables of the model.', 'nnx_cache_variables_update_in_place'),
     _ROW('nn.remat', 'nnx.remat', 'nn.remat', 'nnx.remat', 'The same rematerialisation.',
@@ -449,28 +454,28 @@ def _code_lines(path: pathlib.Path) -> list[tuple[int, str]]:
   ]
 
 
-def api_locations(root: pathlib.Path = ROOT) -> list[tuple[ApiRow, tuple[str, int] | None, tuple[str, int] | None]]:
-  """Each API row with the first place each side uses it (the kit first, then
-  the zoo), `None` where the row says it is not used."""
+def api_locations(root: pathlib.Path = ROOT) -> list[tuple[ApiRow, tuple[str, int], tuple[str, int]]]:
+  """Each API row with the first place each side uses it in the code the page
+  shows (the kit first, then the zoo)."""
+  shown = {side: [] for side in SIDES}  # (file, line, text) of every code line shown
+  for part in SOURCES:
+    for side in SIDES:
+      spans = {}
+      for found in regions(side, root, part).values():
+        for r in found:
+          spans.setdefault(r.file, []).append(range(r.line, r.line + r.code.count('\n') + 1))
+      for rel in SOURCES[part][side]:
+        shown[side] += [
+            (rel, i, line) for i, line in _code_lines(root / rel)
+            if any(i in span for span in spans.get(rel, ()))
+        ]
   rows = []
   for row in API_MAP:
     places = []
     for side, text in (('linen', row.linen_text), ('nnx', row.nnx_text)):
-      if text is None:
-        places.append(None)
-        continue
-      place = next(
-          (
-              (rel, i)
-              for part in SOURCES
-              for rel in SOURCES[part][side]
-              for i, line in _code_lines(root / rel)
-              if text in line
-          ),
-          None,
-      )
+      place = next(((rel, i) for rel, i, line in shown[side] if text in line), None)
       if place is None:
-        raise SideBySideError(f'no {side} source uses {text!r} ({row.linen} -> {row.nnx})')
+        raise SideBySideError(f'no {side} code on the page uses {text!r} ({row.linen} -> {row.nnx})')
       places.append(place)
     rows.append((row, places[0], places[1]))
   return rows
@@ -482,8 +487,8 @@ def _where(regions_: list[Region]) -> str:
 
 _INTRO = (
     'Each section pairs the code of one concept in the Linen original and its NNX port, '
-    'taken from the source, under what differs. Every statement about Flax here is checked '
-    'against the installed Flax by the test named after it in '
+    'taken from the source, under what differs. Each of those notes is checked against the '
+    'installed Flax by the test named after it in '
     '`tests/linen_nnx_cli/test_side_by_side_claims.py`.'
 )
 
@@ -516,7 +521,7 @@ def render_markdown(root: pathlib.Path = ROOT) -> str:
         out += ['\n\n'.join(r.code for r in regions_), '```', '']
   out += ['<a id="api-mapping"></a>', '# API mapping, Linen -> NNX', '',
           '| Linen | NNX | what differs | used in Linen | used in NNX |', '| --- | --- | --- | --- | --- |']
-  link = lambda place: 'not used here' if place is None else f'[{place[0]}:{place[1]}](../{place[0]}#L{place[1]})'
+  link = lambda place: f'[{place[0]}:{place[1]}](../{place[0]}#L{place[1]})'
   for row, linen_place, nnx_place in api_locations(root):
     out.append(f'| `{row.linen}` | `{row.nnx}` | {row.note} | {link(linen_place)} | {link(nnx_place)} |')
   return '\n'.join(out) + '\n'
@@ -572,7 +577,7 @@ def render_html(root: pathlib.Path = ROOT) -> str:
       parts.append('</div></section>')
   parts += ['<section id="api-mapping"><h2>API mapping, Linen &rarr; NNX</h2><table>',
             '<tr><th>Linen</th><th>NNX</th><th>what differs</th><th>used in Linen</th><th>used in NNX</th></tr>']
-  link = lambda place: 'not used here' if place is None else f'<a href="../{place[0]}#L{place[1]}">{place[0]}:{place[1]}</a>'
+  link = lambda place: f'<a href="../{place[0]}#L{place[1]}">{place[0]}:{place[1]}</a>'
   for row, linen_place, nnx_place in api_locations(root):
     parts.append(
         f'<tr><td><code>{html.escape(row.linen)}</code></td><td><code>{html.escape(row.nnx)}</code></td>'

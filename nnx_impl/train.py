@@ -1,12 +1,12 @@
 """Sharded creation, training and inference of the NNX MLP.
 
-Creation follows the Flax 0.12 guide: inside `nnx.jit` under `jax.set_mesh`, the
-model is built and eager sharding (on by default) shards every annotated
-Variable as it is created; stacked layers are constrained once more, since the
-layer axis `nnx.vmap` adds is not applied to them. The optimizer, built from
-the sharded model, copies each parameter's annotation to its moments. No array
-is ever whole on one device. `nnx.get_abstract_model` gives the abstract model and optimizer that
-restores and the shardings start from.
+Creation follows the Flax 0.12 guide: inside `nnx.jit` under `jax.set_mesh`,
+the model is built and eager sharding (on by default) shards every annotated
+Variable as it is created; stacked layers are constrained once more, since
+the layer axis `nnx.vmap` adds is not applied to them. The optimizer, built
+from the sharded model, copies each parameter's annotation to its moments.
+No array is ever whole on one device. `nnx.get_abstract_model` gives the
+abstract model and optimizer that restores and the shardings start from.
 
 The hot path does not pay `nnx.jit`'s graph traversal per call: the model and
 optimizer are split once into a graphdef and an abstract state, and

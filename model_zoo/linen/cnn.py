@@ -35,6 +35,12 @@ class CNN(nn.Module):
 
 
 # [side-by-side: dropout]
+def create(config: CNNConfig, images: jax.Array, seed: int = 0) -> tuple[CNN, dict]:
+  """A CNN and its variables; `init` needs only the `params` stream (dropout off)."""
+  model = CNN(config)
+  return model, model.init({'params': jax.random.key(seed)}, images, train=False)
+
+
 def train_logits(model: CNN, variables, images: jax.Array, dropout_key: jax.Array) -> jax.Array:
   """Logits with dropout on: its masks come from `dropout_key` (the same key, the same masks)."""
   return model.apply(variables, images, train=True, rngs={'dropout': dropout_key})

@@ -170,11 +170,18 @@ class TransformerLM(nn.Module):
 
 
 # [side-by-side: rules-context]
-def create_sharded(model: TransformerLM, mesh: jax.sharding.Mesh, tokens: jax.Array, seed: int = 0) -> dict:
+def make_mesh(shape: tuple[int, int] = (2, 4)) -> jax.sharding.Mesh:
+  """A `('data', 'model')` mesh with Auto axes, which Linen's constraints need."""
+  return jax.make_mesh(shape, ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def create_sharded(
+    model: TransformerLM, mesh: jax.sharding.Mesh, tokens: jax.Array, seed: int = 0
+) -> dict:
   """`model.init` with every array created in its shards, the rules from the context."""
   with jax.set_mesh(mesh), nn.logical_axis_rules(RULES):
     key = jax.random.key(seed)
     abstract = jax.eval_shape(model.init, key, tokens)
-    shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh, RULES)
+    shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh)
     return jax.jit(model.init, out_shardings=shardings)(key, tokens)
 # [/side-by-side]

@@ -2,7 +2,8 @@
 
 Layers are created in `__init__` with their input sizes (NNX has no shape
 inference), the convolutions in an `nnx.List`. Dropout follows the module's
-mode: `model.train()` turns it on, `model.eval()` off.
+mode: on in a new model and after `model.train()`, off after `model.eval()`;
+its masks come from the model's `nnx.Rngs` `dropout` stream.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from model_zoo.configs import CNNConfig
 
 # [side-by-side: dropout]
 class CNN(nnx.Module):
-  """`__call__(x)` maps NHWC images to logits; dropout is active after `model.train()`."""
+  """`__call__(x)` maps NHWC images to logits; dropout is on until `model.eval()`."""
 
   def __init__(self, config: CNNConfig, *, rngs: nnx.Rngs):
     self.config = config
@@ -42,10 +43,13 @@ class CNN(nnx.Module):
 
 
 # [side-by-side: dropout]
+def create(config: CNNConfig, seed: int = 0) -> CNN:
+  """A CNN whose parameters and dropout masks come from streams of one `nnx.Rngs`."""
+  return CNN(config, rngs=nnx.Rngs(params=seed, dropout=seed + 1))
+
+
 def train_logits(model: CNN, images: jax.Array) -> jax.Array:
-  """Logits with dropout on (this puts `model` in training mode): its masks come
-  from the `dropout` stream of the `nnx.Rngs` the model was created with
-  (`nnx.Rngs(params=..., dropout=...)`), which each call advances."""
-  model.train()
-  return model(images)
+  """Logits with dropout on, whatever `model`'s mode (a view, not a change of mode):
+  the masks come from the model's `dropout` stream, which each call advances."""
+  return nnx.view(model, deterministic=False)(images)
 # [/side-by-side]

@@ -24,9 +24,9 @@ from flax.nnx import bridge
 class BridgedMLP(nnx.Module):
   """`__call__(x)` maps `(batch, in_features)` to logits; the hidden layer is Linen's."""
 
-  def __init__(self, in_features: int, hidden: int, num_classes: int, *, rngs: nnx.Rngs):
+  def __init__(self, hidden: int, num_classes: int, *, rngs: nnx.Rngs):
     # Linen's shape inference stays: the Linen module creates its parameters
-    # on its first input (`bridge.lazy_init`).
+    # on its first input (`bridge.lazy_init`), so no input size here.
     self.hidden = bridge.ToNNX(nn.Dense(hidden), rngs=rngs)
     self.logits = nnx.Linear(hidden, num_classes, rngs=rngs)
 
@@ -36,9 +36,11 @@ class BridgedMLP(nnx.Module):
     return self.logits(x)
 
 
-def create_bridged(in_features: int, hidden: int, num_classes: int, *, rngs: nnx.Rngs) -> BridgedMLP:
+def create_bridged(
+    in_features: int, hidden: int, num_classes: int, *, rngs: nnx.Rngs
+) -> BridgedMLP:
   """A `BridgedMLP` with every parameter created."""
-  model = BridgedMLP(in_features, hidden, num_classes, rngs=rngs)
+  model = BridgedMLP(hidden, num_classes, rngs=rngs)
   return bridge.lazy_init(model, jnp.zeros((1, in_features)))
 # [/side-by-side]
 

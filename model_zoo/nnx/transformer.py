@@ -315,7 +315,16 @@ class TransformerLM(nnx.Module):
 
 
 # [side-by-side: rules-context]
-def create_sharded(config: TransformerConfig, mesh: jax.sharding.Mesh, idiom: str, seed: int = 0) -> TransformerLM:
+def make_mesh(
+    shape: tuple[int, int] = (2, 4), axis_type=jax.sharding.AxisType.Auto
+) -> jax.sharding.Mesh:
+  """A `('data', 'model')` mesh; NNX creates models on Auto or Explicit axes."""
+  return jax.make_mesh(shape, ('data', 'model'), axis_types=(axis_type,) * 2)
+
+
+def create_sharded(
+    config: TransformerConfig, mesh: jax.sharding.Mesh, idiom: str, seed: int = 0
+) -> TransformerLM:
   """A `TransformerLM` with every array created in its shards (eager sharding)."""
   # Only `'context_rules'` needs the rules in context; the context merges with
   # any `sharding_rules` metadata.
