@@ -58,6 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 # Every array fully sharded (no replica), so the arrays of a restored state
 # take the checkpoint's size in this process's memory once.
@@ -494,10 +495,23 @@ def main() -> None:
   args = parser.parse_args()
   if args.measure:
     model, kind, src, dst, budget = args.measure
-    print(json.dumps(measure(model, kind, src, dst, int(budget), args.process)))
-    if args.process:  # not JAX's shutdown barrier: the other process may be gone
-      sys.stdout.flush()
-      os._exit(0)
+    if not args.process:
+      print(json.dumps(measure(model, kind, src, dst, int(budget))))
+      return
+    try:
+      figures = measure(model, kind, src, dst, int(budget), args.process)
+    except BaseException:
+      # Not JAX's shutdown barrier: the other process may be gone.
+      traceback.print_exc()
+      sys.stderr.flush()
+      os._exit(1)
+    print(json.dumps(figures), flush=True)
+    # Both got here: the shutdown barrier keeps process 0, which hosts JAX's
+    # coordination service, up until process 1 is done with it (a client that
+    # loses the service aborts).
+    import jax
+
+    jax.distributed.shutdown()
     return
 
   work = tempfile.mkdtemp(prefix='linen-nnx-bench-')
