@@ -3,8 +3,8 @@
 What is saved is the `nnx.State` of `{'model': ..., 'optimizer': ...}` (see
 `nnx_impl.train.train_state`; `NNXTrainer.to_state` makes it from the arrays
 the jitted functions pass around); restoring takes the trainer's abstract state,
-made with `nnx.get_abstract_model` and holding sharded `ShapeDtypeStruct`s, so every
-array is read straight into its shards.
+made with `nnx.get_abstract_model` and holding sharded `ShapeDtypeStruct`s, so
+every array is read straight into its shards.
 """
 
 from __future__ import annotations

@@ -88,8 +88,8 @@ class NNXTrainer:
     optimizer: an `kit_mlp.optimizers.OPTIMIZERS` name.
     graphdef: the static structure of `{'model': ..., 'optimizer': ...}`.
     abstract_state: the `train_state` of the model and optimizer made by
-      `nnx.get_abstract_model`, holding sharded `ShapeDtypeStruct`s; the target of
-      restores and the template of `to_state`.
+      `nnx.get_abstract_model`, holding sharded `ShapeDtypeStruct`s; the
+      target of restores and the template of `to_state`.
     sharding: the `NamedSharding` of every array, as a pure dict.
   """
 
