@@ -454,17 +454,20 @@ def _code_lines(path: pathlib.Path) -> list[tuple[int, str]]:
   ]
 
 
-def api_locations(root: pathlib.Path = ROOT) -> list[tuple[ApiRow, tuple[str, int], tuple[str, int]]]:
+def api_locations(
+    concepts: dict[str, dict[str, list[Region]]], root: pathlib.Path = ROOT
+) -> list[tuple[ApiRow, tuple[str, int], tuple[str, int]]]:
   """Each API row with the first place each side uses it in the code the page
-  shows (the kit first, then the zoo)."""
+  shows (`concepts`, from `collect`; the kit first, then the zoo)."""
+  spans: dict[str, list[range]] = {}
+  for sides in concepts.values():
+    for found in sides.values():
+      for r in found:
+        spans.setdefault(r.file, []).append(range(r.line, r.line + r.code.count('\n') + 1))
   shown = {side: [] for side in SIDES}  # (file, line, text) of every code line shown
-  for part in SOURCES:
+  for part in SOURCES.values():
     for side in SIDES:
-      spans = {}
-      for found in regions(side, root, part).values():
-        for r in found:
-          spans.setdefault(r.file, []).append(range(r.line, r.line + r.code.count('\n') + 1))
-      for rel in SOURCES[part][side]:
+      for rel in part[side]:
         shown[side] += [
             (rel, i, line) for i, line in _code_lines(root / rel)
             if any(i in span for span in spans.get(rel, ()))
@@ -522,7 +525,7 @@ def render_markdown(root: pathlib.Path = ROOT) -> str:
   out += ['<a id="api-mapping"></a>', '# API mapping, Linen -> NNX', '',
           '| Linen | NNX | what differs | used in Linen | used in NNX |', '| --- | --- | --- | --- | --- |']
   link = lambda place: f'[{place[0]}:{place[1]}](../{place[0]}#L{place[1]})'
-  for row, linen_place, nnx_place in api_locations(root):
+  for row, linen_place, nnx_place in api_locations(concepts, root):
     out.append(f'| `{row.linen}` | `{row.nnx}` | {row.note} | {link(linen_place)} | {link(nnx_place)} |')
   return '\n'.join(out) + '\n'
 
@@ -578,7 +581,7 @@ def render_html(root: pathlib.Path = ROOT) -> str:
   parts += ['<section id="api-mapping"><h2>API mapping, Linen &rarr; NNX</h2><table>',
             '<tr><th>Linen</th><th>NNX</th><th>what differs</th><th>used in Linen</th><th>used in NNX</th></tr>']
   link = lambda place: f'<a href="../{place[0]}#L{place[1]}">{place[0]}:{place[1]}</a>'
-  for row, linen_place, nnx_place in api_locations(root):
+  for row, linen_place, nnx_place in api_locations(concepts, root):
     parts.append(
         f'<tr><td><code>{html.escape(row.linen)}</code></td><td><code>{html.escape(row.nnx)}</code></td>'
         f'<td>{_inline(row.note)}</td><td>{link(linen_place)}</td><td>{link(nnx_place)}</td></tr>'
