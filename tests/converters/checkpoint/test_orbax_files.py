@@ -110,6 +110,16 @@ def test_regions_are_written_encoded_with_orbaxs_codec(tmp_path):
   ]
 
 
+def test_the_writer_keeps_no_btree_node_cache(tmp_path):
+  # Orbax's context caches B-tree nodes (100 MB); a database written key by key
+  # would fill it as it grows, and the writer's memory would grow with the size.
+  def limit(context):
+    return context['cache_pool#ocdbt'].to_json().get('total_bytes_limit', 0)
+
+  assert limit(ocp.type_handlers.get_ts_context(use_ocdbt=True)) > 0
+  assert limit(CheckpointWriter(str(tmp_path / 'ours'))._context) == 0
+
+
 def test_a_missing_chunk_is_named_with_its_array(tmp_path):
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(tmp_path / 'src', _state())
