@@ -192,7 +192,7 @@ def make_transformer_checkpoint(path: str) -> int:
             (rng.standard_normal(shape, np.float32) * 0.02).astype(dtype)
             if np.issubdtype(dtype, np.floating) else np.full(shape, 1000, dtype)
         )
-        await writer.write(array, region, block)
+        await (await writer.write(array, region, block))
       arrays[string_path(keypath)] = array
     await writer.close()
 

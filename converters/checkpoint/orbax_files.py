@@ -27,7 +27,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -317,12 +317,16 @@ class CheckpointWriter:
     whichever process writes its chunks."""
     await self._kvstore.write(f'{array.name}/{_ZARR2}'.encode(), json.dumps(array.zarr).encode())
 
-  async def write_chunks(self, chunks: Sequence[tuple[StoredArray, Sequence[int], bytes]]) -> None:
-    """Writes encoded chunks as they are, together."""
-    await asyncio.gather(*(self._kvstore.write(chunk_key(a, i), data) for a, i, data in chunks))
+  def write_chunks(self, chunks: Sequence[tuple[StoredArray, Sequence[int], bytes]]) -> Awaitable[Any]:
+    """Starts writing encoded chunks as they are, together; returns what to
+    await for them to be written. TensorStore copies each chunk's bytes as
+    its write starts: the caller's can go at once."""
+    return asyncio.gather(*(self._kvstore.write(chunk_key(a, i), data) for a, i, data in chunks))
 
-  async def write(self, array: StoredArray, region: Region, values: np.ndarray) -> None:
-    """Writes a region of `array` (whole chunks), encoded by TensorStore."""
+  async def write(self, array: StoredArray, region: Region, values: np.ndarray) -> Awaitable[Any]:
+    """Starts writing a region of `array` (whole chunks), encoded by
+    TensorStore; returns what to await for it to be written. TensorStore
+    keeps `values` until it has copied them, then lets them go."""
     _, ts = _async_io()
     store = self._arrays.get(array.name)
     if store is None:  # once per array, not per region
@@ -334,7 +338,7 @@ class CheckpointWriter:
           # this one's gets the same (the merge keeps one of identical values).
           open=True, create=True, context=self._context,
       )
-    await store[_slices(region)].write(values)
+    return store[_slices(region)].write(values)
 
   async def close(self) -> None:
     self._kvstore = None

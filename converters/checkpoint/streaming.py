@@ -210,8 +210,9 @@ def _first_source(recipe: Recipe, region: Region) -> tuple:
 
 
 # A chunk written is held twice at its peak: as read or computed, and as handed
-# to TensorStore, which copies it into the write it commits. The encoded bytes
-# of a moved chunk are counted as its decoded size, which they can reach.
+# to TensorStore, which copies it into the write it commits (ours goes once the
+# checksum is taken: only one copy waits for the disk). The encoded bytes of a
+# moved chunk are counted as its decoded size, which they can reach.
 _HELD_COPIES = 2
 
 
@@ -451,8 +452,12 @@ def write(
     except Exception as e:  # TensorStore raises several types for bad data
       raise _read_error(source.info, e) from e
     with _writing(writer):
-      await writer.write(array, chunk.region, data)
-    return [await _crc(data)]
+      written = await writer.write(array, chunk.region, data)
+    crc = await _crc(data)
+    del data  # TensorStore holds it until copied: then only its encoded copy waits for the disk
+    with _writing(writer):
+      await written
+    return [crc]
 
   async def moved(batch: tuple[Chunk, ...]) -> list[int]:
     try:
@@ -460,8 +465,12 @@ def write(
     except Exception as e:  # TensorStore raises several types for bad data
       raise _read_error(source.info, e) from e
     with _writing(writer):
-      await writer.write_chunks([(layout.arrays[c.leaf], c.index, d) for c, d in zip(batch, data)])
-    return await _crcs(data)
+      written = writer.write_chunks([(layout.arrays[c.leaf], c.index, d) for c, d in zip(batch, data)])
+    crcs = await _crcs(data)
+    del data  # TensorStore copied each chunk as its write started
+    with _writing(writer):
+      await written
+    return crcs
 
   async def one(batch: tuple[Chunk, ...]) -> list[int]:
     return await (moved(batch) if batch[0].source is not None else computed(batch[0]))

@@ -97,7 +97,7 @@ def test_regions_are_written_encoded_with_orbaxs_codec(tmp_path):
   async def write():
     await writer.open()
     await writer.create(array)
-    await writer.write(array, ((0, 6), (0, 4)), values)
+    await (await writer.write(array, ((0, 6), (0, 4)), values))
 
   run_coroutine(write())
   writer.merge()
@@ -108,6 +108,30 @@ def test_regions_are_written_encoded_with_orbaxs_codec(tmp_path):
   assert sorted(k for k in store.list().result() if not k.endswith(b'.zarray')) == [
       f'x/{i}.0'.encode() for i in range(6)  # one chunk per row, as asked
   ]
+
+
+def test_a_chunk_write_takes_its_bytes_as_it_starts(tmp_path):
+  # The streaming conversion lets its copy of a chunk go before the write is
+  # done (only TensorStore's waits for the disk): the bytes must be taken at once.
+  from converters.checkpoint.orbax_files import StoredArray
+
+  metadata = CheckpointWriter.zarr_metadata((4,), np.dtype('uint8'), (4,))
+  array = StoredArray('x', (4,), np.dtype('uint8'), (4,), metadata)
+  writer = CheckpointWriter(str(tmp_path / 'ours'))
+  data = bytearray(b'abcd')
+
+  async def write():
+    await writer.open()
+    await writer.create(array)
+    written = writer.write_chunks([(array, (0,), data)])
+    data[:] = b'wxyz'
+    await written
+    await writer.close()
+
+  run_coroutine(write())
+  writer.merge()
+  store = ts.KvStore.open({'driver': 'ocdbt', 'base': f'file://{tmp_path / "ours"}/'}).result()
+  assert store.read(b'x/0').result().value == b'abcd'
 
 
 def test_the_writer_keeps_no_btree_node_cache(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
+import weakref
 
 import jax
 import numpy as np
@@ -15,6 +16,7 @@ import tensorstore as ts
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint import streaming
 from converters.checkpoint.convert import convert_checkpoint
+from converters.checkpoint.orbax_files import CheckpointWriter, SourceCheckpoint
 from converters.errors import CheckpointError
 from tests.converters.checkpoint import zoo_models as zoo
 from tests.converters.checkpoint.fixtures import DESC, write_checkpoint
@@ -159,6 +161,51 @@ def test_written_metadata_that_lost_or_changed_an_array_fails_verification(tmp_p
   with pytest.raises(VerificationError, match=message):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
   assert sorted(os.listdir(tmp_path)) == ['src']
+
+
+@pytest.mark.parametrize('layout', ['loop', 'scan'])  # every chunk moved; every layer sliced, computed
+def test_what_a_write_was_given_is_let_go_before_the_disk_is_done(tmp_path, monkeypatch, layout):
+  # TensorStore copies a chunk as its write starts (a computed block once it
+  # has encoded it): keeping ours until the disk is done would hold it twice.
+  src = _zoo_state(tmp_path, layout)
+  read_chunks, write_chunks, write = (
+      SourceCheckpoint.read_chunks, CheckpointWriter.write_chunks, CheckpointWriter.write
+  )
+  still_held = []
+
+  class Tracked(bytearray):  # bytes cannot be weakly referenced
+    pass
+
+  async def tracked_read_chunks(self, chunks):
+    return [Tracked(data) for data in await read_chunks(self, chunks)]
+
+  def tracked_write_chunks(self, chunks):
+    written, given = write_chunks(self, chunks), [weakref.ref(data) for _, _, data in chunks]
+
+    async def wait():
+      still_held.append(sum(ref() is not None for ref in given))
+      await written
+
+    return wait()
+
+  async def tracked_write(self, array, region, values):
+    written, given = await write(self, array, region, values), weakref.ref(values)
+
+    async def wait():
+      await written  # TensorStore lets go of it once copied, some time before
+      still_held.append(int(given() is not None))
+
+    return wait()
+
+  monkeypatch.setattr(SourceCheckpoint, 'read_chunks', tracked_read_chunks)
+  monkeypatch.setattr(CheckpointWriter, 'write_chunks', tracked_write_chunks)
+  monkeypatch.setattr(CheckpointWriter, 'write', tracked_write)
+  convert_checkpoint(
+      src, tmp_path / 'dst', 'nnx', layout='loop', linen_model=zoo.linen_transformer,
+      nnx_model=zoo.nnx_transformer, paths=zoo.TRANSFORMER_PATHS, rules=zoo.TRANSFORMER_RULES,
+      optimizer=zoo.make_tx,
+  )
+  assert len(still_held) > 10 and not any(still_held)
 
 
 def test_at_most_the_budget_is_in_flight_and_a_larger_job_runs_alone():
