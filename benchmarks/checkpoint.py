@@ -254,9 +254,10 @@ def measure(model: str, kind: str, src: str, dst: str, budget: int, process=None
         checkpointer.save(dst, state)
   else:
     layout = 'scan' if kind.startswith('relayout') else None
+    in_memory = kind.endswith('in_memory')
     convert_checkpoint(
-        src, dst, 'nnx', layout=layout, memory_budget=budget,
-        in_memory=kind.endswith('in_memory'), **models,
+        src, dst, 'nnx', layout=layout, in_memory=in_memory,
+        memory_budget=None if in_memory else budget, **models,
     )
   seconds = time.perf_counter() - start
   return {'seconds': seconds, 'peak_above_baseline': _peak_bytes() - baseline_rss}

@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
       help='read an Orbax save of SRC that never finished (its arrays may be incomplete)',
   )
   convert.add_argument(
-      '--memory-budget', type=_size, default='1GiB', metavar='SIZE',
+      '--memory-budget', type=_size, default=None, metavar='SIZE',
       help='hold at most this much array data at once while streaming SRC to DST '
       '(default 1GiB; a single chunk larger than it is moved alone)',
   )

@@ -130,7 +130,7 @@ def convert_checkpoint(
     force: bool = False,
     allow_unfinished: bool = False,
     in_memory: bool = False,
-    memory_budget: int = streaming.DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
     on_stage: Callable[[str], None] | None = None,
 ) -> dict:
   """Converts the checkpoint at `src` into an Orbax checkpoint at `dst`.
@@ -167,7 +167,9 @@ def convert_checkpoint(
       path for conversions that also need the arrays on devices); by default
       SRC is streamed from disk to disk (`converters.checkpoint.streaming`).
     memory_budget: streaming holds at most this many bytes of array data at
-      once (a single chunk larger than it alone).
+      once (a single chunk larger than it alone); None: 1 GiB
+      (`streaming.DEFAULT_MEMORY_BUDGET`). Not with `in_memory`, which does
+      not stream.
     on_stage: called with each stage of `STAGES` as it starts (the command
       line draws its progress from it).
 
@@ -186,6 +188,13 @@ def convert_checkpoint(
     raise CheckpointError(f'to={to!r}: choose one of {FRAMEWORKS}')
   if layout not in (None, 'scan', 'loop'):
     raise CheckpointError(f'layout={layout!r}: choose scan or loop')
+  if in_memory and memory_budget is not None:
+    raise CheckpointError(
+        f'memory_budget={memory_budget!r} bounds the streaming conversion, and in_memory=True '
+        'restores SRC whole instead: give one of them (--memory-budget or --in-memory)'
+    )
+  if memory_budget is None:
+    memory_budget = streaming.DEFAULT_MEMORY_BUDGET
   if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Integral) or memory_budget < 2**20:
     raise CheckpointError(
         f'memory_budget={memory_budget!r}: give a number of bytes of at least 1 MiB'

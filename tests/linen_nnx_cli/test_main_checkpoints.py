@@ -68,6 +68,10 @@ def test_bad_input_exits_2_with_one_line_reason(linen_checkpoint, tmp_path):
   assert result.returncode == 2 and 'pass --force to replace it' in result.stderr
   result = linen_nnx('convert', linen_checkpoint, tmp_path / 'x', '--to', 'nnx', '--mesh', '2x3')
   assert result.returncode == 2 and 'not divisible' in result.stderr
+  result = linen_nnx(
+      'convert', linen_checkpoint, tmp_path / 'x', '--to', 'nnx', '--in-memory', '--memory-budget', '2GiB'
+  )
+  assert result.returncode == 2 and 'give one of them (--memory-budget or --in-memory)' in result.stderr
   assert not os.path.exists(tmp_path / 'x')
 
 

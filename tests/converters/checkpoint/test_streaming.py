@@ -247,6 +247,14 @@ def test_a_memory_budget_below_a_mib_or_not_an_int_is_refused(tmp_path, budget):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', memory_budget=budget)
 
 
+def test_a_memory_budget_for_the_in_memory_path_is_refused(tmp_path):
+  # It would bound nothing: the in-memory path restores the state whole.
+  write_checkpoint(tmp_path / 'src')
+  with pytest.raises(CheckpointError, match=r'memory_budget=1073741824 bounds the streaming .* give one of them'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', in_memory=True, memory_budget=2**30)
+  assert sorted(os.listdir(tmp_path)) == ['src']
+
+
 def test_reading_a_region_counts_every_source_chunk_it_decodes():
   import types
 
