@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
   convert.add_argument(
       '--in-memory', action='store_true',
       help='restore SRC onto the devices, convert it there and save it, instead of '
-      'streaming it chunk by chunk from disk to disk',
+      'streaming it chunk by chunk from disk to disk (not with --memory-budget)',
   )
   convert.add_argument(
       '--optimizer', default=None, metavar='NAME|pkg.module:make_tx',

@@ -453,10 +453,12 @@ def write(
       raise _read_error(source.info, e) from e
     with _writing(writer):
       written = await writer.write(array, chunk.region, data)
-    crc = await _crc(data)
-    del data  # TensorStore holds it until copied: then only its encoded copy waits for the disk
-    with _writing(writer):
-      await written
+    try:
+      crc = await _crc(data)
+    finally:
+      del data  # TensorStore holds it until copied: then its own copy alone waits for the disk
+      with _writing(writer):
+        await written  # even after a failure: no write outlives its job
     return [crc]
 
   async def moved(batch: tuple[Chunk, ...]) -> list[int]:
@@ -466,10 +468,12 @@ def write(
       raise _read_error(source.info, e) from e
     with _writing(writer):
       written = writer.write_chunks([(layout.arrays[c.leaf], c.index, d) for c, d in zip(batch, data)])
-    crcs = await _crcs(data)
-    del data  # TensorStore copied each chunk as its write started
-    with _writing(writer):
-      await written
+    try:
+      crcs = await _crcs(data)
+    finally:
+      del data  # TensorStore copied each chunk as its write started
+      with _writing(writer):
+        await written
     return crcs
 
   async def one(batch: tuple[Chunk, ...]) -> list[int]:

@@ -183,8 +183,8 @@ def test_what_a_write_was_given_is_let_go_before_the_disk_is_done(tmp_path, monk
     written, given = write_chunks(self, chunks), [weakref.ref(data) for _, _, data in chunks]
 
     async def wait():
+      await written  # the checksum's worker thread lets go of its block some time before
       still_held.append(sum(ref() is not None for ref in given))
-      await written
 
     return wait()
 
@@ -206,6 +206,32 @@ def test_what_a_write_was_given_is_let_go_before_the_disk_is_done(tmp_path, monk
       optimizer=zoo.make_tx,
   )
   assert len(still_held) > 10 and not any(still_held)
+
+
+def test_a_failed_checksum_still_waits_for_its_chunks_writes(tmp_path, monkeypatch):
+  write_checkpoint(tmp_path / 'src')
+  write_chunks = CheckpointWriter.write_chunks
+  started, ended = [], []
+
+  def tracked_write_chunks(self, chunks):
+    written = write_chunks(self, chunks)
+    started.append(len(chunks))
+
+    async def wait():
+      await written
+      ended.append(len(chunks))
+
+    return wait()
+
+  async def failing_crcs(data):
+    raise MemoryError('no memory left for the checksum')
+
+  monkeypatch.setattr(CheckpointWriter, 'write_chunks', tracked_write_chunks)
+  monkeypatch.setattr(streaming, '_crcs', failing_crcs)
+  with pytest.raises(MemoryError):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+  assert started and sorted(ended) == sorted(started)  # no write outlived the conversion
+  assert sorted(os.listdir(tmp_path)) == ['src']
 
 
 def test_at_most_the_budget_is_in_flight_and_a_larger_job_runs_alone():
