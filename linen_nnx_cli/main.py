@@ -444,6 +444,9 @@ def _usage_failure(argv: list[str], message: str) -> int:
   """A usage error: one line on stderr, JSON on stdout with --json; exit 2."""
   command = next((a for a in argv if a in COMMANDS), None)
   args = argparse.Namespace(command=command or '', json='--json' in argv)
+  if command and argv[0].startswith('-') and argv[0] not in ('-h', '--help'):
+    # argparse took the option's value for the command: say what went wrong.
+    message = f'{argv[0]} comes before the command; options go after it: linen-nnx {command} ... {argv[0]} ...'
   hint = f'linen-nnx {command} --help' if command else 'linen-nnx --help'
   return _fail(args, f'{message} (see {hint})', 2)
 

@@ -88,6 +88,10 @@ USAGE_ERRORS = {
     'no command': ([], 'required: command'),
     'an unknown command': (['port'], "invalid choice: 'port'"),
     'an abbreviated option': (['compare', 'a', 'b', '--js'], 'unrecognized arguments: --js'),
+    'an option before the command': (
+        ['--devices', '8', 'convert', 'a', 'b', '--to', 'nnx'],
+        '--devices comes before the command; options go after it: linen-nnx convert ... --devices ...',
+    ),
 }
 
 
