@@ -139,6 +139,19 @@ BUGS = {
         "      return ('opt_state',) + tuple({'mu': 'nu', 'nu': 'mu'}.get(k, k) for k in linen_prefix)",
         ('tests/test_readme.py::test_restore_example_reads_converted_checkpoints',),
     ),
+    18: PlantedBug(
+        'the witness never disagrees: a pairing the structure gives wrongly is returned',
+        'converters/inference/witness.py',
+        '      if not equal and not relative <= TOLERANCE.get(width, 1e-4):',
+        '      if False:',
+        ('tests/converters/inference/test_wrong_pairs.py', '-k', 'stack_the_other_way_round'),
+    ),
+    19: PlantedBug(
+        'the operands of sums and products keep their positions', 'converters/inference/dataflow.py',
+        "    if name in COMMUTATIVE or (self.relaxed and name in ('concatenate', 'stack')):",
+        "    if self.relaxed and name in ('concatenate', 'stack'):",
+        ('tests/converters/inference/test_infer.py', '-k', 'operands_that_commute'),
+    ),
 }
 
 

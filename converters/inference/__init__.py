@@ -1,0 +1,21 @@
+"""Inferring the Linen <-> NNX path mapping from what the two models compute.
+
+`infer_paths(linen_module, nnx_model, *example_args)` traces both forward
+passes abstractly (`jax.make_jaxpr` on `ShapeDtypeStruct`s), builds the
+dataflow graph of each in a form two correct ports share (`dataflow`),
+pairs the variables by the structure of the whole computation, never by
+name or order (`refinement`), and proves the pairs by running both models
+on the example inputs with random variables converted through them
+(`witness`) before it returns the rules (`folding`: layers of a loop fold
+into `{i}` templates). What the structure cannot tell apart is decided by
+the witness, or refused. `infer_models` is what `paths='infer'` of the
+conversions runs; `merge_layouts` joins the mappings of both layouts.
+
+Modules: `tracing`, `dataflow`, `refinement`, `witness`, `folding`, and
+`infer` (the two entry points).
+"""
+
+from converters.inference.folding import fold, merge_layouts
+from converters.inference.infer import infer_models, infer_paths
+
+__all__ = ['fold', 'infer_models', 'infer_paths', 'merge_layouts']

@@ -1,0 +1,410 @@
+"""The dataflow graph of a traced forward pass, in a form two ports share.
+
+One node per value the computation makes that matters to its structure:
+variables, example inputs, constants and the results of operations; edges
+from each operand to its use, labelled with the operand's role. What two
+correct ports of one model may write differently is removed or made alike
+(`Graph.of`):
+
+- calls are inlined (`jit`, `remat`, custom derivatives, `shard_map`), so a
+  block under `nn.remat` is the same block;
+- sharding constraints in any form, copies, casts, and operations that only
+  reshape, transpose, broadcast or tile a value (`jnp.tile` beside
+  `broadcast_to`, an `einsum` that orders its output otherwise) are the
+  value itself;
+- a product or quotient with a scalar constant is the value itself (a scale
+  applied before or after a contraction);
+- operands of operations that commute carry no position;
+- a contraction (`dot_general`) is labelled by the role of each operand's
+  axes (contracted, batch, free): `x @ W`, `jnp.dot`, `einsum` and
+  `dot_general` of one contraction are alike, a kernel stored transposed is
+  not;
+- index arithmetic (integer and boolean values computed from inputs and
+  integer variables alone: a gather's index normalisation, a padding mask,
+  a decode mask from the cache index) is the one input or variable it comes
+  from, or one node per set of them; values computed from constants alone
+  are constants;
+- loops (`scan`, `while`) and branches (`cond`) keep their bodies as
+  subgraphs, entered and left through nodes labelled by their role (a loop's
+  carry feeds itself back), so layers under `nn.scan` are one body.
+
+With `stacked` (variables a scan slices over, traced with scans unrolled),
+each layer sliced out of a stacked variable is a variable node of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Iterable
+
+import numpy as np
+from jax.extend import core as jcore
+
+from converters.inference.tracing import Trace
+
+#: Operations whose result is their first operand, as far as structure goes.
+TRANSPARENT = frozenset({
+    'sharding_constraint', 'mesh_cast', 'reshard', 'device_put', 'copy', 'copy_p',
+    'convert_element_type', 'reshape', 'broadcast_in_dim', 'squeeze', 'expand_dims',
+    'tile', 'reduce_precision', 'pvary', 'stop_gradient', 'transpose',
+})
+#: Operations that call a jaxpr and the parameter holding it: inlined.
+CALLS = {
+    'pjit': 'jaxpr', 'jit': 'jaxpr', 'remat2': 'jaxpr', 'checkpoint': 'jaxpr',
+    'custom_jvp_call': 'call_jaxpr', 'custom_vjp_call': 'call_jaxpr',
+    'closed_call': 'call_jaxpr', 'core_call': 'call_jaxpr', 'shard_map': 'jaxpr',
+    'custom_lin': 'jaxpr',
+}
+#: Operations whose operands commute.
+COMMUTATIVE = frozenset({'add', 'add_any', 'mul', 'max', 'min', 'and', 'or', 'xor', 'eq', 'ne'})
+#: Parameters that say what an operation computes (the rest say how or on
+#: which shapes, which two ports may write differently).
+MEANINGFUL = {
+    'integer_pow': ('y',),
+    'conv_general_dilated': (
+        'window_strides', 'padding', 'lhs_dilation', 'rhs_dilation', 'feature_group_count',
+        'batch_group_count',
+    ),
+    'scan': ('length', 'reverse'),
+    'slice': ('start_indices', 'limit_indices', 'strides'),
+    'concatenate': ('dimension',), 'stack': ('axis',),
+    'cumsum': ('reverse',), 'cumprod': ('reverse',), 'cummax': ('reverse',),
+    'argmax': ('axes',), 'argmin': ('axes',),
+    'split': ('sizes', 'axis'),
+    'iota': ('dimension',),
+}
+#: Reductions: labelled by how many axes they reduce.
+REDUCTIONS = frozenset({
+    'reduce_sum', 'reduce_max', 'reduce_min', 'reduce_prod', 'reduce_and', 'reduce_or',
+    'reduce_precision',
+})
+
+
+@dataclasses.dataclass
+class Graph:
+  """A dataflow graph: `labels[n]` of each node, `edges` as `(source, label,
+  target)`, the node of each variable (`(input index, layer or None)`), and
+  each variable's shape and dtype (a layer's own for a layer)."""
+
+  labels: list[Hashable] = dataclasses.field(default_factory=list)
+  edges: list[tuple[int, Hashable, int]] = dataclasses.field(default_factory=list)
+  variables: dict[tuple[int, int | None], int] = dataclasses.field(default_factory=dict)
+  #: Nodes computed from constants alone, and from example inputs alone
+  #: (`node -> frozenset of input nodes`).
+  constant: set[int] = dataclasses.field(default_factory=set)
+  #: Index-valued nodes (integers and booleans, and what they convert to):
+  #: `node -> the inputs and integer variables they are computed from`.
+  index_sources: dict[int, frozenset] = dataclasses.field(default_factory=dict)
+  #: Inputs (by index) of variables a scan slices over: stacked layers.
+  scanned: frozenset = frozenset()
+  #: Whether the computation runs a loop (`scan` or `while`).
+  loops: bool = False
+
+  def node(self, label: Hashable, *operands: tuple[int, Hashable]) -> int:
+    self.labels.append(label)
+    n = len(self.labels) - 1
+    for source, edge in operands:
+      self.edges.append((source, edge, n))
+    return n
+
+  @classmethod
+  def of(cls, trace: Trace, stacked: Iterable[int] = (), relaxed: bool = False) -> Graph:
+    """The graph of `trace`; `stacked`: inputs whose layers are variables;
+    `relaxed`: the positions of the parts of a concatenation, of the cases
+    of a selection and of the branches of a `cond` count for nothing (a port
+    may stack or branch in another order and index accordingly)."""
+    return _Builder(trace, frozenset(stacked), relaxed).graph
+
+
+def _aval(v):
+  return v.aval
+
+
+def _shape(v) -> tuple[int, ...]:
+  return tuple(getattr(_aval(v), 'shape', ()))
+
+
+def _dtype(v) -> str:
+  try:
+    return str(np.dtype(_aval(v).dtype))
+  except TypeError:  # a PRNG key's dtype
+    return str(_aval(v).dtype)
+
+
+def _is_index(v) -> bool:
+  dtype = getattr(_aval(v), 'dtype', None)
+  try:
+    return np.issubdtype(np.dtype(dtype), np.integer) or np.dtype(dtype) == np.bool_
+  except TypeError:
+    return False
+
+
+def _roles(shape: tuple[int, ...], contracting, batch) -> str:
+  """The role of each axis of a contraction's operand, runs of one role as
+  one and axes of size one left out: a kernel (E, H, D) contracted over E
+  and its flat (E, H*D) form are alike, as are grouped-query attention's
+  (B, L, H, 1, D) and (B, L, H, D); the same kernel stored transposed is not."""
+  roles = ''.join(
+      'c' if a in contracting else 'b' if a in batch else 'f'
+      for a in range(len(shape)) if shape[a] != 1
+  )
+  return ''.join(r for k, r in enumerate(roles) if k == 0 or roles[k - 1] != r)
+
+
+class _Builder:
+  """Builds a `Graph` from a `Trace`, one jaxpr at a time."""
+
+  def __init__(self, trace: Trace, stacked: frozenset[int], relaxed: bool = False):
+    self.graph = g = Graph()
+    self.relaxed = relaxed
+    self.stacked: dict[int, int] = {}  # node of a stacked variable -> its input index
+    self.layers: dict[tuple[int, int], int] = {}
+    self.indices: dict[frozenset, int] = {}
+    self.scanned: set[int] = set()
+    self.nodes_of: dict[int, int] = {}  # stacked input -> its node
+    self.concatenated: dict[int, list[int]] = {}  # concatenate node -> operands
+    jaxpr = trace.closed.jaxpr
+    env: dict = {}
+    n_vars = len(trace.variables)
+    for k, var in enumerate(jaxpr.invars):
+      if k >= n_vars:
+        position = k - n_vars
+        n = g.node(('input', position, _shape(var), _dtype(var)))
+        g.index_sources[n] = frozenset({n})
+      elif k in trace.constants:  # an array attribute of the port: a constant
+        n = self._constant(trace.constants[k])
+      elif trace.variables[k] is None:
+        n = g.node(('state', _shape(var), _dtype(var)))
+      else:
+        collection = trace.variables[k][0]
+        if k in stacked:  # its layers are the variables
+          n = g.node(('stacked', collection, _shape(var), _dtype(var)))
+          self.stacked[n] = k
+          self.nodes_of[k] = n
+        else:
+          n = g.node(('variable', collection, _shape(var), _dtype(var)))
+          g.variables[k, None] = n
+          if _is_index(var):  # a counter, a cache index
+            g.index_sources[n] = frozenset({n})
+      env[var] = n
+    for var, value in zip(jaxpr.constvars, trace.closed.consts):
+      env[var] = self._constant(value)
+    outs = self.run(jaxpr, env)
+    g.scanned = frozenset(self.scanned)
+    for k, n in enumerate(outs[:trace.outputs]):
+      g.node(('output', k), (n, 'output'))
+    for out, k in trace.updated:
+      if trace.variables[k] is None:
+        continue  # other state (RNG counts): what it becomes is no output
+      value = outs[out]
+      if (k, None) in g.variables:
+        if value != g.variables[k, None]:
+          g.node(('update',), (value, 'update'), (g.variables[k, None], 'updates'))
+        continue
+      # a stacked variable: its layers, written back one by one
+      layers = self.concatenated.get(value, ())
+      for layer, part in enumerate(layers):
+        target = self._layer(k, layer, jaxpr.invars[k])
+        if part != target:
+          g.node(('update',), (part, 'update'), (target, 'updates'))
+
+  # -- values --------------------------------------------------------------
+
+  def _constant(self, value) -> int:
+    n = self.graph.node(('constant', np.shape(value)))
+    self.graph.constant.add(n)
+    return n
+
+  def read(self, env, v) -> int:
+    if isinstance(v, jcore.Literal):
+      n = self.graph.node(('constant', np.shape(v.val)))
+      self.graph.constant.add(n)
+      return n
+    return env[v]
+
+  # -- one jaxpr -----------------------------------------------------------
+
+  def run(self, jaxpr: jcore.Jaxpr, env: dict) -> list[int]:
+    g = self.graph
+    for eqn in jaxpr.eqns:
+      ins = [self.read(env, v) for v in eqn.invars]
+      name = eqn.primitive.name
+      called = eqn.params.get(CALLS.get(name, ''))
+      if called is not None:
+        inner, consts = (called.jaxpr, called.consts) if isinstance(called, jcore.ClosedJaxpr) else (called, ())
+        sub = {v: self._constant(c) for v, c in zip(inner.constvars, consts)}
+        sub.update(zip(inner.invars, ins[len(ins) - len(inner.invars):]))
+        outs = self.run(inner, sub)
+      elif name == 'scan':
+        outs = self._scan(eqn, ins)
+      elif name == 'while':
+        outs = self._while(eqn, ins)
+      elif name == 'cond':
+        outs = self._cond(eqn, ins)
+      elif name == 'optimization_barrier':
+        outs = ins
+      else:
+        outs = [self._operation(eqn, ins)]
+        if len(eqn.outvars) > 1:
+          outs = [g.node(('part', k), (outs[0], 'part')) for k in range(len(eqn.outvars))]
+      env.update(zip(eqn.outvars, outs))
+    return [self.read(env, v) for v in jaxpr.outvars]
+
+  def _operation(self, eqn, ins: list[int]) -> int:
+    g = self.graph
+    name = eqn.primitive.name
+    if name in TRANSPARENT and ins:
+      return ins[0]
+    if ins and ins[0] in self.stacked and (layer := _layer_sliced(eqn)) is not None:
+      return self._layer(self.stacked[ins[0]], layer, eqn.invars[0])
+    if name == 'concatenate' and eqn.params['dimension'] == 0:
+      whole = self._restacked(ins)
+      if whole is not None:
+        return whole
+    if name in ('mul', 'div') and len(ins) == 2:
+      scalar = [
+          k for k, (v, n) in enumerate(zip(eqn.invars, ins))
+          if n in g.constant and int(np.prod(_shape(v))) == 1
+      ]
+      if name == 'mul' and len(scalar) == 1:
+        return ins[1 - scalar[0]]
+      if name == 'div' and scalar == [1]:
+        return ins[0]
+    if all(n in g.constant for n in ins):  # `iota` too
+      n = g.node(('constant', _shape(eqn.outvars[0])))
+      g.constant.add(n)
+      return n
+    sources = [g.index_sources.get(n) for n in ins if n not in g.constant]
+    if all(s is not None for s in sources) and all(_is_index(v) for v in eqn.outvars):
+      # index arithmetic (`x[tokens]` normalises negative indices, `take`
+      # too; a mask from a cache index): the one input or integer variable
+      # it comes from, or one node per set of them
+      union = frozenset().union(*sources)
+      if len(union) == 1:
+        return next(iter(union))
+      if union not in self.indices:
+        n = g.node(('index',), *((s, 'index') for s in sorted(union)))
+        g.index_sources[n] = union
+        self.indices[union] = n
+      return self.indices[union]
+    if name == 'dot_general':
+      (contract_l, contract_r), (batch_l, batch_r) = eqn.params['dimension_numbers']
+      lhs, rhs = eqn.invars
+      label = ('dot_general', len(contract_l), len(batch_l))
+      return g.node(
+          label,
+          (ins[0], ('lhs', _roles(_shape(lhs), contract_l, batch_l))),
+          (ins[1], ('rhs', _roles(_shape(rhs), contract_r, batch_r))),
+      )
+    label: tuple = (name,)
+    if name in REDUCTIONS:
+      label += (len(eqn.params.get('axes', ())),)
+    for key in MEANINGFUL.get(name, ()):
+      value = eqn.params.get(key)
+      label += (repr(value),)
+    if name == 'conv_general_dilated':
+      label += (repr(eqn.params['dimension_numbers']),)
+    edges = ((n, self._position(name, k)) for k, n in enumerate(ins))
+    n = g.node(label, *edges)
+    if name == 'concatenate':
+      self.concatenated[n] = list(ins)
+    return n
+
+  def _layer(self, k: int, layer: int, stacked_var) -> int:
+    """The node of layer `layer` of stacked input `k`."""
+    g = self.graph
+    if (k, layer) not in self.layers:
+      label = g.labels[g_node] if (g_node := self.nodes_of.get(k)) is not None else None
+      n = g.node(('variable', label[1], _shape(stacked_var)[1:], _dtype(stacked_var)))
+      self.layers[k, layer] = g.variables[k, layer] = n
+    return self.layers[k, layer]
+
+  def _restacked(self, ins: list[int]) -> int | None:
+    """The stacked variable whose layers `ins` are, in order, or None."""
+    found = [key for key, n in self.layers.items() if n in ins]
+    keys = {k for k, _ in found}
+    if len(keys) == 1 and [self.layers.get((k, l)) for k in keys for l in range(len(ins))] == ins:
+      return self.nodes_of[keys.pop()]
+    return None
+
+  def _position(self, name: str, k: int):
+    """The label of operand `k` of `name`'s edge."""
+    if name in COMMUTATIVE or (self.relaxed and name in ('concatenate', 'stack')):
+      return 'operand'
+    if self.relaxed and name == 'select_n' and k > 0:
+      return 'case'
+    return k
+
+  # -- loops and branches ----------------------------------------------------
+
+  def _scan(self, eqn, ins: list[int]) -> list[int]:
+    g = self.graph
+    g.loops = True
+    p = eqn.params
+    body, consts = p['jaxpr'].jaxpr, p['jaxpr'].consts
+    n_consts, n_carry = p['num_consts'], p['num_carry']
+    label = ('scan', p['length'], p['reverse'])
+    env = {v: self._constant(c) for v, c in zip(body.constvars, consts)}
+    carries = []
+    for k, (v, n) in enumerate(zip(body.invars, ins)):
+      if k < n_consts:
+        env[v] = g.node(label + ('const',), (n, 'enters'))
+      elif k < n_consts + n_carry:
+        env[v] = g.node(label + ('carry',), (n, 'initial'))
+        carries.append(env[v])
+      else:
+        env[v] = g.node(label + ('slice',), (n, 'sliced'))
+        self.scanned.update(k for (k, layer), m in g.variables.items() if m == n and layer is None)
+    outs = self.run(body, env)
+    for carry, out in zip(carries, outs[:n_carry]):
+      g.edges.append((out, 'next', carry))
+    return (
+        [g.node(label + ('final',), (c, 'final')) for c in carries]
+        + [g.node(label + ('stacked',), (o, 'stacked')) for o in outs[n_carry:]]
+    )
+
+  def _while(self, eqn, ins: list[int]) -> list[int]:
+    g = self.graph
+    g.loops = True
+    p = eqn.params
+    cond, body = p['cond_jaxpr'], p['body_jaxpr']
+    nc, nb = p['cond_nconsts'], p['body_nconsts']
+    cond_consts, body_consts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+    carries = [g.node(('while', 'carry'), (n, 'initial')) for n in init]
+    env = {v: self._constant(c) for v, c in zip(cond.jaxpr.constvars, cond.consts)}
+    env.update(zip(cond.jaxpr.invars, [g.node(('while', 'const'), (n, 'enters')) for n in cond_consts] + carries))
+    (predicate,) = self.run(cond.jaxpr, env)
+    env = {v: self._constant(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
+    env.update(zip(body.jaxpr.invars, [g.node(('while', 'const'), (n, 'enters')) for n in body_consts] + carries))
+    for carry, out in zip(carries, self.run(body.jaxpr, env)):
+      g.edges.append((out, 'next', carry))
+    return [g.node(('while', 'final'), (c, 'final'), (predicate, 'until')) for c in carries]
+
+  def _cond(self, eqn, ins: list[int]) -> list[int]:
+    g = self.graph
+    index, operands = ins[0], ins[1:]
+    branches = []
+    for branch in eqn.params['branches']:
+      env = {v: self._constant(c) for v, c in zip(branch.jaxpr.constvars, branch.consts)}
+      env.update(zip(branch.jaxpr.invars, operands))
+      branches.append(self.run(branch.jaxpr, env))
+    return [
+        g.node(('cond', len(branches)), (index, 'index'), *(
+            (b[k], 'branch' if self.relaxed else ('branch', i)) for i, b in enumerate(branches)
+        ))
+        for k in range(len(eqn.outvars))
+    ]
+
+
+def _layer_sliced(eqn) -> int | None:
+  """The layer a `slice` takes whole out of axis 0 (how an unrolled scan
+  reads its `xs`), or None."""
+  if eqn.primitive.name != 'slice':
+    return None
+  start, limit = eqn.params['start_indices'], eqn.params['limit_indices']
+  strides = eqn.params.get('strides')
+  shape = eqn.invars[0].aval.shape
+  whole = all(a == 0 for a in start[1:]) and tuple(limit[1:]) == tuple(shape[1:])
+  if limit[0] - start[0] == 1 and whole and (strides is None or all(x == 1 for x in strides)):
+    return int(start[0])
+  return None

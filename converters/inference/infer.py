@@ -1,0 +1,453 @@
+"""`infer_paths` and `infer_models`: the path mapping of a model and its port.
+
+Trace both forward passes (`tracing`), build their dataflow graphs
+(`dataflow`), pair variables by the structure of the whole computation
+(`refinement`), prove the pairs by running both models (`witness`), and
+write them as rules (`folding`). Nothing pairs by order, name or position
+in a list: what structure cannot split is tried by the witness, or refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import jax
+from flax import linen as nn
+from flax import nnx
+
+from converters import abstract_models
+from converters.errors import ConversionError, PathMappingError, format_offenders
+from converters.inference.dataflow import Graph
+from converters.inference.folding import fold, merge_layouts, stacked_rules
+from converters.inference.refinement import Pairing, pair
+from converters.inference.tracing import Trace, kwargs_of, trace_linen, trace_nnx, traced
+from converters.inference.witness import Fused, Witness
+from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
+from converters.paths import PathMapping, PathRule, as_mapping, format_path
+from converters.variable_types import CollectionTable
+
+#: How many assignments of groups the structure cannot split the witness
+#: tries (each is one run of both models; they compile once).
+MAX_WITNESS_RUNS = 24
+
+
+def infer_paths(
+    linen_module: nn.Module,
+    nnx_model: nnx.Module,
+    *example_args,
+    linen_kwargs: Mapping[str, Any] | None = None,
+    nnx_kwargs: Mapping[str, Any] | None = None,
+    paths: PathMapping | Iterable[PathRule] | None = None,
+    collections: Mapping[str, type] | None = None,
+    **example_kwargs,
+) -> PathMapping:
+  """The Linen <-> NNX path mapping of a model and its port, from what they compute.
+
+  Args:
+    linen_module: the Linen module (not initialised: its variables are traced).
+    nnx_model: its NNX port, real or abstract (`nnx.eval_shape`), in the mode
+      to compare (`model.eval()` for dropout).
+    example_args, example_kwargs: inputs of one forward pass, arrays or
+      `jax.ShapeDtypeStruct`s, the same for both models. The witness runs
+      both models on them (abstract ones are drawn: integers in {0, 1}).
+    linen_kwargs, nnx_kwargs: keyword arguments for one side only (Linen's
+      `train=False`, an NNX `decode=False`).
+    paths: rules you already know (a fused or reshaped parameter); they take
+      precedence, and the rest is inferred.
+    collections: `{Linen collection: nnx.Variable subclass}` beyond `params`,
+      `batch_stats` and `cache`.
+
+  Call it under the mesh and rules the models are annotated for (`with
+  jax.set_mesh(mesh), nn.logical_axis_rules(rules):`) when they need them.
+
+  Returns:
+    A `PathMapping` with one rule per variable, layers of a loop folded into
+    `{i}` templates; print `mapping.to_python()` to keep it. Every mapping
+    returned has been witnessed: both models, run on the example inputs with
+    random variables converted through it, agree.
+
+  Raises:
+    PathMappingError: listing every variable of either side that has no
+      counterpart computed the same way, every group the structure cannot
+      split and the witness could not decide, or the outputs that differ.
+  """
+  table = CollectionTable(collections)
+  given = as_mapping(paths) if paths is not None else None
+  linen_call = ('Linen', trace_linen, linen_module, example_args, kwargs_of(example_kwargs, linen_kwargs))
+  nnx_call = ('NNX', trace_nnx, nnx_model, example_args, kwargs_of(example_kwargs, nnx_kwargs), table)
+  traces = (traced(*linen_call), traced(*nnx_call))
+  unrolled = None
+  first_error = None
+  for relaxed in (False, True):
+    graphs = (Graph.of(traces[0], relaxed=relaxed), Graph.of(traces[1], relaxed=relaxed))
+    result = _paired(traces, graphs, given)
+    if not _complete(result) and (graphs[0].loops or graphs[1].loops):
+      # A model that scans beside one that loops, or scans of another form
+      # (a broadcast weight beside a weight reused): traced again with scans
+      # unrolled, each layer of a stacked variable a variable of its own.
+      stacked = (graphs[0].scanned, graphs[1].scanned)
+      if unrolled is None:
+        with jax.disable_jit():
+          unrolled = (traced(*linen_call), traced(*nnx_call))
+      graphs = tuple(Graph.of(u, s, relaxed) for u, s in zip(unrolled, stacked))
+      again = _paired(unrolled, graphs, given)
+      if _score(again) >= _score(result):
+        result = again
+    try:
+      return _proven(traces, example_args, example_kwargs, given, *result)
+    except PathMappingError as e:
+      # Strict positions first; a port that stacks, concatenates or branches
+      # in another order pairs with them relaxed, the witness deciding.
+      first_error = first_error or e
+  raise first_error
+
+
+def _paired(traces, graphs, given):
+  anchors = _anchor(traces, graphs, given)
+  return pair(*graphs), anchors, graphs
+
+
+def _complete(result) -> bool:
+  pairing = result[0]
+  return not pairing.groups and not any(pairing.unmatched)
+
+
+def _score(result) -> tuple:
+  pairing = result[0]
+  return (-sum(len(u) for u in pairing.unmatched), -sum(len(g[0]) for g in pairing.groups))
+
+
+def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: PathMapping | None):
+  """Variables the given rules name: taken out of the pairing, labelled
+  alike on both sides (`('given', rule, layer)`) so they anchor the rest.
+  Returns `{nnx slot: (linen slots, rule, part)}` for the witness."""
+  if given is None:
+    return {}
+  found = ({}, {})
+  for side, (trace, graph, framework) in enumerate(zip(traces, graphs, ('linen', 'nnx'))):
+    for slot, node in list(graph.variables.items()):
+      path = trace.variables[slot[0]][1]
+      matches = given.match_all(framework, path)
+      if not matches:
+        continue
+      m = matches[0]
+      layer = m.index if m.layout == 'loop' else slot[1]
+      rule = given.rules.index(m.rule)
+      graph.labels[node] = ('given', rule, layer)
+      del graph.variables[slot]
+      found[side].setdefault((rule, layer), []).append((m.part, slot, m))
+  anchors = {}
+  for (rule, layer), members in found[1].items():
+    sources = [slot for _, slot, _ in sorted(found[0].get((rule, layer), []), key=lambda x: x[0])]
+    for part, slot, m in members:
+      anchors[slot] = (tuple(sources), given.rules[rule], part)
+  return anchors
+
+
+def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, anchors, graphs) -> PathMapping:
+  linen_trace, nnx_trace = traces
+  problems = _unmatched(traces, graphs, pairing)
+  if problems:
+    raise PathMappingError(
+        'the two models do not compute with the same variables: ' + format_offenders(problems),
+        [p.split(' (')[0] for p in problems],
+        fix='a parameter the port stores transposed, reshaped or fused needs a rule of its '
+        "own (paths=[PathRule('linen/path', 'nnx/path', transform=Rearrange(...))]); the "
+        'rest is inferred. If the port computes differently, it is not the same model',
+    )
+  copies = {b: a for a, b in pairing.pairs}
+  for group_a, group_b in pairing.groups:
+    copies.update(zip(sorted(group_b, key=repr), sorted(group_a, key=repr)))
+  fused = {}
+  for slot, (sources, rule, part) in anchors.items():
+    if rule.transform is None and len(sources) == 1:
+      copies[slot] = sources[0]
+    elif rule.transform is not None and sources:
+      parts = rule.parts('linen') if rule.transform.is_parted('linen') else rule.parts('nnx')
+      lead = 1 if (sources[0][1] is None and slot[1] is None and
+                   len(linen_trace.closed.jaxpr.invars[sources[0][0]].aval.shape) > len(rule.transform.groups('linen'))) else 0
+      fused[slot[0]] = Fused(tuple(sources), rule.transform, part, parts, lead)
+    else:
+      raise PathMappingError(
+          f'nnx {format_path(nnx_trace.variables[slot[0]][1])}: the rule given for it names '
+          'no Linen variable of this model; fix its Linen template',
+          [format_path(nnx_trace.variables[slot[0]][1])],
+      )
+  slots = sorted({*copies.values(), *(s for f in fused.values() for s in f.sources)}, key=repr)
+  slots += sorted({
+      (k, None) for k, name in enumerate(linen_trace.variables)
+      if name is not None and not any(s[0] == k for s in slots)
+  }, key=repr)
+  abstract = [k for k, v in nnx_trace.constants.items() if v is None]
+  if abstract:
+    raise PathMappingError(
+        'the NNX model is abstract and holds array attributes that are not '
+        f'nnx.Variables (inputs {abstract} of its state): running it needs their values',
+        fix='give the NNX model itself (not from nnx.eval_shape), or hold those arrays in '
+        'nnx.Variables',
+    )
+  inputs = jax.tree.leaves((example_args, example_kwargs))[:linen_trace.inputs]
+  witness = Witness(linen_trace, nnx_trace, inputs, slots, sorted(copies, key=repr), fused)
+  verdict, copies, unique = _decide(witness, copies, pairing.groups)
+  if not verdict.agree:
+    raise _disagreement(traces, pairing, verdict)
+  # A group's assignment is the witness's: any that agrees is right when
+  # every member reaches an output; else only the one assignment that agrees.
+  idle = witness.idle() if pairing.groups else frozenset()
+  undecided = [a for group_a, _ in pairing.groups for a in group_a if a in idle]
+  if undecided and not unique:
+    names = ', '.join(_describe(linen_trace, a) for a in undecided)
+    raise PathMappingError(
+        f'linen {names}: the structure of the two computations cannot tell these apart '
+        'from others of their group, and on the example inputs they reach no output, so '
+        'running the models cannot either',
+        [_describe(linen_trace, a) for a in undecided],
+        fix='give example inputs that use them, or their rules (paths=[PathRule(...)]); '
+        'the rest is inferred',
+    )
+  return _rules(traces, given, copies, fused, _first_use(graphs[0]))
+
+
+def _decide(witness: Witness, copies: dict, groups) -> tuple:
+  """`(verdict, assignment, unique)`: the first assignment of the groups
+  under which both models agree, and whether it is the only one (known when
+  every assignment could be tried)."""
+  if not groups:
+    return witness.check(copies), copies, True
+  choices = [
+      [dict(zip(sorted(b, key=repr), order)) for order in itertools.permutations(sorted(a, key=repr))]
+      for a, b in groups
+  ]
+  if math.prod(len(c) for c in choices) > MAX_WITNESS_RUNS:
+    return witness.check(copies), copies, False
+  found, last = [], None
+  for combination in itertools.product(*choices):
+    trial = dict(copies)
+    for chosen in combination:
+      trial.update(chosen)
+    last = witness.check(trial)
+    if last.agree:
+      found.append((last, trial))
+      if len(found) > 1:
+        break
+  if not found:
+    return last, copies, False
+  return found[0][0], found[0][1], len(found) == 1
+
+
+def _describe(trace: Trace, slot) -> str:
+  name = trace.variables[slot[0]]
+  layer = '' if slot[1] is None else f' layer {slot[1]}'
+  return f'{format_path(name[1])}{layer}'
+
+
+def _unmatched(traces, graphs, pairing: Pairing) -> list[str]:
+  problems = []
+  for side, (trace, graph, other) in enumerate(zip(traces, graphs, traces[::-1])):
+    this, that = ('linen', 'nnx')[side], ('NNX', 'Linen')[side]
+    theirs = pairing.unmatched[1 - side]
+    for slot in pairing.unmatched[side]:
+      shape = graph.labels[graph.variables[slot]][1:]
+      alike = [
+          _describe(other, s) for s in theirs
+          if graphs[1 - side].labels[graphs[1 - side].variables[s]][1:] == shape
+      ]
+      candidates = f'; {that} candidates of its shape, used otherwise: {", ".join(alike)}' if alike else ''
+      problems.append(
+          f'{this} {_describe(trace, slot)} ({shape[0]}, {shape[1]} {shape[2]}, '
+          f'{_first_use_text(graph, graph.variables[slot])}): no {that} variable is used '
+          f'this way{candidates}'
+      )
+  return problems
+
+
+def _first_use_text(graph: Graph, node: int) -> str:
+  uses = sorted((t, e) for s, e, t in graph.edges if s == node)
+  if not uses:
+    return 'never read'
+  target, edge = uses[0]
+  operand = {'lhs': 0, 'rhs': 1}.get(edge[0], '') if isinstance(edge, tuple) else edge
+  operand = '' if operand == 'operand' else f' operand {operand}'
+  return f'{graph.labels[target][0]}{operand}'
+
+
+def _disagreement(traces, pairing: Pairing, verdict) -> PathMappingError:
+  groups = '; '.join(
+      'linen ' + ', '.join(_describe(traces[0], a) for a in ga)
+      + ' with nnx ' + ', '.join(_describe(traces[1], b) for b in gb)
+      for ga, gb in pairing.groups
+  )
+  tried = (
+      f'; the structure left these groups, and no assignment of them agrees: {groups}'
+      if groups else ''
+  )
+  return PathMappingError(
+      'the variables pair by the structure of the two computations, but the models '
+      f'disagree when run through that pairing ({verdict.where}: largest difference '
+      f'{verdict.difference:.3g} of the outputs\' scale){tried}',
+      fix='the port computes differently from the original, or stores a parameter in '
+      'another layout (transposed, reshaped, fused): give the rule of each such '
+      "parameter (paths=[PathRule('linen/path', 'nnx/path', transform=Rearrange(...))]); "
+      'the rest is inferred',
+  )
+
+
+def _first_use(graph: Graph) -> dict:
+  """`{slot: index of the first operation that uses it}`: rules are written
+  in the order the computation uses their variables."""
+  first: dict[int, int] = {}
+  for source, _, target in graph.edges:
+    if target < first.get(source, len(graph.labels)):
+      first[source] = target
+  return {slot: first.get(n, len(graph.labels)) for slot, n in graph.variables.items()}
+
+
+def _rules(traces, given, copies: dict, fused, first_use: dict) -> PathMapping:
+  linen_trace, nnx_trace = traces
+  rules: list[PathRule] = list(given.rules) if given is not None else []
+  slot_pairs = [
+      ((linen_trace.variables[a[0]][1], a[1]), (nnx_trace.variables[b[0]][1], b[1]))
+      for b, a in copies.items()
+      if b[0] not in fused and not (given is not None and given.match_all('nnx', nnx_trace.variables[b[0]][1]))
+  ]
+  _check_collections(traces, copies)
+  layered = [(a, b) for a, b in slot_pairs if a[1] is not None or b[1] is not None]
+  layer_rules, plain, problems = stacked_rules(layered)
+  if problems:
+    raise PathMappingError(
+        'the layers do not pair one to one: ' + format_offenders(problems),
+        fix='give the rules of these layers (PathRule(linen, nnx, linen_stacked, nnx_stacked))',
+    )
+  ordered = sorted(
+      ((b, a) for b, a in copies.items() if a[1] is None and b[1] is None),
+      key=lambda p: (first_use.get(p[1], 0), p[1][0]),
+  )
+  rank = {(linen_trace.variables[a[0]][1], nnx_trace.variables[b[0]][1]): k for k, (b, a) in enumerate(ordered)}
+  flat = [(a[0], b[0]) for a, b in slot_pairs if a[1] is None and b[1] is None] + plain
+  flat.sort(key=lambda p: rank.get(p, len(rank)))
+  return PathMapping(rules + fold(dict.fromkeys(flat)) + layer_rules)
+
+
+def _check_collections(traces, copies) -> None:
+  """One path mapping serves every collection, so a path cannot name two variables."""
+  seen: dict[tuple, str] = {}
+  for b, a in copies.items():
+    collection = traces[0].variables[a[0]][0]
+    for key in (('linen', traces[0].variables[a[0]][1]), ('nnx', traces[1].variables[b[0]][1])):
+      if key in seen and seen[key] != collection:
+        raise PathMappingError(
+            f'{key[0]} path {format_path(key[1])} holds variables of two collections '
+            f'({seen[key]} and {collection}); one path mapping serves every '
+            'collection, so give them distinct paths',
+            [format_path(key[1])],
+        )
+      seen[key] = collection
+
+
+# -- paths='infer' of the conversions ------------------------------------------------
+
+
+def infer_models(
+    linen_model: LinenModel | Callable[..., LinenModel],
+    nnx_model: nnx.Module | Callable[..., nnx.Module],
+    *,
+    paths: PathMapping | Iterable[PathRule] | None = None,
+    collections: Mapping[str, type] | None = None,
+    mesh: jax.sharding.Mesh | None = None,
+    rules: tuple | None = None,
+) -> PathMapping:
+  """The mapping `paths='infer'` stands for: `infer_paths` of a port given whole.
+
+  Args:
+    linen_model: a `LinenModel(module, *example_inputs)`, or a function
+      returning one; its inputs are the NNX model's too.
+    nnx_model: the NNX port (real or abstract; never modified: a copy of it
+      is traced, in eval mode), or a function returning it (called under
+      `nnx.eval_shape`: nothing is allocated).
+    paths: rules you already know; they take precedence.
+    collections: as in `infer_paths`.
+    mesh, rules: the mesh and logical rules the models are annotated for
+      (None: those in context).
+
+  When both sides are functions with a `layout` parameter (`'loop'` or
+  `'scan'`), both layouts are inferred and merged (`merge_layouts`): the
+  mapping every scan <-> loop conversion needs. Otherwise each side maps in
+  the layout of its model (`infer_paths`); a function with a `layout`
+  parameter beside a model of one layout makes that model's layout.
+
+  Raises:
+    PathMappingError: as `infer_paths`, or a side that is not a model.
+  """
+  contexts = contextlib.ExitStack()
+  with contexts:
+    if mesh is not None:
+      contexts.enter_context(jax.set_mesh(mesh))
+    if rules is not None:
+      contexts.enter_context(nn.logical_axis_rules(rules))
+    infer = functools.partial(
+        _infer_layout, linen_model, nnx_model, paths=paths, collections=collections
+    )
+    if accepts_layout(linen_model) and accepts_layout(nnx_model):
+      return merge_layouts(infer('loop'), infer('scan'))
+    if not (accepts_layout(linen_model) or accepts_layout(nnx_model)):
+      return infer(None)
+    found, failures = [], []
+    for layout in LAYOUTS:
+      try:
+        found.append(infer(layout))
+      except PathMappingError as e:
+        failures.append(e)
+    # The layout of the model given whole, if it maps: its rules keep both
+    # sides' paths (a model of the other layout maps too, across layouts).
+    whole = [m for m in found if all(r.linen is not None and r.nnx is not None for r in m.rules)]
+    if whole or found:
+      return (whole or found)[0]
+    raise min(failures, key=lambda e: len(e.paths))
+
+
+def _infer_layout(linen_model, nnx_model, layout, *, paths, collections) -> PathMapping:
+  linen = _made(linen_model, layout, 'linen_model')
+  if not isinstance(linen, LinenModel):
+    raise PathMappingError(
+        f'linen_model: got {type(linen).__name__}; give LinenModel(module, '
+        '*example_inputs) (converters.LinenModel), or a function returning one: '
+        'a Linen module alone has no inputs to trace it with'
+    )
+  if isinstance(nnx_model, nnx.Module):
+    model = nnx.merge(*nnx.split(nnx_model))  # a copy to put in eval mode
+  elif callable(nnx_model):
+    model = abstract_models.eval_shape(lambda: _made(nnx_model, layout, 'nnx_model'))
+  else:
+    raise PathMappingError(
+        f'nnx_model: got {type(nnx_model).__name__}; give the NNX model (real or '
+        'from nnx.eval_shape) or a function returning it'
+    )
+  if not isinstance(model, nnx.Module):
+    raise PathMappingError(
+        f'nnx_model: its function returned {type(model).__name__}, not an nnx.Module'
+    )
+  model.eval()  # the computation without dropout, as Linen's example inputs ask
+  return infer_paths(
+      linen.module, model, *linen.args, linen_kwargs=linen.kwargs, paths=paths,
+      collections=collections,
+  )
+
+
+def _made(factory, layout: str | None, what: str):
+  """`factory(layout=layout)`, or `factory()`, or the model given as it is."""
+  if isinstance(factory, (LinenModel, nn.Module, nnx.Module)) or not callable(factory):
+    return factory
+  try:
+    return factory() if layout is None or not accepts_layout(factory) else factory(layout=layout)
+  except ConversionError:
+    raise
+  except Exception as e:  # the user's factory: any error of theirs
+    raise PathMappingError(
+        f'{what}: calling {getattr(factory, "__qualname__", repr(factory))} failed: '
+        f'{type(e).__name__}: {e}'.strip()
+    ) from e

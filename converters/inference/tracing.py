@@ -1,0 +1,162 @@
+"""Tracing both models' forward passes into jaxprs whose inputs are named.
+
+`trace_linen` and `trace_nnx` run `jax.make_jaxpr` over abstract variables
+(`ShapeDtypeStruct`s: no FLOPs, no parameter memory) and return a `Trace`:
+the jaxpr, what each of its inputs is (a variable with its collection and
+path, an example input, or other state such as NNX's RNG keys), and what
+each of its outputs is (an output of the model, or the new value of a
+variable the call writes: a decode cache, batch statistics).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import flax.errors
+import jax
+import numpy as np
+from flax import linen as nn
+from flax import nnx
+from jax.extend import core as jcore
+
+from converters.errors import ConversionError, PathMappingError
+from converters.paths import format_path
+from converters.variable_types import CollectionTable
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+  """One model's forward pass as a jaxpr with named inputs and outputs.
+
+  Attributes:
+    closed: the jaxpr; its inputs are the variables, then the example inputs.
+    variables: `(collection, path)` of each input that is a variable, None
+      for other state (RNG keys, an array attribute: constants of the call).
+    inputs: how many inputs are the example inputs' leaves (the last ones).
+    outputs: how many outputs are the model's (the first ones); each later
+      output is the new value of the input of the same index in `variables`.
+    constants: `{input index: value}` of the port's array attributes (a
+      convolution's mask): constants of the computation; None where the
+      model is abstract.
+  """
+
+  closed: jcore.ClosedJaxpr
+  variables: tuple[tuple[str, tuple] | None, ...]
+  inputs: int
+  outputs: int
+  constants: Mapping[int, Any] = dataclasses.field(default_factory=dict)
+
+  @property
+  def updated(self) -> list[tuple[int, int]]:
+    """`(output, input)` of every variable the call writes, by index."""
+    jaxpr = self.closed.jaxpr
+    found = []
+    for k, var in enumerate(jaxpr.outvars[self.outputs:]):
+      if not (isinstance(var, jcore.Var) and var is jaxpr.invars[k]):
+        found.append((self.outputs + k, k))
+    return found
+
+
+def _is_box(x) -> bool:
+  return isinstance(x, nn.meta.AxisMetadata)
+
+
+def _abstract(x):
+  return jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, 'shape') else x
+
+
+def _named_leaves(tree) -> list[tuple[tuple, Any]]:
+  return [
+      ((str(k[0].key), tuple(str(x.key) for x in k[1:])), v)
+      for k, v in jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_box)[0]
+  ]
+
+
+def trace_linen(module: nn.Module, args, kwargs, rngs=None) -> Trace:
+  """`module.apply(variables, *args, **kwargs)` over abstract variables.
+
+  A call that writes a collection (a decode cache, batch statistics in
+  training) is traced with `mutable=True`, its new values as outputs."""
+  rngs = rngs if rngs is not None else {'params': jax.random.key(0), 'dropout': jax.random.key(1)}
+  variables = jax.eval_shape(lambda r, a: module.init(r, *a, **kwargs), rngs, args)
+  bare = jax.tree.map(lambda b: _abstract(b.value if _is_box(b) else b), variables, is_leaf=_is_box)
+  named = _named_leaves(bare)
+  names = [name for name, _ in named]
+
+  def apply(v, a):
+    return module.apply(v, *a, **kwargs), [x for _, x in _named_leaves(v)]
+
+  def apply_mutable(v, a):
+    out, new = module.apply(v, *a, **kwargs, mutable=True)
+    written = {name: (x.value if _is_box(x) else x) for name, x in _named_leaves(new)}
+    return out, [written.get(name, x) for name, x in _named_leaves(v)]
+
+  try:
+    closed, shape = jax.make_jaxpr(apply, return_shape=True)(bare, args)
+  except flax.errors.ModifyScopeVariableError:
+    # traced anew, so no operation of the failed trace remains
+    closed, shape = jax.make_jaxpr(apply_mutable, return_shape=True)(bare, args)
+  return _trace(closed, names, shape)
+
+
+def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable) -> Trace:
+  """`model(*args, **kwargs)` over its abstract state; state the call writes
+  (a decode cache, batch statistics) is an output."""
+  graphdef, state = nnx.split(model)
+  flat = nnx.to_flat_state(state)
+  names, constants = [], {}
+  for path, variable in flat:
+    if not isinstance(variable, nnx.Variable):
+      names.append(None)  # an array attribute (a convolution's mask): a constant
+      if not jax.dtypes.issubdtype(getattr(variable, 'dtype', None), jax.dtypes.prng_key):
+        # its value, or None in an abstract model (nothing to run it with)
+        concrete = isinstance(variable, (jax.Array, np.ndarray))
+        constants[len(names) - 1] = variable if concrete else None
+      continue
+    collection = table.collection(variable, format_path(path))
+    names.append(None if collection is None else (collection, tuple(path)))
+  abstract = jax.tree.map(_abstract, state)
+
+  def call(s, a):
+    module = nnx.merge(graphdef, s)
+    out = module(*a, **kwargs)
+    after = dict(nnx.to_flat_state(nnx.state(module)))
+    return out, [_value(after.get(path, v)) for path, v in nnx.to_flat_state(s)]
+
+  closed, shape = jax.make_jaxpr(call, return_shape=True)(abstract, args)
+  return dataclasses.replace(_trace(closed, names, shape), constants=constants)
+
+
+def _value(x):
+  return x.get_value() if isinstance(x, nnx.Variable) else x
+
+
+def _trace(closed: jcore.ClosedJaxpr, names: list, shape) -> Trace:
+  n_in = len(closed.jaxpr.invars) - len(names)
+  n_out = len(jax.tree.leaves(shape[0]))
+  return Trace(closed, tuple(names), n_in, n_out)
+
+
+def traced(which: str, trace: Callable[..., Trace], *args) -> Trace:
+  """`trace(*args)`, any error of the user's model raised as `PathMappingError`."""
+  try:
+    return trace(*args)
+  except ConversionError:
+    raise
+  except Exception as e:  # the user's model: any error of theirs
+    text = str(e).strip().splitlines()
+    raise PathMappingError(
+        f'the {which} model: tracing its forward pass on the example inputs failed: '
+        f'{type(e).__name__}: {text[0] if text else ""}',
+        fix='give inputs the model takes, and the keyword arguments of one side only as '
+        "linen_kwargs= / nnx_kwargs= (Linen's train=False); an NNX model runs as it is "
+        'given (model.eval(), and any attribute its call needs set)',
+    ) from e
+
+
+def kwargs_of(example: Mapping[str, Any], side: Mapping[str, Any] | None) -> dict[str, Any]:
+  return {**example, **(side or {})}
+
+

@@ -1,0 +1,338 @@
+"""Small Linen models and correct NNX ports of them, written as users write
+them, for the classes of port that inference once paired wrongly or refused.
+
+Each `Case` is a Linen module, an NNX port, example inputs, and what
+`infer_paths` must do: `'maps'` (the inferred mapping carries the Linen
+model's values to outputs equal to the original's) or `'refuses'` (a
+`PathMappingError` naming `names`), never a wrong mapping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+from flax import nnx
+from jax.sharding import AxisType, PartitionSpec as P
+
+N = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  linen: nn.Module
+  make_nnx: Any
+  inputs: tuple
+  expect: str  # 'maps' or 'refuses'
+  names: tuple[str, ...] = ()
+  context: Any = contextlib.nullcontext  # the mesh and rules the models need
+
+
+def in_mesh():
+  mesh = jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
+  stack = contextlib.ExitStack()
+  stack.enter_context(jax.set_mesh(mesh))
+  stack.enter_context(nn.logical_axis_rules((('batch', 'data'), ('hidden', 'model'))))
+  return stack
+
+
+def _x(*shape, seed=0):
+  return jax.random.normal(jax.random.key(seed), shape)
+
+
+# -- two layers on two inputs, summed: the port evaluates them the other way --
+
+
+class LinenSum(nn.Module):
+  @nn.compact
+  def __call__(self, x1, x2):
+    return nn.Dense(N, name='a')(x1) + nn.Dense(N, name='b')(x2)
+
+
+class NNXSum(nnx.Module):
+  def __init__(self, rngs):
+    self.b = nnx.Linear(N, N, rngs=rngs)
+    self.a = nnx.Linear(N, N, rngs=rngs)
+
+  def __call__(self, x1, x2):
+    second = self.b(x2)
+    return second + self.a(x1)
+
+
+# -- two branches concatenated in one order, computed in the other --------------
+
+
+class LinenBranches(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return jnp.concatenate([nn.Dense(N, name='a')(x), nn.Dense(N, name='b')(x)], axis=-1)
+
+
+class NNXBranches(nnx.Module):
+  def __init__(self, rngs):
+    self.a = nnx.Linear(N, N, rngs=rngs)
+    self.b = nnx.Linear(N, N, rngs=rngs)
+
+  def __call__(self, x):
+    b = self.b(x)
+    a = self.a(x)
+    return jnp.concatenate([a, b], axis=-1)
+
+
+# -- a choice among stacked kernels, stacked the other way round ---------------------
+
+
+class LinenStacked(nn.Module):
+  @nn.compact
+  def __call__(self, x, k):
+    w1 = self.param('w1', nn.initializers.normal(), (N, N))
+    w2 = self.param('w2', nn.initializers.normal(), (N, N))
+    return x @ jnp.stack([w1, w2])[k]
+
+
+class NNXStacked(nnx.Module):
+  def __init__(self, rngs):
+    self.w1 = nnx.Param(jax.random.normal(rngs.params(), (N, N)))
+    self.w2 = nnx.Param(jax.random.normal(rngs.params(), (N, N)))
+
+  def __call__(self, x, k):
+    return x @ jnp.stack([self.w2[...], self.w1[...]])[1 - k]
+
+
+# -- a branch on a predicate, negated with the branches swapped ------------------
+
+
+class LinenCond(nn.Module):
+  @nn.compact
+  def __call__(self, x, p):
+    w1 = self.param('w1', nn.initializers.normal(), (N, N))
+    w2 = self.param('w2', nn.initializers.normal(), (N, N))
+    return jax.lax.cond(p, lambda: x @ w1, lambda: jnp.tanh(x @ w2))
+
+
+class NNXCond(nnx.Module):
+  def __init__(self, rngs):
+    self.w1 = nnx.Param(jax.random.normal(rngs.params(), (N, N)))
+    self.w2 = nnx.Param(jax.random.normal(rngs.params(), (N, N)))
+
+  def __call__(self, x, p):
+    return jax.lax.cond(jnp.logical_not(p), lambda: jnp.tanh(x @ self.w2[...]), lambda: x @ self.w1[...])
+
+
+# -- kernels concatenated at run time in another order ---------------------------------
+
+
+class LinenConcatenated(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    w1 = self.param('w1', nn.initializers.normal(), (N, N))
+    w2 = self.param('w2', nn.initializers.normal(), (N, N))
+    return jnp.tanh(x @ jnp.concatenate([w1, w2], axis=1))
+
+
+class NNXConcatenated(nnx.Module):
+  def __init__(self, rngs):
+    self.w1 = nnx.Param(jax.random.normal(rngs.params(), (N, N)))
+    self.w2 = nnx.Param(jax.random.normal(rngs.params(), (N, N)))
+
+  def __call__(self, x):
+    y = x @ jnp.concatenate([self.w2[...], self.w1[...]], axis=1)
+    return jnp.tanh(jnp.concatenate([y[:, N:], y[:, :N]], axis=1))
+
+
+# -- a square kernel the port stores transposed -------------------------------------
+
+
+class LinenSquare(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(N, use_bias=False, name='dense')(x)
+
+
+class NNXTransposed(nnx.Module):
+  def __init__(self, rngs):
+    self.kernel = nnx.Param(jax.random.normal(rngs.params(), (N, N)))  # (out, in)
+
+  def __call__(self, x):
+    return jnp.einsum('bi,oi->bo', x, self.kernel[...])
+
+
+# -- an (E, H, D) kernel stored (E, D, H), H == D ----------------------------------
+
+
+class LinenHeads(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.DenseGeneral((2, 2), use_bias=False, name='proj')(x)
+
+
+class NNXHeadsSwapped(nnx.Module):
+  def __init__(self, rngs):
+    self.kernel = nnx.Param(jax.random.normal(rngs.params(), (N, 2, 2)))  # (E, D, H)
+
+  def __call__(self, x):
+    return jnp.einsum('be,edh->bhd', x, self.kernel[...])
+
+
+# -- ordinary ports that change nothing the outputs can see ------------------------------
+
+
+class LinenConstrained(nn.Module):
+  """The guide's DotReluDot: constrained activations, logical and mesh forms."""
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.with_logical_constraint(x, ('batch', None))
+    h = nn.relu(nn.Dense(8, use_bias=False, name='up')(x))
+    h = jax.lax.with_sharding_constraint(h, P('data', 'model'))
+    return nn.Dense(N, use_bias=False, name='down')(h)
+
+
+class NNXUnconstrained(nnx.Module):
+  def __init__(self, rngs):
+    self.up = nnx.Linear(N, 8, use_bias=False, rngs=rngs)
+    self.down = nnx.Linear(8, N, use_bias=False, rngs=rngs)
+
+  def __call__(self, x):
+    return self.down(nnx.relu(self.up(x)))
+
+
+class LinenClassToken(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    cls = self.param('cls', nn.initializers.normal(), (1, 1, N))
+    tokens = jnp.concatenate([jnp.tile(cls, (x.shape[0], 1, 1)), x], axis=1)
+    return nn.Dense(N, name='head')(tokens)
+
+
+class NNXClassToken(nnx.Module):
+  def __init__(self, rngs):
+    self.cls = nnx.Param(jax.random.normal(rngs.params(), (1, 1, N)))
+    self.head = nnx.Linear(N, N, rngs=rngs)
+
+  def __call__(self, x):
+    cls = jnp.broadcast_to(self.cls[...], (x.shape[0], 1, N))
+    return self.head(jnp.concatenate([cls, x], axis=1))
+
+
+class LinenEmbedding(nn.Module):
+  """An embedding read by indexing, its table tied to the output."""
+
+  @nn.compact
+  def __call__(self, tokens):
+    table = self.param('table', nn.initializers.normal(), (16, N))
+    x = table[tokens]
+    x = nn.LayerNorm(name='norm')(nn.Dense(N, name='mix')(x))
+    return x @ table.T
+
+
+class NNXEmbedding(nnx.Module):
+  def __init__(self, rngs):
+    self.embed = nnx.Embed(16, N, rngs=rngs)
+    self.mix = nnx.Linear(N, N, rngs=rngs)
+    self.norm = nnx.LayerNorm(N, rngs=rngs)
+
+  def __call__(self, tokens):
+    return self.embed.attend(self.norm(self.mix(self.embed(tokens))))
+
+
+class LinenLayersAndHead(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    for _ in range(2):
+      x = nn.relu(nn.Dense(N)(x))
+    return nn.Dense(N)(x)  # Dense_2: the head
+
+
+class NNXLayersAndHead(nnx.Module):
+  def __init__(self, rngs):
+    self.layers = nnx.List([nnx.Linear(N, N, rngs=rngs) for _ in range(2)])
+    self.head = nnx.Linear(N, N, rngs=rngs)
+
+  def __call__(self, x):
+    for layer in self.layers:
+      x = nnx.relu(layer(x))
+    return self.head(x)
+
+
+class LinenRematBlock(nn.Module):
+  """A stem LayerNorm whose result feeds a remat block as its second operand."""
+
+  @nn.compact
+  def __call__(self, x):
+    h = nn.LayerNorm(name='stem')(x)
+    block = nn.remat(_LinenBlock)(name='block')
+    return block(jnp.zeros_like(h), h)
+
+
+class _LinenBlock(nn.Module):
+  @nn.compact
+  def __call__(self, unused, h):
+    return h + nn.Dense(N, name='dense')(nn.relu(h))
+
+
+class NNXRematBlock(nnx.Module):
+  def __init__(self, rngs):
+    self.stem = nnx.LayerNorm(N, rngs=rngs)
+    self.dense = nnx.Linear(N, N, rngs=rngs)
+
+  def __call__(self, x):
+    h = self.stem(x)
+    return h + self.dense(nnx.relu(h))
+
+
+class _LinenShared(nn.Module):
+  @nn.compact
+  def __call__(self, carry, _):
+    w = self.param('w', nn.initializers.normal(), (N, N))
+    return jnp.tanh(carry @ w), None
+
+
+class LinenBroadcastScan(nn.Module):
+  """One weight, broadcast to every step of a scan."""
+
+  @nn.compact
+  def __call__(self, x):
+    scan = nn.scan(_LinenShared, variable_broadcast='params', split_rngs={'params': False}, length=3)
+    return scan(name='steps')(x, None)[0]
+
+
+class NNXReusedWeight(nnx.Module):
+  def __init__(self, rngs):
+    self.w = nnx.Param(jax.random.normal(rngs.params(), (N, N)))
+
+  def __call__(self, x):
+    for _ in range(3):
+      x = jnp.tanh(x @ self.w[...])
+    return x
+
+
+CASES = {
+    'sum_evaluated_in_another_order': Case(LinenSum(), NNXSum, (_x(2, N), _x(2, N, seed=1)), 'maps'),
+    'branches_computed_in_another_order': Case(LinenBranches(), NNXBranches, (_x(2, N),), 'maps'),
+    'stack_the_other_way_round': Case(
+        LinenStacked(), NNXStacked, (_x(2, N), jnp.int32(0)), 'maps'),
+    'cond_negated_with_branches_swapped': Case(
+        LinenCond(), NNXCond, (_x(2, N), jnp.bool_(True)), 'maps'),
+    'kernels_concatenated_in_another_order': Case(
+        LinenConcatenated(), NNXConcatenated, (_x(2, N),), 'maps'),
+    'square_kernel_stored_transposed': Case(
+        LinenSquare(), NNXTransposed, (_x(2, N),), 'refuses', ('dense/kernel',)),
+    'heads_kernel_stored_with_axes_swapped': Case(
+        LinenHeads(), NNXHeadsSwapped, (_x(2, N),), 'refuses', ('proj/kernel',)),
+    'sharding_constraints_on_one_side': Case(
+        LinenConstrained(), NNXUnconstrained, (_x(8, N),), 'maps', context=in_mesh),
+    'class_token_tiled_or_broadcast': Case(LinenClassToken(), NNXClassToken, (_x(2, 3, N),), 'maps'),
+    'embedding_indexed_or_taken_and_attended': Case(
+        LinenEmbedding(), NNXEmbedding, (jnp.array([[1, 5, 7], [2, 0, 15]]),), 'maps'),
+    'layers_beside_a_head_of_one_family': Case(
+        LinenLayersAndHead(), NNXLayersAndHead, (_x(2, N),), 'maps'),
+    'stem_feeding_a_remat_block_at_another_operand': Case(
+        LinenRematBlock(), NNXRematBlock, (_x(2, N),), 'maps'),
+    'scan_with_a_broadcast_weight_beside_a_reused_one': Case(
+        LinenBroadcastScan(), NNXReusedWeight, (_x(2, N),), 'maps'),
+}

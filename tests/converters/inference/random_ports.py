@@ -1,0 +1,214 @@
+"""Random models, and random ports of them that change nothing the outputs see.
+
+A `Program` is a small dataflow of square layers over one or two inputs:
+dense kernels (one may be shared by several layers), biases, rows tiled over
+the batch, sums, products, activations, concatenations and a choice on the
+sign of the first input. `linen_model(program)` writes it as a Linen module;
+`nnx_port(program, rewrite)` writes a port of it that a person might write:
+its own names and nesting, another order of evaluation, operands of sums
+and products swapped, a scale moved across a contraction, sharding
+constraints added, `broadcast_to` for `tile`, and kernels stored transposed
+(which need a rule: inference must refuse those, or map them correctly).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+from flax import nnx
+from hypothesis import strategies as st
+from jax.sharding import PartitionSpec as P
+
+N = 4
+BATCH = 8
+ACTIVATIONS = {'relu': jax.nn.relu, 'tanh': jnp.tanh, 'sigmoid': jax.nn.sigmoid}
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+  """`kind` over earlier nodes `args`: 'input' (arg: which), 'dense' (param),
+  'bias' (param), 'row' (param, tiled over the batch), 'add', 'mul',
+  'act' (name), 'concat' (two nodes, then a (2N, N) kernel), 'choice'."""
+
+  kind: str
+  args: tuple[int, ...] = ()
+  param: str | None = None
+  extra: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  inputs: int
+  nodes: tuple[Node, ...]
+  params: tuple[tuple[str, tuple[int, ...]], ...]  # name, shape
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+  names: tuple[tuple[str, tuple[str, ...]], ...]  # Linen name -> NNX path
+  order: tuple[int, ...]  # evaluation order of the nodes (topological)
+  swapped: frozenset[int]  # sums and products written the other way round
+  scaled: frozenset[int]  # dense nodes whose x2 moves before the contraction
+  constrained: frozenset[int]  # nodes the port constrains
+  transposed: frozenset[str]  # kernels stored (out, in)
+
+
+@st.composite
+def programs(draw) -> Program:
+  inputs = draw(st.integers(1, 2))
+  nodes = [Node('input', (), extra=str(i)) for i in range(inputs)]
+  params: dict[str, tuple[int, ...]] = {}
+  kernels: list[str] = []
+  for step in range(draw(st.integers(2, 7))):
+    kind = 'dense' if step == 0 else draw(
+        st.sampled_from(['dense', 'dense', 'bias', 'row', 'add', 'mul', 'act', 'concat', 'choice'])
+    )
+    pick = lambda: draw(st.integers(0, len(nodes) - 1))
+    if kind == 'dense':
+      if kernels and draw(st.booleans()) and draw(st.booleans()):
+        name = draw(st.sampled_from(kernels))  # a shared kernel
+      else:
+        name = f'w{len(params)}'
+        params[name] = (N, N)
+        kernels.append(name)
+      nodes.append(Node('dense', (pick(),), name, extra=draw(st.sampled_from(['', 'scaled']))))
+    elif kind in ('bias', 'row'):
+      name = f'b{len(params)}'
+      params[name] = (N,) if kind == 'bias' else (1, N)
+      nodes.append(Node(kind, (pick(),), name))
+    elif kind in ('add', 'mul', 'choice'):
+      nodes.append(Node(kind, (pick(), pick())))
+    elif kind == 'act':
+      nodes.append(Node('act', (pick(),), extra=draw(st.sampled_from(sorted(ACTIVATIONS)))))
+    else:
+      name = f'c{len(params)}'
+      params[name] = (2 * N, N)
+      nodes.append(Node('concat', (pick(), pick()), name))
+  # every parameter reaches the output: the last node sums every leaf
+  used = {a for n in nodes for a in n.args}
+  leaves = [k for k in range(inputs, len(nodes)) if k not in used] or [len(nodes) - 1]
+  for k in leaves[1:]:
+    nodes.append(Node('add', (len(nodes) - 1 if len(nodes) - 1 != k else leaves[0], k)))
+  return Program(inputs, tuple(nodes), tuple(params.items()))
+
+
+@st.composite
+def rewrites(draw, program: Program, transposes: bool = True) -> Rewrite:
+  names = []
+  for k, (name, _) in enumerate(program.params):
+    depth = draw(st.integers(0, 2))
+    nesting = tuple(draw(st.sampled_from(['blk', 'sub', 'm'])) + str(k) for _ in range(depth))
+    names.append((name, nesting + (draw(st.sampled_from(['kernel', 'weight', 'p'])) + str(k),)))
+  order = list(range(program.inputs))
+  waiting = list(range(program.inputs, len(program.nodes)))
+  while waiting:  # a random topological order
+    ready = [k for k in waiting if all(a in order for a in program.nodes[k].args)]
+    k = draw(st.sampled_from(ready))
+    order.append(k)
+    waiting.remove(k)
+  commutative = [k for k, n in enumerate(program.nodes) if n.kind in ('add', 'mul')]
+  scaled = [k for k, n in enumerate(program.nodes) if n.extra == 'scaled']
+  kernels = [name for name, shape in program.params if shape == (N, N)]
+  return Rewrite(
+      tuple(names), tuple(order),
+      frozenset(draw(st.sets(st.sampled_from(commutative))) if commutative else ()),
+      frozenset(draw(st.sets(st.sampled_from(scaled))) if scaled else ()),
+      frozenset(draw(st.sets(st.sampled_from(range(len(program.nodes)))))),
+      frozenset(draw(st.sets(st.sampled_from(kernels))) if kernels and transposes else ()),
+  )
+
+
+def _evaluate(program: Program, order, inputs, get, *, swapped=frozenset(), scaled=frozenset(),
+              constrained=frozenset(), transposed=frozenset(), tile=True):
+  values = {}
+  for k in order:
+    node = program.nodes[k]
+    a = [values[x] for x in node.args]
+    if node.kind == 'input':
+      v = inputs[int(node.extra)]
+    elif node.kind == 'dense':
+      w = get(node.param)
+      if node.extra == 'scaled' and k in scaled:
+        v = _dense(a[0] * 2.0, w, node.param in transposed)
+      else:
+        v = _dense(a[0], w, node.param in transposed)
+        v = v * 2.0 if node.extra == 'scaled' else v
+    elif node.kind == 'bias':
+      v = a[0] + get(node.param)
+    elif node.kind == 'row':
+      row = get(node.param)
+      rows = jnp.tile(row, (BATCH, 1)) if tile else jnp.broadcast_to(row, (BATCH, N))
+      v = a[0] + rows
+    elif node.kind in ('add', 'mul'):
+      x, y = (a[1], a[0]) if k in swapped else (a[0], a[1])
+      v = x + y if node.kind == 'add' else x * y
+    elif node.kind == 'act':
+      v = ACTIVATIONS[node.extra](a[0])
+    elif node.kind == 'concat':
+      v = jnp.concatenate([a[0], a[1]], axis=-1) @ get(node.param)
+    else:  # choice on the sign of the first input
+      v = jnp.where(inputs[0] > 0, a[0], a[1])
+    if k in constrained:
+      v = jax.lax.with_sharding_constraint(v, P('data'))
+    values[k] = v
+  return values[len(program.nodes) - 1]
+
+
+def _dense(x, w, transposed: bool):
+  return jnp.einsum('bi,oi->bo', x, w) if transposed else x @ w
+
+
+def linen_model(program: Program) -> nn.Module:
+  class RandomLinen(nn.Module):
+    @nn.compact
+    def __call__(self, *inputs):
+      params = {
+          name: self.param(name, nn.initializers.normal(1.0), shape) for name, shape in program.params
+      }
+      return _evaluate(program, range(len(program.nodes)), inputs, params.__getitem__)
+
+  return RandomLinen()
+
+
+class _Holder(nnx.Module):
+  pass
+
+
+def nnx_port(program: Program, rewrite: Rewrite, rngs: nnx.Rngs) -> nnx.Module:
+  names = dict(rewrite.names)
+
+  class RandomPort(nnx.Module):
+    def __init__(self):
+      for name, shape in program.params:
+        path = names[name]
+        owner = self
+        for key in path[:-1]:
+          if not hasattr(owner, key):
+            setattr(owner, key, _Holder())
+          owner = getattr(owner, key)
+        stored = shape[::-1] if name in rewrite.transposed else shape
+        setattr(owner, path[-1], nnx.Param(jax.random.normal(rngs.params(), stored)))
+
+    def get(self, name):
+      owner = self
+      for key in names[name]:
+        owner = getattr(owner, key)
+      return owner[...]
+
+    def __call__(self, *inputs):
+      return _evaluate(
+          program, rewrite.order, inputs, self.get, swapped=rewrite.swapped,
+          scaled=rewrite.scaled, constrained=rewrite.constrained,
+          transposed=rewrite.transposed, tile=False,
+      )
+
+  return RandomPort()
+
+
+def example_inputs(program: Program) -> tuple:
+  return tuple(
+      jax.random.normal(jax.random.key(10 + i), (BATCH, N)) for i in range(program.inputs)
+  )

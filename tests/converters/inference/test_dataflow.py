@@ -1,0 +1,82 @@
+"""The dataflow graph makes alike what correct ports write differently, and
+keeps apart what they cannot: compared as multisets of node labels and of
+the roles of each contraction's operands."""
+
+from __future__ import annotations
+
+import collections
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, PartitionSpec as P
+
+from converters.inference.dataflow import Graph
+from converters.inference.tracing import Trace
+
+X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+W = jax.ShapeDtypeStruct((4, 4), jnp.float32)
+
+
+def graph(f, *avals) -> Graph:
+  closed, shape = jax.make_jaxpr(lambda w, x: (f(w, x), [w]), return_shape=True)(*avals)
+  trace = Trace(closed, (('params', ('w',)),), inputs=1, outputs=len(jax.tree.leaves(shape[0])))
+  return Graph.of(trace)
+
+
+def summary(g: Graph):
+  """Labels of the nodes that take part (a scale by a constant leaves its
+  constant behind, unused), and the edges between them."""
+  used = {s for s, _, _ in g.edges} | {t for _, _, t in g.edges}
+  return collections.Counter(g.labels[n] for n in sorted(used)), collections.Counter(
+      (g.labels[s], e, g.labels[t]) for s, e, t in g.edges
+  )
+
+
+def test_the_forms_of_one_contraction_are_alike():
+  forms = [
+      lambda w, x: x @ w,
+      lambda w, x: jnp.dot(x, w),
+      lambda w, x: jnp.einsum('bi,io->bo', x, w),
+      lambda w, x: jax.lax.dot_general(x, w, (((1,), (0,)), ((), ()))),
+      lambda w, x: (x * 2.0) @ w / 2.0 * 1.0,  # scales by constants
+      lambda w, x: jax.checkpoint(lambda a: a @ w.astype(jnp.bfloat16).astype(jnp.float32))(x),
+  ]
+  first = summary(graph(forms[0], W, X))
+  for form in forms[1:]:
+    assert summary(graph(form, W, X)) == first
+
+
+def test_a_kernel_stored_transposed_is_not_alike():
+  assert summary(graph(lambda w, x: jnp.einsum('bi,oi->bo', x, w), W, X)) != summary(graph(lambda w, x: x @ w, W, X))
+
+
+def test_sharding_constraints_in_any_form_are_transparent():
+  mesh = jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
+  with jax.set_mesh(mesh):
+    plain = summary(graph(lambda w, x: jnp.tanh(x @ w), W, X))
+    constrained = summary(graph(
+        lambda w, x: jax.lax.with_sharding_constraint(
+            jnp.tanh(jax.lax.with_sharding_constraint(x, P('data')) @ w), P('data', 'model')),
+        W, X,
+    ))
+  assert constrained == plain
+
+
+def test_tile_and_broadcast_to_are_alike():
+  row = jax.ShapeDtypeStruct((1, 4), jnp.float32)
+  tiled = summary(graph(lambda w, x: x + jnp.tile(w, (8, 1)), row, X))
+  broadcast = summary(graph(lambda w, x: x + jnp.broadcast_to(w, (8, 4)), row, X))
+  assert tiled == broadcast
+
+
+def test_operands_of_sums_commute_and_of_differences_do_not():
+  assert summary(graph(lambda w, x: x @ w + x, W, X)) == summary(graph(lambda w, x: x + x @ w, W, X))
+  assert summary(graph(lambda w, x: x @ w - x, W, X)) != summary(graph(lambda w, x: x - x @ w, W, X))
+
+
+def test_index_arithmetic_is_the_input_it_comes_from():
+  table = jax.ShapeDtypeStruct((16, 4), jnp.float32)
+  tokens = jax.ShapeDtypeStruct((2, 3), jnp.int32)
+  indexed = summary(graph(lambda w, t: w[t], table, tokens))
+  taken = summary(graph(lambda w, t: jnp.take(w, t, axis=0), table, tokens))
+  assert indexed[1].keys() == taken[1].keys()

@@ -1,0 +1,56 @@
+"""The witness: a correct pairing agrees, bit for bit where the programs are
+the same; a swapped pair disagrees; a variable that reaches no output is
+reported, since no run can witness it."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from converters.inference.tracing import Trace
+from converters.inference.witness import Witness, draw
+
+X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+W = jax.ShapeDtypeStruct((4, 4), jnp.float32)
+NAMES = (('params', ('a',)), ('params', ('b',)))
+
+
+def trace(f) -> Trace:
+  closed, shape = jax.make_jaxpr(lambda a, b, x: (f(a, b, x), [a, b]), return_shape=True)(W, W, X)
+  return Trace(closed, NAMES, inputs=1, outputs=len(jax.tree.leaves(shape[0])))
+
+
+def witness(linen, port, idle_ok=False):
+  slots = [(0, None), (1, None)]
+  return Witness(trace(linen), trace(port), [X], slots, slots, {})
+
+
+def test_a_correct_pairing_agrees_bit_for_bit_when_the_programs_are_the_same():
+  w = witness(lambda a, b, x: jnp.tanh(x @ a) @ b, lambda a, b, x: jnp.tanh(x @ a) @ b)
+  verdict = w.check({(0, None): (0, None), (1, None): (1, None)})
+  assert verdict.agree and verdict.exact
+
+
+def test_a_swapped_pair_disagrees_and_the_other_assignment_agrees():
+  w = witness(lambda a, b, x: jnp.tanh(x @ a) @ b, lambda a, b, x: jnp.tanh(x @ b) @ a)
+  assert not w.check({(0, None): (0, None), (1, None): (1, None)}).agree
+  assert w.check({(0, None): (1, None), (1, None): (0, None)}).agree
+
+
+def test_programs_that_round_differently_agree_within_the_tolerance():
+  w = witness(lambda a, b, x: (x @ a) * 3.0 + x @ b, lambda a, b, x: x @ b + (x * 3.0) @ a)
+  verdict = w.check({(0, None): (0, None), (1, None): (1, None)})
+  assert verdict.agree
+
+
+def test_a_variable_that_reaches_no_output_is_idle():
+  w = witness(lambda a, b, x: x @ a + 0 * jnp.sum(b), lambda a, b, x: x @ a + 0 * jnp.sum(b))
+  assert w.idle() == {(1, None)}
+
+
+def test_drawn_values_are_independent_and_repeatable():
+  a, b = draw(1, (64, 64), jnp.float32), draw(2, (64, 64), jnp.float32)
+  np.testing.assert_array_equal(a, draw(1, (64, 64), jnp.float32))
+  assert abs(np.corrcoef(np.ravel(a), np.ravel(b))[0, 1]) < 0.05
+  assert np.all(draw(3, (16,), jnp.float32) > 0)  # scales and variances stay positive
