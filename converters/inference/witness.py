@@ -5,18 +5,20 @@ drawn at random, independently of every other (a counter hash of its own
 seed: nothing to store, nothing shared between two variables), the NNX
 model's converted from the Linen model's through the mapping under test.
 A wrong pair changes the outputs at the scale of the values themselves, so
-the outputs must agree: bit for bit when XLA computes both alike, else
-within `TOLERANCE` of their scale (the two programs may order floating
-point operations differently: a scale applied one step later, a sum
+the outputs must agree: bit for bit when both compute alike, else within
+`TOLERANCE` of their scale (the two programs may order floating point
+operations differently: a scale applied one step later, a sum
 reassociated). New values of variables the call writes (a decode cache,
 batch statistics) are compared too.
 
-A pair is only witnessed if its variable reaches an output: the gradient of
-a random projection of the Linen model's outputs tells which variables do
-(`Verdict.idle`). Both programs run under one `jax.jit` each, variables
-generated inside it, so nothing the size of the model is held on the host;
-the NNX side takes its seeds as an argument, so the permutations of a group
-the structure cannot split are tried without compiling again.
+The programs run operation by operation (each operation compiled once and
+cached, not each whole program), without their sharding constraints, on
+one device, each variable drawn when first read and let go after its last
+use: the witness holds about one layer's variables at a time, never the
+model, and costs one forward pass of each model on the example inputs.
+Which variables reach an output (`Witness.idle`: the gradient of a random
+projection of the Linen model's outputs) is asked only for groups the
+structure could not split.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Hashable, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend import core as jcore
 from jax.extend.core import jaxpr_as_fun
 
 from converters.inference.tracing import Trace
@@ -90,6 +93,63 @@ def draw(seed, shape: tuple[int, ...], dtype) -> jax.Array:
   return value.astype(dtype)
 
 
+_draw = jax.jit(draw, static_argnums=(1, 2))
+
+#: Operations that only place a value: the witness runs on one device.
+_PLACING = frozenset({'sharding_constraint', 'mesh_cast', 'reshard', 'device_put'})
+#: Calls the witness runs operation by operation.
+_CALLS = {
+    'pjit': 'jaxpr', 'jit': 'jaxpr', 'remat2': 'jaxpr', 'checkpoint': 'jaxpr',
+    'custom_jvp_call': 'call_jaxpr', 'custom_vjp_call': 'call_jaxpr', 'closed_call': 'call_jaxpr',
+}
+
+
+def evaluate(closed, n_variables: int, variable, inputs: Sequence) -> list:
+  """`closed` run operation by operation: input `k < n_variables` is
+  `variable(k)`, made when first read and let go after its last use."""
+  jaxpr = closed.jaxpr
+  last: dict = {}
+  for i, eqn in enumerate(jaxpr.eqns):
+    for v in eqn.invars:
+      if isinstance(v, jcore.Var):
+        last[v] = i
+  inputs_of = set(jaxpr.invars)
+  keep = {v for v in jaxpr.outvars if isinstance(v, jcore.Var) and v not in inputs_of}
+  env = dict(zip(jaxpr.constvars, closed.consts))
+  env.update(zip(jaxpr.invars[n_variables:], inputs))
+  pending = {v: k for k, v in enumerate(jaxpr.invars[:n_variables])}
+
+  def read(v):
+    if isinstance(v, jcore.Literal):
+      return v.val
+    if v not in env:
+      env[v] = variable(pending[v])
+    return env[v]
+
+  for i, eqn in enumerate(jaxpr.eqns):
+    values = [read(v) for v in eqn.invars]
+    outs = _apply(eqn, values)
+    env.update(zip(eqn.outvars, outs))
+    for v in eqn.invars:
+      if isinstance(v, jcore.Var) and last.get(v) == i and v not in keep:
+        env.pop(v, None)
+  # an input returned as it is (a variable the call does not write): None
+  return [None if v in pending and v not in env else read(v) for v in jaxpr.outvars]
+
+
+def _apply(eqn, values) -> list:
+  name = eqn.primitive.name
+  if name in _PLACING:
+    return values[:len(eqn.outvars)]
+  called = eqn.params.get(_CALLS.get(name, ''))
+  if called is not None:
+    inner = called if isinstance(called, jcore.ClosedJaxpr) else jcore.ClosedJaxpr(called, ())
+    return evaluate(inner, 0, None, values[len(values) - len(inner.jaxpr.invars):])
+  with eqn.ctx.manager:
+    outs = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))
+  return list(outs) if eqn.primitive.multiple_results else [outs]
+
+
 def example_inputs(avals: Sequence, given: Sequence) -> list:
   """The given arrays, or for an abstract input values of its shape:
   integers in {0, 1} (indices valid for any table), booleans, or floats."""
@@ -110,8 +170,8 @@ def example_inputs(avals: Sequence, given: Sequence) -> list:
 
 
 class Witness:
-  """Both traces compiled once; `check(copies)` runs them with each NNX slot
-  drawn as its Linen partner, `idle()` tells which Linen slots reach no output.
+  """`check(copies)` runs both traces with each NNX slot drawn as its Linen
+  partner; `idle()` tells which Linen slots reach no output.
 
   Args:
     linen, nnx: the traces (the inputs of both are the same example inputs).
@@ -129,14 +189,12 @@ class Witness:
     self.slots = list(slots)
     self.index = {s: k for k, s in enumerate(self.slots)}
     self.nnx_slots = list(nnx_slots)
-    self.position = {s: k for k, s in enumerate(self.nnx_slots)}
     self.fused = dict(fused)
     self.linen_keys = _by_input(self.slots)
     self.nnx_keys = _by_input(self.nnx_slots)
     avals = [v.aval for v in linen.closed.jaxpr.invars[len(linen.variables):]]
     self.inputs = example_inputs(avals, inputs)
     self.meta: list[tuple[str, int, bool]] = []
-    self._check = jax.jit(self._run)
     self._idle = jax.jit(self._influence)
 
   # -- values --------------------------------------------------------------
@@ -147,31 +205,35 @@ class Witness:
         for k, var in enumerate(self.linen.closed.jaxpr.invars[:len(self.linen.variables)])
     ]
 
-  def _nnx_values(self, partner, linen_values) -> list:
-    values = []
-    for k, var in enumerate(self.nnx.closed.jaxpr.invars[:len(self.nnx.variables)]):
-      if k in self.nnx.constants:
-        values.append(jnp.asarray(self.nnx.constants[k]))
-      elif k in self.fused:
-        f = self.fused[k]
-        sources = [_slot_value(s, linen_values) for s in f.sources]
-        values.append(f.transform.apply(sources, 'linen', f.lead, f.parts)[f.part])
-      else:
-        values.append(_drawn(
-            var.aval, self.nnx_keys.get(k, ()), lambda slot: partner[self.position[slot]] + 1
-        ))
-    return values
-
   # -- runs ----------------------------------------------------------------
 
-  def _run(self, partner, inputs):
-    linen_values = self._linen_values()
-    a = jaxpr_as_fun(self.linen.closed)(*linen_values, *inputs)
-    b = jaxpr_as_fun(self.nnx.closed)(*self._nnx_values(partner, linen_values), *inputs)
+  def _run(self, copies):
+    """`(stats, (linen updates, nnx updates))` of one run, or `()` when the
+    models return different numbers of arrays."""
+    seed = lambda slot: self.index[slot] + 1
+    partner = lambda slot: self.index[copies[slot]] + 1
+    linen_vars = self.linen.closed.jaxpr.invars
+    nnx_vars = self.nnx.closed.jaxpr.invars
+
+    def linen_input(k):
+      return _drawn(linen_vars[k].aval, self.linen_keys.get(k, ()), seed)
+
+    def nnx_input(k):
+      if k in self.nnx.constants:
+        return jnp.asarray(self.nnx.constants[k])
+      if k in self.fused:
+        f = self.fused[k]
+        sources = [_slot_value(s, linen_input(s[0])) for s in f.sources]
+        return f.transform.apply(sources, 'linen', f.lead, f.parts)[f.part]
+      return _drawn(nnx_vars[k].aval, self.nnx_keys.get(k, ()), partner)
+
+    with jax.default_device(jax.local_devices()[0]):
+      a = evaluate(self.linen.closed, len(self.linen.variables), linen_input, self.inputs)
+      b = evaluate(self.nnx.closed, len(self.nnx.variables), nnx_input, self.inputs)
     n = self.linen.outputs
     if n != self.nnx.outputs:
       self.meta = [(f'the models return {n} and {self.nnx.outputs} arrays', 0, False)]
-      return []
+      return ()
     self.meta, stats = [], []
     for k, (x, y) in enumerate(zip(a[:n], b[:n])):
       self.meta.append((f'output {k} {tuple(x.shape)}', jnp.dtype(x.dtype).itemsize, _alike(x, y)))
@@ -210,8 +272,7 @@ class Witness:
 
   def check(self, copies: Mapping[Hashable, Hashable]) -> Verdict:
     """Both models with each NNX slot drawn as `copies[slot]` (a Linen slot)."""
-    partner = np.array([self.index[copies[s]] for s in self.nnx_slots], np.int32)
-    found = self._check(partner, self.inputs)
+    found = self._run(copies)
     if not found:
       return Verdict(False, False, math.inf, self.meta[0][0], frozenset())
     stats, (linen_new, nnx_new) = jax.device_get(found)
@@ -260,14 +321,14 @@ def _drawn(aval, slots, seed_of):
   layers = sorted(slot[1] for slot in slots if slot[1] is not None)
   if layers and layers == list(range(shape[0])):
     k = next(iter(slots))[0]
-    return jnp.stack([draw(seed_of((k, layer)), shape[1:], dtype) for layer in layers])
+    return jnp.stack([_draw(seed_of((k, layer)), shape[1:], dtype) for layer in layers])
   if slots:
-    return draw(seed_of(next(iter(slots))), shape, dtype)
-  return draw(0, shape, dtype)  # other state (RNG counts): alike on both sides
+    return _draw(seed_of(next(iter(slots))), shape, dtype)
+  return _draw(0, shape, dtype)  # other state (RNG counts): alike on both sides
 
 
-def _slot_value(slot, linen_values):
-  value = linen_values[slot[0]]
+def _slot_value(slot, value):
+  """The part of input `slot[0]`'s value that `slot` names (one layer, or all)."""
   return value if slot[1] is None else value[slot[1]]
 
 
