@@ -35,6 +35,7 @@ each layer sliced out of a stacked variable is a variable node of its own.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Hashable, Iterable
 
 import numpy as np
@@ -211,7 +212,12 @@ class _Builder:
   # -- values --------------------------------------------------------------
 
   def _constant(self, value) -> int:
-    n = self.graph.node(('constant', np.shape(value)))
+    label = ('constant', np.shape(value))
+    array = np.asarray(value)
+    if array.size > 1 and array.dtype.kind in 'iub':
+      # an index array (`x[:, idx]`): which indices is the structure
+      label += (hashlib.sha1(array.tobytes()).hexdigest()[:16],)
+    n = self.graph.node(label)
     self.graph.constant.add(n)
     return n
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
 
@@ -86,6 +87,7 @@ def infer_paths(
   for relaxed in (False, True):
     graphs = (Graph.of(traces[0], relaxed=relaxed), Graph.of(traces[1], relaxed=relaxed))
     result = _paired(traces, graphs, given)
+    used = (traces, (frozenset(), frozenset()))
     if not _complete(result) and (graphs[0].loops or graphs[1].loops):
       # A model that scans beside one that loops, or scans of another form
       # (a broadcast weight beside a weight reused): traced again with scans
@@ -97,13 +99,24 @@ def infer_paths(
       graphs = tuple(Graph.of(u, s, relaxed) for u, s in zip(unrolled, stacked))
       again = _paired(unrolled, graphs, given)
       if _score(again) >= _score(result):
-        result = again
+        result, used = again, (unrolled, stacked)
+
+    def robust(used=used, result=result, relaxed=relaxed):
+      """Pairs the structure settles with positions relaxed too: a pair
+      that rests on a position (of a stack, a selection, a branch) is not."""
+      if relaxed:
+        return set(result[0].pairs)
+      graphs = tuple(Graph.of(t, s, True) for t, s in zip(*used))
+      return set(_paired(used[0], graphs, given)[0].pairs)
+
     try:
-      return _proven(traces, example_args, example_kwargs, given, *result)
+      return _proven(traces, example_args, example_kwargs, given, *result, robust)
     except PathMappingError as e:
       # Strict positions first; a port that stacks, concatenates or branches
       # in another order pairs with them relaxed, the witness deciding.
-      first_error = first_error or e
+      # The relaxed pass's word wins when it knows more than a mismatch.
+      if first_error is None or 'no output' in str(e) or 'cannot decide' in str(e):
+        first_error = e
   raise first_error
 
 
@@ -149,7 +162,7 @@ def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: Pat
   return anchors
 
 
-def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, anchors, graphs) -> PathMapping:
+def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, anchors, graphs, robust) -> PathMapping:
   linen_trace, nnx_trace = traces
   problems = _unmatched(traces, graphs, pairing)
   if problems:
@@ -193,51 +206,89 @@ def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, ancho
     )
   inputs = jax.tree.leaves((example_args, example_kwargs))[:linen_trace.inputs]
   witness = Witness(linen_trace, nnx_trace, inputs, slots, sorted(copies, key=repr), fused)
-  verdict, copies, unique = _decide(witness, copies, pairing.groups)
+  idle = witness.idle()
+  blind = idle | {
+      slot for slot in slots
+      if not jnp.issubdtype(linen_trace.closed.jaxpr.invars[slot[0]].aval.dtype, jnp.floating)
+  }
+  verdict, copies, problem = _decide(witness, copies, pairing.groups, blind)
+  if problem is not None:
+    raise _undecided(linen_trace, pairing.groups, problem)
   if not verdict.agree:
     raise _disagreement(traces, pairing, verdict)
-  # A group's assignment is the witness's: any that agrees is right when
-  # every member reaches an output; else only the one assignment that agrees.
-  idle = witness.idle() if pairing.groups else frozenset()
-  undecided = [a for group_a, _ in pairing.groups for a in group_a if a in idle]
-  if undecided and not unique:
-    names = ', '.join(_describe(linen_trace, a) for a in undecided)
+  # A pair whose variable reaches no output is not witnessed: it stands on
+  # the structure alone, so only when no position decides it.
+  grouped = {a for group, _ in pairing.groups for a in group}  # decided by `_decide`
+  unwitnessed = {
+      (a, b) for b, a in copies.items() if b not in anchors and a in idle and a not in grouped
+  }
+  if unwitnessed:
+    unwitnessed -= robust()
+  unwitnessed = sorted({a for a, _ in unwitnessed}, key=repr)
+  if unwitnessed:
+    names = [_describe(linen_trace, a) for a in unwitnessed]
     raise PathMappingError(
-        f'linen {names}: the structure of the two computations cannot tell these apart '
-        'from others of their group, and on the example inputs they reach no output, so '
-        'running the models cannot either',
-        [_describe(linen_trace, a) for a in undecided],
-        fix='give example inputs that use them, or their rules (paths=[PathRule(...)]); '
-        'the rest is inferred',
+        f'linen {", ".join(names)}: reaches no output on the example inputs, so running '
+        'the models cannot check what the structure pairs it with, and only a position '
+        '(in a stack, a selection or a branch) pairs it',
+        names,
+        fix='give example inputs that use it (arrays: abstract integer inputs are drawn in '
+        '{0, 1}), or its rule (paths=[PathRule(...)]); the rest is inferred',
     )
   return _rules(traces, given, copies, fused, _first_use(graphs[0]))
 
 
-def _decide(witness: Witness, copies: dict, groups) -> tuple:
-  """`(verdict, assignment, unique)`: the first assignment of the groups
-  under which both models agree, and whether it is the only one (known when
-  every assignment could be tried)."""
+def _decide(witness: Witness, copies: dict, groups, blind: frozenset) -> tuple:
+  """`(verdict, assignment, problem)`: the assignment of the groups under
+  which both models agree, or why none can be chosen.
+
+  Every assignment is tried. One that agrees is chosen when it is the only
+  one, or the only one that agrees bit for bit; several that agree bit for
+  bit are interchangeable when every member reaches an output (`blind`:
+  those that do not, and integers, whose reach no gradient shows)."""
   if not groups:
-    return witness.check(copies), copies, True
-  choices = [
+    return witness.check(copies), copies, None
+  runs = math.prod(math.factorial(len(a)) for a, _ in groups)
+  if runs > MAX_WITNESS_RUNS:
+    return None, copies, (
+        f'{runs} assignments of them would have to be tried (at most {MAX_WITNESS_RUNS})'
+    )
+  agreeing, last = [], None
+  for combination in itertools.product(*(
       [dict(zip(sorted(b, key=repr), order)) for order in itertools.permutations(sorted(a, key=repr))]
       for a, b in groups
-  ]
-  if math.prod(len(c) for c in choices) > MAX_WITNESS_RUNS:
-    return witness.check(copies), copies, False
-  found, last = [], None
-  for combination in itertools.product(*choices):
+  )):
     trial = dict(copies)
     for chosen in combination:
       trial.update(chosen)
     last = witness.check(trial)
     if last.agree:
-      found.append((last, trial))
-      if len(found) > 1:
-        break
-  if not found:
-    return last, copies, False
-  return found[0][0], found[0][1], len(found) == 1
+      agreeing.append((last, trial))
+  if not agreeing:
+    return last, copies, None
+  exact = [(v, t) for v, t in agreeing if v.exact]
+  if len(agreeing) == 1 or len(exact) == 1:
+    chosen = agreeing[0] if len(agreeing) == 1 else exact[0]
+    return chosen[0], chosen[1], None
+  members = {a for group, _ in groups for a in group}
+  if len(exact) == len(agreeing) and not members & blind:
+    return agreeing[0][0], agreeing[0][1], None  # interchangeable: any is right
+  return None, copies, (
+      f'{len(agreeing)} of their {runs} assignments agree'
+      + ('' if exact else ', none bit for bit')
+      + (', and some reach no output on the example inputs' if members & blind else '')
+  )
+
+
+def _undecided(trace: Trace, groups, problem: str) -> PathMappingError:
+  shown = '; '.join(', '.join(_describe(trace, a) for a in group) for group, _ in groups)
+  return PathMappingError(
+      f'linen {shown}: the structure of the two computations cannot tell these apart, and '
+      f'running the models cannot decide either: {problem}',
+      [_describe(trace, a) for group, _ in groups for a in group],
+      fix='give example inputs that use each of them differently (arrays, not shapes), or '
+      'their rules (paths=[PathRule(...)]); the rest is inferred',
+  )
 
 
 def _describe(trace: Trace, slot) -> str:
@@ -283,9 +334,18 @@ def _disagreement(traces, pairing: Pairing, verdict) -> PathMappingError:
       for ga, gb in pairing.groups
   )
   tried = (
-      f'; the structure left these groups, and no assignment of them agrees: {groups}'
+      f'; the structure left these groups, and none of their assignments agrees: {groups}'
       if groups else ''
   )
+  if verdict.difference != verdict.difference:  # NaN: the drawn values overflow
+    return PathMappingError(
+        f'running the models on random values gives non-finite outputs ({verdict.where}), '
+        'so the witness cannot check the mapping',
+        fix='a parameter that must be positive or well conditioned (a log, a Cholesky '
+        'factor) cannot be drawn at random, so this port cannot be proven this way: write '
+        'its mapping (PathMapping([...])) and check it with assert_port_equivalent on '
+        'real values',
+    )
   return PathMappingError(
       'the variables pair by the structure of the two computations, but the models '
       f'disagree when run through that pairing ({verdict.where}: largest difference '

@@ -81,11 +81,12 @@ def _hash_uniform(seed, shape, dtype):
 def draw(seed, shape: tuple[int, ...], dtype) -> jax.Array:
   """A variable's witness value: a kernel at unit variance of its fan-in
   (`shape[:-1]`), a vector around one (a scale, a bias or a variance: never
-  zero, never negative), integers zero (counters, cache indices)."""
+  zero, never negative), integers and booleans in {0, 1} (indices valid for
+  any table, counters and cache indices that still differ)."""
   dtype = jnp.dtype(dtype)
-  if not jnp.issubdtype(dtype, jnp.inexact):
-    return jnp.zeros(shape, dtype)
   u = _hash_uniform(seed, shape, jnp.float32)
+  if not jnp.issubdtype(dtype, jnp.inexact):
+    return (u > 0).astype(dtype)
   if len(shape) >= 2:
     value = u * math.sqrt(3.0 / max(math.prod(shape[:-1]), 1))
   else:

@@ -311,6 +311,53 @@ class NNXReusedWeight(nnx.Module):
     return x
 
 
+# -- found by an adversarial review: what the witness alone cannot see ---------------
+
+
+class LinenNestedWhere(nn.Module):
+  @nn.compact
+  def __call__(self, tokens):
+    e = nn.Embed(16, N, name='embed')(tokens)
+    rare = self.param('rare_scale', nn.initializers.normal(1.0), (N,))
+    special = self.param('special_scale', nn.initializers.normal(1.0), (N,))
+    t = tokens[..., None]
+    return jnp.where(t >= 2, jnp.where(t >= 8, rare * e, special * e), e)
+
+
+class NNXNestedWhereInverted(nnx.Module):
+  """The inner choice written the other way round: the scales are used
+  only for tokens the example (drawn in {0, 1}) does not hold."""
+
+  def __init__(self, rngs):
+    self.embed = nnx.Embed(16, N, rngs=rngs)
+    self.scale_b = nnx.Param(jnp.ones((N,)))
+    self.scale_a = nnx.Param(jnp.ones((N,)))
+
+  def __call__(self, tokens):
+    e = self.embed(tokens)
+    t = tokens[..., None]
+    return jnp.where(t >= 2, jnp.where(t < 8, self.scale_a[...] * e, self.scale_b[...] * e), e)
+
+
+class LinenShuffles(nn.Module):
+  """Integer parameters: two permutations of the features."""
+
+  @nn.compact
+  def __call__(self, x):
+    p = self.param('p', lambda key: jax.random.permutation(key, N).astype(jnp.int32))
+    q = self.param('q', lambda key: jax.random.permutation(key, N).astype(jnp.int32))
+    return jnp.take(x, p, axis=-1) + 3.0 * jnp.take(x, q, axis=-1)
+
+
+class NNXShuffles(nnx.Module):
+  def __init__(self, rngs):
+    self.shuffle_b = nnx.Param(jnp.arange(N, dtype=jnp.int32))
+    self.shuffle_a = nnx.Param(jnp.arange(N, dtype=jnp.int32))
+
+  def __call__(self, x):
+    return jnp.take(x, self.shuffle_b[...], axis=-1) + 3.0 * jnp.take(x, self.shuffle_a[...], axis=-1)
+
+
 CASES = {
     'sum_evaluated_in_another_order': Case(LinenSum(), NNXSum, (_x(2, N), _x(2, N, seed=1)), 'maps'),
     'branches_computed_in_another_order': Case(LinenBranches(), NNXBranches, (_x(2, N),), 'maps'),
@@ -335,4 +382,8 @@ CASES = {
         LinenRematBlock(), NNXRematBlock, (_x(2, N),), 'maps'),
     'scan_with_a_broadcast_weight_beside_a_reused_one': Case(
         LinenBroadcastScan(), NNXReusedWeight, (_x(2, N),), 'maps'),
+    'nested_where_inverted_on_inputs_that_skip_it': Case(
+        LinenNestedWhere(), NNXNestedWhereInverted, (jax.ShapeDtypeStruct((2, 6), jnp.int32),),
+        'refuses', ('rare_scale', 'special_scale', 'example inputs')),
+    'integer_parameters': Case(LinenShuffles(), NNXShuffles, (_x(2, N),), 'maps'),
 }
