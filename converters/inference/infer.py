@@ -206,7 +206,11 @@ def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, ancho
     )
   inputs = jax.tree.leaves((example_args, example_kwargs))[:linen_trace.inputs]
   witness = Witness(linen_trace, nnx_trace, inputs, slots, sorted(copies, key=repr), fused)
-  idle = witness.idle()
+  # Which variables reach an output is asked only where it matters (a
+  # gradient pass): for groups, and for pairs only a position settles.
+  fragile = {(a, b) for b, a in copies.items() if b not in anchors}
+  fragile = fragile - robust() if fragile else fragile
+  idle = witness.idle() if pairing.groups or fragile else frozenset()
   blind = idle | {
       slot for slot in slots
       if not jnp.issubdtype(linen_trace.closed.jaxpr.invars[slot[0]].aval.dtype, jnp.floating)
@@ -219,12 +223,7 @@ def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, ancho
   # A pair whose variable reaches no output is not witnessed: it stands on
   # the structure alone, so only when no position decides it.
   grouped = {a for group, _ in pairing.groups for a in group}  # decided by `_decide`
-  unwitnessed = {
-      (a, b) for b, a in copies.items() if b not in anchors and a in idle and a not in grouped
-  }
-  if unwitnessed:
-    unwitnessed -= robust()
-  unwitnessed = sorted({a for a, _ in unwitnessed}, key=repr)
+  unwitnessed = sorted({a for a, _ in fragile if a in idle and a not in grouped}, key=repr)
   if unwitnessed:
     names = [_describe(linen_trace, a) for a in unwitnessed]
     raise PathMappingError(
