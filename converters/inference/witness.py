@@ -33,6 +33,7 @@ import numpy as np
 from jax.extend import core as jcore
 from jax.extend.core import jaxpr_as_fun
 
+from converters.inference.dataflow import CALLS
 from converters.inference.tracing import Trace
 from converters.transforms import Rearrange
 
@@ -54,14 +55,13 @@ class Fused:
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-  """What the witness found: `agree`, `exact` (bit for bit), the largest
-  relative difference and where, and the Linen slots that reached no output."""
+  """What the witness found: `agree`, `exact` (bit for bit), and the
+  largest relative difference and where."""
 
   agree: bool
   exact: bool
   difference: float
   where: str
-  idle: frozenset
 
 
 def _hash_uniform(seed, shape, dtype):
@@ -98,11 +98,9 @@ _draw = jax.jit(draw, static_argnums=(1, 2))
 
 #: Operations that only place a value: the witness runs on one device.
 _PLACING = frozenset({'sharding_constraint', 'mesh_cast', 'reshard', 'device_put'})
-#: Calls the witness runs operation by operation.
-_CALLS = {
-    'pjit': 'jaxpr', 'jit': 'jaxpr', 'remat2': 'jaxpr', 'checkpoint': 'jaxpr',
-    'custom_jvp_call': 'call_jaxpr', 'custom_vjp_call': 'call_jaxpr', 'closed_call': 'call_jaxpr',
-}
+#: Calls the witness runs operation by operation: those the graph inlines,
+#: but `shard_map`, whose body computes on shards, not on whole arrays.
+_CALLS = {name: param for name, param in CALLS.items() if name != 'shard_map'}
 
 
 def evaluate(closed, n_variables: int, variable, inputs: Sequence) -> list:
@@ -195,7 +193,6 @@ class Witness:
     self.nnx_keys = _by_input(self.nnx_slots)
     avals = [v.aval for v in linen.closed.jaxpr.invars[len(linen.variables):]]
     self.inputs = example_inputs(avals, inputs)
-    self.meta: list[tuple[str, int, bool]] = []
     self._idle = jax.jit(self._influence)
 
   # -- values --------------------------------------------------------------
@@ -209,8 +206,8 @@ class Witness:
   # -- runs ----------------------------------------------------------------
 
   def _run(self, copies):
-    """`(stats, (linen updates, nnx updates))` of one run, or `()` when the
-    models return different numbers of arrays."""
+    """`(compared, (linen updates, nnx updates))` of one run: `(name, width,
+    stats)` of each output, stats `()` where shapes or dtypes differ."""
     seed = lambda slot: self.index[slot] + 1
     partner = lambda slot: self.index[copies[slot]] + 1
     linen_vars = self.linen.closed.jaxpr.invars
@@ -233,17 +230,17 @@ class Witness:
       b = evaluate(self.nnx.closed, len(self.nnx.variables), nnx_input, self.inputs)
     n = self.linen.outputs
     if n != self.nnx.outputs:
-      self.meta = [(f'the models return {n} and {self.nnx.outputs} arrays', 0, False)]
-      return ()
-    self.meta, stats = [], []
-    for k, (x, y) in enumerate(zip(a[:n], b[:n])):
-      self.meta.append((f'output {k} {tuple(x.shape)}', jnp.dtype(x.dtype).itemsize, _alike(x, y)))
-      stats.append(_difference(x, y) if _alike(x, y) else ())
+      return [(f'the models return {n} and {self.nnx.outputs} arrays', 0, ())], ({}, {})
+    compared = [
+        (f'output {k} {tuple(x.shape)}', jnp.dtype(x.dtype).itemsize,
+         jax.device_get(_difference(x, y)) if _alike(x, y) else ())
+        for k, (x, y) in enumerate(zip(a[:n], b[:n]))
+    ]
     updates = (
         {k: a[out] for out, k in self.linen.updated},
         {k: b[out] for out, k in self.nnx.updated},
     )
-    return stats, updates
+    return compared, jax.device_get(updates)
 
   def _influence(self, inputs):
     linen_values = self._linen_values()
@@ -273,11 +270,7 @@ class Witness:
 
   def check(self, copies: Mapping[Hashable, Hashable]) -> Verdict:
     """Both models with each NNX slot drawn as `copies[slot]` (a Linen slot)."""
-    found = self._run(copies)
-    if not found:
-      return Verdict(False, False, math.inf, self.meta[0][0], frozenset())
-    stats, (linen_new, nnx_new) = jax.device_get(found)
-    compared = [(name, width, s) for (name, width, _), s in zip(self.meta, stats)]
+    compared, (linen_new, nnx_new) = self._run(copies)
     for slot in self.nnx_slots:
       k = copies[slot]
       if slot[0] in nnx_new and k[0] in linen_new:
@@ -285,12 +278,12 @@ class Witness:
         x, y = (x if k[1] is None else x[k[1]]), (y if slot[1] is None else y[slot[1]])
         name = f'the new value of a variable the call writes {tuple(np.shape(x))}'
         if np.shape(x) != np.shape(y):
-          return Verdict(False, False, math.inf, name + ' (shapes differ)', frozenset())
+          return Verdict(False, False, math.inf, name + ' (shapes differ)')
         compared.append((name, np.asarray(x).dtype.itemsize, _host_difference(x, y)))
     exact, agree, worst, where = True, True, 0.0, ''
     for name, width, s in compared:
       if s == ():
-        return Verdict(False, False, math.inf, name + ' (shapes or dtypes differ)', frozenset())
+        return Verdict(False, False, math.inf, name + ' (shapes or dtypes differ)')
       equal, difference, scale = (float(v) for v in s)
       exact = exact and bool(equal)
       relative = difference / max(scale, 1e-30) if difference else 0.0
@@ -298,7 +291,7 @@ class Witness:
         worst, where = relative, name
       if not equal and not relative <= TOLERANCE.get(width, 1e-4):
         agree = False
-    return Verdict(agree, exact, worst, where, frozenset())
+    return Verdict(agree, exact, worst, where)
 
   def idle(self) -> frozenset:
     """Linen slots whose value reaches no output on the example inputs."""
