@@ -79,4 +79,4 @@ def test_index_arithmetic_is_the_input_it_comes_from():
   tokens = jax.ShapeDtypeStruct((2, 3), jnp.int32)
   indexed = summary(graph(lambda w, t: w[t], table, tokens))
   taken = summary(graph(lambda w, t: jnp.take(w, t, axis=0), table, tokens))
-  assert indexed[1].keys() == taken[1].keys()
+  assert indexed == taken
