@@ -11,10 +11,10 @@ operations differently: a scale applied one step later, a sum
 reassociated). New values of variables the call writes (a decode cache,
 batch statistics) are compared too.
 
-The programs run operation by operation (each operation compiled once and
-cached, not each whole program), without their sharding constraints, on
-one device, each variable drawn when first read and let go after its last
-use: the witness holds about one layer's variables at a time, never the
+The programs run operation by operation (`evaluation`), on one device
+outside any mesh and without their sharding constraints, each variable
+drawn when first read (a scanned one, layer by layer) and let go after its
+last use: the witness holds about one layer's variables at a time, never the
 model, and costs one forward pass of each model on the example inputs.
 Which variables reach an output (`Witness.idle`: the gradient of a random
 projection of the Linen model's outputs) is asked only for groups the
@@ -29,11 +29,9 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.extend import core as jcore
 from jax.extend.core import jaxpr_as_fun
 
-from converters.inference.dataflow import CALLS
+from converters.inference.evaluation import evaluate, outside_any_mesh
 from converters.inference.tracing import Trace
 from converters.transforms import Rearrange
 
@@ -64,10 +62,11 @@ class Verdict:
   where: str
 
 
-def _hash_uniform(seed, shape, dtype):
-  """Values in [-1, 1) from a counter hash of `seed` and each element's index."""
+def _hash_uniform(seed, shape, dtype, offset=0):
+  """Values in [-1, 1) from a counter hash of `seed` and each element's index
+  (counted from `offset`: a slice of a larger draw is drawn alone)."""
   size = math.prod(shape)
-  i = jax.lax.iota(jnp.uint32, max(size, 1))[:size]
+  i = jax.lax.iota(jnp.uint32, max(size, 1))[:size] + jnp.asarray(offset, jnp.uint32)
   x = i * jnp.uint32(0x9E3779B1) + jnp.asarray(seed, jnp.uint32) * jnp.uint32(0x85EBCA77)
   x = x ^ (x >> 15)
   x = x * jnp.uint32(0x2C1B3C6D)
@@ -78,13 +77,16 @@ def _hash_uniform(seed, shape, dtype):
   return u.reshape(shape).astype(dtype)
 
 
-def draw(seed, shape: tuple[int, ...], dtype) -> jax.Array:
+def draw(seed, shape: tuple[int, ...], dtype, layer=None) -> jax.Array:
   """A variable's witness value: a kernel at unit variance of its fan-in
   (`shape[:-1]`), a vector around one (a scale, a bias or a variance: never
   zero, never negative), integers and booleans in {0, 1} (indices valid for
-  any table, counters and cache indices that still differ)."""
+  any table, counters and cache indices that still differ). `layer`: only
+  `draw(seed, shape, dtype)[layer]`, drawn alone."""
   dtype = jnp.dtype(dtype)
-  u = _hash_uniform(seed, shape, jnp.float32)
+  part = shape if layer is None else shape[1:]
+  offset = 0 if layer is None else layer * math.prod(part)
+  u = _hash_uniform(seed, part, jnp.float32, offset)
   if not jnp.issubdtype(dtype, jnp.inexact):
     return (u > 0).astype(dtype)
   if len(shape) >= 2:
@@ -96,66 +98,13 @@ def draw(seed, shape: tuple[int, ...], dtype) -> jax.Array:
 
 _draw = jax.jit(draw, static_argnums=(1, 2))
 
-#: Operations that only place a value: the witness runs on one device.
-_PLACING = frozenset({'sharding_constraint', 'mesh_cast', 'reshard', 'device_put'})
-#: Calls the witness runs operation by operation: those the graph inlines,
-#: but `shard_map`, whose body computes on shards, not on whole arrays.
-_CALLS = {name: param for name, param in CALLS.items() if name != 'shard_map'}
-
-
-def evaluate(closed, n_variables: int, variable, inputs: Sequence) -> list:
-  """`closed` run operation by operation: input `k < n_variables` is
-  `variable(k)`, made when first read and let go after its last use."""
-  jaxpr = closed.jaxpr
-  last: dict = {}
-  for i, eqn in enumerate(jaxpr.eqns):
-    for v in eqn.invars:
-      if isinstance(v, jcore.Var):
-        last[v] = i
-  inputs_of = set(jaxpr.invars)
-  keep = {v for v in jaxpr.outvars if isinstance(v, jcore.Var) and v not in inputs_of}
-  env = dict(zip(jaxpr.constvars, closed.consts))
-  env.update(zip(jaxpr.invars[n_variables:], inputs))
-  pending = {v: k for k, v in enumerate(jaxpr.invars[:n_variables])}
-
-  def read(v):
-    if isinstance(v, jcore.Literal):
-      return v.val
-    if v not in env:
-      env[v] = variable(pending[v])
-    return env[v]
-
-  for i, eqn in enumerate(jaxpr.eqns):
-    values = [read(v) for v in eqn.invars]
-    outs = _apply(eqn, values)
-    env.update(zip(eqn.outvars, outs))
-    for v in eqn.invars:
-      if isinstance(v, jcore.Var) and last.get(v) == i and v not in keep:
-        env.pop(v, None)
-  # an input returned as it is (a variable the call does not write): None
-  return [None if v in pending and v not in env else read(v) for v in jaxpr.outvars]
-
-
-def _apply(eqn, values) -> list:
-  name = eqn.primitive.name
-  if name in _PLACING:
-    return values[:len(eqn.outvars)]
-  called = eqn.params.get(_CALLS.get(name, ''))
-  if called is not None:
-    inner = called if isinstance(called, jcore.ClosedJaxpr) else jcore.ClosedJaxpr(called, ())
-    return evaluate(inner, 0, None, values[len(values) - len(inner.jaxpr.invars):])
-  with eqn.ctx.manager:
-    outs = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))
-  return list(outs) if eqn.primitive.multiple_results else [outs]
-
-
 def example_inputs(avals: Sequence, given: Sequence) -> list:
   """The given arrays, or for an abstract input values of its shape:
   integers in {0, 1} (indices valid for any table), booleans, or floats."""
   out = []
   for k, (aval, value) in enumerate(zip(avals, given)):
     if not isinstance(value, jax.ShapeDtypeStruct) and hasattr(value, 'shape'):
-      out.append(jnp.asarray(value))
+      out.append(_on_one_device(value))
       continue
     dtype = jnp.dtype(aval.dtype)
     u = _hash_uniform(10_007 + k, tuple(aval.shape), jnp.float32)
@@ -192,7 +141,8 @@ class Witness:
     self.linen_keys = _by_input(self.slots)
     self.nnx_keys = _by_input(self.nnx_slots)
     avals = [v.aval for v in linen.closed.jaxpr.invars[len(linen.variables):]]
-    self.inputs = example_inputs(avals, inputs)
+    with outside_any_mesh():
+      self.inputs = example_inputs(avals, inputs)
     self._idle = jax.jit(self._influence)
 
   # -- values --------------------------------------------------------------
@@ -205,42 +155,55 @@ class Witness:
 
   # -- runs ----------------------------------------------------------------
 
-  def _run(self, copies):
-    """`(compared, (linen updates, nnx updates))` of one run: `(name, width,
-    stats)` of each output, stats `()` where shapes or dtypes differ."""
+  def _run(self, copies) -> list:
+    """`(name, width, stats)` of each output and each variable both calls
+    write, stats `()` where shapes or dtypes differ."""
     seed = lambda slot: self.index[slot] + 1
     partner = lambda slot: self.index[copies[slot]] + 1
     linen_vars = self.linen.closed.jaxpr.invars
     nnx_vars = self.nnx.closed.jaxpr.invars
 
-    def linen_input(k):
-      return _drawn(linen_vars[k].aval, self.linen_keys.get(k, ()), seed)
+    def linen_input(k, layer=None):
+      return _drawn(linen_vars[k].aval, self.linen_keys.get(k, ()), seed, layer)
 
-    def nnx_input(k):
+    def nnx_input(k, layer=None):
       if k in self.nnx.constants:
-        return jnp.asarray(self.nnx.constants[k])
-      if k in self.fused:
+        value = _on_one_device(self.nnx.constants[k])
+      elif k in self.fused:
         f = self.fused[k]
-        sources = [_slot_value(s, linen_input(s[0])) for s in f.sources]
-        return f.transform.apply(sources, 'linen', f.lead, f.parts)[f.part]
-      return _drawn(nnx_vars[k].aval, self.nnx_keys.get(k, ()), partner)
+        sources = [linen_input(*s) for s in f.sources]
+        value = f.transform.apply(sources, 'linen', f.lead, f.parts)[f.part]
+      else:
+        return _drawn(nnx_vars[k].aval, self.nnx_keys.get(k, ()), partner, layer)
+      return value if layer is None else value[layer]
 
-    with jax.default_device(jax.local_devices()[0]):
-      a = evaluate(self.linen.closed, len(self.linen.variables), linen_input, self.inputs)
-      b = evaluate(self.nnx.closed, len(self.nnx.variables), nnx_input, self.inputs)
     n = self.linen.outputs
     if n != self.nnx.outputs:
-      return [(f'the models return {n} and {self.nnx.outputs} arrays', 0, ())], ({}, {})
-    compared = [
-        (f'output {k} {tuple(x.shape)}', jnp.dtype(x.dtype).itemsize,
-         jax.device_get(_difference(x, y)) if _alike(x, y) else ())
-        for k, (x, y) in enumerate(zip(a[:n], b[:n]))
-    ]
-    updates = (
-        {k: a[out] for out, k in self.linen.updated},
-        {k: b[out] for out, k in self.nnx.updated},
-    )
-    return compared, jax.device_get(updates)
+      return [(f'the models return {n} and {self.nnx.outputs} arrays', 0, ())]
+    with outside_any_mesh():
+      a = evaluate(self.linen.closed, len(self.linen.variables), linen_input, self.inputs)
+      b = evaluate(self.nnx.closed, len(self.nnx.variables), nnx_input, self.inputs)
+      compared = [
+          (f'output {k} {tuple(x.shape)}', jnp.dtype(x.dtype).itemsize,
+           jax.device_get(_difference(x, y)) if _alike(x, y) else ())
+          for k, (x, y) in enumerate(zip(a[:n], b[:n]))
+      ]
+      # New values of variables both write (None: written as it was read).
+      linen_written = {k: out for out, k in self.linen.updated}
+      nnx_written = {k: out for out, k in self.nnx.updated}
+      for slot in self.nnx_slots:
+        theirs = copies[slot]
+        if slot[0] not in nnx_written or theirs[0] not in linen_written:
+          continue
+        x, y = a[linen_written[theirs[0]]], b[nnx_written[slot[0]]]
+        if x is None and y is None:
+          continue
+        x = linen_input(*theirs) if x is None else _layer(x, theirs[1])
+        y = nnx_input(*slot) if y is None else _layer(y, slot[1])
+        name = f'the new value of a variable the call writes {tuple(x.shape)}'
+        compared.append((name, jnp.dtype(x.dtype).itemsize,
+                         jax.device_get(_difference(x, y)) if _alike(x, y) else ()))
+    return compared
 
   def _influence(self, inputs):
     linen_values = self._linen_values()
@@ -270,16 +233,7 @@ class Witness:
 
   def check(self, copies: Mapping[Hashable, Hashable]) -> Verdict:
     """Both models with each NNX slot drawn as `copies[slot]` (a Linen slot)."""
-    compared, (linen_new, nnx_new) = self._run(copies)
-    for slot in self.nnx_slots:
-      k = copies[slot]
-      if slot[0] in nnx_new and k[0] in linen_new:
-        x, y = linen_new[k[0]], nnx_new[slot[0]]
-        x, y = (x if k[1] is None else x[k[1]]), (y if slot[1] is None else y[slot[1]])
-        name = f'the new value of a variable the call writes {tuple(np.shape(x))}'
-        if np.shape(x) != np.shape(y):
-          return Verdict(False, False, math.inf, name + ' (shapes differ)')
-        compared.append((name, np.asarray(x).dtype.itemsize, _host_difference(x, y)))
+    compared = self._run(copies)
     exact, agree, worst, where = True, True, 0.0, ''
     for name, width, s in compared:
       if s == ():
@@ -295,7 +249,8 @@ class Witness:
 
   def idle(self) -> frozenset:
     """Linen slots whose value reaches no output on the example inputs."""
-    reach = jax.device_get(self._idle(self.inputs))
+    with outside_any_mesh():
+      reach = jax.device_get(self._idle(self.inputs))
     return frozenset(slot for slot, value in reach.items() if not float(value) > 0)
 
 
@@ -306,24 +261,31 @@ def _by_input(slots) -> dict[int, set]:
   return found
 
 
-def _drawn(aval, slots, seed_of):
-  """An input of shape `aval` whose slots are `(k, layer)` or `(k, None)`."""
+def _drawn(aval, slots, seed_of, layer=None):
+  """An input of shape `aval` whose slots are `(k, layer)` or `(k, None)`
+  (`layer`: only that slice of it, drawn alone)."""
   shape, dtype = tuple(aval.shape), aval.dtype
   if jnp.issubdtype(dtype, jax.dtypes.prng_key):
     key = jax.random.key(0)
-    return jax.random.split(key, shape) if shape else key
+    keys = jax.random.split(key, shape) if shape else key
+    return keys if layer is None else keys[layer]
   layers = sorted(slot[1] for slot in slots if slot[1] is not None)
   if layers and layers == list(range(shape[0])):
     k = next(iter(slots))[0]
-    return jnp.stack([_draw(seed_of((k, layer)), shape[1:], dtype) for layer in layers])
-  if slots:
-    return _draw(seed_of(next(iter(slots))), shape, dtype)
-  return _draw(0, shape, dtype)  # other state (RNG counts): alike on both sides
+    if layer is not None:
+      return _draw(seed_of((k, layer)), shape[1:], dtype)
+    return jnp.stack([_draw(seed_of((k, l)), shape[1:], dtype) for l in layers])
+  seed = seed_of(min(slots, key=repr)) if slots else 0  # 0: other state (RNG counts), alike on both sides
+  return _draw(seed, shape, dtype) if layer is None else _draw(seed, shape, dtype, layer)
 
 
-def _slot_value(slot, value):
-  """The part of input `slot[0]`'s value that `slot` names (one layer, or all)."""
-  return value if slot[1] is None else value[slot[1]]
+def _on_one_device(value) -> jax.Array:
+  """A given array (placed anywhere, sharded or not) on the device the witness runs on."""
+  return jax.device_put(value, jax.local_devices()[0])
+
+
+def _layer(value, layer):
+  return value if layer is None else value[layer]
 
 
 def _alike(x, y) -> bool:
@@ -341,15 +303,3 @@ def _difference(x, y):
     return (equal, jnp.where(equal, 0.0, jnp.inf).astype(jnp.float32), jnp.float32(1))
   fx, fy = x.astype(jnp.float32), y.astype(jnp.float32)
   return (equal, jnp.max(jnp.abs(fx - fy)), jnp.maximum(jnp.max(jnp.abs(fx)), jnp.max(jnp.abs(fy))))
-
-
-def _host_difference(x, y):
-  x, y = np.asarray(x), np.asarray(y)
-  if not x.size:
-    return (True, 0.0, 0.0)
-  if not np.issubdtype(x.dtype, np.inexact):
-    equal = bool(np.array_equal(x, y))
-    return (equal, 0.0 if equal else math.inf, 1.0)
-  fx, fy = x.astype(np.float64), y.astype(np.float64)
-  equal = bool(np.array_equal(x, y))
-  return (equal, float(np.max(np.abs(fx - fy))), float(max(np.max(np.abs(fx)), np.max(np.abs(fy)))))
