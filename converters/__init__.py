@@ -42,6 +42,7 @@ _EXPORTS = {
     'constrain_params_at_use': 'nnx_port.constrained_params',
     'PathRule': 'converters.paths',
     'PathMapping': 'converters.paths',
+    'Infer': 'converters.paths',
     'Rearrange': 'converters.transforms',
     'infer_paths': 'converters.inference',
     'KIT_PATHS': 'converters.presets',

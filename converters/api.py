@@ -39,7 +39,7 @@ from converters.errors import (
 from converters.inference import infer_models
 from converters.linen_model import LinenModel, accepts_layout
 from converters.optimizer_state import linen_opt_to_nnx, nnx_opt_to_linen
-from converters.paths import PathMapping, format_path
+from converters.paths import PathMapping, as_infer, format_path
 from converters.tree_io import (
     Batch,
     Options,
@@ -106,9 +106,16 @@ def _collection_trees(trees: dict, prefix: str) -> dict:
 
 
 def _mapping(paths, linen_model, nnx_model, nnx_default, *, mesh, rules, collections, both_layouts=False):
-  """`paths` as the conversions take it: 'infer' replaced by the mapping
-  inferred from the two models (`converters.inference.infer_models`)."""
-  if not isinstance(paths, str):
+  """`paths` as the conversions take it: 'infer' (or `Infer(known)`)
+  replaced by the mapping inferred from the two models
+  (`converters.inference.infer_models`), the known rules first."""
+  infer = as_infer(paths)
+  if infer is None:
+    if isinstance(paths, str):
+      raise PathMappingError(
+          f"paths={paths!r}: give a PathMapping (or PathRules), None to keep every "
+          "path, or 'infer' (Infer(known_rules)) to derive the mapping from the two models"
+      )
     given = [name for name, m in (('linen_model', linen_model), ('nnx_model', nnx_model)) if m is not None]
     if given:
       raise PathMappingError(
@@ -116,11 +123,6 @@ def _mapping(paths, linen_model, nnx_model, nnx_default, *, mesh, rules, collect
           "only to infer the mapping; pass paths='infer', or leave them out"
       )
     return paths
-  if paths != 'infer':
-    raise PathMappingError(
-        f"paths={paths!r}: give a PathMapping (or PathRules), None to keep every "
-        "path, or 'infer' to derive the mapping from the two models"
-    )
   nnx_model = nnx_model if nnx_model is not None else nnx_default
   missing = [
       fix for model, fix in (
@@ -141,7 +143,7 @@ def _mapping(paths, linen_model, nnx_model, nnx_default, *, mesh, rules, collect
         'converters.inference.merge_layouts as paths='
     )
   return infer_models(
-      linen_model, nnx_model, mesh=mesh, rules=rules, collections=collections
+      linen_model, nnx_model, paths=infer.known, mesh=mesh, rules=rules, collections=collections
   )
 
 
@@ -206,7 +208,8 @@ def linen_to_nnx(
     paths: the Linen <-> NNX path mapping: a `PathMapping` or any iterable
       of `PathRule`s; None keeps every parameter's path
       (`PathMapping.identity()`); `'infer'` derives it from what the two
-      models compute (`linen_model`, `nnx_model`; `converters.infer_paths`).
+      models compute (`linen_model`, `nnx_model`; `converters.infer_paths`),
+      `Infer(known_rules)` likewise with the rules you know taking precedence.
       It maps the paths of every collection.
     scan: target layout of layer variables (True stacked, False looped,
       None as the source).

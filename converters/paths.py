@@ -416,6 +416,28 @@ def as_mapping(paths) -> PathMapping:
   return PathMapping(rules)
 
 
+@dataclasses.dataclass(frozen=True)
+class Infer:
+  """`paths=Infer(known)`: the mapping inferred from what the two models
+  compute (`converters.infer_paths`), with the rules you already know taking
+  precedence. `paths='infer'` is `Infer()`."""
+
+  known: PathMapping | None = None
+
+  def __post_init__(self):
+    if self.known is not None:
+      object.__setattr__(self, 'known', as_mapping(self.known))
+
+
+def as_infer(paths) -> Infer | None:
+  """`paths` as an `Infer` if it asks for inference ('infer' or `Infer`), else None."""
+  if isinstance(paths, Infer):
+    return paths
+  if isinstance(paths, str) and paths == 'infer':
+    return Infer()
+  return None
+
+
 # What `paths=None` meant before linen-nnx-kit 0.2, registered by the catalogue
 # (`converters.presets`) with the names it moved there from this module. Both go
 # in the next release.

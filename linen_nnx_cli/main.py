@@ -159,9 +159,11 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
       help="a function returning the NNX module; it may take layout='scan'|'loop'",
   )
   group.add_argument(
-      '--paths', metavar='pkg.module:MAPPING|infer',
+      '--paths', metavar='pkg.module:MAPPING|infer', action='append',
       help="the Linen <-> NNX PathMapping (default: every path kept); 'infer' "
-      'derives it from what the two models compute (see linen-nnx map)',
+      'derives it from what the two models compute and proves it by running them '
+      '(see linen-nnx map); both (--paths pkg.module:KNOWN --paths infer): the '
+      'rules you know, the rest inferred',
   )
   group.add_argument(
       '--collections', metavar='pkg.module:COLLECTIONS',
@@ -558,6 +560,7 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
 def _map(args: argparse.Namespace) -> int:
   from converters.checkpoint.kit import models_for
   from converters.checkpoint.models import UserModels
+  from converters.paths import as_infer
 
   options = _models(args)
   if 'linen_model' not in options or 'nnx_model' not in options:
@@ -565,9 +568,8 @@ def _map(args: argparse.Namespace) -> int:
   given = options.pop('paths', None)
   models = models_for(**options)
   assert isinstance(models, UserModels)
-  if isinstance(given, str):
-    given = None  # --paths infer: nothing given
-  mapping = models.inferred(args.layout, paths=given)
+  infer = as_infer(given)
+  mapping = models.inferred(args.layout, paths=infer.known if infer is not None else given)
   if args.json:
     print(json.dumps({'ok': True, 'rules': [
         {'linen': r.linen, 'nnx': r.nnx} | {

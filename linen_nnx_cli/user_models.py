@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-from converters.errors import CheckpointError
+from converters.errors import CheckpointError, ConversionError
 
 
 class UserObjectError(CheckpointError):
@@ -63,10 +63,8 @@ def models_options(args) -> dict:
       options['mesh_axes'] = args.mesh_axes
   elif args.mesh_axes is not None:
     options['mesh_axes'] = args.mesh_axes  # refused for the kit's MLP, with the reason
-  if args.paths == 'infer':
-    options['paths'] = 'infer'
-  elif args.paths is not None:
-    options['paths'] = load('--paths', args.paths)
+  if args.paths:
+    options['paths'] = _paths(args.paths)
   if getattr(args, 'collections', None) is not None:
     options['collections'] = load('--collections', args.collections)
   if args.rules is not None:
@@ -96,3 +94,22 @@ def models_options(args) -> dict:
         'carry their own annotations (give --rules pkg.module:RULES for logical names)'
     )
   return options
+
+
+def _paths(given: list[str]):
+  """`--paths` as given once or twice: a mapping, 'infer', or both (`Infer(known)`)."""
+  from converters.paths import Infer
+
+  specs = [spec for spec in given if spec != 'infer']
+  if len(specs) > 1 or len(given) > 2 or given.count('infer') > 1:
+    raise UserObjectError(
+        f"--paths given {len(given)} times ({', '.join(given)}): give one mapping "
+        '(pkg.module:MAPPING), infer, or one of each (the rules you know, the rest inferred)'
+    )
+  known = load('--paths', specs[0]) if specs else None
+  if 'infer' in given:
+    try:
+      return Infer(known)
+    except ConversionError as e:
+      raise UserObjectError(f'--paths {specs[0]}: {e}') from e
+  return known

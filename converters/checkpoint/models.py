@@ -44,7 +44,7 @@ from converters.errors import CheckpointError, format_offenders
 from converters.inference import infer_paths, merge_layouts
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
-from converters.paths import Framework, PathMapping, as_mapping
+from converters.paths import Framework, Infer, PathMapping, as_infer, as_mapping
 from converters.tree_io import key_of
 
 @functools.cache
@@ -405,7 +405,8 @@ class UserModels:
       it is only ever called under `nnx.eval_shape`.
     paths: the Linen <-> NNX path mapping (None: every path kept; 'infer':
       derived from what the two models compute: both layouts for factories
-      that take `layout=`, else each side in its own model's layout).
+      that take `layout=`, else each side in its own model's layout;
+      `Infer(known)`: the same, with the rules you know taking precedence).
     rules: the logical axis rules both models are annotated under (Flax's
       `nn.logical_axis_rules` context around creation, conversion and
       restore).
@@ -418,7 +419,7 @@ class UserModels:
 
   linen: LinenModel | Callable[..., LinenModel]
   nnx: Callable[..., nnx.Module]
-  paths: PathMapping | str | None = None
+  paths: PathMapping | Infer | str | None = None
   rules: tuple | None = None
   optimizer: optax.GradientTransformation | Callable[[], optax.GradientTransformation] | None = None
   mesh_shape: tuple[int, ...] = (2, 4)
@@ -449,13 +450,14 @@ class UserModels:
   def mapping(self) -> PathMapping:
     if self.paths is None:
       return PathMapping.identity()
+    infer = as_infer(self.paths)
+    if infer is not None:
+      return self.inferred(paths=infer.known)
     if isinstance(self.paths, str):
-      if self.paths != 'infer':
-        raise CheckpointError(
-            f"paths={self.paths!r}: give a PathMapping, or 'infer' to derive it from "
-            'what the two models compute'
-        )
-      return self.inferred()
+      raise CheckpointError(
+          f"paths={self.paths!r}: give a PathMapping, or 'infer' (Infer(known_rules)) to "
+          'derive it from what the two models compute'
+      )
     return as_mapping(self.paths)
 
   def inferred(self, layout: str | None = None, paths=None) -> PathMapping:
@@ -597,7 +599,7 @@ class UserModels:
             f'{format_offenders(lacking)}; '
             + ("paths='infer' infers both layouts when both factories take layout=, or "
                'maps a model of one layout to a port of the other'
-               if isinstance(self.paths, str) else
+               if as_infer(self.paths) is not None else
                f'add {to}_stacked= / {to}= (looped, with {{i}}) to those rules')
         )
     other = None

@@ -31,7 +31,7 @@ from flax import nnx
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.inference import infer_paths
 from converters.metadata import is_linen_box
-from converters.paths import PathMapping
+from converters.paths import PathMapping, as_infer
 from converters.testing.tables import format_table
 
 
@@ -148,12 +148,13 @@ def assert_port_equivalent(
     atol: tolerance for outputs and gradients; 0 compares bits.
   """
   linen_kwargs, nnx_kwargs = dict(linen_kwargs or {}), dict(nnx_kwargs or {})
-  if isinstance(paths, str) and paths == 'infer':
+  infer = as_infer(paths)
+  if infer is not None:
     probe = nnx.merge(*nnx.split(nnx_model))  # the same arrays, in eval mode
     probe.eval()
     paths = infer_paths(
         linen_module, probe, *inputs, linen_kwargs=linen_kwargs, nnx_kwargs=nnx_kwargs,
-        collections=collections,
+        paths=infer.known, collections=collections,
     )
   options = dict(paths=paths, rules=rules, collections=collections)
   loss = loss or _default_loss

@@ -180,6 +180,25 @@ def test_map_prints_the_inferred_mapping_as_python_and_json(capsys):
   assert code == 2 and failure[-1].startswith('linen-nnx map: the ')  # one line
 
 
+def test_known_rules_and_infer_together_and_two_mappings_refused(capsys, tmp_path, monkeypatch):
+  from linen_nnx_cli import main as cli
+  from tests.converters.checkpoint import zoo_models
+
+  monkeypatch.chdir(tmp_path)  # the user's module of known rules, beside the checkpoints
+  (tmp_path / 'known_rules.py').write_text(
+      f'from {ZOO} import CNN_PATHS\nfrom converters import PathMapping\n'
+      'KNOWN = PathMapping(CNN_PATHS.rules[:1])\n'
+  )
+  models = CNN[:4]
+  assert cli.main(['map', *models, '--paths', 'known_rules:KNOWN', '--paths', 'infer', '--json']) == 0
+  rules = json.loads(capsys.readouterr().out)['rules']
+  expected = [{'linen': r.linen, 'nnx': r.nnx} for r in zoo_models.CNN_PATHS.rules]
+  assert rules[0] == expected[0]  # the known rule first, the rest inferred
+  assert sorted(rules, key=str) == sorted(expected, key=str)
+  code = cli.main(['map', *models, '--paths', 'known_rules:KNOWN', '--paths', f'{ZOO}:CNN_PATHS'])
+  assert code == 2 and 'give one mapping' in capsys.readouterr().err
+
+
 def test_convert_and_compare_with_paths_inferred(cnn_checkpoint, tmp_path):
   inferred = [a if a != f'{ZOO}:CNN_PATHS' else 'infer' for a in CNN]
   result = run('convert', cnn_checkpoint, tmp_path / 'nnx', '--to', 'nnx', *inferred)

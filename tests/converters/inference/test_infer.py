@@ -23,7 +23,7 @@ from flax import nnx
 from jax.sharding import AxisType
 
 from converters import (
-    LinenModel, PathMapping, PathRule, Rearrange, infer_paths, linen_to_nnx, nnx_to_linen, relayout,
+    Infer, LinenModel, PathMapping, PathRule, Rearrange, infer_paths, linen_to_nnx, nnx_to_linen, relayout,
 )
 from converters.errors import PathMappingError
 from converters.inference import infer_models, merge_layouts
@@ -556,3 +556,21 @@ def test_a_factory_of_both_layouts_beside_a_model_of_one_takes_that_models_layou
       (r.linen_stacked, r.nnx_stacked, None, None) if r.linen_stacked else (r.linen, r.nnx, None, None)
       for r in zoo_paths.TRANSFORMER['params']
   }
+
+
+def test_known_rules_and_inference_together_convert_a_port_inference_alone_refuses():
+  from tests.converters.inference.ports import CASES
+
+  case = CASES['square_kernel_stored_transposed']  # the port keeps the kernel (out, in)
+  variables = jax.jit(case.linen.init)(jax.random.key(1), *case.inputs)
+  linen = LinenModel(case.linen, *case.inputs)
+  target = case.make_nnx(nnx.Rngs(0))
+  with pytest.raises(PathMappingError, match='dense/kernel'):
+    linen_to_nnx(variables, target=target, paths='infer', linen_model=linen)
+  known = [PathRule('dense/kernel', 'kernel', transform=Rearrange('i o -> o i'))]
+  ported = linen_to_nnx(variables, target=target, paths=Infer(known), linen_model=linen)
+  np.testing.assert_array_equal(
+      np.asarray(ported(*case.inputs)), np.asarray(case.linen.apply(variables, *case.inputs))
+  )
+  with pytest.raises(PathMappingError, match='PathRule'):
+    Infer(['dense/kernel'])
