@@ -29,9 +29,11 @@ from flax import linen as nn
 from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
+from converters.errors import PathMappingError
 from converters.inference import infer_paths
+from converters.linen_model import LinenModel
 from converters.metadata import is_linen_box
-from converters.paths import PathMapping, as_infer
+from converters.paths import Infer, PathMapping, as_infer
 from converters.testing.tables import format_table
 
 
@@ -209,9 +211,10 @@ def assert_training_equivalent(
     batches: Sequence[Any],
     *,
     k: int,
-    paths: PathMapping | None = None,
+    paths: PathMapping | Infer | str | None = None,
     rules: tuple | None = None,
     collections: Mapping[str, type] | None = None,
+    linen_model: LinenModel | None = None,
     atol: float = 0.0,
 ) -> None:
   """k Linen steps, then conversion, then the other steps in NNX, equal every step in Linen.
@@ -224,12 +227,34 @@ def assert_training_equivalent(
     nnx_step: `(model, optimizer, batch) -> anything`, updating in place.
     batches: one batch per step; `k` of them are taken in Linen first.
     paths, rules, collections: as in `converters.linen_to_nnx`; `paths='infer'`
-      derives the mapping from what the two models compute
-      (`converters.infer_paths`).
+      (or `Infer(known_rules)`) derives the mapping from what the two models
+      compute (`converters.infer_paths`, in eval mode), from `linen_model`.
+    linen_model: with `paths='infer'`, `LinenModel(module, *example_inputs,
+      **kwargs)`: the Linen module and the inputs of one forward pass in eval
+      mode (e.g. `train=False`); the port is `nnx_target`'s model.
     atol: tolerance on every compared leaf; 0 compares bits.
   """
   if not 0 <= k <= len(batches):
     raise ValueError(f'k={k}: take between 0 and len(batches)={len(batches)} steps in Linen')
+  infer = as_infer(paths)
+  if infer is not None:
+    if not isinstance(linen_model, LinenModel):
+      raise PathMappingError(
+          "paths='infer' runs both models on example inputs: pass "
+          'linen_model=LinenModel(module, *example_inputs) (converters.LinenModel), '
+          f'got {type(linen_model).__name__}'
+      )
+    probe = nnx.merge(*nnx.split(nnx_target[0]))  # the same arrays, in eval mode
+    probe.eval()
+    paths = infer_paths(
+        linen_model.module, probe, *linen_model.args, linen_kwargs=linen_model.kwargs,
+        paths=infer.known, collections=collections,
+    )
+  elif linen_model is not None:
+    raise PathMappingError(
+        f"linen_model given with paths={paths!r}: it is read only to infer the mapping; "
+        "pass paths='infer', or leave it out"
+    )
   options = dict(paths=paths, rules=rules, collections=collections)
 
   def step(state, batch):

@@ -38,7 +38,8 @@ from hypothesis import given, strategies as st
 from jax.sharding import AxisType
 
 import converters
-from converters import PathMapping, PathRule, Rearrange
+from converters import LinenModel, PathMapping, PathRule, Rearrange
+from converters.errors import PathMappingError
 from converters.testing import assert_port_equivalent, assert_training_equivalent
 from model_zoo import paths as zoo_paths
 from model_zoo.configs import RULES, CNNConfig, ResNetConfig, RNNConfig, TransformerConfig
@@ -119,9 +120,13 @@ def test_cnn_trains_on_in_nnx_exactly():
 
   batches = [image_batch(config, 4, 10 + i) for i in range(4)]
   target = (model, nnx.Optimizer(model, TX, wrt=nnx.Param))
+  # The mapping inferred (the hand-written one serves the other zoo models).
+  linen = LinenModel(linen_cnn.CNN(config), batches[0]['image'], train=False)
   assert_training_equivalent(
-      state, linen_step, target, nnx_step, batches, k=2, paths=mapping(zoo_paths.CNN)
+      state, linen_step, target, nnx_step, batches, k=2, paths='infer', linen_model=linen
   )
+  with pytest.raises(PathMappingError, match=r'pass linen_model=LinenModel\(module'):
+    assert_training_equivalent(state, linen_step, target, nnx_step, batches, k=2, paths='infer')
 
 
 # -- ResNet: batch_stats, a TrainState subclass ------------------------------------------
