@@ -5,8 +5,11 @@
     to exactly what it was (values bit for bit, annotations, shardings);
   - the NNX model holding the converted variables computes the Linen outputs
     (in eval mode: `nnx_model.eval()` against `linen_kwargs`, e.g.
-    `{'train': False}`), with the same shardings;
-  - and the same gradients of `loss(outputs)` with respect to the parameters.
+    `{'train': False}`), with the same shardings, and writes the same new
+    values into every collection the call writes (a decode step's `cache`);
+  - the same gradients of `loss(outputs)` with respect to the parameters;
+  - and the same settings of the layers that act only in training (Flax's
+    `Dropout` rates and `BatchNorm` momentum, as multisets).
 `assert_training_equivalent(linen_state, linen_step, nnx_target, nnx_step,
 batches, k=...)`: k Linen steps, conversion, the remaining steps in NNX equal
 all the steps taken in Linen (parameters, collections, optimizer state, step).
@@ -173,7 +176,17 @@ def assert_port_equivalent(
   _fail('The conversion is not the identity both ways.', rows)
 
   model.eval()
-  linen_out = jax.jit(lambda v, *xs: linen_module.apply(v, *xs, **linen_kwargs))(linen_variables, *inputs)
+  gradient_model = nnx.clone(model)  # before the call below writes any state
+  # Every collection but the parameters may be written by the call (a decode
+  # step's cache): Linen's new values are compared with the port's after its call.
+  written = [c for c in linen_variables if c != 'params']
+
+  def linen_apply(variables, *xs):
+    if not written:
+      return linen_module.apply(variables, *xs, **linen_kwargs), {}
+    return linen_module.apply(variables, *xs, mutable=written, **linen_kwargs)
+
+  linen_out, linen_new = jax.jit(linen_apply)(linen_variables, *inputs)
   # NNX transforms: models may update state as they run (RNG counts, caches);
   # `model` is this function's own copy.
   nnx_out = nnx.jit(lambda m, *xs: m(*xs, **nnx_kwargs))(model, *inputs)
@@ -182,25 +195,72 @@ def assert_port_equivalent(
         f'output structures differ: Linen {jax.tree.structure(linen_out)}, NNX {jax.tree.structure(nnx_out)}'
     )
   rows = _compare_trees('outputs', linen_out, nnx_out, atol)
+  if linen_new:
+    nnx_new = nnx_to_linen(model, **options)
+    rows += _compare_trees(
+        'variables the call writes', dict(linen_new),
+        {c: nnx_new.get(c, {}) for c in linen_new}, atol,
+    )
 
   # Both sides take every variable and input as an argument: one closed over
   # would be a constant that XLA folds (rsqrt of batch statistics, say) or
   # fuses with other rounding than the runtime's.
   def linen_loss(params, variables, *xs):
-    return loss(linen_module.apply({**variables, 'params': params}, *xs, **linen_kwargs))
+    return loss(linen_apply({**variables, 'params': params}, *xs)[0])
 
   def nnx_loss(model, *xs):
     return loss(model(*xs, **nnx_kwargs))
 
   linen_grads = jax.jit(jax.grad(linen_loss))(linen_variables['params'], linen_variables, *inputs)
-  nnx_grads = nnx.jit(nnx.grad(nnx_loss))(model, *inputs)
+  nnx_grads = nnx.jit(nnx.grad(nnx_loss))(gradient_model, *inputs)
   # Gradients are compared bare and by path: where each side's compiler puts
   # them is not a property of the port.
   converted = linen_to_nnx({'params': _bare(linen_grads)}, paths=paths, collections=collections)
   expected = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(converted)).items()}
   actual = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(nnx_grads)).items()}
   rows += _compare_trees('gradients', expected, actual, atol, annotations=False)
-  _fail(f'Linen and NNX disagree in eval mode (atol={atol}).', rows)
+  rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model)
+  _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).', rows)
+
+
+def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model) -> list:
+  """Rows for the settings of layers that act only in training and so leave
+  eval-mode outputs alike: dropout rates and batch-norm momentum,
+  compared as multisets of each kind of layer (Flax's `Dropout` and
+  `BatchNorm` on both sides; a hand-written equivalent is not seen)."""
+  linen: dict[tuple, tuple] = {}
+
+  def record(next_fun, args, kwargs, context):
+    module = context.module
+    if isinstance(module, nn.Dropout):
+      linen[('Dropout', module.path)] = (module.rate,)
+    elif isinstance(module, nn.BatchNorm):
+      linen[('BatchNorm', module.path)] = (module.momentum,)
+    return next_fun(*args, **kwargs)
+
+  written = [c for c in linen_variables if c != 'params']
+  with nn.intercept_methods(record):
+    jax.eval_shape(
+        lambda v, *xs: linen_module.apply(v, *xs, mutable=written or False, **linen_kwargs),
+        linen_variables, *inputs,
+    )
+  ported: dict[str, list] = {'Dropout': [], 'BatchNorm': []}
+  for _, module in nnx.iter_modules(nnx_model):
+    if isinstance(module, nnx.Dropout):
+      ported['Dropout'].append((module.rate,))
+    elif isinstance(module, nnx.BatchNorm):
+      ported['BatchNorm'].append((module.momentum,))
+  rows = []
+  for kind, names in (('Dropout', 'rate'), ('BatchNorm', 'momentum')):
+    theirs = sorted(v for (k, _), v in linen.items() if k == kind)
+    ours = sorted(ported[kind])
+    if theirs != ours:
+      show = lambda values: ', '.join(str(v[0]) for v in values) or 'none'
+      rows.append([
+          'training settings', f'{kind} {names}',
+          f"Linen {show(theirs)}; NNX {show(ours)} (give the port the original's settings)",
+      ])
+  return rows
 
 
 def assert_training_equivalent(

@@ -121,3 +121,60 @@ def test_an_nnx_step_that_does_not_learn_fails_naming_params_and_moments():
     assert_training_equivalent(state, linen_step, target, frozen, [batch(i) for i in range(3)], k=1)
   message = str(info.value)
   assert ".params['dense']['kernel']" in message and '.opt_state[0].mu' in message
+
+
+class NNXNetOtherTraining(NNXNet):
+  """Alike in eval mode; dropout 0.1 and momentum 0.5 in training."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    super().__init__(rngs)
+    self.norm = nnx.BatchNorm(OUT, momentum=0.5, rngs=rngs)
+    self.dropout = nnx.Dropout(0.1, deterministic=True, rngs=rngs)
+
+
+def test_dropout_rate_and_momentum_that_only_training_uses_are_compared():
+  with pytest.raises(AssertionError) as info:
+    assert_port_equivalent(
+        LinenNet(), variables(), NNXNetOtherTraining(nnx.Rngs(3)), batch(1)[0],
+        linen_kwargs={'train': False},
+    )
+  message = str(info.value)
+  assert 'Dropout rate' in message and 'Linen 0.5; NNX 0.1' in message
+  assert 'BatchNorm momentum' in message and 'Linen 0.99; NNX 0.5' in message
+  assert 'outputs' not in message  # alike in eval mode
+
+
+class LinenDecoder(nn.Module):
+  """A decode step: each call appends its input to a cache and reads it all."""
+
+  @nn.compact
+  def __call__(self, x):
+    cache = self.variable('cache', 'keys', jnp.zeros, (4, IN))
+    index = self.variable('cache', 'index', lambda: jnp.array(0, jnp.int32))
+    cache.value = jax.lax.dynamic_update_slice(cache.value, x, (index.value, 0))
+    index.value = index.value + 1
+    return nn.Dense(OUT, name='dense')(jnp.sum(cache.value, axis=0, keepdims=True))
+
+
+class NNXDecoder(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs, step: int = 1):
+    self.keys = nnx.Cache(jnp.zeros((4, IN)))
+    self.index = nnx.Cache(jnp.array(0, jnp.int32))
+    self.dense = nnx.Linear(IN, OUT, rngs=rngs)
+    self.step = step
+
+  def __call__(self, x):
+    self.keys[...] = jax.lax.dynamic_update_slice(self.keys[...], x, (self.index[...], 0))
+    self.index[...] = self.index[...] + self.step
+    return self.dense(jnp.sum(self.keys[...], axis=0, keepdims=True))
+
+
+def test_a_decode_step_compares_the_cache_it_writes():
+  x = batch(1)[0][:1]
+  v = LinenDecoder().init(jax.random.key(0), x)
+  v = {'params': v['params'], 'cache': LinenDecoder().apply(v, x + 1, mutable=['cache'])[1]['cache']}
+  assert_port_equivalent(LinenDecoder(), v, NNXDecoder(nnx.Rngs(3)), x)  # paths kept
+  # The index advances by two: this step's output is alike, the cache is not.
+  with pytest.raises(AssertionError, match='variables the call writes') as info:
+    assert_port_equivalent(LinenDecoder(), v, NNXDecoder(nnx.Rngs(3), step=2), x)
+  assert "['index']" in str(info.value) and "['keys']" not in str(info.value)
