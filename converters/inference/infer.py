@@ -13,6 +13,7 @@ import contextlib
 import functools
 import itertools
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -166,12 +167,24 @@ def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, ancho
   linen_trace, nnx_trace = traces
   problems = _unmatched(traces, graphs, pairing)
   if problems:
+    hints = []
+    if any('candidates of its shape' not in p for p in problems):
+      hints.append(
+          'a variable with no counterpart of its shape was dropped or added by the port, '
+          'or is fused into one of its own: give the rule of a fused one (paths=Infer(['
+          "PathRule(('linen/a', 'linen/b'), 'nnx/ab', transform=Rearrange(...))])); a port "
+          'that drops or adds a parameter is not the same model'
+      )
+    if any('candidates of its shape' in p for p in problems):
+      hints.append(
+          'a variable with candidates is used otherwise by the other model: one stored '
+          "transposed, reshaped or split needs its rule (paths=Infer([PathRule('linen/path', "
+          "'nnx/path', transform=Rearrange(...))])); otherwise the port computes differently there"
+      )
     raise PathMappingError(
         'the two models do not compute with the same variables: ' + format_offenders(problems),
         [p.split(' (')[0] for p in problems],
-        fix='a parameter the port stores transposed, reshaped or fused needs a rule of its '
-        "own (paths=[PathRule('linen/path', 'nnx/path', transform=Rearrange(...))]); the "
-        'rest is inferred. If the port computes differently, it is not the same model',
+        fix='; '.join(hints) + '. The rest is inferred',
     )
   copies = {b: a for a, b in pairing.pairs}
   for group_a, group_b in pairing.groups:
@@ -297,23 +310,61 @@ def _describe(trace: Trace, slot) -> str:
 
 
 def _unmatched(traces, graphs, pairing: Pairing) -> list[str]:
-  problems = []
+  """One line per variable with no counterpart, layers of one family folded
+  into one line (`blocks/{i}/w (layers 0-23)`), with its candidates."""
+  found: dict[tuple, list] = {}
   for side, (trace, graph, other) in enumerate(zip(traces, graphs, traces[::-1])):
     this, that = ('linen', 'nnx')[side], ('NNX', 'Linen')[side]
     theirs = pairing.unmatched[1 - side]
     for slot in pairing.unmatched[side]:
       shape = graph.labels[graph.variables[slot]][1:]
-      alike = [
+      alike = _folded([
           _describe(other, s) for s in theirs
           if graphs[1 - side].labels[graphs[1 - side].variables[s]][1:] == shape
-      ]
+      ])
       candidates = f'; {that} candidates of its shape, used otherwise: {", ".join(alike)}' if alike else ''
-      problems.append(
-          f'{this} {_describe(trace, slot)} ({shape[0]}, {shape[1]} {shape[2]}, '
-          f'{_first_use_text(graph, graph.variables[slot])}): no {that} variable is used '
-          f'this way{candidates}'
-      )
+      family, layer = _family(_describe(trace, slot))
+      text = (f'({shape[0]}, {shape[1]} {shape[2]}, {_first_use_text(graph, graph.variables[slot])}): '
+              f'no {that} variable is used this way{candidates}')
+      found.setdefault((this, family, text), []).append(layer)
+  problems = []
+  for (this, family, text), layers in found.items():
+    numbered = sorted(l for l in layers if l is not None)
+    where = f' (layers {_ranges(numbered)})' if len(numbered) > 1 else ''
+    name = family if len(numbered) > 1 else family.replace('{i}', str(numbered[0])) if numbered else family
+    problems.append(f'{this} {name}{where} {text}')
   return problems
+
+
+def _folded(names: list[str]) -> list[str]:
+  """Names, those of one family of layers written once as its template."""
+  families: dict[str, list[str]] = {}
+  for name in names:
+    families.setdefault(_family(name)[0], []).append(name)
+  return [family if len(members) > 1 else members[0] for family, members in families.items()]
+
+
+def _family(name: str) -> tuple[str, int | None]:
+  """`('blocks/{i}/w', 3)` for `blocks/3/w` (the outermost number), `Dense_3/w`
+  or `w layer 3`; the name unchanged and None when it holds no number."""
+  match = re.search(r' layer (\d+)$', name)
+  if match:
+    return name[:match.start()] + ' layer {i}', int(match.group(1))
+  match = re.search(r'(?<=[_/])(\d+)(?=/|$)', name)  # the outermost: a layer's index
+  if match is None:
+    return name, None
+  return name[:match.start()] + '{i}' + name[match.end():], int(match.group(1))
+
+
+def _ranges(numbers: list[int]) -> str:
+  """`0-3, 7` for [0, 1, 2, 3, 7]."""
+  runs: list[list[int]] = []
+  for n in numbers:
+    if runs and n == runs[-1][1] + 1:
+      runs[-1][1] = n
+    else:
+      runs.append([n, n])
+  return ', '.join(str(a) if a == b else f'{a}-{b}' for a, b in runs)
 
 
 def _first_use_text(graph: Graph, node: int) -> str:

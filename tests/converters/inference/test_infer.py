@@ -366,7 +366,7 @@ def test_a_port_that_dropped_a_parameter_is_refused_naming_it():
   with pytest.raises(PathMappingError) as e:
     infer_paths(LinenNet(), NNXNet(nnx.Rngs(0), bias=False), X)
   assert 'linen Dense_0/bias (params, (16,) float32, add): no NNX variable' in str(e.value)
-  assert 'needs a rule of its own' in str(e.value)
+  assert 'no counterpart of its shape was dropped or added by the port' in str(e.value)
 
 
 def test_a_port_that_computes_differently_is_refused_with_the_candidates():
@@ -376,6 +376,32 @@ def test_a_port_that_computes_differently_is_refused_with_the_candidates():
   assert 'linen Dense_2/kernel (params, (16, 4) float32, dot_general operand 1)' in message
   assert 'NNX candidates of its shape, used otherwise: skip/kernel' in message
   assert set(e.value.paths) == {'linen Dense_2/kernel', 'nnx skip/kernel'}
+  assert 'one stored transposed, reshaped or split needs its rule' in message
+  assert 'dropped or added' not in message
+
+
+def test_refusals_are_folded_by_layer_one_line_for_a_family():
+  class Linen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      for i in range(4):
+        x = nn.Dense(8, name=f'layers_{i}')(x)
+      return x
+
+  class Port(nnx.Module):  # every layer's bias dropped
+    def __init__(self, rngs):
+      self.layers = nnx.List([nnx.Linear(8, 8, use_bias=False, rngs=rngs) for _ in range(4)])
+
+    def __call__(self, x):
+      for layer in self.layers:
+        x = layer(x)
+      return x
+
+  with pytest.raises(PathMappingError) as e:
+    infer_paths(Linen(), Port(nnx.Rngs(0)), jnp.ones((2, 8)))
+  message = str(e.value)
+  assert 'linen layers_{i}/bias (layers 0-3) (params, (8,) float32, add)' in message
+  assert message.count('no NNX variable') == 1
 
 
 def test_rules_given_for_a_reshaped_port_take_precedence_and_the_rest_is_inferred():
