@@ -308,6 +308,12 @@ def build_parser() -> argparse.ArgumentParser:
       "or your models' optax transform",
   )
   _model_options(compare)
+  compare.add_argument(
+      '--outputs', action='store_true',
+      help='with two checkpoints and your models: restore each into its own '
+      "framework's model and compare their outputs on the Linen model's example "
+      'inputs, a check independent of any path mapping',
+  )
   compare.add_argument('--json', action='store_true', help='print a JSON report on stdout')
   map_ = commands.add_parser(
       'map',
@@ -384,6 +390,8 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
     recycle_large_buffers()
   if args.command == 'compare' and len(args.checkpoints) not in (0, 2):
     return _fail(args, 'compare takes two checkpoints A B, or none (a description)', 2)
+  if args.command == 'compare' and args.outputs and not args.checkpoints:
+    return _fail(args, '--outputs compares the models two checkpoints restore into: give A B', 2)
   if args.command == 'demo' and args.plot:
     problem = _unwritable_file(args.plot)
     if problem:
@@ -544,7 +552,8 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
                       'leaves': compare.as_json(rows)}, indent=2))
   else:
     tables.print_table(*tables.comparison_rows(rows, labels))
-    print(f'\n{len(rows)} leaves: ' + ('all identical' if identical else f'{differing} differ'))
+    noun = 'outputs' if extra.get('outputs') else 'leaves'
+    print(f'\n{len(rows)} {noun}: ' + ('all identical' if identical else f'{differing} differ'))
     skipped = extra.get('rng_not_compared')
     if skipped:
       print(
@@ -584,11 +593,19 @@ def _map(args: argparse.Namespace) -> int:
 
 
 def _compare_checkpoints(args: argparse.Namespace) -> int:
-  from converters.checkpoint.compare import compare_checkpoints
+  from converters.checkpoint.compare import compare_checkpoints, compare_outputs
 
-  rows, labels, extra = compare_checkpoints(
-      *args.checkpoints, allow_unfinished=args.allow_unfinished, **_models(args)
-  )
+  options = _models(args)
+  if args.outputs:
+    if 'linen_model' not in options:
+      return _fail(args, '--outputs runs your two models: give --linen-model and --nnx-model', 2)
+    rows, labels, extra = compare_outputs(
+        *args.checkpoints, allow_unfinished=args.allow_unfinished, **options
+    )
+  else:
+    rows, labels, extra = compare_checkpoints(
+        *args.checkpoints, allow_unfinished=args.allow_unfinished, **options
+    )
   return _report_comparison(args, rows, labels, extra)
 
 

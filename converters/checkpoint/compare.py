@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 from flax import nnx
 from flax.training.train_state import TrainState
 
@@ -24,6 +25,9 @@ from converters.checkpoint.inspect import string_path
 from converters.checkpoint.verify import host_bits
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import PathMapping, format_path
+
+#: A Linen `TrainState`'s own fields: the others of a subclass are collections.
+_TRAIN_STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainState))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,3 +288,83 @@ def compare_checkpoints(
       for i, p, d in zip(infos, (plan_a, plan_b), described)
   ]
   return rows, labels, {'a': summaries[0], 'b': summaries[1], 'rng_not_compared': not_compared}
+
+
+def compare_outputs(
+    a: str, b: str, *, linen_model=None, nnx_model=None, paths=None, rules=None,
+    optimizer=None, mesh_shape=(2, 4), mesh_axes=('data', 'model'), collections=None,
+    allow_unfinished: bool = False,
+) -> tuple[list[LeafComparison], tuple[str, str], dict]:
+  """Rows comparing the outputs of the models the two checkpoints restore
+  into, run on the Linen model's example inputs: a check that shares
+  nothing with the path mapping (which serves only to find each
+  checkpoint's layout), unlike `compare_checkpoints`.
+
+  Each checkpoint is restored with its own framework's model (Linen's
+  module applied with its variables and the `LinenModel`'s keyword
+  arguments, e.g. `train=False`; NNX's model in eval mode). Outputs compare
+  bit for bit: a model and its port in one layout compile to one program.
+
+  Raises:
+    CheckpointError: the models are not given, or a checkpoint does not
+      hold their training state.
+  """
+  from converters.checkpoint import inspect as checkpoints
+  from converters.checkpoint.kit import models_for
+  from converters.checkpoint.models import UserModels
+  from converters.errors import CheckpointError
+  from converters.inference.witness import example_inputs
+
+  models = models_for(
+      linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
+      mesh_shape=mesh_shape, mesh_axes=mesh_axes, collections=collections,
+  )
+  if not isinstance(models, UserModels):
+    raise CheckpointError(
+        'comparing outputs runs your two models: give linen_model= and nnx_model= '
+        '(--linen-model and --nnx-model)'
+    )
+  infos = checkpoints.inspect(a, allow_unfinished), checkpoints.inspect(b, allow_unfinished)
+  mesh = models.make_mesh()
+  outputs, layouts = [], []
+  with jax.set_mesh(mesh), nn.logical_axis_rules(models.rules or ()):
+    sides = [models.source_layout(info, mesh) for info in infos]
+    example = models.linen_model(models.layouts('linen')[0])  # its inputs serve both
+    # Abstract example inputs are drawn as the inference's witness draws them.
+    leaves, tree = jax.tree.flatten(example.args)
+    inputs = jax.tree.unflatten(tree, example_inputs(leaves, leaves))
+    for info, (layout, side) in zip(infos, sides):
+      state = checkpoints.restore(info, side.abstract_state)
+      if info.framework == 'linen':
+        linen = models.linen_model(layout)
+        variables = {'params': state.params} | {
+            f.name: getattr(state, f.name) for f in dataclasses.fields(state)
+            if f.name not in _TRAIN_STATE_FIELDS and getattr(state, f.name) is not None
+        }
+        apply = lambda v, *xs, linen=linen: linen.module.apply(v, *xs, **linen.kwargs)
+        outputs.append(jax.jit(apply)(variables, *inputs))
+      else:
+        model = side.objects(state)[0]
+        model.eval()
+        outputs.append(nnx.jit(lambda m, *xs: m(*xs))(model, *inputs))
+      layouts.append(side.layout)
+  if jax.tree.structure(outputs[0]) != jax.tree.structure(outputs[1]):
+    raise CheckpointError(
+        f'the two models return outputs of different structures: '
+        f'{jax.tree.structure(outputs[0])} and {jax.tree.structure(outputs[1])}'
+    )
+  rows = []
+  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(outputs[0]), jax.tree.leaves(outputs[1])):
+    name = 'output' + jax.tree_util.keystr(path)
+    if x.shape != y.shape or x.dtype != y.dtype:
+      rows.append(LeafComparison(name, name, tuple(x.shape), f'{x.dtype} / {y.dtype}',
+                                 _spec(x), _spec(y), float('inf'), False))
+      continue
+    identical, difference = leaf_difference(x, y)
+    rows.append(LeafComparison(name, name, tuple(x.shape), str(x.dtype), _spec(x), _spec(y),
+                               difference, identical))
+  labels = tuple({'linen': 'Linen', 'nnx': 'NNX'}[i.framework] for i in infos)
+  if labels[0] == labels[1]:
+    labels = ('A', 'B')
+  summaries = [{**i.summary(), 'layout': l} for i, l in zip(infos, layouts)]
+  return rows, labels, {'a': summaries[0], 'b': summaries[1], 'outputs': True}

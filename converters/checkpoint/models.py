@@ -556,6 +556,11 @@ class UserModels:
         state, listing every leaf missing, unexpected or of another shape
         or dtype (for a factory of both layouts, against the nearer one).
     """
+    return self.source_layout(info, mesh)[1]
+
+  def source_layout(self, info, mesh: Mesh) -> tuple[str | None, Side]:
+    """`(layout, side)`: `source_side` and the layout its factory was asked
+    for (None: the factory's own)."""
     from converters.checkpoint import inspect as checkpoints
 
     found = []
@@ -563,13 +568,23 @@ class UserModels:
       side = self.side(info.framework, mesh, layout)
       problems = checkpoints.differences(info.leaves, checkpoints.leaves_of(side.abstract_state))
       if not any(problems):
-        return side
+        return layout, side
       found.append((sum(map(len, problems)), side))
     side = min(found, key=lambda f: f[0])[1]
     checkpoints.check_structure(
         info, checkpoints.leaves_of(side.abstract_state), side.what + ' with the given optimizer'
     )
-    return side  # unreachable: check_structure raised
+    raise AssertionError('unreachable: check_structure raised')
+
+  def linen_model(self, layout: str | None) -> LinenModel:
+    """The Linen model (module and example inputs) in `layout` (None: its own)."""
+    linen = _call(self.linen, layout, f'the Linen model ({_name(self.linen)})')
+    if not isinstance(linen, LinenModel):
+      raise CheckpointError(
+          f'the Linen model must give a LinenModel(module, *example_inputs), got '
+          f'{type(linen).__name__}'
+      )
+    return linen
 
   def plan(self, info, to: Framework | None = None, layout: str | None = None) -> Plan:
     """The sides of converting `info` to `to` in `layout` (None: SRC's)."""

@@ -199,6 +199,33 @@ def test_known_rules_and_infer_together_and_two_mappings_refused(capsys, tmp_pat
   assert code == 2 and 'give one mapping' in capsys.readouterr().err
 
 
+def test_compare_outputs_catches_a_wrong_mapping_that_comparing_through_it_cannot(
+    cnn_checkpoint, tmp_path, monkeypatch
+):
+  monkeypatch.chdir(tmp_path)
+  # A mapping that converts and round-trips, but reorders the hidden kernel's rows.
+  (tmp_path / 'wrong_paths.py').write_text(
+      f'from {ZOO} import CNN_PATHS\n'
+      'from converters import PathMapping, PathRule, Rearrange\n'
+      'WRONG = PathMapping([\n'
+      "    PathRule(r.linen, r.nnx, transform=Rearrange('(a b) c -> (b a) c', a=2))\n"
+      "    if r.linen == 'Dense_0/kernel' else r for r in CNN_PATHS.rules\n"
+      '])\n'
+  )
+  wrong = [*CNN[:4], '--paths', 'wrong_paths:WRONG', *CNN[6:]]
+  assert run('convert', cnn_checkpoint, tmp_path / 'nnx', '--to', 'nnx', *wrong).code == 0
+  circular = run('compare', cnn_checkpoint, tmp_path / 'nnx', *wrong)
+  assert circular.code == 0 and 'all identical' in circular.stdout  # through the same mapping
+  outputs = run('compare', cnn_checkpoint, tmp_path / 'nnx', *wrong, '--outputs')
+  assert outputs.code == 1 and '1 outputs: 1 differ' in outputs.stdout, outputs.stderr
+  right = tmp_path / 'right'
+  assert run('convert', cnn_checkpoint, right, '--to', 'nnx', *CNN).code == 0
+  outputs = run('compare', cnn_checkpoint, right, *CNN, '--outputs', '--json')
+  assert outputs.code == 0 and outputs.json['identical'], outputs.stderr
+  refused = run('compare', cnn_checkpoint, right, '--outputs')
+  assert refused.code == 2 and 'give --linen-model and --nnx-model' in refused.stderr
+
+
 def test_convert_and_compare_with_paths_inferred(cnn_checkpoint, tmp_path):
   inferred = [a if a != f'{ZOO}:CNN_PATHS' else 'infer' for a in CNN]
   result = run('convert', cnn_checkpoint, tmp_path / 'nnx', '--to', 'nnx', *inferred)
