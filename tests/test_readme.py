@@ -96,7 +96,7 @@ def test_convert_your_checkpoint_runs_on_a_model_of_the_readers_own(tmp_path):
   section = readme[readme.index('## Convert your checkpoint'):readme.index('## Multi-process')]
   models = re.search(r'MODELS="(.*?)"', section, re.S).group(1).replace('\\\n', ' ').split()
   commands = re.findall(r'^(linen-nnx (?:convert|compare) .*?)(?:\s+#.*)?$', section, re.M)
-  assert len(commands) == 2
+  assert len(commands) == 3  # convert, compare, compare --outputs
   for command in commands:
     args = [models if a == '$MODELS' else [a] for a in command.split()[1:]]
     result = subprocess.run(
