@@ -31,6 +31,7 @@ from converters.inference.tracing import Trace, kwargs_of, trace_linen, trace_nn
 from converters.inference.witness import Fused, Witness
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.paths import PathMapping, PathRule, as_mapping, format_path
+from converters.transforms import Rearrange
 from converters.variable_types import CollectionTable
 
 #: How many assignments of groups the structure cannot split the witness
@@ -78,8 +79,25 @@ def infer_paths(
       counterpart computed the same way, every group the structure cannot
       split and the witness could not decide, or the outputs that differ.
   """
-  table = CollectionTable(collections)
   given = as_mapping(paths) if paths is not None else None
+  call = functools.partial(
+      _infer, linen_module, nnx_model, example_args, example_kwargs, linen_kwargs, nnx_kwargs,
+      CollectionTable(collections),
+  )
+  try:
+    return call(given)
+  except PathMappingError as e:
+    unpaired = getattr(e, 'unpaired', None)
+    if not unpaired or not all(unpaired):
+      raise
+    found = _stored_otherwise(call, given, *unpaired)
+    if found is None:
+      raise
+    return found
+
+
+def _infer(linen_module, nnx_model, example_args, example_kwargs, linen_kwargs, nnx_kwargs,
+           table, given) -> PathMapping:
   linen_call = ('Linen', trace_linen, linen_module, example_args, kwargs_of(example_kwargs, linen_kwargs))
   nnx_call = ('NNX', trace_nnx, nnx_model, example_args, kwargs_of(example_kwargs, nnx_kwargs), table)
   traces = (traced(*linen_call), traced(*nnx_call))
@@ -119,6 +137,57 @@ def infer_paths(
       if first_error is None or 'no output' in str(e) or 'cannot decide' in str(e):
         first_error = e
   raise first_error
+
+
+#: Most combinations of stored-otherwise candidates tried (each one inference).
+MAX_TRANSFORM_TRIALS = 24
+
+
+def _stored_otherwise(call, given, linen_unpaired, nnx_unpaired) -> PathMapping | None:
+  """The mapping with a transform for variables a port stores with their
+  axes in another order (a kernel kept `(out, in)`, heads `(E, D, H)` for
+  `(E, H, D)`), when exactly one assignment of such transforms is proven by
+  the witness; None when no candidate, or several, or too many.
+
+  Candidates pair an unpaired Linen variable with an unpaired NNX variable of
+  the same axis sizes in another order (or a square one transposed); each
+  combination runs the whole inference with them as given rules, so the
+  rest is paired by structure and everything is witnessed.
+  """
+  options = []
+  for linen_path, shape in linen_unpaired:
+    choices = [
+        PathRule(format_path(linen_path), format_path(nnx_path), transform=t)
+        for nnx_path, other in nnx_unpaired for t in _permutations(shape, other)
+    ]
+    if not choices:
+      return None
+    options.append(choices)
+  if math.prod(len(c) for c in options) > MAX_TRANSFORM_TRIALS:
+    return None
+  proven = []
+  for combination in itertools.product(*options):
+    if len({r.nnx for r in combination}) < len(combination):
+      continue  # two Linen variables for one NNX variable
+    known = PathMapping([*(given.rules if given is not None else ()), *combination])
+    try:
+      proven.append(call(known))
+    except PathMappingError:
+      continue
+  return proven[0] if len(proven) == 1 else None
+
+
+def _permutations(linen: tuple, nnx: tuple) -> list:
+  """`Rearrange`s that store an array of shape `linen` as `nnx` by moving
+  its axes (not the identity)."""
+  if sorted(linen) != sorted(nnx) or len(linen) < 2:
+    return []
+  names = [chr(ord('a') + k) for k in range(len(linen))]
+  found = []
+  for order in itertools.permutations(range(len(linen))):
+    if list(order) != list(range(len(linen))) and tuple(linen[k] for k in order) == tuple(nnx):
+      found.append(Rearrange(f'{" ".join(names)} -> {" ".join(names[k] for k in order)}'))
+  return found
 
 
 def _paired(traces, graphs, given):
@@ -181,11 +250,17 @@ def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, ancho
           "transposed, reshaped or split needs its rule (paths=Infer([PathRule('linen/path', "
           "'nnx/path', transform=Rearrange(...))])); otherwise the port computes differently there"
       )
-    raise PathMappingError(
+    error = PathMappingError(
         'the two models do not compute with the same variables: ' + format_offenders(problems),
         [p.split(' (')[0] for p in problems],
         fix='; '.join(hints) + '. The rest is inferred',
     )
+    error.unpaired = tuple(
+        [(trace.variables[k][1], tuple(trace.closed.jaxpr.invars[k].aval.shape))
+         for k, layer in sorted(slots, key=repr) if layer is None]
+        for trace, slots in zip(traces, pairing.unmatched)
+    )
+    raise error
   copies = {b: a for a, b in pairing.pairs}
   for group_a, group_b in pairing.groups:
     copies.update(zip(sorted(group_b, key=repr), sorted(group_a, key=repr)))
@@ -402,7 +477,7 @@ def _disagreement(traces, pairing: Pairing, verdict) -> PathMappingError:
       f'{verdict.difference:.3g} of the outputs\' scale){tried}',
       fix='the port computes differently from the original, or stores a parameter in '
       'another layout (transposed, reshaped, fused): give the rule of each such '
-      "parameter (paths=[PathRule('linen/path', 'nnx/path', transform=Rearrange(...))]); "
+      "parameter (paths=Infer([PathRule('linen/path', 'nnx/path', transform=Rearrange(...))])); "
       'the rest is inferred',
   )
 

@@ -368,9 +368,9 @@ CASES = {
     'kernels_concatenated_in_another_order': Case(
         LinenConcatenated(), NNXConcatenated, (_x(2, N),), 'maps'),
     'square_kernel_stored_transposed': Case(
-        LinenSquare(), NNXTransposed, (_x(2, N),), 'refuses', ('dense/kernel',)),
+        LinenSquare(), NNXTransposed, (_x(2, N),), 'maps'),
     'heads_kernel_stored_with_axes_swapped': Case(
-        LinenHeads(), NNXHeadsSwapped, (_x(2, N),), 'refuses', ('proj/kernel',)),
+        LinenHeads(), NNXHeadsSwapped, (_x(2, N),), 'maps'),
     'sharding_constraints_on_one_side': Case(
         LinenConstrained(), NNXUnconstrained, (_x(8, N),), 'maps', context=in_mesh),
     'class_token_tiled_or_broadcast': Case(LinenClassToken(), NNXClassToken, (_x(2, 3, N),), 'maps'),

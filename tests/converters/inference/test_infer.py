@@ -584,19 +584,41 @@ def test_a_factory_of_both_layouts_beside_a_model_of_one_takes_that_models_layou
   }
 
 
-def test_known_rules_and_inference_together_convert_a_port_inference_alone_refuses():
+def test_known_rules_and_inference_together_convert_a_port():
   from tests.converters.inference.ports import CASES
 
   case = CASES['square_kernel_stored_transposed']  # the port keeps the kernel (out, in)
   variables = jax.jit(case.linen.init)(jax.random.key(1), *case.inputs)
   linen = LinenModel(case.linen, *case.inputs)
   target = case.make_nnx(nnx.Rngs(0))
-  with pytest.raises(PathMappingError, match='dense/kernel'):
-    linen_to_nnx(variables, target=target, paths='infer', linen_model=linen)
   known = [PathRule('dense/kernel', 'kernel', transform=Rearrange('i o -> o i'))]
+  expected = np.asarray(case.linen.apply(variables, *case.inputs))
   ported = linen_to_nnx(variables, target=target, paths=Infer(known), linen_model=linen)
-  np.testing.assert_array_equal(
-      np.asarray(ported(*case.inputs)), np.asarray(case.linen.apply(variables, *case.inputs))
-  )
+  np.testing.assert_array_equal(np.asarray(ported(*case.inputs)), expected)
+  # Inference alone finds the transposition too, and proves it.
+  alone = linen_to_nnx(variables, target=target, paths='infer', linen_model=linen)
+  np.testing.assert_array_equal(np.asarray(alone(*case.inputs)), expected)
   with pytest.raises(PathMappingError, match='PathRule'):
     Infer(['dense/kernel'])
+
+
+def test_kernels_stored_transposed_in_every_layer_are_refused_not_guessed():
+  class Linen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      for i in range(4):
+        x = jnp.tanh(nn.Dense(8, use_bias=False, name=f'layers_{i}')(x))
+      return x
+
+  class Port(nnx.Module):  # each kernel kept (out, in): 4^4 candidate assignments
+    def __init__(self, rngs):
+      self.kernels = nnx.List([nnx.Param(jax.random.normal(rngs.params(), (8, 8))) for _ in range(4)])
+
+    def __call__(self, x):
+      for k in self.kernels:
+        x = jnp.tanh(jnp.einsum('bi,oi->bo', x, k[...]))
+      return x
+
+  with pytest.raises(PathMappingError, match='stores a parameter in another layout') as e:
+    infer_paths(Linen(), Port(nnx.Rngs(0)), jnp.ones((2, 8)))
+  assert 'layers_3/kernel' in str(e.value) and 'kernels/3' in str(e.value)
