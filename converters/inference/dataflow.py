@@ -109,12 +109,16 @@ class Graph:
     return n
 
   @classmethod
-  def of(cls, trace: Trace, stacked: Iterable[int] = (), relaxed: bool = False) -> Graph:
+  def of(cls, trace: Trace, stacked: Iterable[int] = (), relaxed: bool = False,
+         any_axis_order: bool = False) -> Graph:
     """The graph of `trace`; `stacked`: inputs whose layers are variables;
     `relaxed`: the positions of the parts of a concatenation, of the cases
     of a selection and of the branches of a `cond` count for nothing (a port
-    may stack or branch in another order and index accordingly)."""
-    return _Builder(trace, frozenset(stacked), relaxed).graph
+    may stack or branch in another order and index accordingly);
+    `any_axis_order`: a contraction's operands are alike whatever the order
+    of their axes (to find the partner of a kernel stored transposed: the
+    transform is then proven by the witness, never taken from this graph)."""
+    return _Builder(trace, frozenset(stacked), relaxed, any_axis_order).graph
 
 
 def _aval(v):
@@ -155,9 +159,11 @@ def _roles(shape: tuple[int, ...], contracting, batch) -> str:
 class _Builder:
   """Builds a `Graph` from a `Trace`, one jaxpr at a time."""
 
-  def __init__(self, trace: Trace, stacked: frozenset[int], relaxed: bool = False):
+  def __init__(self, trace: Trace, stacked: frozenset[int], relaxed: bool = False,
+               any_axis_order: bool = False):
     self.graph = g = Graph()
     self.relaxed = relaxed
+    self.any_axis_order = any_axis_order
     self.stacked: dict[int, int] = {}  # node of a stacked variable -> its input index
     self.layers: dict[tuple[int, int], int] = {}
     self.indices: dict[frozenset, int] = {}
@@ -297,11 +303,11 @@ class _Builder:
       (contract_l, contract_r), (batch_l, batch_r) = eqn.params['dimension_numbers']
       lhs, rhs = eqn.invars
       label = ('dot_general', len(contract_l), len(batch_l))
-      return g.node(
-          label,
-          (ins[0], ('lhs', _roles(_shape(lhs), contract_l, batch_l))),
-          (ins[1], ('rhs', _roles(_shape(rhs), contract_r, batch_r))),
-      )
+      roles = [_roles(_shape(lhs), contract_l, batch_l), _roles(_shape(rhs), contract_r, batch_r)]
+      sides = ['lhs', 'rhs']
+      if self.any_axis_order:  # and either operand first: the output's axes move too
+        roles, sides = [''.join(sorted(set(r))) for r in roles], ['operand', 'operand']
+      return g.node(label, (ins[0], (sides[0], roles[0])), (ins[1], (sides[1], roles[1])))
     label: tuple = (name,)
     if name in REDUCTIONS:
       label += (len(eqn.params.get('axes', ())),)

@@ -10,6 +10,7 @@ in a list: what structure cannot split is tried by the witness, or refused.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import math
@@ -87,10 +88,8 @@ def infer_paths(
   try:
     return call(given)
   except PathMappingError as e:
-    unpaired = getattr(e, 'unpaired', None)
-    if not unpaired or not all(unpaired):
-      raise
-    found = _stored_otherwise(call, given, *unpaired)
+    traces = getattr(e, 'traces', None)
+    found = _stored_otherwise(call, given, traces) if traces is not None else None
     if found is None:
       raise
     return found
@@ -136,45 +135,86 @@ def _infer(linen_module, nnx_model, example_args, example_kwargs, linen_kwargs, 
       # The relaxed pass's word wins when it knows more than a mismatch.
       if first_error is None or 'no output' in str(e) or 'cannot decide' in str(e):
         first_error = e
+  first_error.traces = traces  # for the search of variables stored otherwise
   raise first_error
 
 
-#: Most combinations of stored-otherwise candidates tried (each one inference).
+#: Most combinations of transforms tried for variables stored otherwise
+#: (each one inference, witness included).
 MAX_TRANSFORM_TRIALS = 24
 
 
-def _stored_otherwise(call, given, linen_unpaired, nnx_unpaired) -> PathMapping | None:
+def _stored_otherwise(call, given, traces) -> PathMapping | None:
   """The mapping with a transform for variables a port stores with their
   axes in another order (a kernel kept `(out, in)`, heads `(E, D, H)` for
   `(E, H, D)`), when exactly one assignment of such transforms is proven by
-  the witness; None when no candidate, or several, or too many.
+  the witness; None when there is no candidate, or several assignments
+  agree, or more than `MAX_TRANSFORM_TRIALS` would have to be tried.
 
-  Candidates pair an unpaired Linen variable with an unpaired NNX variable of
-  the same axis sizes in another order (or a square one transposed); each
-  combination runs the whole inference with them as given rules, so the
-  rest is paired by structure and everything is witnessed.
+  Candidates are the pairs the structure makes when a contraction's
+  operands are alike in any axis order, whose two variables a contraction
+  uses with their axes in another order, each with the axis permutations
+  between their shapes. Each combination runs the whole inference with them
+  as given rules, so the rest is paired by structure and everything is
+  witnessed: the search proposes, only the witness proves.
   """
+  strict = tuple(Graph.of(t) for t in traces)
+  loose = tuple(Graph.of(t, any_axis_order=True) for t in traces)
   options = []
-  for linen_path, shape in linen_unpaired:
-    choices = [
-        PathRule(format_path(linen_path), format_path(nnx_path), transform=t)
-        for nnx_path, other in nnx_unpaired for t in _permutations(shape, other)
-    ]
-    if not choices:
-      return None
-    options.append(choices)
-  if math.prod(len(c) for c in options) > MAX_TRANSFORM_TRIALS:
+  for a, b in pair(*loose).pairs:
+    if a[1] is not None or b[1] is not None:
+      continue
+    if _contraction_roles(strict[0], a) == _contraction_roles(strict[1], b):
+      continue
+    shapes = [tuple(t.closed.jaxpr.invars[s[0]].aval.shape) for t, s in zip(traces, (a, b))]
+    linen_path, nnx_path = (t.variables[s[0]][1] for t, s in zip(traces, (a, b)))
+    choices = [(linen_path, nnx_path, t) for t in _permutations(*shapes)]
+    if choices:
+      options.append(choices)
+  if not options or math.prod(len(c) for c in options) > MAX_TRANSFORM_TRIALS:
     return None
   proven = []
   for combination in itertools.product(*options):
-    if len({r.nnx for r in combination}) < len(combination):
-      continue  # two Linen variables for one NNX variable
-    known = PathMapping([*(given.rules if given is not None else ()), *combination])
+    known = PathMapping([*(given.rules if given is not None else ()), *_folded_rules(combination, traces)])
     try:
       proven.append(call(known))
     except PathMappingError:
       continue
   return proven[0] if len(proven) == 1 else None
+
+
+def _folded_rules(choices, traces) -> list[PathRule]:
+  """Rules for `(linen path, nnx path, transform)` choices, the layers of a
+  loop that share a transform folded into one `{i}` rule where that template
+  names no variable of either model but its own."""
+  by_transform: dict[str, list] = {}
+  for choice in choices:
+    by_transform.setdefault(choice[2].pattern, []).append(choice)
+  every = [
+      (framework, path)
+      for framework, trace in zip(('linen', 'nnx'), traces)
+      for _, path in trace.variables if path is not None
+  ]
+  out = []
+  for group in by_transform.values():
+    transform = group[0][2]
+    own = {(f, p) for lp, np_, _ in group for f, p in (('linen', lp), ('nnx', np_))}
+    folded = [
+        dataclasses.replace(r, transform=transform)
+        for r in fold(dict.fromkeys((lp, np_) for lp, np_, _ in group))
+    ]
+    alone = PathMapping(folded)
+    if all((f, p) in own for f, p in every if alone.match_all(f, p)):
+      out += folded
+    else:
+      out += [PathRule(format_path(lp), format_path(np_), transform=t) for lp, np_, t in group]
+  return out
+
+
+def _contraction_roles(graph: Graph, slot) -> list:
+  """How contractions use variable `slot`: their edges' operand roles."""
+  node = graph.variables.get(slot)
+  return sorted(repr(e) for s, e, _ in graph.edges if s == node and isinstance(e, tuple))
 
 
 def _permutations(linen: tuple, nnx: tuple) -> list:
@@ -250,17 +290,11 @@ def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, ancho
           "transposed, reshaped or split needs its rule (paths=Infer([PathRule('linen/path', "
           "'nnx/path', transform=Rearrange(...))])); otherwise the port computes differently there"
       )
-    error = PathMappingError(
+    raise PathMappingError(
         'the two models do not compute with the same variables: ' + format_offenders(problems),
         [p.split(' (')[0] for p in problems],
         fix='; '.join(hints) + '. The rest is inferred',
     )
-    error.unpaired = tuple(
-        [(trace.variables[k][1], tuple(trace.closed.jaxpr.invars[k].aval.shape))
-         for k, layer in sorted(slots, key=repr) if layer is None]
-        for trace, slots in zip(traces, pairing.unmatched)
-    )
-    raise error
   copies = {b: a for a, b in pairing.pairs}
   for group_a, group_b in pairing.groups:
     copies.update(zip(sorted(group_b, key=repr), sorted(group_a, key=repr)))

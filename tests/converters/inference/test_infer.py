@@ -602,23 +602,42 @@ def test_known_rules_and_inference_together_convert_a_port():
     Infer(['dense/kernel'])
 
 
-def test_kernels_stored_transposed_in_every_layer_are_refused_not_guessed():
-  class Linen(nn.Module):
-    @nn.compact
-    def __call__(self, x):
-      for i in range(4):
-        x = jnp.tanh(nn.Dense(8, use_bias=False, name=f'layers_{i}')(x))
-      return x
+class TransposedLayers(nn.Module):
+  head: bool = False
 
-  class Port(nnx.Module):  # each kernel kept (out, in): 4^4 candidate assignments
-    def __init__(self, rngs):
-      self.kernels = nnx.List([nnx.Param(jax.random.normal(rngs.params(), (8, 8))) for _ in range(4)])
+  @nn.compact
+  def __call__(self, x):
+    for i in range(4):
+      x = jnp.tanh(nn.Dense(8, use_bias=False, name=f'layers_{i}')(x))
+    return nn.Dense(8, use_bias=False, name='layers_4')(x) if self.head else x
 
-    def __call__(self, x):
-      for k in self.kernels:
-        x = jnp.tanh(jnp.einsum('bi,oi->bo', x, k[...]))
-      return x
 
-  with pytest.raises(PathMappingError, match='stores a parameter in another layout') as e:
-    infer_paths(Linen(), Port(nnx.Rngs(0)), jnp.ones((2, 8)))
-  assert 'layers_3/kernel' in str(e.value) and 'kernels/3' in str(e.value)
+class TransposedLayersPort(nnx.Module):
+  """Every kernel kept (out, in); the head, if any, an ordinary Linear."""
+
+  def __init__(self, rngs, head: bool = False):
+    self.kernels = nnx.List([nnx.Param(jax.random.normal(rngs.params(), (8, 8))) for _ in range(4)])
+    self.head = nnx.Linear(8, 8, use_bias=False, rngs=rngs) if head else None
+
+  def __call__(self, x):
+    for k in self.kernels:
+      x = jnp.tanh(jnp.einsum('bi,oi->bo', x, k[...]))
+    return self.head(x) if self.head is not None else x
+
+
+@pytest.mark.parametrize('head', [False, True])
+def test_kernels_stored_transposed_in_every_layer_map_with_their_transform(head):
+  x = jax.random.normal(jax.random.key(3), (2, 8))
+  mapping = infer_paths(TransposedLayers(head), TransposedLayersPort(nnx.Rngs(0), head), x)
+  transposed = [r for r in mapping.rules if r.transform is not None]
+  assert {r.transform.pattern for r in transposed} == {'a b -> b a'}
+  if head:  # `layers_{i}` would also name the head: one rule per layer
+    assert len(transposed) == 4 and all('{i}' not in r.linen for r in transposed)
+  else:
+    assert [(r.linen, r.nnx) for r in transposed] == [('layers_{i}/kernel', 'kernels/{i}')]
+  # Proven by the outputs of the port converted through it.
+  variables = TransposedLayers(head).init(jax.random.key(1), x)
+  port = linen_to_nnx(variables, target=TransposedLayersPort(nnx.Rngs(0), head), paths=mapping)
+  np.testing.assert_allclose(  # einsum beside a matmul: rounding may differ
+      np.asarray(port(x)), np.asarray(TransposedLayers(head).apply(variables, x)), rtol=1e-6, atol=1e-6
+  )
