@@ -9,7 +9,7 @@
     values into every collection the call writes (a decode step's `cache`);
   - the same gradients of `loss(outputs)` with respect to the parameters;
   - and the same settings of the layers that act only in training (Flax's
-    `Dropout` rates and `BatchNorm` momentum, as multisets).
+    `Dropout` rates and `BatchNorm` momentum, as sets of values).
 `assert_training_equivalent(linen_state, linen_step, nnx_target, nnx_step,
 batches, k=...)`: k Linen steps, conversion, the remaining steps in NNX equal
 all the steps taken in Linen (parameters, collections, optimizer state, step).
@@ -225,9 +225,10 @@ def assert_port_equivalent(
 
 def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model) -> list:
   """Rows for the settings of layers that act only in training and so leave
-  eval-mode outputs alike: dropout rates and batch-norm momentum,
-  compared as multisets of each kind of layer (Flax's `Dropout` and
-  `BatchNorm` on both sides; a hand-written equivalent is not seen)."""
+  eval-mode outputs alike: dropout rates and batch-norm momentum, compared
+  as the set of values of each kind of layer (a port may call one module
+  where Linen has several; Flax's `Dropout` and `BatchNorm` on both sides,
+  a hand-written equivalent is not seen)."""
   linen: dict[tuple, tuple] = {}
 
   def record(next_fun, args, kwargs, context):
@@ -252,8 +253,9 @@ def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_
       ported['BatchNorm'].append((module.momentum,))
   rows = []
   for kind, names in (('Dropout', 'rate'), ('BatchNorm', 'momentum')):
-    theirs = sorted(v for (k, _), v in linen.items() if k == kind)
-    ours = sorted(ported[kind])
+    # Sets, not counts: a port may call one Dropout module where Linen has several.
+    theirs = sorted({v for (k, _), v in linen.items() if k == kind})
+    ours = sorted(set(ported[kind]))
     if theirs != ours:
       show = lambda values: ', '.join(str(v[0]) for v in values) or 'none'
       rows.append([
