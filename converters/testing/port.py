@@ -6,7 +6,9 @@
   - the NNX model holding the converted variables computes the Linen outputs
     (in eval mode: `nnx_model.eval()` against `linen_kwargs`, e.g.
     `{'train': False}`), with the same shardings, and writes the same new
-    values into every collection the call writes (a decode step's `cache`);
+    values into every collection the call writes (a decode step's `cache`),
+    and with `linen_train_kwargs`, in train mode too (dropout left out:
+    outputs and batch statistics after one step);
   - the same gradients of `loss(outputs)` with respect to the parameters;
   - and the same settings of the layers that act only in training (Flax's
     `Dropout` rates and `BatchNorm` momentum, as sets of values).
@@ -132,6 +134,7 @@ def assert_port_equivalent(
     collections: Mapping[str, type] | None = None,
     linen_kwargs: Mapping[str, Any] | None = None,
     nnx_kwargs: Mapping[str, Any] | None = None,
+    linen_train_kwargs: Mapping[str, Any] | None = None,
     loss: Callable[[Any], jax.Array] | None = None,
     atol: float = 0.0,
 ) -> None:
@@ -148,6 +151,11 @@ def assert_port_equivalent(
       (`converters.infer_paths`).
     linen_kwargs, nnx_kwargs: extra keyword arguments of each call in eval
       mode (e.g. `{'train': False}` for Linen).
+    linen_train_kwargs: the Linen call's keyword arguments in train mode
+      (e.g. `{'train': True}`): then one training step is compared too,
+      Linen's against the port's after `.train()`, with dropout left out on
+      both sides (its random streams differ by framework): the outputs and
+      the new values of what the step writes (batch statistics).
     loss: scalar function of the outputs whose gradients are compared
       (default: the mean of squares of every floating output).
     atol: tolerance for outputs and gradients; 0 compares bits.
@@ -220,7 +228,45 @@ def assert_port_equivalent(
   actual = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(nnx_grads)).items()}
   rows += _compare_trees('gradients', expected, actual, atol, annotations=False)
   rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model)
+  if linen_train_kwargs is not None:
+    rows += _training_step(
+        linen_module, linen_variables, gradient_model, inputs, linen_train_kwargs, nnx_kwargs,
+        options, atol,
+    )
   _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).', rows)
+
+
+def _training_step(linen_module, linen_variables, model, inputs, linen_kwargs, nnx_kwargs,
+                   options, atol) -> list:
+  """Rows for one train-mode call of each side, dropout left out: outputs
+  and the new values of every collection but the parameters."""
+  written = [c for c in linen_variables if c != 'params']
+
+  def without_dropout(next_fun, args, kwargs, context):
+    if isinstance(context.module, nn.Dropout) and context.method_name == '__call__':
+      return args[0]
+    return next_fun(*args, **kwargs)
+
+  def linen_step(variables, *xs):
+    with nn.intercept_methods(without_dropout):
+      return linen_module.apply(variables, *xs, mutable=written or False, **linen_kwargs)
+
+  out = jax.jit(linen_step)(linen_variables, *inputs)
+  linen_out, linen_new = out if written else (out, {})
+  model = nnx.clone(model)
+  model.train()
+  for _, module in nnx.iter_modules(model):
+    if isinstance(module, nnx.Dropout):
+      module.deterministic = True
+  nnx_out = nnx.jit(lambda m, *xs: m(*xs, **nnx_kwargs))(model, *inputs)
+  rows = _compare_trees('train-mode outputs', linen_out, nnx_out, atol)
+  if linen_new:
+    nnx_new = nnx_to_linen(model, **options)
+    rows += _compare_trees(
+        'what a training step writes', dict(linen_new),
+        {c: nnx_new.get(c, {}) for c in linen_new}, atol,
+    )
+  return rows
 
 
 def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model) -> list:

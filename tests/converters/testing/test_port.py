@@ -178,3 +178,21 @@ def test_a_decode_step_compares_the_cache_it_writes():
   with pytest.raises(AssertionError, match='variables the call writes') as info:
     assert_port_equivalent(LinenDecoder(), v, NNXDecoder(nnx.Rngs(3), step=2), x)
   assert "['index']" in str(info.value) and "['keys']" not in str(info.value)
+
+
+class NNXNetOtherMomentumNoSettingsCheck(NNXNet):
+  """Momentum 0.5: alike in eval mode, not after one training step."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    super().__init__(rngs)
+    self.norm = nnx.BatchNorm(OUT, momentum=0.5, rngs=rngs)
+
+
+def test_a_training_step_compares_the_batch_statistics_it_writes():
+  args = (LinenNet(), variables(), NNXNet(nnx.Rngs(3)), batch(1)[0])
+  train = {'linen_kwargs': {'train': False}, 'linen_train_kwargs': {'train': True}}
+  assert_port_equivalent(*args, **train)  # dropout 0.5 on both sides, left out
+  with pytest.raises(AssertionError) as info:
+    assert_port_equivalent(*args[:2], NNXNetOtherMomentumNoSettingsCheck(nnx.Rngs(3)), args[3], **train)
+  message = str(info.value)
+  assert 'what a training step writes' in message and "['norm']['mean']" in message
