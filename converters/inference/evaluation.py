@@ -117,18 +117,23 @@ def _passed_through(eqn, body: Program) -> dict[int, int]:
   return found
 
 
-def evaluate(closed, n_variables: int, variable: VariableSource, inputs: Sequence) -> list:
+def evaluate(closed, n_variables: int, variable: VariableSource, inputs: Sequence,
+             n_results: int = 0) -> list:
   """`closed` run operation by operation: input `k < n_variables` is
   `variable(k, None)`, made when first read (or one layer at a time,
   `variable(k, layer)`, by a scan over it) and let go after its last use.
-  Outputs that are variables returned as they are come back as None.
+  Outputs that are variables returned as they are come back as None, but
+  the first `n_results` (the call's own results), which are always values.
   """
   program = Program.of(closed)
   pending = {r: k for k, r in enumerate(program.inputs[:n_variables])}
   values = dict(program.constants)
   values.update(zip(program.inputs[n_variables:], inputs))
   outputs = _run(program, values, pending, variable)
-  return [None if isinstance(o, int) and o in pending else _read(o, values, pending, variable) for o in outputs]
+  return [
+      None if k >= n_results and isinstance(o, int) and o in pending else _read(o, values, pending, variable)
+      for k, o in enumerate(outputs)
+  ]
 
 
 def _run(program: Program, values: dict, pending: dict, variable: VariableSource) -> list:

@@ -171,7 +171,9 @@ def _stored_otherwise(call, given, traces) -> PathMapping | None:
     choices = [(linen_path, nnx_path, t) for t in _permutations(*shapes)]
     if choices:
       options.append(choices)
-  if not options or math.prod(len(c) for c in options) > MAX_TRANSFORM_TRIALS:
+  if not any(t is not None for c in options for _, _, t in c):
+    return None
+  if math.prod(len(c) for c in options) > MAX_TRANSFORM_TRIALS:
     return None
   proven = []
   for combination in itertools.product(*options):
@@ -187,13 +189,13 @@ def _folded_rules(choices, traces) -> list[PathRule]:
   """Rules for `(linen path, nnx path, transform)` choices, the layers of a
   loop that share a transform folded into one `{i}` rule where that template
   names no variable of either model but its own."""
-  by_transform: dict[str, list] = {}
+  by_transform: dict[str | None, list] = {}
   for choice in choices:
-    by_transform.setdefault(choice[2].pattern, []).append(choice)
+    by_transform.setdefault(choice[2] and choice[2].pattern, []).append(choice)
   every = [
-      (framework, path)
+      (framework, name[1])
       for framework, trace in zip(('linen', 'nnx'), traces)
-      for _, path in trace.variables if path is not None
+      for name in trace.variables if name is not None
   ]
   out = []
   for group in by_transform.values():
@@ -219,14 +221,17 @@ def _contraction_roles(graph: Graph, slot) -> list:
 
 def _permutations(linen: tuple, nnx: tuple) -> list:
   """`Rearrange`s that store an array of shape `linen` as `nnx` by moving
-  its axes (not the identity)."""
+  its axes, the identity (None) included: a contraction written with its
+  operands the other way round stores nothing otherwise, and a witness
+  that cannot tell the two apart must see two proven, not one."""
   if sorted(linen) != sorted(nnx) or len(linen) < 2:
     return []
   names = [chr(ord('a') + k) for k in range(len(linen))]
   found = []
   for order in itertools.permutations(range(len(linen))):
-    if list(order) != list(range(len(linen))) and tuple(linen[k] for k in order) == tuple(nnx):
-      found.append(Rearrange(f'{" ".join(names)} -> {" ".join(names[k] for k in order)}'))
+    if tuple(linen[k] for k in order) == tuple(nnx):
+      identity = list(order) == list(range(len(linen)))
+      found.append(None if identity else Rearrange(f'{" ".join(names)} -> {" ".join(names[k] for k in order)}'))
   return found
 
 
@@ -549,7 +554,27 @@ def _rules(traces, given, copies: dict, fused, first_use: dict) -> PathMapping:
   rank = {(linen_trace.variables[a[0]][1], nnx_trace.variables[b[0]][1]): k for k, (b, a) in enumerate(ordered)}
   flat = [(a[0], b[0]) for a, b in slot_pairs if a[1] is None and b[1] is None] + plain
   flat.sort(key=lambda p: rank.get(p, len(rank)))
-  return PathMapping(rules + fold(dict.fromkeys(flat)) + layer_rules)
+  return PathMapping(rules + _beside(given, fold(dict.fromkeys(flat)), flat, traces) + layer_rules)
+
+
+def _beside(given, folded: list[PathRule], pairs, traces) -> list[PathRule]:
+  """`folded`, a template that would also name a path a given rule maps
+  (`Dense_{i}` beside a given `Dense_1` rule) written as its pairs' rules."""
+  if given is None:
+    return folded
+  claimed = [
+      (framework, name[1])
+      for framework, trace in zip(('linen', 'nnx'), traces)
+      for name in trace.variables if name is not None and given.match_all(framework, name[1])
+  ]
+  out = []
+  for rule in folded:
+    alone = PathMapping([rule])
+    if '{i}' in rule.linen and any(alone.match_all(f, p) for f, p in claimed):
+      out += [PathRule(format_path(a), format_path(b)) for a, b in pairs if alone.match_all('linen', a)]
+    else:
+      out.append(rule)
+  return out
 
 
 def _check_collections(traces, copies) -> None:

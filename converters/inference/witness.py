@@ -181,8 +181,8 @@ class Witness:
     if n != self.nnx.outputs:
       return [(f'the models return {n} and {self.nnx.outputs} arrays', 0, ())]
     with outside_any_mesh():
-      a = evaluate(self.linen.closed, len(self.linen.variables), linen_input, self.inputs)
-      b = evaluate(self.nnx.closed, len(self.nnx.variables), nnx_input, self.inputs)
+      a = evaluate(self.linen.closed, len(self.linen.variables), linen_input, self.inputs, n)
+      b = evaluate(self.nnx.closed, len(self.nnx.variables), nnx_input, self.inputs, n)
       compared = [
           (f'output {k} {tuple(x.shape)}', jnp.dtype(x.dtype).itemsize,
            jax.device_get(_difference(x, y)) if _alike(x, y) else ())

@@ -641,3 +641,79 @@ def test_kernels_stored_transposed_in_every_layer_map_with_their_transform(head)
   np.testing.assert_allclose(  # einsum beside a matmul: rounding may differ
       np.asarray(port(x)), np.asarray(TransposedLayers(head).apply(variables, x)), rtol=1e-6, atol=1e-6
   )
+
+
+# -- found by an adversarial review of the transform search ---------------------------
+
+
+class KernelFirst(nnx.Module):
+  """A true port of `nn.Dense(4)`: the kernel stored as Linen's, the
+  contraction written kernel-first (roles differ; nothing is transposed)."""
+
+  def __init__(self, rngs):
+    self.kernel = nnx.Param(jax.random.normal(rngs.params(), (4, 4)))
+    self.bias = nnx.Param(jnp.zeros((4,)))
+
+  def __call__(self, x):
+    return jax.lax.dot_general(self.kernel[...], x, (((0,), (1,)), ((), ()))).T + self.bias[...]
+
+
+@pytest.mark.parametrize('example', ['zeros', 'ones', 'random'])
+def test_a_contraction_written_kernel_first_is_never_given_a_transpose(example):
+  # Zeros hide the kernel from the witness: the identity and the transpose are
+  # both proven, so neither is chosen (before, only the transpose was tried).
+  x = {'zeros': jnp.zeros((3, 4)), 'ones': jnp.ones((3, 4)),
+       'random': jax.random.normal(jax.random.key(5), (3, 4))}[example]
+  linen = nn.Dense(4, name='dense')
+  try:
+    mapping = infer_paths(linen, KernelFirst(nnx.Rngs(0)), x)
+  except PathMappingError:
+    assert example == 'zeros'
+    return
+  assert all(r.transform is None for r in mapping.rules)
+  fresh = jax.random.normal(jax.random.key(11), (3, 4))
+  variables = linen.init(jax.random.key(1), fresh)
+  port = linen_to_nnx(variables, target=KernelFirst(nnx.Rngs(0)), paths=mapping)
+  np.testing.assert_allclose(np.asarray(port(fresh)), np.asarray(linen.apply(variables, fresh)), rtol=1e-6, atol=1e-6)
+
+
+def test_a_transform_in_one_layer_is_not_folded_over_by_the_others():
+  class Linen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      for _ in range(3):
+        x = jnp.tanh(nn.Dense(4, use_bias=False)(x))
+      return x
+
+  class Port(nnx.Module):  # only the middle kernel kept (out, in)
+    def __init__(self, rngs):
+      self.layers = nnx.List([nnx.Param(jax.random.normal(rngs.params(), (4, 4))) for _ in range(3)])
+
+    def __call__(self, x):
+      for i, k in enumerate(self.layers):
+        x = jnp.tanh(jnp.einsum('bi,oi->bo', x, k[...]) if i == 1 else x @ k[...])
+      return x
+
+  x = jax.random.normal(jax.random.key(5), (2, 4))
+  mapping = infer_paths(Linen(), Port(nnx.Rngs(0)), x)
+  variables = Linen().init(jax.random.key(1), x)
+  port = linen_to_nnx(variables, target=Port(nnx.Rngs(0)), paths=mapping)  # no two rules for one path
+  np.testing.assert_allclose(np.asarray(port(x)), np.asarray(Linen().apply(variables, x)), rtol=1e-6, atol=1e-6)
+
+
+def test_a_model_that_returns_a_parameter_as_it_is_is_witnessed():
+  class Linen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      w = self.param('w', nn.initializers.normal(), (4, 4))
+      return x @ w, w
+
+  class Port(nnx.Module):
+    def __init__(self, rngs):
+      self.w = nnx.Param(jax.random.normal(rngs.params(), (4, 4)))
+
+    def __call__(self, x):
+      return x @ self.w[...], self.w[...]
+
+  mapping = infer_paths(Linen(), Port(nnx.Rngs(0)), jnp.ones((2, 4)))
+  assert [(r.linen, r.nnx) for r in mapping.rules] == [('w', 'w')]
