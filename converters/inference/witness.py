@@ -293,7 +293,7 @@ def _alike(x, y) -> bool:
 
 
 def _difference(x, y):
-  """`(equal, max |x - y|, max |x|, |y|)` of two arrays, in the program."""
+  """`(equal, max |x - y|, the largest |x|, |y| where they differ)`, in the program."""
   if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
     x, y = jax.random.key_data(x), jax.random.key_data(y)
   if not x.size:
@@ -302,4 +302,8 @@ def _difference(x, y):
   if not jnp.issubdtype(x.dtype, jnp.inexact):
     return (equal, jnp.where(equal, 0.0, jnp.inf).astype(jnp.float32), jnp.float32(1))
   fx, fy = x.astype(jnp.float32), y.astype(jnp.float32)
-  return (equal, jnp.max(jnp.abs(fx - fy)), jnp.maximum(jnp.max(jnp.abs(fx)), jnp.max(jnp.abs(fy))))
+  # The scale of the elements that differ: an element equal on both sides (a
+  # mask's -1e9) must not make a wrong difference elsewhere look small.
+  differ = fx != fy
+  scale = jnp.max(jnp.where(differ, jnp.maximum(jnp.abs(fx), jnp.abs(fy)), 0.0))
+  return (equal, jnp.max(jnp.abs(fx - fy)), scale)

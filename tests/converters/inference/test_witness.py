@@ -54,3 +54,15 @@ def test_drawn_values_are_independent_and_repeatable():
   np.testing.assert_array_equal(a, draw(1, (64, 64), jnp.float32))
   assert abs(np.corrcoef(np.ravel(a), np.ravel(b))[0, 1]) < 0.05
   assert np.all(draw(3, (16,), jnp.float32) > 0)  # scales and variances stay positive
+
+
+def test_a_large_value_equal_on_both_sides_hides_no_difference_elsewhere():
+  # A masked vocabulary entry (-1e9) is far larger than the logits: measured
+  # against it, a swapped pair would look like rounding.
+  valid = jnp.arange(4) < 3
+  w = witness(
+      lambda a, b, x: jnp.where(valid, jnp.tanh(x @ a) @ b, -1e9),
+      lambda a, b, x: jnp.where(valid, jnp.tanh(x @ b) @ a, -1e9),
+  )
+  assert not w.check({(0, None): (0, None), (1, None): (1, None)}).agree
+  assert w.check({(0, None): (1, None), (1, None): (0, None)}).exact
