@@ -6,9 +6,10 @@ seed: nothing to store, nothing shared between two variables), the NNX
 model's converted from the Linen model's through the mapping under test.
 A wrong pair changes the outputs at the scale of the values themselves, so
 the outputs must agree: bit for bit when both compute alike, else within
-`TOLERANCE` of their scale (the two programs may order floating point
-operations differently: a scale applied one step later, a sum
-reassociated). New values of variables the call writes (a decode cache,
+`TOLERANCE` of the scale of the elements that differ (the two programs may
+order floating point operations differently: a scale applied one step
+later, a sum reassociated; an element equal on both sides, a mask's -1e9,
+sets no scale). New values of variables the call writes (a decode cache,
 batch statistics) are compared too.
 
 The programs run operation by operation (`evaluation`), on one device
