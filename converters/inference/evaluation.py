@@ -1,6 +1,6 @@
 """Running a traced program operation by operation, its variables made on demand.
 
-`evaluate` runs a closed jaxpr one operation at a time (each compiled once
+`evaluate` runs a closed jaxpr (flattened once into a `Program`) one operation at a time (each compiled once
 and cached by JAX, not the whole program), so a variable input is made when
 first read and let go after its last use: the run holds the values in
 flight, never every variable at once. Calls (jit, remat, custom
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -61,6 +62,16 @@ class Program:
     program._inline(closed.jaxpr, closed.consts, names)
     program.outputs = [program._atom(names, v) for v in closed.jaxpr.outvars]
     return program
+
+  @functools.cached_property
+  def last_use(self) -> dict[int, int]:
+    """`{value: index of the last step that reads it}`."""
+    last: dict[int, int] = {}
+    for i, (_, operands, _) in enumerate(self.steps):
+      for o in operands:
+        if isinstance(o, int):
+          last[o] = i
+    return last
 
   def _new(self, names, var) -> int:
     self.size += 1
@@ -117,15 +128,15 @@ def _passed_through(eqn, body: Program) -> dict[int, int]:
   return found
 
 
-def evaluate(closed, n_variables: int, variable: VariableSource, inputs: Sequence,
+def evaluate(program: Program, n_variables: int, variable: VariableSource, inputs: Sequence,
              n_results: int = 0) -> list:
-  """`closed` run operation by operation: input `k < n_variables` is
+  """`program` (`Program.of(closed_jaxpr)`, made once for any number of
+  runs) run operation by operation: input `k < n_variables` is
   `variable(k, None)`, made when first read (or one layer at a time,
   `variable(k, layer)`, by a scan over it) and let go after its last use.
   Outputs that are variables returned as they are come back as None, but
   the first `n_results` (the call's own results), which are always values.
   """
-  program = Program.of(closed)
   pending = {r: k for k, r in enumerate(program.inputs[:n_variables])}
   values = dict(program.constants)
   values.update(zip(program.inputs[n_variables:], inputs))
@@ -137,11 +148,7 @@ def evaluate(closed, n_variables: int, variable: VariableSource, inputs: Sequenc
 
 
 def _run(program: Program, values: dict, pending: dict, variable: VariableSource) -> list:
-  last: dict[int, int] = {}
-  for i, (_, operands, _) in enumerate(program.steps):
-    for o in operands:
-      if isinstance(o, int):
-        last[o] = i
+  last = program.last_use
   keep = {o for o in program.outputs if isinstance(o, int) and o not in pending}
   for i, (eqn, operands, results) in enumerate(program.steps):
     if eqn.primitive.name == 'scan' and _lazy_operands(eqn, operands, values, pending):

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import jaxpr_as_fun
 
-from converters.inference.evaluation import evaluate, outside_any_mesh
+from converters.inference.evaluation import Program, evaluate, outside_any_mesh
 from converters.inference.tracing import Trace
 from converters.transforms import Rearrange
 
@@ -144,6 +144,7 @@ class Witness:
     avals = [v.aval for v in linen.closed.jaxpr.invars[len(linen.variables):]]
     with outside_any_mesh():
       self.inputs = example_inputs(avals, inputs)
+    self.programs = (Program.of(linen.closed), Program.of(nnx.closed))  # for every run
     self._idle = jax.jit(self._influence)
 
   # -- values --------------------------------------------------------------
@@ -182,8 +183,8 @@ class Witness:
     if n != self.nnx.outputs:
       return [(f'the models return {n} and {self.nnx.outputs} arrays', 0, ())]
     with outside_any_mesh():
-      a = evaluate(self.linen.closed, len(self.linen.variables), linen_input, self.inputs, n)
-      b = evaluate(self.nnx.closed, len(self.nnx.variables), nnx_input, self.inputs, n)
+      a = evaluate(self.programs[0], len(self.linen.variables), linen_input, self.inputs, n)
+      b = evaluate(self.programs[1], len(self.nnx.variables), nnx_input, self.inputs, n)
       compared = [
           (f'output {k} {tuple(x.shape)}', jnp.dtype(x.dtype).itemsize,
            jax.device_get(_difference(x, y)) if _alike(x, y) else ())
@@ -277,7 +278,7 @@ def _drawn(aval, slots, seed_of, layer=None):
       return _draw(seed_of((k, layer)), shape[1:], dtype)
     return jnp.stack([_draw(seed_of((k, l)), shape[1:], dtype) for l in layers])
   seed = seed_of(min(slots, key=repr)) if slots else 0  # 0: other state (RNG counts), alike on both sides
-  return _draw(seed, shape, dtype) if layer is None else _draw(seed, shape, dtype, layer)
+  return _draw(seed, shape, dtype, layer)
 
 
 def _on_one_device(value) -> jax.Array:

@@ -10,7 +10,7 @@ import numpy as np
 from jax.extend.core import jaxpr_as_fun
 from jax.sharding import AxisType, PartitionSpec as P
 
-from converters.inference.evaluation import evaluate, outside_any_mesh
+from converters.inference.evaluation import Program, evaluate, outside_any_mesh
 
 W = jax.ShapeDtypeStruct((3, 4, 4), jnp.float32)  # three stacked layers
 B = jax.ShapeDtypeStruct((4,), jnp.float32)
@@ -38,7 +38,7 @@ def run(f, *avals, n_variables=2):
   source = Source(avals)
   inputs = [values(10 + k, a.shape) for k, a in enumerate(avals[n_variables:])]
   with outside_any_mesh():
-    got = evaluate(closed, n_variables, source, inputs)
+    got = evaluate(Program.of(closed), n_variables, source, inputs)
   whole = [values(k, a.shape) for k, a in enumerate(avals[:n_variables])]
   expected = jaxpr_as_fun(closed)(*whole, *inputs)
   return got, expected, source
@@ -108,5 +108,5 @@ def test_under_a_mesh_it_runs_on_one_device():
   with jax.set_mesh(mesh):
     closed = jax.make_jaxpr(f)(W, B, X)
     with outside_any_mesh():
-      out, = evaluate(closed, 2, Source((W, B)), [values(10, X.shape)])
+      out, = evaluate(Program.of(closed), 2, Source((W, B)), [values(10, X.shape)])
   assert len(out.sharding.device_set) == 1
