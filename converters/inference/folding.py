@@ -39,34 +39,41 @@ def _template(path: tuple, position: int, prefix: str) -> str:
   return '/'.join(keys)
 
 
-def fold(pairs: Iterable[tuple[tuple, tuple]]) -> list[PathRule]:
+def fold(
+    pairs: Iterable[tuple[tuple, tuple]], reserved: Iterable[tuple[str, tuple]] = ()
+) -> list[PathRule]:
   """Rules for `(linen path, nnx path)` pairs, layers of a loop folded into `{i}`.
 
   A layer family is a pair of key positions (one per side) holding the same
   index: `Block_3` and `blocks/3`. A family counts when at least two indices
   share the rest of their paths; every pair that fits a counted family is
   written once as a template. A template that would also name a path of
-  another pair (`Dense_{i}` beside `Dense_2 -> head`) is not written: its
-  pairs keep rules of their own.
+  another pair (`Dense_{i}` beside `Dense_2 -> head`), or a `reserved`
+  `(framework, path)` that other rules map, is not written: its pairs keep
+  rules of their own.
   """
-  pairs = list(pairs)
+  pairs, reserved = list(pairs), list(reserved)
   barred: set[tuple[str, str]] = set()
   while True:
     rules = _folded(pairs, barred)
-    overlapping = _overlapping(pairs, rules)
+    overlapping = _overlapping(pairs, rules, reserved)
     if not overlapping:
       return rules
     barred |= overlapping
 
 
-def _overlapping(pairs, rules: list[PathRule]) -> set[tuple[str, str]]:
-  """The folded rules that name a path some other rule's pair holds, or
-  that map a path to anything but its partner."""
+def _overlapping(pairs, rules: list[PathRule], reserved) -> set[tuple[str, str]]:
+  """The folded rules that name a path some other rule's pair holds or a
+  reserved one, or that map a path to anything but its partner."""
   templates = [r for r in rules if '{i}' in r.linen]
   if not templates:
     return set()
   mapping = PathMapping(rules)
-  bad = set()
+  bad = {
+      (m.rule.linen, m.rule.nnx)
+      for framework, path in reserved for m in mapping.match_all(framework, path)
+      if m.rule.linen is not None and '{i}' in m.rule.linen
+  }
   for lp, np_ in pairs:
     for framework, path, partner in (('linen', lp, np_), ('nnx', np_, lp)):
       other = 'nnx' if framework == 'linen' else 'linen'

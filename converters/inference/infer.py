@@ -81,26 +81,37 @@ def infer_paths(
       split and the witness could not decide, or the outputs that differ.
   """
   given = as_mapping(paths) if paths is not None else None
-  call = functools.partial(
-      _infer, linen_module, nnx_model, example_args, example_kwargs, linen_kwargs, nnx_kwargs,
-      CollectionTable(collections),
+  models = _Traced(
+      ('Linen', trace_linen, linen_module, example_args, kwargs_of(example_kwargs, linen_kwargs)),
+      ('NNX', trace_nnx, nnx_model, example_args, kwargs_of(example_kwargs, nnx_kwargs),
+       CollectionTable(collections)),
   )
+  infer = functools.partial(_infer, models, example_args, example_kwargs)
   try:
-    return call(given)
-  except PathMappingError as e:
-    traces = getattr(e, 'traces', None)
-    found = _stored_otherwise(call, given, traces) if traces is not None else None
+    return infer(given)
+  except PathMappingError:
+    found = _stored_otherwise(infer, given, models.traces)
     if found is None:
       raise
     return found
 
 
-def _infer(linen_module, nnx_model, example_args, example_kwargs, linen_kwargs, nnx_kwargs,
-           table, given) -> PathMapping:
-  linen_call = ('Linen', trace_linen, linen_module, example_args, kwargs_of(example_kwargs, linen_kwargs))
-  nnx_call = ('NNX', trace_nnx, nnx_model, example_args, kwargs_of(example_kwargs, nnx_kwargs), table)
-  traces = (traced(*linen_call), traced(*nnx_call))
-  unrolled = None
+class _Traced:
+  """Both models traced once (`traces`), and with their scans unrolled when
+  first asked (`unrolled`): every attempt of an inference reads the same."""
+
+  def __init__(self, linen_call: tuple, nnx_call: tuple):
+    self.calls = (linen_call, nnx_call)
+    self.traces = tuple(traced(*call) for call in self.calls)
+
+  @functools.cached_property
+  def unrolled(self) -> tuple[Trace, Trace]:
+    with jax.disable_jit():
+      return tuple(traced(*call) for call in self.calls)
+
+
+def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
+  traces = models.traces
   first_error = None
   for relaxed in (False, True):
     graphs = (Graph.of(traces[0], relaxed=relaxed), Graph.of(traces[1], relaxed=relaxed))
@@ -111,13 +122,10 @@ def _infer(linen_module, nnx_model, example_args, example_kwargs, linen_kwargs, 
       # (a broadcast weight beside a weight reused): traced again with scans
       # unrolled, each layer of a stacked variable a variable of its own.
       stacked = (graphs[0].scanned, graphs[1].scanned)
-      if unrolled is None:
-        with jax.disable_jit():
-          unrolled = (traced(*linen_call), traced(*nnx_call))
-      graphs = tuple(Graph.of(u, s, relaxed) for u, s in zip(unrolled, stacked))
-      again = _paired(unrolled, graphs, given)
+      graphs = tuple(Graph.of(u, s, relaxed) for u, s in zip(models.unrolled, stacked))
+      again = _paired(models.unrolled, graphs, given)
       if _score(again) >= _score(result):
-        result, used = again, (unrolled, stacked)
+        result, used = again, (models.unrolled, stacked)
 
     def robust(used=used, result=result, relaxed=relaxed):
       """Pairs the structure settles with positions relaxed too: a pair
@@ -135,7 +143,6 @@ def _infer(linen_module, nnx_model, example_args, example_kwargs, linen_kwargs, 
       # The relaxed pass's word wins when it knows more than a mismatch.
       if first_error is None or 'no output' in str(e) or 'cannot decide' in str(e):
         first_error = e
-  first_error.traces = traces  # for the search of variables stored otherwise
   raise first_error
 
 
@@ -144,7 +151,7 @@ def _infer(linen_module, nnx_model, example_args, example_kwargs, linen_kwargs, 
 MAX_TRANSFORM_TRIALS = 24
 
 
-def _stored_otherwise(call, given, traces) -> PathMapping | None:
+def _stored_otherwise(infer, given, traces) -> PathMapping | None:
   """The mapping with a transform for variables a port stores with their
   axes in another order (a kernel kept `(out, in)`, heads `(E, D, H)` for
   `(E, H, D)`), when exactly one assignment of such transforms is proven by
@@ -179,7 +186,7 @@ def _stored_otherwise(call, given, traces) -> PathMapping | None:
   for combination in itertools.product(*options):
     known = PathMapping([*(given.rules if given is not None else ()), *_folded_rules(combination, traces)])
     try:
-      proven.append(call(known))
+      proven.append(infer(known))
     except PathMappingError:
       continue
   return proven[0] if len(proven) == 1 else None
@@ -188,29 +195,26 @@ def _stored_otherwise(call, given, traces) -> PathMapping | None:
 def _folded_rules(choices, traces) -> list[PathRule]:
   """Rules for `(linen path, nnx path, transform)` choices, the layers of a
   loop that share a transform folded into one `{i}` rule where that template
-  names no variable of either model but its own."""
+  names no other variable of either model."""
   by_transform: dict[str | None, list] = {}
   for choice in choices:
     by_transform.setdefault(choice[2] and choice[2].pattern, []).append(choice)
-  every = [
+  out = []
+  for group in by_transform.values():
+    own = {(f, p) for lp, np_, _ in group for f, p in (('linen', lp), ('nnx', np_))}
+    others = [v for v in _variable_paths(traces) if v not in own]
+    pairs = dict.fromkeys((lp, np_) for lp, np_, _ in group)
+    out += [dataclasses.replace(r, transform=group[0][2]) for r in fold(pairs, others)]
+  return out
+
+
+def _variable_paths(traces) -> list[tuple[str, tuple]]:
+  """`(framework, path)` of every variable of both models."""
+  return [
       (framework, name[1])
       for framework, trace in zip(('linen', 'nnx'), traces)
       for name in trace.variables if name is not None
   ]
-  out = []
-  for group in by_transform.values():
-    transform = group[0][2]
-    own = {(f, p) for lp, np_, _ in group for f, p in (('linen', lp), ('nnx', np_))}
-    folded = [
-        dataclasses.replace(r, transform=transform)
-        for r in fold(dict.fromkeys((lp, np_) for lp, np_, _ in group))
-    ]
-    alone = PathMapping(folded)
-    if all((f, p) in own for f, p in every if alone.match_all(f, p)):
-      out += folded
-    else:
-      out += [PathRule(format_path(lp), format_path(np_), transform=t) for lp, np_, t in group]
-  return out
 
 
 def _contraction_roles(graph: Graph, slot) -> list:
@@ -282,14 +286,14 @@ def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, ancho
   problems = _unmatched(traces, graphs, pairing)
   if problems:
     hints = []
-    if any('candidates of its shape' not in p for p in problems):
+    if not all(problems.values()):
       hints.append(
           'a variable with no counterpart of its shape was dropped or added by the port, '
           'or is fused into one of its own: give the rule of a fused one (paths=Infer(['
           "PathRule(('linen/a', 'linen/b'), 'nnx/ab', transform=Rearrange(...))])); a port "
           'that drops or adds a parameter is not the same model'
       )
-    if any('candidates of its shape' in p for p in problems):
+    if any(problems.values()):
       hints.append(
           'a variable with candidates is used otherwise by the other model: one stored '
           "transposed, reshaped or split needs its rule (paths=Infer([PathRule('linen/path', "
@@ -423,9 +427,10 @@ def _describe(trace: Trace, slot) -> str:
   return f'{format_path(name[1])}{layer}'
 
 
-def _unmatched(traces, graphs, pairing: Pairing) -> list[str]:
-  """One line per variable with no counterpart, layers of one family folded
-  into one line (`blocks/{i}/w (layers 0-23)`), with its candidates."""
+def _unmatched(traces, graphs, pairing: Pairing) -> dict[str, bool]:
+  """`{line: whether it has candidates}`, one line per variable with no
+  counterpart, layers of one family folded into one line (`blocks/{i}/w
+  (layers 0-23)`), with its candidates."""
   found: dict[tuple, list] = {}
   for side, (trace, graph, other) in enumerate(zip(traces, graphs, traces[::-1])):
     this, that = ('linen', 'nnx')[side], ('NNX', 'Linen')[side]
@@ -437,16 +442,17 @@ def _unmatched(traces, graphs, pairing: Pairing) -> list[str]:
           if graphs[1 - side].labels[graphs[1 - side].variables[s]][1:] == shape
       ])
       candidates = f'; {that} candidates of its shape, used otherwise: {", ".join(alike)}' if alike else ''
-      family, layer = _family(_describe(trace, slot))
+      name = _describe(trace, slot)
       text = (f'({shape[0]}, {shape[1]} {shape[2]}, {_first_use_text(graph, graph.variables[slot])}): '
               f'no {that} variable is used this way{candidates}')
-      found.setdefault((this, family, text), []).append(layer)
-  problems = []
-  for (this, family, text), layers in found.items():
-    numbered = sorted(l for l in layers if l is not None)
-    where = f' (layers {_ranges(numbered)})' if len(numbered) > 1 else ''
-    name = family if len(numbered) > 1 else family.replace('{i}', str(numbered[0])) if numbered else family
-    problems.append(f'{this} {name}{where} {text}')
+      found.setdefault((this, _family(name)[0], text, bool(alike)), []).append(name)
+  problems = {}
+  for (this, family, text, has_candidates), names in found.items():
+    if len(names) == 1:
+      problems[f'{this} {names[0]} {text}'] = has_candidates
+      continue
+    layers = _ranges(sorted(_family(name)[1] for name in names))
+    problems[f'{this} {family} (layers {layers}) {text}'] = has_candidates
   return problems
 
 
@@ -554,27 +560,9 @@ def _rules(traces, given, copies: dict, fused, first_use: dict) -> PathMapping:
   rank = {(linen_trace.variables[a[0]][1], nnx_trace.variables[b[0]][1]): k for k, (b, a) in enumerate(ordered)}
   flat = [(a[0], b[0]) for a, b in slot_pairs if a[1] is None and b[1] is None] + plain
   flat.sort(key=lambda p: rank.get(p, len(rank)))
-  return PathMapping(rules + _beside(given, fold(dict.fromkeys(flat)), flat, traces) + layer_rules)
-
-
-def _beside(given, folded: list[PathRule], pairs, traces) -> list[PathRule]:
-  """`folded`, a template that would also name a path a given rule maps
-  (`Dense_{i}` beside a given `Dense_1` rule) written as its pairs' rules."""
-  if given is None:
-    return folded
-  claimed = [
-      (framework, name[1])
-      for framework, trace in zip(('linen', 'nnx'), traces)
-      for name in trace.variables if name is not None and given.match_all(framework, name[1])
-  ]
-  out = []
-  for rule in folded:
-    alone = PathMapping([rule])
-    if '{i}' in rule.linen and any(alone.match_all(f, p) for f, p in claimed):
-      out += [PathRule(format_path(a), format_path(b)) for a, b in pairs if alone.match_all('linen', a)]
-    else:
-      out.append(rule)
-  return out
+  # A template never names a path a given (or inferred transform) rule maps.
+  claimed = [v for v in _variable_paths(traces) if given is not None and given.match_all(*v)]
+  return PathMapping(rules + fold(dict.fromkeys(flat), claimed) + layer_rules)
 
 
 def _check_collections(traces, copies) -> None:
