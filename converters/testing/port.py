@@ -24,6 +24,7 @@ models nor your variables are modified.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -187,28 +188,11 @@ def assert_port_equivalent(
   gradient_model = nnx.clone(model)  # before the call below writes any state
   # Every collection but the parameters may be written by the call (a decode
   # step's cache): Linen's new values are compared with the port's after its call.
-  written = [c for c in linen_variables if c != 'params']
-
-  def linen_apply(variables, *xs):
-    if not written:
-      return linen_module.apply(variables, *xs, **linen_kwargs), {}
-    return linen_module.apply(variables, *xs, mutable=written, **linen_kwargs)
-
-  linen_out, linen_new = jax.jit(linen_apply)(linen_variables, *inputs)
-  # NNX transforms: models may update state as they run (RNG counts, caches);
-  # `model` is this function's own copy.
-  nnx_out = nnx.jit(lambda m, *xs: m(*xs, **nnx_kwargs))(model, *inputs)
-  if jax.tree.structure(linen_out) != jax.tree.structure(nnx_out):
-    raise AssertionError(
-        f'output structures differ: Linen {jax.tree.structure(linen_out)}, NNX {jax.tree.structure(nnx_out)}'
-    )
-  rows = _compare_trees('outputs', linen_out, nnx_out, atol)
-  if linen_new:
-    nnx_new = nnx_to_linen(model, **options)
-    rows += _compare_trees(
-        'variables the call writes', dict(linen_new),
-        {c: nnx_new.get(c, {}) for c in linen_new}, atol,
-    )
+  linen_apply = _linen_call(linen_module, linen_variables, linen_kwargs)
+  rows = _compare_call(
+      ('outputs', 'variables the call writes'), linen_apply, linen_variables, model, inputs,
+      nnx_kwargs, options, atol,
+  )
 
   # Both sides take every variable and input as an argument: one closed over
   # would be a constant that XLA folds (rsqrt of batch statistics, say) or
@@ -236,37 +220,57 @@ def assert_port_equivalent(
   _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).', rows)
 
 
+def _linen_call(linen_module, linen_variables, kwargs, interceptor=None) -> Callable:
+  """`(variables, *inputs) -> (outputs, new values of every collection but
+  the parameters)` of the Linen module, under `interceptor` if given."""
+  written = [c for c in linen_variables if c != 'params']
+
+  def call(variables, *xs):
+    with nn.intercept_methods(interceptor) if interceptor else contextlib.nullcontext():
+      if not written:
+        return linen_module.apply(variables, *xs, **kwargs), {}
+      return linen_module.apply(variables, *xs, mutable=written, **kwargs)
+
+  return call
+
+
+def _compare_call(labels, linen_call, linen_variables, model, inputs, nnx_kwargs, options, atol) -> list:
+  """Rows comparing one call of each side: the outputs (`labels[0]`) and the
+  new values of what the call writes (`labels[1]`), the port's read after
+  its call of `model` (which it updates)."""
+  linen_out, linen_new = jax.jit(linen_call)(linen_variables, *inputs)
+  nnx_out = nnx.jit(lambda m, *xs: m(*xs, **nnx_kwargs))(model, *inputs)
+  if jax.tree.structure(linen_out) != jax.tree.structure(nnx_out):
+    raise AssertionError(
+        f'output structures differ: Linen {jax.tree.structure(linen_out)}, NNX {jax.tree.structure(nnx_out)}'
+    )
+  rows = _compare_trees(labels[0], linen_out, nnx_out, atol)
+  if linen_new:
+    nnx_new = nnx_to_linen(model, **options)
+    rows += _compare_trees(labels[1], dict(linen_new), {c: nnx_new.get(c, {}) for c in linen_new}, atol)
+  return rows
+
+
 def _training_step(linen_module, linen_variables, model, inputs, linen_kwargs, nnx_kwargs,
                    options, atol) -> list:
   """Rows for one train-mode call of each side, dropout left out: outputs
   and the new values of every collection but the parameters."""
-  written = [c for c in linen_variables if c != 'params']
 
   def without_dropout(next_fun, args, kwargs, context):
     if isinstance(context.module, nn.Dropout) and context.method_name == '__call__':
       return args[0]
     return next_fun(*args, **kwargs)
 
-  def linen_step(variables, *xs):
-    with nn.intercept_methods(without_dropout):
-      return linen_module.apply(variables, *xs, mutable=written or False, **linen_kwargs)
-
-  out = jax.jit(linen_step)(linen_variables, *inputs)
-  linen_out, linen_new = out if written else (out, {})
   model = nnx.clone(model)
   model.train()
   for _, module in nnx.iter_modules(model):
     if isinstance(module, nnx.Dropout):
       module.deterministic = True
-  nnx_out = nnx.jit(lambda m, *xs: m(*xs, **nnx_kwargs))(model, *inputs)
-  rows = _compare_trees('train-mode outputs', linen_out, nnx_out, atol)
-  if linen_new:
-    nnx_new = nnx_to_linen(model, **options)
-    rows += _compare_trees(
-        'what a training step writes', dict(linen_new),
-        {c: nnx_new.get(c, {}) for c in linen_new}, atol,
-    )
-  return rows
+  return _compare_call(
+      ('train-mode outputs', 'what a training step writes'),
+      _linen_call(linen_module, linen_variables, linen_kwargs, without_dropout),
+      linen_variables, model, inputs, nnx_kwargs, options, atol,
+  )
 
 
 def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model) -> list:
@@ -285,12 +289,7 @@ def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_
       linen[('BatchNorm', module.path)] = (module.momentum,)
     return next_fun(*args, **kwargs)
 
-  written = [c for c in linen_variables if c != 'params']
-  with nn.intercept_methods(record):
-    jax.eval_shape(
-        lambda v, *xs: linen_module.apply(v, *xs, mutable=written or False, **linen_kwargs),
-        linen_variables, *inputs,
-    )
+  jax.eval_shape(_linen_call(linen_module, linen_variables, linen_kwargs, record), linen_variables, *inputs)
   ported: dict[str, list] = {'Dropout': [], 'BatchNorm': []}
   for _, module in nnx.iter_modules(nnx_model):
     if isinstance(module, nnx.Dropout):
