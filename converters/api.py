@@ -66,7 +66,7 @@ def _extra_fields(state: TrainState):
       yield field.name, getattr(state, field.name)
 
 
-def _linen_collections(linen, table: CollectionTable) -> dict[str, Any]:
+def linen_collections(linen, table: CollectionTable) -> dict[str, Any]:
   """`{collection: tree}` of a variables dict or a `TrainState` (its extra fields)."""
   if isinstance(linen, TrainState):
     trees = {'params': linen.params}
@@ -267,7 +267,7 @@ def linen_to_nnx(
   options = Options(paths, scan, layer_partition, num_layers, mesh, rules, donate, strict)
   table = CollectionTable(collections)
   is_state = isinstance(linen, TrainState)
-  trees = _linen_collections(linen, table)
+  trees = linen_collections(linen, table)
   if is_state and (not isinstance(target, tuple) or len(target) != 2):
     raise StructureError(
         'converting a TrainState needs target=(model, optimizer): the NNX '
@@ -704,7 +704,7 @@ def relayout(
         p: md.write_nnx(kinds[k], batch.value(v), a) for p, (v, a, k) in planned.items()
     }))
   if isinstance(tree, Mapping) and not isinstance(tree, nnx.State):
-    trees = _linen_collections(tree, table)
+    trees = linen_collections(tree, table)
     _, converted = _plan_collections(
         trees, 'linen', 'linen', batch,
         lambda name, t: read_linen_tree(t, name, strict=options.strict),

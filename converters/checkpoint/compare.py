@@ -26,9 +26,6 @@ from converters.checkpoint.verify import host_bits
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import PathMapping, format_path
 
-#: A Linen `TrainState`'s own fields: the others of a subclass are collections.
-_TRAIN_STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainState))
-
 
 @dataclasses.dataclass(frozen=True)
 class LeafComparison:
@@ -309,11 +306,13 @@ def compare_outputs(
     CheckpointError: the models are not given, or a checkpoint does not
       hold their training state.
   """
+  from converters.api import linen_collections
   from converters.checkpoint import inspect as checkpoints
   from converters.checkpoint.kit import models_for
   from converters.checkpoint.models import UserModels
   from converters.errors import CheckpointError
   from converters.inference.witness import example_inputs
+  from converters.variable_types import CollectionTable
 
   models = models_for(
       linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
@@ -337,10 +336,7 @@ def compare_outputs(
       state = checkpoints.restore(info, side.abstract_state)
       if info.framework == 'linen':
         linen = models.linen_model(layout)
-        variables = {'params': state.params} | {
-            f.name: getattr(state, f.name) for f in dataclasses.fields(state)
-            if f.name not in _TRAIN_STATE_FIELDS and getattr(state, f.name) is not None
-        }
+        variables = linen_collections(state, CollectionTable(models.collections))
         apply = lambda v, *xs, linen=linen: linen.module.apply(v, *xs, **linen.kwargs)
         outputs.append(jax.jit(apply)(variables, *inputs))
       else:
@@ -356,13 +352,9 @@ def compare_outputs(
   rows = []
   for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(outputs[0]), jax.tree.leaves(outputs[1])):
     name = 'output' + jax.tree_util.keystr(path)
-    if x.shape != y.shape or x.dtype != y.dtype:
-      rows.append(LeafComparison(name, name, tuple(x.shape), f'{x.dtype} / {y.dtype}',
-                                 _spec(x), _spec(y), float('inf'), False))
-      continue
-    identical, difference = leaf_difference(x, y)
-    rows.append(LeafComparison(name, name, tuple(x.shape), str(x.dtype), _spec(x), _spec(y),
-                               difference, identical))
+    identical, difference = leaf_difference(x, y)  # (False, nan) for other shapes or dtypes
+    dtype = str(x.dtype) if x.dtype == y.dtype else f'{x.dtype} / {y.dtype}'
+    rows.append(LeafComparison(name, name, tuple(x.shape), dtype, _spec(x), _spec(y), difference, identical))
   labels = tuple({'linen': 'Linen', 'nnx': 'NNX'}[i.framework] for i in infos)
   if labels[0] == labels[1]:
     labels = ('A', 'B')

@@ -468,15 +468,9 @@ class UserModels:
     if layout is None and all('scan' in self.layouts(fw) for fw in ('linen', 'nnx')):
       return merge_layouts(self.inferred('loop', paths), self.inferred('scan', paths))
     mesh = self.make_mesh()
-    names = {fw: f'the {fw.capitalize() if fw == "linen" else "NNX"} model' for fw in ('linen', 'nnx')}
-    linen = _call(self.linen, layout if 'scan' in self.layouts('linen') else None, names['linen'])
-    if not isinstance(linen, LinenModel):
-      raise CheckpointError(
-          f'the Linen model must give a LinenModel(module, *example_inputs), got '
-          f'{type(linen).__name__}'
-      )
+    linen = self.linen_model(layout if 'scan' in self.layouts('linen') else None)
     make = functools.partial(
-        _call, self.nnx, layout if 'scan' in self.layouts('nnx') else None, names['nnx']
+        _call, self.nnx, layout if 'scan' in self.layouts('nnx') else None, 'the NNX model'
     )
     with jax.set_mesh(mesh), nn.logical_axis_rules(self.rules or ()):
       model = abstract_models.eval_shape(make)
