@@ -11,7 +11,11 @@ correct ports of one model may write differently is removed or made alike
 - sharding constraints in any form, copies, casts, and operations that only
   reshape, transpose, broadcast or tile a value (`jnp.tile` beside
   `broadcast_to`, an `einsum` that orders its output otherwise) are the
-  value itself;
+  value itself; but a transpose is remembered up to the next contraction,
+  whose operand's axes are read in the order of the value transposed (`x @
+  k.T` with `k` stored `(out, in)` is not `x @ w` with `w` stored `(in,
+  out)`), and a variable transposed and then reshaped, or used otherwise,
+  is a node of its own (`('transposed', permutation)`);
 - a product or quotient with a scalar constant is the value itself (a scale
   applied before or after a contraction);
 - operands of operations that commute carry no position;
@@ -48,6 +52,11 @@ TRANSPARENT = frozenset({
     'sharding_constraint', 'mesh_cast', 'reshard', 'device_put', 'copy', 'copy_p',
     'convert_element_type', 'reshape', 'broadcast_in_dim', 'squeeze', 'expand_dims',
     'tile', 'reduce_precision', 'pvary', 'stop_gradient', 'transpose',
+})
+#: Of those, the ones that keep every axis where it is.
+AXIS_PRESERVING = frozenset({
+    'sharding_constraint', 'mesh_cast', 'reshard', 'device_put', 'copy', 'copy_p',
+    'convert_element_type', 'reduce_precision', 'pvary', 'stop_gradient',
 })
 #: Operations that call a jaxpr and the parameter holding it: inlined.
 CALLS = {
@@ -156,6 +165,15 @@ def _roles(shape: tuple[int, ...], contracting, batch) -> str:
   return ''.join(r for k, r in enumerate(roles) if k == 0 or roles[k - 1] != r)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Transposed:
+  """A value that is `node` with its axes moved: its axis `j` is the node's
+  axis `order[j]`."""
+
+  node: int
+  order: tuple[int, ...]
+
+
 class _Builder:
   """Builds a `Graph` from a `Trace`, one jaxpr at a time."""
 
@@ -170,6 +188,7 @@ class _Builder:
     self.scanned: set[int] = set()
     self.nodes_of: dict[int, int] = {}  # stacked input -> its node
     self.concatenated: dict[int, list[int]] = {}  # concatenate node -> operands
+    self.transposed: dict[tuple, int] = {}  # (variable node, order) -> its node
     jaxpr = trace.closed.jaxpr
     env: dict = {}
     n_vars = len(trace.variables)
@@ -196,7 +215,7 @@ class _Builder:
       env[var] = n
     for var, value in zip(jaxpr.constvars, trace.closed.consts):
       env[var] = self._constant(value)
-    outs = self.run(jaxpr, env)
+    outs = [self.plain(v) for v in self.run(jaxpr, env)]
     g.scanned = frozenset(self.scanned)
     for k, n in enumerate(outs[:trace.outputs]):
       g.node(('output', k), (n, 'output'))
@@ -227,27 +246,50 @@ class _Builder:
     self.graph.constant.add(n)
     return n
 
-  def read(self, env, v) -> int:
+  def read(self, env, v) -> int | _Transposed:
     if isinstance(v, jcore.Literal):
       n = self.graph.node(('constant', np.shape(v.val)))
       self.graph.constant.add(n)
       return n
     return env[v]
 
+  def plain(self, value: int | _Transposed) -> int:
+    """The node of a value: a variable transposed is a node of its own
+    (used other than by a contraction, its axes' order matters); any other
+    value transposed is the value (an activation's axes may be ordered
+    otherwise by a port)."""
+    if not isinstance(value, _Transposed):
+      return value
+    g = self.graph
+    if g.labels[value.node][0] not in ('variable', 'stacked') or value.node in g.index_sources:
+      return value.node  # an activation, or index arithmetic (one node whatever its form)
+    key = (value.node, value.order)
+    if key not in self.transposed:
+      self.transposed[key] = g.node(('transposed', value.order), (value.node, 'transposed'))
+    return self.transposed[key]
+
   # -- one jaxpr -----------------------------------------------------------
 
-  def run(self, jaxpr: jcore.Jaxpr, env: dict) -> list[int]:
+  def run(self, jaxpr: jcore.Jaxpr, env: dict) -> list[int | _Transposed]:
+    """The values of `jaxpr`'s outputs (a transposed one as `_Transposed`)."""
     g = self.graph
     for eqn in jaxpr.eqns:
-      ins = [self.read(env, v) for v in eqn.invars]
+      values = [self.read(env, v) for v in eqn.invars]
       name = eqn.primitive.name
       called = eqn.params.get(CALLS.get(name, ''))
       if called is not None:
         inner, consts = (called.jaxpr, called.consts) if isinstance(called, jcore.ClosedJaxpr) else (called, ())
         sub = {v: self._constant(c) for v, c in zip(inner.constvars, consts)}
-        sub.update(zip(inner.invars, ins[len(ins) - len(inner.invars):]))
+        sub.update(zip(inner.invars, values[len(values) - len(inner.invars):]))
         outs = self.run(inner, sub)
-      elif name == 'scan':
+        env.update(zip(eqn.outvars, outs))
+        continue
+      if name in ('transpose', 'mul', 'div', 'dot_general') or name in TRANSPARENT:
+        outs = [self._operation(eqn, values)]
+        env.update(zip(eqn.outvars, outs))
+        continue
+      ins = [self.plain(v) for v in values]
+      if name == 'scan':
         outs = self._scan(eqn, ins)
       elif name == 'while':
         outs = self._while(eqn, ins)
@@ -262,9 +304,33 @@ class _Builder:
       env.update(zip(eqn.outvars, outs))
     return [self.read(env, v) for v in jaxpr.outvars]
 
-  def _operation(self, eqn, ins: list[int]) -> int:
+  def body(self, jaxpr: jcore.Jaxpr, env: dict) -> list[int]:
+    """The output nodes of a loop's body or a branch."""
+    return [self.plain(v) for v in self.run(jaxpr, env)]
+
+  def _operation(self, eqn, values: list) -> int | _Transposed:
     g = self.graph
     name = eqn.primitive.name
+    if name == 'transpose':
+      value = values[0]
+      node, order = (value.node, value.order) if isinstance(value, _Transposed) else (value, None)
+      order = order or tuple(range(len(eqn.params['permutation'])))
+      order = tuple(order[a] for a in eqn.params['permutation'])
+      return node if order == tuple(range(len(order))) else _Transposed(node, order)
+    if name in AXIS_PRESERVING and values:
+      return values[0]
+    if name == 'dot_general':
+      return self._contraction(eqn, values)
+    if name in ('mul', 'div') and len(values) == 2:
+      scalar = [
+          k for k, (v, n) in enumerate(zip(eqn.invars, values))
+          if n in g.constant and int(np.prod(_shape(v))) == 1
+      ]
+      if name == 'mul' and len(scalar) == 1:
+        return values[1 - scalar[0]]
+      if name == 'div' and scalar == [1]:
+        return values[0]
+    ins = [self.plain(v) for v in values]
     if name in TRANSPARENT and ins:
       return ins[0]
     if ins and ins[0] in self.stacked and (layer := _layer_sliced(eqn)) is not None:
@@ -273,15 +339,6 @@ class _Builder:
       whole = self._restacked(ins)
       if whole is not None:
         return whole
-    if name in ('mul', 'div') and len(ins) == 2:
-      scalar = [
-          k for k, (v, n) in enumerate(zip(eqn.invars, ins))
-          if n in g.constant and int(np.prod(_shape(v))) == 1
-      ]
-      if name == 'mul' and len(scalar) == 1:
-        return ins[1 - scalar[0]]
-      if name == 'div' and scalar == [1]:
-        return ins[0]
     if all(n in g.constant for n in ins):  # `iota` too
       n = g.node(('constant', _shape(eqn.outvars[0])))
       g.constant.add(n)
@@ -299,15 +356,6 @@ class _Builder:
         g.index_sources[n] = union
         self.indices[union] = n
       return self.indices[union]
-    if name == 'dot_general':
-      (contract_l, contract_r), (batch_l, batch_r) = eqn.params['dimension_numbers']
-      lhs, rhs = eqn.invars
-      label = ('dot_general', len(contract_l), len(batch_l))
-      roles = [_roles(_shape(lhs), contract_l, batch_l), _roles(_shape(rhs), contract_r, batch_r)]
-      sides = ['lhs', 'rhs']
-      if self.any_axis_order:  # and either operand first: the output's axes move too
-        roles, sides = [''.join(sorted(set(r))) for r in roles], ['operand', 'operand']
-      return g.node(label, (ins[0], (sides[0], roles[0])), (ins[1], (sides[1], roles[1])))
     label: tuple = (name,)
     if name in REDUCTIONS:
       label += (len(eqn.params.get('axes', ())),)
@@ -321,6 +369,30 @@ class _Builder:
     if name == 'concatenate':
       self.concatenated[n] = list(ins)
     return n
+
+  def _contraction(self, eqn, values: list) -> int:
+    """A `dot_general`, each operand's axes read in the order of the value
+    it transposes (if it does)."""
+    g = self.graph
+    (contract_l, contract_r), (batch_l, batch_r) = eqn.params['dimension_numbers']
+    label = ('dot_general', len(contract_l), len(batch_l))
+    nodes, roles = [], []
+    for value, var, contracting, batch in zip(values, eqn.invars, (contract_l, contract_r), (batch_l, batch_r)):
+      shape = _shape(var)
+      if isinstance(value, _Transposed):  # axis j of the operand is axis order[j] of the value
+        own = [0] * len(shape)
+        for j, a in enumerate(value.order):
+          own[a] = shape[j]
+        shape = tuple(own)
+        contracting = [value.order[j] for j in contracting]
+        batch = [value.order[j] for j in batch]
+        value = value.node
+      nodes.append(self.plain(value))
+      roles.append(_roles(shape, contracting, batch))
+    sides = ['lhs', 'rhs']
+    if self.any_axis_order:  # and either operand first: the output's axes move too
+      roles, sides = [''.join(sorted(set(r))) for r in roles], ['operand', 'operand']
+    return g.node(label, (nodes[0], (sides[0], roles[0])), (nodes[1], (sides[1], roles[1])))
 
   def _layer(self, k: int, layer: int, stacked_var) -> int:
     """The node of layer `layer` of stacked input `k`."""
@@ -367,7 +439,7 @@ class _Builder:
       else:
         env[v] = g.node(label + ('slice',), (n, 'sliced'))
         self.scanned.update(k for (k, layer), m in g.variables.items() if m == n and layer is None)
-    outs = self.run(body, env)
+    outs = self.body(body, env)
     for carry, out in zip(carries, outs[:n_carry]):
       g.edges.append((out, 'next', carry))
     return (
@@ -385,10 +457,10 @@ class _Builder:
     carries = [g.node(('while', 'carry'), (n, 'initial')) for n in init]
     env = {v: self._constant(c) for v, c in zip(cond.jaxpr.constvars, cond.consts)}
     env.update(zip(cond.jaxpr.invars, [g.node(('while', 'const'), (n, 'enters')) for n in cond_consts] + carries))
-    (predicate,) = self.run(cond.jaxpr, env)
+    (predicate,) = self.body(cond.jaxpr, env)
     env = {v: self._constant(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
     env.update(zip(body.jaxpr.invars, [g.node(('while', 'const'), (n, 'enters')) for n in body_consts] + carries))
-    for carry, out in zip(carries, self.run(body.jaxpr, env)):
+    for carry, out in zip(carries, self.body(body.jaxpr, env)):
       g.edges.append((out, 'next', carry))
     return [g.node(('while', 'final'), (c, 'final'), (predicate, 'until')) for c in carries]
 
@@ -399,7 +471,7 @@ class _Builder:
     for branch in eqn.params['branches']:
       env = {v: self._constant(c) for v, c in zip(branch.jaxpr.constvars, branch.consts)}
       env.update(zip(branch.jaxpr.invars, operands))
-      branches.append(self.run(branch.jaxpr, env))
+      branches.append(self.body(branch.jaxpr, env))
     return [
         g.node(('cond', len(branches)), (index, 'index'), *(
             (b[k], 'branch' if self.relaxed else ('branch', i)) for i, b in enumerate(branches)

@@ -1,6 +1,8 @@
 """The numerical witness: an inferred mapping is checked by running both models.
 
-Both traced forward passes run on the example inputs with every variable
+Both traced forward passes run on the example inputs (and on them
+perturbed, when given as arrays: a symmetric input hides a transposed one)
+with every variable
 drawn at random, independently of every other (a counter hash of its own
 seed: nothing to store, nothing shared between two variables), the NNX
 model's converted from the Linen model's through the mapping under test.
@@ -99,6 +101,20 @@ def draw(seed, shape: tuple[int, ...], dtype, layer=None) -> jax.Array:
 
 _draw = jax.jit(draw, static_argnums=(1, 2))
 
+def perturbed(inputs: Sequence) -> list | None:
+  """The inputs with every float element scaled by its own random factor in
+  [0.5, 1.5): signs, zeros and the order of magnitude kept (a mask stays a
+  mask, a positive input positive), any symmetry of the values broken (a
+  symmetric matrix, equal rows); None when no input is a float array."""
+  if not any(jnp.issubdtype(x.dtype, jnp.inexact) and x.size for x in inputs):
+    return None
+  return [
+      x * (1.0 + 0.5 * _hash_uniform(20_011 + k, tuple(x.shape), jnp.float32)).astype(x.dtype)
+      if jnp.issubdtype(x.dtype, jnp.inexact) else x
+      for k, x in enumerate(inputs)
+  ]
+
+
 def example_inputs(avals: Sequence, given: Sequence) -> list:
   """The given arrays, or for an abstract input values of its shape:
   integers in {0, 1} (indices valid for any table), booleans, or floats."""
@@ -144,6 +160,10 @@ class Witness:
     avals = [v.aval for v in linen.closed.jaxpr.invars[len(linen.variables):]]
     with outside_any_mesh():
       self.inputs = example_inputs(avals, inputs)
+      # Inputs given as arrays may hide a wrong pair by their symmetry (a
+      # symmetric matrix, where `x.T @ k` is `x @ k`): run on them perturbed too.
+      given = any(not isinstance(v, jax.ShapeDtypeStruct) and hasattr(v, 'shape') for v in inputs)
+      self.perturbed = perturbed(self.inputs) if given else None
     self.programs = (Program.of(linen.closed), Program.of(nnx.closed))  # for every run
     self._idle = jax.jit(self._influence)
 
@@ -157,9 +177,9 @@ class Witness:
 
   # -- runs ----------------------------------------------------------------
 
-  def _run(self, copies) -> list:
+  def _run(self, copies, inputs) -> list:
     """`(name, width, stats)` of each output and each variable both calls
-    write, stats `()` where shapes or dtypes differ."""
+    write on `inputs`, stats `()` where shapes or dtypes differ."""
     seed = lambda slot: self.index[slot] + 1
     partner = lambda slot: self.index[copies[slot]] + 1
     linen_vars = self.linen.closed.jaxpr.invars
@@ -183,8 +203,8 @@ class Witness:
     if n != self.nnx.outputs:
       return [(f'the models return {n} and {self.nnx.outputs} arrays', 0, ())]
     with outside_any_mesh():
-      a = evaluate(self.programs[0], len(self.linen.variables), linen_input, self.inputs, n)
-      b = evaluate(self.programs[1], len(self.nnx.variables), nnx_input, self.inputs, n)
+      a = evaluate(self.programs[0], len(self.linen.variables), linen_input, inputs, n)
+      b = evaluate(self.programs[1], len(self.nnx.variables), nnx_input, inputs, n)
       compared = [
           (f'output {k} {tuple(x.shape)}', jnp.dtype(x.dtype).itemsize,
            jax.device_get(_difference(x, y)) if _alike(x, y) else ())
@@ -234,17 +254,27 @@ class Witness:
   # -- public --------------------------------------------------------------
 
   def check(self, copies: Mapping[Hashable, Hashable]) -> Verdict:
-    """Both models with each NNX slot drawn as `copies[slot]` (a Linen slot)."""
-    compared = self._run(copies)
+    """Both models with each NNX slot drawn as `copies[slot]` (a Linen
+    slot), on the example inputs and, if they agree there, on the inputs
+    perturbed."""
+    verdict = self._verdict(self._run(copies, self.inputs))
+    if not verdict.agree or self.perturbed is None:
+      return verdict
+    again = self._verdict(self._run(copies, self.perturbed), ' (on the example inputs perturbed)')
+    worse = again if not again.difference <= verdict.difference else verdict  # NaN is worse
+    return Verdict(again.agree, verdict.exact and again.exact, worse.difference, worse.where)
+
+  @staticmethod
+  def _verdict(compared, on: str = '') -> Verdict:
     exact, agree, worst, where = True, True, 0.0, ''
     for name, width, s in compared:
       if s == ():
-        return Verdict(False, False, math.inf, name + ' (shapes or dtypes differ)')
+        return Verdict(False, False, math.inf, name + ' (shapes or dtypes differ)' + on)
       equal, difference, scale = (float(v) for v in s)
       exact = exact and bool(equal)
       relative = difference / max(scale, 1e-30) if difference else 0.0
       if not relative <= worst:
-        worst, where = relative, name
+        worst, where = relative, name + on
       if not equal and not relative <= TOLERANCE.get(width, 1e-4):
         agree = False
     return Verdict(agree, exact, worst, where)

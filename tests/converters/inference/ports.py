@@ -161,6 +161,33 @@ class NNXTransposed(nnx.Module):
     return jnp.einsum('bi,oi->bo', x, self.kernel[...])
 
 
+class NNXTransposedInTheCall(nnx.Module):
+  def __init__(self, rngs):
+    self.kernel = nnx.Param(jax.random.normal(rngs.params(), (N, N)))  # (out, in)
+
+  def __call__(self, x):
+    return x @ self.kernel[...].T
+
+
+class NNXWrongOnSymmetricInputs(nnx.Module):
+  """`x.T @ k.T`: the original's `x @ w` only where `x` is symmetric."""
+
+  def __init__(self, rngs):
+    self.kernel = nnx.Param(jax.random.normal(rngs.params(), (N, N)))
+
+  def __call__(self, x):
+    return jnp.einsum('ib,oi->bo', x, self.kernel[...])
+
+
+class NNXCondTransposedInTheCall(nnx.Module):
+  def __init__(self, rngs):
+    self.w1 = nnx.Param(jax.random.normal(rngs.params(), (N, N)))
+    self.w2 = nnx.Param(jax.random.normal(rngs.params(), (N, N)))  # (out, in)
+
+  def __call__(self, x, p):
+    return jax.lax.cond(p, lambda: x @ self.w1[...], lambda: jnp.tanh(x @ self.w2[...].T))
+
+
 # -- an (E, H, D) kernel stored (E, D, H), H == D ----------------------------------
 
 
@@ -369,6 +396,16 @@ CASES = {
         LinenConcatenated(), NNXConcatenated, (_x(2, N),), 'maps'),
     'square_kernel_stored_transposed': Case(
         LinenSquare(), NNXTransposed, (_x(2, N),), 'maps'),
+    'square_kernel_transposed_in_the_call': Case(
+        LinenSquare(), NNXTransposedInTheCall, (_x(2, N),), 'maps'),
+    # zero inputs cannot tell a kernel from its transpose: refused, not guessed
+    'square_kernel_transposed_in_the_call_on_zero_inputs': Case(
+        LinenSquare(), NNXTransposedInTheCall, (jnp.zeros((2, N)),), 'refuses', ('dense/kernel',)),
+    'kernel_transposed_in_the_call_in_an_untaken_branch': Case(
+        LinenCond(), NNXCondTransposedInTheCall, (_x(2, N), jnp.bool_(True)), 'refuses', ('w2',)),
+    'a_port_equal_only_on_a_symmetric_example_input': Case(
+        LinenSquare(), NNXWrongOnSymmetricInputs, (_x(N, N) + _x(N, N).T,), 'refuses',
+        ('dense/kernel',)),
     'heads_kernel_stored_with_axes_swapped': Case(
         LinenHeads(), NNXHeadsSwapped, (_x(2, N),), 'maps'),
     'sharding_constraints_on_one_side': Case(

@@ -208,7 +208,7 @@ def nnx_port(program: Program, rewrite: Rewrite, rngs: nnx.Rngs) -> nnx.Module:
   return RandomPort()
 
 
-def example_inputs(program: Program) -> tuple:
+def example_inputs(program: Program, seed: int = 10) -> tuple:
   return tuple(
-      jax.random.normal(jax.random.key(10 + i), (BATCH, N)) for i in range(program.inputs)
+      jax.random.normal(jax.random.key(seed + i), (BATCH, N)) for i in range(program.inputs)
   )

@@ -50,6 +50,19 @@ def test_a_kernel_stored_transposed_is_not_alike():
   assert summary(graph(lambda w, x: jnp.einsum('bi,oi->bo', x, w), W, X)) != summary(graph(lambda w, x: x @ w, W, X))
 
 
+def test_a_transpose_is_read_through_by_the_contraction_it_feeds():
+  stored_out_in = summary(graph(lambda w, x: jnp.einsum('bi,oi->bo', x, w), W, X))
+  assert summary(graph(lambda w, x: x @ w.T, W, X)) == stored_out_in
+  assert summary(graph(lambda w, x: x @ w.T.astype(jnp.bfloat16).T.T, W, X)) == stored_out_in
+  assert summary(graph(lambda w, x: x @ w.T, W, X)) != summary(graph(lambda w, x: x @ w, W, X))
+  assert summary(graph(lambda w, x: x.T.T @ jnp.swapaxes(w.T, 0, 1), W, X)) == summary(graph(lambda w, x: x @ w, W, X))
+
+
+def test_a_variable_transposed_and_used_otherwise_is_a_node_of_its_own():
+  assert summary(graph(lambda w, x: x @ (w.T + 1.0), W, X)) != summary(graph(lambda w, x: x @ (w + 1.0), W, X))
+  assert summary(graph(lambda w, x: x @ w.T.reshape(4, 4), W, X)) != summary(graph(lambda w, x: x @ w, W, X))
+
+
 def test_sharding_constraints_in_any_form_are_transparent():
   mesh = jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
   with jax.set_mesh(mesh):

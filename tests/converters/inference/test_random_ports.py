@@ -48,6 +48,7 @@ def test_inference_never_returns_a_wrong_mapping(port):
     event('mapped' + (' with kernels stored transposed' if rewrite.transposed else ''))
     variables = jax.jit(linen.init)(jax.random.key(1), *inputs)
     ported = linen_to_nnx(variables, target=model, paths=mapping)
-    got = nnx.jit(lambda m, *a: m(*a))(ported, *inputs)
-    want = jax.jit(linen.apply)(variables, *inputs)
-  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    for checked in (inputs, rp.example_inputs(program, seed=1_000)):  # and inputs inference never saw
+      got = nnx.jit(lambda m, *a: m(*a))(ported, *checked)
+      want = jax.jit(linen.apply)(variables, *checked)
+      np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)

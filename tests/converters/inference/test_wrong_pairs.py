@@ -6,6 +6,7 @@ what to write; none converts wrongly."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -17,11 +18,19 @@ from tests.converters.inference.ports import CASES
 
 def outputs_through(mapping, case):
   """The port's outputs with the Linen model's values converted through
-  `mapping`, beside the original's: a check that shares nothing with inference."""
+  `mapping`, beside the original's, on the example inputs and on inputs
+  inference never saw: a check that shares nothing with inference."""
   variables = jax.jit(case.linen.init)(jax.random.key(1), *case.inputs)
   port = linen_to_nnx(variables, target=case.make_nnx(nnx.Rngs(0)), paths=mapping)
-  ported = nnx.jit(lambda model, *inputs: model(*inputs))(port, *case.inputs)
-  return np.asarray(ported), np.asarray(jax.jit(case.linen.apply)(variables, *case.inputs))
+  unseen = [
+      jax.random.normal(jax.random.key(7 + k), x.shape, x.dtype)
+      if jnp.issubdtype(x.dtype, jnp.floating) else x
+      for k, x in enumerate(case.inputs)
+  ]
+  run = nnx.jit(lambda model, *inputs: model(*inputs))
+  ported = [np.asarray(run(port, *inputs)) for inputs in (case.inputs, unseen)]
+  original = [np.asarray(jax.jit(case.linen.apply)(variables, *inputs)) for inputs in (case.inputs, unseen)]
+  return ported, original
 
 
 @pytest.mark.parametrize('name', sorted(CASES))
