@@ -125,8 +125,9 @@ class Graph:
     of a selection and of the branches of a `cond` count for nothing (a port
     may stack or branch in another order and index accordingly);
     `any_axis_order`: a contraction's operands are alike whatever the order
-    of their axes (to find the partner of a kernel stored transposed: the
-    transform is then proven by the witness, never taken from this graph)."""
+    of their axes, and variables of one size whatever their shape (to find
+    the partner of a kernel stored transposed or reshaped: the transform is
+    then proven by the witness, never taken from this graph)."""
     return _Builder(trace, frozenset(stacked), relaxed, any_axis_order).graph
 
 
@@ -189,6 +190,7 @@ class _Builder:
     self.nodes_of: dict[int, int] = {}  # stacked input -> its node
     self.concatenated: dict[int, list[int]] = {}  # concatenate node -> operands
     self.transposed: dict[tuple, int] = {}  # (variable node, order) -> its node
+    self.entered: set[int] = set()  # nodes of variables in a loop's body
     jaxpr = trace.closed.jaxpr
     env: dict = {}
     n_vars = len(trace.variables)
@@ -208,7 +210,10 @@ class _Builder:
           self.stacked[n] = k
           self.nodes_of[k] = n
         else:
-          n = g.node(('variable', collection, _shape(var), _dtype(var)))
+          # in any axis order, a variable is known by its size: stored
+          # transposed or reshaped (`(E, H, D)` as `(E, H*D)`), it is alike
+          shape = (int(np.prod(_shape(var))),) if any_axis_order else _shape(var)
+          n = g.node(('variable', collection, shape, _dtype(var)))
           g.variables[k, None] = n
           if _is_index(var):  # a counter, a cache index
             g.index_sources[n] = frozenset({n})
@@ -261,12 +266,17 @@ class _Builder:
     if not isinstance(value, _Transposed):
       return value
     g = self.graph
-    if g.labels[value.node][0] not in ('variable', 'stacked') or value.node in g.index_sources:
+    if not self._holds_variable(value.node) or value.node in g.index_sources:
       return value.node  # an activation, or index arithmetic (one node whatever its form)
     key = (value.node, value.order)
     if key not in self.transposed:
       self.transposed[key] = g.node(('transposed', value.order), (value.node, 'transposed'))
     return self.transposed[key]
+
+  def _holds_variable(self, n: int) -> bool:
+    """Whether node `n` is a variable, or one entering a loop's body (a
+    layer sliced from a stacked one, a weight the loop reads whole)."""
+    return self.graph.labels[n][0] in ('variable', 'stacked') or n in self.entered
 
   # -- one jaxpr -----------------------------------------------------------
 
@@ -375,7 +385,7 @@ class _Builder:
     it transposes (if it does)."""
     g = self.graph
     (contract_l, contract_r), (batch_l, batch_r) = eqn.params['dimension_numbers']
-    label = ('dot_general', len(contract_l), len(batch_l))
+    label = ('dot_general',)  # how many axes of each role: the roles' runs say it, whatever the shape
     nodes, roles = [], []
     for value, var, contracting, batch in zip(values, eqn.invars, (contract_l, contract_r), (batch_l, batch_r)):
       shape = _shape(var)
@@ -439,6 +449,9 @@ class _Builder:
       else:
         env[v] = g.node(label + ('slice',), (n, 'sliced'))
         self.scanned.update(k for (k, layer), m in g.variables.items() if m == n and layer is None)
+      if k >= n_consts + n_carry or k < n_consts:
+        if self._holds_variable(n):
+          self.entered.add(env[v])
     outs = self.body(body, env)
     for carry, out in zip(carries, outs[:n_carry]):
       g.edges.append((out, 'next', carry))
@@ -459,7 +472,9 @@ class _Builder:
     env.update(zip(cond.jaxpr.invars, [g.node(('while', 'const'), (n, 'enters')) for n in cond_consts] + carries))
     (predicate,) = self.body(cond.jaxpr, env)
     env = {v: self._constant(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
-    env.update(zip(body.jaxpr.invars, [g.node(('while', 'const'), (n, 'enters')) for n in body_consts] + carries))
+    entering = [g.node(('while', 'const'), (n, 'enters')) for n in body_consts]
+    self.entered.update(m for n, m in zip(body_consts, entering) if self._holds_variable(n))
+    env.update(zip(body.jaxpr.invars, entering + carries))
     for carry, out in zip(carries, self.body(body.jaxpr, env)):
       g.edges.append((out, 'next', carry))
     return [g.node(('while', 'final'), (c, 'final'), (predicate, 'until')) for c in carries]

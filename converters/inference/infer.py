@@ -90,7 +90,8 @@ def infer_paths(
   try:
     return infer(given)
   except PathMappingError:
-    found = _stored_otherwise(infer, given, models.traces)
+    inputs = jax.tree.leaves((example_args, example_kwargs))
+    found = _stored_otherwise(infer, given, models.traces, lambda: _idle(models.traces, inputs))
     if found is None:
       raise
     return found
@@ -151,45 +152,93 @@ def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
 MAX_TRANSFORM_TRIALS = 24
 
 
-def _stored_otherwise(infer, given, traces) -> PathMapping | None:
-  """The mapping with a transform for variables a port stores with their
-  axes in another order (a kernel kept `(out, in)`, heads `(E, D, H)` for
-  `(E, H, D)`), when exactly one assignment of such transforms is proven by
-  the witness; None when there is no candidate, or several assignments
-  agree, or more than `MAX_TRANSFORM_TRIALS` would have to be tried.
+def _idle(traces, inputs) -> frozenset:
+  """The Linen variables that reach no output on the example inputs."""
+  linen = traces[0]
+  slots = [(k, None) for k, name in enumerate(linen.variables) if name is not None]
+  return Witness(linen, traces[1], inputs[:linen.inputs], slots, [], {}).idle()
+
+
+def _stored_otherwise(infer, given, traces, idle: Callable[[], frozenset]) -> PathMapping | None:
+  """The mapping with a transform for variables a port stores in another
+  layout (a kernel kept `(out, in)`, heads `(E, D, H)` for `(E, H, D)`, a
+  `DenseGeneral`'s `(E, H, D)` as a `Linear`'s `(E, H*D)`), when one
+  assignment of such transforms is proven by the witness, or several are
+  and every variable they move reaches an output (a symmetry of the model:
+  the one that moves the fewest axes is taken); None when there is no
+  candidate, or the witness is blind to one, or more than
+  `MAX_TRANSFORM_TRIALS` would have to be tried.
 
   Candidates are the pairs the structure makes when a contraction's
-  operands are alike in any axis order, whose two variables a contraction
-  uses with their axes in another order, each with the axis permutations
-  between their shapes. Each combination runs the whole inference with them
-  as given rules, so the rest is paired by structure and everything is
-  witnessed: the search proposes, only the witness proves.
+  operands are alike in any axis order and variables of one size alike in
+  any shape, whose two variables differ in shape or in how a contraction
+  uses their axes, each with the rearrangements between their shapes (axes
+  moved, then neighbours merged or split); the layers of a loop (one family
+  of paths on each side, of one shape) take one rearrangement together, so
+  a deep port stored otherwise costs as many trials as a shallow one. Each
+  combination runs the whole
+  inference with them as given rules, so the rest is paired by structure
+  and everything is witnessed: the search proposes, only the witness proves.
   """
   strict = tuple(Graph.of(t) for t in traces)
   loose = tuple(Graph.of(t, any_axis_order=True) for t in traces)
-  options = []
+  uses = tuple(_uses(g) for g in strict)
+  families: dict[tuple, list] = {}  # layers of one loop stored alike: tried together
   for a, b in pair(*loose).pairs:
     if a[1] is not None or b[1] is not None:
       continue
-    if _contraction_roles(strict[0], a) == _contraction_roles(strict[1], b):
+    shapes = tuple(tuple(t.closed.jaxpr.invars[s[0]].aval.shape) for t, s in zip(traces, (a, b)))
+    roles = [_contraction_roles(g, u, slot) for g, u, slot in zip(strict, uses, (a, b))]
+    if shapes[0] == shapes[1] and roles[0] == roles[1]:
       continue
-    shapes = [tuple(t.closed.jaxpr.invars[s[0]].aval.shape) for t, s in zip(traces, (a, b))]
-    linen_path, nnx_path = (t.variables[s[0]][1] for t, s in zip(traces, (a, b)))
-    choices = [(linen_path, nnx_path, t) for t in _permutations(*shapes)]
-    if choices:
-      options.append(choices)
-  if not any(t is not None for c in options for _, _, t in c):
+    paths = tuple(t.variables[s[0]][1] for t, s in zip(traces, (a, b)))
+    family = tuple(_family(format_path(p))[0] for p in paths) + shapes
+    families.setdefault(family, []).append((a, paths))
+  options = [
+      [[(*paths, t) for _, paths in members] for t in _rearrangements(*family[2:])]
+      for family, members in families.items()
+  ]
+  options = [c for c in options if c]
+  moved = {a for family, members in families.items() for a, _ in members}
+  if not any(t is not None for c in options for choice in c for _, _, t in choice):
     return None
   if math.prod(len(c) for c in options) > MAX_TRANSFORM_TRIALS:
     return None
   proven = []
   for combination in itertools.product(*options):
-    known = PathMapping([*(given.rules if given is not None else ()), *_folded_rules(combination, traces)])
+    chosen = [choice for family in combination for choice in family]
+    known = PathMapping([*(given.rules if given is not None else ()), *_folded_rules(chosen, traces)])
     try:
-      proven.append(infer(known))
+      proven.append((_moves(chosen), infer(known)))
     except PathMappingError:
       continue
-  return proven[0] if len(proven) == 1 else None
+  if len(proven) == 1:
+    return proven[0][1]
+  if not proven:
+    return None
+  # Several layouts agree. When every variable they store otherwise reaches
+  # an output, the model has a symmetry (hidden units permuted alike in
+  # every layer that holds them give the same function): the layout that
+  # moves the fewest axes is taken. When one reaches none, the witness was
+  # blind to it (zero inputs, a branch not taken): refused.
+  if moved & idle():
+    return None
+  least = min(m for m, _ in proven)
+  fewest = [mapping for m, mapping in proven if m == least]
+  return fewest[0] if len(fewest) == 1 else None
+
+
+def _moves(combination) -> int:
+  """How far the transforms of `combination` move axes: pairs of axes
+  whose order they swap, summed."""
+  total = 0
+  for _, _, transform in combination:
+    if transform is None:
+      continue
+    left, right = (re.sub(r'[()]', ' ', side).split() for side in transform.pattern.split('->'))
+    order = [left.index(a) for a in right if a in left]
+    total += sum(1 for i in range(len(order)) for j in range(i + 1, len(order)) if order[i] > order[j])
+  return total
 
 
 def _folded_rules(choices, traces) -> list[PathRule]:
@@ -217,26 +266,98 @@ def _variable_paths(traces) -> list[tuple[str, tuple]]:
   ]
 
 
-def _contraction_roles(graph: Graph, slot) -> list:
-  """How contractions use variable `slot`: their edges' operand roles."""
-  node = graph.variables.get(slot)
-  return sorted(repr(e) for s, e, _ in graph.edges if s == node and isinstance(e, tuple))
+def _uses(graph: Graph) -> dict[int, list]:
+  """`{node: [(edge label, target)]}`."""
+  uses: dict[int, list] = {}
+  for s, e, t in graph.edges:
+    uses.setdefault(s, []).append((e, t))
+  return uses
 
 
-def _permutations(linen: tuple, nnx: tuple) -> list:
+def _contraction_roles(graph: Graph, uses: dict, slot) -> list:
+  """How contractions use variable `slot` (their edges' operand roles), and
+  where it is used transposed, followed into loops' bodies."""
+  found, todo, seen = [], [graph.variables.get(slot)], set()
+  while todo:
+    node = todo.pop()
+    if node in seen:
+      continue
+    seen.add(node)
+    for e, t in uses.get(node, ()):
+      if e in ('sliced', 'enters'):
+        todo.append(t)
+      elif isinstance(e, tuple) or e == 'transposed':
+        found.append(repr(e))
+  return sorted(found)
+
+
+def _rearrangements(linen: tuple, nnx: tuple) -> list:
   """`Rearrange`s that store an array of shape `linen` as `nnx` by moving
-  its axes, the identity (None) included: a contraction written with its
-  operands the other way round stores nothing otherwise, and a witness
+  its axes and then merging neighbours (`(E, H, D)` as `(E, H*D)`) or
+  splitting them (the other way), each distinct one once, the identity
+  (None) included where the shapes are equal: a contraction written with
+  its operands the other way round stores nothing otherwise, and a witness
   that cannot tell the two apart must see two proven, not one."""
-  if sorted(linen) != sorted(nnx) or len(linen) < 2:
+  if math.prod(linen) != math.prod(nnx) or not linen or not nnx or max(len(linen), len(nnx)) > 4:
     return []
-  names = [chr(ord('a') + k) for k in range(len(linen))]
-  found = []
+  found: dict = {}
   for order in itertools.permutations(range(len(linen))):
-    if tuple(linen[k] for k in order) == tuple(nnx):
-      identity = list(order) == list(range(len(linen)))
-      found.append(None if identity else Rearrange(f'{" ".join(names)} -> {" ".join(names[k] for k in order)}'))
-  return found
+    groups = _grouped([linen[k] for k in order], nnx)
+    if groups is not None:
+      names = [chr(ord('a') + k) for k in range(len(linen))]
+      moved = [names[k] for k in order]
+      right, at = [], 0
+      for size in groups:
+        part = moved[at:at + size]
+        right.append(part[0] if size == 1 else f'({" ".join(part)})')
+        at += size
+      sizes = {names[k]: linen[k] for k in order}
+      _candidate(found, ' '.join(names), ' '.join(right), sizes, linen)
+  for order in itertools.permutations(range(len(nnx))):
+    groups = _grouped([nnx[k] for k in order], linen)
+    if groups is not None and any(size > 1 for size in groups):
+      names = [chr(ord('a') + k) for k in range(len(nnx))]
+      moved = [names[k] for k in order]
+      left, at = [], 0
+      for size in groups:
+        part = moved[at:at + size]
+        left.append(part[0] if size == 1 else f'({" ".join(part)})')
+        at += size
+      sizes = {names[k]: nnx[k] for k in order}
+      _candidate(found, ' '.join(left), ' '.join(names), sizes, linen)
+  return list(found.values())
+
+
+def _grouped(sizes: list[int], target: tuple) -> list[int] | None:
+  """How many neighbouring `sizes` make each axis of `target`, or None."""
+  groups, at = [], 0
+  for want in target:
+    product, count = 1, 0
+    while at + count < len(sizes) and product * sizes[at + count] <= want and (
+        product < want or sizes[at + count] == 1):
+      product *= sizes[at + count]
+      count += 1
+    if product != want or count == 0:
+      return None
+    groups.append(count)
+    at += count
+  return groups if at == len(sizes) else None
+
+
+def _candidate(found: dict, left: str, right: str, sizes: dict, linen: tuple) -> None:
+  """Adds `Rearrange(left -> right)` to `found`, keyed by where it sends
+  each element (two patterns that move the same elements are one)."""
+  if left == right:
+    transform = None
+  else:
+    merged = [g for side in (left, right) for g in re.findall(r'\(([^)]*)\)', side)]
+    needed = {a for g in merged for a in g.split()[:-1]}
+    transform = Rearrange(f'{left} -> {right}', **{a: sizes[a] for a in sorted(needed)})
+  iota = jnp.arange(math.prod(linen)).reshape(linen)
+  key = iota if transform is None else transform.apply([iota], 'linen', 0)[0]
+  key = (tuple(key.shape), tuple(jax.device_get(key).ravel().tolist()))
+  if key not in found:
+    found[key] = transform
 
 
 def _paired(traces, graphs, given):
@@ -288,7 +409,7 @@ def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, ancho
     hints = []
     if not all(problems.values()):
       hints.append(
-          'a variable with no counterpart of its shape was dropped or added by the port, '
+          'a variable with no counterpart of its size was dropped or added by the port, '
           'or is fused into one of its own: give the rule of a fused one (paths=Infer(['
           "PathRule(('linen/a', 'linen/b'), 'nnx/ab', transform=Rearrange(...))])); a port "
           'that drops or adds a parameter is not the same model'
@@ -439,9 +560,9 @@ def _unmatched(traces, graphs, pairing: Pairing) -> dict[str, bool]:
       shape = graph.labels[graph.variables[slot]][1:]
       alike = _folded([
           _describe(other, s) for s in theirs
-          if graphs[1 - side].labels[graphs[1 - side].variables[s]][1:] == shape
+          if _stored_alike(graphs[1 - side].labels[graphs[1 - side].variables[s]][1:], shape)
       ])
-      candidates = f'; {that} candidates of its shape, used otherwise: {", ".join(alike)}' if alike else ''
+      candidates = f'; {that} candidates of its size, used otherwise: {", ".join(alike)}' if alike else ''
       name = _describe(trace, slot)
       text = (f'({shape[0]}, {shape[1]} {shape[2]}, {_first_use_text(graph, graph.variables[slot])}): '
               f'no {that} variable is used this way{candidates}')
@@ -454,6 +575,12 @@ def _unmatched(traces, graphs, pairing: Pairing) -> dict[str, bool]:
     layers = _ranges(sorted(_family(name)[1] for name in names))
     problems[f'{this} {family} (layers {layers}) {text}'] = has_candidates
   return problems
+
+
+def _stored_alike(a: tuple, b: tuple) -> bool:
+  """Whether `(collection, shape, dtype)` `a` and `b` may hold one array,
+  stored in another layout."""
+  return a[0] == b[0] and a[2] == b[2] and math.prod(a[1]) == math.prod(b[1])
 
 
 def _folded(names: list[str]) -> list[str]:

@@ -115,10 +115,10 @@ def test_a_process_that_fails_first_is_named_by_the_others(tmp_path):
 
 
 def test_a_process_that_does_not_arrive_in_time_is_named_not_waited_for(tmp_path):
-  # Process 1 is stuck (sleeps past process 0's 5 s agreement timeout).
+  # Process 1 is stuck until process 0 has given up on it (5 s agreement timeout).
   runs = run_processes(
       'tree_mismatch', tmp_path,
-      options={0: {'timeout_s': 5}, 1: {'sleep_s': 20, 'timeout_s': 5}}, timeout_s=300,
+      options={0: {'timeout_s': 5}, 1: {'late': True, 'timeout_s': 5}}, timeout_s=300,
   )
   assert runs[0].returncode == 1 and runs[0].result['error'] == 'ProcessMismatchError', describe(runs)
   assert 'process 1 did not arrive within 5 s' in runs[0].result['message']

@@ -206,7 +206,11 @@ def tree_mismatch(workdir: str, options: dict) -> dict:
   linen = linen_train.make_trainer(desc, mesh, make_tx('adam'))
   with jax.set_mesh(mesh):
     state = linen.create(seed=0)
-    time.sleep(options.get('sleep_s', 0))  # a process that is late or stuck
+    if options.get('late'):  # a process stuck until process 0 gave up on it
+      given_up = os.path.join(workdir, 'process_0.json')
+      deadline = time.monotonic() + 120
+      while not os.path.exists(given_up) and time.monotonic() < deadline:
+        time.sleep(0.05)
     linen_to_nnx({'params': state.params}, scan=True, paths=KIT_PATHS)
   return {}
 

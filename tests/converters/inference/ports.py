@@ -188,6 +188,98 @@ class NNXCondTransposedInTheCall(nnx.Module):
     return jax.lax.cond(p, lambda: x @ self.w1[...], lambda: jnp.tanh(x @ self.w2[...].T))
 
 
+# -- a rectangular kernel kept (out, in); DenseGeneral's kernels beside flat ones ------
+
+
+class LinenWide(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(2 * N, name='dense')(x)
+
+
+class NNXWideOutIn(nnx.Module):
+  def __init__(self, rngs):
+    self.weight = nnx.Param(jax.random.normal(rngs.params(), (2 * N, N)))  # (out, in)
+    self.bias = nnx.Param(jnp.zeros((2 * N,)))
+
+  def __call__(self, x):
+    return x @ self.weight[...].T + self.bias[...]
+
+
+class LinenHeadsAndBack(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    y = nn.DenseGeneral((2, 3), name='proj')(x)
+    return nn.DenseGeneral(N, axis=(-2, -1), name='out')(jnp.tanh(y))
+
+
+class NNXFlatHeads(nnx.Module):
+  """The heads' kernels flattened: (E, H*D), (H*D,) and (H*D, E)."""
+
+  def __init__(self, rngs):
+    self.proj = nnx.Linear(N, 6, rngs=rngs)
+    self.out = nnx.Linear(6, N, rngs=rngs)
+
+  def __call__(self, x):
+    y = self.proj(x).reshape(*x.shape[:-1], 2, 3)
+    return self.out(jnp.tanh(y).reshape(*x.shape[:-1], 6))
+
+
+class LinenDeep(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    for i in range(6):
+      x = jnp.tanh(nn.Dense(2 * N if i % 2 == 0 else N)(x))
+    return x
+
+
+class OutInLayer(nnx.Module):
+  def __init__(self, fan_in, fan_out, rngs):
+    self.w = nnx.Param(jax.random.normal(rngs.params(), (fan_out, fan_in)))
+    self.b = nnx.Param(jnp.zeros((fan_out,)))
+
+  def __call__(self, x):
+    return jnp.tanh(x @ self.w[...].T + self.b[...])
+
+
+class NNXDeepOutIn(nnx.Module):
+  """Six layers, each kernel kept (out, in): one layout per family, not 2**6 trials."""
+
+  def __init__(self, rngs):
+    widths = [N, 2 * N, N, 2 * N, N, 2 * N, N]
+    self.layers = nnx.List([OutInLayer(a, b, rngs) for a, b in zip(widths, widths[1:])])
+
+  def __call__(self, x):
+    for layer in self.layers:
+      x = layer(x)
+    return x
+
+
+class LinenScanned(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    class Block(nn.Module):
+      @nn.compact
+      def __call__(self, x, _):
+        return jnp.tanh(nn.Dense(N)(x)), None
+
+    scanned = nn.scan(Block, variable_axes={'params': 0}, split_rngs={'params': True}, length=3)
+    return scanned(name='blocks')(x, None)[0]
+
+
+class NNXScannedOutIn(nnx.Module):
+  def __init__(self, rngs):
+    self.w = nnx.Param(jax.random.normal(rngs.params(), (3, N, N)))  # (layers, out, in)
+    self.b = nnx.Param(jnp.zeros((3, N)))
+
+  def __call__(self, x):
+    def block(x, wb):
+      w, b = wb
+      return jnp.tanh(x @ w.T + b), None
+
+    return jax.lax.scan(block, x, (self.w[...], self.b[...]))[0]
+
+
 # -- an (E, H, D) kernel stored (E, D, H), H == D ----------------------------------
 
 
@@ -406,6 +498,11 @@ CASES = {
     'a_port_equal_only_on_a_symmetric_example_input': Case(
         LinenSquare(), NNXWrongOnSymmetricInputs, (_x(N, N) + _x(N, N).T,), 'refuses',
         ('dense/kernel',)),
+    'rectangular_kernel_kept_out_in': Case(LinenWide(), NNXWideOutIn, (_x(2, N),), 'maps'),
+    'dense_general_kernels_beside_flat_ones': Case(
+        LinenHeadsAndBack(), NNXFlatHeads, (_x(2, N),), 'maps'),
+    'deep_loop_of_kernels_kept_out_in': Case(LinenDeep(), NNXDeepOutIn, (_x(2, N),), 'maps'),
+    'scanned_kernels_kept_out_in': Case(LinenScanned(), NNXScannedOutIn, (_x(2, N),), 'maps'),
     'heads_kernel_stored_with_axes_swapped': Case(
         LinenHeads(), NNXHeadsSwapped, (_x(2, N),), 'maps'),
     'sharding_constraints_on_one_side': Case(

@@ -8,7 +8,8 @@ sign of the first input. `linen_model(program)` writes it as a Linen module;
 its own names and nesting, another order of evaluation, operands of sums
 and products swapped, a scale moved across a contraction, sharding
 constraints added, `broadcast_to` for `tile`, and kernels stored transposed
-(which need a rule: inference must refuse those, or map them correctly).
+(contracted by an einsum or as `x @ w.T`; they need a transform: inference
+must refuse those, or map them correctly).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class Rewrite:
   scaled: frozenset[int]  # dense nodes whose x2 moves before the contraction
   constrained: frozenset[int]  # nodes the port constrains
   transposed: frozenset[str]  # kernels stored (out, in)
+  in_call: frozenset[str] = frozenset()  # of those, used as `x @ w.T` (else an einsum)
 
 
 @st.composite
@@ -112,17 +114,19 @@ def rewrites(draw, program: Program, transposes: bool = True) -> Rewrite:
   commutative = [k for k, n in enumerate(program.nodes) if n.kind in ('add', 'mul')]
   scaled = [k for k, n in enumerate(program.nodes) if n.extra == 'scaled']
   kernels = [name for name, shape in program.params if shape == (N, N)]
+  transposed = frozenset(draw(st.sets(st.sampled_from(kernels))) if kernels and transposes else ())
   return Rewrite(
       tuple(names), tuple(order),
       frozenset(draw(st.sets(st.sampled_from(commutative))) if commutative else ()),
       frozenset(draw(st.sets(st.sampled_from(scaled))) if scaled else ()),
       frozenset(draw(st.sets(st.sampled_from(range(len(program.nodes)))))),
-      frozenset(draw(st.sets(st.sampled_from(kernels))) if kernels and transposes else ()),
+      transposed,
+      frozenset(draw(st.sets(st.sampled_from(sorted(transposed)))) if transposed else ()),
   )
 
 
 def _evaluate(program: Program, order, inputs, get, *, swapped=frozenset(), scaled=frozenset(),
-              constrained=frozenset(), transposed=frozenset(), tile=True):
+              constrained=frozenset(), transposed=frozenset(), in_call=frozenset(), tile=True):
   values = {}
   for k in order:
     node = program.nodes[k]
@@ -132,9 +136,9 @@ def _evaluate(program: Program, order, inputs, get, *, swapped=frozenset(), scal
     elif node.kind == 'dense':
       w = get(node.param)
       if node.extra == 'scaled' and k in scaled:
-        v = _dense(a[0] * 2.0, w, node.param in transposed)
+        v = _dense(a[0] * 2.0, w, node.param in transposed, node.param in in_call)
       else:
-        v = _dense(a[0], w, node.param in transposed)
+        v = _dense(a[0], w, node.param in transposed, node.param in in_call)
         v = v * 2.0 if node.extra == 'scaled' else v
     elif node.kind == 'bias':
       v = a[0] + get(node.param)
@@ -157,8 +161,10 @@ def _evaluate(program: Program, order, inputs, get, *, swapped=frozenset(), scal
   return values[len(program.nodes) - 1]
 
 
-def _dense(x, w, transposed: bool):
-  return jnp.einsum('bi,oi->bo', x, w) if transposed else x @ w
+def _dense(x, w, transposed: bool, in_call: bool = False):
+  if transposed:
+    return x @ w.T if in_call else jnp.einsum('bi,oi->bo', x, w)
+  return x @ w
 
 
 def linen_model(program: Program) -> nn.Module:
@@ -202,7 +208,7 @@ def nnx_port(program: Program, rewrite: Rewrite, rngs: nnx.Rngs) -> nnx.Module:
       return _evaluate(
           program, rewrite.order, inputs, self.get, swapped=rewrite.swapped,
           scaled=rewrite.scaled, constrained=rewrite.constrained,
-          transposed=rewrite.transposed, tile=False,
+          transposed=rewrite.transposed, in_call=rewrite.in_call, tile=False,
       )
 
   return RandomPort()

@@ -366,7 +366,7 @@ def test_a_port_that_dropped_a_parameter_is_refused_naming_it():
   with pytest.raises(PathMappingError) as e:
     infer_paths(LinenNet(), NNXNet(nnx.Rngs(0), bias=False), X)
   assert 'linen Dense_0/bias (params, (16,) float32, add): no NNX variable' in str(e.value)
-  assert 'no counterpart of its shape was dropped or added by the port' in str(e.value)
+  assert 'no counterpart of its size was dropped or added by the port' in str(e.value)
 
 
 def test_a_port_that_computes_differently_is_refused_with_the_candidates():
@@ -374,7 +374,7 @@ def test_a_port_that_computes_differently_is_refused_with_the_candidates():
     infer_paths(LinenNet(), NNXNet(nnx.Rngs(0), skip_input='input'), X)
   message = str(e.value)
   assert 'linen Dense_2/kernel (params, (16, 4) float32, dot_general operand 1)' in message
-  assert 'NNX candidates of its shape, used otherwise: skip/kernel' in message
+  assert 'NNX candidates of its size, used otherwise: skip/kernel' in message
   assert set(e.value.paths) == {'linen Dense_2/kernel', 'nnx skip/kernel'}
   assert 'one stored transposed, reshaped or split needs its rule' in message
   assert 'dropped or added' not in message
