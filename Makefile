@@ -9,13 +9,19 @@ STAMP := $(VENV)/.installed
 # the suite in this process.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test benchmark clean
+.PHONY: demo test nightly benchmark clean
 
 demo: $(STAMP)
 	$(BIN)/linen-nnx demo --devices 8
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
+
+# Every hypothesis property at the nightly profile (200 examples each),
+# spread over TEST_WORKERS processes; TEST_SHARD=k/n runs the k-th of n shares
+# (one per machine), e.g. `make nightly TEST_SHARD=2/4 TEST_WORKERS=4`.
+nightly: $(STAMP)
+	HYPOTHESIS_PROFILE=nightly $(BIN)/python -m pytest -m property -n $(TEST_WORKERS) --dist load --durations=15
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/train_step.py

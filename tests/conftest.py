@@ -1,5 +1,7 @@
 """Test set-up: 8 simulated CPU devices before JAX loads, one compilation per
-program, hypothesis profiles (`tests.hypothesis_profiles`).
+program, hypothesis profiles (`tests.hypothesis_profiles`), and the
+`property` marker on every hypothesis property (`make nightly` runs them;
+`TEST_SHARD=k/n` keeps the k-th of n shares of the tests collected).
 
 Every distinct XLA program is compiled once per session: JAX's persistent
 compilation cache, in a directory of the session's own that is removed at
@@ -21,6 +23,8 @@ import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import is_hypothesis_test  # noqa: E402
 
 _compilation_cache = tempfile.mkdtemp(prefix='linen-nnx-kit-tests-xla-')
 atexit.register(shutil.rmtree, _compilation_cache, ignore_errors=True)
@@ -32,3 +36,33 @@ jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
 # optimizer of their own; many tests convert its state.
 from converters.checkpoint import kit  # noqa: E402, F401
 from tests import hypothesis_profiles  # noqa: E402, F401  (loads the profile)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m property` selects by it
+def pytest_collection_modifyitems(config, items):
+  for item in items:
+    if is_hypothesis_test(getattr(item, 'obj', None)):
+      item.add_marker(pytest.mark.property)
+
+
+def pytest_configure(config):
+  if os.environ.get('TEST_SHARD'):
+    config.pluginmanager.register(_Shard(os.environ['TEST_SHARD']), 'test-shard')
+
+
+class _Shard:
+  """Keeps the k-th of n shares of the tests selected (`TEST_SHARD=k/n`)."""
+
+  def __init__(self, shard: str):
+    try:
+      self.k, self.n = (int(x) for x in shard.split('/'))
+      assert 1 <= self.k <= self.n
+    except (ValueError, AssertionError):
+      raise pytest.UsageError(f'TEST_SHARD={shard!r}: write k/n with 1 <= k <= n, e.g. 1/4') from None
+
+  @pytest.hookimpl(trylast=True)  # after `-m` and `-k` select
+  def pytest_collection_modifyitems(self, config, items):
+    # Every process collects the same items in the same order: shares agree.
+    mine = [i % self.n == self.k - 1 for i in range(len(items))]
+    config.hook.pytest_deselected(items=[item for item, m in zip(items, mine) if not m])
+    items[:] = [item for item, m in zip(items, mine) if m]

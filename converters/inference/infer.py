@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import itertools
 import math
 import re
@@ -20,6 +21,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 from flax import nnx
 
@@ -164,8 +166,8 @@ def _stored_otherwise(infer, given, traces, idle: Callable[[], frozenset]) -> Pa
   layout (a kernel kept `(out, in)`, heads `(E, D, H)` for `(E, H, D)`, a
   `DenseGeneral`'s `(E, H, D)` as a `Linear`'s `(E, H*D)`), when one
   assignment of such transforms is proven by the witness, or several are
-  and every variable they move reaches an output (a symmetry of the model:
-  the one that moves the fewest axes is taken); None when there is no
+  (a symmetry of the model: the one that moves the fewest axes is taken),
+  and every variable they move reaches an output; None when there is no
   candidate, or the witness is blind to one, or more than
   `MAX_TRANSFORM_TRIALS` would have to be tried.
 
@@ -212,17 +214,17 @@ def _stored_otherwise(infer, given, traces, idle: Callable[[], frozenset]) -> Pa
       proven.append((_moves(chosen), infer(known)))
     except PathMappingError:
       continue
+  # A variable stored otherwise that reaches no output (zero inputs, a
+  # branch not taken) is one the witness is blind to: no layout of it is
+  # proven, however few were tried. Refused.
+  if not proven or moved & idle():
+    return None
   if len(proven) == 1:
     return proven[0][1]
-  if not proven:
-    return None
-  # Several layouts agree. When every variable they store otherwise reaches
-  # an output, the model has a symmetry (hidden units permuted alike in
-  # every layer that holds them give the same function): the layout that
-  # moves the fewest axes is taken. When one reaches none, the witness was
-  # blind to it (zero inputs, a branch not taken): refused.
-  if moved & idle():
-    return None
+  # Several layouts agree, and every variable they store otherwise reaches
+  # an output: the model has a symmetry (hidden units permuted alike in
+  # every layer that holds them give the same function), and the layout
+  # that moves the fewest axes is taken.
   least = min(m for m, _ in proven)
   fewest = [mapping for m, mapping in proven if m == least]
   return fewest[0] if len(fewest) == 1 else None
@@ -353,9 +355,9 @@ def _candidate(found: dict, left: str, right: str, sizes: dict, linen: tuple) ->
     merged = [g for side in (left, right) for g in re.findall(r'\(([^)]*)\)', side)]
     needed = {a for g in merged for a in g.split()[:-1]}
     transform = Rearrange(f'{left} -> {right}', **{a: sizes[a] for a in sorted(needed)})
-  iota = jnp.arange(math.prod(linen)).reshape(linen)
-  key = iota if transform is None else transform.apply([iota], 'linen', 0)[0]
-  key = (tuple(key.shape), tuple(jax.device_get(key).ravel().tolist()))
+  iota = np.arange(math.prod(linen), dtype=np.int32).reshape(linen)
+  moved = iota if transform is None else np.asarray(transform.apply([iota], 'linen', 0)[0])
+  key = (moved.shape, hashlib.sha1(moved.tobytes()).hexdigest())
   if key not in found:
     found[key] = transform
 

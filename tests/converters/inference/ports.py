@@ -225,6 +225,25 @@ class NNXFlatHeads(nnx.Module):
     return self.out(jnp.tanh(y).reshape(*x.shape[:-1], 6))
 
 
+class LinenCondWide(nn.Module):
+  @nn.compact
+  def __call__(self, x, p):
+    w1 = self.param('w1', nn.initializers.normal(), (N, N))
+    w2 = self.param('w2', nn.initializers.normal(), (N, 2 * N))
+    return jax.lax.cond(p, lambda: jnp.tile(x @ w1, (1, 2)), lambda: jnp.tanh(x @ w2))
+
+
+class NNXCondWideOutIn(nnx.Module):
+  """`w2` kept (out, in): one layout fits its shape, but the example's branch never reads it."""
+
+  def __init__(self, rngs):
+    self.w1 = nnx.Param(jax.random.normal(rngs.params(), (N, N)))
+    self.w2 = nnx.Param(jax.random.normal(rngs.params(), (2 * N, N)))
+
+  def __call__(self, x, p):
+    return jax.lax.cond(p, lambda: jnp.tile(x @ self.w1[...], (1, 2)), lambda: jnp.tanh(x @ self.w2[...].T))
+
+
 class LinenDeep(nn.Module):
   @nn.compact
   def __call__(self, x):
@@ -501,6 +520,8 @@ CASES = {
     'rectangular_kernel_kept_out_in': Case(LinenWide(), NNXWideOutIn, (_x(2, N),), 'maps'),
     'dense_general_kernels_beside_flat_ones': Case(
         LinenHeadsAndBack(), NNXFlatHeads, (_x(2, N),), 'maps'),
+    'a_layout_an_untaken_branch_hides_however_few_fit': Case(
+        LinenCondWide(), NNXCondWideOutIn, (_x(2, N), jnp.bool_(True)), 'refuses', ('w2',)),
     'deep_loop_of_kernels_kept_out_in': Case(LinenDeep(), NNXDeepOutIn, (_x(2, N),), 'maps'),
     'scanned_kernels_kept_out_in': Case(LinenScanned(), NNXScannedOutIn, (_x(2, N),), 'maps'),
     'heads_kernel_stored_with_axes_swapped': Case(
