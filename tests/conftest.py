@@ -4,10 +4,10 @@ program, hypothesis profiles (`tests.hypothesis_profiles`), and the
 `TEST_SHARD=k/n` keeps the k-th of n shares of the tests collected).
 
 Every distinct XLA program is compiled once per session: JAX's persistent
-compilation cache, in a directory of the session's own that is removed at
-exit. Tests build the same models again and again (each parametrization, each
-hypothesis example, each side of a comparison), and compiling them is most of
-the suite's time; the executables are those XLA builds anyway, so bit-for-bit
+compilation cache, in a directory of the session's own that both test
+processes share and that is removed at exit. Tests build the same models
+again and again (each parametrization, each hypothesis example, each side
+of a comparison), and compiling them is most of the suite's time; the executables are those XLA builds anyway, so bit-for-bit
 comparisons are unaffected.
 """
 
@@ -26,8 +26,14 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import is_hypothesis_test  # noqa: E402
 
-_compilation_cache = tempfile.mkdtemp(prefix='linen-nnx-kit-tests-xla-')
-atexit.register(shutil.rmtree, _compilation_cache, ignore_errors=True)
+# One cache for the session's processes: the first (pytest, or xdist's
+# controller) makes it and removes it at exit; the workers it starts inherit
+# its path, so a program one worker compiled serves the other.
+_compilation_cache = os.environ.get('LINEN_NNX_KIT_TESTS_XLA_CACHE')
+if _compilation_cache is None:
+  _compilation_cache = tempfile.mkdtemp(prefix='linen-nnx-kit-tests-xla-')
+  os.environ['LINEN_NNX_KIT_TESTS_XLA_CACHE'] = _compilation_cache
+  atexit.register(shutil.rmtree, _compilation_cache, ignore_errors=True)
 jax.config.update('jax_compilation_cache_dir', _compilation_cache)
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
 jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
