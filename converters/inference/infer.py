@@ -247,9 +247,9 @@ def _folded_rules(choices, traces) -> list[PathRule]:
   """Rules for `(linen path, nnx path, transform)` choices, the layers of a
   loop that share a transform folded into one `{i}` rule where that template
   names no other variable of either model."""
-  by_transform: dict[str | None, list] = {}
+  by_transform: dict[Rearrange | None, list] = {}  # a pattern with its sizes: (E, 4, 2) is not (E, 2, 2)
   for choice in choices:
-    by_transform.setdefault(choice[2] and choice[2].pattern, []).append(choice)
+    by_transform.setdefault(choice[2], []).append(choice)
   out = []
   for group in by_transform.values():
     own = {(f, p) for lp, np_, _ in group for f, p in (('linen', lp), ('nnx', np_))}

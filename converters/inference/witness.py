@@ -1,8 +1,8 @@
 """The numerical witness: an inferred mapping is checked by running both models.
 
-Both traced forward passes run on the example inputs (and on them
-perturbed, when given as arrays: a symmetric input hides a transposed one)
-with every variable
+Both traced forward passes run on the example inputs (and on them made
+generic, when given as arrays: a symmetric input hides a transposed one,
+constant tokens a query from a key; `perturbed`) with every variable
 drawn at random, independently of every other (a counter hash of its own
 seed: nothing to store, nothing shared between two variables), the NNX
 model's converted from the Linen model's through the mapping under test.
@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import jaxpr_as_fun
 
+from converters.errors import ConversionError, PathMappingError
 from converters.inference.evaluation import Program, evaluate, outside_any_mesh
 from converters.inference.tracing import Trace
 from converters.transforms import Rearrange
@@ -41,6 +42,9 @@ from converters.transforms import Rearrange
 #: Largest difference, relative to the outputs' scale, accepted between two
 #: programs that compute alike in another order, by output dtype width.
 TOLERANCE = {8: 1e-9, 4: 1e-4, 2: 3e-2}
+#: Smallest first-order effect of a variable on the outputs, relative to
+#: their scale, that a run can see: ten times float32's tolerance.
+REACH = 1e-3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,17 +106,36 @@ def draw(seed, shape: tuple[int, ...], dtype, layer=None) -> jax.Array:
 _draw = jax.jit(draw, static_argnums=(1, 2))
 
 def perturbed(inputs: Sequence) -> list | None:
-  """The inputs with every float element scaled by its own random factor in
-  [0.5, 1.5): signs, zeros and the order of magnitude kept (a mask stays a
-  mask, a positive input positive), any symmetry of the values broken (a
-  symmetric matrix, equal rows); None when no input is a float array."""
-  if not any(jnp.issubdtype(x.dtype, jnp.inexact) and x.size for x in inputs):
-    return None
-  return [
-      x * (1.0 + 0.5 * _hash_uniform(20_011 + k, tuple(x.shape), jnp.float32)).astype(x.dtype)
-      if jnp.issubdtype(x.dtype, jnp.inexact) else x
-      for k, x in enumerate(inputs)
-  ]
+  """The inputs made generic: float arrays scaled to unit size and each
+  element by its own random factor in [0.5, 1.5) (signs and zeros kept: a
+  mask stays a mask; a symmetric matrix or equal rows no longer are, and a
+  large input no longer drowns a layer's share of the outputs below the
+  tolerance); integer arrays drawn anew between their smallest and largest
+  value (between 0 and 1 when constant: constant tokens make a query and a
+  key alike); booleans kept. None when nothing changes."""
+  out, changed = [], False
+  for k, x in enumerate(inputs):
+    u = _hash_uniform(20_011 + k, tuple(x.shape), jnp.float32)
+    if not x.size or x.dtype == jnp.bool_:
+      out.append(x)
+    elif jnp.issubdtype(x.dtype, jnp.inexact):
+      size = jnp.max(jnp.abs(x)).astype(jnp.float32)
+      unit = x.astype(jnp.float32) / jnp.where(size > 0, size, 1.0)
+      out.append((unit * (1.0 + 0.5 * u)).astype(x.dtype))
+      changed = True
+    elif jnp.issubdtype(x.dtype, jnp.integer):
+      low, high = int(jnp.min(x)), int(jnp.max(x))
+      if low == high and low >= 0:
+        low, high = 0, max(high, 1)
+      if low == high:
+        out.append(x)
+        continue
+      drawn = low + jnp.floor((u + 1.0) / 2.0 * (high - low + 1)).astype(jnp.int32)
+      out.append(jnp.clip(drawn, low, high).astype(x.dtype))
+      changed = True
+    else:
+      out.append(x)
+  return out if changed else None
 
 
 def example_inputs(avals: Sequence, given: Sequence) -> list:
@@ -160,8 +183,8 @@ class Witness:
     avals = [v.aval for v in linen.closed.jaxpr.invars[len(linen.variables):]]
     with outside_any_mesh():
       self.inputs = example_inputs(avals, inputs)
-      # Inputs given as arrays may hide a wrong pair by their symmetry (a
-      # symmetric matrix, where `x.T @ k` is `x @ k`): run on them perturbed too.
+      # Inputs given as arrays may hide a wrong pair (a symmetric matrix,
+      # where `x.T @ k` is `x @ k`; constant tokens): run on them made generic too.
       given = any(not isinstance(v, jax.ShapeDtypeStruct) and hasattr(v, 'shape') for v in inputs)
       self.perturbed = perturbed(self.inputs) if given else None
     self.programs = (Program.of(linen.closed), Program.of(nnx.closed))  # for every run
@@ -194,7 +217,14 @@ class Witness:
       elif k in self.fused:
         f = self.fused[k]
         sources = [linen_input(*s) for s in f.sources]
-        value = f.transform.apply(sources, 'linen', f.lead, f.parts)[f.part]
+        try:
+          value = f.transform.apply(sources, 'linen', f.lead, f.parts)[f.part]
+        except ConversionError as e:
+          raise PathMappingError(f'{f.transform!r} does not apply to what it pairs: {e}') from e
+        wanted = tuple(nnx_vars[k].aval.shape)
+        if layer is not None and len(value.shape) == len(wanted) - 1:
+          return _shaped(f.transform, value, wanted[1:])  # made one layer at a time
+        value = _shaped(f.transform, value, wanted)
       else:
         return _drawn(nnx_vars[k].aval, self.nnx_keys.get(k, ()), partner, layer)
       return value if layer is None else value[layer]
@@ -228,6 +258,9 @@ class Witness:
     return compared
 
   def _influence(self, inputs):
+    """Each Linen slot's first-order effect on a random projection of the
+    outputs (the sum of |gradient x value| over its elements), relative to
+    the projection's own scale (the sum of |output x weight|)."""
     linen_values = self._linen_values()
     floats = [k for k, v in enumerate(linen_values) if jnp.issubdtype(v.dtype, jnp.floating)]
 
@@ -235,20 +268,22 @@ class Witness:
       values = list(linen_values)
       for k, v in zip(floats, chosen):
         values[k] = v
-      total = jnp.float32(0)
+      total, scale = jnp.float32(0), jnp.float32(0)
       written = {out for out, _ in self.linen.updated}
       for k, out in enumerate(jaxpr_as_fun(self.linen.closed)(*values, *inputs)):
         if (k < self.linen.outputs or k in written) and jnp.issubdtype(out.dtype, jnp.floating):
-          total = total + jnp.sum(out.astype(jnp.float32) * _hash_uniform(7_919 + k, out.shape, jnp.float32))
-      return total
+          weighted = out.astype(jnp.float32) * _hash_uniform(7_919 + k, out.shape, jnp.float32)
+          total, scale = total + jnp.sum(weighted), scale + jnp.sum(jnp.abs(weighted))
+      return total, scale
 
-    grads = jax.grad(projection)([linen_values[k] for k in floats])
+    chosen = [linen_values[k] for k in floats]
+    grads, scale = jax.grad(projection, has_aux=True)(chosen)
     reach = {}
-    for k, g in zip(floats, grads):
-      magnitude = jnp.abs(g.astype(jnp.float32))
+    for k, g, v in zip(floats, grads, chosen):
+      effect = jnp.abs(g.astype(jnp.float32) * v.astype(jnp.float32))
       for slot in self.linen_keys.get(k, ()):
-        part = magnitude if slot[1] is None else magnitude[slot[1]]
-        reach[slot] = jnp.max(part) if part.size else jnp.float32(0)
+        part = effect if slot[1] is None else effect[slot[1]]
+        reach[slot] = jnp.sum(part) / jnp.maximum(scale, 1e-30)
     return reach
 
   # -- public --------------------------------------------------------------
@@ -260,7 +295,7 @@ class Witness:
     verdict = self._verdict(self._run(copies, self.inputs))
     if not verdict.agree or self.perturbed is None:
       return verdict
-    again = self._verdict(self._run(copies, self.perturbed), ' (on the example inputs perturbed)')
+    again = self._verdict(self._run(copies, self.perturbed), ' (on the example inputs made generic)')
     worse = again if not again.difference <= verdict.difference else verdict  # NaN is worse
     return Verdict(again.agree, verdict.exact and again.exact, worse.difference, worse.where)
 
@@ -280,10 +315,19 @@ class Witness:
     return Verdict(agree, exact, worst, where)
 
   def idle(self) -> frozenset:
-    """Linen slots whose value reaches no output on the example inputs."""
-    with outside_any_mesh():
-      reach = jax.device_get(self._idle(self.inputs))
-    return frozenset(slot for slot, value in reach.items() if not float(value) > 0)
+    """Linen slots whose value reaches no output on the example inputs
+    (given or made generic), or reaches them too little for a run to see it (below `REACH` of their
+    scale: a query and a key on constant tokens move the outputs only by
+    rounding, through a softmax of equal logits)."""
+    idle = None
+    for inputs in (self.inputs, self.perturbed):  # seen in either run is witnessed
+      if inputs is None:
+        continue
+      with outside_any_mesh():
+        reach = jax.device_get(self._idle(inputs))
+      unseen = {slot for slot, value in reach.items() if not float(value) > REACH}
+      idle = unseen if idle is None else idle & unseen
+    return frozenset(idle)
 
 
 def _by_input(slots) -> dict[int, set]:
@@ -314,6 +358,15 @@ def _drawn(aval, slots, seed_of, layer=None):
 def _on_one_device(value) -> jax.Array:
   """A given array (placed anywhere, sharded or not) on the device the witness runs on."""
   return jax.device_put(value, jax.local_devices()[0])
+
+
+def _shaped(transform: Rearrange, value, shape: tuple):
+  """`value`, which `transform` made for a variable of `shape`, or the refusal."""
+  if tuple(value.shape) != tuple(shape):
+    raise PathMappingError(
+        f'{transform!r} makes {tuple(value.shape)} where the NNX variable is {tuple(shape)}'
+    )
+  return value
 
 
 def _layer(value, layer):

@@ -70,7 +70,7 @@ def test_a_large_value_equal_on_both_sides_hides_no_difference_elsewhere():
 
 def test_a_symmetric_example_input_hides_no_transpose():
   # `x.T @ a` is `x @ a` only for a symmetric `x`: the run on the inputs
-  # perturbed sees it, and keeps signs and zeros (a mask stays a mask).
+  # made generic sees it, and keeps signs and zeros (a mask stays a mask).
   x = jax.random.normal(jax.random.key(0), (4, 4))
   symmetric = x + x.T
   slots = [(0, None), (1, None)]
@@ -80,6 +80,6 @@ def test_a_symmetric_example_input_hides_no_transpose():
   w = Witness(square(lambda a, b, x: x @ a + b[0]), square(lambda a, b, x: x.T @ a + b[0]),
               [symmetric], slots, slots, {})
   verdict = w.check({(0, None): (0, None), (1, None): (1, None)})
-  assert not verdict.agree and 'perturbed' in verdict.where
+  assert not verdict.agree and 'generic' in verdict.where
   perturbed = np.asarray(w.perturbed[0])
   assert np.all(np.sign(perturbed) == np.sign(symmetric)) and not np.allclose(perturbed, perturbed.T)
