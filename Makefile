@@ -15,7 +15,7 @@ demo: $(STAMP)
 	$(BIN)/linen-nnx demo --devices 8
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 # Every hypothesis property at the nightly profile (200 examples each),
 # spread over TEST_WORKERS processes; TEST_SHARD=k/n runs the k-th of n shares

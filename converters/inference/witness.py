@@ -2,7 +2,7 @@
 
 Both traced forward passes run on the example inputs (and on them made
 generic, when given as arrays: a symmetric input hides a transposed one,
-constant tokens a query from a key; `perturbed`) with every variable
+constant tokens a query from a key; `generic_inputs`) with every variable
 drawn at random, independently of every other (a counter hash of its own
 seed: nothing to store, nothing shared between two variables), the NNX
 model's converted from the Linen model's through the mapping under test.
@@ -105,18 +105,20 @@ def draw(seed, shape: tuple[int, ...], dtype, layer=None) -> jax.Array:
 
 _draw = jax.jit(draw, static_argnums=(1, 2))
 
-def perturbed(inputs: Sequence) -> list | None:
+def generic_inputs(inputs: Sequence) -> list | None:
   """The inputs made generic: float arrays scaled to unit size and each
   element by its own random factor in [0.5, 1.5) (signs and zeros kept: a
   mask stays a mask; a symmetric matrix or equal rows no longer are, and a
   large input no longer drowns a layer's share of the outputs below the
   tolerance); integer arrays drawn anew between their smallest and largest
   value (between 0 and 1 when constant: constant tokens make a query and a
-  key alike); booleans kept. None when nothing changes."""
+  key alike); integer scalars (a length, a step) and booleans kept. None
+  when nothing changes."""
   out, changed = [], False
   for k, x in enumerate(inputs):
     u = _hash_uniform(20_011 + k, tuple(x.shape), jnp.float32)
-    if not x.size or x.dtype == jnp.bool_:
+    scalar_index = x.size < 2 and not jnp.issubdtype(x.dtype, jnp.inexact)
+    if not x.size or x.dtype == jnp.bool_ or scalar_index:
       out.append(x)
     elif jnp.issubdtype(x.dtype, jnp.inexact):
       size = jnp.max(jnp.abs(x)).astype(jnp.float32)
@@ -186,7 +188,7 @@ class Witness:
       # Inputs given as arrays may hide a wrong pair (a symmetric matrix,
       # where `x.T @ k` is `x @ k`; constant tokens): run on them made generic too.
       given = any(not isinstance(v, jax.ShapeDtypeStruct) and hasattr(v, 'shape') for v in inputs)
-      self.perturbed = perturbed(self.inputs) if given else None
+      self.generic = generic_inputs(self.inputs) if given else None
     self.programs = (Program.of(linen.closed), Program.of(nnx.closed))  # for every run
     self._idle = jax.jit(self._influence)
 
@@ -290,12 +292,12 @@ class Witness:
 
   def check(self, copies: Mapping[Hashable, Hashable]) -> Verdict:
     """Both models with each NNX slot drawn as `copies[slot]` (a Linen
-    slot), on the example inputs and, if they agree there, on the inputs
-    perturbed."""
+    slot), on the example inputs and, if they agree there, on them made
+    generic."""
     verdict = self._verdict(self._run(copies, self.inputs))
-    if not verdict.agree or self.perturbed is None:
+    if not verdict.agree or self.generic is None:
       return verdict
-    again = self._verdict(self._run(copies, self.perturbed), ' (on the example inputs made generic)')
+    again = self._verdict(self._run(copies, self.generic), ' (on the example inputs made generic)')
     worse = again if not again.difference <= verdict.difference else verdict  # NaN is worse
     return Verdict(again.agree, verdict.exact and again.exact, worse.difference, worse.where)
 
@@ -320,7 +322,7 @@ class Witness:
     scale: a query and a key on constant tokens move the outputs only by
     rounding, through a softmax of equal logits)."""
     idle = None
-    for inputs in (self.inputs, self.perturbed):  # seen in either run is witnessed
+    for inputs in (self.inputs, self.generic):  # seen in either run is witnessed
       if inputs is None:
         continue
       with outside_any_mesh():

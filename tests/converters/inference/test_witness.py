@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from converters.inference.tracing import Trace
-from converters.inference.witness import Witness, draw
+from converters.inference.witness import Witness, draw, generic_inputs
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
 W = jax.ShapeDtypeStruct((4, 4), jnp.float32)
@@ -81,5 +81,17 @@ def test_a_symmetric_example_input_hides_no_transpose():
               [symmetric], slots, slots, {})
   verdict = w.check({(0, None): (0, None), (1, None): (1, None)})
   assert not verdict.agree and 'generic' in verdict.where
-  perturbed = np.asarray(w.perturbed[0])
-  assert np.all(np.sign(perturbed) == np.sign(symmetric)) and not np.allclose(perturbed, perturbed.T)
+  generic = np.asarray(w.generic[0])
+  assert np.all(np.sign(generic) == np.sign(symmetric)) and not np.allclose(generic, generic.T)
+
+
+def test_inputs_made_generic_keep_what_their_values_mean():
+  tokens = jnp.ones((2, 8), jnp.int32)
+  ids = jnp.array([[3, 5, 7, 3]])
+  length, mask, large = jnp.int32(5), jnp.array([True, False]), 1e5 * jnp.arange(1.0, 5.0)
+  generic = generic_inputs([tokens, ids, length, mask, large])
+  assert set(np.unique(generic[0])) == {0, 1}  # constant tokens are no longer constant
+  assert np.all((generic[1] >= 3) & (generic[1] <= 7)) and not np.array_equal(generic[1], ids)
+  assert generic[2] == length and np.array_equal(generic[3], mask)  # a length, a mask: kept
+  assert np.all(generic[4] > 0) and np.max(np.abs(generic[4])) <= 1.5  # unit scale, signs kept
+  assert generic_inputs([length, mask]) is None
