@@ -303,31 +303,29 @@ def _rearrangements(linen: tuple, nnx: tuple) -> list:
   if math.prod(linen) != math.prod(nnx) or not linen or not nnx or max(len(linen), len(nnx)) > 4:
     return []
   found: dict = {}
-  for order in itertools.permutations(range(len(linen))):
+  for order in itertools.permutations(range(len(linen))):  # moved, then merged
     groups = _grouped([linen[k] for k in order], nnx)
     if groups is not None:
-      names = [chr(ord('a') + k) for k in range(len(linen))]
-      moved = [names[k] for k in order]
-      right, at = [], 0
-      for size in groups:
-        part = moved[at:at + size]
-        right.append(part[0] if size == 1 else f'({" ".join(part)})')
-        at += size
-      sizes = {names[k]: linen[k] for k in order}
-      _candidate(found, ' '.join(names), ' '.join(right), sizes, linen)
-  for order in itertools.permutations(range(len(nnx))):
+      names, grouped = _written(len(linen), order, groups)
+      _candidate(found, names, grouped, {n: linen[k] for k, n in enumerate(names.split())}, linen)
+  for order in itertools.permutations(range(len(nnx))):  # split, then moved
     groups = _grouped([nnx[k] for k in order], linen)
     if groups is not None and any(size > 1 for size in groups):
-      names = [chr(ord('a') + k) for k in range(len(nnx))]
-      moved = [names[k] for k in order]
-      left, at = [], 0
-      for size in groups:
-        part = moved[at:at + size]
-        left.append(part[0] if size == 1 else f'({" ".join(part)})')
-        at += size
-      sizes = {names[k]: nnx[k] for k in order}
-      _candidate(found, ' '.join(left), ' '.join(names), sizes, linen)
+      names, grouped = _written(len(nnx), order, groups)
+      _candidate(found, grouped, names, {n: nnx[k] for k, n in enumerate(names.split())}, linen)
   return list(found.values())
+
+
+def _written(rank: int, order: tuple, groups: list[int]) -> tuple[str, str]:
+  """`('a b c', 'a (c b)')`: a side's axes as named, and moved into `order`
+  with neighbours grouped `groups` at a time."""
+  names = [chr(ord('a') + k) for k in range(rank)]
+  moved, parts, at = [names[k] for k in order], [], 0
+  for size in groups:
+    part = moved[at:at + size]
+    parts.append(part[0] if size == 1 else f'({" ".join(part)})')
+    at += size
+  return ' '.join(names), ' '.join(parts)
 
 
 def _grouped(sizes: list[int], target: tuple) -> list[int] | None:
