@@ -17,6 +17,11 @@ from linen_nnx_cli.devices import simulate_cpu_devices
 
 if os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
   simulate_cpu_devices(8)
+  # XLA's LLVM backend at optimisation level 0 unless told otherwise
+  # (`make nightly` runs the default): machine code that runs slower but compiles
+  # in about 60% of the time, and compiling is most of the suite's time.
+  if '--xla_backend_optimization_level' not in os.environ['XLA_FLAGS']:
+    os.environ['XLA_FLAGS'] += ' --xla_backend_optimization_level=0'
 
 import atexit  # noqa: E402
 import shutil  # noqa: E402

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -32,6 +33,17 @@ class ProcessRun:
   returncode: int | None
   output: str
   result: dict | None
+
+
+def process_env() -> dict[str, str]:
+  """The environment of a JAX process the tests start: CPU only, the kit on the
+  path, and this process's compiler options without its device count (each
+  process sets its own)."""
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': ROOT}
+  flags = re.sub(r'--xla_force_host_platform_device_count=\S+', '', env.pop('XLA_FLAGS', ''))
+  if flags.strip():
+    env['XLA_FLAGS'] = flags.strip()
+  return env
 
 
 def free_port() -> int:
@@ -62,8 +74,7 @@ def run_processes(
   """
   port = free_port()
   options = options or {}
-  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': ROOT}
-  env.pop('XLA_FLAGS', None)
+  env = process_env()
   launched = []
   for p in range(processes):
     log = open(os.path.join(workdir, f'process_{p}.log'), 'w+')

@@ -129,15 +129,13 @@ def test_a_process_that_does_not_arrive_in_time_is_named_not_waited_for(tmp_path
 
 
 def _cli_in_processes(tmp_path, per_process_args, timeout_s=300):
-  import os
   import subprocess
   import sys
 
-  from tests.multiprocess.harness import ROOT, free_port
+  from tests.multiprocess.harness import ROOT, free_port, process_env
 
   port = free_port()
-  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': ROOT}
-  env.pop('XLA_FLAGS', None)
+  env = process_env()
   procs = [
       subprocess.Popen(
           [sys.executable, '-m', 'linen_nnx_cli.main', *args, '--devices', '4',

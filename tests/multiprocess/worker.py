@@ -20,7 +20,9 @@ COLLECTIVES = ('all-gather', 'all-reduce', 'all-to-all', 'collective-permute', '
 
 
 def _setup(process: int, processes: int, devices: int, port: int):
-  os.environ['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={devices}'
+  from linen_nnx_cli.devices import simulate_cpu_devices
+
+  simulate_cpu_devices(devices)  # keeps the compiler options the test passed
   import jax
 
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
@@ -207,9 +209,10 @@ def tree_mismatch(workdir: str, options: dict) -> dict:
   with jax.set_mesh(mesh):
     state = linen.create(seed=0)
     if options.get('late'):  # a process stuck until process 0 gave up on it
-      given_up = os.path.join(workdir, 'process_0.json')
-      deadline = time.monotonic() + 120
-      while not os.path.exists(given_up) and time.monotonic() < deadline:
+      # Process 0's failure report is the event (it writes its result only
+      # once this process has seen the report, or after report_failure's wait).
+      client, deadline = processes._client(), time.monotonic() + 120
+      while processes._try_get(client, processes._failed_key(0)) is None and time.monotonic() < deadline:
         time.sleep(0.05)
     linen_to_nnx({'params': state.params}, scan=True, paths=KIT_PATHS)
   return {}
