@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -37,13 +36,9 @@ class ProcessRun:
 
 def process_env() -> dict[str, str]:
   """The environment of a JAX process the tests start: CPU only, the kit on the
-  path, and this process's compiler options without its device count (each
-  process sets its own)."""
-  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': ROOT}
-  flags = re.sub(r'--xla_force_host_platform_device_count=\S+', '', env.pop('XLA_FLAGS', ''))
-  if flags.strip():
-    env['XLA_FLAGS'] = flags.strip()
-  return env
+  path, and this process's compiler options (`XLA_FLAGS`; each process sets
+  its own device count with `simulate_cpu_devices`, which replaces ours)."""
+  return {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': ROOT}
 
 
 def free_port() -> int:
