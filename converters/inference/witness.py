@@ -112,15 +112,17 @@ def generic_inputs(inputs: Sequence) -> list | None:
   large input no longer drowns a layer's share of the outputs below the
   tolerance); integer arrays drawn anew between their smallest and largest
   value (between 0 and 1 when constant: constant tokens make a query and a
-  key alike); integer scalars (a length, a step) and booleans kept. None
+  key alike); integer scalars and one-element integer arrays (a length, a
+  step) and booleans kept. None
   when nothing changes."""
   out, changed = [], False
   for k, x in enumerate(inputs):
-    u = _hash_uniform(20_011 + k, tuple(x.shape), jnp.float32)
     scalar_index = x.size < 2 and not jnp.issubdtype(x.dtype, jnp.inexact)
     if not x.size or x.dtype == jnp.bool_ or scalar_index:
       out.append(x)
-    elif jnp.issubdtype(x.dtype, jnp.inexact):
+      continue
+    u = _hash_uniform(20_011 + k, tuple(x.shape), jnp.float32)
+    if jnp.issubdtype(x.dtype, jnp.inexact):
       size = jnp.max(jnp.abs(x)).astype(jnp.float32)
       unit = x.astype(jnp.float32) / jnp.where(size > 0, size, 1.0)
       out.append((unit * (1.0 + 0.5 * u)).astype(x.dtype))
