@@ -453,12 +453,23 @@ class _Builder:
         if self._holds_variable(n):
           self.entered.add(env[v])
     outs = self.body(body, env)
-    for carry, out in zip(carries, outs[:n_carry]):
-      g.edges.append((out, 'next', carry))
-    return (
-        [g.node(label + ('final',), (c, 'final')) for c in carries]
-        + [g.node(label + ('stacked',), (o, 'stacked')) for o in outs[n_carry:]]
-    )
+    # A carry the body returns in its place, or a scanned operand it returns
+    # as it is (an NNX scan gives back the state it was given), is its
+    # operand: no node, so a port whose scan returns its state is alike.
+    entering = [env[v] for v in body.invars]
+    results = []
+    for j, out in enumerate(outs):
+      if j < n_carry:
+        if out == carries[j]:
+          results.append(ins[n_consts + j])
+          continue
+        g.edges.append((out, 'next', carries[j]))
+        results.append(g.node(label + ('final',), (carries[j], 'final')))
+      elif out in entering[n_consts + n_carry:]:
+        results.append(ins[entering.index(out, n_consts + n_carry)])
+      else:
+        results.append(g.node(label + ('stacked',), (out, 'stacked')))
+    return results
 
   def _while(self, eqn, ins: list[int]) -> list[int]:
     g = self.graph

@@ -93,3 +93,34 @@ def test_index_arithmetic_is_the_input_it_comes_from():
   indexed = summary(graph(lambda w, t: w[t], table, tokens))
   taken = summary(graph(lambda w, t: jnp.take(w, t, axis=0), table, tokens))
   assert indexed == taken
+
+
+def test_a_scan_that_returns_its_state_as_it_is_is_alike():
+  # An NNX scan hands back the stacked state it was given (as a scanned
+  # result, here also the variable's new value) through the call of its
+  # body (`nnx.remat`), where JAX does not forward it; `nn.scan` does not.
+  stack = jax.ShapeDtypeStruct((3, 4, 4), jnp.float32)
+
+  def scanned(f):
+    closed, shape = jax.make_jaxpr(f, return_shape=True)(stack, X)
+    trace = Trace(closed, (('params', ('w',)),), inputs=1, outputs=1)
+    return summary(Graph.of(trace))
+
+  linen = scanned(lambda w, x: (jax.lax.scan(lambda h, w_k: (jnp.tanh(h @ w_k), None), x, w)[0], [w]))
+
+  def nnx_like(w, x):
+    h, w_out = jax.lax.scan(jax.checkpoint(lambda h, w_k: (jnp.tanh(h @ w_k), w_k)), x, w)
+    return h, [w_out]
+
+  def carried(w, x):  # the state as a carry the body returns in its place
+    body = jax.checkpoint(lambda c, _: ((jnp.tanh(c[0] @ c[1][0]), c[1]), None))
+    (h, w_out), _ = jax.lax.scan(body, (x, w), None, length=3)
+    return h, [w_out]
+
+  assert scanned(nnx_like) == linen
+  # a scan that returns its scanned operand changed is not alike
+  assert scanned(lambda w, x: (lambda h, w2: (h, [w2]))(*jax.lax.scan(lambda h, w_k: (jnp.tanh(h @ w_k), w_k * 2.0 + 1.0), x, w))) != linen
+  # a carry returned in its place leaves no result of its own, only the one that changes
+  labels, edges = scanned(carried)
+  assert labels[('scan', 3, False, 'final')] == 1
+  assert not [e for e in edges if e[1] == 'next' and e[0] == e[2]]
