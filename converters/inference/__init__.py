@@ -11,8 +11,9 @@ into `{i}` templates). What the structure cannot tell apart is decided by
 the witness, or refused. `infer_models` is what `paths='infer'` of the
 conversions runs; `merge_layouts` joins the mappings of both layouts.
 
-Modules: `tracing`, `dataflow`, `refinement`, `witness`, `folding`, and
-`infer` (the two entry points).
+Modules: `tracing`, `unrolling` (a trace with its scans unrolled),
+`dataflow`, `refinement`, `witness`, `folding`, and `infer` (the two entry
+points).
 """
 
 from converters.inference.folding import fold, merge_layouts

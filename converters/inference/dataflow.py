@@ -188,7 +188,7 @@ class _Builder:
     self.indices: dict[frozenset, int] = {}
     self.scanned: set[int] = set()
     self.nodes_of: dict[int, int] = {}  # stacked input -> its node
-    self.concatenated: dict[int, list[int]] = {}  # concatenate node -> operands
+    self.concatenated: dict[int, list[int]] = {}  # node of a stack along axis 0 -> operands
     self.transposed: dict[tuple, int] = {}  # (variable node, order) -> its node
     self.entered: set[int] = set()  # nodes of variables in a loop's body
     jaxpr = trace.closed.jaxpr
@@ -345,7 +345,7 @@ class _Builder:
       return ins[0]
     if ins and ins[0] in self.stacked and (layer := _layer_sliced(eqn)) is not None:
       return self._layer(self.stacked[ins[0]], layer, eqn.invars[0])
-    if name == 'concatenate' and eqn.params['dimension'] == 0:
+    if _along_axis_0(eqn):  # the layers of a stacked variable, stacked again?
       whole = self._restacked(ins)
       if whole is not None:
         return whole
@@ -376,7 +376,7 @@ class _Builder:
       label += (repr(eqn.params['dimension_numbers']),)
     edges = ((n, self._position(name, k)) for k, n in enumerate(ins))
     n = g.node(label, *edges)
-    if name == 'concatenate':
+    if _along_axis_0(eqn):
       self.concatenated[n] = list(ins)
     return n
 
@@ -504,6 +504,14 @@ class _Builder:
         ))
         for k in range(len(eqn.outvars))
     ]
+
+
+def _along_axis_0(eqn) -> bool:
+  """Whether `eqn` stacks or concatenates its operands along axis 0 (how
+  an unrolled scan stacks its results)."""
+  name = eqn.primitive.name
+  return (name == 'concatenate' and eqn.params['dimension'] == 0) or (
+      name == 'stack' and eqn.params['axis'] == 0)
 
 
 def _layer_sliced(eqn) -> int | None:

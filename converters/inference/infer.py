@@ -31,6 +31,7 @@ from converters.inference.dataflow import Graph
 from converters.inference.folding import fold, merge_layouts, stacked_rules
 from converters.inference.refinement import Pairing, pair
 from converters.inference.tracing import Trace, kwargs_of, trace_linen, trace_nnx, traced
+from converters.inference.unrolling import unrolled
 from converters.inference.witness import Fused, Witness
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.paths import PathMapping, PathRule, as_mapping, format_path
@@ -109,8 +110,7 @@ class _Traced:
 
   @functools.cached_property
   def unrolled(self) -> tuple[Trace, Trace]:
-    with jax.disable_jit():
-      return tuple(traced(*call) for call in self.calls)
+    return tuple(unrolled(trace) for trace in self.traces)
 
 
 def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
