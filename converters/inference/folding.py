@@ -170,6 +170,11 @@ def merge_layouts(looped: PathMapping, stacked: PathMapping) -> PathMapping:
 
 Slot = tuple[tuple, int | None]  # (path, layer of a stacked variable or None)
 
+#: What `stacked_rules` says of layers paired last to first: no rule
+#: reverses the order of layers.
+REVERSED = 'in reverse order'
+
+
 
 def stacked_rules(pairs: list[tuple[Slot, Slot]]) -> tuple[list[PathRule], list[tuple], list[str]]:
   """Rules for the layers of stacked variables paired with looped ones: the
@@ -184,14 +189,23 @@ def stacked_rules(pairs: list[tuple[Slot, Slot]]) -> tuple[list[PathRule], list[
   for a, b in pairs:
     stacked, looped, side = (a, b, 'linen') if a[1] is not None else (b, a, 'nnx')
     if looped[1] is not None:  # both stacked
-      both[a[0], b[0]].add(a[1] == b[1])
+      both[a[0], b[0]].add((a[1], b[1]))
       layers[side, stacked[0]][stacked[1]] = None
       continue
     layers[side, stacked[0]][stacked[1]] = looped[0]
-  plain = [key for key, same in both.items() if same == {True}]
+  plain = [key for key, found in both.items() if all(i == j for i, j in found)]
+  problems = []
+  for (lp, np_), found in both.items():
+    last = max(max(i, j) for i, j in found)
+    if (lp, np_) not in plain and all(i + j == last for i, j in found):
+      layers.pop(('linen', lp), None)
+      layers.pop(('nnx', np_), None)
+      problems.append(
+          f'linen {format_path(lp)} and nnx {format_path(np_)} (both stacked): '
+          f'their layers pair {REVERSED} (layer i with layer {last} - i)'
+      )
   for lp, np_ in plain:
     layers.pop(('linen', lp), None)
-  problems = []
   for lp, np_ in plain:
     if ('nnx', np_) in layers and any(p is not None for p in layers[('nnx', np_)].values()):
       problems.append(f'nnx {format_path(np_)} (stacked): its layers pair with variables of two forms')
@@ -201,6 +215,14 @@ def stacked_rules(pairs: list[tuple[Slot, Slot]]) -> tuple[list[PathRule], list[
       continue
     template = _layer_template(looped)
     other = 'nnx' if side == 'linen' else 'linen'
+    last = len(looped) - 1
+    backwards = None if template else _layer_template({last - i: p for i, p in looped.items()})
+    if backwards is not None:
+      problems.append(
+          f'{side} {format_path(path)} (stacked): its layers pair with {other} {backwards} '
+          f'{REVERSED} (layer i with {backwards.replace("{i}", f"{{{last} - i}}")})'
+      )
+      continue
     if template is None:
       shown = ', '.join(
           f'{i}: {"(stacked)" if p is None else format_path(p)}' for i, p in sorted(looped.items())

@@ -28,7 +28,7 @@ from flax import nnx
 from converters import abstract_models
 from converters.errors import ConversionError, PathMappingError, format_offenders
 from converters.inference.dataflow import Graph
-from converters.inference.folding import fold, merge_layouts, stacked_rules
+from converters.inference.folding import REVERSED, fold, merge_layouts, stacked_rules
 from converters.inference.refinement import Pairing, pair
 from converters.inference.tracing import Trace, kwargs_of, trace_linen, trace_nnx, traced
 from converters.inference.unrolling import unrolled
@@ -678,7 +678,12 @@ def _rules(traces, given, copies: dict, fused, first_use: dict) -> PathMapping:
   if problems:
     raise PathMappingError(
         'the layers do not pair one to one: ' + format_offenders(problems),
-        fix='give the rules of these layers (PathRule(linen, nnx, linen_stacked, nnx_stacked))',
+        fix=(
+            "a path mapping pairs layer i with layer i, and no rule reverses the order of "
+            "layers: build the port's layers in the order the Linen model runs them"
+            if any(REVERSED in p for p in problems) else
+            'give the rules of these layers (PathRule(linen, nnx, linen_stacked, nnx_stacked))'
+        ),
     )
   ordered = sorted(
       ((b, a) for b, a in copies.items() if a[1] is None and b[1] is None),

@@ -3,7 +3,7 @@ also names a path paired otherwise."""
 
 from __future__ import annotations
 
-from converters.inference.folding import fold
+from converters.inference.folding import REVERSED, fold, stacked_rules
 from converters.paths import PathMapping, PathRule
 
 
@@ -29,3 +29,38 @@ def test_a_template_never_names_a_reserved_path():
   # Dense_1 is mapped by another rule (a transform): the layers keep rules of their own.
   rules = fold(pairs, [('linen', ('Dense_1', 'kernel'))])
   assert [(r.linen, r.nnx) for r in rules] == [('Dense_0/kernel', 'layers/0/w'), ('Dense_2/kernel', 'layers/2/w')]
+
+
+def test_stacked_layers_paired_in_order_are_one_rule():
+  pairs = [((('ScanBlock_0', 'kernel'), i), (('blocks', i, 'kernel'), None)) for i in range(3)]
+  rules, plain, problems = stacked_rules(pairs)
+  assert rules == [PathRule(None, 'blocks/{i}/kernel', linen_stacked='ScanBlock_0/kernel')]
+  assert plain == [] and problems == []
+  both = [((('ScanBlock_0', 'kernel'), i), (('blocks', 'kernel'), i)) for i in range(3)]
+  assert stacked_rules(both) == ([], [(('ScanBlock_0', 'kernel'), ('blocks', 'kernel'))], [])
+
+
+def test_stacked_layers_paired_last_to_first_are_refused_saying_so():
+  # No rule reverses the order of layers: a port that runs them backwards
+  # is refused, named as such, never converted layer i to layer i.
+  looped = [((('ScanBlock_0', 'kernel'), i), (('blocks', 2 - i, 'kernel'), None)) for i in range(3)]
+  rules, _, problems = stacked_rules(looped)
+  assert rules == []
+  assert problems == [
+      f'linen ScanBlock_0/kernel (stacked): its layers pair with nnx blocks/{{i}}/kernel {REVERSED} '
+      '(layer i with blocks/{2 - i}/kernel)'
+  ]
+  both = [((('ScanBlock_0', 'kernel'), i), (('blocks', 'kernel'), 2 - i)) for i in range(3)]
+  rules, plain, problems = stacked_rules(both)
+  assert rules == [] and plain == []
+  assert problems == [
+      f'linen ScanBlock_0/kernel and nnx blocks/kernel (both stacked): their layers pair {REVERSED} '
+      '(layer i with layer 2 - i)'
+  ]
+
+
+def test_stacked_layers_paired_in_no_order_are_refused_listing_them():
+  shuffled = [((('ScanBlock_0', 'kernel'), i), (('blocks', (i + 1) % 3, 'kernel'), None)) for i in range(3)]
+  rules, _, (problem,) = stacked_rules(shuffled)
+  assert rules == [] and REVERSED not in problem
+  assert '0: blocks/1/kernel, 1: blocks/2/kernel, 2: blocks/0/kernel' in problem

@@ -346,6 +346,25 @@ def test_operands_that_commute_do_not_tell_variables_apart(scanned):
   assert gates and all('gate' in p for p in gates)
 
 
+class NNXBackwardGLUs(NNXLoopedGLUs):
+  """A port that runs its layers last to first."""
+
+  def __call__(self, x):
+    for layer in reversed(self.layers):
+      x = layer(x)
+    return x
+
+
+def test_a_port_that_runs_the_scanned_layers_backwards_is_refused_saying_so():
+  # Layer i of the stack pairs with `layers/{2 - i}`, which no rule writes:
+  # refused, saying what to change, never converted layer i to layer i.
+  with pytest.raises(PathMappingError) as e:
+    infer_paths(LinenScannedGLUs(), NNXBackwardGLUs(nnx.Rngs(0)), jax.ShapeDtypeStruct((4, 8), jnp.float32))
+  message = str(e.value)
+  assert 'linen blocks/gate/kernel (stacked): its layers pair with nnx layers/{i}/gate/kernel in reverse order' in message
+  assert "build the port's layers in the order the Linen model runs them" in message
+
+
 class NNXScaledGLU(NNXGLU):
   """A port that scales the input first: a scale by a constant is no step of
   the structure, so the value and the gate still pair by the sigmoid."""
