@@ -175,7 +175,6 @@ Slot = tuple[tuple, int | None]  # (path, layer of a stacked variable or None)
 REVERSED = 'in reverse order'
 
 
-
 def stacked_rules(pairs: list[tuple[Slot, Slot]]) -> tuple[list[PathRule], list[tuple], list[str]]:
   """Rules for the layers of stacked variables paired with looped ones: the
   stacked path on its side, the looped template on the other; `(rules,
@@ -196,13 +195,16 @@ def stacked_rules(pairs: list[tuple[Slot, Slot]]) -> tuple[list[PathRule], list[
   plain = [key for key, found in both.items() if all(i == j for i, j in found)]
   problems = []
   for (lp, np_), found in both.items():
-    last = max(max(i, j) for i, j in found)
-    if (lp, np_) not in plain and all(i + j == last for i, j in found):
-      layers.pop(('linen', lp), None)
-      layers.pop(('nnx', np_), None)
+    n = len(found)
+    whole = (
+        sorted(i for i, _ in found) == sorted(j for _, j in found) == list(range(n))
+        and sorted(layers['linen', lp]) == list(range(n)) and ('nnx', np_) not in layers
+    )  # every layer of both stacks paired between the two, and only there
+    if (lp, np_) not in plain and whole and all(i + j == n - 1 for i, j in found):
+      layers.pop(('linen', lp))
       problems.append(
           f'linen {format_path(lp)} and nnx {format_path(np_)} (both stacked): '
-          f'their layers pair {REVERSED} (layer i with layer {last} - i)'
+          f'their layers pair {REVERSED} (layer i with layer {n - 1} - i)'
       )
   for lp, np_ in plain:
     layers.pop(('linen', lp), None)

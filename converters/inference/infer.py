@@ -110,7 +110,7 @@ class _Traced:
 
   @functools.cached_property
   def unrolled(self) -> tuple[Trace, Trace]:
-    return tuple(unrolled(trace) for trace in self.traces)
+    return tuple(traced(call[0], unrolled, t) for call, t in zip(self.calls, self.traces))
 
 
 def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
@@ -676,14 +676,17 @@ def _rules(traces, given, copies: dict, fused, first_use: dict) -> PathMapping:
   layered = [(a, b) for a, b in slot_pairs if a[1] is not None or b[1] is not None]
   layer_rules, plain, problems = stacked_rules(layered)
   if problems:
+    hints = []
+    if any(REVERSED in p for p in problems):
+      hints.append(
+          'no rule reverses the order of a stack (a path mapping pairs layer i with layer i): '
+          "store the port's layers so that its layer i is the Linen model's layer i, run in the "
+          'same direction (a scan with reverse=True on one side only pairs them last to first)'
+      )
+    if not all(REVERSED in p for p in problems):
+      hints.append('give the rules of these layers (PathRule(linen, nnx, linen_stacked, nnx_stacked))')
     raise PathMappingError(
-        'the layers do not pair one to one: ' + format_offenders(problems),
-        fix=(
-            "a path mapping pairs layer i with layer i, and no rule reverses the order of "
-            "layers: build the port's layers in the order the Linen model runs them"
-            if any(REVERSED in p for p in problems) else
-            'give the rules of these layers (PathRule(linen, nnx, linen_stacked, nnx_stacked))'
-        ),
+        'the layers do not pair one to one: ' + format_offenders(problems), fix='; '.join(hints),
     )
   ordered = sorted(
       ((b, a) for b, a in copies.items() if a[1] is None and b[1] is None),

@@ -64,3 +64,14 @@ def test_stacked_layers_paired_in_no_order_are_refused_listing_them():
   rules, _, (problem,) = stacked_rules(shuffled)
   assert rules == [] and REVERSED not in problem
   assert '0: blocks/1/kernel, 1: blocks/2/kernel, 2: blocks/0/kernel' in problem
+
+
+def test_a_partial_crossing_of_stacked_layers_is_not_called_a_reversal():
+  # Layers 0 and 2 of a 4-layer stack crossed, the rest paired elsewhere:
+  # refused, but no order explains it.
+  pairs = [((('ScanBlock_0', 'kernel'), i), (('blocks', 'kernel'), j)) for i, j in ((0, 2), (2, 0))]
+  pairs += [((('ScanBlock_0', 'kernel'), 1), (('layers', 1, 'kernel'), None))]
+  pairs += [((('ScanBlock_0', 'kernel'), 3), (('layers', 3, 'kernel'), None))]
+  rules, plain, problems = stacked_rules(pairs)
+  assert rules == [] and plain == [] and problems
+  assert not any(REVERSED in p for p in problems)

@@ -362,7 +362,8 @@ def test_a_port_that_runs_the_scanned_layers_backwards_is_refused_saying_so():
     infer_paths(LinenScannedGLUs(), NNXBackwardGLUs(nnx.Rngs(0)), jax.ShapeDtypeStruct((4, 8), jnp.float32))
   message = str(e.value)
   assert 'linen blocks/gate/kernel (stacked): its layers pair with nnx layers/{i}/gate/kernel in reverse order' in message
-  assert "build the port's layers in the order the Linen model runs them" in message
+  assert "store the port's layers so that its layer i is the Linen model's layer i" in message
+  assert 'give the rules' not in message  # no rule could say it
 
 
 class NNXScaledGLU(NNXGLU):

@@ -56,6 +56,13 @@ CASES = {
         jax.checkpoint(lambda h, w_k: (layer(h, w_k, b), w_k)), x, w)),
     'in_a_jit': lambda w, b, x: (jax.jit(lambda w, x: jax.lax.scan(
         lambda h, w_k: (layer(h, w_k, b), None), x, w)[0])(w, x), [w, b]),
+    'in_a_cond': lambda w, b, x: (jax.lax.cond(
+        jnp.sum(x) > 0, lambda x: jax.lax.scan(lambda h, w_k: (layer(h, w_k, b), None), x, w)[0],
+        lambda x: -x, x), [w, b]),
+    'in_a_while': lambda w, b, x: (jax.lax.while_loop(
+        lambda c: c[1] < 2,
+        lambda c: (jax.lax.scan(lambda h, w_k: (layer(h, w_k, b), None), c[0], w)[0], c[1] + 1),
+        (x, 0))[0], [w, b]),
     'nested': lambda w, b, x: (jax.lax.scan(
         lambda h, w_k: (jax.lax.scan(lambda g, _: (layer(g, w_k, b), None), h, None, length=2)[0], None),
         x, w)[0], [w, b]),
