@@ -366,8 +366,14 @@ def _paired(traces, graphs, given):
 
 
 def _complete(result) -> bool:
-  pairing = result[0]
-  return not pairing.groups and not any(pairing.unmatched)
+  """Every variable paired, and every given rule's NNX variable anchored to
+  Linen ones (a rule across layouts, `linen_stacked=` beside `{i}`, anchors
+  layer by layer only with the scans unrolled)."""
+  pairing, anchors = result[0], result[1]
+  return (
+      not pairing.groups and not any(pairing.unmatched)
+      and all(sources for sources, _, _ in anchors.values())
+  )
 
 
 def _score(result) -> tuple:

@@ -346,6 +346,24 @@ def test_operands_that_commute_do_not_tell_variables_apart(scanned):
   assert gates and all('gate' in p for p in gates)
 
 
+def test_rules_given_across_layouts_anchor_layer_by_layer():
+  # The Linen model scans, the port loops: each given rule pairs a stack with
+  # a `{i}` family, which anchors only once the scans are unrolled (with every
+  # variable given, the scanned graphs have nothing left to pair).
+  given = [
+      PathRule(None, f'layers/{{i}}/{name}/{kind}', linen_stacked=f'blocks/{name}/{kind}')
+      for name in ('value', 'gate') for kind in ('kernel', 'bias')
+  ]
+  linen, model = LinenScannedGLUs(), NNXLoopedGLUs(nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(0), (4, 8))
+  mapping = infer_paths(linen, model, x, paths=given[:1])  # one given, the rest inferred
+  assert set(mapping.rules) == set(given)
+  assert set(infer_paths(linen, model, x, paths=given).rules) == set(given)  # all given, proven
+  variables = linen.init(jax.random.key(1), x)
+  ported = linen_to_nnx(variables, target=model, paths=mapping)
+  np.testing.assert_allclose(np.asarray(ported(x)), np.asarray(linen.apply(variables, x)), rtol=1e-6, atol=1e-6)
+
+
 class NNXBackwardGLUs(NNXLoopedGLUs):
   """A port that runs its layers last to first."""
 
