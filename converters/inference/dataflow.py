@@ -65,6 +65,9 @@ CALLS = {
     'closed_call': 'call_jaxpr', 'core_call': 'call_jaxpr', 'shard_map': 'jaxpr',
     'custom_lin': 'jaxpr',
 }
+#: Of those, the calls whose body computes on whole arrays, which running or
+#: rewriting a program inlines (`shard_map`'s body computes on shards).
+WHOLE_ARRAY_CALLS = {name: param for name, param in CALLS.items() if name != 'shard_map'}
 #: Operations whose operands commute.
 COMMUTATIVE = frozenset({'add', 'add_any', 'mul', 'max', 'min', 'and', 'or', 'xor', 'eq', 'ne'})
 #: Parameters that say what an operation computes (the rest say how or on

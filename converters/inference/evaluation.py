@@ -25,13 +25,10 @@ import jax
 import jax.numpy as jnp
 from jax.extend import core as jcore
 
-from converters.inference.dataflow import CALLS
+from converters.inference.dataflow import WHOLE_ARRAY_CALLS
 
 #: Operations that only place a value: the run is on one device.
 PLACING = frozenset({'sharding_constraint', 'mesh_cast', 'reshard', 'device_put'})
-#: Calls inlined: those the graph inlines, but `shard_map`, whose body
-#: computes on shards, not on whole arrays.
-INLINED = {name: param for name, param in CALLS.items() if name != 'shard_map'}
 
 #: `variable(k, layer)`: input `k` (`layer` None), or its slice `layer`.
 VariableSource = Callable[[int, 'int | None'], Any]
@@ -91,7 +88,7 @@ class Program:
       if name in PLACING:
         names.update(zip(eqn.outvars, operands))
         continue
-      called = eqn.params.get(INLINED.get(name, ''))
+      called = eqn.params.get(WHOLE_ARRAY_CALLS.get(name, ''))
       if called is not None:
         inner = called if isinstance(called, jcore.ClosedJaxpr) else jcore.ClosedJaxpr(called, ())
         scope = dict(zip(inner.jaxpr.invars, operands[len(operands) - len(inner.jaxpr.invars):]))

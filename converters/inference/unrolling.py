@@ -23,11 +23,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jcore
 
-from converters.inference.dataflow import CALLS
+from converters.inference.dataflow import WHOLE_ARRAY_CALLS
 from converters.inference.tracing import Trace
-
-#: Calls inlined; `shard_map`'s body computes on shards, so it is bound as it is.
-_INLINED = {name: param for name, param in CALLS.items() if name != 'shard_map'}
 
 
 def unrolled(trace: Trace) -> Trace:
@@ -67,7 +64,7 @@ def _evaluate(jaxpr: jcore.Jaxpr, consts: Sequence, args: Sequence) -> list:
   for eqn in jaxpr.eqns:
     ins = [read(v) for v in eqn.invars]
     name = eqn.primitive.name
-    called = eqn.params.get(_INLINED.get(name, ''))
+    called = eqn.params.get(WHOLE_ARRAY_CALLS.get(name, ''))
     if name == 'scan':
       outs = _scan(eqn.params, ins)
     elif name == 'cond' and any(_scans(b.jaxpr) for b in eqn.params['branches']):
