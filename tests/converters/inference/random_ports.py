@@ -7,9 +7,20 @@ sign of the first input. `linen_model(program)` writes it as a Linen module;
 `nnx_port(program, rewrite)` writes a port of it that a person might write:
 its own names and nesting, another order of evaluation, operands of sums
 and products swapped, a scale moved across a contraction, sharding
-constraints added, `broadcast_to` for `tile`, and kernels stored transposed
-(contracted by an einsum or as `x @ w.T`; they need a transform: inference
-must refuse those, or map them correctly).
+constraints added, removed or moved, `broadcast_to` for `tile`, and
+parameters stored otherwise: kernels stored transposed (contracted by an
+einsum or as `x @ w.T`), two kernels fused into one `(N, 2N)` parameter
+sliced where each is used, a concatenation's `(2N, N)` kernel split in two
+halves, each contracting one operand. Those need a transform: inference
+must refuse them, or map them correctly.
+
+`Layers` repeats such a program as the block of a stack of layers: Linen
+scans the block (`nn.scan`, its variables stacked) or loops over one
+submodule a layer; the port scans it (`nnx.vmap` + `nnx.scan`) or loops over
+an `nnx.List`, either with the layers rematerialized, and either in Linen's
+order or run from the end of its stack (`reverse`: Linen's layer i is the
+port's layer count-1-i, which no path rule says: inference must refuse, or
+map each layer correctly).
 """
 
 from __future__ import annotations
@@ -56,11 +67,28 @@ class Rewrite:
   constrained: frozenset[int]  # nodes the port constrains
   transposed: frozenset[str]  # kernels stored (out, in)
   in_call: frozenset[str] = frozenset()  # of those, used as `x @ w.T` (else an einsum)
+  fused: tuple[str, ...] = ()  # two kernels stored as one (N, 2N), stored under the first's path
+  split: frozenset[str] = frozenset()  # concatenations' kernels stored as two (N, N) halves
+  linen_constrained: frozenset[int] = frozenset()  # nodes the original constrains
+
+  @property
+  def reshaped(self) -> bool:
+    """Whether a parameter is stored in another layout (its rule needs a transform)."""
+    return bool(self.transposed or self.fused or self.split)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layers:
+  count: int
+  linen_scan: bool  # else one submodule a layer
+  nnx_scan: bool  # else an nnx.List
+  remat: bool  # on both sides
+  reverse: bool  # the port runs its layers from the end of its stack
 
 
 @st.composite
-def programs(draw) -> Program:
-  inputs = draw(st.integers(1, 2))
+def programs(draw, inputs: st.SearchStrategy[int] = st.integers(1, 2)) -> Program:
+  inputs = draw(inputs)
   nodes = [Node('input', (), extra=str(i)) for i in range(inputs)]
   params: dict[str, tuple[int, ...]] = {}
   kernels: list[str] = []
@@ -115,18 +143,34 @@ def rewrites(draw, program: Program, transposes: bool = True) -> Rewrite:
   scaled = [k for k, n in enumerate(program.nodes) if n.extra == 'scaled']
   kernels = [name for name, shape in program.params if shape == (N, N)]
   transposed = frozenset(draw(st.sets(st.sampled_from(kernels))) if kernels and transposes else ())
+  in_call = frozenset(draw(st.sets(st.sampled_from(sorted(transposed)))) if transposed else ())
+  nodes = st.sets(st.sampled_from(range(len(program.nodes))))
+  swaps = frozenset(draw(st.sets(st.sampled_from(commutative))) if commutative else ())
+  scales = frozenset(draw(st.sets(st.sampled_from(scaled))) if scaled else ())
+  constrained = frozenset(draw(nodes))
+  stored_as_is = [name for name in kernels if name not in transposed]
+  fused = ()
+  if transposes and len(stored_as_is) >= 2 and draw(st.integers(0, 3)) == 0:
+    fused = tuple(draw(st.permutations(stored_as_is))[:2])
+  concatenations = [name for name, shape in program.params if shape == (2 * N, N)]
+  split = frozenset()
+  if transposes and concatenations and draw(st.integers(0, 3)) == 0:
+    split = frozenset(draw(st.sets(st.sampled_from(concatenations), min_size=1)))
   return Rewrite(
-      tuple(names), tuple(order),
-      frozenset(draw(st.sets(st.sampled_from(commutative))) if commutative else ()),
-      frozenset(draw(st.sets(st.sampled_from(scaled))) if scaled else ()),
-      frozenset(draw(st.sets(st.sampled_from(range(len(program.nodes)))))),
-      transposed,
-      frozenset(draw(st.sets(st.sampled_from(sorted(transposed)))) if transposed else ()),
+      tuple(names), tuple(order), swaps, scales, constrained, transposed, in_call, fused, split,
+      frozenset(draw(nodes)),
+  )
+
+
+def layers() -> st.SearchStrategy[Layers]:
+  return st.builds(
+      Layers, st.integers(2, 3), st.booleans(), st.booleans(), st.booleans(), st.booleans()
   )
 
 
 def _evaluate(program: Program, order, inputs, get, *, swapped=frozenset(), scaled=frozenset(),
-              constrained=frozenset(), transposed=frozenset(), in_call=frozenset(), tile=True):
+              constrained=frozenset(), transposed=frozenset(), in_call=frozenset(),
+              split=frozenset(), tile=True):
   values = {}
   for k in order:
     node = program.nodes[k]
@@ -151,6 +195,8 @@ def _evaluate(program: Program, order, inputs, get, *, swapped=frozenset(), scal
       v = x + y if node.kind == 'add' else x * y
     elif node.kind == 'act':
       v = ACTIVATIONS[node.extra](a[0])
+    elif node.kind == 'concat' and node.param in split:
+      v = a[0] @ get(node.param + '/top') + a[1] @ get(node.param + '/bottom')
     elif node.kind == 'concat':
       v = jnp.concatenate([a[0], a[1]], axis=-1) @ get(node.param)
     else:  # choice on the sign of the first input
@@ -167,16 +213,51 @@ def _dense(x, w, transposed: bool, in_call: bool = False):
   return x @ w
 
 
-def linen_model(program: Program) -> nn.Module:
+def linen_model(program: Program, constrained: frozenset[int] = frozenset()) -> nn.Module:
   class RandomLinen(nn.Module):
     @nn.compact
     def __call__(self, *inputs):
       params = {
           name: self.param(name, nn.initializers.normal(1.0), shape) for name, shape in program.params
       }
-      return _evaluate(program, range(len(program.nodes)), inputs, params.__getitem__)
+      return _evaluate(
+          program, range(len(program.nodes)), inputs, params.__getitem__, constrained=constrained
+      )
 
   return RandomLinen()
+
+
+def linen_layers_model(
+    program: Program, layers: Layers, constrained: frozenset[int] = frozenset()
+) -> nn.Module:
+  """`layers.count` layers whose block is `program` (one input: the carry)."""
+
+  class Block(nn.Module):
+    @nn.compact
+    def __call__(self, h, _):
+      params = {
+          name: self.param(name, nn.initializers.normal(1.0), shape) for name, shape in program.params
+      }
+      values = _evaluate(
+          program, range(len(program.nodes)), (h,), params.__getitem__, constrained=constrained
+      )
+      return values, None
+
+  block = nn.remat(Block) if layers.remat else Block
+
+  class RandomLinenLayers(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      if layers.linen_scan:
+        scan = nn.scan(
+            block, variable_axes={'params': 0}, split_rngs={'params': True}, length=layers.count
+        )
+        return scan(name='layers')(x, None)[0]
+      for i in range(layers.count):
+        x = block(name=f'layers_{i}')(x, None)[0]
+      return x
+
+  return RandomLinenLayers()
 
 
 class _Holder(nnx.Module):
@@ -184,34 +265,88 @@ class _Holder(nnx.Module):
 
 
 def nnx_port(program: Program, rewrite: Rewrite, rngs: nnx.Rngs) -> nnx.Module:
+  return _port_class(program, rewrite)(rngs)
+
+
+def _port_class(program: Program, rewrite: Rewrite) -> type[nnx.Module]:
   names = dict(rewrite.names)
 
-  class RandomPort(nnx.Module):
-    def __init__(self):
-      for name, shape in program.params:
-        path = names[name]
-        owner = self
-        for key in path[:-1]:
-          if not hasattr(owner, key):
-            setattr(owner, key, _Holder())
-          owner = getattr(owner, key)
-        stored = shape[::-1] if name in rewrite.transposed else shape
-        setattr(owner, path[-1], nnx.Param(jax.random.normal(rngs.params(), stored)))
+  def stored(name, shape):  # (path, shape) of each array the port stores for `name`
+    path = names[name]
+    if name in rewrite.split:
+      return [(path[:-1] + (path[-1] + '_' + half,), (N, N)) for half in ('top', 'bottom')]
+    if rewrite.fused and name == rewrite.fused[1]:
+      return []
+    if rewrite.fused and name == rewrite.fused[0]:
+      return [(path, (N, 2 * N))]
+    return [(path, shape[::-1] if name in rewrite.transposed else shape)]
 
-    def get(self, name):
+  class RandomPort(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+      for name, shape in program.params:
+        for path, shape in stored(name, shape):
+          owner = self
+          for key in path[:-1]:
+            if not hasattr(owner, key):
+              setattr(owner, key, _Holder())
+            owner = getattr(owner, key)
+          setattr(owner, path[-1], nnx.Param(jax.random.normal(rngs.params(), shape)))
+
+    def _read(self, path):
       owner = self
-      for key in names[name]:
+      for key in path:
         owner = getattr(owner, key)
       return owner[...]
+
+    def get(self, name):
+      if '/' in name:  # a half of a split kernel
+        name, half = name.split('/')
+        return self._read(names[name][:-1] + (names[name][-1] + '_' + half,))
+      if rewrite.fused and name in rewrite.fused:
+        first = rewrite.fused.index(name) * N
+        return self._read(names[rewrite.fused[0]])[:, first:first + N]
+      return self._read(names[name])
 
     def __call__(self, *inputs):
       return _evaluate(
           program, rewrite.order, inputs, self.get, swapped=rewrite.swapped,
           scaled=rewrite.scaled, constrained=rewrite.constrained,
-          transposed=rewrite.transposed, in_call=rewrite.in_call, tile=False,
+          transposed=rewrite.transposed, in_call=rewrite.in_call, split=rewrite.split, tile=False,
       )
 
-  return RandomPort()
+  return RandomPort
+
+
+def nnx_layers_port(program: Program, rewrite: Rewrite, layers: Layers, rngs: nnx.Rngs) -> nnx.Module:
+  """The port of `linen_layers_model(program, layers)`, its block rewritten by `rewrite`."""
+  block = _port_class(program, rewrite)
+
+  def step(x, layer):
+    return layer(x)
+
+  step = nnx.remat(step) if layers.remat else step
+
+  class RandomLayersPort(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+      if layers.nnx_scan:
+        @nnx.split_rngs(splits=layers.count)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def create(rngs):
+          return block(rngs)
+
+        self.layers = create(rngs)
+      else:
+        self.layers = nnx.List([block(rngs) for _ in range(layers.count)])
+
+    def __call__(self, x):
+      if layers.nnx_scan:
+        run = nnx.scan(step, in_axes=(nnx.Carry, 0), out_axes=nnx.Carry, reverse=layers.reverse)
+        return run(x, self.layers)
+      for layer in reversed(self.layers) if layers.reverse else self.layers:
+        x = step(x, layer)
+      return x
+
+  return RandomLayersPort(rngs)
 
 
 def example_inputs(program: Program, seed: int = 10) -> tuple:
