@@ -23,16 +23,10 @@ imports neither `linen_impl`, `nnx_impl`, `kit_mlp`, `model_zoo` nor `linen_nnx_
 (contracts in pyproject.toml, checked by `make test`).
 
 Names are imported lazily, so that `linen_nnx_cli.devices` can set the
-simulated device count before anything imports JAX. Modules that moved out in
-the package split are still importable under their old names for one release,
-with a `DeprecationWarning`.
+simulated device count before anything imports JAX.
 """
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
-import warnings
 
 _EXPORTS = {
     'linen_to_nnx': 'converters.api',
@@ -71,60 +65,3 @@ def __getattr__(name):
   if name in _EXPORTS:
     return getattr(importlib.import_module(_EXPORTS[name]), name)
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-
-
-# Old module -> where it lives now (the package split of linen-nnx-kit 0.2).
-_MOVED_MODULES = {
-    'converters.checkpoints': 'converters.checkpoint.inspect',
-    'converters.checkpoint_convert': 'converters.checkpoint.convert',
-    'converters.verification': 'converters.checkpoint.verify',
-    'converters.compare': 'converters.checkpoint.compare',
-    'converters.training_states': 'converters.checkpoint.training_states',
-    'converters.destination': 'converters.checkpoint.destination',
-    'converters.processes': 'converters.distributed',
-    'converters.constrained_params': 'nnx_port.constrained_params',
-    'converters.description': 'kit_mlp.description',
-    'converters.data': 'kit_mlp.data',
-    'converters.optimizers': 'kit_mlp.optimizers',
-    'converters.devices': 'linen_nnx_cli.devices',
-    'converters.cli': 'linen_nnx_cli.main',
-    'converters.demo': 'linen_nnx_cli.demo',
-    'converters.plot': 'linen_nnx_cli.plot',
-    'converters.progress': 'linen_nnx_cli.progress',
-    'converters.report': 'converters.testing.tables',
-    'converters.side_by_side': 'linen_nnx_cli.side_by_side',
-}
-
-
-class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-  """Imports a moved module under its old name: the new module, with a warning."""
-
-  def __init__(self):
-    self._specs = {}
-
-  def find_spec(self, fullname, path=None, target=None):
-    if _MOVED_MODULES.get(fullname) is None:
-      return None
-    return importlib.util.spec_from_loader(fullname, self)
-
-  def create_module(self, spec):
-    new = _MOVED_MODULES[spec.name]
-    warnings.warn(
-        f'{spec.name} moved to {new}; import it from there', DeprecationWarning, stacklevel=2
-    )
-    module = importlib.import_module(new)
-    self._specs[spec.name] = module.__spec__
-    return module
-
-  def exec_module(self, module):
-    # The new module is already executed; the import system has just given it
-    # the old name's spec: give it back its own.
-    module.__spec__ = self._specs.pop(module.__spec__.name)
-
-
-if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
-  sys.meta_path.append(_MovedModuleFinder())
-
-# The catalogue registers the former default of `paths=` and its old names in
-# `converters.paths` (deprecated, for one release). It imports no JAX.
-importlib.import_module('converters.presets')

@@ -160,10 +160,7 @@ def _plan_collections(
   for name, tree in trees.items():
     flats[name] = read(name, tree)
   # One mapping for every collection (and the optimizer state planned after them).
-  every_path = [p for flat in flats.values() for p in flat]
-  batch.options = dataclasses.replace(
-      batch.options, paths=path_mapping.resolve(batch.options.paths, source, every_path)
-  )
+  batch.options = dataclasses.replace(batch.options, paths=path_mapping.resolve(batch.options.paths))
   for name in trees:
     for path, (value, annotation) in batch.plan(flats[name], source, target).items():
       if path in owner:

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -438,63 +436,7 @@ def as_infer(paths) -> Infer | None:
   return None
 
 
-# What `paths=None` meant before linen-nnx-kit 0.2, registered by the catalogue
-# (`converters.presets`) with the names it moved there from this module. Both go
-# in the next release.
-_former_default: tuple[str, PathMapping] | None = None
-_moved_names: dict[str, tuple[str, object]] = {}
-
-
-def register_former_default(name: str, mapping: PathMapping) -> None:
-  global _former_default
-  _former_default = (name, mapping)
-
-
-def register_moved_name(name: str, module: str, value: object) -> None:
-  _moved_names[name] = (module, value)
-
-
-def resolve(paths, framework: Framework, source_paths: Iterable[Sequence]) -> PathMapping:
-  """The mapping a conversion of `source_paths` uses.
-
-  `paths=None` (the default) is `PathMapping.identity()`: every parameter
-  keeps its path. For one release, a tree of which the former default maps
-  any path is still mapped by it (so calls that worked, or failed, before do
-  the same), with a `DeprecationWarning` saying what to pass.
-  """
-  if paths is not None:
-    return as_mapping(paths)
-  if _former_default is not None:
-    name, former = _former_default
-    if any(former.match_all(framework, p) for p in source_paths):
-      warnings.warn(
-          f'paths omitted: these {framework} paths are mapped by {name}, the '
-          'former default; from the next release paths=None keeps every path as '
-          f'it is (PathMapping.identity()). Pass paths={name} to keep this mapping, '
-          'or paths=PathMapping.identity() if your port kept these names',
-          DeprecationWarning,
-          stacklevel=_stacklevel_outside_the_package(),
-      )
-      return former
-  return PathMapping.identity()
-
-
-def _stacklevel_outside_the_package() -> int:
-  """The `stacklevel` that points a warning at the first caller outside `converters`."""
-  level, frame = 1, sys._getframe(1)
-  while frame is not None and frame.f_globals.get('__name__', '').split('.')[0] == 'converters':
-    frame, level = frame.f_back, level + 1
-  return level
-
-
-def __getattr__(name):
-  if name in _moved_names:
-    module, value = _moved_names[name]
-    warnings.warn(
-        f'converters.paths.{name} moved to {module}.{name} (also '
-        f'converters.{name}); import it from there',
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return value
-  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+def resolve(paths) -> PathMapping:
+  """The mapping a conversion uses: `paths=None` (the default) keeps every path
+  (`PathMapping.identity()`); anything else is read by `as_mapping`."""
+  return PathMapping.identity() if paths is None else as_mapping(paths)

@@ -10,15 +10,11 @@ on multiple devices" guides (Linen `DotReluDot_{i}/Dense_0/kernel`,
 Each is a `PathMapping`; extend one with `GUIDE_PATHS + [PathRule(...)]`.
 
 This is a catalogue above the conversion core, which knows no model: the core
-imports nothing from here. Until the next release, `GUIDE_PATHS` is also what
-an omitted `paths=` means for a tree it maps whole (with a DeprecationWarning;
-see `converters.paths.resolve`), and these names are importable from
-`converters.paths`, their home before 0.2.
+imports nothing from here, and an omitted `paths=` keeps every path.
 """
 
 from __future__ import annotations
 
-from converters import paths
 from converters.paths import PathMapping, PathRule
 
 _GUIDE_LAYER = (('Dense_0/kernel', 'dot1/kernel'), ('W2', 'w2'))
@@ -42,7 +38,3 @@ GUIDE_PATHS = PathMapping(_layer_rules('DotReluDot'))
 GUIDE_LOGICAL_PATHS = PathMapping(_layer_rules('LogicalDotReluDot'))
 #: The kit's own `linen_impl` / `nnx_impl` MLP, which keeps the guides' naming.
 KIT_PATHS = GUIDE_PATHS
-
-paths.register_former_default('converters.GUIDE_PATHS', GUIDE_PATHS)
-for _name in ('GUIDE_PATHS', 'GUIDE_LOGICAL_PATHS', 'KIT_PATHS'):
-  paths.register_moved_name(_name, __name__, globals()[_name])

@@ -210,7 +210,7 @@ class Batch:
     if jax.process_count() > 1:
       agree_on_conversion(pairs, source, target, options)
     layout.check_placement(pairs, options.mesh, options.resolution_rules)
-    mapping = path_mapping.resolve(options.paths, source, pairs)
+    mapping = path_mapping.resolve(options.paths)
     if (options.scan is not None or options.num_layers is not None) and not any(
         rule.layered for rule in mapping.rules
     ):

@@ -19,13 +19,9 @@
 On failure each raises an `AssertionError` whose message is a table (laid out
 by `tables`). They work for any model pair that a `PathMapping` relates.
 
-May import: the conversion core (`converters`) and rich. The hypothesis
-strategies over the kit's own MLP moved to `kit_mlp.strategies`; their old
-names here still work for one release, with a `DeprecationWarning`.
+May import: the conversion core (`converters`) and rich. (The hypothesis
+strategies over the kit's own MLP are in `kit_mlp.strategies`.)
 """
-
-import importlib
-import warnings
 
 from converters.testing.assertions import (
     assert_same_layout,
@@ -38,21 +34,3 @@ __all__ = [
     'assert_port_equivalent', 'assert_same_layout', 'assert_same_outputs', 'assert_same_values',
     'assert_training_equivalent',
 ]
-
-_MOVED_TO_KIT_MLP = (
-    'MESH_SHAPES', 'mesh_shapes', 'random_rule_sets', 'rule_sets', 'optimizers', 'descriptions',
-)
-
-
-def __getattr__(name):
-  if name in _MOVED_TO_KIT_MLP:
-    warnings.warn(
-        f'converters.testing.{name} moved to kit_mlp.strategies.{name} (strategies '
-        "over the kit's own MLP); import it from there",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    # By name, not by an import statement: the deprecated alias is the one
-    # place the testing helpers reach the kit's MLP, and only until it goes.
-    return getattr(importlib.import_module('kit_mlp.strategies'), name)
-  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

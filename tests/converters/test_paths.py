@@ -130,10 +130,9 @@ def test_equal_mappings_compare_equal():
   assert PathMapping.identity() == PathMapping([], keep_unmatched=True)
 
 
-def test_an_omitted_mapping_keeps_the_paths_of_a_model_the_former_default_does_not_know(recwarn):
-  assert path_mapping.resolve(None, 'linen', [('Dense_0', 'kernel')]) == PathMapping.identity()
-  assert path_mapping.resolve(KIT_PATHS, 'linen', [('Dense_0', 'kernel')]) is KIT_PATHS
-  assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+def test_an_omitted_mapping_is_the_identity_and_a_given_one_itself():
+  assert path_mapping.resolve(None) == PathMapping.identity()
+  assert path_mapping.resolve(KIT_PATHS) is KIT_PATHS
 
 
 class LinenNet(nn.Module):
@@ -192,15 +191,14 @@ def test_scan_and_num_layers_without_layer_rules_are_refused_not_ignored():
     converters.linen_to_nnx(params, num_layers=7)
 
 
-def test_the_former_default_is_decided_once_for_every_collection_and_warns_at_the_caller():
+def test_an_omitted_mapping_keeps_every_collections_paths():
   from tests.converters.conversion_cases import description, linen_trained
 
   params = linen_trained(description('device', False), 'adam', 0).params
-  with pytest.warns(DeprecationWarning, match='paths=PathMapping.identity') as record:
-    converters.linen_to_nnx({'params': params})
-  assert record[0].filename == __file__
-  # One mapping for every collection: a cache path the guide's mapping lacks is
-  # refused, not kept under its Linen name beside renamed parameters.
   variables = {'params': params, 'cache': {'DotReluDot_0': {'index': jnp.zeros((), jnp.int32)}}}
-  with pytest.warns(DeprecationWarning), pytest.raises(PathMappingError, match='DotReluDot_0/index'):
-    converters.linen_to_nnx(variables)
+  state = converters.linen_to_nnx(variables)
+  assert set(state) == set(params)
+  assert state['DotReluDot_0']['index'].get_value() == 0
+  assert state['DotReluDot_0']['W2'].get_value() is params['DotReluDot_0']['W2'].value
+
+
