@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 
+from converters import compat
 from converters.errors import ConversionError, format_offenders
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -35,11 +36,7 @@ class ProcessMismatchError(ConversionError):
 
 
 def _client():
-  # The coordination service client that `jax.distributed.initialize` starts;
-  # JAX has no public accessor for it (Orbax reaches it the same way).
-  from jax._src import distributed
-
-  client = distributed.global_state.client
+  client = compat.distributed_client()
   if client is None:
     raise ProcessMismatchError(
         f'{jax.process_count()} processes but no jax.distributed client; call '

@@ -7,9 +7,9 @@ box's mesh, and every other metadata entry, carried through unchanged.
 
 Reading and writing go through Flax's own `to_nnx_metadata` /
 `from_nnx_metadata`, guarded against their defects: `LogicallyPartitioned.
-to_nnx_metadata()` pops fields out of the box it is called on, and
-`from_nnx_metadata` pops keys out of the dict it is given, so both only ever
-see copies. NNX's legacy `sharding` / `sharding_names` keys are read as
+to_nnx_metadata()` pops fields out of the box it is called on (it is called
+on a copy, `compat.to_nnx_metadata`), and `from_nnx_metadata` pops keys out
+of the dict it is given (it gets one of its own). NNX's legacy `sharding` / `sharding_names` keys are read as
 `out_sharding`. Linen boxes cannot hold arbitrary metadata, so metadata that
 has no Linen field travels in `CarryingPartitioned` / `CarryingLogicallyPartitioned`
 / `Annotated`, which Linen treats as ordinary boxes.
@@ -22,7 +22,6 @@ axis name exactly as `nn.scan(metadata_params=...)` and
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any
 
@@ -33,6 +32,7 @@ from flax import nnx, struct
 from flax.core import meta
 from jax.sharding import Mesh, PartitionSpec
 
+from converters import compat
 from converters.errors import AnnotationError
 
 #: NNX Variable configuration that every Variable carries.
@@ -136,8 +136,7 @@ def read_linen(leaf, path: str) -> tuple[Any, Annotation]:
   extra = dict(getattr(leaf, 'extra', ()))
   if isinstance(leaf, Annotated):
     return leaf.value, Annotation(extra=_freeze(extra))
-  # to_nnx_metadata of LogicallyPartitioned pops fields from vars(box): copy.
-  metadata = copy.copy(leaf).to_nnx_metadata()
+  metadata = compat.to_nnx_metadata(leaf)
   metadata.pop('extra', None)
   value = metadata.pop('value')
   names = metadata.pop('out_sharding')

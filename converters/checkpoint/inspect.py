@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from converters import compat
 from converters.errors import CheckpointError, ShapeError, format_offenders
 from converters.paths import Framework
 from converters.tree_io import key_of
@@ -139,35 +140,11 @@ def locate(path: str | os.PathLike) -> tuple[str, str]:
   )
 
 
-def _ignore_stray_orbax_callbacks() -> None:
-  """Keeps TensorStore reads that finish after a failed Orbax read quiet.
-
-  Orbax runs each call on a fresh event loop and closes it as soon as a read
-  fails (even when it then logs and returns None); reads still in flight then
-  call back into the closed loop, and each callback's
-  `RuntimeError('Event loop is closed')` is printed as unraisable, tens of
-  tracebacks around the one-line error. Those, and only those, are dropped;
-  every other unraisable exception reaches the previous hook. Installed
-  before the first Orbax read, since the callbacks can come before it returns.
-  """
-  previous = sys.unraisablehook
-  if getattr(previous, 'ignores_stray_orbax_callbacks', False):
-    return
-
-  def hook(unraisable):
-    if isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == 'Event loop is closed':
-      return
-    previous(unraisable)
-
-  hook.ignores_stray_orbax_callbacks = True
-  sys.unraisablehook = hook
-
-
 def _step_metadata(path: str) -> Any:
   """Orbax's step metadata (item metadata and commit time); reads no array data."""
   import orbax.checkpoint as ocp
 
-  _ignore_stray_orbax_callbacks()
+  compat.ignore_stray_orbax_callbacks()
   try:
     with ocp.StandardCheckpointer() as checkpointer:
       step = checkpointer.metadata(path)
@@ -349,7 +326,7 @@ def restore(info: CheckpointInfo, target: Any) -> Any:
   if info.format == 'flax-msgpack':
     return _place_host_tree(info, target)
   handler = ocp.StandardCheckpointHandler(restore_concurrent_gb=RESTORE_CONCURRENT_GB)
-  _ignore_stray_orbax_callbacks()
+  compat.ignore_stray_orbax_callbacks()
   try:
     if info.unfinished:  # the Checkpointer refuses it; its handler reads it
       try:
@@ -381,7 +358,7 @@ def _stored_scalars(info: CheckpointInfo, paths: list[tuple[str, ...]]) -> dict[
       node, args = node.setdefault(key, {}), args.setdefault(key, {})
     node[path[-1]] = np.zeros((), info.leaves[path][1])
     args[path[-1]] = ocp.RestoreArgs(restore_type=np.ndarray)
-  _ignore_stray_orbax_callbacks()
+  compat.ignore_stray_orbax_callbacks()
   try:
     with ocp.PyTreeCheckpointer() as checkpointer:
       restored = checkpointer.restore(info.path, args=ocp.args.PyTreeRestore(

@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 from jax._src.interpreters import partial_eval
 
-from converters import abstract_models
+from converters import abstract_models, compat
 
 MESH_AXES = ('data', 'model')
 
@@ -70,7 +70,7 @@ def test_no_walk_over_the_trace_per_variable_update(monkeypatch):
     walks.clear()
     abstract_models.eval_shape(lambda: Stack(4, nnx.Rngs(0)))
   assert walks == []
-  assert partial_eval.DynamicJaxprTracer._origin_msg is abstract_models._ORIGINAL_MESSAGE
+  assert partial_eval.DynamicJaxprTracer._origin_msg is compat._ORIGINAL_MESSAGE
 
 
 def _concretizes():
@@ -85,7 +85,7 @@ def test_a_failing_factory_raises_flax_own_error_with_jax_full_message():
     abstract_models.eval_shape(_concretizes)
   assert 'This value became a tracer due to JAX operations' in str(flax_own.value)
   assert str(ours.value) == str(flax_own.value)
-  assert partial_eval.DynamicJaxprTracer._origin_msg is abstract_models._ORIGINAL_MESSAGE
+  assert partial_eval.DynamicJaxprTracer._origin_msg is compat._ORIGINAL_MESSAGE
 
 
 def test_a_caller_that_discards_the_error_runs_the_factory_once():
@@ -101,7 +101,7 @@ def test_a_caller_that_discards_the_error_runs_the_factory_once():
   with pytest.raises(jax.errors.ConcretizationTypeError):
     abstract_models.eval_shape(failing)
   assert len(calls) == 3  # the second time, again unguarded for JAX's message
-  assert partial_eval.DynamicJaxprTracer._origin_msg is abstract_models._ORIGINAL_MESSAGE
+  assert partial_eval.DynamicJaxprTracer._origin_msg is compat._ORIGINAL_MESSAGE
 
 
 def test_other_threads_keep_jax_full_messages():
@@ -132,4 +132,4 @@ def test_nested_creations_restore_jax_on_the_way_out():
   with jax.set_mesh(_mesh()):
     made = abstract_models.eval_shape(create)
   assert made['inner'].layers[0].kernel.shape == (8, 8)
-  assert partial_eval.DynamicJaxprTracer._origin_msg is abstract_models._ORIGINAL_MESSAGE
+  assert partial_eval.DynamicJaxprTracer._origin_msg is compat._ORIGINAL_MESSAGE
