@@ -13,7 +13,8 @@ sharding annotation), `layout` (path translation and scan <-> loop relayout),
 (reading and writing both frameworks' trees), `optimizer_state` (optax state <-> NNX optimizers,
 with a registry for optimizers of your own), `distributed` (agreement between
 processes), `abstract_models` (users' NNX models created abstractly, guarded
-against a Flax defect), `allocator`, `compat` (the workarounds of upstream
+against a Flax defect), `allocator`, `comparison` (arrays compared bit for bit or within a
+tolerance, for every check), `compat` (the workarounds of upstream
 defects, each until upstream mends it) and `errors`. Above it: `converters.presets` (the
 path mappings of published models), `converters.checkpoint` (inspect,
 restore, convert, verify and compare checkpoints on disk) and

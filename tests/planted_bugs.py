@@ -72,10 +72,10 @@ BUGS = {
         ('tests/converters/test_equivalence.py', '-k', 'corrupted'),
     ),
     6: PlantedBug(
-        'bits_equal compares only the common prefix', 'converters/checkpoint/compare.py',
+        'bits_equal compares only the common prefix', 'converters/comparison.py',
         '  if len(xs) != len(ys):',
         '  if False:',
-        ('tests/converters/checkpoint/test_compare.py',),
+        ('tests/converters/test_comparison.py', '-k', 'bits_equal'),
     ),
     7: PlantedBug(
         'NNX -> Linen adds one to the step', 'converters/optimizer_state.py',

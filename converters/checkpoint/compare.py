@@ -14,15 +14,14 @@ import dataclasses
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 from flax import nnx
 from flax.training.train_state import TrainState
 
 from converters import metadata as md
+from converters.comparison import leaf_difference
 from converters.checkpoint.inspect import string_path
-from converters.checkpoint.verify import host_bits
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import PathMapping, format_path
 
@@ -39,57 +38,6 @@ class LeafComparison:
   spec_b: str
   max_abs_diff: float
   identical: bool
-
-
-def _bits(x: jax.Array) -> jax.Array:
-  """Integer view of `x`, so NaNs and signed zeros compare by their bits."""
-  if jnp.issubdtype(x.dtype, jnp.floating):
-    width = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize]
-    return jax.lax.bitcast_convert_type(x, width)
-  return x
-
-
-@jax.jit
-def _difference(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
-  equal = jnp.all(_bits(a) == _bits(b))
-  diff = jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))
-  return equal, jnp.max(diff, initial=0.0)
-
-
-def bits_equal(xs: list[jax.Array], ys: list[jax.Array]) -> list[bool]:
-  """Whether each `xs[i]` equals `ys[i]` bit for bit.
-
-  Arrays with the same sharding are compared shard by shard, only the shards
-  this process holds, with no compilation and no gathering; others on device.
-  """
-  if len(xs) != len(ys):
-    raise ValueError(
-        f'bits_equal: {len(xs)} arrays against {len(ys)}; compare the leaves of '
-        'trees of one structure'
-    )
-  out = []
-  for x, y in zip(xs, ys):
-    if x.shape != y.shape or x.dtype != y.dtype:
-      out.append(False)
-    elif x.sharding == y.sharding:
-      pairs = zip(
-          sorted(x.addressable_shards, key=lambda s: s.device.id),
-          sorted(y.addressable_shards, key=lambda s: s.device.id),
-      )
-      out.append(all(
-          np.array_equal(host_bits(a.data), host_bits(b.data)) for a, b in pairs
-      ))
-    else:
-      out.append(bool(_difference(x, y)[0]))
-  return out
-
-
-def leaf_difference(a: jax.Array, b: jax.Array) -> tuple[bool, float]:
-  """`(bit-identical, max |a - b|)`, computed on device."""
-  if a.shape != b.shape or a.dtype != b.dtype:
-    return False, float('nan')
-  equal, diff = _difference(a, b)
-  return bool(equal), float(diff)
 
 
 def _spec(value) -> str:

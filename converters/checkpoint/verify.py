@@ -23,16 +23,11 @@ import numpy as np
 
 from converters.allocator import release_free_memory
 from converters.checkpoint import inspect as checkpoints
+from converters.comparison import host_bits
 from converters.errors import CheckpointError, VerificationError, format_offenders
 
 # Read back at most this many bytes at a time.
 CHUNK_BYTES = 32 * 2**20
-
-
-def host_bits(x) -> np.ndarray:
-  """`x` on the host as unsigned integers of its width: NaNs and -0.0 compare by their bits."""
-  x = np.asarray(x)
-  return (x.reshape(1) if x.ndim == 0 else x).view(f'u{x.dtype.itemsize}')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import numpy as np
 from flax import linen as nn
 from flax import nnx
 
 from converters.api import linen_to_nnx
+from converters.comparison import differs, largest_difference
 from converters.paths import PathMapping, format_path
 from converters.testing.tables import format_table
 from converters.tree_io import nest
@@ -85,23 +85,6 @@ def assert_same_layout(
     raise AssertionError('\n'.join(lines))
 
 
-def _max_diff(a, b) -> tuple[float, tuple[int, ...]]:
-  a = np.asarray(jax.device_get(a), dtype=np.float64)
-  b = np.asarray(jax.device_get(b), dtype=np.float64)
-  diff = np.abs(a - b)
-  if diff.size == 0:
-    return 0.0, ()
-  where = np.unravel_index(int(np.nanargmax(np.where(np.isnan(diff), np.inf, diff))), diff.shape)
-  return float(diff[where]), tuple(int(i) for i in where)
-
-
-def _differs(a, b, atol: float) -> bool:
-  if atol == 0:
-    a, b = np.asarray(jax.device_get(a)), np.asarray(jax.device_get(b))
-    return a.tobytes() != b.tobytes()
-  return _max_diff(a, b)[0] > atol
-
-
 def assert_same_values(
     linen_variables: dict,
     nnx_state: nnx.State | nnx.Module,
@@ -115,8 +98,8 @@ def assert_same_values(
   rows = []
   for path in sorted(pairs, key=format_path):
     a, b = (v.get_value() for v in pairs[path])
-    if a.shape != b.shape or _differs(a, b, atol):
-      diff, where = _max_diff(a, b) if a.shape == b.shape else (float('inf'), ())
+    if a.shape != b.shape or differs(a, b, atol):
+      diff, where = largest_difference(a, b) if a.shape == b.shape else (float('inf'), ())
       rows.append([format_path(path), f'{diff:.3g}', str(where)])
   if missing or extra or rows:
     lines = [f'Linen and NNX parameters differ (atol={atol}).']
@@ -160,8 +143,8 @@ def assert_same_outputs(
   rows = []
   for i, (a, b) in enumerate(zip(a_leaves, b_leaves)):
     sharding_same = a.sharding.is_equivalent_to(b.sharding, a.ndim)
-    if a.shape != b.shape or a.dtype != b.dtype or _differs(a, b, atol) or not sharding_same:
-      diff, where = _max_diff(a, b) if a.shape == b.shape else (float('inf'), ())
+    if a.shape != b.shape or a.dtype != b.dtype or differs(a, b, atol) or not sharding_same:
+      diff, where = largest_difference(a, b) if a.shape == b.shape else (float('inf'), ())
       rows.append([
           f'output {i}', f'{a.shape} {a.dtype} {getattr(a.sharding, "spec", a.sharding)}',
           f'{b.shape} {b.dtype} {getattr(b.sharding, "spec", b.sharding)}',

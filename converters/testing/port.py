@@ -35,6 +35,7 @@ from flax import linen as nn
 from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
+from converters.comparison import describe_difference, differs
 from converters.errors import PathMappingError
 from converters.inference import infer_paths
 from converters.linen_model import LinenModel
@@ -87,18 +88,7 @@ def _diff(a, b, atol: float) -> str | None:
       and not sharding_a.is_equivalent_to(sharding_b, len(a_shape))
   ):
     return f'sharding {getattr(sharding_a, "spec", sharding_a)} vs {getattr(sharding_b, "spec", sharding_b)}'
-  x = np.asarray(jax.device_get(a))
-  y = np.asarray(jax.device_get(b))
-  floating = x.dtype.kind in 'fc'
-  if x.tobytes() == y.tobytes() or (
-      atol > 0 and floating and np.allclose(x, y, rtol=0, atol=atol, equal_nan=True)
-  ):
-    return None
-  if floating:
-    diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
-    where = np.unravel_index(int(np.nanargmax(np.where(np.isnan(diff), np.inf, diff))), diff.shape) if diff.size else ()
-    return f'max abs diff {float(diff[where]) if diff.size else 0:.3g} at {tuple(int(i) for i in where)}'
-  return 'values differ'
+  return describe_difference(a, b) if differs(a, b, atol) else None
 
 
 def _compare_trees(what: str, expected, actual, atol: float = 0.0, annotations: bool = True) -> list[list[str]]:

@@ -14,6 +14,7 @@ from flax import nnx
 from jax._src.interpreters import partial_eval
 
 from converters import abstract_models, compat
+from tests.converters.test_compat import origin_walks
 
 MESH_AXES = ('data', 'model')
 
@@ -43,15 +44,6 @@ def _leaves(state):
   ]
 
 
-def _origin_walks(monkeypatch) -> list[int]:
-  """Counts the walks over the trace that JAX's origin messages make."""
-  walks = []
-  frame = partial_eval.JaxprStackFrame
-  find = frame.find_progenitors
-  monkeypatch.setattr(frame, 'find_progenitors', lambda self, t: walks.append(1) or find(self, t))
-  return walks
-
-
 def test_makes_what_flax_makes():
   with jax.set_mesh(_mesh()):
     ours = abstract_models.eval_shape(lambda: Stack(6, nnx.Rngs(0, dropout=1)))
@@ -63,7 +55,7 @@ def test_makes_what_flax_makes():
 
 
 def test_no_walk_over_the_trace_per_variable_update(monkeypatch):
-  walks = _origin_walks(monkeypatch)
+  walks = origin_walks(monkeypatch)
   with jax.set_mesh(_mesh()):
     nnx.eval_shape(lambda: Stack(4, nnx.Rngs(0)))
     assert walks, 'Flax no longer asks tracers for .sharding: the guard can go'

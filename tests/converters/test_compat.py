@@ -16,7 +16,7 @@ from jax._src.interpreters import partial_eval
 from converters import compat
 
 
-def _origin_walks(monkeypatch) -> list[int]:
+def origin_walks(monkeypatch) -> list[int]:
   """Counts the walks over the trace that JAX's origin messages make."""
   walks = []
   frame = partial_eval.JaxprStackFrame
@@ -32,13 +32,13 @@ def _probe_sharding(x):
 
 
 def test_jax_still_walks_the_trace_when_a_tracer_is_probed_for_sharding(monkeypatch):
-  walks = _origin_walks(monkeypatch)
+  walks = origin_walks(monkeypatch)
   jax.make_jaxpr(_probe_sharding)(jnp.ones(3))
   assert walks, 'JAX no longer walks the trace for .sharding (jax-ml/jax#40041): quiet_tracer_origins can go'
 
 
 def test_quiet_tracer_origins_skips_the_walk_on_this_thread_only(monkeypatch):
-  walks = _origin_walks(monkeypatch)
+  walks = origin_walks(monkeypatch)
   elsewhere = []
 
   def other_thread():

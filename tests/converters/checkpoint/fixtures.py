@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from converters.checkpoint.compare import bits_equal, host_bits
+from converters.comparison import bits_equal, host_bits
 from kit_mlp.data import make_batches
 from kit_mlp.description import ModelDescription
 from kit_mlp.optimizers import make_tx

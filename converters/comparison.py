@@ -1,0 +1,111 @@
+"""Comparing arrays: bit for bit, or within an absolute tolerance, and where they differ most.
+
+One definition for every check the kit makes: the equivalence assertions
+(`converters.testing`), the checkpoint comparison (`converters.checkpoint.
+compare`) and the read-back verification (`converters.checkpoint.verify`).
+
+- Bit for bit (`atol=0`, the default everywhere): the arrays' bits, read as
+  unsigned integers of their width, so a NaN equals the same NaN and -0.0
+  differs from 0.0.
+- Within `atol > 0`: floating and complex elements may differ by at most
+  `atol`, NaNs where both hold one; integers and booleans still compare
+  exactly (a tolerance is for rounding, which they do not do).
+- `largest_difference` says where two arrays of one shape differ most, in
+  float64 on the host; a NaN on one side only is an infinite difference.
+- `bits_equal` and `leaf_difference` compare arrays where they are, for
+  arrays too large to gather: shard by shard when their shardings match.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def host_bits(x) -> np.ndarray:
+  """`x` on the host as unsigned integers of its width (a 0-d array as shape (1,))."""
+  x = np.asarray(jax.device_get(x))
+  return (x.reshape(1) if x.ndim == 0 else x).view(f'u{x.dtype.itemsize}')
+
+
+def device_bits(x: jax.Array) -> jax.Array:
+  """`x` where it is, its floating elements viewed as unsigned integers of their width."""
+  if jnp.issubdtype(x.dtype, jnp.floating):
+    width = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize]
+    return jax.lax.bitcast_convert_type(x, width)
+  return x
+
+
+def largest_difference(a, b) -> tuple[float, tuple[int, ...]]:
+  """`(max |a - b|, its index)` of two arrays of one shape; `(0.0, ())` if empty."""
+  x, y = np.asarray(jax.device_get(a)), np.asarray(jax.device_get(b))
+  wide = np.complex128 if 'c' in (x.dtype.kind, y.dtype.kind) else np.float64
+  x, y = x.astype(wide), y.astype(wide)
+  both_nan = np.isnan(x) & np.isnan(y)
+  diff = np.where(both_nan, 0.0, np.abs(x - y))
+  diff = np.where(np.isnan(diff), np.inf, diff)
+  if diff.size == 0:
+    return 0.0, ()
+  where = np.unravel_index(int(np.argmax(diff)), diff.shape)
+  return float(diff[where]), tuple(int(i) for i in where)
+
+
+def differs(a, b, atol: float = 0.0) -> bool:
+  """Whether two arrays of one shape and dtype differ: bit for bit, or by more than `atol`."""
+  x, y = np.asarray(jax.device_get(a)), np.asarray(jax.device_get(b))
+  if np.array_equal(host_bits(x), host_bits(y)):
+    return False
+  if atol > 0 and x.dtype.kind in 'fc':
+    return not np.allclose(x, y, rtol=0, atol=atol, equal_nan=True)
+  return True
+
+
+def describe_difference(a, b) -> str:
+  """Where two arrays of one shape differ most, for a message."""
+  if np.asarray(a).dtype.kind not in 'fciu':
+    return 'values differ'
+  diff, where = largest_difference(a, b)
+  return f'max abs diff {diff:.3g} at {where}'
+
+
+@jax.jit
+def _difference(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+  equal = jnp.all(device_bits(a) == device_bits(b))
+  diff = jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))
+  return equal, jnp.max(diff, initial=0.0)
+
+
+def bits_equal(xs: list[jax.Array], ys: list[jax.Array]) -> list[bool]:
+  """Whether each `xs[i]` equals `ys[i]` bit for bit.
+
+  Arrays with the same sharding are compared shard by shard, only the shards
+  this process holds, with no compilation and no gathering; others on device.
+  """
+  if len(xs) != len(ys):
+    raise ValueError(
+        f'bits_equal: {len(xs)} arrays against {len(ys)}; compare the leaves of '
+        'trees of one structure'
+    )
+  out = []
+  for x, y in zip(xs, ys):
+    if x.shape != y.shape or x.dtype != y.dtype:
+      out.append(False)
+    elif x.sharding == y.sharding:
+      pairs = zip(
+          sorted(x.addressable_shards, key=lambda s: s.device.id),
+          sorted(y.addressable_shards, key=lambda s: s.device.id),
+      )
+      out.append(all(np.array_equal(host_bits(a.data), host_bits(b.data)) for a, b in pairs))
+    else:
+      out.append(bool(_difference(x, y)[0]))
+  return out
+
+
+def leaf_difference(a: jax.Array, b: jax.Array) -> tuple[bool, float]:
+  """`(bit-identical, max |a - b| in float32)`, computed on device; `(False, nan)`
+  for arrays of other shapes or dtypes."""
+  if a.shape != b.shape or a.dtype != b.dtype:
+    return False, float('nan')
+  equal, diff = _difference(a, b)
+  return bool(equal), float(diff)

@@ -1,0 +1,74 @@
+"""Tests of `converters.comparison`: bit for bit, within a tolerance, on the host
+and where the arrays are."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from converters.comparison import (
+    bits_equal, describe_difference, differs, host_bits, largest_difference, leaf_difference,
+)
+
+
+def test_bit_for_bit_tells_signed_zeros_apart_and_matches_nans():
+  x = np.array([0.0, np.nan, 1.0], np.float32)
+  assert not differs(x, x.copy())
+  assert differs(x, np.array([-0.0, np.nan, 1.0], np.float32))
+  assert not differs(jnp.asarray(x), x)  # on device or on the host alike
+  assert host_bits(np.float32(1.0)).shape == (1,)
+
+
+def test_a_tolerance_is_for_floating_elements_only():
+  x = np.array([1.0, np.nan], np.float32)
+  assert not differs(x, x + np.float32(1e-6), atol=1e-5)
+  assert differs(x, x + np.float32(1e-4), atol=1e-5)
+  assert differs(x, np.array([1.0, 2.0], np.float32), atol=1e3)  # a NaN on one side only
+  assert differs(np.array([1, 2]), np.array([1, 3]), atol=5)  # integers do not round
+
+
+def test_largest_difference_says_where():
+  x = np.zeros((2, 3), np.float32)
+  y = x.copy()
+  y[1, 2] = -0.5
+  y[0, 1] = 0.25
+  assert largest_difference(x, y) == (0.5, (1, 2))
+  y[0, 0] = np.nan
+  assert largest_difference(x, y) == (np.inf, (0, 0))
+  assert largest_difference(np.full(2, np.nan), np.full(2, np.nan)) == (0.0, (0,))
+  assert largest_difference(np.zeros((0, 3)), np.zeros((0, 3))) == (0.0, ())
+  assert largest_difference(np.array([1j]), np.array([0j])) == (1.0, (0,))
+  assert describe_difference(x, y) == 'max abs diff inf at (0, 0)'
+  assert describe_difference(np.array([True]), np.array([False])) == 'values differ'
+
+
+def _sharded(x, spec):
+  mesh = jax.make_mesh((2, 4), ('data', 'model'))
+  return jax.device_put(x, NamedSharding(mesh, spec))
+
+
+def test_bits_equal_compares_bits_shard_by_shard_and_across_shardings():
+  x = jnp.arange(32.0).reshape(4, 8).at[0, 0].set(jnp.nan)
+  a = _sharded(x, P('data', 'model'))
+  assert bits_equal([a], [_sharded(x, P('data', 'model'))]) == [True]  # NaN == NaN by bits
+  assert bits_equal([a], [_sharded(x, P(None, 'model'))]) == [True]  # on device
+  assert bits_equal([a], [_sharded(x.at[3, 7].add(1.0), P('data', 'model'))]) == [False]
+  assert bits_equal([_sharded(jnp.zeros(8), P())], [_sharded(-jnp.zeros(8), P())]) == [False]
+  assert bits_equal([a], [_sharded(x.astype(jnp.bfloat16), P('data', 'model'))]) == [False]
+
+
+def test_bits_equal_refuses_lists_of_different_lengths():
+  a = _sharded(jnp.zeros(8), P())
+  with pytest.raises(ValueError, match='1 arrays against 2; compare the leaves of trees of one structure'):
+    bits_equal([a], [a, a])  # zip would drop the second and call them equal
+
+
+def test_leaf_difference_reports_the_largest_absolute_difference():
+  x = jnp.arange(8.0)
+  same, diff = leaf_difference(x, x.at[5].add(0.25))
+  assert not same and diff == pytest.approx(0.25)
+  assert leaf_difference(x, x) == (True, 0.0)
+  assert np.isnan(leaf_difference(x, x[:4])[1])
