@@ -65,7 +65,7 @@ def exchange(label: str, value: Any, timeout_s: float | None = None) -> list[Any
   deadline = time.monotonic() + timeout_s
   try:
     return [
-        _gather_one(client, label, key(p), p, me, deadline, timeout_s)
+        _gather_one(client, label, key(p), p, me=me, deadline=deadline, timeout_s=timeout_s)
         for p in range(jax.process_count())
     ]
   except ProcessMismatchError:
@@ -75,7 +75,7 @@ def exchange(label: str, value: Any, timeout_s: float | None = None) -> list[Any
     raise
 
 
-def _gather_one(client, label: str, key: str, p: int, me: int, deadline: float, timeout_s: float):
+def _gather_one(client, label: str, key: str, p: int, *, me: int, deadline: float, timeout_s: float):
   """Process `p`'s value of one exchange, waiting until `deadline`."""
   # A value already published wins over a failure reported after it: the
   # failing process may be one that saw this very exchange disagree.

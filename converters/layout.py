@@ -82,6 +82,7 @@ def plan(
     mapping: PathMapping,
     source: Framework,
     target: Framework,
+    *,
     scan: bool | None = None,
     layer_partition: str | None = None,
     num_layers: int | None = None,
@@ -99,131 +100,246 @@ def plan(
     num_layers: if given, the number of layers every layer parameter must have.
     rules: the logical rules that tell whether a name a value transform
       merges away shards anything (the conversion's, or the context's).
-  """
-  matches = mapping.match(source, flat.keys())
-  targets: dict[tuple, Target] = {}
-  producers: dict[tuple, list[str]] = defaultdict(list)
-  groups: dict[Any, dict[int, tuple]] = defaultdict(dict)  # loop -> scan
-  kept_layers: dict[Any, dict[int, tuple]] = defaultdict(dict)  # loop -> loop
-  problems: list[str] = []
-  offenders: list[str] = []
 
+  Raises:
+    ConversionError: naming every offending path (nothing is computed).
+  """
+  planner = _Planner(
+      flat=flat, source=source, target=target, scan=scan,
+      layer_partition=layer_partition, num_layers=num_layers, rules=rules,
+  )
   transformed: dict[tuple, dict[int | None, dict[int, tuple]]] = defaultdict(lambda: defaultdict(dict))
-  for path, match in matches.items():
+  for path, match in mapping.match(source, flat.keys()).items():
     if match.rule.transform is not None and source != target:
       transformed[match.rule, match.layout][match.index][match.part] = path
-      continue
-    value, annotation = flat[path]
-    shape, dtype = _shape_dtype(value)
-    layout = match.layout
-    want = _wanted_layout(match.rule, layout, target, scan)
-    if (missing := match.rule.missing_form(target, want)) is not None:
-      problems.append(f'{format_path(path)}: {missing}')
-      offenders.append(format_path(path))
-      continue
-    if layout == want:
-      if num_layers is not None and layout == 'loop':
-        kept_layers[match.rule, match.part][match.index] = path
-      elif num_layers is not None and layout == 'scan' and (shape[:1] or (0,))[0] != num_layers:
-        problems.append(
-            f'{format_path(path)}: stacked axis has length {(shape[:1] or (0,))[0]}, '
-            f'expected num_layers={num_layers}'
-        )
-        offenders.append(format_path(path))
-        continue
-      new = match.rule.path(target, layout, match.index, match.part)
-      producers[new].append(format_path(path))
-      targets[new] = Target('keep', (path,), annotation, shape, dtype)
-    elif layout == 'loop':  # -> scan
-      groups[match.rule, match.part][match.index] = path
-    else:  # scan -> loop
-      length = shape[0] if shape else 0
-      if not length:
-        problems.append(
-            f'{format_path(path)}: a stacked parameter of shape {shape} has no '
-            'layers to unstack'
-        )
-        offenders.append(format_path(path))
-        continue
-      if num_layers is not None and length != num_layers:
-        problems.append(
-            f'{format_path(path)}: stacked axis has length {length}, expected '
-            f'num_layers={num_layers}'
-        )
-        offenders.append(format_path(path))
-        continue
-      layer_annotation, _ = md.remove_layer_axis(annotation, format_path(path))
-      for i in range(length):
-        new = match.rule.path(target, 'loop', i, match.part)
-        producers[new].append(f'{format_path(path)}[{i}]')
-        targets[new] = Target('slice', (path,), layer_annotation, shape[1:], dtype, i)
+    else:
+      planner.leaf(path, match)
+  planner.check_kept_layers()
+  planner.stack_looped_layers()
+  for (rule, layout), layers in transformed.items():
+    planner.transformed(rule, layout, layers)
+  return planner.targets_or_raise()
 
-  for (rule, part), layers in kept_layers.items():
-    problem = _layer_count_problem(rule, layers, num_layers, source, 'keep', part)
-    if problem:
-      problems.append(problem[0])
-      offenders += problem[1]
-  for (rule, part), layers in groups.items():
-    count = num_layers if num_layers is not None else max(layers) + 1
-    problem = _layer_count_problem(rule, layers, count, source, 'stack', part)
-    if problem:
-      problems.append(problem[0])
-      offenders += problem[1]
-      continue
-    paths = tuple(layers[i] for i in range(count))
-    first_value, first_annotation = flat[paths[0]]
-    shape, dtype = _shape_dtype(first_value)
+
+@dataclasses.dataclass(kw_only=True)
+class _Planner:
+  """One plan being decided: its targets, what produces each, and the problems found.
+
+  Every problem is collected, so that the refusal names every offender.
+  """
+
+  flat: Flat
+  source: Framework
+  target: Framework
+  scan: bool | None
+  layer_partition: str | None
+  num_layers: int | None
+  rules: tuple | None
+  targets: dict[tuple, Target] = dataclasses.field(default_factory=dict)
+  producers: dict[tuple, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
+  problems: list[str] = dataclasses.field(default_factory=list)
+  offenders: list[str] = dataclasses.field(default_factory=list)
+  # {(rule, part): {layer: source path}} of looped layers to stack, and to keep
+  to_stack: dict = dataclasses.field(default_factory=lambda: defaultdict(dict))
+  kept_layers: dict = dataclasses.field(default_factory=lambda: defaultdict(dict))
+
+  def refuse(self, problem: str, offenders) -> None:
+    self.problems.append(problem)
+    self.offenders.extend(offenders)
+
+  def produce(self, path: tuple, producer: str, target: Target) -> None:
+    self.producers[path].append(producer)
+    self.targets[path] = target
+
+  def leaf(self, path: tuple, match) -> None:
+    """Plans one source leaf whose rule has no value transform."""
+    value, annotation = self.flat[path]
+    shape, dtype = _shape_dtype(value)
+    where, layout, rule = format_path(path), match.layout, match.rule
+    want = _wanted_layout(rule, layout, self.target, self.scan)
+    if (missing := rule.missing_form(self.target, want)) is not None:
+      self.refuse(f'{where}: {missing}', [where])
+    elif layout == want:
+      length = (shape[:1] or (0,))[0]
+      if self.num_layers is not None and layout == 'loop':
+        self.kept_layers[rule, match.part][match.index] = path
+      elif self.num_layers is not None and layout == 'scan' and length != self.num_layers:
+        self.refuse(f'{where}: stacked axis has length {length}, expected num_layers={self.num_layers}', [where])
+        return
+      new = rule.path(self.target, layout, match.index, match.part)
+      self.produce(new, where, Target('keep', (path,), annotation, shape, dtype))
+    elif layout == 'loop':  # -> scan
+      self.to_stack[rule, match.part][match.index] = path
+    else:  # scan -> loop
+      self._unstack(path, match, shape, dtype)
+
+  def _unstack(self, path: tuple, match, shape, dtype) -> None:
+    where = format_path(path)
+    length = shape[0] if shape else 0
+    if not length:
+      self.refuse(f'{where}: a stacked parameter of shape {shape} has no layers to unstack', [where])
+      return
+    if self.num_layers is not None and length != self.num_layers:
+      self.refuse(f'{where}: stacked axis has length {length}, expected num_layers={self.num_layers}', [where])
+      return
+    layer_annotation, _ = md.remove_layer_axis(self.flat[path][1], where)
+    for i in range(length):
+      new = match.rule.path(self.target, 'loop', i, match.part)
+      self.produce(new, f'{where}[{i}]', Target('slice', (path,), layer_annotation, shape[1:], dtype, i))
+
+  def check_kept_layers(self) -> None:
+    for (rule, part), layers in self.kept_layers.items():
+      if problem := _layer_count_problem(rule, layers, self.num_layers, self.source, 'keep', part):
+        self.refuse(*problem)
+
+  def stack_looped_layers(self) -> None:
+    for (rule, part), layers in self.to_stack.items():
+      count = self.num_layers if self.num_layers is not None else max(layers) + 1
+      if problem := _layer_count_problem(rule, layers, count, self.source, 'stack', part):
+        self.refuse(*problem)
+        continue
+      paths = tuple(layers[i] for i in range(count))
+      first_value, first_annotation = self.flat[paths[0]]
+      shape, dtype = _shape_dtype(first_value)
+      differing = [
+          format_path(p)
+          for p in paths[1:]
+          if _shape_dtype(self.flat[p][0]) != (shape, dtype) or self.flat[p][1] != first_annotation
+      ]
+      if differing:
+        self.refuse(
+            f'cannot stack layers whose shape, dtype or annotation differ from '
+            f'{format_path(paths[0])} {shape} {dtype}: {format_offenders(differing)}',
+            differing,
+        )
+        continue
+      annotation = md.add_layer_axis(first_annotation, self.layer_partition)
+      new = rule.path(self.target, 'scan', None, part)
+      self.produce(new, format_path(paths[0]) + ' ...', Target('stack', paths, annotation, (count,) + shape, dtype))
+
+  def transformed(self, rule, layout: str, layers: dict[int | None, dict[int, tuple]]) -> None:
+    """Plans the target leaves of one rule with a value transform.
+
+    `layers` holds `{layer index: {part: source path}}` (index None outside
+    loops). Layout changes compose with the transform: a stack of looped
+    layers is transformed with the layer axis leading, a stacked array is
+    sliced first.
+    """
+    parts = len(rule.templates(self.source, layout))  # source arrays per parameter
+    want = _wanted_layout(rule, layout, self.target, self.scan)
+    if (missing := rule.missing_form(self.target, want)) is not None:
+      paths = [format_path(p) for group in layers.values() for p in group.values()]
+      self.refuse(f'{format_offenders(paths)}: {missing}', paths)
+      return
+    incomplete = [
+        format_path(rule.path(self.source, layout, index, p))
+        for index, group in layers.items() for p in range(parts) if p not in group
+    ]
+    if incomplete:
+      self.refuse(
+          f'parts of fused parameters are missing: {format_offenders(incomplete)} '
+          f'({rule.template(self.source, layout)!r} lists {parts} parts)',
+          incomplete,
+      )
+      return
+    if layout == 'loop' and (want == 'scan' or self.num_layers is not None):
+      count = self.num_layers if self.num_layers is not None else max(layers) + 1
+      verb = 'stack' if want == 'scan' else 'keep'
+      if problem := _layer_count_problem(rule, {i: g[0] for i, g in layers.items()}, count, self.source, verb):
+        self.refuse(*problem)
+        return
+    if layout == 'loop' and want == 'scan':
+      units = [(None, tuple(layers[i][p] for p in range(parts) for i in range(count)))]
+    else:
+      units = [(i, tuple(group[p] for p in range(parts))) for i, group in layers.items()]
+    for index, sources in units:
+      self._transformed_unit(rule, layout, want, index, sources)
+
+  def _transformed_unit(self, rule, layout: str, want: str, index: int | None, sources: tuple) -> None:
+    """The target leaves of one transformed parameter: its parts (and layers, to stack)."""
+    parts = len(rule.templates(self.source, layout))
+    where = format_path(sources[0])
+    values = [self.flat[s][0] for s in sources]
+    annotations = [self.flat[s][1] for s in sources]
+    shape, dtype = _shape_dtype(values[0])
     differing = [
-        format_path(p)
-        for p in paths[1:]
-        if _shape_dtype(flat[p][0]) != (shape, dtype) or flat[p][1] != first_annotation
+        format_path(s) for s, v, a in zip(sources, values, annotations)
+        if _shape_dtype(v) != (shape, dtype) or a != annotations[0]
     ]
     if differing:
-      problems.append(
-          f'cannot stack layers whose shape, dtype or annotation differ from '
-          f'{format_path(paths[0])} {shape} {dtype}: {format_offenders(differing)}'
+      self.refuse(
+          f'{rule.template(self.source, layout)!r}: the parts and layers of one transformed '
+          f'parameter must share shape, dtype and annotation with {where} {shape} '
+          f'{dtype}: {format_offenders(differing)} differ',
+          differing,
       )
-      offenders += differing
-      continue
-    new = rule.path(target, 'scan', None, part)
-    producers[new].append(format_path(paths[0]) + ' ...')
-    targets[new] = Target(
-        'stack',
-        paths,
-        md.add_layer_axis(first_annotation, layer_partition),
-        (count,) + shape,
-        dtype,
-    )
+      return
+    annotation, layer_name, lead = annotations[0], None, 0
+    if layout == 'scan':
+      if not shape or (self.num_layers is not None and shape[0] != self.num_layers):
+        layers = self.num_layers if self.num_layers is not None else 'any'
+        self.refuse(f'{where}: a stacked parameter of shape {shape} does not have {layers} layers', [where])
+        return
+      if want == 'loop' and shape[0] == 0:  # nothing to unstack: refused, as untransformed
+        self.refuse(f'{where}: a stacked parameter of shape {shape} has no layers to unstack', [where])
+        return
+      annotation, layer_name = md.remove_layer_axis(annotation, where)
+      lead = 1
+    rearrange = rule.transform
+    part_count = max(parts, rule.parts(self.target))  # the part axis's size
+    sizes = rearrange.axis_sizes(self.source, [shape[lead:]] * parts, 0, part_count, where)
+    sharded = _sharded_test(annotation, self.rules, where)
+    names = rearrange.target_names(self.source, annotation.names, sharded, where)
+    annotation = dataclasses.replace(annotation, names=names)
+    target_shape = rearrange.target_shape(self.target, sizes)
+    if layout == 'scan' and want == 'scan':
+      op, step_lead = 'keep', 1
+      annotation = md.add_layer_axis(annotation, layer_name)
+      target_shape = shape[:1] + target_shape
+    elif layout == 'scan':
+      op, step_lead = 'slice', 0
+    elif want == 'scan':
+      op, step_lead = 'stack', 1
+      annotation = md.add_layer_axis(annotation, self.layer_partition)
+      target_shape = (len(sources) // parts,) + target_shape
+    else:
+      op, step_lead = 'keep', 0
+    for part in range(rearrange.target_parts(self.target, sizes)):
+      step = Step(rearrange, self.source, step_lead, part, part_count)
+      if op == 'slice':
+        for i in range(shape[0]):
+          new = rule.path(self.target, 'loop', i, part)
+          self.produce(new, f'{where}[{i}]', Target('slice', sources, annotation, target_shape, dtype, i, step))
+      else:
+        new = rule.path(self.target, want, index, part)
+        producer = where + (' ...' if op == 'stack' else '')
+        self.produce(new, producer, Target(op, sources, annotation, target_shape, dtype, None, step))
 
-  for (rule, layout), layers in transformed.items():
-    _plan_transformed(
-        rule, layout, layers, flat, source, target, scan, layer_partition, num_layers,
-        rules, targets, producers, problems, offenders,
-    )
-
-  nested = [
-      f'{format_path(p)} inside {format_path(p[:n])}'
-      for p in targets for n in range(1, len(p)) if p[:n] in targets
-  ]
-  if nested:
-    raise PathMappingError(
-        f'target paths nest inside other target parameters: {format_offenders(nested)}; '
-        'a parameter cannot hold other parameters, so map them to sibling paths',
-        nested,
-    )
-  collisions = {p: srcs for p, srcs in producers.items() if len(srcs) > 1}
-  if collisions:
-    listed = [f"{format_path(p)} <- {' & '.join(sorted(s))}" for p, s in collisions.items()]
-    raise PathMappingError(
-        f'several source paths map to one target path: {format_offenders(listed)}; '
-        'make the rules map them to distinct paths',
-        listed,
-    )
-  if problems:
-    missing = ('missing layers', 'parts of fused parameters are missing')
-    error = StructureError if any(m in p for p in problems for m in missing) else LayoutError
-    raise error('; '.join(problems), offenders)
-  return targets
+  def targets_or_raise(self) -> dict[tuple, Target]:
+    """The plan's targets, or the refusal naming every offender."""
+    nested = [
+        f'{format_path(p)} inside {format_path(p[:n])}'
+        for p in self.targets for n in range(1, len(p)) if p[:n] in self.targets
+    ]
+    if nested:
+      raise PathMappingError(
+          f'target paths nest inside other target parameters: {format_offenders(nested)}; '
+          'a parameter cannot hold other parameters, so map them to sibling paths',
+          nested,
+      )
+    collisions = {p: srcs for p, srcs in self.producers.items() if len(srcs) > 1}
+    if collisions:
+      listed = [f"{format_path(p)} <- {' & '.join(sorted(s))}" for p, s in collisions.items()]
+      raise PathMappingError(
+          f'several source paths map to one target path: {format_offenders(listed)}; '
+          'make the rules map them to distinct paths',
+          listed,
+      )
+    if self.problems:
+      missing = ('missing layers', 'parts of fused parameters are missing')
+      error = StructureError if any(m in p for p in self.problems for m in missing) else LayoutError
+      raise error('; '.join(self.problems), self.offenders)
+    return self.targets
 
 
 def _wanted_layout(rule, layout: str, target: Framework, scan: bool | None) -> str:
@@ -237,114 +353,6 @@ def _wanted_layout(rule, layout: str, target: Framework, scan: bool | None) -> s
   if rule.templates(target, layout) is None:
     return 'loop' if layout == 'scan' else 'scan'
   return layout
-
-
-def _plan_transformed(
-    rule, layout, layers, flat, source, target, scan, layer_partition, num_layers,
-    rules, targets, producers, problems, offenders,
-) -> None:
-  """Plans the target leaves of one rule with a value transform, into `targets`.
-
-  `layers` holds `{layer index: {part: source path}}` (index None outside
-  loops). Layout changes compose with the transform: a stack of looped
-  layers is transformed with the layer axis leading, a stacked array is
-  sliced first.
-  """
-  rearrange = rule.transform
-  parts = len(rule.templates(source, layout))  # source arrays per parameter
-  part_count = max(parts, rule.parts(target))  # the part axis's size
-  want = _wanted_layout(rule, layout, target, scan)
-  if (missing := rule.missing_form(target, want)) is not None:
-    paths = [format_path(p) for group in layers.values() for p in group.values()]
-    problems.append(f'{format_offenders(paths)}: {missing}')
-    offenders.extend(paths)
-    return
-  incomplete = [
-      format_path(rule.path(source, layout, index, p))
-      for index, group in layers.items() for p in range(parts) if p not in group
-  ]
-  if incomplete:
-    problems.append(
-        f'parts of fused parameters are missing: {format_offenders(incomplete)} '
-        f'({rule.template(source, layout)!r} lists {parts} parts)'
-    )
-    offenders.extend(incomplete)
-    return
-  if layout == 'loop' and (want == 'scan' or num_layers is not None):
-    count = num_layers if num_layers is not None else max(layers) + 1
-    problem = _layer_count_problem(
-        rule, {i: g[0] for i, g in layers.items()}, count, source, 'stack' if want == 'scan' else 'keep'
-    )
-    if problem:
-      problems.append(problem[0])
-      offenders.extend(problem[1])
-      return
-  if layout == 'loop' and want == 'scan':
-    units = [(None, tuple(layers[i][p] for p in range(parts) for i in range(count)))]
-  else:
-    units = [(i, tuple(group[p] for p in range(parts))) for i, group in layers.items()]
-  for index, sources in units:
-    where = format_path(sources[0])
-    values = [flat[s][0] for s in sources]
-    annotations = [flat[s][1] for s in sources]
-    shape, dtype = _shape_dtype(values[0])
-    differing = [
-        format_path(s) for s, v, a in zip(sources, values, annotations)
-        if _shape_dtype(v) != (shape, dtype) or a != annotations[0]
-    ]
-    if differing:
-      problems.append(
-          f'{rule.template(source, layout)!r}: the parts and layers of one transformed '
-          f'parameter must share shape, dtype and annotation with {where} {shape} '
-          f'{dtype}: {format_offenders(differing)} differ'
-      )
-      offenders.extend(differing)
-      continue
-    annotation, layer_name, lead = annotations[0], None, 0
-    if layout == 'scan':
-      if not shape or (num_layers is not None and shape[0] != num_layers):
-        problems.append(
-            f'{where}: a stacked parameter of shape {shape} does not have '
-            f'{num_layers if num_layers is not None else "any"} layers'
-        )
-        offenders.append(where)
-        continue
-      if want == 'loop' and shape[0] == 0:  # nothing to unstack: refused, as untransformed
-        problems.append(
-            f'{where}: a stacked parameter of shape {shape} has no layers to unstack'
-        )
-        offenders.append(where)
-        continue
-      annotation, layer_name = md.remove_layer_axis(annotation, where)
-      lead = 1
-    layer_shape = shape[lead:]
-    sizes = rearrange.axis_sizes(source, [layer_shape] * parts, 0, part_count, where)
-    names = rearrange.target_names(source, annotation.names, _sharded_test(annotation, rules, where), where)
-    annotation = dataclasses.replace(annotation, names=names)
-    target_shape = rearrange.target_shape(target, sizes)
-    if layout == 'scan' and want == 'scan':
-      op, step_lead = 'keep', 1
-      annotation = md.add_layer_axis(annotation, layer_name)
-      target_shape = shape[:1] + target_shape
-    elif layout == 'scan':
-      op, step_lead = 'slice', 0
-    elif want == 'scan':
-      op, step_lead = 'stack', 1
-      annotation = md.add_layer_axis(annotation, layer_partition)
-      target_shape = (len(sources) // parts,) + target_shape
-    else:
-      op, step_lead = 'keep', 0
-    for part in range(rearrange.target_parts(target, sizes)):
-      step = Step(rearrange, source, step_lead, part, part_count)
-      if op == 'slice':
-        for i in range(shape[0]):
-          new = rule.path(target, 'loop', i, part)
-          producers[new].append(f'{where}[{i}]')
-          targets[new] = Target('slice', sources, annotation, target_shape, dtype, i, step)
-        continue
-      new = rule.path(target, want, index, part)
-      producers[new].append(where + (' ...' if op == 'stack' else ''))
-      targets[new] = Target(op, sources, annotation, target_shape, dtype, None, step)
 
 
 def _sharded_test(annotation: md.Annotation, rules: tuple | None, where: str):

@@ -222,8 +222,8 @@ class Batch:
           'linen_stacked=..., nnx_stacked=...)), or leave scan and num_layers out'
       )
     targets = layout.plan(
-        pairs, mapping, source, target,
-        options.scan, options.layer_partition, options.num_layers, options.resolution_rules,
+        pairs, mapping, source, target, scan=options.scan, layer_partition=options.layer_partition,
+        num_layers=options.num_layers, rules=options.resolution_rules,
     )
     if options.rules is not None:
       targets = {

@@ -317,7 +317,7 @@ def _convert_streaming(info, plan, destination: Destination, seed, budget: int, 
     release_free_memory()
 
   def check(partial: str) -> int:
-    return streaming.verify(partial, layout, target, mine, written, budget)
+    return streaming.verify(partial, target, mine, written, budget)
 
   replaced, leaves = _write_in_place(destination, save, check, on_stage)
   return leaves, replaced, streaming.step(layout, source)

@@ -495,7 +495,6 @@ def write(
 
 def verify(
     path: str,
-    layout: Layout,
     target: Any,
     chunks: list[Chunk],
     written: Mapping[tuple[Leaf, Region], int],
@@ -516,56 +515,13 @@ def verify(
       shape or dtype, unreadable or different.
   """
   wanted = checkpoints.leaves_of(target)
-  try:
-    listed = listed_arrays(path)
-  except Exception as e:  # a missing or unparsable _METADATA
-    raise VerificationError(
-        f'{path}: what was written cannot be read back: its Orbax tree metadata '
-        f'(_METADATA) is unreadable: {checkpoints.reason(e)}; nothing was moved into place'
-    ) from e
-  missing = sorted(set(wanted) - set(listed))
-  extra = sorted(set(listed) - set(wanted))
-  if missing or extra:
-    structure = ['/'.join(leaf) for leaf in missing + extra]
-    raise VerificationError(
-        f'{path}: what was written does not hold the converted tree at '
-        f'[{format_offenders(structure)}]; nothing was moved into place',
-        structure,
-    )
+  _check_listed(path, wanted)
   # Each array's shape and dtype are read back from its zarr metadata (what
   # Orbax's restore reads), with its chunks.
   framework = 'linen' if any(leaf[0] == 'params' for leaf in wanted) else 'nnx'
   reader = SourceCheckpoint(checkpoints.CheckpointInfo(path, 'orbax', framework, wanted, target))
-
-  def same(batch: tuple[Chunk, ...], crcs: list[int]) -> list[bool]:
-    return [crc == written[(c.leaf, c.region)] for c, crc in zip(batch, crcs)]
-
-  async def computed(chunk: Chunk) -> list[bool | None]:
-    try:
-      data = np.asarray(await reader.read(chunk.leaf, chunk.region))
-    except Exception:  # TensorStore raises several types for lost data
-      return [None]
-    return same((chunk,), [await _crc(data)])
-
-  async def moved(batch: tuple[Chunk, ...]) -> list[bool | None]:
-    try:
-      data = await reader.read_chunks([(c.leaf, c.index) for c in batch])
-    except Exception:  # TensorStore raises several types for lost data
-      if len(batch) == 1:
-        return [None]
-      return [o for c in batch for o in await moved((c,))]  # which chunks were lost
-    return same(batch, await _crcs(data))
-
-  async def read_back():
-    await reader.open()
-    batches = _batches(chunks, budget)
-    outcomes = await _bounded(
-        batches, budget, lambda b: moved(b) if b[0].source is not None else computed(b[0]), _batch_cost
-    )
-    return [o for batch in outcomes for o in batch]
-
   try:
-    outcomes = run_coroutine(read_back())
+    outcomes = run_coroutine(_read_back(reader, chunks, written, budget))
   except CheckpointError as e:
     raise VerificationError(f'what was written cannot be read back: {e}') from e
   differing = sorted(
@@ -593,6 +549,58 @@ def verify(
         different,
     )
   return len(wanted)
+
+
+def _check_listed(path: str, wanted: Mapping) -> None:
+  """The written tree metadata (`_METADATA`) lists exactly the `wanted` leaves."""
+  try:
+    listed = listed_arrays(path)
+  except Exception as e:  # a missing or unparsable _METADATA
+    raise VerificationError(
+        f'{path}: what was written cannot be read back: its Orbax tree metadata '
+        f'(_METADATA) is unreadable: {checkpoints.reason(e)}; nothing was moved into place'
+    ) from e
+  missing = sorted(set(wanted) - set(listed))
+  extra = sorted(set(listed) - set(wanted))
+  if missing or extra:
+    structure = ['/'.join(leaf) for leaf in missing + extra]
+    raise VerificationError(
+        f'{path}: what was written does not hold the converted tree at '
+        f'[{format_offenders(structure)}]; nothing was moved into place',
+        structure,
+    )
+
+
+async def _read_back(
+    reader: SourceCheckpoint, chunks: list[Chunk], written: Mapping[tuple[Leaf, Region], int], budget: int
+) -> list[bool | None]:
+  """Per chunk: whether it reads back with its written checksum (None: unreadable)."""
+
+  def same(batch: tuple[Chunk, ...], crcs: list[int]) -> list[bool]:
+    return [crc == written[(c.leaf, c.region)] for c, crc in zip(batch, crcs)]
+
+  async def computed(chunk: Chunk) -> list[bool | None]:
+    try:
+      data = np.asarray(await reader.read(chunk.leaf, chunk.region))
+    except Exception:  # TensorStore raises several types for lost data
+      return [None]
+    return same((chunk,), [await _crc(data)])
+
+  async def moved(batch: tuple[Chunk, ...]) -> list[bool | None]:
+    try:
+      data = await reader.read_chunks([(c.leaf, c.index) for c in batch])
+    except Exception:  # TensorStore raises several types for lost data
+      if len(batch) == 1:
+        return [None]
+      return [o for c in batch for o in await moved((c,))]  # which chunks were lost
+    return same(batch, await _crcs(data))
+
+  await reader.open()
+  outcomes = await _bounded(
+      _batches(chunks, budget), budget,
+      lambda b: moved(b) if b[0].source is not None else computed(b[0]), _batch_cost,
+  )
+  return [o for batch in outcomes for o in batch]
 
 
 def open_source(source: SourceCheckpoint) -> None:

@@ -149,7 +149,7 @@ def _run(program: Program, values: dict, pending: dict, variable: VariableSource
   keep = {o for o in program.outputs if isinstance(o, int) and o not in pending}
   for i, (eqn, operands, results) in enumerate(program.steps):
     if eqn.primitive.name == 'scan' and _lazy_operands(eqn, operands, values, pending):
-      outs = _scan(program, eqn, operands, results, values, pending, variable)
+      outs = _scan(program, eqn, operands, results, values=values, pending=pending, variable=variable)
     else:
       outs = _apply(eqn, [_read(o, values, pending, variable) for o in operands])
     values.update((r, out) for r, out in zip(results, outs) if r is not None)
@@ -179,7 +179,7 @@ def _lazy_operands(eqn, operands, values, pending) -> bool:
   return any(isinstance(o, int) and o in pending and o not in values for o in operands[first:])
 
 
-def _scan(program: Program, eqn, operands, results, values, pending, variable) -> list:
+def _scan(program: Program, eqn, operands, results, *, values, pending, variable) -> list:
   """A `scan` one iteration at a time; a scanned variable not made yet is
   made one layer at a time (and a result passed through, None, not stacked)."""
   p = eqn.params

@@ -115,6 +115,7 @@ class _Traced:
 
 def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
   traces = models.traces
+  inputs = jax.tree.leaves((example_args, example_kwargs))[:traces[0].inputs]
   first_error = None
   for relaxed in (False, True):
     graphs = (Graph.of(traces[0], relaxed=relaxed), Graph.of(traces[1], relaxed=relaxed))
@@ -139,7 +140,7 @@ def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
       return set(_paired(used[0], graphs, given)[0].pairs)
 
     try:
-      return _proven(traces, example_args, example_kwargs, given, *result, robust)
+      return _proven(traces, inputs, given, result, robust)
     except PathMappingError as e:
       # Strict positions first; a port that stacks, concatenates or branches
       # in another order pairs with them relaxed, the witness deciding.
@@ -408,47 +409,13 @@ def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: Pat
   return anchors
 
 
-def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, anchors, graphs, robust) -> PathMapping:
+def _proven(traces, inputs: list, given, result: tuple, robust) -> PathMapping:
+  """The mapping of `result` (`(pairing, anchors, graphs)`), once the witness
+  proves it on `inputs`; else the refusal that says why."""
   linen_trace, nnx_trace = traces
-  problems = _unmatched(traces, graphs, pairing)
-  if problems:
-    hints = []
-    if not all(problems.values()):
-      hints.append(
-          'a variable with no counterpart of its size was dropped or added by the port, '
-          'or is fused into one of its own: give the rule of a fused one (paths=Infer(['
-          "PathRule(('linen/a', 'linen/b'), 'nnx/ab', transform=Rearrange(...))])); a port "
-          'that drops or adds a parameter is not the same model'
-      )
-    if any(problems.values()):
-      hints.append(
-          'a variable with candidates is used otherwise by the other model: one stored '
-          "transposed, reshaped or split needs its rule (paths=Infer([PathRule('linen/path', "
-          "'nnx/path', transform=Rearrange(...))])); otherwise the port computes differently there"
-      )
-    raise PathMappingError(
-        'the two models do not compute with the same variables: ' + format_offenders(problems),
-        [p.split(' (')[0] for p in problems],
-        fix='; '.join(hints) + '. The rest is inferred',
-    )
-  copies = {b: a for a, b in pairing.pairs}
-  for group_a, group_b in pairing.groups:
-    copies.update(zip(sorted(group_b, key=repr), sorted(group_a, key=repr)))
-  fused = {}
-  for slot, (sources, rule, part) in anchors.items():
-    if rule.transform is None and len(sources) == 1:
-      copies[slot] = sources[0]
-    elif rule.transform is not None and sources:
-      parts = rule.parts('linen') if rule.transform.is_parted('linen') else rule.parts('nnx')
-      lead = 1 if (sources[0][1] is None and slot[1] is None and
-                   len(linen_trace.closed.jaxpr.invars[sources[0][0]].aval.shape) > len(rule.transform.groups('linen'))) else 0
-      fused[slot[0]] = Fused(tuple(sources), rule.transform, part, parts, lead)
-    else:
-      raise PathMappingError(
-          f'nnx {format_path(nnx_trace.variables[slot[0]][1])}: the rule given for it names '
-          'no Linen variable of this model; fix its Linen template',
-          [format_path(nnx_trace.variables[slot[0]][1])],
-      )
+  pairing, anchors, graphs = result
+  _refuse_unmatched(traces, graphs, pairing)
+  copies, fused = _copies_and_fused(traces, pairing, anchors)
   slots = sorted({*copies.values(), *(s for f in fused.values() for s in f.sources)}, key=repr)
   slots += sorted({
       (k, None) for k, name in enumerate(linen_trace.variables)
@@ -462,7 +429,6 @@ def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, ancho
         fix='give the NNX model itself (not from nnx.eval_shape), or hold those arrays in '
         'nnx.Variables',
     )
-  inputs = jax.tree.leaves((example_args, example_kwargs))[:linen_trace.inputs]
   witness = Witness(linen_trace, nnx_trace, inputs, slots, sorted(copies, key=repr), fused)
   # Which variables reach an output is asked only where it matters (a
   # gradient pass): for groups, and for pairs only a position settles.
@@ -493,6 +459,55 @@ def _proven(traces, example_args, example_kwargs, given, pairing: Pairing, ancho
         '{0, 1}), or its rule (paths=[PathRule(...)]); the rest is inferred',
     )
   return _rules(traces, given, copies, fused, _first_use(graphs[0]))
+
+
+def _refuse_unmatched(traces, graphs, pairing: Pairing) -> None:
+  """Refuses variables with no counterpart used alike, saying what to give."""
+  problems = _unmatched(traces, graphs, pairing)
+  if problems:
+    hints = []
+    if not all(problems.values()):
+      hints.append(
+          'a variable with no counterpart of its size was dropped or added by the port, '
+          'or is fused into one of its own: give the rule of a fused one (paths=Infer(['
+          "PathRule(('linen/a', 'linen/b'), 'nnx/ab', transform=Rearrange(...))])); a port "
+          'that drops or adds a parameter is not the same model'
+      )
+    if any(problems.values()):
+      hints.append(
+          'a variable with candidates is used otherwise by the other model: one stored '
+          "transposed, reshaped or split needs its rule (paths=Infer([PathRule('linen/path', "
+          "'nnx/path', transform=Rearrange(...))])); otherwise the port computes differently there"
+      )
+    raise PathMappingError(
+        'the two models do not compute with the same variables: ' + format_offenders(problems),
+        [p.split(' (')[0] for p in problems],
+        fix='; '.join(hints) + '. The rest is inferred',
+    )
+
+
+def _copies_and_fused(traces, pairing: Pairing, anchors) -> tuple[dict, dict]:
+  """`({nnx slot: linen slot}, {nnx variable: Fused})` of the pairs and the given rules."""
+  linen_trace, nnx_trace = traces
+  copies = {b: a for a, b in pairing.pairs}
+  for group_a, group_b in pairing.groups:
+    copies.update(zip(sorted(group_b, key=repr), sorted(group_a, key=repr)))
+  fused = {}
+  for slot, (sources, rule, part) in anchors.items():
+    if rule.transform is None and len(sources) == 1:
+      copies[slot] = sources[0]
+    elif rule.transform is not None and sources:
+      parts = rule.parts('linen') if rule.transform.is_parted('linen') else rule.parts('nnx')
+      lead = 1 if (sources[0][1] is None and slot[1] is None and
+                   len(linen_trace.closed.jaxpr.invars[sources[0][0]].aval.shape) > len(rule.transform.groups('linen'))) else 0
+      fused[slot[0]] = Fused(tuple(sources), rule.transform, part, parts, lead)
+    else:
+      raise PathMappingError(
+          f'nnx {format_path(nnx_trace.variables[slot[0]][1])}: the rule given for it names '
+          'no Linen variable of this model; fix its Linen template',
+          [format_path(nnx_trace.variables[slot[0]][1])],
+      )
+  return copies, fused
 
 
 def _decide(witness: Witness, copies: dict, groups, blind: frozenset) -> tuple:

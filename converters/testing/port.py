@@ -181,7 +181,7 @@ def assert_port_equivalent(
   linen_apply = _linen_call(linen_module, linen_variables, linen_kwargs)
   rows = _compare_call(
       ('outputs', 'variables the call writes'), linen_apply, linen_variables, model, inputs,
-      nnx_kwargs, options, atol,
+      nnx_kwargs=nnx_kwargs, options=options, atol=atol,
   )
 
   # Both sides take every variable and input as an argument: one closed over
@@ -204,8 +204,8 @@ def assert_port_equivalent(
   rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model)
   if linen_train_kwargs is not None:
     rows += _training_step(
-        linen_module, linen_variables, gradient_model, inputs, linen_train_kwargs, nnx_kwargs,
-        options, atol,
+        linen_module, linen_variables, gradient_model, inputs, linen_kwargs=linen_train_kwargs,
+        nnx_kwargs=nnx_kwargs, options=options, atol=atol,
     )
   _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).', rows)
 
@@ -224,7 +224,7 @@ def _linen_call(linen_module, linen_variables, kwargs, interceptor=None) -> Call
   return call
 
 
-def _compare_call(labels, linen_call, linen_variables, model, inputs, nnx_kwargs, options, atol) -> list:
+def _compare_call(labels, linen_call, linen_variables, model, inputs, *, nnx_kwargs, options, atol) -> list:
   """Rows comparing one call of each side: the outputs (`labels[0]`) and the
   new values of what the call writes (`labels[1]`), the port's read after
   its call of `model` (which it updates)."""
@@ -241,7 +241,7 @@ def _compare_call(labels, linen_call, linen_variables, model, inputs, nnx_kwargs
   return rows
 
 
-def _training_step(linen_module, linen_variables, model, inputs, linen_kwargs, nnx_kwargs,
+def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs, nnx_kwargs,
                    options, atol) -> list:
   """Rows for one train-mode call of each side, dropout left out: outputs
   and the new values of every collection but the parameters."""
@@ -259,7 +259,7 @@ def _training_step(linen_module, linen_variables, model, inputs, linen_kwargs, n
   return _compare_call(
       ('train-mode outputs', 'what a training step writes'),
       _linen_call(linen_module, linen_variables, linen_kwargs, without_dropout),
-      linen_variables, model, inputs, nnx_kwargs, options, atol,
+      linen_variables, model, inputs, nnx_kwargs=nnx_kwargs, options=options, atol=atol,
   )
 
 
