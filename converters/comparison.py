@@ -7,11 +7,14 @@ compare`) and the read-back verification (`converters.checkpoint.verify`).
 - Bit for bit (`atol=0`, the default everywhere): the arrays' bits, read as
   unsigned integers of their width, so a NaN equals the same NaN and -0.0
   differs from 0.0.
-- Within `atol > 0`: floating and complex elements may differ by at most
-  `atol`, NaNs where both hold one; integers and booleans still compare
-  exactly (a tolerance is for rounding, which they do not do).
+- Within `atol > 0`: inexact elements (any float, bfloat16 and float8
+  included, and complex) may differ by at most `atol`, NaNs where both hold
+  one; integers and booleans still compare exactly (a tolerance is for
+  rounding, which they do not do).
+- Arrays of another shape or dtype always differ.
 - `largest_difference` says where two arrays of one shape differ most, in
-  float64 on the host; a NaN on one side only is an infinite difference.
+  float64 (complex128) on the host: a NaN on one side only comes first (its
+  difference is NaN), NaNs on both sides count as equal.
 - `bits_equal` and `leaf_difference` compare arrays where they are, for
   arrays too large to gather: shard by shard when their shardings match.
 """
@@ -24,9 +27,19 @@ import numpy as np
 
 
 def host_bits(x) -> np.ndarray:
-  """`x` on the host as unsigned integers of its width (a 0-d array as shape (1,))."""
+  """`x` on the host as unsigned integers of its width (a 0-d array as shape (1,));
+  16-byte elements (complex128) as raw 16-byte values."""
   x = np.asarray(jax.device_get(x))
-  return (x.reshape(1) if x.ndim == 0 else x).view(f'u{x.dtype.itemsize}')
+  width = x.dtype.itemsize
+  return (x.reshape(1) if x.ndim == 0 else x).view(f'u{width}' if width <= 8 else f'V{width}')
+
+
+def _inexact(dtype) -> bool:
+  return jnp.issubdtype(dtype, jnp.inexact)  # numpy calls bfloat16 and float8 kind 'V'
+
+
+def _widened(x: np.ndarray) -> np.ndarray:
+  return x.astype(np.complex128 if jnp.issubdtype(x.dtype, jnp.complexfloating) else np.float64)
 
 
 def device_bits(x: jax.Array) -> jax.Array:
@@ -40,30 +53,29 @@ def device_bits(x: jax.Array) -> jax.Array:
 def largest_difference(a, b) -> tuple[float, tuple[int, ...]]:
   """`(max |a - b|, its index)` of two arrays of one shape; `(0.0, ())` if empty."""
   x, y = np.asarray(jax.device_get(a)), np.asarray(jax.device_get(b))
-  wide = np.complex128 if 'c' in (x.dtype.kind, y.dtype.kind) else np.float64
-  x, y = x.astype(wide), y.astype(wide)
-  both_nan = np.isnan(x) & np.isnan(y)
-  diff = np.where(both_nan, 0.0, np.abs(x - y))
-  diff = np.where(np.isnan(diff), np.inf, diff)
-  if diff.size == 0:
+  if x.size == 0:
     return 0.0, ()
-  where = np.unravel_index(int(np.argmax(diff)), diff.shape)
+  x, y = _widened(x), _widened(y)
+  diff = np.where(np.isnan(x) & np.isnan(y), 0.0, np.abs(x - y))
+  where = np.unravel_index(int(np.argmax(np.where(np.isnan(diff), np.inf, diff))), diff.shape)
   return float(diff[where]), tuple(int(i) for i in where)
 
 
 def differs(a, b, atol: float = 0.0) -> bool:
   """Whether two arrays of one shape and dtype differ: bit for bit, or by more than `atol`."""
   x, y = np.asarray(jax.device_get(a)), np.asarray(jax.device_get(b))
+  if x.shape != y.shape or x.dtype != y.dtype:
+    return True
   if np.array_equal(host_bits(x), host_bits(y)):
     return False
-  if atol > 0 and x.dtype.kind in 'fc':
-    return not np.allclose(x, y, rtol=0, atol=atol, equal_nan=True)
+  if atol > 0 and _inexact(x.dtype):
+    return not np.allclose(_widened(x), _widened(y), rtol=0, atol=atol, equal_nan=True)
   return True
 
 
 def describe_difference(a, b) -> str:
   """Where two arrays of one shape differ most, for a message."""
-  if np.asarray(a).dtype.kind not in 'fciu':
+  if not _inexact(np.asarray(a).dtype):
     return 'values differ'
   diff, where = largest_difference(a, b)
   return f'max abs diff {diff:.3g} at {where}'

@@ -22,12 +22,25 @@ def test_bit_for_bit_tells_signed_zeros_apart_and_matches_nans():
   assert host_bits(np.float32(1.0)).shape == (1,)
 
 
-def test_a_tolerance_is_for_floating_elements_only():
+def test_a_tolerance_is_for_inexact_elements_only():
   x = np.array([1.0, np.nan], np.float32)
   assert not differs(x, x + np.float32(1e-6), atol=1e-5)
   assert differs(x, x + np.float32(1e-4), atol=1e-5)
   assert differs(x, np.array([1.0, 2.0], np.float32), atol=1e3)  # a NaN on one side only
   assert differs(np.array([1, 2]), np.array([1, 3]), atol=5)  # integers do not round
+  half = jnp.array([1.0, 2.0], jnp.bfloat16)  # numpy's kind 'V', a float all the same
+  assert not differs(half, half + jnp.bfloat16(0.0078125), atol=0.1)
+  assert differs(half, half + jnp.bfloat16(0.5), atol=0.1)
+  z = np.array([1 + 1j], np.complex128)
+  assert not differs(z, z + 1e-9j, atol=1e-6) and differs(z, z + 1e-3j, atol=1e-6)
+
+
+def test_arrays_of_another_dtype_or_shape_differ_whatever_their_values():
+  assert differs(np.zeros(2, np.float32), np.zeros(2, jnp.bfloat16))
+  assert differs(np.arange(3, dtype=np.int8), np.arange(3, dtype=np.int32))
+  assert differs(np.zeros(2), np.zeros(3)) and differs(np.zeros(2), np.zeros(2), atol=1) is False
+  z = np.array([1 + 2j, 3j], np.complex128)  # 16-byte elements: compared as raw bytes
+  assert not differs(z, z.copy()) and differs(z, z + 1)
 
 
 def test_largest_difference_says_where():
@@ -36,13 +49,15 @@ def test_largest_difference_says_where():
   y[1, 2] = -0.5
   y[0, 1] = 0.25
   assert largest_difference(x, y) == (0.5, (1, 2))
-  y[0, 0] = np.nan
-  assert largest_difference(x, y) == (np.inf, (0, 0))
+  y[0, 0] = np.nan  # a NaN on one side only comes first
+  diff, where = largest_difference(x, y)
+  assert np.isnan(diff) and where == (0, 0)
   assert largest_difference(np.full(2, np.nan), np.full(2, np.nan)) == (0.0, (0,))
   assert largest_difference(np.zeros((0, 3)), np.zeros((0, 3))) == (0.0, ())
   assert largest_difference(np.array([1j]), np.array([0j])) == (1.0, (0,))
-  assert describe_difference(x, y) == 'max abs diff inf at (0, 0)'
+  assert describe_difference(x, y) == 'max abs diff nan at (0, 0)'
   assert describe_difference(np.array([True]), np.array([False])) == 'values differ'
+  assert describe_difference(np.array([1, 2]), np.array([1, 3])) == 'values differ'
 
 
 def _sharded(x, spec):

@@ -25,15 +25,21 @@ def origin_walks(monkeypatch) -> list[int]:
   return walks
 
 
-def _probe_sharding(x):
-  y = x * 2
-  assert getattr(y, 'sharding', None) is None  # what NNX asks at each Variable update
-  return y
+def _trace_a_sharding_probe():
+  """Traces a new function (so no cache answers) that asks a tracer for
+  `.sharding`, as NNX does at each Variable update."""
+
+  def probe(x):
+    y = x * 2
+    assert getattr(y, 'sharding', None) is None
+    return y
+
+  jax.make_jaxpr(probe)(jnp.ones(3))
 
 
 def test_jax_still_walks_the_trace_when_a_tracer_is_probed_for_sharding(monkeypatch):
   walks = origin_walks(monkeypatch)
-  jax.make_jaxpr(_probe_sharding)(jnp.ones(3))
+  _trace_a_sharding_probe()
   assert walks, 'JAX no longer walks the trace for .sharding (jax-ml/jax#40041): quiet_tracer_origins can go'
 
 
@@ -47,8 +53,11 @@ def test_quiet_tracer_origins_skips_the_walk_on_this_thread_only(monkeypatch):
     except jax.errors.ConcretizationTypeError as e:
       elsewhere.append(str(e))
 
+  _trace_a_sharding_probe()
+  assert walks  # unguarded, the probe walks the trace
+  walks.clear()
   with compat.quiet_tracer_origins():
-    jax.make_jaxpr(_probe_sharding)(jnp.ones(3))
+    _trace_a_sharding_probe()
     assert walks == []
     thread = threading.Thread(target=other_thread)
     thread.start()
@@ -88,8 +97,9 @@ def test_ignore_stray_orbax_callbacks_drops_them_and_nothing_else():
   sys.unraisablehook = seen.append
   try:
     compat.ignore_stray_orbax_callbacks()
-    compat.ignore_stray_orbax_callbacks()  # installed once
     hook = sys.unraisablehook
+    compat.ignore_stray_orbax_callbacks()
+    assert sys.unraisablehook is hook  # installed once, not wrapped again
     hook(_Unraisable(RuntimeError('Event loop is closed')))
     other = _Unraisable(RuntimeError('something else'))
     hook(other)
