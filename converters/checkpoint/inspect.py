@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import sys
 from collections.abc import Mapping
 from typing import Any
 
