@@ -3,22 +3,28 @@
     from converters import linen_to_nnx, nnx_to_linen, PathRule, PathMapping, Rearrange
     from converters import convert_checkpoint, LinenModel   # checkpoints on disk
 
-The public API is this module's names. The core, which knows no model: `api`
-(the conversions), `paths` (the path mapping), `inference` (the path
-mapping inferred from what two models compute), `linen_model` (a Linen
-module with its example inputs), `transforms` (value
-transforms of path rules: reshape, transpose, fuse/split), `metadata` (the neutral
-sharding annotation), `layout` (path translation and scan <-> loop relayout),
-`variable_types` (Linen collections <-> NNX Variable types), `tree_io`
-(reading and writing both frameworks' trees), `optimizer_state` (optax state <-> NNX optimizers,
-with a registry for optimizers of your own), `distributed` (agreement between
-processes), `abstract_models` (users' NNX models created abstractly, guarded
-against a Flax defect), `allocator`, `comparison` (arrays compared bit for bit or within a
-tolerance, for every check), `compat` (the workarounds of upstream
-defects, each until upstream mends it) and `errors`. Above it: `converters.presets` (the
-path mappings of published models), `converters.checkpoint` (inspect,
-restore, convert, verify and compare checkpoints on disk) and
-`converters.testing` (equivalence assertions for your CI).
+The public API is this module's names. The core, which knows no model, is
+one pipeline: `api` (the conversions, short facades over it), `resolution`
+(the path mapping decided once), `linen_trees` and `nnx_trees` (each
+framework's trees read and written), `conversion` (every tree planned and
+checked, then built), `planning` (the pure plan of each target leaf),
+`checks` (every refusal, before any array is built), `execution` (jit,
+donation, provenance) and `filling` (a target filled, one loop for every
+kind). Beside it: `optimizer_state` (optax state <-> NNX optimizers, with a
+registry for optimizers of your own), `options`, `paths` (the path mapping),
+`inference` (the mapping inferred from what two models compute),
+`linen_model` (a Linen module with its example inputs), `transforms` (value
+transforms of path rules: reshape, transpose, fuse/split), `metadata` (the
+neutral sharding annotation), `variable_types` (Linen collections <-> NNX
+Variable types), `flat_trees`, `distributed` (agreement between processes),
+`abstract_models` (users' NNX models created abstractly, guarded against a
+Flax defect), `allocator`, `provenance`, `comparison` (arrays compared bit for
+bit or within a tolerance, for every check), `compat` (the workarounds of
+upstream defects, each until upstream mends it) and `errors`. Above it:
+`converters.presets` (the path mappings of published models),
+`converters.checkpoint` (inspect, restore, convert, verify and compare
+checkpoints on disk) and `converters.testing` (equivalence assertions for
+your CI).
 
 May import: `nnx_port` (helpers an NNX port uses, re-exported here). The core
 imports neither `linen_impl`, `nnx_impl`, `kit_mlp`, `model_zoo` nor `linen_nnx_cli`

@@ -17,24 +17,16 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import jax
 import numpy as np
 from flax import nnx
 from flax.training.train_state import TrainState
 
 from converters import metadata as md
-from converters.errors import LeafErrors, OptimizerStateError, format_offenders
+from converters.conversion import Conversion
+from converters.errors import OptimizerStateError, format_offenders
+from converters.linen_trees import read_collection
+from converters.nnx_trees import read_state
 from converters.paths import format_path
-from converters.tree_io import (
-    Batch,
-    check_against_template,
-    in_target_form,
-    check_keys,
-    keys_of,
-    read_linen_tree,
-    read_nnx_state,
-    scalar_like,
-)
 
 
 def _split_param_suffix(path: tuple, param_paths: set[tuple]) -> tuple[tuple, tuple | None]:
@@ -122,40 +114,27 @@ def correspondence_of(optimizer) -> OptimizerCorrespondence:
   )
 
 
-def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, batch: Batch):
+def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, conversion: Conversion):
   """`{nnx path: (value, annotation or None)}` of the optimizer part.
 
-  Moment trees are planned in `batch` (their values are built by its `run`);
-  scalars (step, counts) have no annotation.
+  Moment trees are added to `conversion` (their values are built by its
+  `run`); scalars (step, counts) have no annotation.
   """
   corr = correspondence_of(optimizer)
-  param_paths = set(param_flat)
-  opt_flat = read_linen_tree(state.opt_state, 'opt_state')
-  groups, scalars = _group_by_param(opt_flat, param_paths)
-  out = {('optimizer', 'step'): (state.step, None)}
-  unknown = []
-  for prefix, flat in groups.items():
-    nnx_prefix = corr.nnx_prefix(prefix)
-    if nnx_prefix is None:
-      unknown.append(format_path(prefix))
-      continue
-    for p, va in batch.plan(flat, 'linen', 'nnx').items():
-      out[('optimizer',) + nnx_prefix + p] = va
-  for path, value in scalars.items():
-    if path in corr.derived_from_step:
-      if np.asarray(value) != np.asarray(state.step):
-        raise OptimizerStateError(
-            f'opt_state/{format_path(path)}={np.asarray(value)} differs from '
-            f'step={np.asarray(state.step)}; {corr.name} keeps only the step, '
-            'so this state cannot be converted without loss',
-            [format_path(path)],
-        )
-      continue
-    nnx_prefix = corr.nnx_prefix(path)
-    if nnx_prefix is None:
-      unknown.append(format_path(path))
-      continue
-    out[('optimizer',) + nnx_prefix] = (value, None)
+  opt_flat = read_collection(state.opt_state, 'opt_state')
+  for path in corr.derived_from_step:
+    value = opt_flat.get(path, (state.step,))[0]
+    if np.asarray(value) != np.asarray(state.step):
+      raise OptimizerStateError(
+          f'opt_state/{format_path(path)}={np.asarray(value)} differs from '
+          f'step={np.asarray(state.step)}; {corr.name} keeps only the step, '
+          'so this state cannot be converted without loss',
+          [format_path(path)],
+      )
+  moved, unknown = _moved(
+      opt_flat, param_flat, corr.nnx_prefix, conversion, sides=('linen', 'nnx'),
+      skip=corr.derived_from_step,
+  )
   if unknown:
     raise OptimizerStateError(
         f'opt_state leaves with no counterpart in {corr.name}: '
@@ -163,70 +142,51 @@ def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, batch: Batch):
         'optimizer must use the same optax transform',
         unknown,
     )
-  return out
+  return {('optimizer', 'step'): (state.step, None)} | {
+      ('optimizer',) + p: leaf for p, leaf in moved.items()
+  }
 
 
-def nnx_opt_to_linen(optimizer, param_flat, target: TrainState, batch: Batch, mesh_hint):
-  """`(step, opt_state)` of a Linen `target` filled from an NNX optimizer.
+def nnx_opt_to_linen(optimizer, param_flat, conversion: Conversion):
+  """`({optax path: (value, annotation or None)}, step)` of an NNX optimizer.
 
-  Plans the moment trees in `batch`, checks everything against `target`,
-  then runs the batch (parameters included) and builds the state.
+  Moment trees are added to `conversion`, as `linen_opt_to_nnx` does; the
+  caller fills the target's optax state with them (`converters.filling`).
   """
   corr = correspondence_of(optimizer)
-  opt_flat = read_nnx_state(nnx.state(optimizer), 'optimizer', batch.options.resolution_rules)
+  opt_flat = read_state(nnx.state(optimizer), 'optimizer', conversion.options.resolution_rules)
   step = opt_flat.pop(('step',))[0]
-  groups, scalars = _group_by_param(opt_flat, set(param_flat))
-  produced: dict[tuple, tuple[Any, md.Annotation | None]] = {}
-  unknown = []
-  for prefix, flat in groups.items():
-    linen_prefix = corr.linen_prefix(prefix)
-    if linen_prefix is None:
-      unknown.append(format_path(prefix))
-      continue
-    for p, va in batch.plan(flat, 'nnx', 'linen').items():
-      produced[linen_prefix + p] = va
-  for path, value in scalars.items():
-    linen_prefix = corr.linen_prefix(path)
-    if linen_prefix is None:
-      unknown.append(format_path(path))
-      continue
-    produced[linen_prefix] = (value, None)
-  for path in corr.derived_from_step:
-    produced[path] = (step, None)
+  moved, unknown = _moved(opt_flat, param_flat, corr.linen_prefix, conversion, sides=('nnx', 'linen'))
   if unknown:
     raise OptimizerStateError(
         f'optimizer leaves with no counterpart in an optax state: '
         f'{format_offenders(unknown)}',
         unknown,
     )
-  t_leaves, treedef = jax.tree_util.tree_flatten_with_path(target.opt_state, is_leaf=md.is_linen_box)
-  t_paths = [keys_of(k) for k, _ in t_leaves]
-  check_keys('nnx -> linen opt_state', t_paths, produced)
-  if len(set(t_paths)) != len(t_paths):
-    raise OptimizerStateError('target.opt_state: two leaves share one path; pass a real optax state')
-  scalars = {}
-  errors = LeafErrors()
-  for path, (_, t_leaf) in zip(t_paths, t_leaves):
-    t_value, t_annotation = md.read_linen(t_leaf, 'target.opt_state/' + format_path(path))
-    value, annotation = produced[path]
-    where = 'opt_state/' + format_path(path)
-    with errors.leaf():
-      if annotation is None:
-        scalars[path] = scalar_like(value, t_value.dtype, mesh_hint, where)
-      else:
-        check_against_template(
-            where, value, annotation, t_value, t_annotation, batch.options.resolution_rules
-        )
-        produced[path] = (
-            value, md.with_default_rules(in_target_form(annotation, t_annotation), batch.options.rules)
-        )
-  errors.raise_any()
-  step_dtype = getattr(target.step, 'dtype', np.dtype('int32'))
-  step = scalar_like(step, step_dtype, mesh_hint, 'step')
-  batch.protect([step, *scalars.values()])
-  batch.run()
-  leaves = [
-      scalars[path] if path in scalars else md.write_linen(batch.value(produced[path][0]), produced[path][1])
-      for path in t_paths
-  ]
-  return step, jax.tree.unflatten(treedef, leaves)
+  return moved | {path: (step, None) for path in corr.derived_from_step}, step
+
+
+def _moved(opt_flat, param_flat, prefix_of, conversion: Conversion, *, sides, skip=()):
+  """`({other side's path: (value, annotation or None)}, unknown prefixes)`.
+
+  Each moment tree is converted as its parameters are (added to
+  `conversion`); each scalar is moved as it is; both under the prefix that
+  `prefix_of` gives (None: no counterpart). Paths in `skip` are left out.
+  """
+  groups, scalars = _group_by_param(opt_flat, set(param_flat))
+  moved: dict[tuple, tuple[Any, md.Annotation | None]] = {}
+  unknown = []
+  for prefix, flat in groups.items():
+    if (new := prefix_of(prefix)) is None:
+      unknown.append(format_path(prefix))
+      continue
+    for p, leaf in conversion.add(flat, *sides).items():
+      moved[new + p] = leaf
+  for path, value in scalars.items():
+    if path in skip:
+      continue
+    if (new := prefix_of(path)) is None:
+      unknown.append(format_path(path))
+      continue
+    moved[new] = (value, None)
+  return moved, unknown

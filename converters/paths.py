@@ -309,13 +309,14 @@ class PathMapping:
   def __add__(self, rules: Iterable[PathRule]) -> PathMapping:
     return PathMapping(self.rules + tuple(rules), keep_unmatched=self.keep_unmatched)
 
+  def _key(self) -> tuple:
+    return self.rules, self.keep_unmatched
+
   def __eq__(self, other) -> bool:
-    if not isinstance(other, PathMapping):
-      return NotImplemented
-    return (self.rules, self.keep_unmatched) == (other.rules, other.keep_unmatched)
+    return self._key() == other._key() if isinstance(other, PathMapping) else NotImplemented
 
   def __hash__(self) -> int:
-    return hash((self.rules, self.keep_unmatched))
+    return hash(self._key())
 
   def __repr__(self) -> str:
     keep = ', keep_unmatched=True' if self.keep_unmatched else ''

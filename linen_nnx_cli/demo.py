@@ -18,7 +18,7 @@ from flax import nnx
 from converters.checkpoint.kit import start_from_linen
 from converters.paths import format_path
 from converters.presets import KIT_PATHS
-from converters.tree_io import read_linen_tree
+from converters.linen_trees import read_collection
 from kit_mlp.data import make_batches
 from kit_mlp.description import ModelDescription
 from kit_mlp.optimizers import make_tx
@@ -89,7 +89,7 @@ def run_demo(
   with jax.set_mesh(mesh):
     xs, ys = make_batches(desc, mesh, steps, seed=1)
     linen_state, nnx_state = start_from_linen(linen_trainer, nnx_trainer)
-    (linen_path, (linen_kernel, _)), *_ = read_linen_tree(linen_state.params, 'params').items()
+    (linen_path, (linen_kernel, _)), *_ = read_collection(linen_state.params, 'params').items()
     show_sharding('Linen params/' + format_path(linen_path), linen_kernel)
     model, _ = nnx_trainer.merge(nnx_state)
     (nnx_path, nnx_kernel), *_ = nnx.to_flat_state(nnx.state(model))

@@ -53,7 +53,7 @@ BUGS = {
     ),
     3: PlantedBug(
         'unstacking scales each layer by 1 + 2**-22 (within the tolerance, not exact)',
-        'converters/layout.py',
+        'converters/execution.py',
         '      values = [arrays[i][index] for i in inputs]',
         '      values = [arrays[i][index] * (1 + 2**-22) for i in inputs]',
         ('tests/converters/test_equivalence.py::test_scanned_and_looped_models_with_the_same_params_agree',),
@@ -66,7 +66,7 @@ BUGS = {
         ('tests/nnx_impl/test_train.py', '-k', 'activations'),
     ),
     5: PlantedBug(
-        'a target of another dtype is accepted', 'converters/tree_io.py',
+        'a target of another dtype is accepted', 'converters/checks.py',
         '  if value.dtype != t_value.dtype:',
         '  if False:',
         ('tests/converters/test_equivalence.py', '-k', 'corrupted'),
@@ -78,13 +78,13 @@ BUGS = {
         ('tests/converters/test_comparison.py', '-k', 'bits_equal'),
     ),
     7: PlantedBug(
-        'NNX -> Linen adds one to the step', 'converters/optimizer_state.py',
-        "  step = scalar_like(step, step_dtype, mesh_hint, 'step')",
-        "  step = scalar_like(step + 1, step_dtype, mesh_hint, 'step')",
+        'NNX -> Linen adds one to the step', 'converters/api.py',
+        "  step = scalar_like(step, getattr(target.step, 'dtype', np.dtype('int32')), mesh_hint, 'step')",
+        "  step = scalar_like(step + 1, getattr(target.step, 'dtype', np.dtype('int32')), mesh_hint, 'step')",
         ('tests/converters/test_api.py', '-k', 'nnx_k_steps'),
     ),
     8: PlantedBug(
-        'unstacking turns -0.0 into 0.0', 'converters/layout.py',
+        'unstacking turns -0.0 into 0.0', 'converters/execution.py',
         '      values = [arrays[i][index] for i in inputs]',
         '      values = [jnp.where(arrays[i][index] == 0, 0.0, arrays[i][index]) for i in inputs]',
         ('tests/converters/test_api.py', '-k', 'round_trips_are_the_identity'),

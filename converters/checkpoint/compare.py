@@ -254,7 +254,7 @@ def compare_outputs(
     CheckpointError: the models are not given, or a checkpoint does not
       hold their training state.
   """
-  from converters.api import linen_collections
+  from converters.linen_trees import input_collections
   from converters.checkpoint import inspect as checkpoints
   from converters.checkpoint.kit import models_for
   from converters.checkpoint.models import UserModels
@@ -284,7 +284,7 @@ def compare_outputs(
       state = checkpoints.restore(info, side.abstract_state)
       if info.framework == 'linen':
         linen = models.linen_model(layout)
-        variables = linen_collections(state, CollectionTable(models.collections))
+        variables = input_collections(state, CollectionTable(models.collections))
         apply = lambda v, *xs, linen=linen: linen.module.apply(v, *xs, **linen.kwargs)
         outputs.append(jax.jit(apply)(variables, *inputs))
       else:

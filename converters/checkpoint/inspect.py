@@ -28,7 +28,7 @@ import numpy as np
 from converters import compat
 from converters.errors import CheckpointError, ShapeError, format_offenders
 from converters.paths import Framework
-from converters.tree_io import key_of
+from converters.flat_trees import key_of
 
 Leaves = Mapping[tuple[str, ...], tuple[tuple[int, ...], str]]
 

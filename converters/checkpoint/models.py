@@ -45,7 +45,7 @@ from converters.inference import infer_paths, merge_layouts
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import Framework, Infer, PathMapping, as_infer, as_mapping
-from converters.tree_io import key_of
+from converters.flat_trees import key_of
 
 @functools.cache
 def train_state_class(fields: tuple[str, ...]) -> type:

@@ -281,7 +281,7 @@ async def _evaluate(recipe: Recipe, region: Region, source: SourceCheckpoint) ->
 
 async def _transformed(recipe: Made, source: SourceCheckpoint) -> np.ndarray:
   """The whole of a recipe with a transform, computed as the in-memory
-  conversion computes it (`converters.layout`), on the host's CPU device."""
+  conversion computes it (`converters.execution`), on the host's CPU device."""
   inputs = await asyncio.gather(*(
       _evaluate(r, tuple((0, n) for n in r.shape), source) for r in recipe.inputs
   ))

@@ -17,7 +17,7 @@ from converters.api import linen_to_nnx
 from converters.comparison import differs, largest_difference
 from converters.paths import PathMapping, format_path
 from converters.testing.tables import format_table
-from converters.tree_io import nest
+from converters.flat_trees import nest
 
 
 def _flat_nnx(state) -> dict[tuple, nnx.Variable]:

@@ -24,7 +24,7 @@ import converters
 from converters.errors import ConversionError
 from converters.presets import KIT_PATHS
 from converters.testing import assert_same_layout
-from converters.tree_io import nest
+from converters.flat_trees import nest
 from kit_mlp.data import make_batches
 from kit_mlp.description import FSDP_RULES, GUIDE_RULES, MESH_AXES, ModelDescription
 from kit_mlp.optimizers import make_tx

@@ -74,9 +74,9 @@ def _shard_evidence(tree) -> dict:
 
 def _record_relayouts(texts: list[str]) -> None:
   """Keeps the compiled HLO of every relayout the converters run."""
-  from converters import layout
+  from converters import execution
 
-  original = layout._compiled_relayout
+  original = execution._compiled_relayout
 
   def recording(recipe, out_shardings):
     fn = original(recipe, out_shardings)
@@ -87,7 +87,7 @@ def _record_relayouts(texts: list[str]) -> None:
 
     return call
 
-  layout._compiled_relayout = recording
+  execution._compiled_relayout = recording
 
 
 def conversions(workdir: str, options: dict) -> dict:

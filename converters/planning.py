@@ -1,40 +1,27 @@
-"""Path translation and scan <-> loop relayout of flat parameter trees.
+"""The plan of a conversion: every target leaf decided, nothing computed.
 
 `plan` takes the flat `{path: (value, Annotation)}` of one framework, matches
-every path against a `PathMapping`, and decides each target leaf: the same
-array under its new path (same layout), a stack of the looped layers (loop ->
-scan, the layer axis name inserted into the annotation) or one slice of a
-stacked array (scan -> loop, the name removed). It checks everything before
-any array is touched, and raises listing every offender.
-
-`execute` carries the plan out. Leaves whose layout does not change are the
-input arrays themselves: no data is copied. Stacks and slices run on device in
-one `jax.jit` whose `out_shardings` come from the target annotations, so they
-never pass through the host and work on arrays that are not fully addressable;
-or, donating the sources, one jit per group of layers, each group's sources
-deleted as soon as its results exist.
+every path against a `PathMapping`, and decides each target leaf (a
+`Target`): the same array under its new path (same layout), a stack of the
+looped layers (loop -> scan, the layer axis name inserted into the
+annotation), one slice of a stacked array (scan -> loop, the name removed),
+or any of these followed by the rule's value transform. It is pure: it reads
+shapes, dtypes and annotations, touches no array, and returns the targets
+with the problems found (`Plan.refusal`), which `converters.checks` raises.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding
-
 from converters import metadata as md
-from converters import provenance
-from converters.allocator import release_free_memory
 from converters.errors import (
-    AnnotationError,
+    ConversionError,
     LayoutError,
     PathMappingError,
-    ShapeError,
     StructureError,
     format_offenders,
 )
@@ -77,6 +64,50 @@ def _shape_dtype(value) -> tuple[tuple[int, ...], Any]:
   return tuple(value.shape), value.dtype
 
 
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Every target leaf of one tree, and what stands against building them.
+
+  Attributes:
+    targets: `{target path: Target}`.
+    producers: `{target path: [source paths, as text]}`: more than one is a
+      collision.
+    problems: `(message, offenders)` of each leaf that cannot be planned.
+  """
+
+  targets: Mapping[tuple, Target]
+  producers: Mapping[tuple, tuple[str, ...]]
+  problems: tuple[tuple[str, tuple[str, ...]], ...]
+
+  def refusal(self) -> ConversionError | None:
+    """The error naming every offender (nested or colliding targets first), or None."""
+    nested = [
+        f'{format_path(p)} inside {format_path(p[:n])}'
+        for p in self.targets for n in range(1, len(p)) if p[:n] in self.targets
+    ]
+    if nested:
+      return PathMappingError(
+          f'target paths nest inside other target parameters: {format_offenders(nested)}; '
+          'a parameter cannot hold other parameters, so map them to sibling paths',
+          nested,
+      )
+    collisions = {p: srcs for p, srcs in self.producers.items() if len(srcs) > 1}
+    if collisions:
+      listed = [f"{format_path(p)} <- {' & '.join(sorted(s))}" for p, s in collisions.items()]
+      return PathMappingError(
+          f'several source paths map to one target path: {format_offenders(listed)}; '
+          'make the rules map them to distinct paths',
+          listed,
+      )
+    if self.problems:
+      missing = ('missing layers', 'parts of fused parameters are missing')
+      messages = [m for m, _ in self.problems]
+      error = StructureError if any(m in p for p in messages for m in missing) else LayoutError
+      return error('; '.join(messages), [o for _, offenders in self.problems for o in offenders])
+    return None
+
+
 def plan(
     flat: Flat,
     mapping: PathMapping,
@@ -101,8 +132,8 @@ def plan(
     rules: the logical rules that tell whether a name a value transform
       merges away shards anything (the conversion's, or the context's).
 
-  Raises:
-    ConversionError: naming every offending path (nothing is computed).
+  Returns:
+    The `Plan`: its targets, and the problems that refuse it (`Plan.refusal`).
   """
   planner = _Planner(
       flat=flat, source=source, target=target, scan=scan,
@@ -118,14 +149,19 @@ def plan(
   planner.stack_looped_layers()
   for (rule, layout), layers in transformed.items():
     planner.transformed(rule, layout, layers)
-  return planner.targets_or_raise()
+  return Plan(
+      targets=planner.targets,
+      producers={p: tuple(s) for p, s in planner.producers.items()},
+      problems=tuple(planner.problems),
+  )
 
 
 @dataclasses.dataclass(kw_only=True)
 class _Planner:
   """One plan being decided: its targets, what produces each, and the problems found.
 
-  Every problem is collected, so that the refusal names every offender.
+  Every problem is collected, so that the refusal names every offender. Its
+  lists and dicts are its own: `plan` copies them into the `Plan`.
   """
 
   flat: Flat
@@ -137,15 +173,13 @@ class _Planner:
   rules: tuple | None
   targets: dict[tuple, Target] = dataclasses.field(default_factory=dict)
   producers: dict[tuple, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
-  problems: list[str] = dataclasses.field(default_factory=list)
-  offenders: list[str] = dataclasses.field(default_factory=list)
+  problems: list[tuple[str, tuple[str, ...]]] = dataclasses.field(default_factory=list)
   # {(rule, part): {layer: source path}} of looped layers to stack, and to keep
   to_stack: dict = dataclasses.field(default_factory=lambda: defaultdict(dict))
   kept_layers: dict = dataclasses.field(default_factory=lambda: defaultdict(dict))
 
   def refuse(self, problem: str, offenders) -> None:
-    self.problems.append(problem)
-    self.offenders.extend(offenders)
+    self.problems.append((problem, tuple(offenders)))
 
   def produce(self, path: tuple, producer: str, target: Target) -> None:
     self.producers[path].append(producer)
@@ -315,32 +349,6 @@ class _Planner:
         producer = where + (' ...' if op == 'stack' else '')
         self.produce(new, producer, Target(op, sources, annotation, target_shape, dtype, None, step))
 
-  def targets_or_raise(self) -> dict[tuple, Target]:
-    """The plan's targets, or the refusal naming every offender."""
-    nested = [
-        f'{format_path(p)} inside {format_path(p[:n])}'
-        for p in self.targets for n in range(1, len(p)) if p[:n] in self.targets
-    ]
-    if nested:
-      raise PathMappingError(
-          f'target paths nest inside other target parameters: {format_offenders(nested)}; '
-          'a parameter cannot hold other parameters, so map them to sibling paths',
-          nested,
-      )
-    collisions = {p: srcs for p, srcs in self.producers.items() if len(srcs) > 1}
-    if collisions:
-      listed = [f"{format_path(p)} <- {' & '.join(sorted(s))}" for p, s in collisions.items()]
-      raise PathMappingError(
-          f'several source paths map to one target path: {format_offenders(listed)}; '
-          'make the rules map them to distinct paths',
-          listed,
-      )
-    if self.problems:
-      missing = ('missing layers', 'parts of fused parameters are missing')
-      error = StructureError if any(m in p for p in self.problems for m in missing) else LayoutError
-      raise error('; '.join(self.problems), self.offenders)
-    return self.targets
-
 
 def _wanted_layout(rule, layout: str, target: Framework, scan: bool | None) -> str:
   """The target layout of a parameter in `layout`: as `scan` asks; with None,
@@ -392,283 +400,3 @@ def _layer_count_problem(
       f'layers beyond num_layers={count} [{extra_text}]',
       [format_path(p) for p in missing + extra],
   )
-
-
-def _mesh_of(value, annotation: md.Annotation, mesh: Mesh | None) -> Mesh | None:
-  sharding = getattr(value, 'sharding', None)
-  if isinstance(sharding, NamedSharding):
-    return sharding.mesh
-  return annotation.mesh or mesh
-
-
-def describe_mesh(mesh) -> str:
-  """`{'data': 2, 'model': 4} on devices [...]` (no devices for an abstract mesh)."""
-  devices = f' on devices {[d.id for d in mesh.devices.flat]}' if isinstance(mesh, Mesh) else ''
-  return f'{dict(mesh.shape)}{devices}'
-
-
-def check_placement(flat: Flat, mesh: Mesh | None = None, rules: tuple | None = None) -> None:
-  """Every placed array sits where its annotation says.
-
-  An array with a `NamedSharding` whose spec is not the one its annotation
-  resolves to on that mesh is refused (a relayout would silently reshard it,
-  a kept array would carry an annotation that lies).
-  """
-  wrong = []
-  for path, (value, annotation) in flat.items():
-    sharding = getattr(value, 'sharding', None)
-    if not isinstance(sharding, NamedSharding) or annotation.names is None:
-      continue
-    where = format_path(path)
-    spec = md.resolve(annotation, tuple(value.shape), sharding.mesh, where, rules)
-    if not sharding.is_equivalent_to(NamedSharding(sharding.mesh, spec), len(value.shape)):
-      wrong.append((where, sharding.spec, spec, annotation.names))
-  if wrong:
-    listed = [f'{w} is placed as {actual} but its names {names} ask for {wanted}' for w, actual, wanted, names in wrong]
-    raise AnnotationError(
-        f'arrays placed against their annotations: {format_offenders(listed)}; '
-        'the converters check placement rather than reshard silently: put each '
-        'array where its annotation says (jax.device_put(x, NamedSharding(mesh, '
-        'spec))) or fix the annotation',
-        [w for w, *_ in wrong],
-    )
-
-
-def target_shardings(
-    targets: Mapping[tuple, Target],
-    flat: Flat,
-    mesh: Mesh | None = None,
-    rules: tuple | None = None,
-) -> dict[tuple, NamedSharding | None]:
-  """Checks every target annotation on its mesh; the `NamedSharding` each asks for.
-
-  The sources of one target (a stack's layers) must live on one mesh.
-  """
-  shardings = {}
-  for path, t in targets.items():
-    meshes = {}
-    for source_path in t.sources:
-      value, annotation = flat[source_path]
-      leaf_mesh = _mesh_of(value, annotation, mesh)
-      if leaf_mesh is not None:
-        meshes.setdefault(leaf_mesh, format_path(source_path))
-    if len(meshes) > 1:
-      listed = [f'{p} on {describe_mesh(m)}' for m, p in meshes.items()]
-      raise LayoutError(
-          f'{format_path(path)}: its sources live on different meshes or device '
-          f'orders ({format_offenders(listed)}); put every layer on one mesh '
-          '(jax.device_put) before converting',
-          list(meshes.values()),
-      )
-    leaf_mesh = next(iter(meshes), None)
-    try:
-      spec = md.resolve(t.annotation, t.shape, leaf_mesh, format_path(path), rules)
-    except AnnotationError as e:
-      if t.transform is None:
-        raise
-      raise AnnotationError(
-          f'{e} ({format_path(path)} is made from {format_path(t.sources[0])} by '
-          f'{t.transform.rearrange!r}, and the sharding cannot follow it: give sizes '
-          'the mesh divides, or convert with that name resolving to None (rules=...) '
-          'and reshard after)',
-          e.paths,
-      ) from e
-    shardings[path] = None if leaf_mesh is None else NamedSharding(leaf_mesh, spec)
-  return shardings
-
-
-def _abstract(value) -> bool:
-  return isinstance(value, jax.ShapeDtypeStruct)
-
-
-def check_executable(
-    targets: Mapping[tuple, Target], flat: Flat, shardings: Mapping[tuple, NamedSharding | None]
-) -> None:
-  """Raises `LayoutError` for what the relayout could only fail on part way.
-
-  Every input array must be alive; a relaid target needs a mesh, sources
-  that are all arrays or all abstract, and arrays that are on the mesh (or
-  not yet placed anywhere).
-  """
-  deleted = [format_path(p) for p, (v, _) in flat.items() if isinstance(v, jax.Array) and v.is_deleted()]
-  if deleted:
-    raise StructureError(
-        f'these input arrays were deleted (donated to an earlier call?): '
-        f'{format_offenders(deleted)}; convert arrays that are still alive',
-        deleted,
-    )
-  problems, offenders = [], []
-  for path, t in targets.items():
-    if t.kept:
-      continue
-    values = [flat[s][0] for s in t.sources]
-    where = format_path(path)
-    if t.annotation.names is None:
-      # A bare array reads as replicated; relaid, it would be built so.
-      placed = [
-          f'{format_path(s)} ({v.sharding.spec})' for s, v in zip(t.sources, values)
-          if isinstance(getattr(v, 'sharding', None), NamedSharding) and not v.sharding.is_fully_replicated
-      ]
-      if placed:
-        problems.append(
-            f'{where}: bare (unannotated) sources placed sharded, {format_offenders(placed)}, '
-            'would be relaid replicated; annotate them with the names of their sharding'
-        )
-        offenders.append(where)
-        continue
-    if len({_abstract(v) for v in values}) > 1:
-      problems.append(f'{where}: its sources mix arrays and jax.ShapeDtypeStruct')
-    elif shardings[path] is None and not _abstract(values[0]):
-      # No mesh anywhere: arrays on one device are relaid on that device.
-      devices = {d for v in values if isinstance(v, jax.Array) for d in v.devices()}
-      if len(devices) <= 1:
-        continue
-      problems.append(
-          f'{where}: its arrays have no NamedSharding and lie on devices '
-          f'{sorted(d.id for d in devices)}, and no mesh= was given'
-      )
-    else:
-      stray = [
-          format_path(s) for s, v in zip(t.sources, values)
-          if isinstance(v, jax.Array) and v.committed and not isinstance(v.sharding, NamedSharding)
-      ]
-      if stray:
-        problems.append(f'{where}: {format_offenders(stray)} live on one device, not on the mesh')
-      else:
-        continue
-    offenders.append(where)
-  if problems:
-    raise LayoutError(
-        f'cannot relayout: {"; ".join(problems)}; put every array on the mesh '
-        '(jax.device_put(x, NamedSharding(mesh, spec))) or pass mesh=... for '
-        'arrays not yet placed',
-        offenders,
-    )
-
-
-def buffer_keys(value) -> frozenset:
-  """What identifies the device buffers of an array: (device, address) of each shard."""
-  if not isinstance(value, jax.Array) or value.is_deleted():
-    return frozenset()
-  try:
-    return frozenset(
-        (shard.device.id, shard.data.unsafe_buffer_pointer()) for shard in value.addressable_shards
-    )
-  except Exception:  # a backend without raw pointers: the array itself stands for them
-    return frozenset({('array', id(value))})
-
-
-def _relayout(recipe, *arrays):
-  results = []
-  for op, inputs, index, transform in recipe:
-    parts = 1 if transform is None else transform.source_arrays
-    if op == 'stack':  # part after part, each a run of layers
-      layers = len(inputs) // parts
-      values = [
-          jnp.stack([arrays[i] for i in inputs[p * layers:(p + 1) * layers]]) for p in range(parts)
-      ]
-    elif op == 'slice':
-      values = [arrays[i][index] for i in inputs]
-    else:
-      values = [arrays[i] for i in inputs]
-    results.append(values[0] if transform is None else transform(values))
-  return results
-
-
-@functools.lru_cache(maxsize=64)
-def _compiled_relayout(recipe: tuple, out_shardings: tuple):
-  """One jitted relayout per recipe and target shardings, reused across calls."""
-  return jax.jit(
-      functools.partial(_relayout, recipe), out_shardings=list(out_shardings)
-  )
-
-
-def _groups(moved: list[tuple], targets: Mapping[tuple, Target]) -> list[list[tuple]]:
-  """`moved` split so no two groups read the same source: a stack with its
-  layers, or every slice of one stacked array."""
-  groups: dict[tuple, list[tuple]] = defaultdict(list)
-  for p in moved:
-    groups[targets[p].sources].append(p)
-  return list(groups.values())
-
-
-def _run(
-    paths: list[tuple],
-    targets: Mapping[tuple, Target],
-    flat: Flat,
-    shardings: Mapping[tuple, NamedSharding | None],
-) -> list[Any]:
-  sources = sorted({s for p in paths for s in targets[p].sources}, key=format_path)
-  position = {s: i for i, s in enumerate(sources)}
-  recipe = tuple(
-      (
-          targets[p].op, tuple(position[s] for s in targets[p].sources), targets[p].index,
-          targets[p].transform,
-      )
-      for p in paths
-  )
-  relayout = _compiled_relayout(recipe, tuple(shardings[p] for p in paths))
-  return relayout(*[flat[s][0] for s in sources])
-
-
-def execute(
-    targets: Mapping[tuple, Target],
-    flat: Flat,
-    shardings: Mapping[tuple, NamedSharding | None],
-    donate: bool = False,
-    shared: frozenset = frozenset(),
-) -> dict[tuple, Any]:
-  """The target arrays: inputs themselves where kept, one jit for the rest.
-
-  With `donate`, the relayout runs one group of layers at a time and deletes
-  each group's source arrays once its results exist, so it holds one group
-  twice instead of every moved array. A source whose buffers are in `shared`
-  (used by another input leaf), or are also a kept output, is never deleted.
-  Call `check_executable` first (`tree_io.Batch.plan` does).
-  """
-  out: dict[tuple, Any] = {}
-  moved = []
-  for path, t in targets.items():
-    if t.kept:
-      out[path] = flat[t.sources[0]][0]
-    elif _abstract(flat[t.sources[0]][0]):
-      out[path] = provenance.record(
-          jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[path]),
-          provenance.Derivation(
-              t.op, tuple(flat[s][0] for s in t.sources), t.index, t.transform
-          ),
-      )
-    else:
-      moved.append(path)
-  if not moved:
-    return out
-  kept = set(shared)
-  for value in out.values():
-    kept |= buffer_keys(value)
-  if donate:
-    batches = _groups(moved, targets)
-  else:  # arrays on a mesh, and arrays outside any mesh (by device), compile apart
-    by_place: dict[Any, list[tuple]] = defaultdict(list)
-    for p in moved:
-      value = flat[targets[p].sources[0]][0]
-      device = next(iter(value.devices())) if isinstance(value, jax.Array) else None
-      by_place['mesh' if shardings[p] is not None else device].append(p)
-    batches = list(by_place.values())
-  for group in batches:
-    results = _run(group, targets, flat, shardings)
-    if donate:  # one group at a time: the next starts once these sources are freed
-      jax.block_until_ready(results)
-    for path, result in zip(group, results):
-      if result.shape != targets[path].shape:  # a broken plan, not bad input
-        raise ShapeError(f'{format_path(path)}: relayout gave {result.shape}')
-      out[path] = result
-    if donate:
-      for source in {s for p in group for s in targets[p].sources}:
-        value = flat[source][0]
-        buffers = buffer_keys(value)
-        if buffers and not buffers & kept:
-          value.delete()
-      # Layer-sized buffers are kept by the C allocator, not reused for the
-      # larger stacks: give them back before the next group.
-      release_free_memory()
-  return out
