@@ -228,7 +228,8 @@ def measure(model: str, kind: str, src: str, dst: str, budget: int, process=None
   # is taken: loaded libraries are not memory the work uses.
   from converters.checkpoint import inspect as checkpoints
   from converters.checkpoint import kit
-  from converters.checkpoint.convert import convert_checkpoint
+  from converters.checkpoint.convert import CheckpointOptions, convert_checkpoint
+  from converters.checkpoint.kit import models_for
   from converters.checkpoint.models import UserModels
   from flax import linen as nn
   import orbax.checkpoint as ocp
@@ -256,8 +257,8 @@ def measure(model: str, kind: str, src: str, dst: str, budget: int, process=None
     layout = 'scan' if kind.startswith('relayout') else None
     in_memory = kind.endswith('in_memory')
     convert_checkpoint(
-        src, dst, 'nnx', layout=layout, in_memory=in_memory,
-        memory_budget=None if in_memory else budget, **models,
+        src, dst, 'nnx', models=models_for(**models), layout=layout,
+        options=CheckpointOptions(in_memory=in_memory, memory_budget=None if in_memory else budget),
     )
   seconds = time.perf_counter() - start
   return {'seconds': seconds, 'peak_above_baseline': _peak_bytes() - baseline_rss}

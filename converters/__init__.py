@@ -1,7 +1,7 @@
 """linen-nnx-kit's conversion library: Flax Linen <-> Flax NNX, for any model.
 
     from converters import linen_to_nnx, nnx_to_linen, PathRule, PathMapping, Rearrange
-    from converters import convert_checkpoint, LinenModel   # checkpoints on disk
+    from converters import convert_checkpoint, UserModels, LinenModel   # checkpoints on disk
 
 The public API is this module's names. The core, which knows no model, is
 one pipeline: `api` (the conversions, short facades over it), `resolution`
@@ -63,6 +63,9 @@ _EXPORTS = {
     'VerificationError': 'converters.errors',
     'LinenModel': 'converters.linen_model',
     'convert_checkpoint': 'converters.checkpoint.convert',
+    'CheckpointOptions': 'converters.checkpoint.convert',
+    'UserModels': 'converters.checkpoint.models',
+    'ModelPair': 'converters.checkpoint.models',
     'compare_checkpoints': 'converters.checkpoint.compare',
 }
 

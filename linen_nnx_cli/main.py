@@ -509,14 +509,18 @@ def _models(args: argparse.Namespace) -> dict:
 
 
 def _convert(args: argparse.Namespace) -> int:
-  from converters.checkpoint.convert import STAGES, convert_checkpoint
+  from converters.checkpoint.convert import STAGES, CheckpointOptions, convert_checkpoint
+  from converters.checkpoint.kit import models_for
   from linen_nnx_cli.progress import Progress
 
+  models = models_for(**_models(args))
   with Progress(STAGES, enabled=_first_process()) as progress:
     summary = convert_checkpoint(
-        args.src, args.dst, args.to, layout=args.layout, force=args.force, seed=args.seed,
-        allow_unfinished=args.allow_unfinished, in_memory=args.in_memory,
-        memory_budget=args.memory_budget, on_stage=progress.stage, **_models(args),
+        args.src, args.dst, args.to, models=models, layout=args.layout,
+        options=CheckpointOptions(
+            seed=args.seed, force=args.force, allow_unfinished=args.allow_unfinished,
+            in_memory=args.in_memory, memory_budget=args.memory_budget, on_stage=progress.stage,
+        ),
     )
   summary = {'ok': True, **summary, 'seconds': {k: round(v, 3) for k, v in progress.timings.items()}}
   if not _first_process():
@@ -594,18 +598,15 @@ def _map(args: argparse.Namespace) -> int:
 
 def _compare_checkpoints(args: argparse.Namespace) -> int:
   from converters.checkpoint.compare import compare_checkpoints, compare_outputs
+  from converters.checkpoint.kit import models_for
 
   options = _models(args)
-  if args.outputs:
-    if 'linen_model' not in options:
-      return _fail(args, '--outputs runs your two models: give --linen-model and --nnx-model', 2)
-    rows, labels, extra = compare_outputs(
-        *args.checkpoints, allow_unfinished=args.allow_unfinished, **options
-    )
-  else:
-    rows, labels, extra = compare_checkpoints(
-        *args.checkpoints, allow_unfinished=args.allow_unfinished, **options
-    )
+  if args.outputs and 'linen_model' not in options:
+    return _fail(args, '--outputs runs your two models: give --linen-model and --nnx-model', 2)
+  compare = compare_outputs if args.outputs else compare_checkpoints
+  rows, labels, extra = compare(
+      *args.checkpoints, models=models_for(**options), allow_unfinished=args.allow_unfinished
+  )
   return _report_comparison(args, rows, labels, extra)
 
 

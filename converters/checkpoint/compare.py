@@ -172,15 +172,12 @@ def as_json(rows: list[LeafComparison]) -> list[dict[str, Any]]:
 
 
 def compare_checkpoints(
-    a: str, b: str, *, linen_model=None, nnx_model=None, paths=None, rules=None,
-    optimizer=None, mesh_shape=(2, 4), mesh_axes=('data', 'model'), annotation='device',
-    layer_partition=None, collections=None, allow_unfinished: bool = False,
+    a: str, b: str, *, models=None, allow_unfinished: bool = False,
 ) -> tuple[list[LeafComparison], tuple[str, str], dict]:
   """Rows comparing the training states of two checkpoints, in A's layout.
 
-  The models (`linen_model`, `nnx_model`, `paths`, `rules`, `optimizer`)
-  are those `convert_checkpoint` takes; none given: the kit's MLP.
-  `allow_unfinished` reads Orbax saves that never finished (see
+  `models` (a `ModelPair`) is what `convert_checkpoint` takes; None: the
+  kit's MLP. `allow_unfinished` reads Orbax saves that never finished (see
   `checkpoints.inspect`).
 
   Raises:
@@ -190,14 +187,11 @@ def compare_checkpoints(
   """
   from converters.checkpoint import inspect as checkpoints
   from converters.checkpoint import training_states
-  from converters.checkpoint.kit import models_for
+  from converters.checkpoint.kit import KitModels
+  from converters.checkpoint.models import check_model_pair
   from converters.errors import VerificationError
 
-  models = models_for(
-      linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
-      mesh_shape=mesh_shape, mesh_axes=mesh_axes, annotation=annotation,
-      layer_partition=layer_partition, collections=collections,
-  )
+  models = KitModels() if models is None else check_model_pair(models)
   infos = checkpoints.inspect(a, allow_unfinished), checkpoints.inspect(b, allow_unfinished)
   described = [models.summary(i) for i in infos]
   without_layout = [{k: v for k, v in d.items() if k != 'layout'} for d in described]
@@ -236,9 +230,7 @@ def compare_checkpoints(
 
 
 def compare_outputs(
-    a: str, b: str, *, linen_model=None, nnx_model=None, paths=None, rules=None,
-    optimizer=None, mesh_shape=(2, 4), mesh_axes=('data', 'model'), collections=None,
-    allow_unfinished: bool = False,
+    a: str, b: str, *, models, allow_unfinished: bool = False,
 ) -> tuple[list[LeafComparison], tuple[str, str], dict]:
   """Rows comparing the outputs of the models the two checkpoints restore
   into, run on the Linen model's example inputs: a check that shares
@@ -256,20 +248,15 @@ def compare_outputs(
   """
   from converters.linen_trees import input_collections
   from converters.checkpoint import inspect as checkpoints
-  from converters.checkpoint.kit import models_for
   from converters.checkpoint.models import UserModels
   from converters.errors import CheckpointError
   from converters.inference.witness import example_inputs
   from converters.variable_types import CollectionTable
 
-  models = models_for(
-      linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
-      mesh_shape=mesh_shape, mesh_axes=mesh_axes, collections=collections,
-  )
   if not isinstance(models, UserModels):
     raise CheckpointError(
-        'comparing outputs runs your two models: give linen_model= and nnx_model= '
-        '(--linen-model and --nnx-model)'
+        'comparing outputs runs your two models: give models=UserModels(linen_model, '
+        'nnx_model, ...) (--linen-model and --nnx-model)'
     )
   infos = checkpoints.inspect(a, allow_unfinished), checkpoints.inspect(b, allow_unfinished)
   mesh = models.make_mesh()

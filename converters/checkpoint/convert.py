@@ -18,6 +18,7 @@ DST.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 import shutil
@@ -30,7 +31,8 @@ from converters.allocator import release_free_memory
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint import training_states
 from converters.checkpoint import recipes, streaming
-from converters.checkpoint.kit import models_for
+from converters.checkpoint.kit import KitModels
+from converters.checkpoint.models import ModelPair, check_model_pair
 from converters.checkpoint.orbax_files import CheckpointWriter, SourceCheckpoint
 from converters.checkpoint.destination import (
     Destination,
@@ -110,59 +112,16 @@ def _remove_staging(staging: str, settle: bool) -> None:
       gone_since = time.monotonic()
 
 
-def convert_checkpoint(
-    src: str | os.PathLike,
-    dst: str | os.PathLike,
-    to: Framework,
-    *,
-    layout: str | None = None,
-    linen_model=None,
-    nnx_model=None,
-    paths=None,
-    rules: tuple | None = None,
-    optimizer=None,
-    mesh_shape: tuple[int, ...] = (2, 4),
-    mesh_axes: tuple[str, ...] = ('data', 'model'),
-    annotation: str = 'device',
-    layer_partition: str | None = None,
-    collections=None,
-    seed: int = 0,
-    force: bool = False,
-    allow_unfinished: bool = False,
-    in_memory: bool = False,
-    memory_budget: int | None = None,
-    on_stage: Callable[[str], None] | None = None,
-) -> dict:
-  """Converts the checkpoint at `src` into an Orbax checkpoint at `dst`.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointOptions:
+  """How `convert_checkpoint` reads, writes and reports; checked when made.
 
-  Args:
-    src: an Orbax checkpoint of a training state (a Linen `TrainState`, or
-      an NNX `{'model', 'optimizer'}` state), or a `flax.training.checkpoints`
-      checkpoint or directory.
-    dst: where to write; must not exist unless `force`.
-    to: 'linen' or 'nnx'.
-    layout: 'scan' or 'loop'; None keeps SRC's (a model factory must take
-      `layout=` to make another one).
-    linen_model, nnx_model: the models whose training state SRC holds: a
-      `LinenModel(module, *example_inputs)` (or a function returning one) and
-      a function returning the NNX module (see `UserModels`). Neither given:
-      the kit's MLP, described by the checkpoint itself.
-    paths: the Linen <-> NNX path mapping of the models (None: paths kept).
-    rules: the logical axis rules the models are annotated under (the kit's
-      MLP: its description's rules).
-    optimizer: for the models, the optax transform the checkpoint was trained
-      with (or a function returning it); for the kit's MLP, the optimizer's
-      name when the state does not say (adam and adamw keep the same arrays).
-    mesh_shape, mesh_axes: the mesh to read, convert and write on.
-    annotation, layer_partition: the kit's MLP's annotations (see
-      `ModelDescription`); the user's models carry their own.
-    collections: `{Linen collection: nnx.Variable subclass}` for the models'
-      own collections beyond `params`, `batch_stats` and `cache`.
+  Attributes:
     seed: seeds the RNG streams (dropout keys) of an NNX target, which a
       Linen state does not have.
-    force: replace an existing `dst` (a checkpoint, a file, a symlink, which
+    force: replace an existing DST (a checkpoint, a file, a symlink, which
       is replaced as a link, or an empty directory).
-    allow_unfinished: read an Orbax save of `src` that never finished.
+    allow_unfinished: read an Orbax save of SRC that never finished.
     in_memory: restore SRC onto the mesh, convert it there and save it (the
       path for conversions that also need the arrays on devices); by default
       SRC is streamed from disk to disk (`converters.checkpoint.streaming`).
@@ -172,6 +131,57 @@ def convert_checkpoint(
       not stream.
     on_stage: called with each stage of `STAGES` as it starts (the command
       line draws its progress from it).
+  """
+
+  seed: int = 0
+  force: bool = False
+  allow_unfinished: bool = False
+  in_memory: bool = False
+  memory_budget: int | None = None
+  on_stage: Callable[[str], None] | None = None
+
+  def __post_init__(self):
+    budget = self.memory_budget
+    if self.in_memory and budget is not None:
+      raise CheckpointError(
+          f'memory_budget={budget!r} bounds the streaming conversion, and in_memory=True '
+          'restores SRC whole instead: give one of them (--memory-budget or --in-memory)'
+      )
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 2**20
+    ):
+      raise CheckpointError(f'memory_budget={budget!r}: give a number of bytes of at least 1 MiB')
+
+  @property
+  def budget(self) -> int:
+    """The streaming's memory budget in bytes."""
+    return streaming.DEFAULT_MEMORY_BUDGET if self.memory_budget is None else int(self.memory_budget)
+
+
+def convert_checkpoint(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    to: Framework,
+    *,
+    models: ModelPair | None = None,
+    layout: str | None = None,
+    options: CheckpointOptions | None = None,
+) -> dict:
+  """Converts the checkpoint at `src` into an Orbax checkpoint at `dst`.
+
+  Args:
+    src: an Orbax checkpoint of a training state (a Linen `TrainState`, or
+      an NNX `{'model', 'optimizer'}` state), or a `flax.training.checkpoints`
+      checkpoint or directory.
+    dst: where to write; must not exist unless `options.force`.
+    to: 'linen' or 'nnx'.
+    models: the Linen model and its NNX port whose training state SRC holds
+      (`UserModels(linen_model, nnx_model, paths=..., optimizer=...)`), with
+      the mesh to convert on; None: the kit's MLP, described by the
+      checkpoint itself (`KitModels()`).
+    layout: 'scan' or 'loop'; None keeps SRC's (a model factory must take
+      `layout=` to make another one).
+    options: how to read, write and report (`CheckpointOptions`).
 
   Returns:
     A JSON-ready summary: source and destination, step, mesh.
@@ -188,30 +198,18 @@ def convert_checkpoint(
     raise CheckpointError(f'to={to!r}: choose one of {FRAMEWORKS}')
   if layout not in (None, 'scan', 'loop'):
     raise CheckpointError(f'layout={layout!r}: choose scan or loop')
-  if in_memory and memory_budget is not None:
-    raise CheckpointError(
-        f'memory_budget={memory_budget!r} bounds the streaming conversion, and in_memory=True '
-        'restores SRC whole instead: give one of them (--memory-budget or --in-memory)'
-    )
-  if memory_budget is None:
-    memory_budget = streaming.DEFAULT_MEMORY_BUDGET
-  if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Integral) or memory_budget < 2**20:
-    raise CheckpointError(
-        f'memory_budget={memory_budget!r}: give a number of bytes of at least 1 MiB'
-    )
-  memory_budget = int(memory_budget)
-  models = models_for(
-      linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,
-      mesh_shape=mesh_shape, mesh_axes=mesh_axes, annotation=annotation,
-      layer_partition=layer_partition, collections=collections,
-  )
-  on_stage = on_stage or (lambda stage: None)
+  models = KitModels() if models is None else check_model_pair(models)
+  options = CheckpointOptions() if options is None else options
+  if not isinstance(options, CheckpointOptions):
+    raise CheckpointError(f'options={options!r}: give CheckpointOptions(...)')
+  seed, force, in_memory, memory_budget = options.seed, options.force, options.in_memory, options.budget
+  on_stage = options.on_stage or (lambda stage: None)
   source_path, _ = checkpoints.locate(src)
   destination = plan_destination([os.fspath(src), source_path], dst, force)
   dst = destination.path
 
   on_stage('reading')
-  info = checkpoints.inspect(source_path, allow_unfinished)
+  info = checkpoints.inspect(source_path, options.allow_unfinished)
   agree('checkpoint conversion', {
       'src': source_path, 'dst': dst, 'to': to, 'layout': layout, 'force': force,
       'in_memory': in_memory, 'memory_budget': memory_budget,
@@ -228,25 +226,31 @@ def convert_checkpoint(
     leaves, replaced, step = _convert_streaming(
         info, plan, destination, seed, memory_budget, on_stage
     )
+  converted = {
+      'path': dst, 'format': 'orbax', 'framework': to, 'layout': plan.target.layout,
+      'leaves': leaves, 'replaced': replaced,
+  }
+  return _summary(plan, options, source=source_summary, destination=converted, step=step)
+
+
+def _summary(plan, options: CheckpointOptions, *, source: dict, destination: dict, step) -> dict:
+  """What `convert_checkpoint` returns: JSON-ready."""
   kept, seeded = training_states.rng_state(plan)
   return {
-      'source': source_summary,
-      'destination': {
-          'path': dst, 'format': 'orbax', 'framework': to,
-          'layout': plan.target.layout, 'leaves': leaves, 'replaced': replaced,
-      },
+      'source': source,
+      'destination': destination,
       # NNX RNG streams (dropout keys): kept from an NNX source where they
       # match, else seeded from `seed`; Linen has none, so going to Linen
       # drops them (listed).
       'rng_state': {
-          'kept': kept, 'seeded': seeded, 'seed': seed,
+          'kept': kept, 'seeded': seeded, 'seed': options.seed,
           'dropped': training_states.rng_dropped(plan),
       },
       'step': int(step),
-      'mesh': list(mesh_shape),
+      'mesh': list(plan.mesh.shape.values()),
       'verified': True,
-      'streamed': not in_memory,
-      'memory_budget': None if in_memory else memory_budget,
+      'streamed': not options.in_memory,
+      'memory_budget': None if options.in_memory else options.budget,
   }
 
 

@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import math
 import re
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -129,6 +130,44 @@ class Plan:
   rules: tuple | None
   correspondence: OptimizerCorrespondence
   collections: Mapping[str, type] | None = None
+
+
+class ModelPair(typing.Protocol):
+  """A Linen model and its NNX port, as the checkpoint tool reads a checkpoint through them.
+
+  `convert_checkpoint`, `compare_checkpoints` and the `linen-nnx` command line
+  take any object with these members. Two implementations: `UserModels`
+  (your models, traced abstractly) and `converters.checkpoint.kit.KitModels`
+  (the kit's MLP, described by the checkpoint itself).
+  """
+
+  @property
+  def mapping(self) -> PathMapping:
+    """The Linen <-> NNX path mapping of the two models."""
+
+  def plan(self, info, to: Framework | None = None, layout: str | None = None) -> Plan:
+    """The sides of converting the checkpoint `info` describes to `to` in `layout`."""
+
+  def summary(self, info) -> dict:
+    """What the command line reports of the models for the checkpoint `info`."""
+
+  def agreement(self) -> dict:
+    """What every process must agree on (`converters.distributed.agree`), as JSON."""
+
+
+def check_model_pair(models: Any) -> ModelPair:
+  """`models`, refused unless its class has every member of `ModelPair`.
+
+  Read on the class, so that no property runs (`UserModels.mapping` may
+  infer the mapping).
+  """
+  missing = [m for m in ('mapping', 'plan', 'summary', 'agreement') if not hasattr(type(models), m)]
+  if missing:
+    raise CheckpointError(
+        f'models={models!r} lacks {missing}: give UserModels(linen_model, nnx_model, ...) '
+        "for your models, or leave models out for the kit's MLP"
+    )
+  return models
 
 
 def _call(factory: Callable | Any, layout: str | None, what: str) -> Any:

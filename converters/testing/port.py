@@ -163,16 +163,7 @@ def assert_port_equivalent(
   options = dict(paths=paths, rules=rules, collections=collections)
   loss = loss or _default_loss
 
-  model = linen_to_nnx(linen_variables, target=nnx_model, **options)
-  back = nnx_to_linen(model, target=linen_variables, **options)
-  rows = _compare_trees('Linen -> NNX -> Linen', dict(linen_variables), back)
-  own = nnx_to_linen(nnx_model, **options)
-  again = linen_to_nnx(own, target=nnx_model, **options)
-  rows += _compare_trees(
-      'NNX -> Linen -> NNX', nnx.state(nnx_model, nnx.Not(nnx.RngState)),
-      nnx.state(again, nnx.Not(nnx.RngState)),
-  )
-  _fail('The conversion is not the identity both ways.', rows)
+  model = _assert_round_trips(linen_variables, nnx_model, options)
 
   model.eval()
   gradient_model = nnx.clone(model)  # before the call below writes any state
@@ -184,6 +175,39 @@ def assert_port_equivalent(
       nnx_kwargs=nnx_kwargs, options=options, atol=atol,
   )
 
+  rows += _compare_gradients(
+      linen_apply, linen_variables, gradient_model, inputs, nnx_kwargs=nnx_kwargs,
+      loss=loss, options=options, atol=atol,
+  )
+  rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model)
+  if linen_train_kwargs is not None:
+    rows += _training_step(
+        linen_module, linen_variables, gradient_model, inputs, linen_kwargs=linen_train_kwargs,
+        nnx_kwargs=nnx_kwargs, options=options, atol=atol,
+    )
+  _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).', rows)
+
+
+def _assert_round_trips(linen_variables, nnx_model: nnx.Module, options: dict) -> nnx.Module:
+  """Linen -> NNX -> Linen and NNX -> Linen -> NNX give back every leaf;
+  the port holding the Linen variables."""
+  model = linen_to_nnx(linen_variables, target=nnx_model, **options)
+  back = nnx_to_linen(model, target=linen_variables, **options)
+  rows = _compare_trees('Linen -> NNX -> Linen', dict(linen_variables), back)
+  own = nnx_to_linen(nnx_model, **options)
+  again = linen_to_nnx(own, target=nnx_model, **options)
+  rows += _compare_trees(
+      'NNX -> Linen -> NNX', nnx.state(nnx_model, nnx.Not(nnx.RngState)),
+      nnx.state(again, nnx.Not(nnx.RngState)),
+  )
+  _fail('The conversion is not the identity both ways.', rows)
+  return model
+
+
+def _compare_gradients(
+    linen_apply, linen_variables, gradient_model, inputs, *, nnx_kwargs, loss, options, atol
+) -> list[list[str]]:
+  """Rows where the gradients of `loss` differ between the two sides."""
   # Both sides take every variable and input as an argument: one closed over
   # would be a constant that XLA folds (rsqrt of batch statistics, say) or
   # fuses with other rounding than the runtime's.
@@ -197,17 +221,12 @@ def assert_port_equivalent(
   nnx_grads = nnx.jit(nnx.grad(nnx_loss))(gradient_model, *inputs)
   # Gradients are compared bare and by path: where each side's compiler puts
   # them is not a property of the port.
-  converted = linen_to_nnx({'params': _bare(linen_grads)}, paths=paths, collections=collections)
+  converted = linen_to_nnx(
+      {'params': _bare(linen_grads)}, paths=options['paths'], collections=options['collections']
+  )
   expected = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(converted)).items()}
   actual = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(nnx_grads)).items()}
-  rows += _compare_trees('gradients', expected, actual, atol, annotations=False)
-  rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model)
-  if linen_train_kwargs is not None:
-    rows += _training_step(
-        linen_module, linen_variables, gradient_model, inputs, linen_kwargs=linen_train_kwargs,
-        nnx_kwargs=nnx_kwargs, options=options, atol=atol,
-    )
-  _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).', rows)
+  return _compare_trees('gradients', expected, actual, atol, annotations=False)
 
 
 def _linen_call(linen_module, linen_variables, kwargs, interceptor=None) -> Callable:

@@ -156,6 +156,7 @@ def checkpoint(workdir: str, options: dict) -> dict:
   import jax
 
   from converters.checkpoint.convert import convert_checkpoint
+  from converters.checkpoint.kit import models_for
   from tests.converters.checkpoint.fixtures import same_leaves
   from kit_mlp.description import FSDP_RULES
   from kit_mlp.data import make_batches
@@ -176,8 +177,8 @@ def checkpoint(workdir: str, options: dict) -> dict:
     state, _ = linen.train_step(linen.create(seed=0), xs[0], ys[0])
     linen_checkpoint.save(src, state)
   summary = convert_checkpoint(
-      src, dst, 'nnx', layout=options.get('layout', 'scan'),
-      annotation='logical', rules=FSDP_RULES,
+      src, dst, 'nnx', models=models_for(annotation='logical', rules=FSDP_RULES),
+      layout=options.get('layout', 'scan'),
   )
   with jax.set_mesh(mesh):
     restored = nnx_checkpoint.restore(dst, nnx_scan)
@@ -226,6 +227,7 @@ def zoo_checkpoint(workdir: str, options: dict) -> dict:
 
   from converters.checkpoint.compare import compare_checkpoints
   from converters.checkpoint.convert import convert_checkpoint
+  from converters.checkpoint.kit import models_for
   from converters.checkpoint.models import UserModels
   from tests.converters.checkpoint import test_models
 
@@ -249,8 +251,8 @@ def zoo_checkpoint(workdir: str, options: dict) -> dict:
     state = jax.jit(create, out_shardings=shardings)()
     with ocp.StandardCheckpointer() as checkpointer:
       checkpointer.save(src, state)
-  summary = convert_checkpoint(src, dst, 'nnx', layout='scan', **models)
-  rows, _, _ = compare_checkpoints(src, dst, **models)
+  summary = convert_checkpoint(src, dst, 'nnx', models=models_for(**models), layout='scan')
+  rows, _, _ = compare_checkpoints(src, dst, models=models_for(**models))
   return {
       'summary': summary,
       'identical': all(r.identical for r in rows),

@@ -9,7 +9,8 @@ import pytest
 
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint import kit, training_states
-from converters.checkpoint.convert import convert_checkpoint
+from converters.checkpoint.convert import CheckpointOptions, convert_checkpoint
+from converters.checkpoint.kit import models_for
 from converters.checkpoint.models import Plan
 from converters.errors import CheckpointError
 from converters.optimizer_state import NNX_OPTIMIZER
@@ -47,7 +48,9 @@ def test_converted_checkpoint_restores_with_the_other_sides_ordinary_code(
   source_trainer, source_state = write_checkpoint(src, source, DESC.replace(use_scan=scan), optimizer)
   before = tree_checksum(src)
   # An NNX checkpoint cannot tell adamw from adam: the caller says it.
-  summary = convert_checkpoint(src, dst, target, layout=layout, optimizer=optimizer)
+  summary = convert_checkpoint(
+      src, dst, target, models=models_for(optimizer=optimizer), layout=layout,
+  )
   assert tree_checksum(src) == before
   out_scan = scan if layout is None else layout == 'scan'
   assert summary['destination']['layout'] == ('scan' if out_scan else 'loop')
@@ -85,7 +88,9 @@ def test_existing_destination_needs_force(tmp_path):
   with pytest.raises(CheckpointError, match='already exists; pass --force'):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
   assert checkpoints.inspect(tmp_path / 'dst').framework == 'linen'
-  convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', force=True)
+  convert_checkpoint(
+      tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(force=True),
+  )
   assert checkpoints.inspect(tmp_path / 'dst').framework == 'nnx'
   assert sorted(os.listdir(tmp_path)) == ['dst', 'src']  # no partial or replaced left
 
@@ -95,7 +100,9 @@ def test_force_never_replaces_a_directory_that_holds_no_checkpoint(tmp_path):
   (tmp_path / 'dst').mkdir()
   (tmp_path / 'dst' / 'keep.txt').write_text('mine')
   with pytest.raises(CheckpointError, match='holds something other than a checkpoint; --force only replaces'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', force=True)
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(force=True),
+    )
   assert os.listdir(tmp_path / 'dst') == ['keep.txt']
   assert (tmp_path / 'dst' / 'keep.txt').read_text() == 'mine'
 
@@ -115,7 +122,9 @@ def test_a_failed_rename_into_place_puts_the_replaced_dst_back(tmp_path, monkeyp
 
   monkeypatch.setattr(checkpoint_convert.os, 'rename', failing_rename)
   with pytest.raises(CheckpointError, match='could not be moved into place: No space left on device; DST is as it was'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', force=True)
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(force=True),
+    )
   assert tree_checksum(tmp_path / 'dst') == before
   assert sorted(os.listdir(tmp_path)) == ['dst', 'src']
 
@@ -127,7 +136,9 @@ def test_destination_overlapping_the_source_is_refused_even_with_force(tmp_path,
   write_checkpoint(tmp_path / 'src')
   before = tree_checksum(tmp_path / 'src')
   with pytest.raises(CheckpointError, match=f'{relation} the source'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / dst, 'nnx', force=True)
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / dst, 'nnx', options=CheckpointOptions(force=True),
+    )
   assert tree_checksum(tmp_path / 'src') == before
 
 
@@ -135,7 +146,10 @@ def test_destination_overlapping_the_source_is_refused_even_with_force(tmp_path,
 def test_layer_partition_names_the_stacked_axis_of_the_scanned_side(tmp_path, source_scan, layout):
   source_desc = DESC.replace(use_scan=source_scan, layer_partition='data' if source_scan else None)
   source_trainer, state = write_checkpoint(tmp_path / 'src', 'linen', source_desc, 'adam')
-  convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', layout=layout, layer_partition='data')
+  convert_checkpoint(
+      tmp_path / 'src', tmp_path / 'dst', 'nnx', models=models_for(layer_partition='data'),
+      layout=layout,
+  )
   out_scan = source_scan if layout is None else layout == 'scan'
   out_desc = DESC.replace(use_scan=out_scan, layer_partition='data' if out_scan else None)
   trainer = kit.trainer_for('nnx', out_desc, source_trainer.mesh, 'adam')
@@ -155,7 +169,9 @@ def test_layer_partition_names_the_stacked_axis_of_the_scanned_side(tmp_path, so
 def test_layer_partition_with_no_scanned_side_is_refused(tmp_path):
   write_checkpoint(tmp_path / 'src')
   with pytest.raises(CheckpointError, match="layer_partition='data' names the stacked layer axis, but no side is scanned"):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', layer_partition='data')
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'dst', 'nnx', models=models_for(layer_partition='data'),
+    )
   assert not os.path.exists(tmp_path / 'dst')
 
 
@@ -164,7 +180,9 @@ def test_unfinished_source_is_refused_unless_allowed(tmp_path):
   with pytest.raises(CheckpointError, match='unfinished Orbax save'):
     convert_checkpoint(temporary, tmp_path / 'dst', 'nnx')
   assert not os.path.exists(tmp_path / 'dst')
-  summary = convert_checkpoint(temporary, tmp_path / 'dst', 'nnx', allow_unfinished=True)
+  summary = convert_checkpoint(
+      temporary, tmp_path / 'dst', 'nnx', options=CheckpointOptions(allow_unfinished=True),
+  )
   assert summary['verified'] and checkpoints.inspect(tmp_path / 'dst').framework == 'nnx'
 
 
@@ -227,9 +245,56 @@ def test_data_lost_while_writing_fails_verification_and_moves_nothing(tmp_path, 
   else:
     monkeypatch.setattr(CheckpointWriter, 'write_metadata', _losing_metadata(CheckpointWriter.write_metadata))
   with pytest.raises(VerificationError, match=r'cannot be read back at \[model/layers/1/w2/value\]'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', in_memory=in_memory)
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(in_memory=in_memory),
+    )
   assert sorted(os.listdir(tmp_path)) == ['src']
   argv = ['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx']
   assert cli.main(argv + (['--in-memory'] if in_memory else [])) == 1
   assert 'model/layers/1/w2/value' in capsys.readouterr().err
   assert sorted(os.listdir(tmp_path)) == ['src']
+
+
+def test_models_without_the_members_of_a_model_pair_are_refused(tmp_path):
+  write_checkpoint(tmp_path / 'src')
+
+  class NotAPair:
+    def plan(self, info, to=None, layout=None):
+      raise AssertionError('never called')
+
+  with pytest.raises(CheckpointError, match=r"lacks \['mapping', 'summary', 'agreement'\]"):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=NotAPair())
+  assert sorted(os.listdir(tmp_path)) == ['src']
+
+
+def test_options_must_be_checkpoint_options(tmp_path):
+  with pytest.raises(CheckpointError, match=r"options=\{'force': True\}: give CheckpointOptions"):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', options={'force': True})
+
+
+def test_a_model_pair_of_ones_own_is_read_through_its_members(tmp_path):
+  """Anything with the members of `ModelPair` serves: here the kit's MLP, wrapped."""
+  write_checkpoint(tmp_path / 'src')
+  calls = []
+
+  class Wrapped:
+    def __init__(self):
+      self.inner = kit.KitModels()
+
+    @property
+    def mapping(self):
+      return self.inner.mapping
+
+    def plan(self, info, to=None, layout=None):
+      calls.append('plan')
+      return self.inner.plan(info, to, layout)
+
+    def summary(self, info):
+      return self.inner.summary(info)
+
+    def agreement(self):
+      return self.inner.agreement()
+
+  summary = convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=Wrapped())
+  assert calls == ['plan'] and summary['verified']
+  assert checkpoints.inspect(tmp_path / 'dst').framework == 'nnx'

@@ -24,6 +24,8 @@ from flax.training import checkpoints as flax_checkpoints
 from flax.training import train_state
 
 from converters import LinenModel, compare_checkpoints, convert_checkpoint
+from converters.checkpoint.convert import CheckpointOptions
+from converters.checkpoint.kit import models_for
 from converters.checkpoint.models import UserModels, train_state_class
 from converters.errors import CheckpointError, ShapeError
 from tests.converters.checkpoint import small_models as small
@@ -67,16 +69,23 @@ def test_a_step_the_target_cannot_hold_is_refused_not_wrapped(tmp_path, use_orba
     finally:
       flax.config.update('flax_use_orbax_checkpointing', previous)
   with pytest.raises(ShapeError, match=r'step = 4294967301 \(stored as int64\) does not fit the target\'s int32'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', optimizer=small.make_tx, **MLP)
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'dst', 'nnx',
+        models=models_for(optimizer=small.make_tx, **MLP),
+    )
   save(tmp_path / 'small', state.replace(step=5))
   with pytest.raises(ShapeError, match='does not fit'):
-    compare_checkpoints(tmp_path / 'small', tmp_path / 'src', optimizer=small.make_tx, **MLP)
+    compare_checkpoints(
+        tmp_path / 'small', tmp_path / 'src', models=models_for(optimizer=small.make_tx, **MLP),
+    )
   assert sorted(os.listdir(tmp_path)) == ['small', 'src']
 
 
 def test_a_counter_that_fits_converts_from_int64(tmp_path):
   save(tmp_path / 'src', linen_state(small.make_tx()).replace(step=2**31 - 1))
-  summary = convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', optimizer=small.make_tx, **MLP)
+  summary = convert_checkpoint(
+      tmp_path / 'src', tmp_path / 'dst', 'nnx', models=models_for(optimizer=small.make_tx, **MLP),
+  )
   assert summary['step'] == 2**31 - 1
 
 
@@ -84,9 +93,11 @@ def test_an_optimizer_with_no_state_converts_both_ways(tmp_path):
   state = linen_state(small.make_sgd())
   save(tmp_path / 'linen', state)
   models = dict(MLP, optimizer=small.make_sgd)
-  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **models)
-  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', **models)
-  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'back', **models)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models_for(**models))
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models_for(**models))
+  rows, _, _ = compare_checkpoints(
+      tmp_path / 'linen', tmp_path / 'back', models=models_for(**models),
+  )
   assert [r.linen_path for r in rows if 'params' in r.linen_path] and all(r.identical for r in rows)
 
 
@@ -96,12 +107,14 @@ def test_hyperparameters_in_the_optimizer_state_keep_their_values(tmp_path):
   state = state.replace(opt_state=state.opt_state._replace(hyperparams=hyperparams))
   save(tmp_path / 'linen', state)
   models = dict(MLP, optimizer=small.make_injected)
-  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **models)
-  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'nnx', **models)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models_for(**models))
+  rows, _, _ = compare_checkpoints(
+      tmp_path / 'linen', tmp_path / 'nnx', models=models_for(**models),
+  )
   learning_rate = [r for r in rows if r.linen_path.endswith('hyperparams/learning_rate')]
   assert learning_rate and learning_rate[0].nnx_path == 'optimizer/opt_state/hyperparams/learning_rate'
   assert all(r.identical for r in rows)
-  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', **models)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models_for(**models))
   with ocp.StandardCheckpointer() as checkpointer:
     back = checkpointer.restore(os.fspath(tmp_path / 'back'))
   assert np.float32(back['opt_state']['hyperparams']['learning_rate']) == np.float32(3e-4)
@@ -112,17 +125,23 @@ def test_compare_compares_nnx_rng_state_and_says_what_it_cannot(tmp_path):
   nnx_checkpoint(tmp_path / 'same', key=1)
   nnx_checkpoint(tmp_path / 'b', key=2, count=3)
   models = dict(MLP, optimizer=small.make_tx)
-  rows, _, extra = compare_checkpoints(tmp_path / 'a', tmp_path / 'same', **models)
+  rows, _, extra = compare_checkpoints(
+      tmp_path / 'a', tmp_path / 'same', models=models_for(**models),
+  )
   rng = [r for r in rows if r.linen_path == '-']
   assert [r.nnx_path for r in rng] == ['model/dropout/rngs/count', 'model/dropout/rngs/key']
   assert all(r.identical for r in rows) and extra['rng_not_compared'] == []
-  rows, _, _ = compare_checkpoints(tmp_path / 'a', tmp_path / 'b', **models)
+  rows, _, _ = compare_checkpoints(tmp_path / 'a', tmp_path / 'b', models=models_for(**models))
   assert sorted(r.nnx_path for r in rows if not r.identical) == [
       'model/dropout/rngs/count', 'model/dropout/rngs/key'
   ]
   save(tmp_path / 'linen', linen_state(small.make_tx()))
-  convert_checkpoint(tmp_path / 'linen', tmp_path / 'converted', 'nnx', **models)
-  rows, _, extra = compare_checkpoints(tmp_path / 'linen', tmp_path / 'converted', **models)
+  convert_checkpoint(
+      tmp_path / 'linen', tmp_path / 'converted', 'nnx', models=models_for(**models),
+  )
+  rows, _, extra = compare_checkpoints(
+      tmp_path / 'linen', tmp_path / 'converted', models=models_for(**models),
+  )
   assert all(r.identical for r in rows)
   assert extra['rng_not_compared'] == ['model/dropout/rngs/count', 'model/dropout/rngs/key']
 
@@ -146,8 +165,9 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch, in_memory):
     monkeypatch.setattr(CheckpointWriter, 'write', full_disk)
   with pytest.raises(CheckpointError, match='writing the checkpoint failed: OSError: .*No space left'):
     convert_checkpoint(
-        tmp_path / 'src', tmp_path / 'new' / 'parents' / 'dst', 'nnx', optimizer=small.make_tx,
-        in_memory=in_memory, **MLP,
+        tmp_path / 'src', tmp_path / 'new' / 'parents' / 'dst', 'nnx',
+        models=models_for(optimizer=small.make_tx, **MLP),
+        options=CheckpointOptions(in_memory=in_memory),
     )
   assert sorted(os.listdir(tmp_path)) == ['src']  # the parents it created went too
 
@@ -162,10 +182,12 @@ def test_factories_that_raise_are_named_in_one_error(tmp_path):
                        ('nnx_model', 'the NNX model')]:
     models = dict(MLP, optimizer=small.make_tx) | {option: broken}
     with pytest.raises(CheckpointError, match=f'{what}.*calling its factory failed: RuntimeError: a bug of theirs'):
-      convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', **models)
+      convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=models_for(**models))
   with pytest.raises(CheckpointError, match=r'gradient_transformation\(\)'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', **MLP,
-                       optimizer=optax.MultiSteps(optax.adam(1e-3), 2))
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'dst', 'nnx',
+        models=models_for(**MLP, optimizer=optax.MultiSteps(optax.adam(1e-3), 2)),
+    )
   assert sorted(os.listdir(tmp_path)) == ['src']
 
 
@@ -200,7 +222,7 @@ def test_an_nnx_factory_that_fails_on_a_logical_name_with_no_rule_is_told_the_ru
       r"the NNX model.*calling its factory failed: ValueError: Resource axis: kv .*; "
       r"if 'kv' is a logical name, give it a rule \(--rules; \('kv', None\) replicates it"
   )):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', **models)
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=models_for(**models))
   assert sorted(os.listdir(tmp_path)) == ['src']
 
 
@@ -212,7 +234,7 @@ def test_a_collection_of_the_models_own_converts_with_collections(tmp_path):
   models = dict(linen_model=small.linen_counting, nnx_model=small.nnx_counting,
                 paths=small.COUNTING_PATHS, optimizer=small.make_tx)
   with pytest.raises(Exception, match="pass collections=\\{'counters'"):
-    convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **models)
+    convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models_for(**models))
   assert zoo_tests.linen_nnx(
       'convert', tmp_path / 'linen', tmp_path / 'nnx', '--to', 'nnx',
       '--linen-model', f'{small.__name__}:linen_counting', '--nnx-model', f'{small.__name__}:nnx_counting',
@@ -222,7 +244,10 @@ def test_a_collection_of_the_models_own_converts_with_collections(tmp_path):
   with zoo_tests.in_mesh(None):
     model, _ = zoo_tests.nnx_restore(tmp_path / 'nnx', small.nnx_counting, small.make_tx())
   assert int(model.calls[...]) == 7
-  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'nnx', collections=small.COLLECTIONS, **models)
+  rows, _, _ = compare_checkpoints(
+      tmp_path / 'linen', tmp_path / 'nnx',
+      models=models_for(collections=small.COLLECTIONS, **models),
+  )
   assert 'model/calls' in [r.nnx_path for r in rows] and all(r.identical for r in rows)
 
 
@@ -245,9 +270,13 @@ def test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts(tmp_p
   save(tmp_path / 'loop', state)
   inferred = pairs.models_of(pair, optimizer=small.make_tx) | {'paths': 'infer'}
   hand_written = pairs.models_of(pair, optimizer=small.make_tx)
-  convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', 'nnx', layout='scan', **inferred)
+  convert_checkpoint(
+      tmp_path / 'loop', tmp_path / 'scan', 'nnx', models=models_for(**inferred), layout='scan',
+  )
   # Read with the hand-written mapping, in the source's layout: every leaf as it was.
-  rows, _, _ = compare_checkpoints(tmp_path / 'loop', tmp_path / 'scan', **hand_written)
+  rows, _, _ = compare_checkpoints(
+      tmp_path / 'loop', tmp_path / 'scan', models=models_for(**hand_written),
+  )
   assert rows and all(r.identical for r in rows)
 
 
@@ -264,23 +293,35 @@ def test_paths_infer_maps_a_linen_model_that_scans_to_a_port_that_loops(tmp_path
       linen_model=lambda: zoo.linen_transformer('scan'), nnx_model=lambda: zoo.nnx_transformer('loop'),
       rules=pair['rules'], optimizer=small.make_tx, paths='infer',
   )
-  summary = convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **one_layout_each)
+  summary = convert_checkpoint(
+      tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models_for(**one_layout_each),
+  )
   assert summary['verified']
   hand_written = pairs.models_of(pair, optimizer=small.make_tx)
-  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'nnx', **hand_written)
+  rows, _, _ = compare_checkpoints(
+      tmp_path / 'linen', tmp_path / 'nnx', models=models_for(**hand_written),
+  )
   assert rows and all(r.identical for r in rows)
   with ocp.StandardCheckpointer() as checkpointer:  # stored looped, as the port has it
     stored = checkpointer.metadata(os.fspath(tmp_path / 'nnx')).item_metadata
   assert set(stored['model']['blocks']) == {'0', '1'}
-  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', **one_layout_each)
-  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'back', **hand_written)
+  convert_checkpoint(
+      tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models_for(**one_layout_each),
+  )
+  rows, _, _ = compare_checkpoints(
+      tmp_path / 'linen', tmp_path / 'back', models=models_for(**hand_written),
+  )
   assert rows and all(r.identical for r in rows)
 
 
 def test_paths_infer_of_factories_of_one_layout_refuses_a_relayout(tmp_path):
   save(tmp_path / 'src', linen_state(small.make_tx()))
   models = dict(MLP, optimizer=small.make_tx, paths='infer')
-  summary = convert_checkpoint(tmp_path / 'src', tmp_path / 'nnx', 'nnx', **models)
+  summary = convert_checkpoint(
+      tmp_path / 'src', tmp_path / 'nnx', 'nnx', models=models_for(**models),
+  )
   assert summary['verified']
   with pytest.raises(CheckpointError, match="layout 'scan' asked for, but the nnx model has no layers"):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'scan', 'nnx', layout='scan', **models)
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'scan', 'nnx', models=models_for(**models), layout='scan',
+    )

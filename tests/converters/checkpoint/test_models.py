@@ -32,6 +32,8 @@ from flax.training import checkpoints as flax_checkpoints
 from jax.sharding import AxisType
 
 from converters import LinenModel, convert_checkpoint, compare_checkpoints
+from converters.checkpoint.convert import CheckpointOptions
+from converters.checkpoint.kit import models_for
 from converters.checkpoint.models import UserModels, train_state_class
 from converters.errors import CheckpointError, PathMappingError, ShapeError
 from model_zoo.linen import resnet as linen_resnet
@@ -278,11 +280,15 @@ def test_transformer_scan_and_loop_in_all_four_framework_pairs(tmp_path, to):
     state = pair['steps']()[0](state, pair['batches']()[0])
   save(tmp_path / 'loop', state)
   models = models_of(pair)
-  summary = convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', to, layout='scan', **models)
+  summary = convert_checkpoint(
+      tmp_path / 'loop', tmp_path / 'scan', to, models=models_for(**models), layout='scan',
+  )
   assert (summary['source']['layout'], summary['destination']['layout']) == ('loop', 'scan')
-  summary = convert_checkpoint(tmp_path / 'scan', tmp_path / 'nnx', 'nnx', layout='loop', **models)
+  summary = convert_checkpoint(
+      tmp_path / 'scan', tmp_path / 'nnx', 'nnx', models=models_for(**models), layout='loop',
+  )
   assert (summary['source']['framework'], summary['source']['layout']) == (to, 'scan')
-  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', **models)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models_for(**models))
   with in_mesh(pair['rules']):
     back = restore_like(tmp_path / 'back', state)
   assert_states_equal(state.params, back.params, 0.0)
@@ -321,7 +327,9 @@ def test_flax_training_checkpoints_of_every_pair_convert(tmp_path, name, use_orb
   options = [o if o != f'{zoo.__name__}:make_tx' else f'{zoo.__name__}:make_sgd' for o in cli_options(name)]
   assert linen_nnx('convert', tmp_path / 'checkpoints', tmp_path / 'nnx', '--to', 'nnx', *options) == 0
   models = models_of(pair, optimizer=zoo.make_sgd)
-  rows, _, summary = compare_checkpoints(tmp_path / 'checkpoints', tmp_path / 'nnx', **models)
+  rows, _, summary = compare_checkpoints(
+      tmp_path / 'checkpoints', tmp_path / 'nnx', models=models_for(**models),
+  )
   assert summary['a']['format'] == ('orbax' if use_orbax else 'flax-msgpack')
   assert rows and all(r.identical for r in rows), [r for r in rows if not r.identical]
   with in_mesh(pair['rules']):
@@ -336,8 +344,10 @@ def test_compare_of_a_users_linen_and_nnx_checkpoints(tmp_path):
     state = pair['steps']()[0](state, pair['batches']()[0])
   save(tmp_path / 'linen', state)
   models = models_of(pair)
-  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', **models)
-  rows, labels, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'nnx', **models)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models_for(**models))
+  rows, labels, _ = compare_checkpoints(
+      tmp_path / 'linen', tmp_path / 'nnx', models=models_for(**models),
+  )
   assert labels == ('Linen', 'NNX') and all(r.identical for r in rows)
   by_path = {r.linen_path: r.nnx_path for r in rows}
   assert by_path['params/Block_1/attention/query/kernel'] == 'model/blocks/1/attention/query/kernel'
@@ -365,7 +375,7 @@ def test_a_model_of_another_size_is_refused_leaf_by_leaf(tmp_path):
       ),
   )
   with pytest.raises(CheckpointError) as e:
-    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models)
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', models=models_for(**models))
   message = str(e.value)
   assert 'does not hold the linen training state of the Linen model (CNN)' in message
   assert 'params/Dense_0/kernel (32, 16) float32 (expected (32, 32) float32)' in message
@@ -376,7 +386,7 @@ def test_a_model_of_another_size_is_refused_leaf_by_leaf(tmp_path):
 def test_another_optimizer_is_refused_with_its_leaves(tmp_path):
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'], tx=zoo.make_sgd())
   with pytest.raises(CheckpointError, match=r'missing \[.*opt_state/.*unexpected \[.*trace'):
-    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models_of(PAIRS['cnn']))
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', models=models_for(**models_of(PAIRS['cnn'])))
 
 
 def forbid_reading(monkeypatch) -> None:
@@ -399,7 +409,10 @@ def test_a_mapping_that_leaves_parameters_unmapped_is_refused_before_reading(tmp
   forbid_reading(monkeypatch)
   partial = zoo.PathMapping([r for r in zoo.CNN_PATHS.rules if 'Dense_1' not in r.linen])
   with pytest.raises(PathMappingError, match='no rule maps these linen paths: .*Dense_1/kernel'):
-    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models_of(PAIRS['cnn']) | {'paths': partial})
+    convert_checkpoint(
+        src, tmp_path / 'dst', 'nnx',
+        models=models_for(**models_of(PAIRS['cnn']) | {'paths': partial}),
+    )
 
 
 def test_a_port_of_another_width_is_refused_leaf_by_leaf_before_reading(tmp_path, monkeypatch):
@@ -410,7 +423,7 @@ def test_a_port_of_another_width_is_refused_leaf_by_leaf_before_reading(tmp_path
   wider = zoo.CNNConfig(hidden=32)
   models = models_of(PAIRS['cnn']) | dict(nnx_model=lambda: zoo.nnx_cnn_module.CNN(wider, rngs=nnx.Rngs(0)))
   with pytest.raises(ShapeError) as e:
-    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models)
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', models=models_for(**models))
   # The hidden layer's kernel and bias, the head's kernel, and adam's two moments of each.
   assert str(e.value).startswith('9 leaves do not fit the target: ')
   listed = {
@@ -429,7 +442,10 @@ def test_a_missing_rule_is_named_on_both_sides_before_reading(tmp_path, monkeypa
   forbid_reading(monkeypatch)
   partial = zoo.PathMapping([r for r in zoo.CNN_PATHS.rules if 'Dense_1' not in r.linen])
   with pytest.raises(PathMappingError) as e:
-    convert_checkpoint(src, tmp_path / 'nnx', 'nnx', **models_of(PAIRS['cnn']) | {'paths': partial})
+    convert_checkpoint(
+        src, tmp_path / 'nnx', 'nnx',
+        models=models_for(**models_of(PAIRS['cnn']) | {'paths': partial}),
+    )
   assert 'no rule maps these linen paths: Dense_1/bias, Dense_1/kernel' in str(e.value)
   assert 'and no rule maps these nnx paths of the target: logits/bias, logits/kernel' in str(e.value)
   assert sorted(os.listdir(tmp_path)) == ['src']
@@ -439,15 +455,21 @@ def test_options_of_a_users_models_are_checked(tmp_path):
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
   models = models_of(PAIRS['cnn'])
   with pytest.raises(CheckpointError, match='linen_model= is given without nnx_model='):
-    convert_checkpoint(src, tmp_path / 'dst', 'nnx', linen_model=zoo.linen_cnn)
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', models=models_for(linen_model=zoo.linen_cnn))
   with pytest.raises(CheckpointError, match="names one of the kit's optimizers"):
-    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models | {'optimizer': 'adam'})
+    convert_checkpoint(
+        src, tmp_path / 'dst', 'nnx', models=models_for(**models | {'optimizer': 'adam'}),
+    )
   with pytest.raises(CheckpointError, match='the optimizer is not given'):
-    convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models | {'optimizer': None})
+    convert_checkpoint(
+        src, tmp_path / 'dst', 'nnx', models=models_for(**models | {'optimizer': None}),
+    )
   with pytest.raises(CheckpointError, match='makes one layout only'):
-    convert_checkpoint(src, tmp_path / 'dst', 'nnx', layout='scan', **models)
+    convert_checkpoint(src, tmp_path / 'dst', 'nnx', models=models_for(**models), layout='scan')
   with pytest.raises(CheckpointError, match=r'mesh 3x3 needs 9 devices'):
-    convert_checkpoint(src, tmp_path / 'dst', 'nnx', mesh_shape=(3, 3), **models)
+    convert_checkpoint(
+        src, tmp_path / 'dst', 'nnx', models=models_for(mesh_shape=(3, 3), **models),
+    )
   assert sorted(os.listdir(tmp_path)) == ['src']
 
 
@@ -477,7 +499,9 @@ def test_a_state_saved_before_its_first_step_converts(tmp_path):
 
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
   assert checkpoints.inspect(src).leaves[('step',)] == ((), 'int64')
-  summary = convert_checkpoint(src, tmp_path / 'dst', 'nnx', **models_of(PAIRS['cnn']))
+  summary = convert_checkpoint(
+      src, tmp_path / 'dst', 'nnx', models=models_for(**models_of(PAIRS['cnn'])),
+  )
   assert summary['step'] == 0 and summary['verified']
 
 
@@ -487,7 +511,9 @@ def test_nnx_rng_streams_are_kept_within_nnx_and_seeded_from_linen(tmp_path):
   pair = PAIRS['cnn']
   src = linen_checkpoint_of(tmp_path, pair)
   models = models_of(pair)
-  first = convert_checkpoint(src, tmp_path / 'nnx', 'nnx', seed=7, **models)
+  first = convert_checkpoint(
+      src, tmp_path / 'nnx', 'nnx', models=models_for(**models), options=CheckpointOptions(seed=7),
+  )
   assert first['rng_state']['kept'] == []
   assert first['rng_state']['seeded'] == ['model/dropout/rngs/count', 'model/dropout/rngs/key']
   # A key the seed cannot give, so keeping it is told from seeding it again.
@@ -497,7 +523,10 @@ def test_nnx_rng_streams_are_kept_within_nnx_and_seeded_from_linen(tmp_path):
     count = int(model.dropout.rngs.count[...]) + 3
     model.dropout.rngs.count.set_value(model.dropout.rngs.count[...] + 3)
     save(tmp_path / 'nnx_used', nnx.state({'model': model, 'optimizer': optimizer}))
-  again = convert_checkpoint(tmp_path / 'nnx_used', tmp_path / 'nnx_again', 'nnx', seed=7, **models)
+  again = convert_checkpoint(
+      tmp_path / 'nnx_used', tmp_path / 'nnx_again', 'nnx', models=models_for(**models),
+      options=CheckpointOptions(seed=7),
+  )
   assert again['rng_state']['seeded'] == [] and len(again['rng_state']['kept']) == 2
   with in_mesh(None):
     model, _ = nnx_restore(tmp_path / 'nnx_again', pair['nnx'], zoo.make_tx())
@@ -528,8 +557,8 @@ def test_a_train_state_class_of_the_users_own_with_fields_beyond_collections(tmp
   models = models_of(pair) | {'linen_model': LinenModel(
       linen.module, *linen.args, train_state=ImageNetTrainState, **linen.kwargs
   )}
-  convert_checkpoint(tmp_path / 'src', tmp_path / 'nnx', 'nnx', **models)
-  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', **models)
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'nnx', 'nnx', models=models_for(**models))
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models_for(**models))
   with in_mesh(None):
     back = restore_like(tmp_path / 'back', state)
   assert isinstance(back, ImageNetTrainState) and back.dynamic_scale is None

@@ -15,7 +15,8 @@ import tensorstore as ts
 
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint import streaming
-from converters.checkpoint.convert import convert_checkpoint
+from converters.checkpoint.convert import CheckpointOptions, convert_checkpoint
+from converters.checkpoint.kit import models_for
 from converters.checkpoint.orbax_files import CheckpointWriter, SourceCheckpoint
 from converters.errors import CheckpointError
 from tests.converters.checkpoint import zoo_models as zoo
@@ -105,8 +106,14 @@ def test_streaming_writes_what_the_in_memory_conversion_writes(tmp_path, layout,
       linen_model=zoo.linen_transformer, nnx_model=zoo.nnx_transformer,
       paths=zoo.TRANSFORMER_PATHS, rules=zoo.TRANSFORMER_RULES, optimizer=zoo.make_tx,
   )
-  convert_checkpoint(src, tmp_path / 'streamed', to, layout=target_layout, memory_budget=2**20, **models)
-  convert_checkpoint(src, tmp_path / 'in-memory', to, layout=target_layout, in_memory=True, **models)
+  convert_checkpoint(
+      src, tmp_path / 'streamed', to, models=models_for(**models), layout=target_layout,
+      options=CheckpointOptions(memory_budget=2**20),
+  )
+  convert_checkpoint(
+      src, tmp_path / 'in-memory', to, models=models_for(**models), layout=target_layout,
+      options=CheckpointOptions(in_memory=True),
+  )
   assert_same_checkpoint(tmp_path / 'streamed', tmp_path / 'in-memory')
 
 
@@ -201,9 +208,9 @@ def test_what_a_write_was_given_is_let_go_before_the_disk_is_done(tmp_path, monk
   monkeypatch.setattr(CheckpointWriter, 'write_chunks', tracked_write_chunks)
   monkeypatch.setattr(CheckpointWriter, 'write', tracked_write)
   convert_checkpoint(
-      src, tmp_path / 'dst', 'nnx', layout='loop', linen_model=zoo.linen_transformer,
-      nnx_model=zoo.nnx_transformer, paths=zoo.TRANSFORMER_PATHS, rules=zoo.TRANSFORMER_RULES,
-      optimizer=zoo.make_tx,
+      src, tmp_path / 'dst', 'nnx',
+      models=models_for(linen_model=zoo.linen_transformer, nnx_model=zoo.nnx_transformer, paths=zoo.TRANSFORMER_PATHS, rules=zoo.TRANSFORMER_RULES, optimizer=zoo.make_tx),
+      layout='loop',
   )
   assert len(still_held) > 10 and not any(still_held)
 
@@ -270,14 +277,19 @@ def test_a_failing_job_is_raised_once_every_started_job_has_ended():
 @pytest.mark.parametrize('budget', [0, 2**19, True, 1.5e9])
 def test_a_memory_budget_below_a_mib_or_not_an_int_is_refused(tmp_path, budget):
   with pytest.raises(CheckpointError, match='memory_budget=.*at least 1 MiB'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', memory_budget=budget)
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(memory_budget=budget),
+    )
 
 
 def test_a_memory_budget_for_the_in_memory_path_is_refused(tmp_path):
   # It would bound nothing: the in-memory path restores the state whole.
   write_checkpoint(tmp_path / 'src')
   with pytest.raises(CheckpointError, match=r'memory_budget=1073741824 bounds the streaming .* give one of them'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', in_memory=True, memory_budget=2**30)
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'dst', 'nnx',
+        options=CheckpointOptions(in_memory=True, memory_budget=2**30),
+    )
   assert sorted(os.listdir(tmp_path)) == ['src']
 
 
