@@ -17,6 +17,8 @@ compare`) and the read-back verification (`converters.checkpoint.verify`).
   difference is NaN), NaNs on both sides count as equal.
 - `bits_equal` and `leaf_difference` compare arrays where they are, for
   arrays too large to gather: shard by shard when their shardings match.
+- Typed PRNG keys (`jax.random.key`) compare by their key data; keys of
+  another implementation are of another dtype, so they differ.
 """
 
 from __future__ import annotations
@@ -26,10 +28,20 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def _is_key(x) -> bool:
+  dtype = getattr(x, 'dtype', None)
+  return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _unkeyed(x):
+  """A typed PRNG key array as its key data, which numpy can read; anything else as it is."""
+  return jax.random.key_data(x) if _is_key(x) else x
+
+
 def host_bits(x) -> np.ndarray:
   """`x` on the host as unsigned integers of its width (a 0-d array as shape (1,));
   16-byte elements (complex128) as raw 16-byte values."""
-  x = np.asarray(jax.device_get(x))
+  x = np.asarray(jax.device_get(_unkeyed(x)))
   width = x.dtype.itemsize
   return (x.reshape(1) if x.ndim == 0 else x).view(f'u{width}' if width <= 8 else f'V{width}')
 
@@ -44,6 +56,7 @@ def _widened(x: np.ndarray) -> np.ndarray:
 
 def device_bits(x: jax.Array) -> jax.Array:
   """`x` where it is, its floating elements viewed as unsigned integers of their width."""
+  x = _unkeyed(x)
   if jnp.issubdtype(x.dtype, jnp.floating):
     width = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize]
     return jax.lax.bitcast_convert_type(x, width)
@@ -52,7 +65,7 @@ def device_bits(x: jax.Array) -> jax.Array:
 
 def largest_difference(a, b) -> tuple[float, tuple[int, ...]]:
   """`(max |a - b|, its index)` of two arrays of one shape; `(0.0, ())` if empty."""
-  x, y = np.asarray(jax.device_get(a)), np.asarray(jax.device_get(b))
+  x, y = (np.asarray(jax.device_get(_unkeyed(v))) for v in (a, b))
   if x.size == 0:
     return 0.0, ()
   x, y = _widened(x), _widened(y)
@@ -63,7 +76,9 @@ def largest_difference(a, b) -> tuple[float, tuple[int, ...]]:
 
 def differs(a, b, atol: float = 0.0) -> bool:
   """Whether two arrays of one shape and dtype differ: bit for bit, or by more than `atol`."""
-  x, y = np.asarray(jax.device_get(a)), np.asarray(jax.device_get(b))
+  if (_is_key(a) or _is_key(b)) and a.dtype != b.dtype:
+    return True  # a key against another implementation's, or against raw key data
+  x, y = (np.asarray(jax.device_get(_unkeyed(v))) for v in (a, b))
   if x.shape != y.shape or x.dtype != y.dtype:
     return True
   if np.array_equal(host_bits(x), host_bits(y)):
@@ -75,7 +90,7 @@ def differs(a, b, atol: float = 0.0) -> bool:
 
 def describe_difference(a, b) -> str:
   """Where two arrays of one shape differ most, for a message."""
-  if not _inexact(np.asarray(a).dtype):
+  if not _inexact(np.asarray(jax.device_get(_unkeyed(a))).dtype):
     return 'values differ'
   diff, where = largest_difference(a, b)
   return f'max abs diff {diff:.3g} at {where}'
@@ -110,7 +125,7 @@ def bits_equal(xs: list[jax.Array], ys: list[jax.Array]) -> list[bool]:
       )
       out.append(all(np.array_equal(host_bits(a.data), host_bits(b.data)) for a, b in pairs))
     else:
-      out.append(bool(_difference(x, y)[0]))
+      out.append(bool(_difference(_unkeyed(x), _unkeyed(y))[0]))
   return out
 
 
@@ -119,5 +134,5 @@ def leaf_difference(a: jax.Array, b: jax.Array) -> tuple[bool, float]:
   for arrays of other shapes or dtypes."""
   if a.shape != b.shape or a.dtype != b.dtype:
     return False, float('nan')
-  equal, diff = _difference(a, b)
+  equal, diff = _difference(_unkeyed(a), _unkeyed(b))
   return bool(equal), float(diff)

@@ -56,9 +56,10 @@ def input_collections(linen, table: CollectionTable) -> dict[str, Any]:
         f"({{'params': ..., 'batch_stats': ...}}), got {type(linen).__name__}"
         + (' (empty)' if isinstance(linen, Mapping) else '')
     )
-  for name in linen:
+  trees = _collection_trees(dict(linen), '')
+  for name in trees:
     table.variable_type(name, str(name))
-  return _collection_trees(dict(linen), '')
+  return trees
 
 
 def _collection_trees(trees: dict, prefix: str) -> dict:

@@ -87,3 +87,19 @@ def test_leaf_difference_reports_the_largest_absolute_difference():
   assert not same and diff == pytest.approx(0.25)
   assert leaf_difference(x, x) == (True, 0.0)
   assert np.isnan(leaf_difference(x, x[:4])[1])
+
+
+def test_typed_prng_keys_compare_by_their_key_data():
+  key, other = jax.random.key(0), jax.random.key(1)
+  assert not differs(key, jax.random.key(0)) and differs(key, other)
+  assert bits_equal([key, key], [jax.random.key(0), other]) == [True, False]
+  assert leaf_difference(key, jax.random.key(0))[0] and not leaf_difference(key, other)[0]
+  assert describe_difference(key, other) == 'values differ'
+  assert np.array_equal(host_bits(key), np.asarray(jax.random.key_data(key)))
+
+
+def test_a_key_differs_from_another_implementations_and_from_raw_key_data():
+  key = jax.random.key(0)
+  assert differs(key, jax.random.key(0, impl='rbg'))
+  assert differs(key, jax.random.key_data(key))
+  assert differs(jax.random.key_data(key), key)
