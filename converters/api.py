@@ -85,7 +85,7 @@ def linen_to_nnx(
   table = CollectionTable(collections)
   trees = linen_trees.input_collections(linen, table)
   model, optimizer = nnx_trees.split_target(target, train_state=isinstance(linen, TrainState))
-  flats = {name: linen_trees.read_collection(tree, name, strict=strict) for name, tree in trees.items()}
+  flats = {name: linen_trees.read_collection(tree, name, strict=options.strict) for name, tree in trees.items()}
   if 'params' in flats:
     _nonempty(flats['params'], 'params')
   conversion = Conversion(options)
@@ -105,11 +105,11 @@ def linen_to_nnx(
       'linen -> nnx', template.leaves, produced, options=options,
       mesh=options.mesh or mesh_of_tree(template.variables),
       explain=lambda p, _: options.paths.describe('nnx', p[1:]) if p[0] == 'model' else None,
-      check_leaf=template.check_leaf(table, converted),
+      check_kind=template.check_kind(table, converted), check_metadata=template.check_metadata,
   )
-  conversion.protect(v for v, a in [*produced.values(), *filled.values()] if a is None)
+  conversion.protect(_scalars(produced, filled))
   conversion.run()
-  return template.merge(filled, conversion.value, rngs)
+  return template.merge(filled, conversion.value)
 
 
 def nnx_to_linen(
@@ -164,14 +164,14 @@ def nnx_to_linen(
   )
   if target is None:
     conversion.run()
-    return linen_trees.write_collections(converted, conversion.value)
+    return linen_trees.write_collections(_nonempty_collections(converted), conversion.value)
 
   templates = linen_trees.templates_of(target, table, groups)
   filled = {
       c: fill(
           f'nnx -> linen {c}', linen_trees.read_collection(templates[c], f'target.{c}'),
           converted.get(c, {}), options=options, prefix=f'{c}/',
-          explain=lambda p, _: options.paths.describe('linen', p),
+          explain=lambda p, _: options.paths.describe('linen', p), in_produced_order=True,
       )
       for c in sorted(templates)
   }
@@ -220,10 +220,10 @@ def relayout(
     return nnx_trees.write_state(converted, types, conversion.value)
   if isinstance(tree, Mapping):
     trees = linen_trees.input_collections(tree, table)
-    flats = {name: linen_trees.read_collection(t, name, strict=strict) for name, t in trees.items()}
+    flats = {name: linen_trees.read_collection(t, name, strict=options.strict) for name, t in trees.items()}
     converted = conversion.add_collections(flats, 'linen', 'linen')
     conversion.run()
-    return linen_trees.write_collections(converted, conversion.value)
+    return linen_trees.write_collections(_nonempty_collections(converted), conversion.value)
   raise StructureError(
       "relayout takes Linen variables ({'params': ...}) or an nnx.State, got "
       f'{type(tree).__name__}'
@@ -254,12 +254,23 @@ def _train_state(target: TrainState, optimizer, params, filled, conversion: Conv
       prefix='opt_state/',
   )
   step = scalar_like(step, getattr(target.step, 'dtype', np.dtype('int32')), mesh_hint, 'step')
-  conversion.protect([step, *(v for v, a in opt_filled.values() if a is None)])
+  conversion.protect([step, *_scalars(produced, opt_filled)])
   conversion.run()
   return target.replace(
       step=step, opt_state=linen_trees.write_opt_state(opt_filled, treedef, conversion.value),
       **linen_trees.write_collections(filled, conversion.value),
   )
+
+
+def _scalars(*leaves: Mapping) -> list:
+  """The scalars (no annotation) of optimizer state, as read and as converted:
+  arrays outside the planned trees, which donation must never delete."""
+  return [value for tree in leaves for value, annotation in tree.values() if annotation is None]
+
+
+def _nonempty_collections(converted: Mapping[str, dict]) -> dict[str, dict]:
+  """Without a target, a collection that converts to nothing is left out."""
+  return {c: flat for c, flat in converted.items() if flat}
 
 
 def _nonempty(flat: dict, where: str) -> dict:

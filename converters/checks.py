@@ -86,12 +86,18 @@ def agree_on_conversion(pairs, source: Framework, target: Framework, options: Op
   )
 
 
+def mesh_of(value) -> Mesh | None:
+  """The mesh of an array with a `NamedSharding`, else None."""
+  sharding = getattr(value, 'sharding', None)
+  return sharding.mesh if isinstance(sharding, NamedSharding) else None
+
 
 def _mesh_of(value, annotation: md.Annotation, mesh: Mesh | None) -> Mesh | None:
-  sharding = getattr(value, 'sharding', None)
-  if isinstance(sharding, NamedSharding):
-    return sharding.mesh
-  return annotation.mesh or mesh
+  """The mesh a leaf lives on: its array's, else its annotation's, else `mesh`."""
+  own = mesh_of(value)
+  if own is not None:
+    return own
+  return annotation.mesh if annotation.mesh is not None else mesh
 
 
 def describe_mesh(mesh) -> str:
@@ -239,7 +245,6 @@ def check_executable(
     )
 
 
-
 def check_writable(where: str, shape, dtype, annotation: md.Annotation, target: Framework) -> None:
   """The annotation makes a valid box or Variable (metadata NNX refuses is caught here)."""
   placeholder = jax.ShapeDtypeStruct(tuple(shape), dtype)
@@ -257,11 +262,6 @@ def check_writable(where: str, shape, dtype, annotation: md.Annotation, target: 
     ) from e
 
 
-def _mesh(value) -> Mesh | None:
-  sharding = getattr(value, 'sharding', None)
-  return sharding.mesh if isinstance(sharding, NamedSharding) else None
-
-
 def _same_mesh(a, b) -> bool:
   if isinstance(a, Mesh) and isinstance(b, Mesh):
     return a == b  # axis names, sizes and device order
@@ -277,7 +277,7 @@ def check_against_template(path: str, value, annotation, t_value, t_annotation, 
   (the conversion's `rules=`, else the context's) resolves logical names that
   carry no rules, on either side.
   """
-  mesh, t_mesh = _mesh(value), _mesh(t_value)
+  mesh, t_mesh = mesh_of(value), mesh_of(t_value)
   if mesh is not None and t_mesh is not None and not _same_mesh(mesh, t_mesh):
     raise LayoutError(
         f'{path}: the converted array lives on mesh {describe_mesh(mesh)} but the '

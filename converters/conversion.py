@@ -50,6 +50,7 @@ class Conversion:
   """
 
   def __init__(self, options: Options):
+    checks.check_layer_rules(options)
     self.options = options
     self._jobs: list[tuple] = []
     self._inputs: list[Any] = []
@@ -62,7 +63,6 @@ class Conversion:
     if jax.process_count() > 1:
       checks.agree_on_conversion(pairs, source, target, options)
     checks.check_placement(pairs, options.mesh, options.resolution_rules)
-    checks.check_layer_rules(options)
     plan = planning.plan(
         pairs, options.paths, source, target, scan=options.scan,
         layer_partition=options.layer_partition, num_layers=options.num_layers,

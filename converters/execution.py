@@ -12,9 +12,8 @@ record how they were made (`converters.provenance`).
 
 from __future__ import annotations
 
-import collections
 import functools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -41,11 +40,10 @@ def buffer_keys(value) -> frozenset:
     return frozenset({('array', id(value))})
 
 
-
 def shared_buffers(values: Iterable[Any]) -> frozenset:
   """The buffers that more than one of `values` holds (tied weights, an array
   passed twice, a scalar passed through): never to be deleted."""
-  uses = collections.Counter()
+  uses = Counter()
   for value in values:
     uses.update(buffer_keys(value))
   return frozenset(key for key, n in uses.items() if n > 1)

@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from converters import metadata as md
 from converters import provenance
-from converters.checks import check_against_template, check_keys
+from converters.checks import check_against_template, check_keys, mesh_of
 from converters.errors import LeafErrors, ShapeError
 from converters.options import Options
 from converters.paths import format_path
@@ -40,7 +40,9 @@ def fill(
     mesh: Mesh | None = None,
     prefix: str = '',
     explain: Callable[[tuple, bool], str | None] | None = None,
-    check_leaf: Callable[[tuple, str, md.Annotation], None] | None = None,
+    check_kind: Callable[[tuple, str], None] | None = None,
+    check_metadata: Callable[[tuple, str, md.Annotation], None] | None = None,
+    in_produced_order: bool = False,
 ) -> dict[tuple, tuple[Any, md.Annotation | None]]:
   """What to write at each path of `template`, every leaf checked first.
 
@@ -52,27 +54,34 @@ def fill(
     mesh: where a scalar converted from a host value is placed.
     prefix: put before each path in messages (`'opt_state/'`).
     explain: says for one path why it is missing or unexpected (`check_keys`).
-    check_leaf: `(path, name, annotation)`, a check of the target's own kind
-      (an NNX Variable's collection and metadata).
+    check_kind: `(path, name)`, checked before the leaf's shape, dtype and
+      annotation: that the target holds a leaf of its kind there (an NNX
+      Variable of the collection's type).
+    check_metadata: `(path, name, annotation)`, checked after them: that the
+      target takes the leaf's extra metadata.
+    in_produced_order: check and return the leaves in `produced`'s order (a
+      Linen tree keeps the converted order) rather than the template's.
 
   Raises:
-    ConversionError: naming every offending leaf.
+    ConversionError: naming every offending leaf; of the first failure's class.
   """
   check_keys(where, template, produced, explain=explain)
   filled = {}
   errors = LeafErrors()
-  for path, (t_value, t_annotation) in template.items():
-    value, annotation = produced[path]
+  for path in produced if in_produced_order else template:
+    (t_value, t_annotation), (value, annotation) = template[path], produced[path]
     name = prefix + format_path(path)
     with errors.leaf():
       if annotation is None:
         filled[path] = (scalar_like(value, t_value.dtype, mesh, name), None)
         continue
-      if check_leaf is not None:
-        check_leaf(path, name, annotation)
+      if check_kind is not None:
+        check_kind(path, name)
       check_against_template(
           name, value, annotation, t_value, t_annotation, rules=options.resolution_rules
       )
+      if check_metadata is not None:
+        check_metadata(path, name, annotation)
       form = md.with_default_rules(in_target_form(annotation, t_annotation), options.rules)
       filled[path] = (value, form)
   errors.raise_any()
@@ -154,8 +163,6 @@ def _placed_scalar(value, mesh: Mesh | None):
 def mesh_of_tree(flat) -> Mesh | None:
   """The mesh of the first leaf of `flat` that has a `NamedSharding`."""
   for value, *_ in flat.values():
-    sharding = getattr(value, 'sharding', None)
-    if isinstance(sharding, NamedSharding):
-      return sharding.mesh
+    if (mesh := mesh_of(value)) is not None:
+      return mesh
   return None
-

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from flax import traverse_util
+
 from converters.errors import StructureError
 
 
@@ -44,12 +46,5 @@ def check_array(value, where: str) -> None:
 
 
 def nest(flat: Mapping[tuple, Any]) -> dict:
-  """Nested dicts of a flat map."""
-  root: dict = {}
-  for path, value in flat.items():
-    node = root
-    for key in path[:-1]:
-      node = node.setdefault(key, {})
-    node[path[-1]] = value
-  return root
-
+  """Nested dicts of a flat map (Flax's `traverse_util.unflatten_dict`)."""
+  return traverse_util.unflatten_dict(dict(flat))

@@ -74,7 +74,6 @@ def _collection_trees(trees: dict, prefix: str) -> dict:
   return trees
 
 
-
 def read_collection(
     tree, where: str, *, strict: bool = False
 ) -> dict[tuple, tuple[Any, md.Annotation]]:
@@ -102,7 +101,6 @@ def read_collection(
         unboxed,
     )
   return flat
-
 
 
 def templates_of(target, table: CollectionTable, groups) -> dict[str, Any]:
@@ -148,14 +146,16 @@ def templates_of(target, table: CollectionTable, groups) -> dict[str, Any]:
   return templates
 
 
+def _boxed_leaves(tree) -> tuple[list[tuple[tuple, Any]], Any]:
+  """`([(path, leaf)], treedef)` of a Linen tree, boxes as leaves."""
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=md.is_linen_box)
+  return [(keys_of(k), leaf) for k, leaf in leaves], treedef
+
 
 def opt_state_template(target: TrainState) -> tuple[dict[tuple, tuple[Any, Any]], Any]:
   """`({path: (value, annotation)}, treedef)` of a `TrainState` target's optax state."""
-  leaves, treedef = jax.tree_util.tree_flatten_with_path(target.opt_state, is_leaf=md.is_linen_box)
-  template = {
-      keys_of(k): md.read_linen(leaf, 'target.opt_state/' + format_path(keys_of(k)))
-      for k, leaf in leaves
-  }
+  leaves, treedef = _boxed_leaves(target.opt_state)
+  template = {p: md.read_linen(leaf, 'target.opt_state/' + format_path(p)) for p, leaf in leaves}
   if len(template) != len(leaves):
     raise OptimizerStateError('target.opt_state: two leaves share one path; pass a real optax state')
   return template, treedef
@@ -163,8 +163,7 @@ def opt_state_template(target: TrainState) -> tuple[dict[tuple, tuple[Any, Any]]
 
 def tree_param_paths(tree) -> list[tuple]:
   """The paths of a Linen tree's parameters (boxes are leaves)."""
-  leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=md.is_linen_box)[0]
-  return [keys_of(k) for k, _ in leaves]
+  return [p for p, _ in _boxed_leaves(tree)[0]]
 
 
 def write_collections(

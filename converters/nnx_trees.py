@@ -44,7 +44,6 @@ def read_state(
   return flat
 
 
-
 def state_collections(state, table: CollectionTable, rules, where: str) -> dict[str, dict]:
   """`{collection: flat}` of an `nnx.State`; RNG state left out (Linen has none)."""
   for path, var in nnx.to_flat_state(state):  # what is refused by kind, before by value
@@ -56,7 +55,6 @@ def state_collections(state, table: CollectionTable, rules, where: str) -> dict[
     if collection is not None:
       groups.setdefault(collection, {})[path] = (value, annotation, var)
   return groups
-
 
 
 def groups_by_type(flat, table: CollectionTable) -> tuple[dict[str, dict], dict[str, type]]:
@@ -146,15 +144,18 @@ class Template:
     graphdef: of `{'model': model, 'optimizer': optimizer}`.
     variables: `{path: (value, annotation, Variable)}`, paths under `model`/`optimizer`.
     rng_paths: the target's RNG state, kept as it is or reseeded.
+    seeds: `{stream: seed}` to reseed it with (`rngs=`), or None to keep it.
   """
 
   graphdef: Any
   variables: Mapping[tuple, tuple[Any, md.Annotation, nnx.Variable]]
   rng_paths: frozenset
+  seeds: Mapping[str, Any] | None
 
   @classmethod
   def of(cls, model, optimizer, *, rules: tuple | None, rngs) -> Template:
-    """Reads the target; refuses abstract RNG state that `rngs` does not reseed."""
+    """Reads the target; refuses abstract RNG state that `rngs` does not
+    reseed, and seeds that are not one per stream (before anything is built)."""
     objects = {'model': model} if optimizer is None else {'model': model, 'optimizer': optimizer}
     graphdef, state = nnx.split(objects)
     variables = read_state(state, 'target', rules)
@@ -168,26 +169,30 @@ class Template:
           'nnx.update(model, state)',
           abstract,
       )
-    return cls(graphdef, variables, frozenset(found))
+    seeds = _stream_seeds(variables, found, rngs) if rngs is not None and found else None
+    return cls(graphdef, variables, frozenset(found), seeds)
 
   @property
   def leaves(self) -> dict[tuple, tuple[Any, md.Annotation]]:
     """`{path: (value, annotation)}` to fill: every Variable but RNG state."""
     return {p: (v, a) for p, (v, a, _) in self.variables.items() if p not in self.rng_paths}
 
-  def check_leaf(self, table: CollectionTable, converted: Mapping[str, Mapping[tuple, Any]]):
-    """`fill`'s check of one leaf: the collection and metadata its Variable
-    takes. `converted` holds the model's converted leaves by collection."""
+  def check_kind(self, table: CollectionTable, converted: Mapping[str, Mapping[tuple, Any]]):
+    """`fill`'s check that the target holds a Variable of the leaf's
+    collection; `converted` holds the model's converted leaves by collection."""
     collection_of = {p: c for c, flat in converted.items() for p in flat}
 
-    def check(path: tuple, name: str, annotation: md.Annotation) -> None:
-      t_value, _, t_var = self.variables[path]
+    def check(path: tuple, name: str) -> None:
       if path[0] == 'model':
-        check_collection(name, collection_of[path[1:]], t_var, table)
-      check_fills(name, t_var, t_value, annotation)
+        check_collection(name, collection_of[path[1:]], self.variables[path][2], table)
     return check
 
-  def merge(self, filled, value_of: Callable[[Any], Any], rngs):
+  def check_metadata(self, path: tuple, name: str, annotation: md.Annotation) -> None:
+    """`fill`'s check that the target Variable takes the leaf's extra metadata."""
+    t_value, _, t_var = self.variables[path]
+    check_fills(name, t_var, t_value, annotation)
+
+  def merge(self, filled, value_of: Callable[[Any], Any]):
     """The new model, or `(model, optimizer)`, holding the filled leaves."""
     new_flat = {}
     for path, (_, _, t_var) in self.variables.items():
@@ -200,8 +205,8 @@ class Template:
         new_var.set_metadata(key, extra)
       new_flat[path] = new_var
     objects = nnx.merge(self.graphdef, nnx.State(nest(new_flat)))
-    if rngs is not None and self.rng_paths:
-      nnx.reseed(objects['model'], policy='match_shape', **_stream_seeds(self.variables, self.rng_paths, rngs))
+    if self.seeds is not None:
+      nnx.reseed(objects['model'], policy='match_shape', **self.seeds)
     return (objects['model'], objects['optimizer']) if 'optimizer' in objects else objects['model']
 
 

@@ -122,18 +122,23 @@ def linen_opt_to_nnx(state: TrainState, param_flat, optimizer, conversion: Conve
   """
   corr = correspondence_of(optimizer)
   opt_flat = read_collection(state.opt_state, 'opt_state')
-  for path in corr.derived_from_step:
-    value = opt_flat.get(path, (state.step,))[0]
-    if np.asarray(value) != np.asarray(state.step):
+
+  def derived_from_step(path: tuple, value) -> bool:
+    """Whether the scalar at `path` is one the optimizer keeps only as its step."""
+    if path not in corr.derived_from_step:
+      return False
+    if not np.array_equal(np.asarray(value), np.asarray(state.step)):
       raise OptimizerStateError(
           f'opt_state/{format_path(path)}={np.asarray(value)} differs from '
           f'step={np.asarray(state.step)}; {corr.name} keeps only the step, '
           'so this state cannot be converted without loss',
           [format_path(path)],
       )
+    return True
+
   moved, unknown = _moved(
       opt_flat, param_flat, corr.nnx_prefix, conversion, sides=('linen', 'nnx'),
-      skip=corr.derived_from_step,
+      skip=derived_from_step,
   )
   if unknown:
     raise OptimizerStateError(
@@ -166,12 +171,13 @@ def nnx_opt_to_linen(optimizer, param_flat, conversion: Conversion):
   return moved | {path: (step, None) for path in corr.derived_from_step}, step
 
 
-def _moved(opt_flat, param_flat, prefix_of, conversion: Conversion, *, sides, skip=()):
+def _moved(opt_flat, param_flat, prefix_of, conversion: Conversion, *, sides, skip=None):
   """`({other side's path: (value, annotation or None)}, unknown prefixes)`.
 
   Each moment tree is converted as its parameters are (added to
   `conversion`); each scalar is moved as it is; both under the prefix that
-  `prefix_of` gives (None: no counterpart). Paths in `skip` are left out.
+  `prefix_of` gives (None: no counterpart). A scalar for which
+  `skip(path, value)` is true is left out (`skip` may refuse it).
   """
   groups, scalars = _group_by_param(opt_flat, set(param_flat))
   moved: dict[tuple, tuple[Any, md.Annotation | None]] = {}
@@ -183,7 +189,7 @@ def _moved(opt_flat, param_flat, prefix_of, conversion: Conversion, *, sides, sk
     for p, leaf in conversion.add(flat, *sides).items():
       moved[new + p] = leaf
   for path, value in scalars.items():
-    if path in skip:
+    if skip is not None and skip(path, value):
       continue
     if (new := prefix_of(path)) is None:
       unknown.append(format_path(path))

@@ -12,8 +12,8 @@ import numpy as np
 from flax import linen as nn
 from jax.sharding import Mesh
 
-from converters.errors import AnnotationError, LayoutError, StructureError
-from converters.paths import PathMapping, as_mapping
+from converters.errors import AnnotationError, LayoutError, PathMappingError, StructureError
+from converters.paths import PathMapping
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -21,12 +21,12 @@ class Options:
   """What every conversion is told (`linen_to_nnx`, `nnx_to_linen`, `relayout`).
 
   Attributes:
-    paths: the Linen <-> NNX path mapping of every collection, as
-      `converters.resolution.resolve_mapping` decided it from `paths=`: a
-      `PathMapping` or any iterable of `PathRule`s; None keeps every
-      parameter's path (`PathMapping.identity()`); `'infer'` derives it from
-      what the two models compute (`converters.infer_paths`), `Infer(known_rules)`
-      likewise with the rules you know taking precedence.
+    paths: the `PathMapping` of every collection, as
+      `converters.resolution.resolve_mapping` decides it from a conversion's
+      `paths=`: a `PathMapping` or any iterable of `PathRule`s as given; None
+      keeps every parameter's path (`PathMapping.identity()`); `'infer'`
+      derives it from what the two models compute (`converters.infer_paths`),
+      `Infer(known_rules)` likewise with the rules you know taking precedence.
     scan: target layout of layer variables (True stacked, False looped,
       None as the source).
     layer_partition: layer axis name inserted when stacking.
@@ -67,7 +67,11 @@ class Options:
   def __post_init__(self):
     context = tuple(tuple(r) for r in nn.get_logical_axis_rules() or ())
     object.__setattr__(self, 'context_rules', context or None)
-    object.__setattr__(self, 'paths', as_mapping(self.paths))
+    if not isinstance(self.paths, PathMapping):
+      raise PathMappingError(
+          f'Options(paths={self.paths!r}): give the resolved PathMapping '
+          '(converters.resolution.resolve_mapping reads what paths= a conversion took)'
+      )
     if self.scan not in (None, True, False):
       raise LayoutError(f'scan={self.scan!r}: pass True (stacked), False (looped) or None (as the source)')
     if self.num_layers is not None and (

@@ -64,7 +64,6 @@ def _shape_dtype(value) -> tuple[tuple[int, ...], Any]:
   return tuple(value.shape), value.dtype
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """Every target leaf of one tree, and what stands against building them.
@@ -160,8 +159,8 @@ def plan(
 class _Planner:
   """One plan being decided: its targets, what produces each, and the problems found.
 
-  Every problem is collected, so that the refusal names every offender. Its
-  lists and dicts are its own: `plan` copies them into the `Plan`.
+  Every problem is collected, so that the refusal names every offender. It
+  lives for one call of `plan`, which hands what it decided to the `Plan`.
   """
 
   flat: Flat

@@ -44,6 +44,7 @@ from converters import abstract_models
 from converters.errors import CheckpointError, format_offenders
 from converters.inference import infer_paths, merge_layouts
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
+from converters.linen_trees import TRAIN_STATE_FIELDS
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import Framework, Infer, PathMapping, as_infer, as_mapping
 from converters.flat_trees import key_of
@@ -60,9 +61,6 @@ def train_state_class(fields: tuple[str, ...]) -> type:
   return type('TrainState', (TrainState,), namespace)  # PyTreeNode: a dataclass
 
 
-_TRAIN_STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainState))
-
-
 def _unset_fields(cls: type, collections: Mapping) -> dict[str, None]:
   """None for each required field of a `TrainState` subclass that is neither
   `TrainState`'s nor a collection: Flax's ImageNet example's `dynamic_scale`,
@@ -71,7 +69,7 @@ def _unset_fields(cls: type, collections: Mapping) -> dict[str, None]:
   return {
       f.name: None
       for f in dataclasses.fields(cls)
-      if f.init and f.name not in _TRAIN_STATE_FIELDS and f.name not in collections
+      if f.init and f.name not in TRAIN_STATE_FIELDS and f.name not in collections
       and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
   }
 

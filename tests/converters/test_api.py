@@ -535,3 +535,24 @@ def test_an_abstract_train_state_converts_into_an_abstract_target():
   assert isinstance(step, jax.ShapeDtypeStruct) and step.shape == () and step.dtype == jnp.uint32
   leaves = jax.tree.leaves(nnx.state((model, optimizer)))
   assert leaves and all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)
+
+
+def test_a_collection_that_converts_to_nothing_is_left_out_without_a_target():
+  layers = {f'Block_{i}': {'w': jnp.full((3, 2), float(i))} for i in range(2)}
+  paths = converters.PathMapping([converters.PathRule('Block_{i}/w', 'blocks/{i}/w', 'Blocks/w', 'blocks/w')])
+  stacked = converters.relayout({'params': layers, 'cache': {}}, scan=True, paths=paths)
+  assert list(stacked) == ['params']
+  back = converters.nnx_to_linen(converters.linen_to_nnx({'params': layers, 'cache': {}}, paths=paths), paths=paths)
+  assert list(back) == ['params']
+
+
+def test_linen_outputs_keep_the_converted_order_of_their_leaves():
+  """A target of another order only says what each leaf must be; the output
+  keeps the converted order, as without a target."""
+  paths = converters.PathMapping([converters.PathRule('y', 'a'), converters.PathRule('x', 'b')])
+  state = nnx.State({'a': nnx.Param(jnp.ones(2)), 'b': nnx.Param(jnp.zeros(2))})
+  target = {'params': {'x': jnp.zeros(2), 'y': jnp.zeros(2)}}
+  without = converters.nnx_to_linen(state, paths=paths)
+  with_target = converters.nnx_to_linen(state, target=target, paths=paths)
+  assert list(without['params']) == ['y', 'x']
+  assert list(with_target['params']) == ['y', 'x']

@@ -49,11 +49,28 @@ def test_an_annotation_resolving_elsewhere_is_refused():
     fill('x', template, {('w',): leaf((4,), names=(None,))}, options=OPTIONS)
 
 
-def test_a_check_of_the_targets_own_kind_runs_on_every_leaf():
-  seen = []
+def test_the_targets_own_checks_run_around_the_shape_dtype_and_annotation_check():
+  calls = []
   template = {('a',): leaf((2,)), ('b',): leaf((2,))}
-  fill('x', template, dict(template), options=OPTIONS, check_leaf=lambda p, name, a: seen.append(name))
-  assert seen == ['a', 'b']
+  fill(
+      'x', template, dict(template), options=OPTIONS,
+      check_kind=lambda p, name: calls.append(('kind', name)),
+      check_metadata=lambda p, name, a: calls.append(('metadata', name)),
+  )
+  assert calls == [('kind', 'a'), ('metadata', 'a'), ('kind', 'b'), ('metadata', 'b')]
+
+  def refuse_metadata(path, name, annotation):
+    raise AnnotationError(f'{name}: refused', [name])
+
+  with pytest.raises(ShapeError, match='a: converted shape'):
+    fill('x', {('a',): leaf((2,))}, {('a',): leaf((3,))}, options=OPTIONS, check_metadata=refuse_metadata)
+
+
+def test_leaves_come_in_the_templates_order_or_the_converted_one():
+  template = {('a',): leaf((2,)), ('b',): leaf((2,))}
+  produced = {('b',): leaf((2,)), ('a',): leaf((2,))}
+  assert list(fill('x', template, produced, options=OPTIONS)) == [('a',), ('b',)]
+  assert list(fill('x', template, produced, options=OPTIONS, in_produced_order=True)) == [('b',), ('a',)]
 
 
 def test_scalars_take_the_targets_integer_dtype():

@@ -273,3 +273,22 @@ def test_an_empty_collection_of_the_target_stays_in_the_output():
   nnx.update(model, converters.linen_to_nnx(linen_variables()))
   target = {**linen_variables(), 'cache': {}}
   assert converters.nnx_to_linen(model, target=target)['cache'] == {}
+
+
+class StackedWithDropout(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.w = nnx.Param(jnp.zeros((2, OUT)))
+    self.dropout = nnx.Dropout(0.5, rngs=rngs)
+
+
+@pytest.mark.parametrize('rngs', [{'nope': 1}, True])
+def test_malformed_seeds_are_refused_before_any_donated_input_is_deleted(rngs):
+  layers = {f'Block_{i}': {'w': jnp.full((OUT,), float(i))} for i in range(2)}
+  paths = converters.PathMapping([converters.PathRule('Block_{i}/w', 'layers/{i}/w', 'Blocks/w', 'w')])
+  abstract = nnx.eval_shape(lambda: StackedWithDropout(nnx.Rngs(7)))
+  with pytest.raises(errors.StructureError, match='rngs='):
+    converters.linen_to_nnx({'params': layers}, target=abstract, paths=paths, scan=True, donate=True, rngs=rngs)
+  assert not any(layer['w'].is_deleted() for layer in layers.values())
+  model = converters.linen_to_nnx({'params': layers}, target=abstract, paths=paths, scan=True, donate=True, rngs=3)
+  np.testing.assert_array_equal(model.w[...], np.stack([np.full((OUT,), float(i)) for i in range(2)]))
+  assert all(layer['w'].is_deleted() for layer in layers.values())  # donated once every check passed
