@@ -227,29 +227,23 @@ def measure(model: str, kind: str, src: str, dst: str, budget: int, process=None
   # Everything either kind uses is imported before the interpreter's baseline
   # is taken: loaded libraries are not memory the work uses.
   from converters.checkpoint import inspect as checkpoints
-  from converters.checkpoint import kit
   from converters.checkpoint.convert import CheckpointOptions, convert_checkpoint
   from converters.checkpoint.kit import models_for
-  from converters.checkpoint.models import UserModels
   from flax import linen as nn
   import orbax.checkpoint as ocp
 
-  models = transformer_models() if model == 'transformer' else {'mesh_shape': MESH}
+  models = models_for(**(transformer_models() if model == 'transformer' else {'mesh_shape': MESH}))
   baseline_rss = _rss_bytes()
   start = time.perf_counter()
   if kind == 'baseline':
     info = checkpoints.inspect(src)
     if model == 'transformer':
-      user = UserModels(
-          models['linen_model'], models['nnx_model'], models['paths'], models['rules'],
-          models['optimizer'], MESH,
-      )
-      mesh = user.make_mesh()
-      target = user.side('linen', mesh).abstract_state
+      mesh = models.make_mesh()
+      target = models.side('linen', mesh).abstract_state
     else:
-      plan = kit.KitModels(MESH).plan(info, 'linen')
+      plan = models.plan(info, 'linen')
       mesh, target = plan.mesh, plan.source.abstract_state
-    with jax.set_mesh(mesh), nn.logical_axis_rules(models.get('rules') or ()):
+    with jax.set_mesh(mesh), nn.logical_axis_rules(models.rules if model == 'transformer' else ()):
       with ocp.StandardCheckpointer() as checkpointer:  # the ordinary restore and save
         state = checkpointer.restore(src, target)
         checkpointer.save(dst, state)
@@ -257,7 +251,7 @@ def measure(model: str, kind: str, src: str, dst: str, budget: int, process=None
     layout = 'scan' if kind.startswith('relayout') else None
     in_memory = kind.endswith('in_memory')
     convert_checkpoint(
-        src, dst, 'nnx', models=models_for(**models), layout=layout,
+        src, dst, 'nnx', models=models, layout=layout,
         options=CheckpointOptions(in_memory=in_memory, memory_budget=None if in_memory else budget),
     )
   seconds = time.perf_counter() - start

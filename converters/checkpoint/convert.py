@@ -202,35 +202,54 @@ def convert_checkpoint(
   options = CheckpointOptions() if options is None else options
   if not isinstance(options, CheckpointOptions):
     raise CheckpointError(f'options={options!r}: give CheckpointOptions(...)')
-  seed, force, in_memory, memory_budget = options.seed, options.force, options.in_memory, options.budget
   on_stage = options.on_stage or (lambda stage: None)
   source_path, _ = checkpoints.locate(src)
-  destination = plan_destination([os.fspath(src), source_path], dst, force)
+  destination = plan_destination([os.fspath(src), source_path], dst, options.force)
   dst = destination.path
 
   on_stage('reading')
   info = checkpoints.inspect(source_path, options.allow_unfinished)
   agree('checkpoint conversion', {
-      'src': source_path, 'dst': dst, 'to': to, 'layout': layout, 'force': force,
-      'in_memory': in_memory, 'memory_budget': memory_budget,
-      'models': models.agreement(), 'seed': seed, 'source': info.summary(),
+      'src': source_path, 'dst': dst, 'to': to, 'layout': layout, 'force': options.force,
+      'in_memory': options.in_memory, 'memory_budget': options.budget,
+      'models': models.agreement(), 'seed': options.seed, 'source': info.summary(),
   })
-  plan = models.plan(info, to, layout)
-  source_summary = {**info.summary(), 'layout': plan.source.layout, **models.summary(info)}
+  plan = _checked_plan(models.plan(info, to, layout), info, to, layout)
+  # What SRC is comes from SRC; the models add their own description.
+  source_summary = {**info.summary(), 'layout': plan.source.layout}
+  source_summary |= {k: v for k, v in models.summary(info).items() if k not in source_summary}
   checkpoints.check_structure(
       info, checkpoints.leaves_of(plan.source.abstract_state), plan.source.what
   )
-  if in_memory:
-    leaves, replaced, step = _convert_in_memory(info, plan, destination, seed, on_stage)
+  if options.in_memory:
+    leaves, replaced, step = _convert_in_memory(info, plan, destination, options.seed, on_stage)
   else:
     leaves, replaced, step = _convert_streaming(
-        info, plan, destination, seed, memory_budget, on_stage
+        info, plan, destination, options.seed, options.budget, on_stage
     )
   converted = {
       'path': dst, 'format': 'orbax', 'framework': to, 'layout': plan.target.layout,
       'leaves': leaves, 'replaced': replaced,
   }
   return _summary(plan, options, source=source_summary, destination=converted, step=step)
+
+
+def _checked_plan(plan, info, to: Framework, layout: str | None):
+  """`plan`, refused unless it reads SRC's framework and writes `to` in `layout`
+  (a model pair of one's own may plan otherwise; nothing is read yet)."""
+  wrong = []
+  if plan.source.framework != info.framework:
+    wrong.append(f'reads {plan.source.framework}, SRC is {info.framework}')
+  if plan.target.framework != to:
+    wrong.append(f'writes {plan.target.framework}, {to} was asked for')
+  if layout is not None and plan.target.layout not in (layout, None):
+    wrong.append(f'writes the {plan.target.layout} layout, {layout} was asked for')
+  if wrong:
+    raise CheckpointError(
+        f"the models' plan {'; '.join(wrong)}: a ModelPair's plan(info, to, layout) must "
+        'read the checkpoint it is given and write what is asked'
+    )
+  return plan
 
 
 def _summary(plan, options: CheckpointOptions, *, source: dict, destination: dict, step) -> dict:

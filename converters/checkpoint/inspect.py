@@ -239,7 +239,8 @@ def inspect(path: str | os.PathLike, allow_unfinished: bool = False) -> Checkpoi
       raise CheckpointError(
           f'{path}: an unfinished Orbax save ({why}), so its arrays may be '
           'incomplete; wait for the save to finish, or pass --allow-unfinished '
-          '(allow_unfinished=True) to read it anyway'
+          '(allow_unfinished=True; CheckpointOptions(allow_unfinished=True) for '
+          'convert_checkpoint) to read it anyway'
       )
     unfinished = why is not None
     tree = step.item_metadata.tree  # keeps the empty optax states

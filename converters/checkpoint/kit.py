@@ -28,7 +28,7 @@ from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.checkpoint.inspect import CheckpointInfo, Leaves
-from converters.checkpoint.models import Plan, Side, UserModels
+from converters.checkpoint.models import Plan, Side, UserModels, check_rules
 from converters.errors import CheckpointError
 from converters.optimizer_state import (
     NNX_OPTIMIZER,
@@ -94,7 +94,7 @@ def _shape(leaves: Leaves, path: tuple[str, ...], path_text: str, rank: int) -> 
   """The shape of the kernel at `path`, which must be there with `rank` dimensions."""
   hint = (
       'this is not a checkpoint of the kit\'s MLP; for a model of your own, '
-      'give it (--linen-model and --nnx-model, or linen_model= and nnx_model=)'
+      'give it (--linen-model and --nnx-model, or models=UserModels(linen_model, nnx_model, ...))'
   )
   if path not in leaves:
     raise CheckpointError(
@@ -261,7 +261,23 @@ class KitModels:
   layer_partition: str | None = None
   optimizer: str | None = None
 
-  mapping = KIT_PATHS
+  def __post_init__(self):
+    shape = self.mesh_shape
+    if isinstance(shape, (str, bytes)) or len(tuple(shape)) != 2 or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape
+    ):
+      raise CheckpointError(
+          f"mesh_shape={shape!r}: the kit's MLP runs on a ('data', 'model') mesh: give DATAxMODEL"
+      )
+    if self.optimizer is not None and not isinstance(self.optimizer, str):
+      raise CheckpointError(
+          "an optax optimizer is for your models: give them too (UserModels(linen_model, "
+          "nnx_model, optimizer=...), or --linen-model and --nnx-model); the kit's MLP "
+          'takes an optimizer name (adam, adamw, ...)'
+      )
+    if self.rules is None:
+      raise CheckpointError("rules=None: the kit's MLP needs its logical rules (the default: GUIDE_RULES)")
+    check_rules(self.rules)
 
   def describe(self, info: CheckpointInfo) -> KitCheckpoint:
     return describe(info, self.optimizer)
@@ -321,17 +337,12 @@ def models_for(
           'paths= maps the parameters of your models: give them too '
           '(linen_model= and nnx_model=, or --linen-model and --nnx-model)'
       )
-    if optimizer is not None and not isinstance(optimizer, str):
-      raise CheckpointError(
-          'an optax optimizer is for your models: give them too (linen_model= and '
-          "nnx_model=); the kit's MLP takes an optimizer name (adam, adamw, ...)"
-      )
     if collections is not None:
       raise CheckpointError(
           "collections= names your models' own collections: give the models too "
           '(linen_model= and nnx_model=)'
       )
-    if tuple(mesh_axes) != ('data', 'model') or len(mesh_shape) != 2:
+    if tuple(mesh_axes) != ('data', 'model'):
       raise CheckpointError("the kit's MLP runs on a ('data', 'model') mesh: give DATAxMODEL")
     kit = dict(annotation=annotation, layer_partition=layer_partition, optimizer=optimizer)
     if rules is not None:
@@ -348,12 +359,6 @@ def models_for(
     raise CheckpointError(
         "annotation= and layer_partition= describe the kit's MLP; your models "
         'carry their own annotations (give rules= for logical names)'
-    )
-  if isinstance(optimizer, str):
-    raise CheckpointError(
-        f'optimizer={optimizer!r} names one of the kit\'s optimizers; for your '
-        'models give the optax transform, or a function returning it '
-        '(--optimizer pkg.module:make_tx)'
     )
   return UserModels(
       linen_model, nnx_model, paths=paths, rules=rules, optimizer=optimizer,

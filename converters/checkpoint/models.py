@@ -133,15 +133,14 @@ class Plan:
 class ModelPair(typing.Protocol):
   """A Linen model and its NNX port, as the checkpoint tool reads a checkpoint through them.
 
-  `convert_checkpoint`, `compare_checkpoints` and the `linen-nnx` command line
-  take any object with these members. Two implementations: `UserModels`
+  `convert_checkpoint` and `compare_checkpoints` take any object with these
+  members (`MODEL_PAIR_MEMBERS`); the `linen-nnx` command line builds one with
+  `converters.checkpoint.kit.models_for`. Two implementations: `UserModels`
   (your models, traced abstractly) and `converters.checkpoint.kit.KitModels`
-  (the kit's MLP, described by the checkpoint itself).
+  (the kit's MLP, described by the checkpoint itself). The plan must be of
+  the checkpoint's framework, to the framework and layout asked for
+  (`convert_checkpoint` checks).
   """
-
-  @property
-  def mapping(self) -> PathMapping:
-    """The Linen <-> NNX path mapping of the two models."""
 
   def plan(self, info, to: Framework | None = None, layout: str | None = None) -> Plan:
     """The sides of converting the checkpoint `info` describes to `to` in `layout`."""
@@ -153,19 +152,39 @@ class ModelPair(typing.Protocol):
     """What every process must agree on (`converters.distributed.agree`), as JSON."""
 
 
+#: What `ModelPair` asks of its implementations.
+MODEL_PAIR_MEMBERS = ('plan', 'summary', 'agreement')
+
+
 def check_model_pair(models: Any) -> ModelPair:
   """`models`, refused unless its class has every member of `ModelPair`.
 
   Read on the class, so that no property runs (`UserModels.mapping` may
   infer the mapping).
   """
-  missing = [m for m in ('mapping', 'plan', 'summary', 'agreement') if not hasattr(type(models), m)]
+  if isinstance(models, type):
+    raise CheckpointError(
+        f'models={models.__name__}: give an instance (UserModels(linen_model, nnx_model, '
+        "...), or KitModels()), not the class"
+    )
+  missing = [m for m in MODEL_PAIR_MEMBERS if not hasattr(type(models), m)]
   if missing:
     raise CheckpointError(
         f'models={models!r} lacks {missing}: give UserModels(linen_model, nnx_model, ...) '
         "for your models, or leave models out for the kit's MLP"
     )
   return models
+
+
+def check_rules(rules) -> None:
+  """Refuses logical axis rules that are not `(name, mesh axis or None)` pairs."""
+  if isinstance(rules, (str, bytes)) or not all(
+      isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], str) for r in rules
+  ):
+    raise CheckpointError(
+        f'rules={rules!r}: give logical axis rules as (name, mesh axis or None) '
+        "pairs, e.g. (('embed', None), ('mlp', 'model'))"
+    )
 
 
 def _call(factory: Callable | Any, layout: str | None, what: str) -> Any:
@@ -464,15 +483,13 @@ class UserModels:
   collections: Mapping[str, type] | None = None
 
   def __post_init__(self):
-    rules = self.rules
-    if rules is not None and (
-        isinstance(rules, (str, bytes)) or not all(
-            isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], str) for r in rules
-        )
-    ):
+    if self.rules is not None:
+      check_rules(self.rules)
+    if isinstance(self.optimizer, str):
       raise CheckpointError(
-          f'rules={rules!r}: give logical axis rules as (name, mesh axis or None) '
-          "pairs, e.g. (('embed', None), ('mlp', 'model'))"
+          f'optimizer={self.optimizer!r} names one of the kit\'s optimizers; for your '
+          'models give the optax transform, or a function returning it '
+          '(--optimizer pkg.module:make_tx)'
       )
     if self.collections is not None and not (
         isinstance(self.collections, Mapping)

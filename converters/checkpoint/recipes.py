@@ -88,7 +88,7 @@ def _constant(value: jax.Array, where: str) -> Constant:
     return Constant(np.asarray(value.addressable_data(0)), key_impl)
   raise CheckpointError(
       f'{where}: the conversion makes it as an array this process holds only part '
-      'of; convert with in_memory=True (--in-memory)',
+      'of; convert with options=CheckpointOptions(in_memory=True) (--in-memory)',
       [where],
   )
 
@@ -121,7 +121,7 @@ def recipes(plan: Plan, rngs: Any = 0) -> tuple[Any, dict[Leaf, Recipe]]:
       return _constant(value, where)
     raise CheckpointError(  # a conversion step that does not record what it makes
         f'{where}: the conversion makes it in a way the streaming conversion cannot '
-        'follow; convert with in_memory=True (--in-memory) and report this',
+        'follow; convert with options=CheckpointOptions(in_memory=True) (--in-memory) and report this',
         [where],
     )
 

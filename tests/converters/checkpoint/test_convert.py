@@ -262,8 +262,10 @@ def test_models_without_the_members_of_a_model_pair_are_refused(tmp_path):
     def plan(self, info, to=None, layout=None):
       raise AssertionError('never called')
 
-  with pytest.raises(CheckpointError, match=r"lacks \['mapping', 'summary', 'agreement'\]"):
+  with pytest.raises(CheckpointError, match=r"lacks \['summary', 'agreement'\]"):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=NotAPair())
+  with pytest.raises(CheckpointError, match='give an instance'):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=kit.KitModels)
   assert sorted(os.listdir(tmp_path)) == ['src']
 
 
@@ -272,29 +274,56 @@ def test_options_must_be_checkpoint_options(tmp_path):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', options={'force': True})
 
 
+class Wrapped:
+  """The kit's MLP behind a model pair of one's own, which may plan otherwise."""
+
+  def __init__(self, plan_to=None, plan_layout=None):
+    self.inner, self.calls = kit.KitModels(), []
+    self.plan_to, self.plan_layout = plan_to, plan_layout
+
+  def plan(self, info, to=None, layout=None):
+    self.calls.append('plan')
+    return self.inner.plan(info, self.plan_to or to, self.plan_layout or layout)
+
+  def summary(self, info):
+    return {**self.inner.summary(info), 'path': '/elsewhere', 'framework': 'neither'}
+
+  def agreement(self):
+    return self.inner.agreement()
+
+
 def test_a_model_pair_of_ones_own_is_read_through_its_members(tmp_path):
   """Anything with the members of `ModelPair` serves: here the kit's MLP, wrapped."""
   write_checkpoint(tmp_path / 'src')
-  calls = []
-
-  class Wrapped:
-    def __init__(self):
-      self.inner = kit.KitModels()
-
-    @property
-    def mapping(self):
-      return self.inner.mapping
-
-    def plan(self, info, to=None, layout=None):
-      calls.append('plan')
-      return self.inner.plan(info, to, layout)
-
-    def summary(self, info):
-      return self.inner.summary(info)
-
-    def agreement(self):
-      return self.inner.agreement()
-
-  summary = convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=Wrapped())
-  assert calls == ['plan'] and summary['verified']
+  models = Wrapped()
+  summary = convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=models)
+  assert models.calls == ['plan'] and summary['verified']
   assert checkpoints.inspect(tmp_path / 'dst').framework == 'nnx'
+  # What SRC is comes from SRC, whatever the models say of it.
+  assert summary['source']['framework'] == 'linen'
+  assert summary['source']['path'] == os.fspath(tmp_path / 'src')
+
+
+@pytest.mark.parametrize('plan_to, plan_layout, message', [
+    ('linen', None, 'writes linen, nnx was asked for'),
+    (None, 'scan', 'writes the scan layout, loop was asked for'),
+])
+def test_a_model_pair_that_plans_something_else_is_refused(tmp_path, plan_to, plan_layout, message):
+  write_checkpoint(tmp_path / 'src')
+  with pytest.raises(CheckpointError, match=message):
+    convert_checkpoint(
+        tmp_path / 'src', tmp_path / 'dst', 'nnx', layout='loop',
+        models=Wrapped(plan_to=plan_to, plan_layout=plan_layout),
+    )
+  assert sorted(os.listdir(tmp_path)) == ['src']
+
+
+@pytest.mark.parametrize('given, message', [
+    (dict(rules=None), "needs its logical rules"),
+    (dict(mesh_shape=(8,)), r"mesh_shape=\(8,\): the kit's MLP runs on a \('data', 'model'\) mesh"),
+    (dict(optimizer=object()), 'an optax optimizer is for your models'),
+    (dict(rules='fsdp'), 'give logical axis rules as'),
+])
+def test_the_kits_models_are_checked_when_made(given, message):
+  with pytest.raises(CheckpointError, match=message):
+    kit.KitModels(**given)
