@@ -33,15 +33,16 @@ def _is_key(x) -> bool:
   return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
-def _unkeyed(x):
-  """A typed PRNG key array as its key data, which numpy can read; anything else as it is."""
+def as_key_data(x):
+  """A typed PRNG key array as its key data, which numpy can read and Orbax
+  writes; anything else as it is."""
   return jax.random.key_data(x) if _is_key(x) else x
 
 
 def host_bits(x) -> np.ndarray:
   """`x` on the host as unsigned integers of its width (a 0-d array as shape (1,));
   16-byte elements (complex128) as raw 16-byte values."""
-  x = np.asarray(jax.device_get(_unkeyed(x)))
+  x = np.asarray(jax.device_get(as_key_data(x)))
   width = x.dtype.itemsize
   return (x.reshape(1) if x.ndim == 0 else x).view(f'u{width}' if width <= 8 else f'V{width}')
 
@@ -54,22 +55,32 @@ def _widened(x: np.ndarray) -> np.ndarray:
   return x.astype(np.complex128 if jnp.issubdtype(x.dtype, jnp.complexfloating) else np.float64)
 
 
+_UNSIGNED = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
 def device_bits(x: jax.Array) -> jax.Array:
-  """`x` where it is, its floating elements viewed as unsigned integers of their width."""
-  x = _unkeyed(x)
+  """`x` where it is, its inexact elements viewed as unsigned integers of their
+  width (a complex element as its real and imaginary parts, on a last axis)."""
+  x = as_key_data(x)
+  if jnp.issubdtype(x.dtype, jnp.complexfloating):
+    x = jnp.stack([x.real, x.imag], axis=-1)
   if jnp.issubdtype(x.dtype, jnp.floating):
-    width = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize]
-    return jax.lax.bitcast_convert_type(x, width)
+    return jax.lax.bitcast_convert_type(x, _UNSIGNED[x.dtype.itemsize])
   return x
 
 
 def largest_difference(a, b) -> tuple[float, tuple[int, ...]]:
-  """`(max |a - b|, its index)` of two arrays of one shape; `(0.0, ())` if empty."""
-  x, y = (np.asarray(jax.device_get(_unkeyed(v))) for v in (a, b))
+  """`(max |a - b|, its index)` of two arrays of one shape; `(0.0, ())` if
+  empty, `(inf, ())` if their elements are of other shapes (keys of two
+  implementations)."""
+  x, y = (np.asarray(jax.device_get(as_key_data(v))) for v in (a, b))
+  if x.shape != y.shape:
+    return float('inf'), ()
   if x.size == 0:
     return 0.0, ()
   x, y = _widened(x), _widened(y)
-  diff = np.where(np.isnan(x) & np.isnan(y), 0.0, np.abs(x - y))
+  with np.errstate(invalid='ignore'):  # inf - inf, where x == y says they are equal
+    diff = np.where((x == y) | (np.isnan(x) & np.isnan(y)), 0.0, np.abs(x - y))
   where = np.unravel_index(int(np.argmax(np.where(np.isnan(diff), np.inf, diff))), diff.shape)
   return float(diff[where]), tuple(int(i) for i in where)
 
@@ -78,7 +89,7 @@ def differs(a, b, atol: float = 0.0) -> bool:
   """Whether two arrays of one shape and dtype differ: bit for bit, or by more than `atol`."""
   if (_is_key(a) or _is_key(b)) and a.dtype != b.dtype:
     return True  # a key against another implementation's, or against raw key data
-  x, y = (np.asarray(jax.device_get(_unkeyed(v))) for v in (a, b))
+  x, y = (np.asarray(jax.device_get(as_key_data(v))) for v in (a, b))
   if x.shape != y.shape or x.dtype != y.dtype:
     return True
   if np.array_equal(host_bits(x), host_bits(y)):
@@ -89,8 +100,11 @@ def differs(a, b, atol: float = 0.0) -> bool:
 
 
 def describe_difference(a, b) -> str:
-  """Where two arrays of one shape differ most, for a message."""
-  if not _inexact(np.asarray(jax.device_get(_unkeyed(a))).dtype):
+  """Where two arrays differ most, for a message; their shapes and dtypes if those differ."""
+  a_dtype, b_dtype = (v.dtype if hasattr(v, 'dtype') else np.asarray(v).dtype for v in (a, b))
+  if np.shape(a) != np.shape(b) or a_dtype != b_dtype:
+    return f'{np.shape(a)} {a_dtype} vs {np.shape(b)} {b_dtype}'
+  if _is_key(a) or not _inexact(a_dtype):
     return 'values differ'
   diff, where = largest_difference(a, b)
   return f'max abs diff {diff:.3g} at {where}'
@@ -99,7 +113,8 @@ def describe_difference(a, b) -> str:
 @jax.jit
 def _difference(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
   equal = jnp.all(device_bits(a) == device_bits(b))
-  diff = jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))
+  wide = jnp.complex64 if jnp.issubdtype(a.dtype, jnp.complexfloating) else jnp.float32
+  diff = jnp.abs(a.astype(wide) - b.astype(wide))
   return equal, jnp.max(diff, initial=0.0)
 
 
@@ -125,14 +140,17 @@ def bits_equal(xs: list[jax.Array], ys: list[jax.Array]) -> list[bool]:
       )
       out.append(all(np.array_equal(host_bits(a.data), host_bits(b.data)) for a, b in pairs))
     else:
-      out.append(bool(_difference(_unkeyed(x), _unkeyed(y))[0]))
+      out.append(bool(_difference(as_key_data(x), as_key_data(y))[0]))
   return out
 
 
 def leaf_difference(a: jax.Array, b: jax.Array) -> tuple[bool, float]:
   """`(bit-identical, max |a - b| in float32)`, computed on device; `(False, nan)`
-  for arrays of other shapes or dtypes."""
+  for arrays of other shapes or dtypes, and for keys that differ (the
+  difference of key words means nothing)."""
   if a.shape != b.shape or a.dtype != b.dtype:
     return False, float('nan')
-  equal, diff = _difference(_unkeyed(a), _unkeyed(b))
+  equal, diff = _difference(as_key_data(a), as_key_data(b))
+  if _is_key(a):
+    return bool(equal), 0.0 if equal else float('nan')
   return bool(equal), float(diff)

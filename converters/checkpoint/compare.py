@@ -20,7 +20,7 @@ from flax import nnx
 from flax.training.train_state import TrainState
 
 from converters import metadata as md
-from converters.comparison import leaf_difference
+from converters.comparison import as_key_data, leaf_difference
 from converters.checkpoint.inspect import string_path
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import PathMapping, format_path
@@ -131,10 +131,7 @@ def rng_leaves(state) -> dict[str, jax.Array]:
   out = {}
   for path, variable in nnx.to_flat_state(state):
     if isinstance(variable, nnx.RngState):
-      value = variable.get_raw_value()
-      if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
-        value = jax.random.key_data(value)
-      out[format_path(path)] = value
+      out[format_path(path)] = as_key_data(variable.get_raw_value())
   return out
 
 
@@ -230,7 +227,7 @@ def compare_checkpoints(
 
 
 def compare_outputs(
-    a: str, b: str, *, models, allow_unfinished: bool = False,
+    a: str, b: str, *, models=None, allow_unfinished: bool = False,
 ) -> tuple[list[LeafComparison], tuple[str, str], dict]:
   """Rows comparing the outputs of the models the two checkpoints restore
   into, run on the Linen model's example inputs: a check that shares

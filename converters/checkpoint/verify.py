@@ -23,7 +23,7 @@ import numpy as np
 
 from converters.allocator import release_free_memory
 from converters.checkpoint import inspect as checkpoints
-from converters.comparison import host_bits
+from converters.comparison import as_key_data, host_bits
 from converters.errors import CheckpointError, VerificationError, format_offenders
 
 # Read back at most this many bytes at a time.
@@ -159,13 +159,6 @@ async def _read_and_compare(reader: _Reader, regions: list[_Region], budget: int
   return list(dict.fromkeys('/'.join(r.leaf) for r, t in done if not t.result()))
 
 
-def _as_stored(x: jax.Array) -> jax.Array:
-  """`x` as Orbax writes it: a PRNG key array (NNX RNG state) as its key data."""
-  if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-    return jax.random.key_data(x)
-  return x
-
-
 def verify(path: str, expected: Any, chunk_bytes: int = CHUNK_BYTES) -> int:
   """Reads the Orbax checkpoint at `path` back and compares it with `expected`.
 
@@ -184,7 +177,7 @@ def verify(path: str, expected: Any, chunk_bytes: int = CHUNK_BYTES) -> int:
   import orbax.checkpoint as ocp
 
   flat = {
-      checkpoints.string_path(k): _as_stored(v)
+      checkpoints.string_path(k): as_key_data(v)
       for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]
   }
   try:

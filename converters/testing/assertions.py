@@ -100,7 +100,8 @@ def assert_same_values(
     a, b = (v.get_value() for v in pairs[path])
     if a.shape != b.shape or differs(a, b, atol):
       diff, where = largest_difference(a, b) if a.shape == b.shape else (float('inf'), ())
-      rows.append([format_path(path), f'{diff:.3g}', str(where)])
+      what = f'{diff:.3g}' if a.dtype == b.dtype else f'{diff:.3g} ({a.dtype} vs {b.dtype})'
+      rows.append([format_path(path), what, str(where)])
   if missing or extra or rows:
     lines = [f'Linen and NNX parameters differ (atol={atol}).']
     if missing or extra:

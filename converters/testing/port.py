@@ -73,7 +73,7 @@ def _describe(leaf) -> tuple[Any, Any]:
 def _diff(a, b, atol: float) -> str | None:
   """What differs between two arrays, or None."""
   # A Python number (a TrainState's step before any jit) is weakly typed, as in JAX.
-  dtype = lambda x: np.dtype(x.dtype) if hasattr(x, 'dtype') else np.result_type(x)
+  dtype = lambda x: x.dtype if hasattr(x, 'dtype') else np.result_type(x)  # keys: no np.dtype
   if isinstance(a, (int, float)) and not isinstance(a, bool):
     a = np.asarray(a, dtype=dtype(b))
   if isinstance(b, (int, float)) and not isinstance(b, bool):

@@ -103,3 +103,32 @@ def test_a_key_differs_from_another_implementations_and_from_raw_key_data():
   assert differs(key, jax.random.key(0, impl='rbg'))
   assert differs(key, jax.random.key_data(key))
   assert differs(jax.random.key_data(key), key)
+
+
+def test_float8_and_complex_arrays_compare_where_they_are():
+  x8 = jnp.asarray([1.0, 2.0], jnp.float8_e4m3fn)
+  assert leaf_difference(x8, x8) == (True, 0.0)
+  assert not leaf_difference(x8, jnp.asarray([1.0, 3.0], jnp.float8_e4m3fn))[0]
+  z = jnp.asarray([1 + 1j, 2 + 0j], jnp.complex64)
+  equal, diff = leaf_difference(z, z + 1j)
+  assert not equal and diff == pytest.approx(1.0)
+  nan = jnp.asarray([complex(np.nan, 0)], jnp.complex64)
+  assert leaf_difference(nan, nan)[0]  # the same bits, as on the host
+  assert not leaf_difference(jnp.asarray([0j], jnp.complex64), jnp.asarray([complex(-0.0, 0)], jnp.complex64))[0]
+  assert bits_equal([nan], [nan]) == [True]
+
+
+def test_equal_infinities_are_not_the_largest_difference():
+  assert largest_difference(np.asarray([np.inf, 1.0]), np.asarray([np.inf, 2.0])) == (1.0, (1,))
+
+
+def test_keys_of_two_implementations_have_no_difference_to_measure():
+  a, b = jax.random.key(0), jax.random.key(0, impl='rbg')
+  assert largest_difference(a[None], b[None]) == (float('inf'), ())
+  key, other = jax.random.key(0), jax.random.key(1)
+  equal, diff = leaf_difference(key, other)
+  assert not equal and np.isnan(diff)
+
+
+def test_a_difference_of_dtype_is_described_as_one():
+  assert describe_difference(np.zeros(2, np.float32), np.zeros(2, np.int32)) == '(2,) float32 vs (2,) int32'
