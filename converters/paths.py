@@ -21,6 +21,7 @@ Paths are relative to the parameters' root: Linen paths start below the
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from collections.abc import Iterable, Sequence
@@ -36,23 +37,57 @@ _INDEX = '{i}'
 UNMAPPED_FIX = 'add a PathRule for each (mapping + [PathRule(linen=..., nnx=...)])'
 
 
+_QUOTED_START = ("'", '"', '(')
+
+
 def _key_text(key) -> str:
+  """A key as path text: itself, or its Python literal when it holds `/`,
+  opens with a quote or parenthesis, or is a tuple (Flax `SpectralNorm`'s
+  `('kernel', 'u')`)."""
+  if isinstance(key, tuple):
+    return repr(key)
   text = str(key)
-  return repr(text) if '/' in text else text
+  return repr(text) if '/' in text or text.startswith(_QUOTED_START) else text
 
 
 def format_path(path: Sequence) -> str:
-  """`a/b/0`; a key that itself contains `/` is quoted (`a/'b/c'`), so two
-  different paths never read the same."""
+  """`a/b/0`; a key that itself contains `/` is quoted (`a/'b/c'`) and a
+  tuple key written as its literal (`sn/batch_stats/('kernel', 'u')`), so
+  two different paths never read the same and `parse_path` reads it back."""
   return '/'.join(_key_text(k) for k in path)
 
 
+def _literal_key(text: str, keys: list[str]) -> object:
+  """The quoted or tuple key that opens `text`, taking as many following
+  `/`-separated pieces of `keys` as its literal spans (consumed)."""
+  while True:
+    try:
+      key = ast.literal_eval(text)
+    except (SyntaxError, ValueError):
+      key = None
+    if isinstance(key, str) or (isinstance(key, tuple) and key):
+      return key
+    if not keys:
+      raise PathMappingError(
+          f'path key {text!r} opens a quoted or tuple key that never closes; write a '
+          "key holding '/' as a Python string literal ('a/b') and a tuple key as its "
+          "literal (('kernel', 'u'))"
+      )
+    text += '/' + keys.pop(0)
+
 
 def parse_path(text: str, framework: Framework) -> tuple:
-  """NNX paths index lists with ints; Linen paths are all strings."""
-  keys = text.split('/')
-  if framework == 'nnx':
-    return tuple(int(k) if k.isdigit() else k for k in keys)
+  """The path `format_path` wrote: NNX paths index lists with ints; Linen
+  paths are all strings; quoted and tuple keys are read as literals."""
+  pieces, keys = text.split('/'), []
+  while pieces:
+    piece = pieces.pop(0)
+    if piece.startswith(_QUOTED_START):
+      keys.append(_literal_key(piece, pieces))
+    elif framework == 'nnx' and piece.isascii() and piece.isdigit():
+      keys.append(int(piece))
+    else:
+      keys.append(piece)
   return tuple(keys)
 
 

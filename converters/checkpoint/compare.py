@@ -104,13 +104,13 @@ def compare_linen_states(
   for keypath, leaf_a in jax.tree_util.tree_flatten_with_path(a, is_leaf=md.is_linen_box)[0]:
     path = string_path(keypath)
     leaf_b = flat_b[path]
-    where = '/'.join(path)
+    where = format_path(path)
     value_a, value_b = md.read_linen(leaf_a, where)[0], md.read_linen(leaf_b, where)[0]
     same, diff = leaf_difference(value_a, value_b)
     spec_a, spec_b = _spec(value_a), _spec(value_b)
     rows.append(
         LeafComparison(
-            linen_path='/'.join(path),
+            linen_path=where,
             nnx_path=nnx_path_of(path, paths, corr),
             shape=tuple(value_a.shape),
             dtype=str(value_a.dtype),

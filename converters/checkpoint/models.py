@@ -46,8 +46,8 @@ from converters.inference import infer_paths, merge_layouts
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.linen_trees import TRAIN_STATE_FIELDS
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
-from converters.paths import Framework, Infer, PathMapping, as_infer, as_mapping
-from converters.flat_trees import key_of
+from converters.flat_trees import key_of, keys_of
+from converters.paths import Framework, Infer, PathMapping, as_infer, as_mapping, format_path
 
 @functools.cache
 def train_state_class(fields: tuple[str, ...]) -> type:
@@ -263,7 +263,7 @@ def _linen_names(params, rules, prefix: str) -> list[Named]:
   out = []
   flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_box)[0]
   for keypath, leaf in flat:
-    path = '/'.join((prefix,) + tuple(str(key_of(k)) for k in keypath))
+    path = format_path((prefix,) + keys_of(keypath))
     if isinstance(leaf, nn.LogicallyPartitioned):
       own = leaf.rules if leaf.rules is not None else rules
       out.append((path, tuple(leaf.names), tuple(own or ())))
@@ -298,7 +298,7 @@ def _nnx_names_without_mesh(create, rules) -> list[Named]:
     own = variable.get_metadata().get('sharding_rules') or rules or ()
     ruled = {name for name, _ in own}
     logical = any(n in ruled for n in names if isinstance(n, str))
-    out.append(('model/' + '/'.join(map(str, path)), tuple(names), tuple(own) if logical else None))
+    out.append((format_path(('model',) + tuple(path)), tuple(names), tuple(own) if logical else None))
   return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, strategies as st
 
 from converters.errors import PathMappingError
 import jax
@@ -181,6 +182,49 @@ def test_kept_paths_keep_their_keys_whatever_characters_they_hold():
   assert back.rule.path('linen', 'plain', None) == ('a/b', '01', '3', '²', '{i}x{i}')
   with pytest.raises(PathMappingError, match="d/0: NNX key '0' is a string of digits"):
     identity.match_all('nnx', ('d', '0'))
+
+
+# Keys as trees hold them: names with any characters (`/`, quotes,
+# parentheses), NNX list indices, and tuple keys (Flax `SpectralNorm`).
+_TEXT = st.text(alphabet=st.sampled_from("ab0/'\"()[], {}i_"), min_size=1, max_size=6)
+_KEY = st.one_of(
+    _TEXT.filter(lambda t: not t.isdigit()),
+    st.integers(0, 99),
+    st.tuples(_TEXT, _TEXT),
+    st.tuples(st.integers(0, 9), _TEXT),
+)
+
+
+@given(st.lists(_KEY, min_size=1, max_size=4))
+def test_path_text_reads_back_as_the_path_it_was_written_from(path):
+  path = tuple(path)
+  assert path_mapping.parse_path(path_mapping.format_path(path), 'nnx') == path
+
+
+def test_tuple_keys_and_keys_with_slashes_are_written_as_literals():
+  path = ('sn', 'batch_stats', ('kernel', 'u'))
+  assert path_mapping.format_path(path) == "sn/batch_stats/('kernel', 'u')"
+  assert path_mapping.format_path(('SpectralNorm_0', 'Dense_0/kernel/u')) == (
+      "SpectralNorm_0/'Dense_0/kernel/u'"
+  )
+  # Two different paths never read the same.
+  assert path_mapping.format_path(('a', 'b')) != path_mapping.format_path(('a/b',))
+  assert path_mapping.format_path((('a', 'b'),)) != path_mapping.format_path(("('a', 'b')",))
+
+
+def test_a_literal_key_that_never_closes_is_refused():
+  with pytest.raises(PathMappingError, match="opens a quoted or tuple key that never closes"):
+    path_mapping.parse_path("a/'b/c", 'linen')
+
+
+def test_rules_name_tuple_keyed_and_slashed_paths():
+  mapping = PathMapping([
+      PathRule("SpectralNorm_0/'Dense_0/kernel/u'", "sn/batch_stats/('kernel', 'u')"),
+  ])
+  (m,) = mapping.match_all('linen', ('SpectralNorm_0', 'Dense_0/kernel/u'))
+  assert m.rule.path('nnx', 'plain', None) == ('sn', 'batch_stats', ('kernel', 'u'))
+  (back,) = mapping.match_all('nnx', ('sn', 'batch_stats', ('kernel', 'u')))
+  assert back.rule.path('linen', 'plain', None) == ('SpectralNorm_0', 'Dense_0/kernel/u')
 
 
 def test_scan_and_num_layers_without_layer_rules_are_refused_not_ignored():

@@ -3,7 +3,9 @@
 `linen_mlp` / `nnx_mlp` (with dropout, so the NNX port carries RNG state), a
 model with a collection of its own (`counters`, NNX `Counter` Variables), and
 models whose annotations the ('data', 'model') mesh cannot resolve: mesh
-axes it lacks, and a logical name the rules lack.
+axes it lacks, and a logical name the rules lack; and Flax's `SpectralNorm`,
+whose `batch_stats` keys are `'Dense_0/kernel/u'` in Linen and the tuple
+`('kernel', 'u')` in NNX.
 """
 
 from __future__ import annotations
@@ -96,6 +98,39 @@ COUNTING_PATHS = PathMapping([
     PathRule('calls', 'calls'),
 ])
 COLLECTIONS = {'counters': Counter}
+
+
+# -- keys with slashes (Linen) and tuple keys (NNX) -------------------------------
+
+
+class LinenSpectral(nn.Module):
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    return nn.SpectralNorm(nn.Dense(4))(x, update_stats=train)
+
+
+class NNXSpectral(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.dense = nnx.SpectralNorm(nnx.Linear(8, 4, rngs=rngs), rngs=rngs)
+
+  def __call__(self, x, train: bool = False):
+    return self.dense(x, update_stats=train)
+
+
+def linen_spectral() -> LinenModel:
+  return LinenModel(LinenSpectral(), X)
+
+
+def nnx_spectral() -> nnx.Module:
+  return NNXSpectral(nnx.Rngs(0))
+
+
+SPECTRAL_PATHS = PathMapping([
+    PathRule('Dense_0/kernel', 'dense/layer_instance/kernel'),
+    PathRule('Dense_0/bias', 'dense/layer_instance/bias'),
+    PathRule("SpectralNorm_0/'Dense_0/kernel/u'", "dense/batch_stats/('kernel', 'u')"),
+    PathRule("SpectralNorm_0/'Dense_0/kernel/sigma'", "dense/batch_stats/('kernel', 'sigma')"),
+])
 
 
 # -- annotations the mesh cannot resolve -------------------------------------------

@@ -3,7 +3,8 @@
 A counter too large for the target's integer dtype, an optimizer with no
 state or with hyperparameters in its state, NNX RNG state in `compare`, a
 write that fails (a full disk), factories that raise, annotations the mesh
-cannot resolve, and a collection of the model's own. Models:
+cannot resolve, a collection of the model's own, and tuple-keyed collection
+paths (Flax's `SpectralNorm`). Models:
 `small_models`, a user's module.
 """
 
@@ -249,6 +250,29 @@ def test_a_collection_of_the_models_own_converts_with_collections(tmp_path):
       models=models_for(collections=small.COLLECTIONS, **models),
   )
   assert 'model/calls' in [r.nnx_path for r in rows] and all(r.identical for r in rows)
+
+
+def test_tuple_keyed_batch_stats_convert_both_ways_and_restore(tmp_path):
+  """Linen's `'Dense_0/kernel/u'` and NNX's `('kernel', 'u')` keys, named by rules."""
+  model = small.linen_spectral()
+  state = linen_state(small.make_tx(), model)
+  _, updated = model.module.apply(
+      {'params': state.params, 'batch_stats': state.batch_stats}, np.ones((2, 8), np.float32),
+      train=True, mutable=['batch_stats'],
+  )
+  state = state.replace(batch_stats=updated['batch_stats'])
+  save(tmp_path / 'linen', state)
+  models = UserModels(small.linen_spectral, small.nnx_spectral, paths=small.SPECTRAL_PATHS,
+                      optimizer=small.make_tx)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models)
+  with zoo_tests.in_mesh(None):
+    port, _ = zoo_tests.nnx_restore(tmp_path / 'nnx', small.nnx_spectral, small.make_tx())
+  u = state.batch_stats['SpectralNorm_0']['Dense_0/kernel/u']
+  np.testing.assert_array_equal(port.dense.batch_stats[('kernel', 'u')][...], u)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models)
+  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'back', models=models)
+  assert "SpectralNorm_0/'Dense_0/kernel/u'" in {r.linen_path.removeprefix('batch_stats/') for r in rows}
+  assert all(r.identical for r in rows)
 
 
 @pytest.mark.parametrize('rules, collections, message', [
