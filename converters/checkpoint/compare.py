@@ -205,6 +205,7 @@ def compare_checkpoints(
       checkpoints.check_structure(
           info, checkpoints.leaves_of(plan.source.abstract_state), plan.source.what
       )
+      checkpoints.check_tree(info, plan.source.abstract_state)
     for info, plan in zip(infos, (plan_a, plan_b)):
       state = checkpoints.restore(info, plan.source.abstract_state)
       rngs.append(rng_leaves(state) if info.framework == 'nnx' else {})

@@ -221,6 +221,7 @@ def convert_checkpoint(
   checkpoints.check_structure(
       info, checkpoints.leaves_of(plan.source.abstract_state), plan.source.what
   )
+  checkpoints.check_tree(info, plan.source.abstract_state)
   if options.in_memory:
     leaves, replaced, step = _convert_in_memory(info, plan, destination, options.seed, on_stage)
   else:

@@ -336,10 +336,54 @@ def restore(info: CheckpointInfo, target: Any) -> Any:
     with ocp.Checkpointer(handler) as checkpointer:
       return checkpointer.restore(info.path, target)
   except Exception as e:  # Orbax and TensorStore raise many types for bad data
+    if _STRUCTURE_MISMATCH in str(e):
+      check_tree(info, target)
     raise CheckpointError(
         f'{info.path}: the checkpoint is corrupted or incomplete; reading its '
         f'arrays failed: {reason(e)}'
     ) from e
+
+
+# What Orbax says when the restore target's tree is not the one on disk.
+_STRUCTURE_MISMATCH = 'tree structures do not match'
+
+
+def _node(form) -> str:
+  """One side of an Orbax tree difference: `(list, 3)` as 'list of 3'."""
+  if isinstance(form, tuple) and len(form) == 2 and isinstance(form[0], type):
+    return f'{form[0].__name__} of {form[1]}'
+  return 'nothing' if form is None else type(form).__name__
+
+
+def check_tree(info: CheckpointInfo, target: Any) -> None:
+  """Refuses an Orbax checkpoint whose tree is not `target`'s, though its leaves are.
+
+  The same arrays in another tree (adamw's three optax states, one of them
+  empty, against adam's two) read leaf by leaf, but not with the ordinary
+  Orbax restore: the models' optimizer is not the one it was trained with.
+  """
+  import orbax.checkpoint as ocp
+
+  if info.format != 'orbax':
+    return
+  diff = ocp.tree.tree_difference(
+      ocp.tree.serialize_tree(target, keep_empty_nodes=True), info.tree,
+      is_leaf=lambda x: not (isinstance(x, (dict, list)) and x), leaves_equal=lambda a, b: True,
+  )
+  if diff is None:
+    return
+  flat = ocp.tree.to_flat_dict(diff, is_leaf=lambda x: hasattr(x, 'lhs') and hasattr(x, 'rhs'))
+  where = [
+      f'{_join(tuple(map(str, path))) or "the root"} (the models: {_node(d.lhs)}, the '
+      f'checkpoint: {_node(d.rhs)})'
+      for path, d in flat.items()
+  ]
+  raise CheckpointError(
+      f'{info.path}: holds the arrays of the training state the models give, but in '
+      f'another tree: {format_offenders(where)}; the optimizer (or the model) is not '
+      'the one it was trained with: give that one',
+      [_join(tuple(map(str, path))) for path in flat],
+  )
 
 
 def _stored_scalars(info: CheckpointInfo, paths: list[tuple[str, ...]]) -> dict[tuple, int]:

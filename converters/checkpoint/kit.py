@@ -166,6 +166,13 @@ def describe(info: CheckpointInfo, optimizer: str | None = None) -> KitCheckpoin
   layout, num_layers, depth, dtype = _model_of(info.leaves, info.framework, info.path)
   found = _optimizer_of(info)
   if optimizer is not None and optimizer != found:
+    if info.framework == 'linen' and {optimizer, found} == {'adam', 'adamw'}:
+      raise CheckpointError(
+          f'{info.path}: holds the state of {found} ({"three" if found == "adamw" else "two"} '
+          f'optax states), not of optimizer={optimizer!r} (adamw keeps three, adam two); '
+          'drop the option or name the optimizer the checkpoint was trained with',
+          ['opt_state'],
+      )
     if _SAME_STATE.get(optimizer) != _SAME_STATE[found]:
       raise CheckpointError(
           f'{info.path}: holds the state of {found}, which is not the '

@@ -227,6 +227,18 @@ def _unruled_fix(e: Exception) -> str | None:
   )
 
 
+def _optimizer_fix(e: Exception) -> str:
+  """How to fix an optax transform that builds for Linen's parameters only."""
+  if 'tree structure' in str(e):
+    return (
+        'NNX builds the optimizer state from the NNX model\'s parameters, so a tree '
+        "written for the Linen parameters (optax.masked's mask, optax.multi_transform's "
+        'labels) does not fit it: give a function of the parameters instead '
+        '(mask=lambda params: ...)'
+    )
+  return 'give the optax transform the checkpoint was trained with (optimizer=, --optimizer)'
+
+
 def _sharded(abstract: Any, shardings: Any) -> Any:
   return jax.tree.map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
@@ -399,7 +411,23 @@ def nnx_side(
     model = factory()
     if not isinstance(model, nnx.Module):
       raise CheckpointError(f'{what} returned {type(model).__name__}, not an nnx.Module')
-    return {'model': model, 'optimizer': nnx.Optimizer(model, tx, wrt=nnx.Param)}
+    try:
+      optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    except Exception as e:  # the user's optax transform: any error of its init
+      raise CheckpointError(
+          f'the optimizer: its init on the parameters of {what} failed: '
+          f'{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ""}',
+          fix=_optimizer_fix(e),
+      ) from e
+    if any(isinstance(v.get_raw_value(), optax.MaskedNode) for _, v in nnx.to_flat_state(nnx.state(optimizer))):
+      # Flax 0.12 cannot create them abstractly on a mesh (no array to shard).
+      raise CheckpointError(
+          'the optimizer: its state holds optax.MaskedNode parts (optax.masked, '
+          'optax.multi_transform), which the checkpoint tool cannot convert yet: '
+          'Flax cannot create them abstractly on a mesh',
+          fix='convert a checkpoint of an unmasked optimizer, or convert the parameters alone',
+      )
+    return {'model': model, 'optimizer': optimizer}
 
   try:
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):

@@ -275,6 +275,36 @@ def test_tuple_keyed_batch_stats_convert_both_ways_and_restore(tmp_path):
   assert all(r.identical for r in rows)
 
 
+def test_an_optimizer_that_fails_on_the_nnx_parameters_is_named_not_the_model(tmp_path):
+  """A mask written for the Linen parameters, as Linen users write `optax.masked`."""
+  mask = {'Dense_0': {'kernel': True, 'bias': False}, 'Dense_1': {'kernel': True, 'bias': False}}
+  save(tmp_path / 'linen', linen_state(optax.masked(optax.adam(1e-3), mask)))
+  models = UserModels(small.linen_mlp, small.nnx_mlp, paths=small.PATHS,
+                      optimizer=lambda: optax.masked(optax.adam(1e-3), mask))
+  with pytest.raises(CheckpointError, match=r'^the optimizer: its init on the parameters of the NNX model') as e:
+    convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models)
+  assert 'mask=lambda params' in str(e.value) and 'creating it abstractly' not in str(e.value)
+  masked = UserModels(small.linen_mlp, small.nnx_mlp, paths=small.PATHS, optimizer=lambda: optax.masked(
+      optax.adam(1e-3), lambda params: jax.tree.map(lambda p: p.ndim > 1, params)))
+  with pytest.raises(CheckpointError, match=r'^the optimizer: its state holds optax.MaskedNode parts'):
+    convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=masked)
+  assert not (tmp_path / 'nnx').exists()
+
+
+@pytest.mark.parametrize('in_memory', [False, True], ids=['streamed', 'in-memory'])
+def test_an_optimizer_of_the_same_arrays_in_another_tree_is_named(tmp_path, in_memory):
+  """adamw's three optax states read as adam's two: the same arrays, another tree."""
+  save(tmp_path / 'linen', linen_state(optax.adam(1e-3)))
+  models = UserModels(small.linen_mlp, small.nnx_mlp, paths=small.PATHS,
+                      optimizer=lambda: optax.adamw(1e-3))
+  message = r'holds the arrays of the training state the models give, but in another tree: opt_state \(the models: list of 3, the checkpoint: list of 2\)'
+  with pytest.raises(CheckpointError, match=message):
+    convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models,
+                       options=CheckpointOptions(in_memory=in_memory))
+  with pytest.raises(CheckpointError, match=message):
+    compare_checkpoints(tmp_path / 'linen', tmp_path / 'linen', models=models)
+
+
 @pytest.mark.parametrize('rules, collections, message', [
     ('embed', None, 'give logical axis rules as'),
     ((('embed',),), None, 'give logical axis rules as'),

@@ -49,6 +49,12 @@ def test_adamw_is_told_from_adam_in_linen_and_named_by_the_caller_in_nnx(tmp_pat
   assert kit.describe(info, 'adamw').optimizer == 'adamw'
   with pytest.raises(CheckpointError, match="not the state of optimizer='sgd_momentum'"):
     kit.describe(info, 'sgd_momentum')
+  # A Linen state tells them apart: naming the other is refused, not read as corrupted.
+  write_checkpoint(tmp_path / 'adam', 'linen', DESC, 'adam', steps=1)
+  with pytest.raises(CheckpointError, match=r"holds the state of adam \(two optax states\), not of optimizer='adamw'"):
+    kit.describe(checkpoints.inspect(tmp_path / 'adam'), 'adamw')
+  with pytest.raises(CheckpointError, match=r"holds the state of adamw \(three optax states\), not of optimizer='adam'"):
+    kit.describe(checkpoints.inspect(tmp_path / 'linen'), 'adam')
 
 
 @pytest.mark.parametrize('params, rank', [
