@@ -23,14 +23,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
 import numpy as np
 from flax import nnx
 from flax.training.train_state import TrainState
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 
 from converters import linen_trees, nnx_trees, optimizer_state
 from converters.conversion import Conversion
 from converters.errors import StructureError
+from converters.execution import placement_mesh
 from converters.filling import fill, mesh_of_tree, scalar_like
 from converters.linen_model import LinenModel
 from converters.options import Options
@@ -46,6 +48,7 @@ def linen_to_nnx(
     collections: Mapping[str, type] | None = None, rngs: int | Mapping[str, Any] | None = None,
     linen_model: LinenModel | Callable[..., LinenModel] | None = None,
     nnx_model: nnx.Module | Callable[..., nnx.Module] | None = None,
+    placement: str | None = None,
 ):
   """Converts Linen variables or a `TrainState` to NNX.
 
@@ -56,8 +59,11 @@ def linen_to_nnx(
     target: NNX structure to fill: a model, or `(model, optimizer)` (needed for
       a `TrainState`); real or abstract (`nnx.eval_shape`). Not modified. Its
       RNG state (`nnx.Rngs` streams) is kept as it is: Linen has none.
-    paths, scan, layer_partition, num_layers, mesh, rules, donate, strict: see
-      `converters.options.Options`. `paths` maps every collection.
+    paths, scan, layer_partition, num_layers, mesh, rules, donate, strict,
+      placement: see `converters.options.Options`. `paths` maps every
+      collection. Into a target, `placement` defaults to `'reshard'` on the
+      target's mesh: input arrays placed otherwise than their annotations say
+      (a model initialised without `out_shardings`) go where the target's do.
     collections: `{collection name: nnx.Variable subclass}` for collections
       beyond `params`, `batch_stats` and `cache`.
     rngs: seeds for the target's RNG streams (`nnx.reseed`): an int, or
@@ -78,9 +84,9 @@ def linen_to_nnx(
     ConversionError: before anything is built, naming every offending path.
   """
   options = _options(
-      paths, linen_model, nnx_model, target, collections, scan=scan,
+      paths, linen_model, nnx_model, target, collections, target=target, source=linen, scan=scan,
       layer_partition=layer_partition, num_layers=num_layers, mesh=mesh, rules=rules,
-      donate=donate, strict=strict,
+      donate=donate, strict=strict, placement=placement,
   )
   table = CollectionTable(collections)
   trees = linen_trees.input_collections(linen, table)
@@ -119,6 +125,7 @@ def nnx_to_linen(
     collections: Mapping[str, type] | None = None,
     linen_model: LinenModel | Callable[..., LinenModel] | None = None,
     nnx_model: nnx.Module | Callable[..., nnx.Module] | None = None,
+    placement: str | None = None,
 ):
   """Converts an NNX state, model or `(model, optimizer)` to Linen.
 
@@ -132,7 +139,7 @@ def nnx_to_linen(
       (`{collection: tree}`, real or abstract) whose annotations the output
       takes. Not modified.
     paths, scan, layer_partition, num_layers, mesh, rules, donate, strict,
-      collections: as in `linen_to_nnx`.
+      collections, placement: as in `linen_to_nnx`.
     linen_model, nnx_model: with `paths='infer'`, as in `linen_to_nnx`;
       `nnx_model` defaults to the input's model (needed for an `nnx.State`).
 
@@ -147,9 +154,9 @@ def nnx_to_linen(
   """
   state, optimizer = nnx_trees.split_input(nnx_in)
   options = _options(
-      paths, linen_model, nnx_model, nnx_in, collections, scan=scan,
+      paths, linen_model, nnx_model, nnx_in, collections, target=target, source=nnx_in, scan=scan,
       layer_partition=layer_partition, num_layers=num_layers, mesh=mesh, rules=rules,
-      donate=donate, strict=strict,
+      donate=donate, strict=strict, placement=placement,
   )
   table = CollectionTable(collections)
   linen_trees.check_target(target, has_optimizer=optimizer is not None)
@@ -188,6 +195,7 @@ def relayout(
     collections: Mapping[str, type] | None = None,
     linen_model: Callable[..., LinenModel] | None = None,
     nnx_model: Callable[..., nnx.Module] | None = None,
+    placement: str | None = None,
 ):
   """Scanned <-> looped within one framework, for variables.
 
@@ -196,7 +204,8 @@ def relayout(
       (without RNG state: split it off with `nnx.state(model, nnx.Not(nnx.RngState))`).
     scan: True to stack the layers, False to unstack them.
     paths, layer_partition, num_layers, mesh, rules, donate, strict,
-      collections: as in `linen_to_nnx`.
+      collections, placement: as in `linen_to_nnx` (no target: `'check'`
+      by default).
     linen_model, nnx_model: with `paths='infer'`, functions with a `layout`
       parameter (`'loop'`/`'scan'`) making the Linen model (a `LinenModel`)
       and its NNX port: the mapping of both layouts is inferred from them.
@@ -208,7 +217,7 @@ def relayout(
   options = _options(
       paths, linen_model, nnx_model, None, collections, both_layouts=True, scan=scan,
       layer_partition=layer_partition, num_layers=num_layers, mesh=mesh, rules=rules,
-      donate=donate, strict=strict,
+      donate=donate, strict=strict, placement=placement,
   )
   table = CollectionTable(collections)
   conversion = Conversion(options)
@@ -230,9 +239,13 @@ def relayout(
   )
 
 
-def _options(paths, linen_model, nnx_model, at_hand, collections, *, both_layouts=False, **given) -> Options:
+def _options(
+    paths, linen_model, nnx_model, at_hand, collections, *, both_layouts=False, target=None,
+    source=None, placement=None, **given,
+) -> Options:
   """The conversion's `Options`, its path mapping resolved once; `at_hand` is
-  the target or input, whose model `paths='infer'` uses unless given one."""
+  the target or input, whose model `paths='infer'` uses unless given one.
+  Into a target, `placement` defaults to `'reshard'`, on its mesh if it has one."""
   model = at_hand[0] if isinstance(at_hand, tuple) and at_hand else at_hand
   mapping = resolve_mapping(
       paths, linen_model=linen_model, nnx_model=nnx_model,
@@ -240,7 +253,36 @@ def _options(paths, linen_model, nnx_model, at_hand, collections, *, both_layout
       mesh=given['mesh'], rules=given['rules'], collections=collections,
       both_layouts=both_layouts,
   )
-  return Options(paths=mapping, **given)
+  if placement is None and target is not None:
+    # Into a target: its mesh (an abstract target's, found), where its arrays go.
+    placement, target_mesh = 'reshard', _mesh_of(target)
+    given['unplaced_stay'] = target_mesh is None
+    if given['mesh'] is None and target_mesh is not None:
+      given['mesh'] = _concrete(target_mesh, source)
+  return Options(paths=mapping, placement=placement or 'check', **given)
+
+
+def _mesh_of(tree):
+  """The mesh (concrete or abstract) of the first sharded leaf of a target or
+  input (for a model or `(model, optimizer)`, the model's), or None."""
+  model = tree[0] if isinstance(tree, tuple) and tree else tree
+  for leaf in jax.tree.leaves(nnx.state(model) if isinstance(model, nnx.Module) else tree):
+    sharding = getattr(leaf, 'sharding', None)
+    if isinstance(sharding, NamedSharding):
+      return sharding.mesh
+  return None
+
+
+def _concrete(mesh, source) -> Mesh | None:
+  """`mesh`, or for the abstract mesh of a target from `nnx.eval_shape` /
+  `jax.eval_shape`, the concrete mesh it stands for: the enclosing
+  `jax.set_mesh`'s or the input's, if either is it; else None."""
+  if isinstance(mesh, Mesh):
+    return mesh
+  for candidate in (placement_mesh(None), _mesh_of(source)):
+    if isinstance(candidate, Mesh) and candidate.abstract_mesh == mesh:
+      return candidate
+  return None
 
 
 def _train_state(target: TrainState, optimizer, params, filled, conversion: Conversion) -> TrainState:

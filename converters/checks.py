@@ -124,13 +124,23 @@ def check_placement(flat: Flat, mesh: Mesh | None = None, rules: tuple | None = 
       wrong.append((where, sharding.spec, spec, annotation.names))
   if wrong:
     listed = [f'{w} is placed as {actual} but its names {names} ask for {wanted}' for w, actual, wanted, names in wrong]
+    if len(listed) > _LISTED_PLACEMENTS:
+      shown = f'{len(listed)} arrays, e.g. {", ".join(listed[:_LISTED_PLACEMENTS])}'
+      if all(actual == PartitionSpec() or all(a is None for a in actual) for _, actual, _, _ in wrong):
+        shown += '; all replicated'
+    else:
+      shown = ', '.join(listed)
     raise AnnotationError(
-        f'arrays placed against their annotations: {format_offenders(listed)}; '
-        'the converters check placement rather than reshard silently: put each '
-        'array where its annotation says (jax.device_put(x, NamedSharding(mesh, '
-        'spec))) or fix the annotation',
+        f'arrays placed against their annotations: {shown}; the conversion does not '
+        "reshard unasked: pass placement='reshard' to put each array where its "
+        'annotation says (a model initialised without out_shardings holds them so), '
+        'convert into a target (its arrays go to its shardings), or fix the annotation',
         [w for w, *_ in wrong],
     )
+
+
+# How many misplaced arrays a refusal lists before it folds the rest.
+_LISTED_PLACEMENTS = 3
 
 
 def target_shardings(

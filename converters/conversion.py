@@ -62,6 +62,11 @@ class Conversion:
     pairs = {p: (v[0], v[1]) for p, v in flat.items()}
     if jax.process_count() > 1:
       checks.agree_on_conversion(pairs, source, target, options)
+    if options.placement == 'reshard':
+      pairs = execution.place_inputs(
+          pairs, execution.placement_mesh(options.mesh), options.resolution_rules,
+          unplaced_stay=options.unplaced_stay,
+      )
     checks.check_placement(pairs, options.mesh, options.resolution_rules)
     plan = planning.plan(
         pairs, options.paths, source, target, scan=options.scan,

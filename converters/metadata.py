@@ -83,7 +83,7 @@ class CarryingLogicallyPartitioned(nn.LogicallyPartitioned):
   extra: tuple = struct.field(default=(), pytree_node=False)
 
 
-class Annotated(meta.AxisMetadata):
+class Annotated(struct.PyTreeNode, meta.AxisMetadata):
   """An unpartitioned Linen parameter that carries NNX metadata."""
 
   value: Any

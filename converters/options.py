@@ -16,6 +16,10 @@ from converters.errors import AnnotationError, LayoutError, PathMappingError, St
 from converters.paths import PathMapping
 
 
+#: What `Options.placement` takes.
+PLACEMENTS = ('check', 'reshard')
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Options:
   """What every conversion is told (`linen_to_nnx`, `nnx_to_linen`, `relayout`).
@@ -47,10 +51,22 @@ class Options:
     strict: refuse a collection whose leaves are partly boxed; by default a
       bare leaf beside boxed ones is replicated, as Linen's
       `get_partition_spec` reads it.
+    placement: what to do with an input array placed other than its
+      annotation says (a Linen model's `init` without `out_shardings` holds
+      its arrays replicated, or on one device, while its boxes ask for
+      shards). `'check'` refuses it, naming every such array; `'reshard'`
+      first puts each input array where its annotation says, on its own
+      mesh, else on `mesh`, else on the mesh of `jax.set_mesh` (a bare
+      array, replicated): the arrays moved are copies, the input keeps its
+      own. The conversions default to `'reshard'` into a target (on the
+      target's mesh), `'check'` without one.
+    unplaced_stay: with `'reshard'`, an annotated array on no mesh, with no
+      mesh to go to, stays where it is (into a target on no mesh) rather
+      than being refused.
 
-  Every placed input array must sit where its annotation says, and a
-  target's arrays must live on the input's mesh: the conversion checks, it
-  never reshards.
+  A target's arrays must live on the input's mesh, and a converted leaf's
+  annotation must resolve as the target's: the conversion checks, it never
+  reshards to another annotation.
   """
 
   paths: PathMapping
@@ -61,6 +77,8 @@ class Options:
   rules: tuple | None = None
   donate: bool = False
   strict: bool = False
+  placement: str = 'check'
+  unplaced_stay: bool = False
   #: The rules of an enclosing `nn.logical_axis_rules(...)`, read when made.
   context_rules: tuple | None = dataclasses.field(init=False, default=None)
 
@@ -96,6 +114,11 @@ class Options:
       raise StructureError(f'donate={self.donate!r}: pass True or False')
     if not isinstance(self.strict, bool):
       raise AnnotationError(f'strict={self.strict!r}: pass True or False')
+    if self.placement not in PLACEMENTS:
+      raise AnnotationError(
+          f"placement={self.placement!r}: pass 'check' (refuse arrays placed against "
+          "their annotations) or 'reshard' (put each where its annotation says)"
+      )
 
   @property
   def resolution_rules(self) -> tuple | None:

@@ -92,6 +92,16 @@ def test_nnx_metadata_with_no_linen_field_travels_in_a_carrying_box():
   assert again.get_metadata() == var.get_metadata()
 
 
+def test_nnx_metadata_of_an_unpartitioned_parameter_travels_in_a_box_too():
+  var = nnx.Param(jnp.zeros((4, 8)), eager_sharding=False, note='kept')
+  value, annotation = md.read_nnx(var, 'w')
+  box = md.write_linen(value, annotation)
+  assert isinstance(box, md.Annotated) and box.unbox() is value
+  assert dict(box.extra) == {'eager_sharding': False, 'note': 'kept'}
+  again = md.write_nnx(nnx.Param, *md.read_linen(box, 'w'))
+  assert again.get_metadata() == var.get_metadata()
+
+
 @pytest.mark.parametrize(
     'annotation, shape, message',
     [
