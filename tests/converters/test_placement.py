@@ -151,3 +151,57 @@ def test_check_keeps_arrays_that_lie_on_no_mesh_where_they_are():
 def test_an_unknown_placement_is_refused(placement):
   with pytest.raises(AnnotationError, match=r"placement=.*pass 'check'.*or 'reshard'"):
     converters.linen_to_nnx(init(on_mesh=False), paths=PATHS, placement=placement)
+
+
+# -- Flax's lm1b: the Linen model initialised as its test does, into the maintainers' NNX port
+
+LM1B_RULES = (('embed', 'fsdp'), ('mlp', 'tensor'), ('kv', 'tensor'), ('vocab', 'tensor'))
+LM1B_SIZE = dict(vocab_size=64, output_vocab_size=64, emb_dim=32, num_heads=4, num_layers=2,
+                 qkv_dim=32, mlp_dim=64, max_len=16)
+
+
+@functools.cache
+def lm1b_mesh():
+  return jax.make_mesh((1, 2, 4), ('data', 'fsdp', 'tensor'), axis_types=(AxisType.Auto,) * 3)
+
+
+def lm1b_port():
+  from tests.third_party.flax_lm1b import nnx_config, nnx_models
+
+  rules = nnx_config.MeshRules(**dict(LM1B_RULES))  # the example's default config
+  port = nnx_models.TransformerLM(
+      nnx_models.TransformerConfig(**LM1B_SIZE, axis_rules=rules), rngs=nnx.Rngs(0)
+  )
+  port.set_attributes(deterministic=True, decode=False)  # as Flax's models_test runs it
+  return port
+
+
+@pytest.mark.parametrize('on_mesh', [False, True], ids=['one-device', 'replicated'])
+def test_flax_lm1b_initialised_unsharded_converts_into_its_nnx_ports_sharded_target(on_mesh):
+  from tests.third_party.flax_lm1b import linen_models
+
+  linen = linen_models.TransformerLM(linen_models.TransformerConfig(**LM1B_SIZE, deterministic=True))
+  tokens = jax.random.randint(jax.random.key(1), (2, 8), 1, 64)
+  if on_mesh:
+    with jax.set_mesh(lm1b_mesh()):
+      variables = linen.init(jax.random.key(0), tokens)
+  else:
+    variables = linen.init(jax.random.key(0), tokens)  # as Flax's lm1b train_test does
+  with jax.set_mesh(lm1b_mesh()):
+    target = nnx.eval_shape(lm1b_port)
+    port = converters.linen_to_nnx(
+        variables, target=target, paths='infer', rules=LM1B_RULES,
+        linen_model=converters.LinenModel(linen, tokens), nnx_model=lm1b_port,
+    )
+  params = nn.unbox(variables['params'])['decoder']
+  kernel = port.decoder.encoderdecoderblock_1.mlp.linear1.kernel[...]
+  assert kernel.sharding.is_equivalent_to(NamedSharding(lm1b_mesh(), P('fsdp', 'tensor')), 2)
+  np.testing.assert_array_equal(kernel, params['encoderdecoderblock_1']['MlpBlock_0']['Dense_0']['kernel'])
+  embedding = port.decoder.output_embed.embedding[...]
+  assert embedding.sharding.is_equivalent_to(NamedSharding(lm1b_mesh(), P('tensor', 'fsdp')), 2)
+  np.testing.assert_array_equal(embedding, params['Embed_0']['embedding'])
+  with jax.set_mesh(lm1b_mesh()):
+    logits = port(tokens)
+  # Two programs (the port's attention and masks are its own ops, sharded
+  # here, on one device there): equal within Flax's own models_test tolerance.
+  np.testing.assert_allclose(logits, linen.apply(variables, tokens), rtol=0, atol=1e-5)
