@@ -12,18 +12,33 @@ The message is skipped only for the thread running the creation and only while
 it runs (other threads, and every error the user's factory raises, keep JAX's
 full text: a creation that fails is run again unguarded, unless its caller
 discards the error). Nothing else changes.
+
+A plain array attribute (`self.table = jnp.asarray(...)`, not an
+`nnx.Variable`) created under `nnx.eval_shape` keeps the creation's tracer:
+the model cannot run or be converted, so `eval_shape` refuses it, naming it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
+import jax
 from flax import nnx
 
 from converters import compat
+from converters.errors import StructureError
+from converters.paths import format_path
 
 T = TypeVar('T')
+
+#: How to fix a port that keeps state Linen computes (a constant table, a
+#: mask) as a plain array attribute.
+PLAIN_ARRAY_FIX = (
+    'compute it in __call__ as the Linen model does (a constant table, a mask): '
+    'state only the port has cannot yet be kept from the target'
+)
 
 
 def eval_shape(create: Callable[[], T], *, rerun_on_error: bool = True) -> T:
@@ -35,9 +50,51 @@ def eval_shape(create: Callable[[], T], *, rerun_on_error: bool = True) -> T:
   """
   try:
     with compat.quiet_tracer_origins():
-      return nnx.eval_shape(create)
-  except Exception:
+      return without_tracers(nnx.eval_shape(create))
+  except StructureError:
+    raise
+  except Exception as e:
+    _refuse_leaked(e)
     if not rerun_on_error:
       raise
   # Outside the handler: the error raised again carries its own context only.
-  return nnx.eval_shape(create)
+  try:
+    return without_tracers(nnx.eval_shape(create))
+  except StructureError:
+    raise
+  except Exception as e:
+    _refuse_leaked(e)
+    raise
+
+
+def _refuse_leaked(e: Exception) -> None:
+  """Raises `StructureError` for what a plain array attribute made abstractly
+  does to the next creation of its class: JAX compares the tracer it kept."""
+  cause = e.__cause__ or e.__context__
+  if not isinstance(cause, jax.errors.UnexpectedTracerError):
+    return
+  found = re.search(r'created on line (\S+) \(([^)]+)\)', str(cause))
+  where = f' ({found.group(2)}, {found.group(1)})' if found else ''
+  raise StructureError(
+      f'a plain array attribute, not an nnx.Variable, made abstractly{where}: '
+      'nnx.eval_shape keeps the tracer of its creation, so the model cannot be '
+      'created abstractly again, nor converted',
+      fix=PLAIN_ARRAY_FIX,
+  ) from e
+
+
+def without_tracers(made: T) -> T:
+  """`made`, refused if an attribute holds a tracer of its creation (a model
+  the user made with `nnx.eval_shape` is checked so too)."""
+  leaked = [
+      format_path(path) for path, value in nnx.graph.iter_graph(made)
+      if isinstance(value, jax.core.Tracer)
+  ]
+  if leaked:
+    raise StructureError(
+        f'{", ".join(leaked)}: a plain array attribute, not an nnx.Variable: created '
+        'abstractly (nnx.eval_shape) it holds no value, so the model cannot be converted',
+        leaked,
+        fix=PLAIN_ARRAY_FIX,
+    )
+  return made

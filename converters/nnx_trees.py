@@ -21,6 +21,7 @@ from flax import nnx
 from converters import metadata as md
 from converters.errors import AnnotationError, StructureError, format_offenders
 from converters.flat_trees import check_array, nest
+from converters.abstract_models import PLAIN_ARRAY_FIX, without_tracers
 from converters.paths import format_path
 from converters.variable_types import CollectionTable
 
@@ -37,7 +38,10 @@ def read_state(
   for path, variable in nnx.to_flat_state(state):
     where_leaf = f'{where}/{format_path(path)}'
     if not isinstance(variable, nnx.Variable):
-      raise StructureError(f'{where_leaf}: not an nnx.Variable', [format_path(path)])
+      raise StructureError(
+          f'{where_leaf}: a plain array attribute ({type(variable).__name__}), not an nnx.Variable',
+          [format_path(path)], fix=PLAIN_ARRAY_FIX,
+      )
     value, annotation = md.read_nnx(variable, where_leaf)
     check_array(value, where_leaf)
     flat[tuple(path)] = (value, md.as_logical(annotation, rules, where_leaf), variable)
@@ -116,6 +120,8 @@ def split_target(target, *, train_state: bool) -> tuple[Any, Any]:
         f'target model is a {type(model).__name__}; pass an nnx.Module (real, or '
         'from nnx.eval_shape)'
     )
+  if model is not None:
+    without_tracers(model)  # an abstract target's plain array attributes
   return model, optimizer
 
 

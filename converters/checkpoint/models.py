@@ -41,7 +41,7 @@ from flax.core import meta
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from converters import abstract_models
-from converters.errors import CheckpointError, format_offenders
+from converters.errors import CheckpointError, StructureError, format_offenders
 from converters.inference import infer_paths, merge_layouts
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.linen_trees import TRAIN_STATE_FIELDS
@@ -439,6 +439,8 @@ def nnx_side(
       _check_annotations(_nnx_names_without_mesh(create, rules), mesh, what)
     if isinstance(e, CheckpointError):
       raise
+    if isinstance(e, StructureError):  # what the kit found wrong with the model
+      raise CheckpointError(f'{what}: {e.problem}', list(e.paths), fix=e.fix) from e
     raise CheckpointError(
         f'{what}: creating it abstractly failed: {type(e).__name__}: {e}'.strip()
     ) from e

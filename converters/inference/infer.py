@@ -84,6 +84,7 @@ def infer_paths(
       split and the witness could not decide, or the outputs that differ.
   """
   given = as_mapping(paths) if paths is not None else None
+  abstract_models.without_tracers(nnx_model)
   models = _Traced(
       ('Linen', trace_linen, linen_module, example_args, kwargs_of(example_kwargs, linen_kwargs)),
       ('NNX', trace_nnx, nnx_model, example_args, kwargs_of(example_kwargs, nnx_kwargs),

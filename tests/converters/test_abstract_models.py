@@ -125,3 +125,29 @@ def test_nested_creations_restore_jax_on_the_way_out():
     made = abstract_models.eval_shape(create)
   assert made['inner'].layers[0].kernel.shape == (8, 8)
   assert partial_eval.DynamicJaxprTracer._origin_msg is compat._ORIGINAL_MESSAGE
+
+
+class _WithTable(nnx.Module):
+  """A port that keeps a table Linen computes on the fly as a plain array attribute."""
+
+  def __init__(self, table=None, mask=None):
+    self.table = jnp.sin(jnp.arange(8.0)) if table is None else table
+    self.mask = jnp.ones(3) * 2 if mask is None else mask
+    self.dense = nnx.Linear(8, 8, rngs=nnx.Rngs(0))
+
+
+def test_a_plain_array_attribute_made_abstractly_is_refused_naming_it():
+  from converters.errors import StructureError
+
+  with pytest.raises(StructureError, match=r'^mask, table: a plain array attribute') as e:
+    abstract_models.eval_shape(_WithTable)
+  assert e.value.paths == ('mask', 'table') and 'compute it in __call__' in str(e.value)
+  # Made again, JAX meets the tracer the first creation kept: named the same.
+  with pytest.raises(StructureError, match=r'a plain array attribute, not an nnx.Variable, made abstractly \(_WithTable.__init__'):
+    abstract_models.eval_shape(_WithTable)
+
+
+def test_a_plain_array_given_from_outside_is_data_made_abstract():
+  table, mask = np.arange(8.0), jnp.ones(3)
+  model = abstract_models.eval_shape(lambda: _WithTable(table, mask))
+  assert isinstance(model.table, jax.ShapeDtypeStruct) and model.mask.shape == (3,)

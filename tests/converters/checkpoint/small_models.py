@@ -133,6 +133,42 @@ SPECTRAL_PATHS = PathMapping([
 ])
 
 
+# -- state only the port has: a table Linen computes on the fly ------------------
+
+
+def sinusoid(length: int = 2, width: int = 8) -> jax.Array:
+  position = jnp.arange(length)[:, None] / 10000 ** (jnp.arange(width)[None] / width)
+  return jnp.sin(position)
+
+
+class LinenTabled(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(4)(x + sinusoid())
+
+
+class NNXTabled(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.table = sinusoid()  # a plain array attribute
+    self.dense = nnx.Linear(8, 4, rngs=rngs)
+
+  def __call__(self, x):
+    return self.dense(x + self.table)
+
+
+def linen_tabled() -> LinenModel:
+  return LinenModel(LinenTabled(), X)
+
+
+def nnx_tabled() -> nnx.Module:
+  return NNXTabled(nnx.Rngs(0))
+
+
+TABLED_PATHS = PathMapping([
+    PathRule('Dense_0/kernel', 'dense/kernel'), PathRule('Dense_0/bias', 'dense/bias'),
+])
+
+
 # -- annotations the mesh cannot resolve -------------------------------------------
 
 KERNEL_NAMES = ('embed', 'mlp')

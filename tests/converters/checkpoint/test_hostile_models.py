@@ -24,11 +24,12 @@ from flax import nnx
 from flax.training import checkpoints as flax_checkpoints
 from flax.training import train_state
 
+import converters
 from converters import LinenModel, compare_checkpoints, convert_checkpoint
 from converters.checkpoint.convert import CheckpointOptions
 from converters.checkpoint.kit import models_for
 from converters.checkpoint.models import UserModels, train_state_class
-from converters.errors import CheckpointError, ShapeError
+from converters.errors import CheckpointError, ShapeError, StructureError
 from tests.converters.checkpoint import small_models as small
 from tests.converters.checkpoint import test_models as zoo_tests
 from tests.converters.checkpoint import zoo_models as zoo
@@ -303,6 +304,25 @@ def test_an_optimizer_of_the_same_arrays_in_another_tree_is_named(tmp_path, in_m
                        options=CheckpointOptions(in_memory=in_memory))
   with pytest.raises(CheckpointError, match=message):
     compare_checkpoints(tmp_path / 'linen', tmp_path / 'linen', models=models)
+
+
+def test_a_port_with_a_plain_array_attribute_is_refused_alike_by_convert_and_compare(tmp_path):
+  """Convert used to write a checkpoint that compare could not read back."""
+  save(tmp_path / 'linen', linen_state(small.make_tx(), small.linen_tabled()))
+  models = UserModels(small.linen_tabled, small.nnx_tabled, paths=small.TABLED_PATHS,
+                      optimizer=small.make_tx)
+  message = r'^the NNX model \(.*nnx_tabled\): (model/table: )?a plain array attribute, not an nnx.Variable.*compute it in __call__'
+  for run in (
+      lambda: convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models),
+      lambda: compare_checkpoints(tmp_path / 'linen', tmp_path / 'linen', models=models),
+  ):
+    with pytest.raises(CheckpointError, match=message):
+      run()
+  assert not (tmp_path / 'nnx').exists()
+  # In memory, into the real port, the same refusal and fix.
+  variables = small.linen_tabled().module.init(jax.random.key(0), np.ones((2, 8), np.float32))
+  with pytest.raises(StructureError, match=r'target/model/table: a plain array attribute \(.*compute it in __call__'):
+    converters.linen_to_nnx(variables, target=small.nnx_tabled(), paths=small.TABLED_PATHS)
 
 
 @pytest.mark.parametrize('rules, collections, message', [
