@@ -259,7 +259,7 @@ def _options(
     given['unplaced_stay'] = target_mesh is None
     if given['mesh'] is None and target_mesh is not None:
       given['mesh'] = _concrete(target_mesh, source)
-  return Options(paths=mapping, placement=placement or 'check', **given)
+  return Options(paths=mapping, placement='check' if placement is None else placement, **given)
 
 
 def _mesh_of(tree):

@@ -147,7 +147,7 @@ def test_check_keeps_arrays_that_lie_on_no_mesh_where_they_are():
   assert not isinstance(state['layers'][0]['kernel'].get_value().sharding, NamedSharding)
 
 
-@pytest.mark.parametrize('placement', ['move', True, 'RESHARD'])
+@pytest.mark.parametrize('placement', ['move', True, 'RESHARD', '', 0])
 def test_an_unknown_placement_is_refused(placement):
   with pytest.raises(AnnotationError, match=r"placement=.*pass 'check'.*or 'reshard'"):
     converters.linen_to_nnx(init(on_mesh=False), paths=PATHS, placement=placement)
