@@ -105,7 +105,9 @@ class CollectionTable:
         break
     name = type(variable).__name__
     raise StructureError(
-        f'{where}: no Linen collection is known for the Variable type {name}; '
-        f"pass collections={{'<collection name>': {name}}}",
+        f'{where}: no Linen collection is known for the Variable type {name}',
         [where],
+        fix=f"if Linen keeps it in a collection, pass collections={{'<collection name>': {name}}}; "
+        'if Linen computes it on the fly (a constant table), compute it in __call__ too: '
+        'state only the port has cannot yet be kept from the target',
     )

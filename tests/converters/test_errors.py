@@ -596,7 +596,7 @@ def nnx_case_names_mixing_ruled_and_unruled():
 
 
 NNX_CATALOGUE = {
-    'Variable type of no collection': (nnx_case_non_param_variable, errors.StructureError, "model/layers/0/calls: no Linen collection is known for the Variable type Counter; pass collections={'<collection name>': Counter}"),
+    'Variable type of no collection': (nnx_case_non_param_variable, errors.StructureError, "model/layers/0/calls: no Linen collection is known for the Variable type Counter; if Linen keeps it in a collection, pass collections={'<collection name>': Counter}; if Linen computes it on the fly"),
     'unknown optimizer': (nnx_case_unknown_optimizer, errors.OptimizerStateError, 'optimizer of type Custom'),
     'optimizer without target': (nnx_case_optimizer_without_target, errors.StructureError, 'target=TrainState'),
     'target of another optimizer': (nnx_case_target_of_another_optimizer, errors.OptimizerStateError, '0/mu/DotReluDot_0/Dense_0/kernel'),
