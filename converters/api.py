@@ -253,10 +253,11 @@ def _options(
       mesh=given['mesh'], rules=given['rules'], collections=collections,
       both_layouts=both_layouts,
   )
-  if placement is None and target is not None:
+  if target is not None and placement in (None, 'reshard'):
     # Into a target: its mesh (an abstract target's, found), where its arrays go.
-    placement, target_mesh = 'reshard', _mesh_of(target)
-    given['unplaced_stay'] = target_mesh is None
+    target_mesh = _mesh_of(target)
+    given['unplaced_stay'] = placement is None and target_mesh is None
+    placement = 'reshard'
     if given['mesh'] is None and target_mesh is not None:
       given['mesh'] = _concrete(target_mesh, source)
   return Options(paths=mapping, placement='check' if placement is None else placement, **given)

@@ -40,10 +40,12 @@ def placement_mesh(mesh: Mesh | None) -> Mesh | None:
 def place_inputs(flat: Flat, mesh: Mesh | None, rules: tuple | None, *, unplaced_stay=False) -> Flat:
   """`flat` with each array put where its annotation says (`placement='reshard'`).
 
-  An array with a `NamedSharding` moves within its mesh; one without (on one
-  device, a host array) goes to `mesh` (`placement_mesh`), a bare one
-  replicated. An array already in place is kept: no copy. The arrays moved
-  are copies, so the input keeps its own; an abstract one gets the sharding.
+  An annotated array with a `NamedSharding` moves within its mesh; one
+  without (on one device, a host array) goes to `mesh` (`placement_mesh`),
+  a bare one replicated. A bare array already on a mesh stays as it is, and
+  an array already in place is kept: no copy. Nothing of the input is
+  deleted (a moved array may share its buffer on a device it already held);
+  an abstract one gets the sharding.
 
   Raises:
     AnnotationError: an annotated array with no mesh to go to (unless
@@ -53,6 +55,9 @@ def place_inputs(flat: Flat, mesh: Mesh | None, rules: tuple | None, *, unplaced
   for path, (value, annotation) in flat.items():
     sharding = getattr(value, 'sharding', None)
     own = sharding.mesh if isinstance(sharding, NamedSharding) else None
+    if own is not None and annotation.names is None:
+      placed[path] = (value, annotation)  # a bare array says nothing against its placement
+      continue
     leaf_mesh = own or annotation.mesh or mesh
     if leaf_mesh is None or not hasattr(value, 'shape'):
       if annotation.names is not None and not isinstance(sharding, NamedSharding):

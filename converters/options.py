@@ -57,9 +57,11 @@ class Options:
       shards). `'check'` refuses it, naming every such array; `'reshard'`
       first puts each input array where its annotation says, on its own
       mesh, else on `mesh`, else on the mesh of `jax.set_mesh` (a bare
-      array, replicated): the arrays moved are copies, the input keeps its
-      own. The conversions default to `'reshard'` into a target (on the
-      target's mesh), `'check'` without one.
+      array on no mesh, replicated; a bare array on a mesh stays). The move
+      deletes nothing (a moved array may share the input's buffer on a
+      device it already held); with `donate`, as always, the input must not
+      be used afterwards. The conversions default to `'reshard'` into a
+      target (on the target's mesh), `'check'` without one.
     unplaced_stay: with `'reshard'`, an annotated array on no mesh, with no
       mesh to go to, stays where it is (into a target on no mesh) rather
       than being refused.

@@ -348,11 +348,14 @@ def restore(info: CheckpointInfo, target: Any) -> Any:
 _STRUCTURE_MISMATCH = 'tree structures do not match'
 
 
+def _sized(form) -> bool:
+  """Whether one side of an Orbax tree difference is `(container type, size)`."""
+  return isinstance(form, tuple) and len(form) == 2 and isinstance(form[0], type) and isinstance(form[1], int)
+
+
 def _node(form) -> str:
   """One side of an Orbax tree difference: `(list, 3)` as 'list of 3'."""
-  if isinstance(form, tuple) and len(form) == 2 and isinstance(form[0], type):
-    return f'{form[0].__name__} of {form[1]}'
-  return 'nothing' if form is None else type(form).__name__
+  return f'{form[0].__name__} of {form[1]}'
 
 
 def check_tree(info: CheckpointInfo, target: Any) -> None:
@@ -372,7 +375,19 @@ def check_tree(info: CheckpointInfo, target: Any) -> None:
   )
   if diff is None:
     return
-  flat = ocp.tree.to_flat_dict(diff, is_leaf=lambda x: hasattr(x, 'lhs') and hasattr(x, 'rhs'))
+  flat = {
+      path: d
+      for path, d in ocp.tree.to_flat_dict(
+          diff, is_leaf=lambda x: hasattr(x, 'lhs') and hasattr(x, 'rhs')
+      ).items()
+      # Only containers of different sizes (adam's two optax states against
+      # adamw's three): empty nodes (a None field, an empty state) and one
+      # container type for another (a dict saved for a tuple) hold no arrays,
+      # and the leaves were checked already.
+      if _sized(d.lhs) and _sized(d.rhs) and d.lhs[1] != d.rhs[1]
+  }
+  if not flat:
+    return
   where = [
       f'{_join(tuple(map(str, path))) or "the root"} (the models: {_node(d.lhs)}, the '
       f'checkpoint: {_node(d.rhs)})'

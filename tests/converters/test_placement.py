@@ -205,3 +205,32 @@ def test_flax_lm1b_initialised_unsharded_converts_into_its_nnx_ports_sharded_tar
   # Two programs (the port's attention and masks are its own ops, sharded
   # here, on one device there): equal within Flax's own models_test tolerance.
   np.testing.assert_allclose(logits, linen.apply(variables, tokens), rtol=0, atol=1e-5)
+
+
+def test_a_bare_array_on_the_mesh_keeps_its_sharding_into_a_target():
+  """A bare array says nothing against where it is: it is not gathered."""
+  sharded = NamedSharding(mesh(), SHARDED)
+  variables = jax.tree.map(
+      lambda x: jax.device_put(x, sharded) if x.ndim == 2 else x, nn.unbox(init(on_mesh=False))
+  )
+  model = converters.linen_to_nnx(variables, target=_bare_port(), paths=PATHS)
+  assert model.layers[0].kernel[...].sharding.is_equivalent_to(sharded, 2)
+
+
+def _bare_port():
+  with jax.set_mesh(mesh()):
+    return nnx.eval_shape(lambda: _BarePort(nnx.Rngs(1)))
+
+
+class _BarePort(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.layers = nnx.List([nnx.Linear(8, 8, rngs=rngs) for _ in range(LAYERS)])
+
+
+def test_reshard_asked_into_a_target_is_the_default_into_it():
+  variables = init(on_mesh=False)
+  with jax.set_mesh(mesh()):
+    target = StackPort(nnx.Rngs(1))
+  for placement in (None, 'reshard'):
+    model = converters.linen_to_nnx(variables, target=target, paths=PATHS, placement=placement)
+    assert model.layers[0].kernel[...].sharding.is_equivalent_to(NamedSharding(mesh(), SHARDED), 2)

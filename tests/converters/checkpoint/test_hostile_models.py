@@ -325,6 +325,22 @@ def test_a_port_with_a_plain_array_attribute_is_refused_alike_by_convert_and_com
     converters.linen_to_nnx(variables, target=small.nnx_tabled(), paths=small.TABLED_PATHS)
 
 
+def test_empty_nodes_and_container_kinds_the_models_lack_do_not_refuse_a_checkpoint(tmp_path):
+  """A `None` field (Flax ImageNet's `dynamic_scale`) and a dict saved for a tuple hold no arrays."""
+  import typing
+
+  class WithScale(train_state.TrainState):
+    dynamic_scale: typing.Any = None
+
+  model = small.linen_mlp()
+  params = model.module.init(jax.random.key(0), np.ones((2, 8), np.float32))['params']
+  save(tmp_path / 'scale', WithScale.create(apply_fn=None, params=params, tx=small.make_tx()))
+  save(tmp_path / 'dict', flax.serialization.to_state_dict(linen_state(small.make_tx())))
+  models = UserModels(small.linen_mlp, small.nnx_mlp, paths=small.PATHS, optimizer=small.make_tx)
+  for name in ('scale', 'dict'):
+    convert_checkpoint(tmp_path / name, tmp_path / f'{name}_nnx', 'nnx', models=models)
+
+
 @pytest.mark.parametrize('rules, collections, message', [
     ('embed', None, 'give logical axis rules as'),
     ((('embed',),), None, 'give logical axis rules as'),
