@@ -27,9 +27,10 @@ import jax
 import numpy as np
 from flax import nnx
 from flax.training.train_state import TrainState
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from converters import linen_trees, nnx_trees, optimizer_state
+from converters.checks import mesh_of
 from converters.conversion import Conversion
 from converters.errors import StructureError
 from converters.execution import placement_mesh
@@ -267,11 +268,8 @@ def _mesh_of(tree):
   """The mesh (concrete or abstract) of the first sharded leaf of a target or
   input (for a model or `(model, optimizer)`, the model's), or None."""
   model = tree[0] if isinstance(tree, tuple) and tree else tree
-  for leaf in jax.tree.leaves(nnx.state(model) if isinstance(model, nnx.Module) else tree):
-    sharding = getattr(leaf, 'sharding', None)
-    if isinstance(sharding, NamedSharding):
-      return sharding.mesh
-  return None
+  leaves = jax.tree.leaves(nnx.state(model) if isinstance(model, nnx.Module) else tree)
+  return next((m for m in map(mesh_of, leaves) if m is not None), None)
 
 
 def _concrete(mesh, source) -> Mesh | None:

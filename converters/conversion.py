@@ -62,12 +62,13 @@ class Conversion:
     pairs = {p: (v[0], v[1]) for p, v in flat.items()}
     if jax.process_count() > 1:
       checks.agree_on_conversion(pairs, source, target, options)
-    if options.placement == 'reshard':
+    if options.placement == 'reshard':  # placed as the annotations say: nothing to check
       pairs = execution.place_inputs(
           pairs, execution.placement_mesh(options.mesh), options.resolution_rules,
           unplaced_stay=options.unplaced_stay,
       )
-    checks.check_placement(pairs, options.mesh, options.resolution_rules)
+    else:
+      checks.check_placement(pairs, options.mesh, options.resolution_rules)
     plan = planning.plan(
         pairs, options.paths, source, target, scan=options.scan,
         layer_partition=options.layer_partition, num_layers=options.num_layers,

@@ -24,6 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from converters import metadata as md
 from converters import provenance
 from converters.allocator import release_free_memory
+from converters.checks import mesh_of
 from converters.errors import AnnotationError, ShapeError, format_offenders
 from converters.paths import format_path
 from converters.planning import Flat, Target
@@ -54,7 +55,7 @@ def place_inputs(flat: Flat, mesh: Mesh | None, rules: tuple | None, *, unplaced
   placed, homeless = {}, []
   for path, (value, annotation) in flat.items():
     sharding = getattr(value, 'sharding', None)
-    own = sharding.mesh if isinstance(sharding, NamedSharding) else None
+    own = mesh_of(value)
     if own is not None and annotation.names is None:
       placed[path] = (value, annotation)  # a bare array says nothing against its placement
       continue
