@@ -3,8 +3,10 @@
 The model zoo's transformer LM with adam (4 blocks of width 1024, 16 heads,
 MLP 4096, a 32k vocabulary: about 1 GiB; `--layers 4 52` adds about 8 GiB),
 a Linen `TrainState` saved with Orbax and given to the tool as a user gives
-their models (factories, path mapping, logical rules, optimizer), and the
-kit's MLP (40 layers, depth 1024: 960 MiB). Each measurement runs in a fresh
+their models (factories, path mapping, logical rules, optimizer); the same
+transformer's weights only (`transformer-weights`: the variables `init`
+returns, saved with Orbax, about a third of the size); and the kit's MLP
+(40 layers, depth 1024: 960 MiB). Each measurement runs in a fresh
 process, in turn, once per repeat:
 
 - baseline: what a user would otherwise run: the Linen side restores the
@@ -142,8 +144,9 @@ def transformer_models() -> dict:
   )
 
 
-def make_transformer_checkpoint(path: str) -> int:
-  """A transformer `TrainState` as training leaves it, saved as Orbax saves it.
+def make_transformer_checkpoint(path: str, weights: bool = False) -> int:
+  """A transformer `TrainState` as training leaves it (with `weights`, its
+  variables alone), saved as Orbax saves it.
 
   Every float array is random (trained parameters and adam moments are; a
   fresh state's zero moments would compress to nothing), every counter 1000.
@@ -167,7 +170,7 @@ def make_transformer_checkpoint(path: str) -> int:
       models['linen_model'], models['nnx_model'], models['paths'], models['rules'],
       models['optimizer'], MESH,
   )
-  abstract = user.side('linen', user.make_mesh()).abstract_state
+  abstract = user.side('linen', user.make_mesh(), weights=weights).abstract_state
   names = jax.tree.leaves(ocp.tree.get_param_names(abstract))
   leaves = jax.tree_util.tree_flatten_with_path(abstract)[0]
   rng = np.random.default_rng(0)
@@ -232,18 +235,19 @@ def measure(model: str, kind: str, src: str, dst: str, budget: int, process=None
   from flax import linen as nn
   import orbax.checkpoint as ocp
 
-  models = models_for(**(transformer_models() if model == 'transformer' else {'mesh_shape': MESH}))
+  transformer = model.startswith('transformer')
+  models = models_for(**(transformer_models() if transformer else {'mesh_shape': MESH}))
   baseline_rss = _rss_bytes()
   start = time.perf_counter()
   if kind == 'baseline':
     info = checkpoints.inspect(src)
-    if model == 'transformer':
+    if transformer:
       mesh = models.make_mesh()
-      target = models.side('linen', mesh).abstract_state
+      target = models.side('linen', mesh, weights=model == 'transformer-weights').abstract_state
     else:
       plan = models.plan(info, 'linen')
       mesh, target = plan.mesh, plan.source.abstract_state
-    with jax.set_mesh(mesh), nn.logical_axis_rules(models.rules if model == 'transformer' else ()):
+    with jax.set_mesh(mesh), nn.logical_axis_rules(models.rules if transformer else ()):
       with ocp.StandardCheckpointer() as checkpointer:  # the ordinary restore and save
         state = checkpointer.restore(src, target)
         checkpointer.save(dst, state)
@@ -370,8 +374,8 @@ def run_model(model: str, args, work: str, layers: int) -> dict:
   kinds = KINDS + tuple(f'{k}_in_memory' for k in ('same_layout', 'relayout') if args.in_memory)
   env = {**os.environ, 'LINEN_NNX_BENCH_LAYERS': str(layers)}
   src = os.path.join(work, f'{model}-src')
-  if model == 'transformer':
-    make = 'make_transformer_checkpoint(%r)' % src
+  if model.startswith('transformer'):
+    make = 'make_transformer_checkpoint(%r, %r)' % (src, model == 'transformer-weights')
   else:
     make = 'make_checkpoint(%r, %d, %d)' % (src, layers, args.depth)
   size = int(_run([sys.executable, '-c', (
@@ -405,7 +409,7 @@ def run_model(model: str, args, work: str, layers: int) -> dict:
       f'{layers} layers, depth {args.depth}' if model == 'mlp'
       else 'zoo transformer, {num_layers} blocks, width {width}, vocab {vocab_size}'.format(
           **{**TRANSFORMER, 'num_layers': layers})
-  )
+  ) + (', weights only' if model == 'transformer-weights' else ', adam')
   results = {'model': described, 'checkpoint_bytes': size, 'runs': runs}
 
   def median(kind):
@@ -416,7 +420,7 @@ def run_model(model: str, args, work: str, layers: int) -> dict:
     return None if a is None or b is None else a / b
 
   medians = {k: median(k) for k in kinds}
-  print(f'\n{model}: {described}, adam: {size / 2**20:.0f} MiB, memory budget {args.memory_budget / 2**20:.0f} MiB')
+  print(f'\n{model}: {described}: {size / 2**20:.0f} MiB, memory budget {args.memory_budget / 2**20:.0f} MiB')
   print(f'{"measurement":<28} {"s (median)":>11} {"vs Orbax":>9} {"vs cp":>7} {"peak above interpreter":>23}')
   show = lambda x, f: '-' if x is None else format(x, f)
   for kind in kinds:
@@ -472,7 +476,10 @@ def peak_spreads(results: dict, model: str) -> dict:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--models', nargs='+', choices=('mlp', 'transformer'), default=['transformer', 'mlp'])
+  parser.add_argument(
+      '--models', nargs='+', choices=('mlp', 'transformer', 'transformer-weights'),
+      default=['transformer', 'transformer-weights', 'mlp'],
+  )
   parser.add_argument(
       '--layers', type=int, nargs='+', default=None,
       help='checkpoint sizes, as layers (default: transformer 4 = 1 GiB; MLP 40 = 960 MiB)',
@@ -514,7 +521,7 @@ def main() -> None:
   results = {}
   try:
     for model in args.models:
-      sizes = args.layers or ([TRANSFORMER['num_layers']] if model == 'transformer' else [40])
+      sizes = args.layers or ([TRANSFORMER['num_layers']] if model.startswith('transformer') else [40])
       for layers in sizes:
         results[f'{model}-{layers}'] = run_model(model, args, work, layers)
   finally:

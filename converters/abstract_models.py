@@ -16,13 +16,17 @@ discards the error). Nothing else changes.
 A plain array attribute (`self.table = jnp.asarray(...)`, not an
 `nnx.Variable`) created under `nnx.eval_shape` keeps the creation's tracer:
 the model cannot run or be converted, so `eval_shape` refuses it, naming it.
+
+`made_values` gives a few of an abstract model's arrays real values (state
+only the port has, which a conversion keeps as the model makes it), made
+under `jax.jit` so that nothing else of the model is materialised.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import jax
 from flax import nnx
@@ -36,8 +40,9 @@ T = TypeVar('T')
 #: How to fix a port that keeps state Linen computes (a constant table, a
 #: mask) as a plain array attribute.
 PLAIN_ARRAY_FIX = (
-    'compute it in __call__ as the Linen model does (a constant table, a mask): '
-    'state only the port has cannot yet be kept from the target'
+    'compute it in __call__ as the Linen model does (a constant table, a mask), or hold '
+    "it in an nnx.Variable and add the rule PathRule.nnx_only('<its path>') to keep "
+    "the target's value"
 )
 
 
@@ -65,6 +70,33 @@ def eval_shape(create: Callable[[], T], *, rerun_on_error: bool = True) -> T:
   except Exception as e:
     _refuse_leaked(e)
     raise
+
+
+def made_values(create: Callable[[], Any], paths: Sequence[tuple], shardings=None) -> list[jax.Array]:
+  """The values at `paths` of the state of what `create` makes (a model, or
+  `{'model': ..., 'optimizer': ...}`), computed under `jax.jit`: the compiler
+  drops every other array `create` makes, so nothing else is materialised.
+
+  Values are those of a jitted computation, which may differ from an eager
+  creation's in the last bits. `shardings`: one per path, or None.
+  """
+  def values() -> list:
+    made = dict(nnx.to_flat_state(nnx.state(create())))
+    return [made[p].get_raw_value() if isinstance(made[p], nnx.Variable) else made[p] for p in paths]
+
+  with compat.quiet_tracer_origins():
+    return jax.jit(values, out_shardings=shardings)()
+
+
+def with_made_values(model: T, create: Callable[[], T], paths: Sequence[tuple]) -> T:
+  """`model` (abstract, from `eval_shape(create)`) holding the values `create`
+  makes at the Variable `paths` (`made_values`); the other Variables stay abstract."""
+  if not paths:
+    return model
+  variables = dict(nnx.to_flat_state(nnx.state(model)))
+  for path, value in zip(paths, made_values(create, paths)):
+    variables[path].set_raw_value(value)
+  return model
 
 
 def _refuse_leaked(e: Exception) -> None:

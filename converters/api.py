@@ -49,7 +49,7 @@ def linen_to_nnx(
     collections: Mapping[str, type] | None = None, rngs: int | Mapping[str, Any] | None = None,
     linen_model: LinenModel | Callable[..., LinenModel] | None = None,
     nnx_model: nnx.Module | Callable[..., nnx.Module] | None = None,
-    placement: str | None = None,
+    placement: str | None = None, wrt: Any = None,
 ):
   """Converts Linen variables or a `TrainState` to NNX.
 
@@ -76,6 +76,11 @@ def linen_to_nnx(
       model), or a function returning it. Functions with a `layout`
       parameter (`'loop'`/`'scan'`) on both sides give the mapping of both
       layouts; models of one layout each map in their own.
+    wrt: with a model `target`, an `nnx` filter (`nnx.Param`) of the
+      Variables to fill, for weights without the rest (`{'params': ...}`
+      into a model with batch statistics); the target's other Variables are
+      kept as they are, abstract ones too (`nnx.state(model, nnx.Param)` of
+      the result is then what was converted).
 
   Returns:
     Without `target`, an `nnx.State` (for `nnx.update`); else a new model, or
@@ -90,7 +95,7 @@ def linen_to_nnx(
       donate=donate, strict=strict, placement=placement,
   )
   table = CollectionTable(collections)
-  trees = linen_trees.input_collections(linen, table)
+  trees = linen_trees.input_collections(linen, table, only=_only(options, 'linen'))
   model, optimizer = nnx_trees.split_target(target, train_state=isinstance(linen, TrainState))
   flats = {name: linen_trees.read_collection(tree, name, strict=options.strict) for name, tree in trees.items()}
   if 'params' in flats:
@@ -104,7 +109,14 @@ def linen_to_nnx(
     conversion.run()
     return nnx_trees.write_state(converted, table.by_name, conversion.value)
 
-  template = nnx_trees.Template.of(model, optimizer, rules=options.resolution_rules, rngs=rngs)
+  if wrt is not None and (model is None or optimizer is not None):
+    raise StructureError(
+        'wrt= selects the Variables of a target model to fill; give a model alone as '
+        'target (a training state fills all of them)'
+    )
+  template = nnx_trees.Template.of(
+      model, optimizer, rules=options.resolution_rules, rngs=rngs, only=_only(options, 'nnx'), wrt=wrt,
+  )
   produced = {('model',) + p: leaf for flat in converted.values() for p, leaf in flat.items()}
   if optimizer is not None:
     produced.update(optimizer_state.linen_opt_to_nnx(linen, flats.get('params', {}), optimizer, conversion))
@@ -161,7 +173,12 @@ def nnx_to_linen(
   )
   table = CollectionTable(collections)
   linen_trees.check_target(target, has_optimizer=optimizer is not None)
-  groups = nnx_trees.state_collections(state, table, options.resolution_rules, 'model')
+  groups = nnx_trees.state_collections(
+      state, table, options.resolution_rules, 'model', only=_only(options, 'nnx'),
+  )
+  if optimizer is not None:
+    only = _only(options, 'nnx')
+    nnx_trees.check_untrained({p: v for p, v in nnx.to_flat_state(state) if only(tuple(p))}, 'model')
   if optimizer is not None or not groups:
     _nonempty(groups.get('params', {}), 'model')
   conversion = Conversion(options)
@@ -174,15 +191,15 @@ def nnx_to_linen(
     conversion.run()
     return linen_trees.write_collections(_nonempty_collections(converted), conversion.value)
 
-  templates = linen_trees.templates_of(target, table, groups)
-  filled = {
-      c: fill(
-          f'nnx -> linen {c}', linen_trees.read_collection(templates[c], f'target.{c}'),
-          converted.get(c, {}), options=options, prefix=f'{c}/',
-          explain=lambda p, _: options.paths.describe('linen', p), in_produced_order=True,
-      )
-      for c in sorted(templates)
-  }
+  templates = linen_trees.templates_of(target, table, groups, only=_only(options, 'linen'))
+  filled = {}
+  for c in sorted(templates):
+    template = linen_trees.read_collection(templates[c], f'target.{c}')
+    produced = {**converted.get(c, {}), **linen_trees.kept_from_target(template, _only(options, 'linen'), c)}
+    filled[c] = fill(
+        f'nnx -> linen {c}', template, produced, options=options, prefix=f'{c}/',
+        explain=lambda p, _: options.paths.describe('linen', p), in_produced_order=True,
+    )
   if optimizer is None:
     conversion.run()
     return linen_trees.write_collections(filled, conversion.value)
@@ -224,12 +241,12 @@ def relayout(
   conversion = Conversion(options)
   if isinstance(tree, nnx.State):
     flat = nnx_trees.read_state(tree, 'model', options.resolution_rules)
-    groups, types = nnx_trees.groups_by_type(_nonempty(flat, 'model'), table)
+    groups, types = nnx_trees.groups_by_type(_nonempty(flat, 'model'), table, only=_only(options, 'nnx'))
     converted = conversion.add_collections(groups, 'nnx', 'nnx')
     conversion.run()
     return nnx_trees.write_state(converted, types, conversion.value)
   if isinstance(tree, Mapping):
-    trees = linen_trees.input_collections(tree, table)
+    trees = linen_trees.input_collections(tree, table, only=_only(options, 'linen'))
     flats = {name: linen_trees.read_collection(t, name, strict=options.strict) for name, t in trees.items()}
     converted = conversion.add_collections(flats, 'linen', 'linen')
     conversion.run()
@@ -262,6 +279,11 @@ def _options(
     if given['mesh'] is None and target_mesh is not None:
       given['mesh'] = _concrete(target_mesh, source)
   return Options(paths=mapping, placement='check' if placement is None else placement, **given)
+
+
+def _only(options: Options, framework: str) -> Callable[[tuple], bool]:
+  """Whether a path is state only `framework` has (a one-sided rule names it)."""
+  return lambda path: options.paths.only(framework, path)
 
 
 def _mesh_of(tree):

@@ -368,7 +368,9 @@ def check_keys(where: str, wanted, given, explain=None):
         f'{where}: {" and ".join(parts)} (target-side paths, after the path mapping)',
         offenders,
         fix='if a rule maps to a path the target does not have, or no rule produces '
-        'one it has, fix the rules (paths=); else convert between models of the same '
-        'configuration, optimizer and layout',
+        'one it has, fix the rules (paths=); for state only the target has (a table '
+        'the other model computes on the fly), add PathRule.nnx_only(path) or '
+        'PathRule.linen_only(path) to keep the target\'s value; else convert between '
+        'models of the same configuration, optimizer and layout',
     )
 

@@ -1,7 +1,8 @@
 """One input's conversion: every tree planned and checked, then every array built.
 
 `Conversion.add` takes a flat tree of one framework through the pipeline's
-first stages: agreement between processes, placement, the plan
+first stages: state only the source's side has left out (a one-sided
+`PathRule`), agreement between processes, placement, the plan
 (`converters.planning`) and every check of it (`converters.checks`). It
 returns each target leaf: the input array where its layout is kept, a
 `Pending` one where it changes. The caller checks those against its target
@@ -59,7 +60,11 @@ class Conversion:
   def add(self, flat, source: Framework, target: Framework) -> Planned:
     """Plans and checks one flat tree; raises before anything is built."""
     options = self.options
-    pairs = {p: (v[0], v[1]) for p, v in flat.items()}
+    # State only the source's side has (a one-sided rule names it) is left out.
+    pairs = {
+        p: (v[0], v[1]) for p, v in flat.items()
+        if source == target or not options.paths.only(source, p)
+    }
     if jax.process_count() > 1:
       checks.agree_on_conversion(pairs, source, target, options)
     if options.placement == 'reshard':  # placed as the annotations say: nothing to check

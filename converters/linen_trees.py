@@ -34,14 +34,30 @@ def _extra_fields(state: TrainState):
       yield field.name, getattr(state, field.name)
 
 
-def input_collections(linen, table: CollectionTable) -> dict[str, Any]:
-  """`{collection: tree}` of a variables dict or a `TrainState` (its extra fields)."""
+def _nothing_only(path: tuple) -> bool:
+  return False
+
+
+def only_linen_state(tree, only: Callable[[tuple], bool]) -> bool:
+  """Whether every leaf of a collection is state only Linen has (`only`: a
+  one-sided rule names it), so that NNX needs no Variable type for it."""
+  leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=md.is_linen_box)[0]
+  return bool(leaves) and all(only(keys_of(k)) for k, _ in leaves)
+
+
+def input_collections(
+    linen, table: CollectionTable, *, only: Callable[[tuple], bool] = _nothing_only
+) -> dict[str, Any]:
+  """`{collection: tree}` of a variables dict or a `TrainState` (its extra
+  fields). A collection of state only Linen has (`only`) needs no NNX type."""
   if isinstance(linen, TrainState):
     trees = {'params': linen.params}
     for name, tree in _extra_fields(linen):
       if tree is None:
         continue
-      if name not in table.by_name:
+      if name not in table.by_name and only_linen_state(tree, only):
+        trees[name] = tree
+      elif name not in table.by_name:
         raise StructureError(
             f'TrainState.{name}: is not a collection, and NNX has no place for '
             f'it; leave it out (state.replace({name}=None)) and keep it aside, or, '
@@ -57,8 +73,9 @@ def input_collections(linen, table: CollectionTable) -> dict[str, Any]:
         + (' (empty)' if isinstance(linen, Mapping) else '')
     )
   trees = _collection_trees(dict(linen), '')
-  for name in trees:
-    table.variable_type(name, str(name))
+  for name, tree in trees.items():
+    if not only_linen_state(tree, only):
+      table.variable_type(name, str(name))
   return trees
 
 
@@ -103,12 +120,18 @@ def read_collection(
   return flat
 
 
-def templates_of(target, table: CollectionTable, groups) -> dict[str, Any]:
+def templates_of(
+    target, table: CollectionTable, groups, *, only: Callable[[tuple], bool] = _nothing_only
+) -> dict[str, Any]:
   """`{collection: template tree}` of a Linen target: a variables dict, or a
-  `TrainState` whose fields of collection names (`params`, `batch_stats`) are the collections."""
+  `TrainState` whose fields of collection names (`params`, `batch_stats`) are
+  the collections; a collection of state only Linen has (`only`) is one too."""
   if isinstance(target, TrainState):
     templates = {'params': target.params}
     for name, tree in _extra_fields(target):
+      if name not in table.by_name and only_linen_state(tree, only):
+        templates[name] = tree
+        continue
       if name in table.by_name:
         if tree is not None or name in groups:
           templates[name] = tree
@@ -132,8 +155,9 @@ def templates_of(target, table: CollectionTable, groups) -> dict[str, Any]:
     )
   else:
     templates = dict(target)
-    for name in templates:
-      table.variable_type(name, f'target/{name}')
+    for name, tree in templates.items():
+      if not only_linen_state(tree, only):
+        table.variable_type(name, f'target/{name}')
     kind = 'the target variables have no collection'
     fix = 'give the target that collection ({0}), or convert a model without it'
   lacking = sorted(set(groups) - set(templates))
@@ -144,6 +168,26 @@ def templates_of(target, table: CollectionTable, groups) -> dict[str, Any]:
         lacking,
     )
   return templates
+
+
+def kept_from_target(
+    template: Mapping[tuple, tuple[Any, md.Annotation]], only: Callable[[tuple], bool], collection: str
+) -> dict[tuple, tuple[Any, md.Annotation]]:
+  """The leaves of a target collection that are state only Linen has (`only`:
+  a one-sided rule names them), kept as the target holds them; refused where
+  the target is abstract, as NNX has nothing to fill them with."""
+  kept = {p: leaf for p, leaf in template.items() if only(p)}
+  abstract = [
+      f'{collection}/{format_path(p)}' for p, (v, _) in kept.items() if isinstance(v, jax.ShapeDtypeStruct)
+  ]
+  if abstract:
+    raise StructureError(
+        f'the target is abstract where it holds state only Linen has: {format_offenders(abstract)}; '
+        "a one-sided rule keeps the target's value there, and NNX has none to give",
+        abstract,
+        fix='give a target of real values there (from your init), or convert without target',
+    )
+  return kept
 
 
 def _boxed_leaves(tree) -> tuple[list[tuple[tuple, Any]], Any]:

@@ -26,16 +26,27 @@ from converters.paths import format_path
 from converters.variable_types import CollectionTable
 
 
+#: Whether a model path is state only NNX has (a one-sided `PathRule` names it).
+OnlyNNX = Callable[[tuple], bool]
+
+
+def _nothing_only(path: tuple) -> bool:
+  return False
+
+
 def read_state(
-    state, where: str, rules: tuple | None = None
+    state, where: str, rules: tuple | None = None, *, only: OnlyNNX = _nothing_only
 ) -> dict[tuple, tuple[Any, md.Annotation, nnx.Variable]]:
   """`{path: (array, annotation, variable)}` of an `nnx.State`.
 
   Names of Variables without `sharding_rules` are read as NNX reads them
   under `rules` (the conversion's, or the context's): see `md.as_logical`.
+  Paths of state only NNX has (`only`) are left out, whatever they hold.
   """
   flat = {}
   for path, variable in nnx.to_flat_state(state):
+    if only(tuple(path)):
+      continue
     where_leaf = f'{where}/{format_path(path)}'
     if not isinstance(variable, nnx.Variable):
       raise StructureError(
@@ -48,22 +59,28 @@ def read_state(
   return flat
 
 
-def state_collections(state, table: CollectionTable, rules, where: str) -> dict[str, dict]:
-  """`{collection: flat}` of an `nnx.State`; RNG state left out (Linen has none)."""
+def state_collections(
+    state, table: CollectionTable, rules, where: str, *, only: OnlyNNX = _nothing_only
+) -> dict[str, dict]:
+  """`{collection: flat}` of an `nnx.State`; RNG state and state only NNX has
+  (`only`) left out (Linen has none)."""
   for path, var in nnx.to_flat_state(state):  # what is refused by kind, before by value
-    if isinstance(var, nnx.Variable):
-      table.collection(var, f'{where}/{format_path(path)}')
+    if isinstance(var, nnx.Variable) and not only(tuple(path)):
+      table.collection(var, f'{where}/{format_path(path)}', tuple(path))
   groups: dict[str, dict] = {}
-  for path, (value, annotation, var) in read_state(state, where, rules).items():
-    collection = table.collection(var, f'{where}/{format_path(path)}')
+  for path, (value, annotation, var) in read_state(state, where, rules, only=only).items():
+    collection = table.collection(var, f'{where}/{format_path(path)}', tuple(path))
     if collection is not None:
       groups.setdefault(collection, {})[path] = (value, annotation, var)
   return groups
 
 
-def groups_by_type(flat, table: CollectionTable) -> tuple[dict[str, dict], dict[str, type]]:
+def groups_by_type(
+    flat, table: CollectionTable, *, only: OnlyNNX = _nothing_only
+) -> tuple[dict[str, dict], dict[str, type]]:
   """`({type name: flat}, {type name: Variable type})` of a state without RNG
-  state, for a relayout within NNX (every Variable keeps its own type)."""
+  state, for a relayout within NNX (every Variable keeps its own type; state
+  only NNX has, `only`, needs no Linen collection)."""
   rngs = [format_path(p) for p, (_, _, var) in flat.items() if isinstance(var, nnx.RngState)]
   if rngs:
     raise StructureError(
@@ -75,7 +92,8 @@ def groups_by_type(flat, table: CollectionTable) -> tuple[dict[str, dict], dict[
   groups: dict[str, dict] = {}
   for p, entry in flat.items():
     var = entry[2]
-    table.collection(var, f'model/{format_path(p)}')
+    if not only(p):
+      table.collection(var, f'model/{format_path(p)}', p)
     kind = type(var)
     name = f'{kind.__module__}.{kind.__qualname__}'
     kinds[name] = kind
@@ -151,20 +169,39 @@ class Template:
     variables: `{path: (value, annotation, Variable)}`, paths under `model`/`optimizer`.
     rng_paths: the target's RNG state, kept as it is or reseeded.
     seeds: `{stream: seed}` to reseed it with (`rngs=`), or None to keep it.
+    kept: `{path: Variable or array}` of the state only NNX has (`only`),
+      and of the model's Variables outside `wrt`: kept as they are.
   """
 
   graphdef: Any
   variables: Mapping[tuple, tuple[Any, md.Annotation, nnx.Variable]]
   rng_paths: frozenset
   seeds: Mapping[str, Any] | None
+  kept: Mapping[tuple, Any] = dataclasses.field(default_factory=dict)
 
   @classmethod
-  def of(cls, model, optimizer, *, rules: tuple | None, rngs) -> Template:
+  def of(
+      cls, model, optimizer, *, rules: tuple | None, rngs, only: OnlyNNX = _nothing_only, wrt=None,
+  ) -> Template:
     """Reads the target; refuses abstract RNG state that `rngs` does not
-    reseed, and seeds that are not one per stream (before anything is built)."""
+    reseed, seeds that are not one per stream, and abstract state only NNX
+    has (before anything is built). With `wrt` (an `nnx` filter), only the
+    model's Variables it selects are filled; the others are kept as they
+    are, abstract ones included (the caller's to fill)."""
     objects = {'model': model} if optimizer is None else {'model': model, 'optimizer': optimizer}
     graphdef, state = nnx.split(objects)
-    variables = read_state(state, 'target', rules)
+    in_model = lambda p: p[0] == 'model' and only(p[1:])
+    kept = {tuple(p): leaf for p, leaf in nnx.to_flat_state(state) if in_model(tuple(p))}
+    _check_kept(kept)
+    if optimizer is not None:
+      check_untrained(kept, 'target')
+    if wrt is not None:
+      selected = nnx.filterlib.to_predicate(wrt)
+      kept |= {
+          tuple(p): leaf for p, leaf in nnx.to_flat_state(state)
+          if p[0] == 'model' and tuple(p) not in kept and not selected(tuple(p[1:]), leaf)
+      }
+    variables = read_state(state, 'target', rules, only=lambda p: p in kept)
     found = {p for p, (_, _, var) in variables.items() if isinstance(var, nnx.RngState)}
     abstract = [format_path(p) for p in found if isinstance(variables[p][0], jax.ShapeDtypeStruct)]
     if abstract and rngs is None:
@@ -176,7 +213,7 @@ class Template:
           abstract,
       )
     seeds = _stream_seeds(variables, found, rngs) if rngs is not None and found else None
-    return cls(graphdef, variables, frozenset(found), seeds)
+    return cls(graphdef, variables, frozenset(found), seeds, kept)
 
   @property
   def leaves(self) -> dict[tuple, tuple[Any, md.Annotation]]:
@@ -200,7 +237,10 @@ class Template:
 
   def merge(self, filled, value_of: Callable[[Any], Any]):
     """The new model, or `(model, optimizer)`, holding the filled leaves."""
-    new_flat = {}
+    new_flat = {  # Variables of their own; an array attribute is immutable
+        p: leaf.replace(leaf.get_raw_value()) if isinstance(leaf, nnx.Variable) else leaf
+        for p, leaf in self.kept.items()
+    }
     for path, (_, _, t_var) in self.variables.items():
       if path in self.rng_paths:  # a Variable of its own: the target is never modified
         new_flat[path] = t_var.replace(t_var.get_raw_value())
@@ -214,6 +254,37 @@ class Template:
     if self.seeds is not None:
       nnx.reseed(objects['model'], policy='match_shape', **self.seeds)
     return (objects['model'], objects['optimizer']) if 'optimizer' in objects else objects['model']
+
+
+def check_untrained(only: Mapping[tuple, Any], where: str) -> None:
+  """Refuses state only NNX has that an optimizer trains (an `nnx.Param`):
+  its optimizer state would have no Linen counterpart either."""
+  trained = [f'{where}/{format_path(p)}' for p, leaf in only.items() if isinstance(leaf, nnx.Param)]
+  if trained:
+    raise StructureError(
+        f'{format_offenders(trained)}: named by a one-sided rule (state only NNX has), '
+        'but an nnx.Param, which the optimizer trains: its optimizer state has no '
+        'Linen counterpart to convert',
+        trained,
+        fix='hold a constant the port computes once in an nnx.Variable (not a Param), '
+        'or give it a Linen counterpart and a two-sided rule',
+    )
+
+
+def _check_kept(kept: Mapping[tuple, Any]) -> None:
+  """Refuses state only NNX has that an abstract target holds no value of."""
+  abstract = [
+      format_path(p) for p, leaf in kept.items()
+      if isinstance(leaf.get_raw_value() if isinstance(leaf, nnx.Variable) else leaf, jax.ShapeDtypeStruct)
+  ]
+  if abstract:
+    raise StructureError(
+        f'the target is abstract where it holds state only NNX has: {format_offenders(abstract)}; '
+        'a one-sided rule keeps the target\'s value there, and Linen has none to give',
+        abstract,
+        fix='build the target for real (its constructor computes that state), or convert '
+        'without target and nnx.update(model, state)',
+    )
 
 
 def _stream_seeds(template_flat, rng_paths, rngs) -> dict[str, Any]:

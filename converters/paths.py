@@ -10,7 +10,11 @@ A mapping made with `keep_unmatched=True` (`PathMapping.identity()` has no
 rules at all) maps every path no rule matches to the same path, for ports
 that kept most names. A rule with a `transform` (`converters.transforms.
 Rearrange`) also changes the parameter's shape; a fused parameter's rule
-lists one template per part on the side that keeps the parts apart.
+lists one template per part on the side that keeps the parts apart. A one-sided
+rule names state only one side has (`PathRule.nnx_only('decoder/pos_table')`:
+a table the NNX port holds and Linen computes on the fly): converting into
+that side keeps the target's own value, and converting from it leaves the
+state out.
 
 Paths are relative to the parameters' root: Linen paths start below the
 `params` collection (`Block_0/Dense_0/kernel`), NNX paths at the model
@@ -33,6 +37,7 @@ from converters.transforms import Rearrange
 Framework = Literal['linen', 'nnx']
 Layout = Literal['loop', 'scan', 'plain']
 _INDEX = '{i}'
+_SIDE_NAMES = {'linen': 'Linen', 'nnx': 'NNX'}
 #: How to fix paths that no rule maps.
 UNMAPPED_FIX = 'add a PathRule for each (mapping + [PathRule(linen=..., nnx=...)])'
 
@@ -123,6 +128,13 @@ class PathRule:
   conversion needs the source's form and the target's form it asks for:
   `PathRule(None, 'blocks/{i}/w', linen_stacked='ScanBlock_0/w')` converts
   a scanned Linen model to a looped port and back.
+
+  A one-sided rule (`only`, made by `PathRule.nnx_only` / `linen_only`)
+  names state only one side has: `PathRule.nnx_only('pos_table')` says the
+  NNX port holds `pos_table` and Linen does not (it computes the table on
+  the fly). Converting into NNX keeps the target's value there; converting
+  from NNX leaves it out. It is never implied by a missing template, so a
+  forgotten path is refused, not read as "keep the target's value".
   """
 
   linen: Templates | None
@@ -130,6 +142,19 @@ class PathRule:
   linen_stacked: Templates | None = None
   nnx_stacked: Templates | None = None
   transform: Rearrange | None = None
+  only: Framework | None = None
+
+  @classmethod
+  def nnx_only(cls, nnx: Templates, *, nnx_stacked: Templates | None = None) -> PathRule:
+    """State only the NNX port has, at `nnx` (and `nnx_stacked`): kept from an
+    NNX target, left out of an NNX source."""
+    return cls(None, nnx, nnx_stacked=nnx_stacked, only='nnx')
+
+  @classmethod
+  def linen_only(cls, linen: Templates, *, linen_stacked: Templates | None = None) -> PathRule:
+    """State only the Linen model has, at `linen` (in any collection): kept
+    from a Linen target, left out of a Linen source."""
+    return cls(linen, None, linen_stacked=linen_stacked, only='linen')
 
   def __post_init__(self):
     for field in ('linen', 'nnx', 'linen_stacked', 'nnx_stacked'):
@@ -144,12 +169,28 @@ class PathRule:
         )
       if isinstance(value, list) or (isinstance(value, tuple) and len(value) == 1):
         object.__setattr__(self, field, value[0] if len(value) == 1 else tuple(value))
-    for fw in ('linen', 'nnx'):
-      if getattr(self, fw) is None and getattr(self, f'{fw}_stacked') is None:
-        raise PathMappingError(
-            f'rule {self}: give the {fw} path ({fw}=..., with {_INDEX} for looped '
-            f'layers), its stacked path ({fw}_stacked=...), or both'
-        )
+    absent = [fw for fw in ('linen', 'nnx') if getattr(self, fw) is None and getattr(self, f'{fw}_stacked') is None]
+    if self.only not in (None, 'linen', 'nnx'):
+      raise PathMappingError(f"rule {self}: only={self.only!r}; pass 'linen', 'nnx' or None")
+    if self.only is None and absent:
+      fw, other = absent[0], 'nnx' if absent[0] == 'linen' else 'linen'
+      present = self.template(other, 'loop') or self.template(other, 'scan')
+      raise PathMappingError(
+          f'rule {self}: give the {fw} path ({fw}=..., with {_INDEX} for looped '
+          f'layers), its stacked path ({fw}_stacked=...), or both'
+          + (f"; for state only the {_SIDE_NAMES[other]} side has, write PathRule.{other}_only({present!r})"
+             if present else '')
+      )
+    if self.only is not None and absent != ['nnx' if self.only == 'linen' else 'linen']:
+      raise PathMappingError(
+          f'rule {self}: a rule of state only the {_SIDE_NAMES[self.only]} side has gives '
+          f'{self.only} templates and none of the other side (PathRule.{self.only}_only(...))'
+      )
+    if self.only is not None and self.transform is not None:
+      raise PathMappingError(
+          f'rule {self}: a rule of state only one side has takes no transform: there '
+          'is nothing to convert'
+      )
     if self.transform is not None and not isinstance(self.transform, Rearrange):
       raise PathMappingError(
           f'rule {self}: transform={self.transform!r}; pass a Rearrange '
@@ -157,7 +198,7 @@ class PathRule:
       )
     counts = {}
     for fw in ('linen', 'nnx'):
-      found = {len(t) for t in (self.templates(fw, 'loop'), self.templates(fw, 'scan')) if t}
+      found = {len(t) for t in (self.templates(fw, 'loop'), self.templates(fw, 'scan')) if t} or {1}
       if len(found) > 1:
         raise PathMappingError(
             f'rule {self}: give {fw}_stacked one template per {fw} template'
@@ -221,7 +262,10 @@ class PathRule:
     return len(self.templates(framework, 'loop') or self.templates(framework, 'scan'))
 
   def layouts(self, framework: Framework) -> tuple[Layout, ...]:
-    """The layouts the `framework` side has a form for."""
+    """The layouts the `framework` side has a form for (none for the side a
+    one-sided rule says has no such state)."""
+    if self.only not in (None, framework):
+      return ()
     if not self.layered:
       return ('plain',)
     return tuple(layout for layout in ('loop', 'scan') if self.templates(framework, layout))
@@ -365,6 +409,11 @@ class PathMapping:
     )
     lines = [f'from converters import {", ".join(names)}', '', f'{name} = PathMapping([']
     for rule in self.rules:
+      if rule.only is not None:
+        stacked = getattr(rule, f'{rule.only}_stacked')
+        extra = '' if stacked is None else f', {rule.only}_stacked={stacked!r}'
+        lines.append(f'    PathRule.{rule.only}_only({getattr(rule, rule.only)!r}{extra}),')
+        continue
       args = [repr(rule.linen), repr(rule.nnx)]
       args += [
           f'{field}={getattr(rule, field)!r}' for field in ('linen_stacked', 'nnx_stacked')
@@ -398,8 +447,16 @@ class PathMapping:
     match = found[0]
     if isinstance(match.rule, KeptPath):
       return 'kept: no rule names it'
+    if match.rule.only is not None:
+      return f'{_SIDE_NAMES[match.rule.only]} only: kept from a target, left out of a source'
     linen, nnx = (match.rule.template(fw, match.layout) for fw in ('linen', 'nnx'))
     return f'rule {linen!r} <-> {nnx!r}'
+
+  def only(self, framework: Framework, path: Sequence) -> bool:
+    """Whether `path` (a `framework` path) is state only `framework` has: a
+    one-sided rule names it, and no other rule does."""
+    found = self.match_all(framework, path)
+    return len(found) == 1 and found[0].rule.only == framework
 
   def match(self, framework: Framework, paths: Iterable[Sequence]) -> dict[tuple, Match]:
     """The one `Match` of every path; raises listing every unmapped or ambiguous path."""

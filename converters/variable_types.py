@@ -6,6 +6,10 @@ collections of your own through `collections={'name': VariableType}`. An NNX
 Variable belongs to the collection of its type, or of its nearest registered
 base class (a `ConstrainedParam` is a `Param`, so it is in `params`).
 
+State Linen has no collection for because it computes it on the fly (a
+positional table) is named by a one-sided rule, `PathRule.nnx_only(path)`
+(`converters.paths`), and needs no collection.
+
 Refused, with an error naming them and the option to pass: Linen
 `intermediates` (and NNX `nnx.Intermediate`), which are outputs sown during
 one call, not state to port; and any collection or Variable type the table
@@ -23,6 +27,7 @@ from collections.abc import Mapping
 from flax import nnx
 
 from converters.errors import StructureError, format_offenders
+from converters.paths import format_path
 
 #: The collections every conversion knows.
 DEFAULT_COLLECTIONS: Mapping[str, type[nnx.Variable]] = {
@@ -88,8 +93,24 @@ class CollectionTable:
         [where],
     )
 
-  def collection(self, variable: nnx.Variable, where: str) -> str | None:
-    """The Linen collection of an NNX Variable; None for RNG state (never written)."""
+  def has_none(self, variable: nnx.Variable) -> bool:
+    """Whether `variable` is of a type no Linen collection is known for
+    (neither RNG state nor sown): state only the port may have."""
+    if isinstance(variable, (nnx.RngState, nnx.Intermediate)):
+      return False
+    kinds = type(variable).__mro__
+    return not any(kind in self._by_type for kind in kinds[:kinds.index(nnx.Variable) + 1])
+
+  def paths_of_none(self, model: nnx.Module) -> list[tuple]:
+    """The paths of `model`'s Variables of no known collection (`has_none`)."""
+    return [
+        tuple(p) for p, v in nnx.to_flat_state(nnx.state(model))
+        if isinstance(v, nnx.Variable) and self.has_none(v)
+    ]
+
+  def collection(self, variable: nnx.Variable, where: str, path: tuple | None = None) -> str | None:
+    """The Linen collection of an NNX Variable (at model path `path`, for the
+    fix); None for RNG state (never written)."""
     if isinstance(variable, nnx.RngState):
       return None
     if isinstance(variable, nnx.Intermediate) and nnx.Intermediate not in self._by_type:
@@ -108,6 +129,7 @@ class CollectionTable:
         f'{where}: no Linen collection is known for the Variable type {name}',
         [where],
         fix=f"if Linen keeps it in a collection, pass collections={{'<collection name>': {name}}}; "
-        'if Linen computes it on the fly (a constant table), compute it in __call__ too: '
-        'state only the port has cannot yet be kept from the target',
+        'if Linen computes it on the fly (a constant table), add the rule '
+        f"PathRule.nnx_only({format_path(path) if path is not None else '<its path>'!r}) to keep "
+        "the target's value, or compute it in __call__ too",
     )

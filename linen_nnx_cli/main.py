@@ -529,10 +529,14 @@ def _convert(args: argparse.Namespace) -> int:
     print(json.dumps(summary, indent=2))
   else:
     source, target = summary['source'], summary['destination']
+    if 'form' in source:  # weights only
+      print(f"weights only: {source['form']} -> {target['form']}")
     print(
         f"converted {source['framework']} ({source['layout']}, {source['format']}) "
         f"{source['path']} -> {target['framework']} ({target['layout']}) "
-        f"{target['path']}: step {summary['step']}, {target['leaves']} arrays, "
+        f"{target['path']}: "
+        + ('' if summary['step'] is None else f"step {summary['step']}, ")
+        + f"{target['leaves']} arrays, "
         f"{source['bytes'] / 2**20:.1f} MiB, verified bit for bit"
     )
     rng = summary['rng_state']
@@ -558,13 +562,14 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
     tables.print_table(*tables.comparison_rows(rows, labels))
     noun = 'outputs' if extra.get('outputs') else 'leaves'
     print(f'\n{len(rows)} {noun}: ' + ('all identical' if identical else f'{differing} differ'))
-    skipped = extra.get('rng_not_compared')
-    if skipped:
-      print(
-          f'not compared: {len(skipped)} NNX RNG leaves (dropout keys and counts), which '
-          f'the other checkpoint holds in another form or not at all (Linen has none): '
-          + ', '.join(skipped)
-      )
+    for key, what in (
+        ('rng_not_compared', 'NNX RNG leaves (dropout keys and counts), which the other '
+         'checkpoint holds in another form or not at all (Linen has none)'),
+        ('nnx_only_not_compared', 'leaves of state only the NNX port has (a one-sided rule '
+         'names them), which one checkpoint holds and the other does not'),
+    ):
+      if skipped := extra.get(key):
+        print(f'not compared: {len(skipped)} {what}: ' + ', '.join(skipped))
   if not identical:
     print(f'linen-nnx compare: {differing} leaves differ', file=sys.stderr)
   return 0 if identical else 1

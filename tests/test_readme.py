@@ -96,6 +96,7 @@ def test_convert_your_checkpoint_runs_on_a_model_of_the_readers_own(tmp_path):
   section = readme[readme.index('## Convert your checkpoint'):readme.index('## Multi-process')]
   models = re.search(r'MODELS="(.*?)"', section, re.S).group(1).replace('\\\n', ' ').split()
   commands = re.findall(r'^(linen-nnx (?:convert|compare) .*?)(?:\s+#.*)?$', section, re.M)
+  commands = [c for c in commands if 'weights.msgpack' not in c]  # run below, on the weights
   assert len(commands) == 3  # convert, compare, compare --outputs
   for command in commands:
     args = [models if a == '$MODELS' else [a] for a in command.split()[1:]]
@@ -107,4 +108,18 @@ def test_convert_your_checkpoint_runs_on_a_model_of_the_readers_own(tmp_path):
   python(_block(readme, 'user-restore') + (
       '\nassert int(optimizer.step[...]) == 3\n'
       'assert model.up.kernel[...].shape == (8, 16)\n'
+  ))
+  # Weights only: saved, converted and loaded as the README shows.
+  python(_block(readme, 'user-weights'))
+  (command,) = re.findall(r'^(linen-nnx convert weights\.msgpack .*)$', readme, re.M)
+  result = subprocess.run(
+      [sys.executable, '-m', 'linen_nnx_cli.main', *command.split()[1:]],
+      cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
+  )
+  assert result.returncode == 0, result.stderr
+  assert 'weights only: a bare Linen params tree -> NNX parameters' in result.stdout
+  python(_block(readme, 'user-weights') + 'saved = params\n' + _block(readme, 'user-weights-restore') + (
+      '\nimport numpy as np\n'
+      "np.testing.assert_array_equal(model.up.kernel[...], saved['hidden']['kernel'])\n"
+      "np.testing.assert_array_equal(model.down.bias[...], saved['out']['bias'])\n"
   ))

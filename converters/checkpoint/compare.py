@@ -3,8 +3,10 @@
 `compare_states` puts two training states in one form (each is converted to
 a Linen `TrainState` in the first one's layout; a same-layout conversion copies
 nothing) and compares every leaf on device: shape, dtype, the PartitionSpec of
-the actual sharding, bit equality and the largest absolute difference. Each
-row names the leaf on both sides, so `linen-nnx compare` can print the table
+the actual sharding, bit equality and the largest absolute difference. NNX
+state Linen has none of (RNG state, state a one-sided rule says only the
+port has) is compared between two NNX checkpoints. Each row names the leaf
+on both sides, so `linen-nnx compare` can print the table
 users read and CI checks.
 """
 
@@ -57,7 +59,8 @@ def _same_placement(a, b) -> bool:
 
 
 def nnx_path_of(
-    linen_path: tuple, paths: PathMapping, corr: OptimizerCorrespondence = NNX_OPTIMIZER
+    linen_path: tuple, paths: PathMapping, corr: OptimizerCorrespondence = NNX_OPTIMIZER,
+    model: tuple = ('model',),
 ) -> str:
   """The NNX training-state path of a Linen `TrainState` leaf.
 
@@ -65,7 +68,8 @@ def nnx_path_of(
   `batch_stats`) map through `paths`, optimizer-state prefixes through the
   correspondence `corr` that `converters.optimizer_state` converts with; a
   Linen leaf the NNX optimizer derives from its step is shown as
-  `(optimizer/step)`.
+  `(optimizer/step)`. `model` is where the model's state is (`()` for
+  weights only: Linen variables and the model's own state).
   """
   keys = tuple(str(k) for k in linen_path)
   if keys == ('step',):
@@ -77,7 +81,7 @@ def nnx_path_of(
     found = paths.match_all('linen', rest)
     if len(found) != 1:
       return '?'
-    return format_path(('model',) + found[0].rule.path('nnx', found[0].layout, found[0].index))
+    return format_path(model + found[0].rule.path('nnx', found[0].layout, found[0].index))
   typed = tuple(int(k) if k.isdigit() else k for k in rest)  # optax sequence indices
   if typed in corr.derived_from_step:
     return '(optimizer/step)'
@@ -93,9 +97,11 @@ def nnx_path_of(
 
 
 def compare_linen_states(
-    a: TrainState, b: TrainState, paths: PathMapping, corr: OptimizerCorrespondence = NNX_OPTIMIZER
+    a: TrainState, b: TrainState, paths: PathMapping, corr: OptimizerCorrespondence = NNX_OPTIMIZER,
+    model: tuple = ('model',),
 ) -> list[LeafComparison]:
-  """Rows comparing two Linen `TrainState`s of the same structure."""
+  """Rows comparing two Linen `TrainState`s (or Linen variables, `model=()`)
+  of the same structure."""
   flat_b = {
       string_path(k): v
       for k, v in jax.tree_util.tree_flatten_with_path(b, is_leaf=md.is_linen_box)[0]
@@ -111,7 +117,7 @@ def compare_linen_states(
     rows.append(
         LeafComparison(
             linen_path=where,
-            nnx_path=nnx_path_of(path, paths, corr),
+            nnx_path=nnx_path_of(path, paths, corr, model),
             shape=tuple(value_a.shape),
             dtype=str(value_a.dtype),
             spec_a=spec_a,
@@ -126,8 +132,6 @@ def compare_linen_states(
 def rng_leaves(state) -> dict[str, jax.Array]:
   """`{path: array}` of the RNG state (`nnx.RngState`: dropout keys and
   counts) of an NNX training state; keys as their key data."""
-  from flax import nnx
-
   out = {}
   for path, variable in nnx.to_flat_state(state):
     if isinstance(variable, nnx.RngState):
@@ -135,14 +139,26 @@ def rng_leaves(state) -> dict[str, jax.Array]:
   return out
 
 
-def compare_rng_state(
+def nnx_only_leaves(state, paths: PathMapping, model: tuple = ('model',)) -> dict[str, jax.Array]:
+  """`{path: array}` of the model state only NNX has (a one-sided rule names
+  it: a table Linen computes on the fly) in an NNX training state (`model`
+  is where the model's state is; `()` for weights only)."""
+  return {
+      format_path(path): variable.get_raw_value()
+      for path, variable in nnx.to_flat_state(state)
+      if tuple(path[:len(model)]) == model and paths.only('nnx', tuple(path[len(model):]))
+  }
+
+
+def compare_nnx_state(
     a: dict[str, jax.Array], b: dict[str, jax.Array]
 ) -> tuple[list[LeafComparison], list[str]]:
-  """`(rows, not compared)` for the RNG state of two training states.
+  """`(rows, not compared)` for NNX state Linen has none of (RNG state, or
+  state only the port has) in two training states.
 
-  Linen has none, so it is compared only between two NNX states holding it
-  at the same paths and shapes (the same layout); otherwise every RNG leaf
-  is listed as not compared, for the report to say so.
+  It is compared only between two NNX states holding it at the same paths
+  and shapes (the same layout); otherwise every such leaf is listed as not
+  compared, for the report to say so.
   """
   same = set(a) == set(b) and all(a[p].shape == b[p].shape for p in a)
   if not (a and b and same):
@@ -183,7 +199,7 @@ def compare_checkpoints(
     VerificationError: A and B hold different models or optimizers.
   """
   from converters.checkpoint import inspect as checkpoints
-  from converters.checkpoint import training_states
+  from converters.checkpoint import training_states, weights
   from converters.checkpoint.kit import KitModels
   from converters.checkpoint.models import check_model_pair
   from converters.errors import VerificationError
@@ -196,10 +212,16 @@ def compare_checkpoints(
     raise VerificationError(
         f'A and B hold different models: {without_layout[0]} != {without_layout[1]}'
     )
-  # Both sides as Linen TrainStates in A's layout.
+  # Both sides as Linen TrainStates (or Linen variables) in A's layout.
   plan_a = models.plan(infos[0], 'linen')
   plan_b = models.plan(infos[1], 'linen', plan_a.source.layout)
-  states, rngs = [], []
+  infos = tuple(
+      dataclasses.replace(i, framework=p.source.framework) if i.weights else i
+      for i, p in zip(infos, (plan_a, plan_b))
+  )
+  _check_same_kind(infos, (plan_a, plan_b))
+  model = () if infos[0].weights else ('model',)
+  states, rngs, own = [], [], []
   with jax.set_mesh(plan_a.mesh):
     for info, plan in zip(infos, (plan_a, plan_b)):
       checkpoints.check_structure(
@@ -208,13 +230,23 @@ def compare_checkpoints(
       checkpoints.check_tree(info, plan.source.abstract_state)
     for info, plan in zip(infos, (plan_a, plan_b)):
       state = checkpoints.restore(info, plan.source.abstract_state)
+      if plan.source.weights:  # in its standard form: Linen's boxed variables, NNX Variables
+        state = weights.standard(plan.source, state)
+        plan = dataclasses.replace(plan, source=weights.standardized(plan.source))
       rngs.append(rng_leaves(state) if info.framework == 'nnx' else {})
+      own.append(nnx_only_leaves(state, plan.paths, model) if info.framework == 'nnx' else {})
       if info.framework != 'linen' or plan.source.layout != plan.target.layout:
         state = training_states.convert(state, plan)
-      states.append(state)
-    rows = compare_linen_states(*states, plan_a.paths, plan_a.correspondence)
-    rng_rows, not_compared = compare_rng_state(*rngs)
-    rows += rng_rows
+        side = plan.target
+      else:
+        side = plan.source
+      states.append(weights.standard(side, state) if side.weights else state)
+    if infos[0].weights:
+      _check_same_kind(infos, (plan_a, plan_b), states)
+    rows = compare_linen_states(*states, plan_a.paths, plan_a.correspondence, model)
+    rng_rows, not_compared = compare_nnx_state(*rngs)
+    own_rows, own_not_compared = compare_nnx_state(*own)
+    rows += rng_rows + own_rows
   names = {'linen': 'Linen', 'nnx': 'NNX'}
   if infos[0].framework != infos[1].framework:
     labels = tuple(names[i.framework] for i in infos)
@@ -224,7 +256,27 @@ def compare_checkpoints(
       {**i.summary(), 'layout': p.source.layout, **d}
       for i, p, d in zip(infos, (plan_a, plan_b), described)
   ]
-  return rows, labels, {'a': summaries[0], 'b': summaries[1], 'rng_not_compared': not_compared}
+  return rows, labels, {
+      'a': summaries[0], 'b': summaries[1], 'rng_not_compared': not_compared,
+      'nnx_only_not_compared': own_not_compared,
+  }
+
+
+def _check_same_kind(infos, plans, states=None) -> None:
+  """Refuses to compare a training state with weights, or weights of other
+  contents (every collection against the parameters alone: `states`, both
+  as Linen variables, differ in their collections)."""
+  from converters.checkpoint import weights
+  from converters.errors import VerificationError
+
+  forms = [weights.describe(p.source) if i.weights else 'a training state' for i, p in zip(infos, plans)]
+  kinds = {i.weights for i in infos}
+  if len(kinds) > 1 or (states is not None and set(states[0]) != set(states[1])):
+    raise VerificationError(
+        f'A and B hold different things: A {forms[0]}, B {forms[1]}'
+        + ('' if states is None else f' (as Linen: {sorted(states[0])} and {sorted(states[1])})')
+        + "; compare checkpoints of the same content, or convert one to the other's form first"
+    )
 
 
 def compare_outputs(
@@ -246,6 +298,7 @@ def compare_outputs(
   """
   from converters.linen_trees import input_collections
   from converters.checkpoint import inspect as checkpoints
+  from converters.checkpoint import weights
   from converters.checkpoint.models import UserModels
   from converters.errors import CheckpointError
   from converters.inference.witness import example_inputs
@@ -267,13 +320,14 @@ def compare_outputs(
     inputs = jax.tree.unflatten(tree, example_inputs(leaves, leaves))
     for info, (layout, side) in zip(infos, sides):
       state = checkpoints.restore(info, side.abstract_state)
-      if info.framework == 'linen':
+      if side.framework == 'linen':
         linen = models.linen_model(layout)
+        state = weights.runnable(side, state) if side.weights else state
         variables = input_collections(state, CollectionTable(models.collections))
         apply = lambda v, *xs, linen=linen: linen.module.apply(v, *xs, **linen.kwargs)
         outputs.append(jax.jit(apply)(variables, *inputs))
       else:
-        model = side.objects(state)[0]
+        model = weights.runnable(side, state) if side.weights else side.objects(state)[0]
         model.eval()
         outputs.append(nnx.jit(lambda m, *xs: m(*xs))(model, *inputs))
       layouts.append(side.layout)
@@ -288,7 +342,7 @@ def compare_outputs(
     identical, difference = leaf_difference(x, y)  # (False, nan) for other shapes or dtypes
     dtype = str(x.dtype) if x.dtype == y.dtype else f'{x.dtype} / {y.dtype}'
     rows.append(LeafComparison(name, name, tuple(x.shape), dtype, _spec(x), _spec(y), difference, identical))
-  labels = tuple({'linen': 'Linen', 'nnx': 'NNX'}[i.framework] for i in infos)
+  labels = tuple({'linen': 'Linen', 'nnx': 'NNX'}[s.framework] for _, s in sides)
   if labels[0] == labels[1]:
     labels = ('A', 'B')
   summaries = [{**i.summary(), 'layout': l} for i, l in zip(infos, layouts)]

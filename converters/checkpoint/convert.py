@@ -30,7 +30,7 @@ import jax
 from converters.allocator import release_free_memory
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint import training_states
-from converters.checkpoint import recipes, streaming
+from converters.checkpoint import recipes, streaming, weights
 from converters.checkpoint.kit import KitModels
 from converters.checkpoint.models import ModelPair, check_model_pair
 from converters.checkpoint.orbax_files import CheckpointWriter, SourceCheckpoint
@@ -214,7 +214,10 @@ def convert_checkpoint(
       'in_memory': options.in_memory, 'memory_budget': options.budget,
       'models': models.agreement(), 'seed': options.seed, 'source': info.summary(),
   })
-  plan = _checked_plan(models.plan(info, to, layout), info, to, layout)
+  plan = models.plan(info, to, layout)
+  if info.weights:  # which model's weights, the models found
+    info = dataclasses.replace(info, framework=plan.source.framework)
+  plan = _checked_plan(plan, info, to, layout)
   # What SRC is comes from SRC; the models add their own description.
   source_summary = {**info.summary(), 'layout': plan.source.layout}
   source_summary |= {k: v for k, v in models.summary(info).items() if k not in source_summary}
@@ -232,6 +235,9 @@ def convert_checkpoint(
       'path': dst, 'format': 'orbax', 'framework': to, 'layout': plan.target.layout,
       'leaves': leaves, 'replaced': replaced,
   }
+  if info.weights:
+    source_summary['form'] = weights.describe(plan.source)
+    converted['form'] = weights.describe(plan.target)
   return _summary(plan, options, source=source_summary, destination=converted, step=step)
 
 
@@ -266,7 +272,7 @@ def _summary(plan, options: CheckpointOptions, *, source: dict, destination: dic
           'kept': kept, 'seeded': seeded, 'seed': options.seed,
           'dropped': training_states.rng_dropped(plan),
       },
-      'step': int(step),
+      'step': None if step is None else int(step),
       'mesh': list(plan.mesh.shape.values()),
       'verified': True,
       'streamed': not options.in_memory,
@@ -274,9 +280,9 @@ def _summary(plan, options: CheckpointOptions, *, source: dict, destination: dic
   }
 
 
-def _convert_in_memory(info, plan, destination: Destination, seed, on_stage) -> tuple[int, bool, int]:
+def _convert_in_memory(info, plan, destination: Destination, seed, on_stage) -> tuple[int, bool, int | None]:
   """Restores SRC onto the mesh, converts it there, saves and reads it back;
-  `(leaves, replaced, step)`."""
+  `(leaves, replaced, step)`, no step for weights only."""
   # Each stage's temporary host buffers go back to the system before the next
   # stage allocates its own (see converters.allocator).
   release_free_memory()
@@ -303,13 +309,15 @@ def _convert_in_memory(info, plan, destination: Destination, seed, on_stage) -> 
       return leaves
 
     replaced, leaves = _write_in_place(destination, save, check, on_stage)
+  if plan.target.weights:
+    return leaves, replaced, None
   step = converted.step if plan.target.framework == 'linen' else converted['optimizer']['step'][...]
   return leaves, replaced, int(step)
 
 
-def _convert_streaming(info, plan, destination: Destination, seed, budget: int, on_stage) -> tuple[int, bool, int]:
+def _convert_streaming(info, plan, destination: Destination, seed, budget: int, on_stage) -> tuple[int, bool, int | None]:
   """Moves SRC's chunks into an Orbax checkpoint by the conversion's recipes
-  (`converters.checkpoint.streaming`); `(leaves, replaced, step)`."""
+  (`converters.checkpoint.streaming`); `(leaves, replaced, step)`, no step for weights only."""
   target, made = recipes.recipes(plan, rngs=seed)  # the dry run: every check, nothing read
   with jax.set_mesh(plan.mesh):
     checkpoints.check_integer_scalars(info, plan.source.abstract_state)
@@ -344,7 +352,7 @@ def _convert_streaming(info, plan, destination: Destination, seed, budget: int, 
     return streaming.verify(partial, target, mine, written, budget)
 
   replaced, leaves = _write_in_place(destination, save, check, on_stage)
-  return leaves, replaced, streaming.step(layout, source)
+  return leaves, replaced, None if plan.target.weights else streaming.step(layout, source)
 
 
 def _raise_first_failure(label: str, failure: str | None, dst: str) -> None:

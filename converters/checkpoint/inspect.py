@@ -4,8 +4,9 @@
 format (an Orbax checkpoint directory, as Orbax's `StandardCheckpointer` and
 `flax.training.checkpoints` write by default, or the legacy msgpack file of
 `flax.training.checkpoints`), the framework that wrote it (a Linen
-`TrainState`, or an NNX `{'model', 'optimizer'}` state), and every leaf's shape
-and dtype. It knows no model: which model the arrays belong to comes from the
+`TrainState`, or an NNX `{'model', 'optimizer'}` state; any other tree is
+weights only, whose framework and form the models tell:
+`converters.checkpoint.weights`), and every leaf's shape and dtype. It knows no model: which model the arrays belong to comes from the
 caller (`converters.checkpoint.models`). `check_structure` compares the
 checkpoint leaf by leaf with a model's abstract training state; `restore`
 reads it straight into that state's shardings, the target the ordinary Orbax
@@ -52,13 +53,15 @@ class CheckpointInfo:
   Attributes:
     path: the checkpoint itself: an Orbax directory or an msgpack file.
     format: 'orbax' or 'flax-msgpack'.
-    framework: 'linen' (a `TrainState`) or 'nnx' (`{'model', 'optimizer'}`).
+    framework: 'linen' (a `TrainState`) or 'nnx' (`{'model', 'optimizer'}`);
+      None for weights only until the models say which.
     leaves: `{path: (shape, dtype)}` of every array, keys as strings.
     tree: the nested structure as stored (Orbax's metadata tree, which keeps
       empty optax states; or the msgpack tree).
     host_tree: the arrays of an msgpack file, read whole.
     unfinished: an Orbax save that never finished, read on request.
     use_zarr3: its arrays are zarr v3 (Orbax's `use_zarr3`); zarr v2 else.
+    weights: it holds weights only: a tree other than a training state.
   """
 
   path: str
@@ -69,6 +72,7 @@ class CheckpointInfo:
   host_tree: Any = dataclasses.field(default=None, repr=False, compare=False)
   unfinished: bool = False
   use_zarr3: bool = False
+  weights: bool = False
 
   @property
   def nbytes(self) -> int:
@@ -81,7 +85,7 @@ class CheckpointInfo:
     return {
         'path': self.path, 'format': self.format, 'framework': self.framework,
         'leaves': len(self.leaves), 'bytes': self.nbytes,
-    }
+    } | ({'weights_only': True} if self.weights else {})
 
 
 def string_path(keypath) -> tuple[str, ...]:
@@ -255,18 +259,16 @@ def inspect(path: str | os.PathLike, allow_unfinished: bool = False) -> Checkpoi
   # The stored tree's own keys: an empty optimizer state (optax.sgd without
   # momentum) has no leaves, but its key is there.
   tops = set(tree) if isinstance(tree, Mapping) else {p[0] for p in leaves}
+  framework: Framework | None = None
   if {'step', 'params'} <= tops:
-    framework: Framework = 'linen'
+    framework = 'linen'
   elif {'model', 'optimizer'} <= tops:
     framework = 'nnx'
-  else:
-    raise CheckpointError(
-        f'{path}: top-level keys {sorted(tops)} are neither a Linen TrainState '
-        "(step, params, opt_state) nor an NNX training state (model, optimizer); "
-        "save the whole training state: a TrainState, or nnx.state({'model': "
-        "model, 'optimizer': optimizer})"
-    )
-  return CheckpointInfo(path, format, framework, leaves, tree, host_tree, unfinished, use_zarr3)
+  elif not leaves:
+    raise CheckpointError(f'{path}: holds no arrays')
+  return CheckpointInfo(
+      path, format, framework, leaves, tree, host_tree, unfinished, use_zarr3, weights=framework is None,
+  )
 
 
 def _compatible(have: tuple, want: tuple) -> bool:
@@ -300,8 +302,9 @@ def check_structure(info: CheckpointInfo, wanted: Leaves, what: str) -> None:
   """
   missing, extra, differing = differences(info.leaves, wanted)
   if missing or extra or differing:
+    held = 'weights' if info.weights else f'{info.framework} training state'
     raise CheckpointError(
-        f'{info.path}: does not hold the {info.framework} training state of '
+        f'{info.path}: does not hold the {held} of '
         f'{what}: missing [{format_offenders(missing)}], unexpected '
         f'[{format_offenders(extra)}], shape or dtype differs '
         f'[{format_offenders(differing)}]; check that the model, its '

@@ -287,6 +287,13 @@ class KitModels:
     check_rules(self.rules)
 
   def describe(self, info: CheckpointInfo) -> KitCheckpoint:
+    if info.weights:
+      raise CheckpointError(
+          f'{info.path}: holds weights only (no training state), and the kit\'s MLP is '
+          'described by its training state',
+          fix='give the models the weights are of (UserModels(linen_model, nnx_model, '
+          'paths=...), or --linen-model, --nnx-model and --paths); no optimizer is needed',
+      )
     return describe(info, self.optimizer)
 
   def summary(self, info: CheckpointInfo) -> dict:

@@ -48,6 +48,7 @@ from converters.linen_trees import TRAIN_STATE_FIELDS
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.flat_trees import key_of, keys_of
 from converters.paths import Framework, Infer, PathMapping, as_infer, as_mapping, format_path
+from converters.variable_types import CollectionTable
 
 @functools.cache
 def train_state_class(fields: tuple[str, ...]) -> type:
@@ -76,18 +77,24 @@ def _unset_fields(cls: type, collections: Mapping) -> dict[str, None]:
 
 @dataclasses.dataclass(frozen=True)
 class Side:
-  """One side of a conversion: a framework's training state, traced abstractly.
+  """One side of a conversion: a framework's training state, or its weights, traced abstractly.
 
   Attributes:
     framework: 'linen' or 'nnx'.
-    abstract_state: the training state of `ShapeDtypeStruct`s with their
-      shardings: what the ordinary Orbax restore fills (Linen: the boxed
-      `TrainState`; NNX: the `nnx.State` of model and optimizer).
-    graphdef: NNX only, the static structure of `{'model', 'optimizer'}`.
+    abstract_state: the tree of `ShapeDtypeStruct`s with their shardings that
+      the checkpoint holds: what the ordinary Orbax restore fills (a training
+      state: Linen's boxed `TrainState`, NNX's `nnx.State` of model and
+      optimizer; weights only: see `converters.checkpoint.weights`).
+    graphdef: NNX only, the static structure of `{'model', 'optimizer'}`
+      (of the model alone for weights).
     layout: 'scan', 'loop' or None (no layer the path mapping stacks).
     what: how to name the model in messages.
     layer_partition: the layer axis name to insert when stacking into this
       side, when its own annotations do not give it (the kit's MLP).
+    form: 'train_state', or the form of weights only (`weights.FORMS`).
+    pure: weights stored without boxes (Linen) or as a pure dict (NNX).
+    standard: weights only, the standard form (Linen's boxed variables,
+      NNX's `nnx.state(model)`) that the stored arrays are read into.
   """
 
   framework: Framework
@@ -96,9 +103,20 @@ class Side:
   layout: str | None = None
   what: str = 'model'
   layer_partition: str | None = None
+  form: str = 'train_state'
+  pure: bool = False
+  standard: Any = None
+
+  @property
+  def weights(self) -> bool:
+    """Whether this side holds weights only (no optimizer state)."""
+    return self.form != 'train_state'
 
   def objects(self, state: Any = None) -> tuple[Any, Any]:
-    """NNX: `(model, optimizer)` of `state` (abstract when None)."""
+    """NNX: `(model, optimizer)` of `state` (abstract when None); for
+    weights, `(model, None)` of the standard form."""
+    if self.weights:
+      return nnx.merge(self.graphdef, self.standard if state is None else state), None
     merged = nnx.merge(self.graphdef, self.abstract_state if state is None else state)
     return merged['model'], merged['optimizer']
 
@@ -290,7 +308,7 @@ def _linen_names_without_mesh(create, rngs, inputs, rules) -> list[Named]:
       abstract = jax.eval_shape(create, rngs, inputs)
   except Exception:  # fails without the mesh too: not an annotation's doing
     return []
-  return _linen_names(abstract.params, rules, 'params')
+  return _linen_names(_params_of(abstract), rules, 'params')
 
 
 def _nnx_names_without_mesh(create, rules) -> list[Named]:
@@ -347,7 +365,8 @@ def linen_side(
     model: LinenModel, tx: optax.GradientTransformation, mesh: Mesh, rules, paths: PathMapping,
     what: str = 'the Linen model',
 ) -> Side:
-  """The Linen `TrainState` of `model` and `tx`, traced on `mesh` under `rules`."""
+  """The Linen `TrainState` of `model` and `tx`, traced on `mesh` under `rules`;
+  with `tx=None`, its weights: the variables `init` returns."""
   if not isinstance(model, LinenModel):
     raise CheckpointError(
         f'{what} must give a LinenModel(module, *example_inputs), got '
@@ -363,6 +382,8 @@ def linen_side(
       filled[i] = x
     args, kwargs = jax.tree.unflatten(treedef, filled)
     variables = dict(model.module.init(rngs, *args, **kwargs))
+    if tx is None:  # weights only
+      return variables
     params = variables.pop('params', {})
     cls = model.train_state or train_state_class(tuple(sorted(variables)))
     return cls.create(
@@ -385,7 +406,7 @@ def linen_side(
         f'{what}: tracing its init with the example inputs failed: '
         f'{type(e).__name__}: {e}'.strip()
     ) from e
-  _check_annotations(_linen_names(abstract.params, rules, 'params'), mesh, what)
+  _check_annotations(_linen_names(_params_of(abstract), rules, 'params'), mesh, what)
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
     # The sharding tree stops at the boxes.
     shardings = jax.tree.map(
@@ -394,23 +415,30 @@ def linen_side(
   state = jax.tree.map(
       lambda s, boxed: _sharded(boxed, jax.tree.map(lambda _: s, boxed)), shardings, abstract
   )
+  state = _linen_kept_values(state, paths, lambda: create(rngs, inputs), mesh, rules)
   param_paths = [
       tuple(str(key_of(k)) for k in keypath)
-      for keypath, _ in jax.tree_util.tree_flatten_with_path(abstract.params, is_leaf=_is_box)[0]
+      for keypath, _ in jax.tree_util.tree_flatten_with_path(_params_of(abstract), is_leaf=_is_box)[0]
   ]
-  return Side('linen', state, None, layout_of(paths, 'linen', param_paths), what)
+  layout = layout_of(paths, 'linen', param_paths)
+  if tx is None:
+    return Side('linen', state, None, layout, what, form='variables', standard=state)
+  return Side('linen', state, None, layout, what)
 
 
 def nnx_side(
     factory: Callable[[], nnx.Module], tx: optax.GradientTransformation, mesh: Mesh, rules,
     paths: PathMapping, what: str = 'the NNX model',
 ) -> Side:
-  """The NNX model of `factory` and its `nnx.Optimizer`, traced on `mesh` under `rules`."""
+  """The NNX model of `factory` and its `nnx.Optimizer`, traced on `mesh` under
+  `rules`; with `tx=None`, its weights: the model's state."""
 
   def create():
     model = factory()
     if not isinstance(model, nnx.Module):
       raise CheckpointError(f'{what} returned {type(model).__name__}, not an nnx.Module')
+    if tx is None:  # weights only
+      return {'model': model}
     try:
       optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
     except Exception as e:  # the user's optax transform: any error of its init
@@ -447,12 +475,72 @@ def nnx_side(
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
     graphdef, state = nnx.split(objects)
     shardings = nnx.get_named_sharding(state, mesh)
-  state = _sharded(state, shardings)
+  state = _nnx_kept_values(_sharded(state, shardings), paths, create, mesh, rules)
   param_paths = [
       tuple(str(k) for k in path)
       for path, _ in nnx.to_flat_state(nnx.state(objects['model'], nnx.Param))
   ]
-  return Side('nnx', state, graphdef, layout_of(paths, 'nnx', param_paths), what)
+  layout = layout_of(paths, 'nnx', param_paths)
+  if tx is None:
+    model_graphdef = nnx.graphdef(objects['model'])
+    return Side('nnx', state['model'], model_graphdef, layout, what, form='model', standard=state['model'])
+  return Side('nnx', state, graphdef, layout, what)
+
+
+def _nnx_kept_values(state: nnx.State, paths: PathMapping, create, mesh: Mesh, rules) -> nnx.State:
+  """`state` holding the values of the state only NNX has (a one-sided rule
+  names it, `PathRule(None, 'pos_table')`), as the factory makes them: a
+  conversion into NNX keeps them, as it keeps a real target's."""
+  flat = list(nnx.to_flat_state(state))
+  kept = [p for p, _ in flat if p[0] == 'model' and paths.only('nnx', tuple(p[1:]))]
+  if not kept:
+    return state
+
+  shardings = [dict(flat)[p].get_raw_value().sharding for p in kept]
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
+    arrays = dict(zip(kept, abstract_models.made_values(create, kept, shardings)))
+  return nnx.from_flat_state([(p, v.replace(arrays[p]) if p in arrays else v) for p, v in flat])
+
+
+def _linen_kept_values(state: TrainState, paths: PathMapping, create, mesh: Mesh, rules) -> TrainState:
+  """`state` holding the values of the state only Linen has (a one-sided rule
+  names it in a collection, `PathRule('pos_table', None)`), as `init` makes them."""
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_box)
+  collections = {'params'} | set(_extra_collections(state))
+  kept = [
+      i for i, (keypath, _) in enumerate(leaves)
+      if str(key_of(keypath[0])) in collections and paths.only('linen', keys_of(keypath[1:]))
+  ]
+  if not kept:
+    return state
+
+  def values() -> list:
+    made = jax.tree_util.tree_leaves(create(), is_leaf=_is_box)
+    return [made[i].unbox() if _is_box(made[i]) else made[i] for i in kept]
+
+  unboxed = [leaves[i][1].value if _is_box(leaves[i][1]) else leaves[i][1] for i in kept]
+  # Under jax.jit, as abstract_models.made_values makes NNX's: nothing else is materialised.
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
+    made = jax.jit(values, out_shardings=[a.sharding for a in unboxed])()
+  arrays = dict(zip(kept, made))
+  filled = [
+      (leaf.replace_boxed(arrays[i]) if _is_box(leaf) else arrays[i]) if i in arrays else leaf
+      for i, (_, leaf) in enumerate(leaves)
+  ]
+  return jax.tree.unflatten(treedef, filled)
+
+
+def _extra_collections(state: TrainState | dict) -> list[str]:
+  """The collection fields of a `TrainState` subclass (`batch_stats`), or
+  the collections of Linen variables."""
+  if isinstance(state, Mapping):
+    return list(state)
+  return [f.name for f in dataclasses.fields(state) if f.name not in TRAIN_STATE_FIELDS]
+
+
+def _params_of(state: TrainState | dict) -> Any:
+  """The params tree of a Linen `TrainState` or of Linen variables."""
+  return state.get('params', {}) if isinstance(state, Mapping) else state.params
 
 
 def layout_of(paths: PathMapping, framework: Framework, param_paths) -> str | None:
@@ -558,6 +646,9 @@ class UserModels:
     )
     with jax.set_mesh(mesh), nn.logical_axis_rules(self.rules or ()):
       model = abstract_models.eval_shape(make)
+      if isinstance(model, nnx.Module):  # the port's own state, made for the witness to run
+        own = CollectionTable(self.collections).paths_of_none(model)
+        model = abstract_models.with_made_values(model, make, own)
       model.eval()  # the mapping of the computation without dropout
       return infer_paths(
           linen.module, model, *linen.args, linen_kwargs=linen.kwargs, paths=paths,
@@ -609,9 +700,12 @@ class UserModels:
     factory = self.linen if framework == 'linen' else self.nnx
     return LAYOUTS if callable(factory) and accepts_layout(factory) else (None,)
 
-  def side(self, framework: Framework, mesh: Mesh, layout: str | None = None) -> Side:
-    """The `framework` side, in `layout` (None: the factory's own)."""
-    tx = self.tx()
+  def side(
+      self, framework: Framework, mesh: Mesh, layout: str | None = None, weights: bool = False,
+  ) -> Side:
+    """The `framework` side, in `layout` (None: the factory's own); its
+    training state, or with `weights` its weights (no optimizer needed)."""
+    tx = None if weights else self.tx()
     factory = self.linen if framework == 'linen' else self.nnx
     what = f'the {"Linen" if framework == "linen" else "NNX"} model ({_name(factory)})'
     fixed = layout is not None and self.layouts(framework) == (None,)
@@ -638,9 +732,14 @@ class UserModels:
 
   def source_layout(self, info, mesh: Mesh) -> tuple[str | None, Side]:
     """`(layout, side)`: `source_side` and the layout its factory was asked
-    for (None: the factory's own)."""
+    for (None: the factory's own). For weights only, the side and form
+    whose tree the checkpoint holds, of either framework
+    (`converters.checkpoint.weights`)."""
     from converters.checkpoint import inspect as checkpoints
+    from converters.checkpoint import weights
 
+    if info.weights:
+      return weights.find_source(self, info, mesh)
     found = []
     for layout in self.layouts(info.framework):
       side = self.side(info.framework, mesh, layout)
@@ -666,14 +765,18 @@ class UserModels:
 
   def plan(self, info, to: Framework | None = None, layout: str | None = None) -> Plan:
     """The sides of converting `info` to `to` in `layout` (None: SRC's)."""
+    from converters.checkpoint import weights
+
     mesh = self.make_mesh()
-    to = to or info.framework
     source = self.source_side(info, mesh)
+    to = to or source.framework
     # By default the source's layout, or, for a port whose factory makes one
     # layout, that one (a Linen model that scans beside a port that loops).
-    own = to != info.framework and self.layouts(to) == (None,)
+    own = to != source.framework and self.layouts(to) == (None,)
     target_layout = layout or (None if own else source.layout)
-    target = self.side(to, mesh, target_layout)
+    target = self.side(to, mesh, target_layout, weights=source.weights)
+    if source.weights:
+      target = weights.target_form(source, target)
     if layout is not None and target.layout is None:
       raise CheckpointError(
           f'layout {layout!r} asked for, but the {to} model has no layers as the path '
@@ -682,7 +785,7 @@ class UserModels:
       )
     if target.layout not in (None, source.layout):
       lacking = [
-          r.template(to, source.layout) or r.template(info.framework, source.layout)
+          r.template(to, source.layout) or r.template(source.framework, source.layout)
           for r in self.mapping.rules if r.missing_form(to, target.layout)
       ]
       if lacking:
@@ -696,8 +799,10 @@ class UserModels:
                f'add {to}_stacked= / {to}= (looped, with {{i}}) to those rules')
         )
     other = None
-    if to == info.framework:
-      other = self.side('nnx' if to == 'linen' else 'linen', mesh, target_layout)
+    if to == source.framework:
+      other = self.side('nnx' if to == 'linen' else 'linen', mesh, target_layout, weights=source.weights)
+      if source.weights:
+        other = weights.target_form(source, other)
     return Plan(
         mesh, source, target, other, self.mapping, self.rules, NNX_OPTIMIZER, self.collections
     )

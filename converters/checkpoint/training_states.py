@@ -6,7 +6,9 @@ A Linen training state is a `TrainState` (a subclass's extra fields, such as
 layout through `linen_to_nnx` / `nnx_to_linen`, filling the target side's
 abstract state (`converters.checkpoint.models.Side`); within one framework it
 goes through the other one, which copies nothing when the layout stays.
-Arrays whose layout does not change are the input arrays.
+Arrays whose layout does not change are the input arrays. Weights only take
+the same way, read into and written from their standard forms
+(`converters.checkpoint.weights`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from flax import linen as nn
 from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
+from converters.checkpoint import weights
 from converters.checkpoint.models import Plan, Side
 from converters.paths import format_path
 
@@ -30,6 +33,15 @@ def _scan(source: Side, target: Side) -> bool | None:
 
 
 def _to_nnx(state, source: Side, target: Side, plan: Plan, donate: bool, rngs) -> nnx.State:
+  if source.weights:
+    params_only = target.form == 'params'
+    model = linen_to_nnx(
+        state, target=target.objects()[0], scan=_scan(source, target),
+        layer_partition=target.layer_partition, donate=donate, paths=plan.paths,
+        rngs=None if params_only else rngs, collections=plan.collections,
+        wrt=nnx.Param if params_only else None,
+    )
+    return weights.written(target, model)
   model, optimizer = linen_to_nnx(
       state,
       target=target.objects(),
@@ -44,6 +56,13 @@ def _to_nnx(state, source: Side, target: Side, plan: Plan, donate: bool, rngs) -
 
 
 def _to_linen(state, source: Side, target: Side, plan: Plan, donate: bool):
+  if source.weights:
+    converted = nnx_to_linen(
+        state, target=weights.linen_template(target),
+        scan=_scan(source, target), layer_partition=target.layer_partition, donate=donate,
+        paths=plan.paths, collections=plan.collections,
+    )
+    return weights.written(target, converted)
   return nnx_to_linen(
       source.objects(state),
       target=target.abstract_state,
@@ -73,6 +92,8 @@ def convert(state: Any, plan: Plan, donate: bool = False, rngs: Any = 0) -> Any:
   Call with the plan's mesh in context; the plan's rules are put in context.
   """
   source, target = plan.source, plan.target
+  if source.weights:  # read into its standard form: every form converts from there
+    state, source = weights.standard(source, state), weights.standardized(source)
   with nn.logical_axis_rules(plan.rules) if plan.rules else contextlib.nullcontext():
     if source.framework == 'linen' and target.framework == 'nnx':
       return _to_nnx(state, source, target, plan, donate, rngs)
@@ -92,8 +113,11 @@ def convert(state: Any, plan: Plan, donate: bool = False, rngs: Any = 0) -> Any:
 
 
 def _rng_leaves(side: Side) -> dict[str, tuple]:
+  """`{path: (shape, dtype)}` of the RNG state `side` holds, by its stored paths."""
+  if side.weights and side.form == 'params':
+    return {}
   model, optimizer = side.objects()
-  state = nnx.state({'model': model, 'optimizer': optimizer}, nnx.RngState)
+  state = nnx.state(model if side.weights else {'model': model, 'optimizer': optimizer}, nnx.RngState)
   return {
       format_path(p): (v.get_raw_value().shape, v.get_raw_value().dtype)
       for p, v in nnx.to_flat_state(state)

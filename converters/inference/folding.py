@@ -126,7 +126,8 @@ def merge_layouts(looped: PathMapping, stacked: PathMapping) -> PathMapping:
   (`Block_{i}/mlp/Dense_0/kernel`, stacked `ScanBlock_0/mlp/Dense_0/kernel`),
   so each `{i}` rule pairs with the one stacked rule whose paths end, on both
   sides, as its own do after the layer index. The rules outside the layers
-  must be the same in both.
+  must be the same in both; one-sided rules (state only one side has) of
+  both are kept, each naming its own path.
 
   Raises:
     PathMappingError: a layer rule with no stacked counterpart or several,
@@ -135,7 +136,9 @@ def merge_layouts(looped: PathMapping, stacked: PathMapping) -> PathMapping:
   layered = [r for r in looped.rules if r.layered]
   plain = [r for r in looped.rules if not r.layered]
   plain_keys = {(r.linen, r.nnx) for r in plain}
-  candidates = [r for r in stacked.rules if (r.linen, r.nnx) not in plain_keys]
+  # State only one side has (a table in each layer) keeps a rule per path in each layout.
+  own = [r for r in stacked.rules if r.only is not None and r not in plain]
+  candidates = [r for r in stacked.rules if (r.linen, r.nnx) not in plain_keys and r.only is None]
 
   def below_layer(template: str) -> str:
     return template.split('{i}', 1)[1].lstrip('/')
@@ -165,7 +168,7 @@ def merge_layouts(looped: PathMapping, stacked: PathMapping) -> PathMapping:
         fix='make both layouts of each model from one configuration, or write the rules '
         'of the layers by hand (PathRule(linen, nnx, linen_stacked, nnx_stacked))',
     )
-  return PathMapping(plain + rules)
+  return PathMapping(plain + rules + own)
 
 
 Slot = tuple[tuple, int | None]  # (path, layer of a stacked variable or None)

@@ -422,13 +422,15 @@ def _proven(traces, inputs: list, given, result: tuple, robust) -> PathMapping:
       (k, None) for k, name in enumerate(linen_trace.variables)
       if name is not None and not any(s[0] == k for s in slots)
   }, key=repr)
-  abstract = [k for k, v in nnx_trace.constants.items() if v is None]
+  abstract = [format_path(nnx_trace.own[k]) for k, v in nnx_trace.constants.items() if v is None]
   if abstract:
     raise PathMappingError(
-        'the NNX model is abstract and holds array attributes that are not '
-        f'nnx.Variables (inputs {abstract} of its state): running it needs their values',
-        fix='give the NNX model itself (not from nnx.eval_shape), or hold those arrays in '
-        'nnx.Variables',
+        'the NNX model is abstract and holds state of its own (array attributes, or '
+        f'Variables of no Linen collection): {format_offenders(abstract)}; running it '
+        'needs their values',
+        abstract,
+        fix='give the NNX model itself (not from nnx.eval_shape), or a function returning '
+        'it: its own Variables are then made under jax.jit, the rest stays abstract',
     )
   witness = Witness(linen_trace, nnx_trace, inputs, slots, sorted(copies, key=repr), fused)
   # Which variables reach an output is asked only where it matters (a
@@ -719,7 +721,12 @@ def _rules(traces, given, copies: dict, fused, first_use: dict) -> PathMapping:
   flat.sort(key=lambda p: rank.get(p, len(rank)))
   # A template never names a path a given (or inferred transform) rule maps.
   claimed = [v for v in _variable_paths(traces) if given is not None and given.match_all(*v)]
-  return PathMapping(rules + fold(dict.fromkeys(flat), claimed) + layer_rules)
+  # The port's own constants, which the witness ran at their values: kept from a target.
+  own = [
+      PathRule.nnx_only(format_path(p)) for p in nnx_trace.own.values()
+      if not (given is not None and given.match_all('nnx', p))
+  ]
+  return PathMapping(rules + fold(dict.fromkeys(flat), claimed) + layer_rules + own)
 
 
 def _check_collections(traces, copies) -> None:
@@ -793,7 +800,10 @@ def infer_models(
         failures.append(e)
     # The layout of the model given whole, if it maps: its rules keep both
     # sides' paths (a model of the other layout maps too, across layouts).
-    whole = [m for m in found if all(r.linen is not None and r.nnx is not None for r in m.rules)]
+    whole = [
+        m for m in found
+        if all(r.only is not None or (r.linen is not None and r.nnx is not None) for r in m.rules)
+    ]
     if whole or found:
       return (whole or found)[0]
     raise min(failures, key=lambda e: len(e.paths))
@@ -810,7 +820,11 @@ def _infer_layout(linen_model, nnx_model, layout, *, paths, collections) -> Path
   if isinstance(nnx_model, nnx.Module):
     model = nnx.merge(*nnx.split(nnx_model))  # a copy to put in eval mode
   elif callable(nnx_model):
-    model = abstract_models.eval_shape(lambda: _made(nnx_model, layout, 'nnx_model'))
+    make = lambda: _made(nnx_model, layout, 'nnx_model')
+    model = abstract_models.eval_shape(make)
+    if isinstance(model, nnx.Module):  # the port's own state, made for the witness to run
+      own = CollectionTable(collections).paths_of_none(model)
+      model = abstract_models.with_made_values(model, make, own)
   else:
     raise PathMappingError(
         f'nnx_model: got {type(nnx_model).__name__}; give the NNX model (real or '

@@ -37,9 +37,11 @@ class Trace:
     inputs: how many inputs are the example inputs' leaves (the last ones).
     outputs: how many outputs are the model's (the first ones); each later
       output is the new value of the input of the same index in `variables`.
-    constants: `{input index: value}` of the port's array attributes (a
-      convolution's mask): constants of the computation; None where the
+    constants: `{input index: value}` of the port's own constants: array
+      attributes (a convolution's mask) and Variables of no Linen collection
+      (a positional table) that the call does not write; None where the
       model is abstract.
+    own: `{input index: path}` of those constants: state only the port has.
   """
 
   closed: jcore.ClosedJaxpr
@@ -47,6 +49,7 @@ class Trace:
   inputs: int
   outputs: int
   constants: Mapping[int, Any] = dataclasses.field(default_factory=dict)
+  own: Mapping[int, tuple] = dataclasses.field(default_factory=dict)
 
   @property
   def updated(self) -> list[tuple[int, int]]:
@@ -105,17 +108,21 @@ def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable) -> Trace:
   """`model(*args, **kwargs)` over its abstract state; state the call writes
   (a decode cache, batch statistics) is an output."""
   graphdef, state = nnx.split(model)
-  flat = nnx.to_flat_state(state)
-  names, constants = [], {}
+  flat = list(nnx.to_flat_state(state))
+  names, constants, own = [], {}, {}
   for path, variable in flat:
-    if not isinstance(variable, nnx.Variable):
-      names.append(None)  # an array attribute (a convolution's mask): a constant
-      if not jax.dtypes.issubdtype(getattr(variable, 'dtype', None), jax.dtypes.prng_key):
+    if not isinstance(variable, nnx.Variable) or table.has_none(variable):
+      # An array attribute (a convolution's mask) or a Variable of no Linen
+      # collection (a positional table): a constant of the port's own.
+      names.append(None)
+      value = variable.get_raw_value() if isinstance(variable, nnx.Variable) else variable
+      if not jax.dtypes.issubdtype(getattr(value, 'dtype', None), jax.dtypes.prng_key):
         # its value, or None in an abstract model (nothing to run it with)
-        concrete = isinstance(variable, (jax.Array, np.ndarray))
-        constants[len(names) - 1] = variable if concrete else None
+        concrete = isinstance(value, (jax.Array, np.ndarray))
+        constants[len(names) - 1] = value if concrete else None
+        own[len(names) - 1] = tuple(path)
       continue
-    collection = table.collection(variable, format_path(path))
+    collection = table.collection(variable, format_path(path), tuple(path))
     names.append(None if collection is None else (collection, tuple(path)))
   abstract = jax.tree.map(_abstract, state)
 
@@ -126,7 +133,12 @@ def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable) -> Trace:
     return out, [_value(after.get(path, v)) for path, v in nnx.to_flat_state(s)]
 
   closed, shape = jax.make_jaxpr(call, return_shape=True)(abstract, args)
-  return dataclasses.replace(_trace(closed, names, shape), constants=constants)
+  trace = dataclasses.replace(_trace(closed, names, shape), constants=constants, own=own)
+  for _, k in trace.updated:
+    if k in own and isinstance(flat[k][1], nnx.Variable):
+      # written by the call: state, not a constant; refused as such
+      table.collection(flat[k][1], format_path(own[k]), own[k])
+  return trace
 
 
 def _value(x):

@@ -8,6 +8,7 @@ import copy
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import linen as nn
 from flax import nnx
@@ -556,3 +557,116 @@ def test_linen_outputs_keep_the_converted_order_of_their_leaves():
   with_target = converters.nnx_to_linen(state, target=target, paths=paths)
   assert list(without['params']) == ['y', 'x']
   assert list(with_target['params']) == ['y', 'x']
+
+
+# -- state only one side has (one-sided rules) ----------------------------------------
+
+
+class LinenBuffered(nn.Module):
+  """Keeps the table in a collection of its own; its port computes it on the fly."""
+
+  @nn.compact
+  def __call__(self, x):
+    from tests.converters.checkpoint.small_models import sinusoid
+
+    table = self.variable('consts', 'table', sinusoid)
+    return nn.Dense(4)(x + table.value)
+
+
+def test_state_only_the_port_has_is_kept_from_a_real_target_and_left_out_of_a_source():
+  from tests.converters.checkpoint import small_models as small
+
+  x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+  linen = small.LinenTabled()
+  variables = linen.init(jax.random.key(0), x)
+  target = small.nnx_table_variable()
+  before = copy_tree(nnx.state(target))
+  model = converters.linen_to_nnx(variables, target=target, paths=small.TABLE_VARIABLE_PATHS)
+  assert model.table is not target.table and model.table[...] is target.table[...]
+  assert_trees_bit_equal(nnx.state(target), before)
+  np.testing.assert_array_equal(model.dense.kernel[...], variables['params']['Dense_0']['kernel'])
+  # Linen computes the table inside its jitted apply, NNX holds it computed
+  # eagerly at construction: one ulp apart at most (3.7e-9 seen), not a program.
+  np.testing.assert_allclose(model(x), linen.apply(variables, x), rtol=0, atol=1e-6)
+  # From NNX, the table is left out; without a target, it is not written.
+  back = converters.nnx_to_linen(model, paths=small.TABLE_VARIABLE_PATHS)
+  assert_trees_bit_equal(back, variables)
+  state = converters.linen_to_nnx(variables, paths=small.TABLE_VARIABLE_PATHS)
+  assert 'table' not in state
+
+
+def test_state_only_the_port_has_is_refused_with_the_rule_to_write_or_from_an_abstract_target():
+  from tests.converters.checkpoint import small_models as small
+
+  variables = small.LinenTabled().init(jax.random.key(0), np.ones((2, 8), np.float32))
+  rule = r"PathRule.nnx_only\('table'\)"
+  with pytest.raises(converters.StructureError, match=f'model/table: no Linen collection .*{rule}'):
+    converters.nnx_to_linen(small.nnx_table_variable(), paths=small.TABLED_PATHS)
+  with pytest.raises(converters.StructureError, match=r'source lacks \[model/table \(no rule names it\)\].*PathRule.nnx_only'):
+    converters.linen_to_nnx(variables, target=small.nnx_table_variable(), paths=small.TABLED_PATHS)
+  abstract = nnx.eval_shape(small.nnx_table_variable)
+  with pytest.raises(converters.StructureError, match=r'abstract where it holds state only NNX has: model/table.*build the target for real'):
+    converters.linen_to_nnx(variables, target=abstract, paths=small.TABLE_VARIABLE_PATHS)
+
+
+def test_a_plain_array_attribute_named_by_a_one_sided_rule_is_kept_from_a_real_target():
+  from tests.converters.checkpoint import small_models as small
+
+  variables = small.LinenTabled().init(jax.random.key(0), np.ones((2, 8), np.float32))
+  target = small.nnx_tabled()
+  paths = small.TABLED_PATHS + [converters.PathRule.nnx_only('table')]
+  model = converters.linen_to_nnx(variables, target=target, paths=paths)
+  assert model.table is target.table
+  assert_trees_bit_equal(converters.nnx_to_linen(model, paths=paths), variables)
+
+
+def test_state_only_linen_has_is_kept_from_a_linen_target_and_left_out_of_a_linen_source():
+  x = np.ones((2, 8), np.float32)
+  variables = LinenBuffered().init(jax.random.key(0), x)
+  port = nnx.Linear(8, 4, rngs=nnx.Rngs(1))
+  paths = converters.PathMapping([
+      converters.PathRule('Dense_0/kernel', 'kernel'), converters.PathRule('Dense_0/bias', 'bias'),
+      converters.PathRule.linen_only('table'),
+  ])
+  model = converters.linen_to_nnx(variables, target=port, paths=paths)  # no 'consts' type needed
+  np.testing.assert_array_equal(model.kernel[...], variables['params']['Dense_0']['kernel'])
+  back = converters.nnx_to_linen(model, target=variables, paths=paths)
+  assert back['consts']['table'] is variables['consts']['table']
+  assert_trees_bit_equal(back, variables)
+  abstract = jax.eval_shape(lambda: variables)
+  with pytest.raises(converters.StructureError, match=r'abstract where it holds state only Linen has: consts/table'):
+    converters.nnx_to_linen(model, target=abstract, paths=paths)
+
+
+def test_within_nnx_state_only_the_port_has_relays_out_as_any_other():
+  state = nnx.State({'blocks': {i: {'w': nnx.Param(jnp.full((3,), float(i))), 'table': nnx.Variable(jnp.arange(2.0) + i)} for i in range(2)}})
+  paths = converters.PathMapping([
+      converters.PathRule('Block_{i}/w', 'blocks/{i}/w', 'Blocks/w', 'blocks/w'),
+      converters.PathRule.nnx_only('blocks/{i}/table', nnx_stacked='blocks/table'),
+  ])
+  stacked = converters.relayout(state, scan=True, paths=paths)
+  assert type(stacked['blocks']['table']) is nnx.Variable
+  np.testing.assert_array_equal(stacked['blocks']['table'][...], [[0.0, 1.0], [1.0, 2.0]])
+  assert 'table' not in converters.nnx_to_linen(state, paths=paths)['params']['Block_0']
+
+
+def test_state_only_the_port_has_that_the_optimizer_trains_is_refused_both_ways():
+  from flax.training import train_state
+
+  from tests.converters.checkpoint import small_models as small
+
+  class TrainedTable(small.NNXTableVariable):
+    def __init__(self, rngs):
+      super().__init__(rngs)
+      self.table = nnx.Param(small.sinusoid())
+
+  variables = small.LinenTabled().init(jax.random.key(0), np.ones((2, 8), np.float32))
+  tx = optax.adam(1e-3)
+  state = train_state.TrainState.create(apply_fn=None, params=variables['params'], tx=tx)
+  model = TrainedTable(nnx.Rngs(0))
+  optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+  message = r'model/table: named by a one-sided rule .* an nnx.Param, which the optimizer trains'
+  with pytest.raises(converters.StructureError, match='target/' + message):
+    converters.linen_to_nnx(state, target=(model, optimizer), paths=small.TABLE_VARIABLE_PATHS)
+  with pytest.raises(converters.StructureError, match='^' + message):
+    converters.nnx_to_linen((model, optimizer), target=state, paths=small.TABLE_VARIABLE_PATHS)

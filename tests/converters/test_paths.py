@@ -93,6 +93,40 @@ def test_each_side_has_the_forms_of_its_model():
   assert namespace['PATHS'] == mapping
 
 
+# -- one-sided rules: state only one side has ---------------------------------------
+
+
+def test_a_one_sided_rule_names_state_of_its_side_only():
+  rule = PathRule.nnx_only('blocks/{i}/pos_table', nnx_stacked='blocks/pos_table')
+  assert rule.only == 'nnx' and rule.layered
+  assert rule.layouts('nnx') == ('loop', 'scan') and rule.layouts('linen') == ()
+  mapping = PathMapping([PathRule('Dense_0/kernel', 'dense/kernel'), rule, PathRule.linen_only('consts/mask')])
+  assert mapping.only('nnx', ('blocks', 3, 'pos_table')) and mapping.only('nnx', ('blocks', 'pos_table'))
+  assert not mapping.only('nnx', ('dense', 'kernel')) and not mapping.only('linen', ('blocks', 'pos_table'))
+  assert mapping.only('linen', ('consts', 'mask')) and not mapping.only('nnx', ('consts', 'mask'))
+  assert mapping.describe('nnx', ('blocks', 0, 'pos_table')) == 'NNX only: kept from a target, left out of a source'
+  assert mapping.describe('linen', ('consts', 'mask')) == 'Linen only: kept from a target, left out of a source'
+  namespace: dict = {}
+  exec(mapping.to_python(), namespace)
+  assert namespace['PATHS'] == mapping
+  assert "PathRule.nnx_only('blocks/{i}/pos_table', nnx_stacked='blocks/pos_table')" in mapping.to_python()
+
+
+@pytest.mark.parametrize('rule, message', [
+    # a missing side is refused, never read as "state only the other side has"
+    (dict(linen=None, nnx='pos_table'), r"give the linen path .* write PathRule.nnx_only\('pos_table'\)"),
+    (dict(linen='Embed_0/table', nnx=None), r"give the nnx path .* write PathRule.linen_only\('Embed_0/table'\)"),
+    (dict(linen=None, nnx=None), 'give the linen path'),
+    (dict(linen='a', nnx='b', only='nnx'), 'gives nnx templates and none of the other side'),
+    (dict(linen=None, nnx=None, only='nnx'), 'gives nnx templates and none of the other side'),
+    (dict(linen=None, nnx='b', only='both'), "only='both'"),
+    (dict(linen=None, nnx='b', only='nnx', transform=converters.Rearrange('a b -> b a')), 'takes no transform'),
+])
+def test_malformed_one_sided_rules_are_refused(rule, message):
+  with pytest.raises(PathMappingError, match=message):
+    PathRule(**rule)
+
+
 # -- keeping unmatched paths, and the default ----------------------------------------
 
 

@@ -169,6 +169,26 @@ TABLED_PATHS = PathMapping([
 ])
 
 
+class NNXTableVariable(nnx.Module):
+  """The table held in a bare `nnx.Variable`, as Flax maintainers' own ports hold
+  positional encodings: state of no Linen collection, only the port has."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.table = nnx.Variable(sinusoid())
+    self.dense = nnx.Linear(8, 4, rngs=rngs)
+
+  def __call__(self, x):
+    return self.dense(x + self.table[...])
+
+
+def nnx_table_variable() -> nnx.Module:
+  return NNXTableVariable(nnx.Rngs(0))
+
+
+#: The table is the port's own: kept from a target, left out of a source.
+TABLE_VARIABLE_PATHS = TABLED_PATHS + [PathRule.nnx_only('table')]
+
+
 # -- annotations the mesh cannot resolve -------------------------------------------
 
 KERNEL_NAMES = ('embed', 'mlp')

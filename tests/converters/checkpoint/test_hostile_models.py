@@ -311,7 +311,8 @@ def test_a_port_with_a_plain_array_attribute_is_refused_alike_by_convert_and_com
   save(tmp_path / 'linen', linen_state(small.make_tx(), small.linen_tabled()))
   models = UserModels(small.linen_tabled, small.nnx_tabled, paths=small.TABLED_PATHS,
                       optimizer=small.make_tx)
-  message = r'^the NNX model \(.*nnx_tabled\): (model/table: )?a plain array attribute, not an nnx.Variable.*compute it in __call__'
+  message = r"^the NNX model \(.*nnx_tabled\): (model/table: )?a plain array attribute, not an nnx.Variable.*compute it in __call__.*PathRule.nnx_only"
+
   for run in (
       lambda: convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models),
       lambda: compare_checkpoints(tmp_path / 'linen', tmp_path / 'linen', models=models),
@@ -323,6 +324,37 @@ def test_a_port_with_a_plain_array_attribute_is_refused_alike_by_convert_and_com
   variables = small.linen_tabled().module.init(jax.random.key(0), np.ones((2, 8), np.float32))
   with pytest.raises(StructureError, match=r'target/model/table: a plain array attribute \(.*compute it in __call__'):
     converters.linen_to_nnx(variables, target=small.nnx_tabled(), paths=small.TABLED_PATHS)
+
+
+@pytest.mark.parametrize('in_memory, paths', [
+    (False, small.TABLE_VARIABLE_PATHS), (True, small.TABLE_VARIABLE_PATHS), (False, 'infer'),
+], ids=['streamed', 'in-memory', 'inferred'])
+def test_state_only_the_port_has_converts_both_ways_and_compares_with_a_one_sided_rule(tmp_path, in_memory, paths):
+  """A table held in a bare `nnx.Variable` that Linen computes on the fly (as
+  Flax maintainers' own ports hold positional encodings)."""
+  options = CheckpointOptions(in_memory=in_memory)
+  state = linen_state(small.make_tx(), small.linen_tabled())
+  save(tmp_path / 'linen', state)
+  refused = UserModels(small.linen_tabled, small.nnx_table_variable, paths=small.TABLED_PATHS,
+                       optimizer=small.make_tx)
+  with pytest.raises(StructureError, match=r'the source lacks \[model/table \(no rule names it\)\].*PathRule.nnx_only'):
+    convert_checkpoint(tmp_path / 'linen', tmp_path / 'refused', 'nnx', models=refused, options=options)
+  models = UserModels(small.linen_tabled, small.nnx_table_variable, paths=paths, optimizer=small.make_tx)
+  assert models.mapping == small.TABLE_VARIABLE_PATHS
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models, options=options)
+  with zoo_tests.in_mesh(None):
+    port, _ = zoo_tests.nnx_restore(tmp_path / 'nnx', small.nnx_table_variable, small.make_tx())
+  # The factory's table, made under jax.jit (nothing else of the model is).
+  np.testing.assert_array_equal(port.table[...], jax.jit(lambda: small.nnx_table_variable().table[...])())
+  np.testing.assert_array_equal(port.dense.kernel[...], state.params['Dense_0']['kernel'])
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models, options=options)
+  rows, _, extra = compare_checkpoints(tmp_path / 'linen', tmp_path / 'back', models=models)
+  assert rows and all(r.identical for r in rows)
+  rows, _, extra = compare_checkpoints(tmp_path / 'linen', tmp_path / 'nnx', models=models)
+  assert all(r.identical for r in rows) and extra['nnx_only_not_compared'] == ['model/table']
+  rows, _, extra = compare_checkpoints(tmp_path / 'nnx', tmp_path / 'nnx', models=models)
+  assert [r.nnx_path for r in rows if r.linen_path == '-'] == ['model/table']
+  assert all(r.identical for r in rows) and extra['nnx_only_not_compared'] == []
 
 
 def test_empty_nodes_and_container_kinds_the_models_lack_do_not_refuse_a_checkpoint(tmp_path):

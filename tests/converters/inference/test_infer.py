@@ -25,6 +25,7 @@ from jax.sharding import AxisType
 from converters import (
     Infer, LinenModel, PathMapping, PathRule, Rearrange, infer_paths, linen_to_nnx, nnx_to_linen, relayout,
 )
+import converters
 from converters.errors import PathMappingError
 from converters.inference import infer_models, merge_layouts
 from converters.presets import KIT_PATHS
@@ -483,12 +484,61 @@ def test_batch_norm_in_training_pairs_its_statistics():
   }
 
 
-def test_an_array_attribute_of_the_port_is_a_constant_not_a_variable():
+def test_an_array_attribute_of_the_port_is_a_constant_kept_from_the_target():
+  """Flax's own masked `nnx.Conv` keeps the mask as an array attribute."""
   mask = jnp.ones((3, 3, 2, 4)).at[0].set(0.0)
   linen = nn.Conv(4, (3, 3), mask=mask)
   model = nnx.Conv(2, 4, (3, 3), mask=mask, rngs=nnx.Rngs(0))
   mapping = infer_paths(linen, model, jax.ShapeDtypeStruct((1, 5, 5, 2), jnp.float32))
-  assert {(r.linen, r.nnx) for r in mapping.rules} == {('kernel', 'kernel'), ('bias', 'bias')}
+  assert {(r.linen, r.nnx, r.only) for r in mapping.rules} == {
+      ('kernel', 'kernel', None), ('bias', 'bias', None), (None, 'mask', 'nnx')
+  }
+  x = np.linspace(-1, 1, 50, dtype=np.float32).reshape(1, 5, 5, 2)
+  variables = linen.init(jax.random.key(1), x)
+  port = converters.linen_to_nnx(variables, target=model, paths='infer', linen_model=LinenModel(linen, x))
+  assert port.mask is model.mask
+  np.testing.assert_array_equal(port(x), linen.apply(variables, x))
+
+
+def test_a_variable_of_no_linen_collection_is_inferred_as_the_ports_own_constant():
+  """A positional table the port holds in a bare `nnx.Variable` and Linen
+  computes on the fly: the witness runs the port holding it at its value."""
+  from tests.converters.checkpoint import small_models as small
+
+  x = jax.ShapeDtypeStruct((2, 8), jnp.float32)
+  expected = small.TABLE_VARIABLE_PATHS
+  assert infer_paths(small.LinenTabled(), small.nnx_table_variable(), x) == expected
+  # From a function (abstract), the table alone is made, under jax.jit.
+  assert infer_models(small.linen_tabled, small.nnx_table_variable) == expected
+  with pytest.raises(PathMappingError, match=r'abstract and holds state of its own .*: table;'):
+    infer_paths(small.LinenTabled(), nnx.eval_shape(small.nnx_table_variable), x)
+
+
+def test_state_of_the_port_that_is_not_what_linen_computes_is_refused_not_kept():
+  from tests.converters.checkpoint import small_models as small
+
+  class Shifted(small.NNXTableVariable):
+    def __init__(self, rngs):
+      super().__init__(rngs)
+      self.table = nnx.Variable(small.sinusoid() + 1.0)
+
+  x = jax.ShapeDtypeStruct((2, 8), jnp.float32)
+  with pytest.raises(PathMappingError):
+    infer_paths(small.LinenTabled(), Shifted(nnx.Rngs(0)), x)
+
+
+def test_a_variable_of_no_linen_collection_the_call_writes_is_refused_as_state():
+  class Counting(nnx.Module):
+    def __init__(self):
+      self.calls = nnx.Variable(jnp.zeros((), jnp.int32))
+      self.dense = nnx.Linear(8, 4, rngs=nnx.Rngs(0))
+
+    def __call__(self, x):
+      self.calls[...] += 1
+      return self.dense(x)
+
+  with pytest.raises(converters.StructureError, match=r'calls: no Linen collection is known for the Variable type Variable'):
+    infer_paths(nn.Dense(4), Counting(), jax.ShapeDtypeStruct((2, 8), jnp.float32))
 
 
 def test_the_mapping_prints_as_python_that_rebuilds_it():

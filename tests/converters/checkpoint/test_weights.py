@@ -1,0 +1,222 @@
+"""Tests of `converters.checkpoint.weights`: checkpoints of weights only, in every form, both ways.
+
+Pretrained weights come as their owners saved them: Linen variables or
+params with Orbax, `flax.serialization.to_bytes(params)`, a
+`flax.training.checkpoints` save of params, NNX `nnx.state(model)`,
+`nnx.state(model, nnx.Param)` or its pure dict. Each converts, restores with
+the other side's ordinary code, and is proven by outputs: the restored model
+computes what the original does on the same inputs, bit for bit (one program
+on both sides, as in `test_models`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import flax
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from flax import linen as nn
+from flax import nnx
+from flax import serialization
+from flax.training import checkpoints as flax_checkpoints
+
+from converters import compare_checkpoints, convert_checkpoint
+from converters.checkpoint.compare import compare_outputs
+from converters.checkpoint.convert import CheckpointOptions
+from converters.checkpoint.kit import KitModels, models_for
+from converters.checkpoint.models import UserModels
+from converters.errors import CheckpointError, VerificationError
+from tests.converters.checkpoint import small_models as small
+from tests.converters.checkpoint.test_models import PAIRS, in_mesh, linen_nnx, mesh, models_of
+
+X = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+
+
+def save(path, tree):
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(os.fspath(path), tree)
+
+
+def linen_variables(pair, layout=None):
+  """The variables `init` returns for the pair's Linen model (boxed)."""
+  model = pair['linen']() if layout is None else pair['linen'](layout=layout)
+  concrete = [np.zeros(a.shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else a for a in model.args]
+  with in_mesh(pair['rules']):
+    return model, dict(model.module.init(jax.random.key(3), *concrete, **model.kwargs))
+
+
+def write_linen(path, form, variables):
+  """`variables` saved in `form`, as their owners save them."""
+  params = variables['params']
+  if form == 'variables':
+    save(path, variables)
+  elif form == 'params':
+    save(path, {'params': params})
+  elif form == 'msgpack':
+    path.write_bytes(serialization.to_bytes(nn.unbox(params)))
+  else:  # flax.training.checkpoints of the bare params, msgpack or Orbax
+    previous = flax.config.flax_use_orbax_checkpointing
+    flax.config.update('flax_use_orbax_checkpointing', form == 'flax-orbax')
+    try:
+      flax_checkpoints.save_checkpoint(os.fspath(path), params, step=7)
+    finally:
+      flax.config.update('flax_use_orbax_checkpointing', previous)
+
+
+def restore_nnx(path, pair, everything: bool):
+  """The port's ordinary restore of weights: its model, made for real, then
+  `nnx.state(model)` (or its `nnx.Param`s) as Orbax's target, and `nnx.update`."""
+  with in_mesh(pair['rules']):
+    model = nnx.jit(pair['nnx'])()
+    target = nnx.state(model) if everything else nnx.state(model, nnx.Param)
+    with ocp.StandardCheckpointer() as checkpointer:
+      nnx.update(model, checkpointer.restore(os.fspath(path), target))
+  return model
+
+
+def outputs(pair, variables=None, model=None):
+  """The Linen model applied to `variables`, or the NNX `model`, on the pair's inputs."""
+  linen = pair['linen']()
+  inputs = [
+      jax.random.randint(jax.random.key(5), a.shape, 0, 2).astype(a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else a
+      for a in linen.args
+  ]
+  with in_mesh(pair['rules']):
+    if model is None:
+      return jax.jit(lambda v, *xs: linen.module.apply(v, *xs, **linen.kwargs))(variables, *inputs)
+    model.eval()
+    return nnx.jit(lambda m, *xs: m(*xs))(model, *inputs)
+
+
+@pytest.mark.parametrize('name, form', [
+    ('resnet', 'variables'),  # every collection: batch statistics too
+    ('transformer', 'msgpack'),  # sharded, logical names; saved without its boxes
+    ('transformer', 'params'),
+    ('cnn', 'flax-msgpack'),
+    ('cnn', 'flax-orbax'),
+])
+def test_linen_weights_convert_to_nnx_restore_with_its_own_code_and_come_back(tmp_path, name, form):
+  pair = PAIRS[name]
+  models = models_for(**models_of(pair, optimizer=None))
+  _, variables = linen_variables(pair)
+  source = tmp_path / ('weights.msgpack' if form == 'msgpack' else 'weights')
+  write_linen(source, form, variables)
+  summary = convert_checkpoint(source, tmp_path / 'nnx', 'nnx', models=models)
+  # {'params': ...} of a model with no other collection is all its variables
+  everything = form == 'variables' or (form == 'params' and set(variables) == {'params'})
+  assert summary['step'] is None
+  assert summary['destination']['form'] == (
+      'an NNX model state (nnx.state(model))' if everything else 'NNX parameters (nnx.state(model, nnx.Param))'
+  )
+  port = restore_nnx(tmp_path / 'nnx', pair, everything)
+  # The port, restored by its own code, computes what the Linen model does.
+  np.testing.assert_array_equal(outputs(pair, model=port), outputs(pair, variables))
+  kernel = jax.tree.leaves(nnx.state(port, nnx.Param))[0]
+  assert kernel.sharding.mesh.shape == mesh().shape  # placed by the port's annotations
+  rows, _, _ = compare_outputs(source, tmp_path / 'nnx', models=models)
+  assert rows and all(r.identical for r in rows)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models)
+  rows, _, _ = compare_checkpoints(source, tmp_path / 'back', models=models)
+  assert rows and all(r.identical for r in rows)
+
+
+@pytest.mark.parametrize('form', ['model', 'params', 'pure'])
+def test_nnx_weights_convert_to_linen_and_restore_with_its_own_code(tmp_path, form):
+  pair = PAIRS['resnet'] if form == 'model' else PAIRS['transformer']
+  models = models_for(**models_of(pair, optimizer=None))
+  with in_mesh(pair['rules']):
+    port = nnx.jit(pair['nnx'])()
+  state = {
+      'model': lambda: nnx.state(port), 'params': lambda: nnx.state(port, nnx.Param),
+      'pure': lambda: nnx.to_pure_dict(nnx.state(port, nnx.Param)),
+  }[form]()
+  save(tmp_path / 'nnx', state)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'linen', 'linen', models=models, options=CheckpointOptions(in_memory=form == 'params'))
+  model, _ = linen_variables(pair)
+  with in_mesh(pair['rules']), ocp.StandardCheckpointer() as checkpointer:
+    # Linen's ordinary restore: its init traced abstractly, with the boxes' shardings.
+    init = lambda key, *xs: model.module.init(key, *xs, **model.kwargs)
+    abstract = jax.eval_shape(init, jax.random.key(0), *model.args)
+    shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh(), pair['rules'])
+    boxed = lambda x: isinstance(x, nn.meta.AxisMetadata)
+    placed = lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+    abstract = jax.tree.map(
+        lambda x, s: x.replace_boxed(placed(x.value, s)) if boxed(x) else placed(x, s),
+        abstract, shardings, is_leaf=boxed,
+    )
+    target = abstract if form == 'model' else {'params': abstract['params']}
+    restored = checkpointer.restore(os.fspath(tmp_path / 'linen'), target)
+  if form == 'model':
+    np.testing.assert_array_equal(outputs(pair, restored), outputs(pair, model=port))
+  else:
+    rows, _, _ = compare_checkpoints(tmp_path / 'nnx', tmp_path / 'linen', models=models)
+    assert rows and all(r.identical for r in rows)
+
+
+def test_weights_change_layout_on_the_way(tmp_path):
+  pair = PAIRS['transformer']
+  models = models_for(**models_of(pair, optimizer=None))
+  _, variables = linen_variables(pair)
+  write_linen(tmp_path / 'loop', 'params', variables)
+  summary = convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', 'nnx', models=models, layout='scan')
+  assert (summary['source']['layout'], summary['destination']['layout']) == ('loop', 'scan')
+  convert_checkpoint(tmp_path / 'scan', tmp_path / 'back', 'linen', models=models, layout='loop')
+  rows, _, _ = compare_checkpoints(tmp_path / 'loop', tmp_path / 'back', models=models)
+  assert rows and all(r.identical for r in rows)
+
+
+def test_weights_of_another_model_are_refused_leaf_by_leaf(tmp_path):
+  _, variables = linen_variables(PAIRS['cnn'])
+  write_linen(tmp_path / 'cnn', 'params', variables)
+  models = models_for(**models_of(PAIRS['resnet'], optimizer=None))
+  with pytest.raises(CheckpointError, match=r'does not hold the weights of .*missing \[.*\], unexpected \[.*Conv_0'):
+    convert_checkpoint(tmp_path / 'cnn', tmp_path / 'out', 'nnx', models=models)
+  assert not (tmp_path / 'out').exists()
+
+
+def test_a_tree_that_is_the_weights_of_both_models_is_refused_not_guessed(tmp_path):
+  """A port that kept Linen's names: its pure params dict is Linen's bare params."""
+  class Linen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      return nn.Dense(4, name='dense')(x)
+
+  class Port(nnx.Module):
+    def __init__(self, rngs):
+      self.dense = nnx.Linear(8, 4, rngs=rngs)
+
+  models = UserModels(lambda: small.LinenModel(Linen(), small.X), lambda: Port(nnx.Rngs(0)))
+  save(tmp_path / 'ambiguous', nnx.to_pure_dict(nnx.state(Port(nnx.Rngs(0)), nnx.Param)))
+  with pytest.raises(CheckpointError, match=r"is the weights of both models .*Linen's \{'params': \.\.\.\}"):
+    convert_checkpoint(tmp_path / 'ambiguous', tmp_path / 'out', 'linen', models=models)
+  save(tmp_path / 'named', nnx.state(Port(nnx.Rngs(0)), nnx.Param))  # Variables say NNX
+  assert convert_checkpoint(tmp_path / 'named', tmp_path / 'out', 'linen', models=models)['source']['framework'] == 'nnx'
+
+
+def test_weights_and_a_training_state_are_not_compared_as_one(tmp_path):
+  from tests.converters.checkpoint.test_hostile_models import linen_state
+
+  state = linen_state(small.make_tx())
+  save(tmp_path / 'state', state)
+  save(tmp_path / 'params', {'params': state.params})
+  models = UserModels(small.linen_mlp, small.nnx_mlp, paths=small.PATHS, optimizer=small.make_tx)
+  with pytest.raises(VerificationError, match='A and B hold different things: A a training state, B Linen'):
+    compare_checkpoints(tmp_path / 'state', tmp_path / 'params', models=models)
+  with pytest.raises(CheckpointError, match=r"holds weights only .*no optimizer is needed"):
+    compare_checkpoints(tmp_path / 'params', tmp_path / 'params', models=KitModels())
+
+
+def test_the_command_line_says_it_found_weights_only(tmp_path, capsys):
+  pair = PAIRS['cnn']
+  _, variables = linen_variables(pair)
+  write_linen(tmp_path / 'weights.msgpack', 'msgpack', variables)
+  module = 'tests.converters.checkpoint.zoo_models'
+  options = ['--linen-model', f'{module}:linen_cnn', '--nnx-model', f'{module}:nnx_cnn', '--paths', f'{module}:CNN_PATHS']
+  assert linen_nnx('convert', tmp_path / 'weights.msgpack', tmp_path / 'nnx', '--to', 'nnx', *options) == 0
+  out = capsys.readouterr().out
+  assert 'weights only: a bare Linen params tree -> NNX parameters (nnx.state(model, nnx.Param))' in out
+  assert 'step' not in out.splitlines()[-1]
+  assert linen_nnx('compare', tmp_path / 'weights.msgpack', tmp_path / 'nnx', *options) == 0
