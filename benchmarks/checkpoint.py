@@ -231,7 +231,7 @@ def measure(model: str, kind: str, src: str, dst: str, budget: int, process=None
   # is taken: loaded libraries are not memory the work uses.
   from converters.checkpoint import inspect as checkpoints
   from converters.checkpoint.convert import CheckpointOptions, convert_checkpoint
-  from converters.checkpoint.kit import models_for
+  from linen_nnx_cli.kit_models import models_for
   from flax import linen as nn
   import orbax.checkpoint as ocp
 

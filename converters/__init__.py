@@ -65,7 +65,6 @@ _EXPORTS = {
     'convert_checkpoint': 'converters.checkpoint.convert',
     'CheckpointOptions': 'converters.checkpoint.convert',
     'UserModels': 'converters.checkpoint.models',
-    'KitModels': 'converters.checkpoint.kit',
     'ModelPair': 'converters.checkpoint.models',
     'compare_checkpoints': 'converters.checkpoint.compare',
 }

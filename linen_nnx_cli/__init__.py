@@ -1,7 +1,9 @@
 """The `linen-nnx` command line: what a person runs and sees.
 
 `main` parses the commands (demo, convert, compare, side-by-side) and reports
-failures in one line and an exit code, `demo` and `compare_training` run the
+failures in one line and an exit code, `kit_models` gives the checkpoint tool
+the kit's MLP as a model pair (and `models_for` the pair the options
+describe), `demo` and `compare_training` run the
 kit's MLP in both frameworks, `progress` (rich's bar on a terminal, lines in
 logs) and `tables` (rich's tables on a terminal, plain text elsewhere) draw on
 the screen, `plot` draws the demo's loss curves, `side_by_side` renders the

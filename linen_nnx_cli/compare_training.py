@@ -10,8 +10,8 @@ from __future__ import annotations
 import jax
 
 from converters.checkpoint.compare import LeafComparison, compare_linen_states
-from converters.checkpoint.kit import correspondence_of_name
-from converters.checkpoint.kit import nnx_to_linen_state, start_from_linen
+from linen_nnx_cli.kit_models import correspondence_of_name
+from linen_nnx_cli.kit_models import nnx_to_linen_state, start_from_linen
 from converters.presets import KIT_PATHS
 from kit_mlp.data import make_batches
 from kit_mlp.optimizers import make_tx

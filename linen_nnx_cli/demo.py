@@ -2,7 +2,7 @@
 
 Prints the mesh and a table of every parameter with its path, shape and
 PartitionSpec on both sides. Then converts a new Linen `TrainState` to NNX
-(`converters.checkpoint.kit.start_from_linen`), shows how one weight is laid out over
+(`linen_nnx_cli.kit_models.start_from_linen`), shows how one weight is laid out over
 the devices on each side (`jax.debug.visualize_array_sharding`), trains both
 on the same batches and prints their losses step by step: they are identical,
 bit for bit. Both loss curves go to a PNG when matplotlib (the plot extra) is
@@ -15,7 +15,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from converters.checkpoint.kit import start_from_linen
+from linen_nnx_cli.kit_models import start_from_linen
 from converters.paths import format_path
 from converters.presets import KIT_PATHS
 from converters.linen_trees import read_collection

@@ -510,7 +510,7 @@ def _models(args: argparse.Namespace) -> dict:
 
 def _convert(args: argparse.Namespace) -> int:
   from converters.checkpoint.convert import STAGES, CheckpointOptions, convert_checkpoint
-  from converters.checkpoint.kit import models_for
+  from linen_nnx_cli.kit_models import models_for
   from linen_nnx_cli.progress import Progress
 
   models = models_for(**_models(args))
@@ -576,7 +576,7 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
 
 
 def _map(args: argparse.Namespace) -> int:
-  from converters.checkpoint.kit import models_for
+  from linen_nnx_cli.kit_models import models_for
   from converters.checkpoint.models import UserModels
   from converters.paths import as_infer
 
@@ -603,7 +603,7 @@ def _map(args: argparse.Namespace) -> int:
 
 def _compare_checkpoints(args: argparse.Namespace) -> int:
   from converters.checkpoint.compare import compare_checkpoints, compare_outputs
-  from converters.checkpoint.kit import models_for
+  from linen_nnx_cli.kit_models import models_for
 
   options = _models(args)
   if args.outputs and 'linen_model' not in options:

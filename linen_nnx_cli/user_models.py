@@ -50,7 +50,7 @@ def load(option: str, spec: str) -> Any:
 
 
 def models_options(args) -> dict:
-  """The keyword arguments of `converters.checkpoint.kit.models_for` that
+  """The keyword arguments of `linen_nnx_cli.kit_models.models_for` that
   describe the models: the user's (`--linen-model` ...) or the kit's MLP."""
   from kit_mlp.description import RULE_SETS
 

@@ -45,7 +45,7 @@ jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
 
 # The kit's FSDP SGD is registered with the converters as a user registers an
 # optimizer of their own; many tests convert its state.
-from converters.checkpoint import kit  # noqa: E402, F401
+from linen_nnx_cli import kit_models  # noqa: E402, F401
 from tests import hypothesis_profiles  # noqa: E402, F401  (loads the profile)
 
 

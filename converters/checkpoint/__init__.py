@@ -8,13 +8,12 @@ training states of a user's Linen model and its NNX port abstractly
 (`convert_checkpoint(src, dst, to, models=..., layout=..., options=...)`)
 (`destination` guards SRC and DST); `verify` reads it back and compares it bit
 for bit; `compare` compares two training states leaf by leaf;
-`training_states` converts whole training states in memory; `kit` is the
-built-in model pair, the kit's own MLP described by its checkpoint (`KitModels`,
-the default when no models are given), with its optimizers and trainers, and
-`models_for`, which builds either pair from the command line's options.
+`training_states` converts whole training states in memory; `weights` reads
+and writes checkpoints of weights only. The models come from the caller, any
+`ModelPair`: the kit's own MLP is one among users' models
+(`linen_nnx_cli.kit_models.KitModels`).
 
-May import: the conversion core; only `kit` imports the kit's MLP
-(`kit_mlp`, `linen_impl`, `nnx_impl`), and `convert` and `compare` reach it
-only through `kit` (contracts in pyproject.toml). Never the command line: it
+May import: the conversion core. Never a model (`kit_mlp`, `linen_impl`,
+`nnx_impl`, `model_zoo`) nor the command line (contract in pyproject.toml): it
 reports its stages through a callback, not to the screen.
 """

@@ -189,8 +189,8 @@ def compare_checkpoints(
 ) -> tuple[list[LeafComparison], tuple[str, str], dict]:
   """Rows comparing the training states of two checkpoints, in A's layout.
 
-  `models` (a `ModelPair`) is what `convert_checkpoint` takes; None: the
-  kit's MLP. `allow_unfinished` reads Orbax saves that never finished (see
+  `models` (a `ModelPair`) is what `convert_checkpoint` takes.
+  `allow_unfinished` reads Orbax saves that never finished (see
   `checkpoints.inspect`).
 
   Raises:
@@ -200,11 +200,10 @@ def compare_checkpoints(
   """
   from converters.checkpoint import inspect as checkpoints
   from converters.checkpoint import training_states, weights
-  from converters.checkpoint.kit import KitModels
   from converters.checkpoint.models import check_model_pair
   from converters.errors import VerificationError
 
-  models = KitModels() if models is None else check_model_pair(models)
+  models = check_model_pair(models)
   infos = checkpoints.inspect(a, allow_unfinished), checkpoints.inspect(b, allow_unfinished)
   described = [models.summary(i) for i in infos]
   without_layout = [{k: v for k, v in d.items() if k != 'layout'} for d in described]

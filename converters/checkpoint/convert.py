@@ -31,7 +31,6 @@ from converters.allocator import release_free_memory
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint import training_states
 from converters.checkpoint import recipes, streaming, weights
-from converters.checkpoint.kit import KitModels
 from converters.checkpoint.models import ModelPair, check_model_pair
 from converters.checkpoint.orbax_files import CheckpointWriter, SourceCheckpoint
 from converters.checkpoint.destination import (
@@ -177,8 +176,8 @@ def convert_checkpoint(
     to: 'linen' or 'nnx'.
     models: the Linen model and its NNX port whose training state SRC holds
       (`UserModels(linen_model, nnx_model, paths=..., optimizer=...)`), with
-      the mesh to convert on; None: the kit's MLP, described by the
-      checkpoint itself (`KitModels()`).
+      the mesh to convert on (any `ModelPair`: the kit's own MLP is
+      `linen_nnx_cli.kit_models.KitModels()`).
     layout: 'scan' or 'loop'; None keeps SRC's (a model factory must take
       `layout=` to make another one).
     options: how to read, write and report (`CheckpointOptions`).
@@ -198,7 +197,7 @@ def convert_checkpoint(
     raise CheckpointError(f'to={to!r}: choose one of {FRAMEWORKS}')
   if layout not in (None, 'scan', 'loop'):
     raise CheckpointError(f'layout={layout!r}: choose scan or loop')
-  models = KitModels() if models is None else check_model_pair(models)
+  models = check_model_pair(models)
   options = CheckpointOptions() if options is None else options
   if not isinstance(options, CheckpointOptions):
     raise CheckpointError(f'options={options!r}: give CheckpointOptions(...)')

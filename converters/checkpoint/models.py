@@ -153,9 +153,11 @@ class ModelPair(typing.Protocol):
 
   `convert_checkpoint` and `compare_checkpoints` take any object with these
   members (`MODEL_PAIR_MEMBERS`); the `linen-nnx` command line builds one with
-  `converters.checkpoint.kit.models_for`. Two implementations: `UserModels`
-  (your models, traced abstractly) and `converters.checkpoint.kit.KitModels`
-  (the kit's MLP, described by the checkpoint itself). The plan must be of
+  `linen_nnx_cli.kit_models.models_for`. Two implementations: `UserModels`
+  (your models, traced abstractly) and the command line's
+  `linen_nnx_cli.kit_models.KitModels` (the kit's MLP, described by the
+  checkpoint itself), which the checkpoint tool knows only through this
+  interface. The plan must be of
   the checkpoint's framework, to the framework and layout asked for
   (`convert_checkpoint` checks).
   """
@@ -180,16 +182,23 @@ def check_model_pair(models: Any) -> ModelPair:
   Read on the class, so that no property runs (`UserModels.mapping` may
   infer the mapping).
   """
+  if models is None:
+    raise CheckpointError(
+        'models= is not given: a checkpoint holds arrays only, and the models say what '
+        'they are; give the Linen model and its NNX port (UserModels(linen_model, '
+        "nnx_model, paths=..., optimizer=...)); the kit's own MLP is "
+        'linen_nnx_cli.kit_models.KitModels()'
+    )
   if isinstance(models, type):
     raise CheckpointError(
         f'models={models.__name__}: give an instance (UserModels(linen_model, nnx_model, '
-        "...), or KitModels()), not the class"
+        "...)), not the class"
     )
   missing = [m for m in MODEL_PAIR_MEMBERS if not hasattr(type(models), m)]
   if missing:
     raise CheckpointError(
         f'models={models!r} lacks {missing}: give UserModels(linen_model, nnx_model, ...) '
-        "for your models, or leave models out for the kit's MLP"
+        'for your models'
     )
   return models
 

@@ -157,7 +157,7 @@ def _cli_in_processes(tmp_path, per_process_args, timeout_s=300):
 def test_cli_convert_runs_as_one_job_of_two_processes(tmp_path):
   from nnx_impl import checkpoint as nnx_checkpoint
   from nnx_impl import train as nnx_train
-  from converters.checkpoint.kit import linen_to_nnx_state
+  from linen_nnx_cli.kit_models import linen_to_nnx_state
   from tests.converters.checkpoint.fixtures import DESC, same_leaves, write_checkpoint
 
   linen, state = write_checkpoint(tmp_path / 'src', 'linen', DESC, 'adam')

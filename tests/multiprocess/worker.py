@@ -98,7 +98,7 @@ def conversions(workdir: str, options: dict) -> dict:
   from tests.converters.checkpoint.fixtures import same_leaves
   from kit_mlp.data import make_batches
   from kit_mlp.optimizers import make_tx
-  from converters.checkpoint.kit import linen_to_nnx_state, nnx_to_linen_state
+  from linen_nnx_cli.kit_models import linen_to_nnx_state, nnx_to_linen_state
   from linen_impl import train as linen_train
   from nnx_impl import train as nnx_train
 
@@ -156,12 +156,12 @@ def checkpoint(workdir: str, options: dict) -> dict:
   import jax
 
   from converters.checkpoint.convert import convert_checkpoint
-  from converters.checkpoint.kit import models_for
+  from linen_nnx_cli.kit_models import models_for
   from tests.converters.checkpoint.fixtures import same_leaves
   from kit_mlp.description import FSDP_RULES
   from kit_mlp.data import make_batches
   from kit_mlp.optimizers import make_tx
-  from converters.checkpoint.kit import linen_to_nnx_state
+  from linen_nnx_cli.kit_models import linen_to_nnx_state
   from linen_impl import checkpoint as linen_checkpoint
   from linen_impl import train as linen_train
   from nnx_impl import checkpoint as nnx_checkpoint
@@ -227,7 +227,7 @@ def zoo_checkpoint(workdir: str, options: dict) -> dict:
 
   from converters.checkpoint.compare import compare_checkpoints
   from converters.checkpoint.convert import convert_checkpoint
-  from converters.checkpoint.kit import models_for
+  from linen_nnx_cli.kit_models import models_for
   from converters.checkpoint.models import UserModels
   from tests.converters.checkpoint import test_models
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from converters.checkpoint.compare import nnx_path_of
-from converters.checkpoint.kit import correspondence_of_name
+from linen_nnx_cli.kit_models import correspondence_of_name
 from converters.presets import KIT_PATHS
 
 

@@ -8,9 +8,10 @@ import jax
 import pytest
 
 from converters.checkpoint import inspect as checkpoints
-from converters.checkpoint import kit, training_states
+from converters.checkpoint import training_states
 from converters.checkpoint.convert import CheckpointOptions, convert_checkpoint
-from converters.checkpoint.kit import models_for
+from linen_nnx_cli import kit_models as kit
+from linen_nnx_cli.kit_models import KitModels, models_for
 from converters.checkpoint.models import Plan
 from converters.errors import CheckpointError
 from converters.optimizer_state import NNX_OPTIMIZER
@@ -76,8 +77,8 @@ def test_round_trip_is_the_identity(tmp_path):
   layer = {**state.params['DotReluDot_1'], 'W2': w2.replace(value=negative_zero)}
   state = state.replace(params={**state.params, 'DotReluDot_1': layer})
   linen_checkpoint.save(tmp_path / 'linen', state)
-  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', layout='scan')
-  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', layout='loop')
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', layout='scan', models=KitModels())
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', layout='loop', models=KitModels())
   with jax.set_mesh(trainer.mesh):
     assert_bit_identical(state, linen_checkpoint.restore(tmp_path / 'back', trainer))
 
@@ -86,10 +87,10 @@ def test_existing_destination_needs_force(tmp_path):
   write_checkpoint(tmp_path / 'src')
   write_checkpoint(tmp_path / 'dst', 'linen', steps=1)
   with pytest.raises(CheckpointError, match='already exists; pass --force'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=KitModels())
   assert checkpoints.inspect(tmp_path / 'dst').framework == 'linen'
   convert_checkpoint(
-      tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(force=True),
+      tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(force=True), models=KitModels(),
   )
   assert checkpoints.inspect(tmp_path / 'dst').framework == 'nnx'
   assert sorted(os.listdir(tmp_path)) == ['dst', 'src']  # no partial or replaced left
@@ -101,7 +102,7 @@ def test_force_never_replaces_a_directory_that_holds_no_checkpoint(tmp_path):
   (tmp_path / 'dst' / 'keep.txt').write_text('mine')
   with pytest.raises(CheckpointError, match='holds something other than a checkpoint; --force only replaces'):
     convert_checkpoint(
-        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(force=True),
+        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(force=True), models=KitModels(),
     )
   assert os.listdir(tmp_path / 'dst') == ['keep.txt']
   assert (tmp_path / 'dst' / 'keep.txt').read_text() == 'mine'
@@ -123,7 +124,7 @@ def test_a_failed_rename_into_place_puts_the_replaced_dst_back(tmp_path, monkeyp
   monkeypatch.setattr(checkpoint_convert.os, 'rename', failing_rename)
   with pytest.raises(CheckpointError, match='could not be moved into place: No space left on device; DST is as it was'):
     convert_checkpoint(
-        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(force=True),
+        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(force=True), models=KitModels(),
     )
   assert tree_checksum(tmp_path / 'dst') == before
   assert sorted(os.listdir(tmp_path)) == ['dst', 'src']
@@ -137,7 +138,7 @@ def test_destination_overlapping_the_source_is_refused_even_with_force(tmp_path,
   before = tree_checksum(tmp_path / 'src')
   with pytest.raises(CheckpointError, match=f'{relation} the source'):
     convert_checkpoint(
-        tmp_path / 'src', tmp_path / dst, 'nnx', options=CheckpointOptions(force=True),
+        tmp_path / 'src', tmp_path / dst, 'nnx', options=CheckpointOptions(force=True), models=KitModels(),
     )
   assert tree_checksum(tmp_path / 'src') == before
 
@@ -178,10 +179,10 @@ def test_layer_partition_with_no_scanned_side_is_refused(tmp_path):
 def test_unfinished_source_is_refused_unless_allowed(tmp_path):
   _, _, temporary = write_unfinished_checkpoint(tmp_path / 'src')
   with pytest.raises(CheckpointError, match='unfinished Orbax save'):
-    convert_checkpoint(temporary, tmp_path / 'dst', 'nnx')
+    convert_checkpoint(temporary, tmp_path / 'dst', 'nnx', models=KitModels())
   assert not os.path.exists(tmp_path / 'dst')
   summary = convert_checkpoint(
-      temporary, tmp_path / 'dst', 'nnx', options=CheckpointOptions(allow_unfinished=True),
+      temporary, tmp_path / 'dst', 'nnx', options=CheckpointOptions(allow_unfinished=True), models=KitModels(),
   )
   assert summary['verified'] and checkpoints.inspect(tmp_path / 'dst').framework == 'nnx'
 
@@ -190,7 +191,7 @@ def test_bad_source_writes_nothing(tmp_path):
   write_checkpoint(tmp_path / 'src')
   os.remove(tmp_path / 'src' / '_METADATA')
   with pytest.raises(CheckpointError, match='corrupted or incomplete'):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'out' / 'dst', 'nnx')
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'out' / 'dst', 'nnx', models=KitModels())
   assert sorted(os.listdir(tmp_path)) == ['src']
 
 
@@ -198,7 +199,7 @@ def test_stale_partial_output_of_a_killed_run_is_removed(tmp_path):
   write_checkpoint(tmp_path / 'src')
   stale = tmp_path / '.dst.partial-999999999'  # no such process
   (stale / 'checkpoint.orbax-checkpoint-tmp').mkdir(parents=True)
-  convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=KitModels())
   assert sorted(os.listdir(tmp_path)) == ['dst', 'src']
 
 
@@ -246,7 +247,7 @@ def test_data_lost_while_writing_fails_verification_and_moves_nothing(tmp_path, 
     monkeypatch.setattr(CheckpointWriter, 'write_metadata', _losing_metadata(CheckpointWriter.write_metadata))
   with pytest.raises(VerificationError, match=r'cannot be read back at \[model/layers/1/w2/value\]'):
     convert_checkpoint(
-        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(in_memory=in_memory),
+        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(in_memory=in_memory), models=KitModels(),
     )
   assert sorted(os.listdir(tmp_path)) == ['src']
   argv = ['convert', str(tmp_path / 'src'), str(tmp_path / 'dst'), '--to', 'nnx']
@@ -266,12 +267,15 @@ def test_models_without_the_members_of_a_model_pair_are_refused(tmp_path):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=NotAPair())
   with pytest.raises(CheckpointError, match='give an instance'):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=kit.KitModels)
+  # The checkpoint tool knows no model of its own, the kit's MLP included.
+  with pytest.raises(CheckpointError, match=r"models= is not given: .*linen_nnx_cli.kit_models.KitModels\(\)"):
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
   assert sorted(os.listdir(tmp_path)) == ['src']
 
 
 def test_options_must_be_checkpoint_options(tmp_path):
   with pytest.raises(CheckpointError, match=r"options=\{'force': True\}: give CheckpointOptions"):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', options={'force': True})
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', options={'force': True}, models=KitModels())
 
 
 class Wrapped:

@@ -27,7 +27,7 @@ from flax.training import train_state
 import converters
 from converters import LinenModel, compare_checkpoints, convert_checkpoint
 from converters.checkpoint.convert import CheckpointOptions
-from converters.checkpoint.kit import models_for
+from linen_nnx_cli.kit_models import models_for
 from converters.checkpoint.models import UserModels, train_state_class
 from converters.errors import CheckpointError, ShapeError, StructureError
 from tests.converters.checkpoint import small_models as small

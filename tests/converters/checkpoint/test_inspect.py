@@ -16,7 +16,7 @@ import pytest
 from flax.training import checkpoints as flax_checkpoints
 
 from converters.checkpoint import inspect as checkpoints
-from converters.checkpoint import kit
+from linen_nnx_cli import kit_models as kit
 from converters.errors import CheckpointError
 from tests.converters.checkpoint.fixtures import (
     DESC,

@@ -33,7 +33,7 @@ from jax.sharding import AxisType
 
 from converters import LinenModel, convert_checkpoint, compare_checkpoints
 from converters.checkpoint.convert import CheckpointOptions
-from converters.checkpoint.kit import models_for
+from linen_nnx_cli.kit_models import models_for
 from converters.checkpoint.models import UserModels, train_state_class
 from converters.errors import CheckpointError, PathMappingError, ShapeError
 from model_zoo.linen import resnet as linen_resnet

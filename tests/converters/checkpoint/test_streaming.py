@@ -16,7 +16,7 @@ import tensorstore as ts
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint import streaming
 from converters.checkpoint.convert import CheckpointOptions, convert_checkpoint
-from converters.checkpoint.kit import models_for
+from linen_nnx_cli.kit_models import KitModels, models_for
 from converters.checkpoint.orbax_files import CheckpointWriter, SourceCheckpoint
 from converters.errors import CheckpointError
 from tests.converters.checkpoint import zoo_models as zoo
@@ -54,8 +54,8 @@ def assert_same_checkpoint(a, b) -> None:
 def test_unchanged_chunks_move_as_their_bytes_and_stacks_keep_a_layer_per_chunk(tmp_path):
   write_checkpoint(tmp_path / 'src')
   source = _chunks(tmp_path / 'src')
-  convert_checkpoint(tmp_path / 'src', tmp_path / 'loop', 'nnx')
-  convert_checkpoint(tmp_path / 'src', tmp_path / 'scan', 'nnx', layout='scan')
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'loop', 'nnx', models=KitModels())
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'scan', 'nnx', layout='scan', models=KitModels())
   same, stacked = _chunks(tmp_path / 'loop'), _chunks(tmp_path / 'scan')
   # Same layout: each parameter chunk is the source's chunk, byte for byte.
   assert same[b'model.layers.1.w2.value/3.0'] == source[b'params.DotReluDot_1.W2.value/3.0']
@@ -68,7 +68,7 @@ def test_unchanged_chunks_move_as_their_bytes_and_stacks_keep_a_layer_per_chunk(
         f'params.DotReluDot_{layer}.W2.value/3.0'.encode()
     ]
   # Unstacking what it stacked moves bytes again: the round trip is the source's chunks.
-  convert_checkpoint(tmp_path / 'scan', tmp_path / 'back', 'linen', layout='loop')
+  convert_checkpoint(tmp_path / 'scan', tmp_path / 'back', 'linen', layout='loop', models=KitModels())
   back = _chunks(tmp_path / 'back')
   assert {k: v for k, v in back.items() if b'DotReluDot' in k} == {
       k: v for k, v in source.items() if b'DotReluDot' in k
@@ -122,8 +122,8 @@ def test_a_msgpack_source_streams_like_an_orbax_one(tmp_path):
 
   _, state = write_checkpoint(tmp_path / 'orbax')
   flax_checkpoints.save_checkpoint(tmp_path / 'flax', jax.device_get(state), step=2, orbax_checkpointer=None)
-  convert_checkpoint(tmp_path / 'flax', tmp_path / 'from-msgpack', 'nnx', layout='scan')
-  convert_checkpoint(tmp_path / 'orbax', tmp_path / 'from-orbax', 'nnx', layout='scan')
+  convert_checkpoint(tmp_path / 'flax', tmp_path / 'from-msgpack', 'nnx', layout='scan', models=KitModels())
+  convert_checkpoint(tmp_path / 'orbax', tmp_path / 'from-orbax', 'nnx', layout='scan', models=KitModels())
   assert_same_checkpoint(tmp_path / 'from-msgpack', tmp_path / 'from-orbax')
 
 
@@ -166,7 +166,7 @@ def test_written_metadata_that_lost_or_changed_an_array_fails_verification(tmp_p
   write_checkpoint(tmp_path / 'src')
   monkeypatch.setattr(CheckpointWriter, 'write_metadata', damaged)
   with pytest.raises(VerificationError, match=message):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=KitModels())
   assert sorted(os.listdir(tmp_path)) == ['src']
 
 
@@ -236,7 +236,7 @@ def test_a_failed_checksum_still_waits_for_its_chunks_writes(tmp_path, monkeypat
   monkeypatch.setattr(CheckpointWriter, 'write_chunks', tracked_write_chunks)
   monkeypatch.setattr(streaming, '_crcs', failing_crcs)
   with pytest.raises(MemoryError):
-    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx')
+    convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=KitModels())
   assert started and sorted(ended) == sorted(started)  # no write outlived the conversion
   assert sorted(os.listdir(tmp_path)) == ['src']
 
@@ -278,7 +278,7 @@ def test_a_failing_job_is_raised_once_every_started_job_has_ended():
 def test_a_memory_budget_below_a_mib_or_not_an_int_is_refused(tmp_path, budget):
   with pytest.raises(CheckpointError, match='memory_budget=.*at least 1 MiB'):
     convert_checkpoint(
-        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(memory_budget=budget),
+        tmp_path / 'src', tmp_path / 'dst', 'nnx', options=CheckpointOptions(memory_budget=budget), models=KitModels(),
     )
 
 
@@ -288,7 +288,7 @@ def test_a_memory_budget_for_the_in_memory_path_is_refused(tmp_path):
   with pytest.raises(CheckpointError, match=r'memory_budget=1073741824 bounds the streaming .* give one of them'):
     convert_checkpoint(
         tmp_path / 'src', tmp_path / 'dst', 'nnx',
-        options=CheckpointOptions(in_memory=True, memory_budget=2**30),
+        options=CheckpointOptions(in_memory=True, memory_budget=2**30), models=KitModels(),
     )
   assert sorted(os.listdir(tmp_path)) == ['src']
 

@@ -26,7 +26,7 @@ from flax.training import checkpoints as flax_checkpoints
 from converters import compare_checkpoints, convert_checkpoint
 from converters.checkpoint.compare import compare_outputs
 from converters.checkpoint.convert import CheckpointOptions
-from converters.checkpoint.kit import KitModels, models_for
+from linen_nnx_cli.kit_models import KitModels, models_for
 from converters.checkpoint.models import UserModels
 from converters.errors import CheckpointError, VerificationError
 from tests.converters.checkpoint import small_models as small

@@ -1,4 +1,4 @@
-"""Tests of `converters.checkpoint.kit`: the kit's MLP described by its own checkpoint."""
+"""Tests of `linen_nnx_cli.kit_models`: the kit's MLP described by its own checkpoint."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from converters.checkpoint import inspect as checkpoints
-from converters.checkpoint import kit
+from linen_nnx_cli import kit_models as kit
 from converters.errors import CheckpointError
 from tests.converters.checkpoint.fixtures import DESC, write_checkpoint
 

@@ -1,19 +1,19 @@
-"""The kit's own MLP as the checkpoint tool's built-in model, and its optimizers.
+"""The kit's own MLP as a model pair of the checkpoint tool, and its optimizers.
 
 A checkpoint of the kit's `linen_impl` / `nnx_impl` MLP describes its model
 itself: `describe` reads the layout, layer count, width, dtype and optimizer
 from its leaves (`DotReluDot_<i>` layers, `ScanDotReluDot_0` stacked), and
 `KitModels` builds both sides from that description, the way `UserModels`
-builds them from a user's factories. It is what the checkpoint tool uses when
-no model is given, so the kit's commands work with no options.
+builds them from a user's factories: both are `ModelPair`s, which is all the
+checkpoint tool knows of either. `models_for` makes the one the command
+line's options describe: `KitModels` when no model is given, so the kit's
+commands work with no options.
 
 The FSDP example's hand-written SGD (`nnx_impl.sgd.SGD`) keeps the trace of
 `optax.chain(optax.ema(decay, debias=False), optax.scale(-lr))` as its
 `momentum` and no `count` (it always equals the step). Importing this module
 registers that correspondence with `converters.register_optimizer`, the way a
 user registers an optimizer of their own.
-
-This module, and only this one in the checkpoint tool, imports the kit's MLP.
 """
 
 from __future__ import annotations
