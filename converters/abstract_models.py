@@ -40,9 +40,10 @@ T = TypeVar('T')
 #: How to fix a port that keeps state Linen computes (a constant table, a
 #: mask) as a plain array attribute.
 PLAIN_ARRAY_FIX = (
-    'compute it in __call__ as the Linen model does (a constant table, a mask), or hold '
-    "it in an nnx.Variable and add the rule PathRule.nnx_only('<its path>') to keep "
-    "the target's value"
+    'compute it in __call__ as the Linen model does (a constant table, a mask); or '
+    'give it as a numpy array (np.asarray: created abstractly it keeps its shape, and '
+    'the checkpoint tool makes its value) or hold it in an nnx.Variable, and add the '
+    "rule PathRule.nnx_only('<its path>') to keep the target's value"
 )
 
 
@@ -90,13 +91,29 @@ def made_values(create: Callable[[], Any], paths: Sequence[tuple], shardings=Non
 
 def with_made_values(model: T, create: Callable[[], T], paths: Sequence[tuple]) -> T:
   """`model` (abstract, from `eval_shape(create)`) holding the values `create`
-  makes at the Variable `paths` (`made_values`); the other Variables stay abstract."""
+  makes at `paths` (`made_values`): Variables, or array attributes (a numpy
+  mask, abstract in `model`); the rest stays abstract."""
   if not paths:
     return model
-  variables = dict(nnx.to_flat_state(nnx.state(model)))
+  leaves = dict(nnx.to_flat_state(nnx.state(model)))
+  attributes = []
   for path, value in zip(paths, made_values(create, paths)):
-    variables[path].set_raw_value(value)
+    if isinstance(leaves[path], nnx.Variable):
+      leaves[path].set_raw_value(value)
+    else:
+      attributes.append((path, value))
+  if attributes:
+    nnx.update(model, nnx.from_flat_state(attributes))
   return model
+
+
+def abstract_attributes(model) -> list[tuple]:
+  """The paths of `model`'s array attributes (not Variables) that it holds
+  abstractly (a numpy mask an `nnx.eval_shape` creation left as its shape)."""
+  return [
+      tuple(p) for p, v in nnx.to_flat_state(nnx.state(model))
+      if not isinstance(v, nnx.Variable) and isinstance(v, jax.ShapeDtypeStruct)
+  ]
 
 
 def _refuse_leaked(e: Exception) -> None:

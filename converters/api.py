@@ -100,6 +100,8 @@ def linen_to_nnx(
   flats = {name: linen_trees.read_collection(tree, name, strict=options.strict) for name, tree in trees.items()}
   if 'params' in flats:
     _nonempty(flats['params'], 'params')
+  if isinstance(linen, TrainState):
+    linen_trees.check_untrained(linen.params, _only(options, 'linen'), 'params')
   conversion = Conversion(options)
   converted = conversion.add_collections(
       flats, 'linen', 'nnx',
@@ -178,7 +180,9 @@ def nnx_to_linen(
   )
   if optimizer is not None:
     only = _only(options, 'nnx')
-    nnx_trees.check_untrained({p: v for p, v in nnx.to_flat_state(state) if only(tuple(p))}, 'model')
+    nnx_trees.check_untrained(
+        {tuple(p): v for p, v in nnx.to_flat_state(state) if only(tuple(p))}, optimizer, 'model',
+    )
   if optimizer is not None or not groups:
     _nonempty(groups.get('params', {}), 'model')
   conversion = Conversion(options)
@@ -192,6 +196,8 @@ def nnx_to_linen(
     return linen_trees.write_collections(_nonempty_collections(converted), conversion.value)
 
   templates = linen_trees.templates_of(target, table, groups, only=_only(options, 'linen'))
+  if optimizer is not None:
+    linen_trees.check_untrained(templates['params'], _only(options, 'linen'), 'target.params')
   filled = {}
   for c in sorted(templates):
     template = linen_trees.read_collection(templates[c], f'target.{c}')

@@ -22,12 +22,13 @@ from converters.errors import (
     AnnotationError,
     LayoutError,
     OptimizerStateError,
+    PathMappingError,
     ShapeError,
     StructureError,
     format_offenders,
 )
 from converters.options import Options
-from converters.paths import Framework, format_path
+from converters.paths import Framework, PathMapping, format_path
 from converters.planning import Flat, Plan, Target
 
 
@@ -338,6 +339,28 @@ def _padded_axes(annotation: md.Annotation, rank: int, path: str, rules) -> tupl
   return tuple(axes) + (None,) * (rank - len(axes))
 
 
+def check_not_one_sided(plan, mapping: PathMapping, source: Framework, target: Framework) -> None:
+  """Refuses target paths that a one-sided rule says only the target's side
+  has (a kept path, or an identity mapping, converting onto them): the rule
+  keeps the target's value there, so a converted value would be dropped."""
+  if source == target:
+    return
+  clash = [
+      f'{format_path(p)} <- {" & ".join(plan.producers[p])}'
+      for p in plan.targets if mapping.only(target, p)
+  ]
+  if clash:
+    side = 'NNX' if target == 'nnx' else 'Linen'
+    raise PathMappingError(
+        f'source paths convert onto paths a one-sided rule says only {side} has: '
+        f'{format_offenders(clash)}; the rule keeps the target\'s value there, so the '
+        'converted one would be lost',
+        clash,
+        fix=f'drop the {target}_only rule if the source holds that state, or map the '
+        'source path elsewhere',
+    )
+
+
 def check_keys(where: str, wanted, given, explain=None):
   """Raises unless `given` (the converted leaves) has exactly the paths of
   `wanted` (the target's), listing every path missing and unexpected.
@@ -368,9 +391,11 @@ def check_keys(where: str, wanted, given, explain=None):
         f'{where}: {" and ".join(parts)} (target-side paths, after the path mapping)',
         offenders,
         fix='if a rule maps to a path the target does not have, or no rule produces '
-        'one it has, fix the rules (paths=); for state only the target has (a table '
-        'the other model computes on the fly), add PathRule.nnx_only(path) or '
-        'PathRule.linen_only(path) to keep the target\'s value; else convert between '
-        'models of the same configuration, optimizer and layout',
+        'one it has, fix the rules (paths=); '
+        + ('' if error is OptimizerStateError else
+           'for state only the target has (a table the other model computes on the '
+           "fly), add PathRule.nnx_only(path) or PathRule.linen_only(path) to keep the "
+           "target's value; ")
+        + 'else convert between models of the same configuration, optimizer and layout',
     )
 

@@ -80,6 +80,7 @@ class Conversion:
         rules=options.resolution_rules,
     )
     checks.check_plan(plan)
+    checks.check_not_one_sided(plan, options.paths, source, target)
     targets = plan.targets
     if options.rules is not None:
       targets = {

@@ -23,6 +23,11 @@ def key_of(k) -> Any:
   raise StructureError(f'unsupported pytree key {k!r}')
 
 
+def never(path: tuple) -> bool:
+  """The predicate no path satisfies (no state is one side's only)."""
+  return False
+
+
 def keys_of(keypath) -> tuple:
   """The path tuple of a JAX key path."""
   return tuple(key_of(k) for k in keypath)

@@ -19,7 +19,7 @@ from flax.training.train_state import TrainState
 
 from converters import metadata as md
 from converters.errors import AnnotationError, OptimizerStateError, StructureError, format_offenders
-from converters.flat_trees import check_array, keys_of, nest
+from converters.flat_trees import check_array, keys_of, nest, never
 from converters.paths import format_path
 from converters.variable_types import CollectionTable
 
@@ -34,10 +34,6 @@ def _extra_fields(state: TrainState):
       yield field.name, getattr(state, field.name)
 
 
-def _nothing_only(path: tuple) -> bool:
-  return False
-
-
 def only_linen_state(tree, only: Callable[[tuple], bool]) -> bool:
   """Whether every leaf of a collection is state only Linen has (`only`: a
   one-sided rule names it), so that NNX needs no Variable type for it."""
@@ -46,7 +42,7 @@ def only_linen_state(tree, only: Callable[[tuple], bool]) -> bool:
 
 
 def input_collections(
-    linen, table: CollectionTable, *, only: Callable[[tuple], bool] = _nothing_only
+    linen, table: CollectionTable, *, only: Callable[[tuple], bool] = never
 ) -> dict[str, Any]:
   """`{collection: tree}` of a variables dict or a `TrainState` (its extra
   fields). A collection of state only Linen has (`only`) needs no NNX type."""
@@ -121,7 +117,7 @@ def read_collection(
 
 
 def templates_of(
-    target, table: CollectionTable, groups, *, only: Callable[[tuple], bool] = _nothing_only
+    target, table: CollectionTable, groups, *, only: Callable[[tuple], bool] = never
 ) -> dict[str, Any]:
   """`{collection: template tree}` of a Linen target: a variables dict, or a
   `TrainState` whose fields of collection names (`params`, `batch_stats`) are
@@ -168,6 +164,22 @@ def templates_of(
         lacking,
     )
   return templates
+
+
+def check_untrained(params, only: Callable[[tuple], bool], where: str) -> None:
+  """Refuses parameters of a `TrainState` that are state only Linen has
+  (`only`): the optimizer trains them, and their optimizer state would have
+  no NNX counterpart either."""
+  trained = [f'{where}/{format_path(p)}' for p in tree_param_paths(params) if only(p)]
+  if trained:
+    raise StructureError(
+        f'{format_offenders(trained)}: named by a one-sided rule (state only Linen has), '
+        'but a parameter the optimizer trains: its optimizer state has no NNX counterpart '
+        'to convert',
+        trained,
+        fix='keep a constant the model computes once out of params (a collection of its '
+        'own), or give it an NNX counterpart and a two-sided rule',
+    )
 
 
 def kept_from_target(

@@ -20,7 +20,7 @@ from flax import nnx
 
 from converters import metadata as md
 from converters.errors import AnnotationError, StructureError, format_offenders
-from converters.flat_trees import check_array, nest
+from converters.flat_trees import check_array, nest, never
 from converters.abstract_models import PLAIN_ARRAY_FIX, without_tracers
 from converters.paths import format_path
 from converters.variable_types import CollectionTable
@@ -30,12 +30,8 @@ from converters.variable_types import CollectionTable
 OnlyNNX = Callable[[tuple], bool]
 
 
-def _nothing_only(path: tuple) -> bool:
-  return False
-
-
 def read_state(
-    state, where: str, rules: tuple | None = None, *, only: OnlyNNX = _nothing_only
+    state, where: str, rules: tuple | None = None, *, only: OnlyNNX = never
 ) -> dict[tuple, tuple[Any, md.Annotation, nnx.Variable]]:
   """`{path: (array, annotation, variable)}` of an `nnx.State`.
 
@@ -60,7 +56,7 @@ def read_state(
 
 
 def state_collections(
-    state, table: CollectionTable, rules, where: str, *, only: OnlyNNX = _nothing_only
+    state, table: CollectionTable, rules, where: str, *, only: OnlyNNX = never
 ) -> dict[str, dict]:
   """`{collection: flat}` of an `nnx.State`; RNG state and state only NNX has
   (`only`) left out (Linen has none)."""
@@ -76,7 +72,7 @@ def state_collections(
 
 
 def groups_by_type(
-    flat, table: CollectionTable, *, only: OnlyNNX = _nothing_only
+    flat, table: CollectionTable, *, only: OnlyNNX = never
 ) -> tuple[dict[str, dict], dict[str, type]]:
   """`({type name: flat}, {type name: Variable type})` of a state without RNG
   state, for a relayout within NNX (every Variable keeps its own type; state
@@ -181,7 +177,7 @@ class Template:
 
   @classmethod
   def of(
-      cls, model, optimizer, *, rules: tuple | None, rngs, only: OnlyNNX = _nothing_only, wrt=None,
+      cls, model, optimizer, *, rules: tuple | None, rngs, only: OnlyNNX = never, wrt=None,
   ) -> Template:
     """Reads the target; refuses abstract RNG state that `rngs` does not
     reseed, seeds that are not one per stream, and abstract state only NNX
@@ -194,7 +190,7 @@ class Template:
     kept = {tuple(p): leaf for p, leaf in nnx.to_flat_state(state) if in_model(tuple(p))}
     _check_kept(kept)
     if optimizer is not None:
-      check_untrained(kept, 'target')
+      check_untrained({p[1:]: v for p, v in kept.items()}, optimizer, 'target/model')
     if wrt is not None:
       selected = nnx.filterlib.to_predicate(wrt)
       kept |= {
@@ -237,8 +233,9 @@ class Template:
 
   def merge(self, filled, value_of: Callable[[Any], Any]):
     """The new model, or `(model, optimizer)`, holding the filled leaves."""
-    new_flat = {  # Variables of their own; an array attribute is immutable
-        p: leaf.replace(leaf.get_raw_value()) if isinstance(leaf, nnx.Variable) else leaf
+    new_flat = {  # Variables of their own; a numpy attribute copied, a jax.Array is immutable
+        p: leaf.replace(leaf.get_raw_value()) if isinstance(leaf, nnx.Variable)
+        else np.array(leaf) if isinstance(leaf, np.ndarray) else leaf
         for p, leaf in self.kept.items()
     }
     for path, (_, _, t_var) in self.variables.items():
@@ -256,18 +253,22 @@ class Template:
     return (objects['model'], objects['optimizer']) if 'optimizer' in objects else objects['model']
 
 
-def check_untrained(only: Mapping[tuple, Any], where: str) -> None:
-  """Refuses state only NNX has that an optimizer trains (an `nnx.Param`):
-  its optimizer state would have no Linen counterpart either."""
-  trained = [f'{where}/{format_path(p)}' for p, leaf in only.items() if isinstance(leaf, nnx.Param)]
+def check_untrained(only: Mapping[tuple, Any], optimizer, where: str) -> None:
+  """Refuses state only NNX has that `optimizer` trains (its `wrt`): its
+  optimizer state would have no Linen counterpart either."""
+  trains = nnx.filterlib.to_predicate(getattr(optimizer, 'wrt', nnx.Param))
+  trained = [
+      f'{where}/{format_path(p)}' for p, leaf in only.items()
+      if isinstance(leaf, nnx.Variable) and trains(p, leaf)
+  ]
   if trained:
     raise StructureError(
         f'{format_offenders(trained)}: named by a one-sided rule (state only NNX has), '
-        'but an nnx.Param, which the optimizer trains: its optimizer state has no '
-        'Linen counterpart to convert',
+        'but the optimizer trains it: its optimizer state has no Linen counterpart to '
+        'convert',
         trained,
-        fix='hold a constant the port computes once in an nnx.Variable (not a Param), '
-        'or give it a Linen counterpart and a two-sided rule',
+        fix='hold a constant the port computes once in an nnx.Variable the optimizer does '
+        'not train, or give it a Linen counterpart and a two-sided rule',
     )
 
 

@@ -186,6 +186,13 @@ class PathRule:
           f'rule {self}: a rule of state only the {_SIDE_NAMES[self.only]} side has gives '
           f'{self.only} templates and none of the other side (PathRule.{self.only}_only(...))'
       )
+    if self.only is not None and any(
+        isinstance(t, tuple) and len(t) > 1 for t in (getattr(self, self.only), getattr(self, f'{self.only}_stacked'))
+    ):
+      raise PathMappingError(
+          f'rule {self}: a rule of state only one side has names one path; write one '
+          f'PathRule.{self.only}_only(...) per path'
+      )
     if self.only is not None and self.transform is not None:
       raise PathMappingError(
           f'rule {self}: a rule of state only one side has takes no transform: there '

@@ -94,15 +94,13 @@ class CollectionTable:
     )
 
   def has_none(self, variable: nnx.Variable) -> bool:
-    """Whether `variable` is of a type no Linen collection is known for
-    (neither RNG state nor sown): state only the port may have."""
-    if isinstance(variable, (nnx.RngState, nnx.Intermediate)):
-      return False
-    kinds = type(variable).__mro__
-    return not any(kind in self._by_type for kind in kinds[:kinds.index(nnx.Variable) + 1])
+    """Whether `variable` is a bare `nnx.Variable` of no known collection: a
+    port's constant table. A subclass of the user's own names a kind of state
+    (trained or kept in a collection), so it is not guessed one."""
+    return type(variable) is nnx.Variable and nnx.Variable not in self._by_type
 
   def paths_of_none(self, model: nnx.Module) -> list[tuple]:
-    """The paths of `model`'s Variables of no known collection (`has_none`)."""
+    """The paths of `model`'s bare Variables of no known collection (`has_none`)."""
     return [
         tuple(p) for p, v in nnx.to_flat_state(nnx.state(model))
         if isinstance(v, nnx.Variable) and self.has_none(v)

@@ -81,6 +81,8 @@ def nnx_path_of(
     found = paths.match_all('linen', rest)
     if len(found) != 1:
       return '?'
+    if found[0].rule.only == 'linen':
+      return '(Linen only)'
     return format_path(model + found[0].rule.path('nnx', found[0].layout, found[0].index))
   typed = tuple(int(k) if k.isdigit() else k for k in rest)  # optax sequence indices
   if typed in corr.derived_from_step:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 from flax import linen as nn
 from flax import nnx
@@ -424,7 +425,9 @@ def linen_side(
   state = jax.tree.map(
       lambda s, boxed: _sharded(boxed, jax.tree.map(lambda _: s, boxed)), shardings, abstract
   )
-  state = _linen_kept_values(state, paths, lambda: create(rngs, inputs), mesh, rules)
+  # Its own constants do not depend on the inputs' values: abstract ones are zeros.
+  concrete = [jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x for x in inputs]
+  state = _linen_kept_values(state, paths, lambda: create(rngs, concrete), mesh, rules)
   param_paths = [
       tuple(str(key_of(k)) for k in keypath)
       for keypath, _ in jax.tree_util.tree_flatten_with_path(_params_of(abstract), is_leaf=_is_box)[0]
@@ -498,22 +501,26 @@ def nnx_side(
 
 def _nnx_kept_values(state: nnx.State, paths: PathMapping, create, mesh: Mesh, rules) -> nnx.State:
   """`state` holding the values of the state only NNX has (a one-sided rule
-  names it, `PathRule(None, 'pos_table')`), as the factory makes them: a
+  names it, `PathRule.nnx_only('pos_table')`), as the factory makes them: a
   conversion into NNX keeps them, as it keeps a real target's."""
   flat = list(nnx.to_flat_state(state))
   kept = [p for p, _ in flat if p[0] == 'model' and paths.only('nnx', tuple(p[1:]))]
   if not kept:
     return state
 
-  shardings = [dict(flat)[p].get_raw_value().sharding for p in kept]
+  raw = lambda v: v.get_raw_value() if isinstance(v, nnx.Variable) else v  # an array attribute
+  shardings = [getattr(raw(dict(flat)[p]), 'sharding', None) for p in kept]
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
     arrays = dict(zip(kept, abstract_models.made_values(create, kept, shardings)))
-  return nnx.from_flat_state([(p, v.replace(arrays[p]) if p in arrays else v) for p, v in flat])
+  return nnx.from_flat_state([
+      (p, (v.replace(arrays[p]) if isinstance(v, nnx.Variable) else arrays[p]) if p in arrays else v)
+      for p, v in flat
+  ])
 
 
 def _linen_kept_values(state: TrainState, paths: PathMapping, create, mesh: Mesh, rules) -> TrainState:
   """`state` holding the values of the state only Linen has (a one-sided rule
-  names it in a collection, `PathRule('pos_table', None)`), as `init` makes them."""
+  names it in a collection, `PathRule.linen_only('pos_table')`), as `init` makes them."""
   leaves, treedef = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_box)
   collections = {'params'} | set(_extra_collections(state))
   kept = [
@@ -657,6 +664,7 @@ class UserModels:
       model = abstract_models.eval_shape(make)
       if isinstance(model, nnx.Module):  # the port's own state, made for the witness to run
         own = CollectionTable(self.collections).paths_of_none(model)
+        own += abstract_models.abstract_attributes(model)
         model = abstract_models.with_made_values(model, make, own)
       model.eval()  # the mapping of the computation without dropout
       return infer_paths(
@@ -793,9 +801,10 @@ class UserModels:
           'layout out, or give a mapping with layer rules'
       )
     if target.layout not in (None, source.layout):
-      lacking = [
+      lacking = [  # a one-sided rule of the other side has no form here, nor needs one
           r.template(to, source.layout) or r.template(source.framework, source.layout)
-          for r in self.mapping.rules if r.missing_form(to, target.layout)
+          for r in self.mapping.rules
+          if r.only in (None, to) and r.missing_form(to, target.layout)
       ]
       if lacking:
         raise CheckpointError(

@@ -16,10 +16,12 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import jax
 from flax import linen as nn
 from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
+from converters.flat_trees import keys_of
 from converters.checkpoint import weights
 from converters.checkpoint.models import Plan, Side
 from converters.paths import format_path
@@ -102,11 +104,16 @@ def convert(state: Any, plan: Plan, donate: bool = False, rngs: Any = 0) -> Any:
     other = plan.other
     if other is None:
       raise ValueError('converting within one framework needs plan.other')
-    # The second step keeps the layout: it copies and deletes nothing.
+    # The second step keeps the layout: it copies and deletes nothing. State
+    # the other framework has not (RNG state, one-sided state) keeps the
+    # source's values where the target holds it alike.
     if source.framework == 'linen':
       middle = _to_nnx(state, source, other, plan, donate, rngs)
-      return _to_linen(middle, other, target, plan, False)
-    kept = rng_state(plan)[0]
+      result = _to_linen(middle, other, target, plan, False)
+      if target.weights:
+        return weights.written(target, _keep_linen_only(weights.standard(target, result), state, plan))
+      return _keep_linen_only(result, state, plan)
+    kept = set(rng_state(plan)[0]) | set(nnx_only_kept(plan))
     sources = {p: v for p, v in nnx.to_flat_state(state) if format_path(p) in kept}
     middle = _to_linen(state, source, other, plan, donate)
     return _keep_rng_state(_to_nnx(middle, other, target, plan, False, rngs), sources)
@@ -122,6 +129,53 @@ def _rng_leaves(side: Side) -> dict[str, tuple]:
       format_path(p): (v.get_raw_value().shape, v.get_raw_value().dtype)
       for p, v in nnx.to_flat_state(state)
   }
+
+
+def _own_leaves(side: Side, plan: Plan) -> dict[str, tuple]:
+  """`{path: (shape, dtype)}` of the state only NNX has (a one-sided rule
+  names it) that `side` holds, by its stored paths."""
+  if side.weights and side.form == 'params':
+    return {}
+  prefix = () if side.weights else ('model',)
+  state = side.standard if side.weights else side.abstract_state
+  return {
+      format_path(p): (v.get_raw_value().shape, v.get_raw_value().dtype)
+      for p, v in nnx.to_flat_state(state)
+      if tuple(p[:len(prefix)]) == prefix and plan.paths.only('nnx', tuple(p[len(prefix):]))
+  }
+
+
+def nnx_only_kept(plan: Plan) -> list[str]:
+  """The state only NNX has that an NNX target keeps from an NNX source (same
+  path, shape and dtype); the rest the target's factory makes."""
+  if plan.target.framework != 'nnx' or plan.source.framework != 'nnx':
+    return []
+  have = _own_leaves(plan.source, plan)
+  return sorted(p for p, leaf in _own_leaves(plan.target, plan).items() if have.get(p) == leaf)
+
+
+def _keep_linen_only(converted, source_state, plan: Plan):
+  """`converted` (Linen, from a Linen source through NNX) holding the source's
+  values of the state only Linen has, where it holds it alike."""
+  is_box = lambda x: isinstance(x, nn.meta.AxisMetadata)
+  value = lambda x: x.value if is_box(x) else x
+
+  def only(keypath) -> bool:
+    keys = keys_of(keypath)
+    return keys[0] not in ('opt_state', 'step') and plan.paths.only('linen', keys[1:])
+
+  have = {
+      k: x for k, x in jax.tree_util.tree_flatten_with_path(source_state, is_leaf=is_box)[0] if only(k)
+  }
+  if not have:
+    return converted
+
+  def kept(keypath, x):
+    y = have.get(keypath)
+    same = y is not None and (value(y).shape, value(y).dtype) == (value(x).shape, value(x).dtype)
+    return (x.replace_boxed(value(y)) if is_box(x) else value(y)) if same else x
+
+  return jax.tree_util.tree_map_with_path(kept, converted, is_leaf=is_box)
 
 
 def rng_state(plan: Plan) -> tuple[list[str], list[str]]:

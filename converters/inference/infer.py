@@ -824,6 +824,7 @@ def _infer_layout(linen_model, nnx_model, layout, *, paths, collections) -> Path
     model = abstract_models.eval_shape(make)
     if isinstance(model, nnx.Module):  # the port's own state, made for the witness to run
       own = CollectionTable(collections).paths_of_none(model)
+      own += abstract_models.abstract_attributes(model)
       model = abstract_models.with_made_values(model, make, own)
   else:
     raise PathMappingError(

@@ -665,8 +665,72 @@ def test_state_only_the_port_has_that_the_optimizer_trains_is_refused_both_ways(
   state = train_state.TrainState.create(apply_fn=None, params=variables['params'], tx=tx)
   model = TrainedTable(nnx.Rngs(0))
   optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
-  message = r'model/table: named by a one-sided rule .* an nnx.Param, which the optimizer trains'
+  message = r'model/table: named by a one-sided rule .* the optimizer trains it'
   with pytest.raises(converters.StructureError, match='target/' + message):
     converters.linen_to_nnx(state, target=(model, optimizer), paths=small.TABLE_VARIABLE_PATHS)
   with pytest.raises(converters.StructureError, match='^' + message):
     converters.nnx_to_linen((model, optimizer), target=state, paths=small.TABLE_VARIABLE_PATHS)
+
+
+def test_a_source_path_converted_onto_state_only_the_target_has_is_refused_not_dropped():
+  """An identity mapping (`keep_unmatched`) beside a one-sided rule of the same path."""
+  state = nnx.State({'table': nnx.Param(jnp.array([7.0, 8.0, 9.0]))})
+  target = {'params': {'table': jnp.array([10.0, 11.0, 12.0])}}
+  paths = converters.PathMapping([converters.PathRule.linen_only('table')], keep_unmatched=True)
+  message = r'source paths convert onto paths a one-sided rule says only Linen has: table <- table'
+  with pytest.raises(converters.PathMappingError, match=message):
+    converters.nnx_to_linen(state, target=target, paths=paths)
+  with pytest.raises(converters.PathMappingError, match=message):
+    converters.nnx_to_linen(state, paths=paths)
+  paths = converters.PathMapping([converters.PathRule.nnx_only('table')], keep_unmatched=True)
+  with pytest.raises(converters.PathMappingError, match='only NNX has: table <- table'):
+    converters.linen_to_nnx(target, paths=paths)
+
+
+def test_state_the_optimizer_trains_is_not_state_only_one_side_has():
+  """Whatever the optimizer trains (its `wrt`), on either side, has optimizer
+  state too: a one-sided rule naming it is refused, not dropped."""
+  from flax.training import train_state
+
+  from tests.converters.checkpoint import small_models as small
+
+  class PositionTable(nnx.Variable):
+    pass
+
+  class Learned(small.NNXTableVariable):
+    def __init__(self, rngs):
+      super().__init__(rngs)
+      self.table = PositionTable(small.sinusoid())
+
+  tx = optax.adam(1e-3)
+  model = Learned(nnx.Rngs(0))
+  optimizer = nnx.Optimizer(model, tx, wrt=(nnx.Param, PositionTable))
+  variables = small.LinenTabled().init(jax.random.key(0), np.ones((2, 8), np.float32))
+  state = train_state.TrainState.create(apply_fn=None, params=variables['params'], tx=tx)
+  with pytest.raises(converters.StructureError, match='model/table: named by a one-sided rule .* the optimizer trains it'):
+    converters.linen_to_nnx(state, target=(model, optimizer), paths=small.TABLE_VARIABLE_PATHS)
+  # Linen: a parameter named by a linen_only rule.
+  params = {**variables['params'], 'table': small.sinusoid()}
+  state = train_state.TrainState.create(apply_fn=None, params=params, tx=tx)
+  paths = small.TABLED_PATHS + [converters.PathRule.linen_only('table')]
+  port = small.nnx_tabled_free()
+  with pytest.raises(converters.StructureError, match=r'params/table: named by a one-sided rule \(state only Linen has\)'):
+    converters.linen_to_nnx(state, target=(port, nnx.Optimizer(port, tx, wrt=nnx.Param)), paths=paths)
+  with pytest.raises(converters.StructureError, match=r'target.params/table: named by a one-sided rule'):
+    converters.nnx_to_linen((port, nnx.Optimizer(port, tx, wrt=nnx.Param)), target=state, paths=paths)
+
+
+def test_a_numpy_attribute_kept_from_the_target_is_a_copy():
+  from tests.converters.checkpoint import small_models as small
+
+  class Masked(nnx.Module):
+    def __init__(self):
+      self.mask = np.ones(8, np.float32)
+      self.dense = nnx.Linear(8, 4, rngs=nnx.Rngs(0))
+
+  variables = small.LinenTabled().init(jax.random.key(0), np.ones((2, 8), np.float32))
+  target = Masked()
+  paths = small.TABLED_PATHS + [converters.PathRule.nnx_only('mask')]
+  model = converters.linen_to_nnx(variables, target=target, paths=paths)
+  assert model.mask is not target.mask
+  np.testing.assert_array_equal(model.mask, target.mask)

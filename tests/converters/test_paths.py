@@ -121,6 +121,7 @@ def test_a_one_sided_rule_names_state_of_its_side_only():
     (dict(linen=None, nnx=None, only='nnx'), 'gives nnx templates and none of the other side'),
     (dict(linen=None, nnx='b', only='both'), "only='both'"),
     (dict(linen=None, nnx='b', only='nnx', transform=converters.Rearrange('a b -> b a')), 'takes no transform'),
+    (dict(linen=None, nnx=('pos_a', 'pos_b'), only='nnx'), r'names one path; write one PathRule.nnx_only\(\.\.\.\) per path'),
 ])
 def test_malformed_one_sided_rules_are_refused(rule, message):
   with pytest.raises(PathMappingError, match=message):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import linen as nn
 from flax import nnx
@@ -183,6 +184,67 @@ class NNXTableVariable(nnx.Module):
 
 def nnx_table_variable() -> nnx.Module:
   return NNXTableVariable(nnx.Rngs(0))
+
+
+class NNXFree(nnx.Module):
+  """A port with no table at all (it computes it on the fly, as Linen does)."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.dense = nnx.Linear(8, 4, rngs=rngs)
+
+  def __call__(self, x):
+    return self.dense(x + sinusoid())
+
+
+def nnx_tabled_free() -> nnx.Module:
+  return NNXFree(nnx.Rngs(0))
+
+
+#: A causal mask, as PixelCNN-style models give Flax's convolutions: numpy,
+#: so that a model made abstractly keeps its shape.
+MASK = np.tril(np.ones((3, 3), np.float32))[:, :, None, None] * np.ones((1, 1, 2, 4), np.float32)
+
+
+class LinenMasked(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.Conv(4, (3, 3), mask=MASK)(x).reshape(x.shape[0], -1)
+
+
+class NNXMasked(nnx.Module):
+  """Flax's `nnx.Conv` keeps the mask as an array attribute, which Linen's
+  `nn.Conv` holds as a module field: state only the port has."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.conv = nnx.Conv(2, 4, (3, 3), mask=MASK, rngs=rngs)
+
+  def __call__(self, x):
+    return self.conv(x).reshape(x.shape[0], -1)
+
+
+def linen_masked() -> LinenModel:
+  return LinenModel(LinenMasked(), jax.ShapeDtypeStruct((2, 5, 5, 2), jnp.float32))
+
+
+def nnx_masked() -> nnx.Module:
+  return NNXMasked(nnx.Rngs(0))
+
+
+class LinenBuffered(nn.Module):
+  """Keeps the table in a collection of its own, which its port computes on the fly."""
+
+  @nn.compact
+  def __call__(self, x):
+    table = self.variable('consts', 'table', sinusoid)
+    return nn.Dense(4)(x + table.value)
+
+
+def linen_buffered() -> LinenModel:
+  return LinenModel(LinenBuffered(), X)
+
+
+#: The table is the Linen model's own.
+BUFFERED_PATHS = TABLED_PATHS + [PathRule.linen_only('table')]
 
 
 #: The table is the port's own: kept from a target, left out of a source.

@@ -357,6 +357,65 @@ def test_state_only_the_port_has_converts_both_ways_and_compares_with_a_one_side
   assert all(r.identical for r in rows) and extra['nnx_only_not_compared'] == []
 
 
+@pytest.mark.parametrize('in_memory', [False, True], ids=['streamed', 'in-memory'])
+def test_within_nnx_state_only_the_port_has_keeps_the_sources_values(tmp_path, in_memory):
+  """Through Linen, which has none: kept from the source as RNG state is, not
+  made anew by the factory."""
+  port = small.nnx_table_variable()
+  port.table[...] = port.table[...] + 0.5  # not what the factory makes
+  save(tmp_path / 'nnx', nnx.state({'model': port, 'optimizer': nnx.Optimizer(port, small.make_tx(), wrt=nnx.Param)}))
+  models = UserModels(small.linen_tabled, small.nnx_table_variable, paths=small.TABLE_VARIABLE_PATHS,
+                      optimizer=small.make_tx)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'copy', 'nnx', models=models,
+                     options=CheckpointOptions(in_memory=in_memory))
+  with zoo_tests.in_mesh(None):
+    copy, _ = zoo_tests.nnx_restore(tmp_path / 'copy', small.nnx_table_variable, small.make_tx())
+  np.testing.assert_array_equal(copy.table[...], port.table[...])
+  rows, _, _ = compare_checkpoints(tmp_path / 'nnx', tmp_path / 'copy', models=models)
+  assert 'model/table' in {r.nnx_path for r in rows} and all(r.identical for r in rows)
+
+
+def test_within_linen_state_only_linen_has_keeps_the_sources_values(tmp_path):
+  state = linen_state(small.make_tx(), small.linen_buffered())
+  state = state.replace(consts={'table': state.consts['table'] + 0.5})  # not what init makes
+  save(tmp_path / 'linen', state)
+  models = UserModels(small.linen_buffered, small.nnx_tabled_free, paths=small.BUFFERED_PATHS,
+                      optimizer=small.make_tx)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'copy', 'linen', models=models)
+  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'copy', models=models)
+  assert ('consts/table', '(Linen only)') in {(r.linen_path, r.nnx_path) for r in rows}
+  assert all(r.identical for r in rows)
+  # Through an NNX checkpoint, which has no table, the Linen model's init makes it.
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models)
+  rows, _, _ = compare_checkpoints(tmp_path / 'linen', tmp_path / 'back', models=models)
+  assert [r.linen_path for r in rows if not r.identical] == ['consts/table']
+
+
+def test_flax_masked_convolution_converts_with_its_mask_inferred_as_the_ports_own(tmp_path):
+  from converters.checkpoint.compare import compare_outputs
+
+  model = small.linen_masked()
+  variables = model.module.init(jax.random.key(0), np.ones((2, 5, 5, 2), np.float32))
+  save(tmp_path / 'linen', train_state.TrainState.create(apply_fn=None, params=variables['params'], tx=small.make_tx()))
+  models = UserModels(small.linen_masked, small.nnx_masked, paths='infer', optimizer=small.make_tx)
+  assert models.mapping.rules[-1] == converters.PathRule.nnx_only('conv/mask')
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models)
+  with zoo_tests.in_mesh(None):
+    port, _ = zoo_tests.nnx_restore(tmp_path / 'nnx', small.nnx_masked, small.make_tx())
+  np.testing.assert_array_equal(port.conv.mask, small.MASK)
+  rows, _, _ = compare_outputs(tmp_path / 'linen', tmp_path / 'nnx', models=models)
+  assert rows and all(r.identical for r in rows)
+
+
+def test_compare_names_state_only_linen_has():
+  from converters.checkpoint.compare import nnx_path_of
+
+  paths = small.TABLED_PATHS + [converters.PathRule.linen_only('table')]
+  assert nnx_path_of(('consts', 'table'), paths) == '(Linen only)'
+  assert nnx_path_of(('params', 'Dense_0', 'kernel'), paths) == 'model/dense/kernel'
+
+
 def test_empty_nodes_and_container_kinds_the_models_lack_do_not_refuse_a_checkpoint(tmp_path):
   """A `None` field (Flax ImageNet's `dynamic_scale`) and a dict saved for a tuple hold no arrays."""
   import typing

@@ -23,7 +23,7 @@ from flax import nnx
 from flax import serialization
 from flax.training import checkpoints as flax_checkpoints
 
-from converters import compare_checkpoints, convert_checkpoint
+from converters import PathRule, compare_checkpoints, convert_checkpoint
 from converters.checkpoint.compare import compare_outputs
 from converters.checkpoint.convert import CheckpointOptions
 from linen_nnx_cli.kit_models import KitModels, models_for
@@ -157,8 +157,13 @@ def test_nnx_weights_convert_to_linen_and_restore_with_its_own_code(tmp_path, fo
 
 
 def test_weights_change_layout_on_the_way(tmp_path):
+  """One-sided rules of layers, of either side, take no form of the other."""
   pair = PAIRS['transformer']
-  models = models_for(**models_of(pair, optimizer=None))
+  own = [
+      PathRule.nnx_only('blocks/{i}/pos', nnx_stacked='blocks/pos'),
+      PathRule.linen_only('Block_{i}/pos', linen_stacked='ScanBlock_0/pos'),
+  ]
+  models = models_for(**{**models_of(pair, optimizer=None), 'paths': pair['paths'] + own})
   _, variables = linen_variables(pair)
   write_linen(tmp_path / 'loop', 'params', variables)
   summary = convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', 'nnx', models=models, layout='scan')
