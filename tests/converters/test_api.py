@@ -694,17 +694,9 @@ def test_state_the_optimizer_trains_is_not_state_only_one_side_has():
 
   from tests.converters.checkpoint import small_models as small
 
-  class PositionTable(nnx.Variable):
-    pass
-
-  class Learned(small.NNXTableVariable):
-    def __init__(self, rngs):
-      super().__init__(rngs)
-      self.table = PositionTable(small.sinusoid())
-
   tx = optax.adam(1e-3)
-  model = Learned(nnx.Rngs(0))
-  optimizer = nnx.Optimizer(model, tx, wrt=(nnx.Param, PositionTable))
+  model = small.NNXLearnedTable(nnx.Rngs(0))
+  optimizer = nnx.Optimizer(model, tx, wrt=(nnx.Param, small.PositionTable))
   variables = small.LinenTabled().init(jax.random.key(0), np.ones((2, 8), np.float32))
   state = train_state.TrainState.create(apply_fn=None, params=variables['params'], tx=tx)
   with pytest.raises(converters.StructureError, match='model/table: named by a one-sided rule .* the optimizer trains it'):

@@ -247,6 +247,16 @@ def linen_buffered() -> LinenModel:
 BUFFERED_PATHS = TABLED_PATHS + [PathRule.linen_only('table')]
 
 
+class PositionTable(nnx.Variable):
+  """A Variable type of the user's own, for a table an optimizer may train."""
+
+
+class NNXLearnedTable(NNXTableVariable):
+  def __init__(self, rngs: nnx.Rngs):
+    super().__init__(rngs)
+    self.table = PositionTable(sinusoid())
+
+
 #: The table is the port's own: kept from a target, left out of a source.
 TABLE_VARIABLE_PATHS = TABLED_PATHS + [PathRule.nnx_only('table')]
 

@@ -532,16 +532,8 @@ def test_a_variable_type_of_the_users_own_with_no_collection_is_refused_not_gues
   `collections=` forgot): not taken for a constant however the witness ran."""
   from tests.converters.checkpoint import small_models as small
 
-  class PositionTable(nnx.Variable):
-    pass
-
-  class Learned(small.NNXTableVariable):
-    def __init__(self, rngs):
-      super().__init__(rngs)
-      self.table = PositionTable(small.sinusoid())
-
   with pytest.raises(converters.StructureError, match=r"table: no Linen collection is known for the Variable type PositionTable; .*collections=.*PathRule.nnx_only\('table'\)"):
-    infer_paths(small.LinenTabled(), Learned(nnx.Rngs(0)), jax.ShapeDtypeStruct((2, 8), jnp.float32))
+    infer_paths(small.LinenTabled(), small.NNXLearnedTable(nnx.Rngs(0)), jax.ShapeDtypeStruct((2, 8), jnp.float32))
 
 
 def test_a_variable_of_no_linen_collection_the_call_writes_is_refused_as_state():
