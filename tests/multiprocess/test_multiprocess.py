@@ -114,6 +114,21 @@ def test_a_process_that_fails_first_is_named_by_the_others(tmp_path):
   assert 'process 1 failed: InvalidDescriptionError: depth=63' in runs[0].result['message']
 
 
+def test_a_coordinator_that_fails_first_lingers_until_the_others_have_reported(tmp_path):
+  # Process 0, which hosts JAX's coordination service, fails before converting;
+  # process 1 reaches the conversion only after that failure is reported, and
+  # still prints its own line naming it (JAX's shutdown barrier keeps process
+  # 0 up). A coordinator killed outright aborts the others inside XLA: see
+  # issue 41, item 5.
+  runs = run_processes(
+      'tree_mismatch', tmp_path,
+      options={0: {'description': {'depth': 63}}, 1: {'late': True}}, timeout_s=300,
+  )
+  assert runs[0].returncode == 1 and runs[0].result['error'] == 'InvalidDescriptionError', describe(runs)
+  assert runs[1].returncode == 1 and runs[1].result['error'] == 'ProcessMismatchError', describe(runs)
+  assert 'process 0 failed: InvalidDescriptionError: depth=63' in runs[1].result['message']
+
+
 def test_a_process_that_does_not_arrive_in_time_is_named_not_waited_for(tmp_path):
   # Process 1 is stuck until process 0 has given up on it (5 s agreement timeout).
   runs = run_processes(
