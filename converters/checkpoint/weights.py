@@ -33,6 +33,7 @@ import jax
 from flax import nnx
 from flax.core import meta
 
+from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint.models import Side
 from converters.errors import CheckpointError
 
@@ -115,8 +116,6 @@ def runnable(side: Side, state: Any) -> Any:
   model. Refused when the checkpoint lacks state the model's call needs
   (batch statistics beside `{'params': ...}`); an NNX model's RNG state,
   which no weights need, is seeded."""
-  from converters.errors import CheckpointError
-
   held = standard(side, state)
   if side.framework == 'linen':
     lacking = sorted(set(side.standard) - set(held))
@@ -186,8 +185,6 @@ def find_source(models, info, mesh) -> tuple[str | None, Side]:
       listed), or forms of both frameworks do (the checkpoint does not say
       which model saved it).
   """
-  from converters.checkpoint import inspect as checkpoints
-
   matches, nearest = [], []
   for framework in ('linen', 'nnx'):
     for layout in models.layouts(framework):
