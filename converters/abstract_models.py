@@ -125,9 +125,9 @@ def _refuse_leaked(e: Exception) -> None:
   found = re.search(r'created on line (\S+) \(([^)]+)\)', str(cause))
   where = f' ({found.group(2)}, {found.group(1)})' if found else ''
   raise StructureError(
-      f'a plain array attribute, not an nnx.Variable, made abstractly{where}: '
-      'nnx.eval_shape keeps the tracer of its creation, so the model cannot be '
-      'created abstractly again, nor converted',
+      f'probably a plain array attribute, not an nnx.Variable, made abstractly{where}: '
+      'nnx.eval_shape keeps the tracer of its creation (a cached jnp value does the '
+      'same), so the model cannot be created abstractly again, nor converted',
       fix=PLAIN_ARRAY_FIX,
   ) from e
 

@@ -70,7 +70,7 @@ def _literal_key(text: str, keys: list[str]) -> object:
       key = ast.literal_eval(text)
     except (SyntaxError, ValueError):
       key = None
-    if isinstance(key, str) or (isinstance(key, tuple) and key):
+    if isinstance(key, (str, tuple)):  # () too: an empty tuple key
       return key
     if not keys:
       raise PathMappingError(
@@ -97,6 +97,12 @@ def parse_path(text: str, framework: Framework) -> tuple:
 
 
 Templates = str | tuple[str, ...]
+
+
+def _normal_template(template: str, framework: Framework) -> str:
+  """`template` as `format_path` writes the path it names (a quoted or tuple
+  key in one spelling), so that it matches the paths it is meant to."""
+  return format_path(parse_path(template, framework))
 
 
 def _as_templates(value) -> tuple[str, ...] | None:
@@ -169,6 +175,11 @@ class PathRule:
         )
       if isinstance(value, list) or (isinstance(value, tuple) and len(value) == 1):
         object.__setattr__(self, field, value[0] if len(value) == 1 else tuple(value))
+      value = getattr(self, field)
+      if value is not None:  # one spelling per key: ("kernel", "u") reads as ('kernel', 'u')
+        fw = 'nnx' if field.startswith('nnx') else 'linen'
+        normal = tuple(_normal_template(t, fw) for t in _as_templates(value))
+        object.__setattr__(self, field, normal[0] if isinstance(value, str) else normal)
     absent = [fw for fw in ('linen', 'nnx') if getattr(self, fw) is None and getattr(self, f'{fw}_stacked') is None]
     if self.only not in (None, 'linen', 'nnx'):
       raise PathMappingError(f"rule {self}: only={self.only!r}; pass 'linen', 'nnx' or None")

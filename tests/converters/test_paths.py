@@ -262,6 +262,22 @@ def test_rules_name_tuple_keyed_and_slashed_paths():
   assert back.rule.path('linen', 'plain', None) == ('SpectralNorm_0', 'Dense_0/kernel/u')
 
 
+def test_templates_take_one_spelling_so_that_any_spelling_matches():
+  """A tuple or quoted key written with double quotes names the same path."""
+  rule = PathRule('SpectralNorm_0/"Dense_0/kernel/u"', 'sn/batch_stats/("kernel", "u")')
+  assert (rule.linen, rule.nnx) == ("SpectralNorm_0/'Dense_0/kernel/u'", "sn/batch_stats/('kernel', 'u')")
+  mapping = PathMapping([rule])
+  assert mapping.match_all('nnx', ('sn', 'batch_stats', ('kernel', 'u')))
+  assert mapping.match_all('linen', ('SpectralNorm_0', 'Dense_0/kernel/u'))
+  with pytest.raises(PathMappingError, match='never closes'):
+    PathRule("a/'b", 'a/b')
+
+
+def test_an_empty_tuple_key_reads_back():
+  path = ('a', (), 'b')
+  assert path_mapping.parse_path(path_mapping.format_path(path), 'nnx') == path
+
+
 def test_scan_and_num_layers_without_layer_rules_are_refused_not_ignored():
   params = {'params': {'Block_0': {'w': jnp.ones(2)}, 'Block_1': {'w': jnp.ones(2)}}}
   with pytest.raises(converters.LayoutError, match=r'scan=True: no PathRule of the mapping has layers'):
