@@ -134,8 +134,9 @@ def check_placement(flat: Flat, mesh: Mesh | None = None, rules: tuple | None = 
     raise AnnotationError(
         f'arrays placed against their annotations: {shown}; the conversion does not '
         "reshard unasked: pass placement='reshard' to put each array where its "
-        'annotation says (a model initialised without out_shardings holds them so), '
-        'convert into a target (its arrays go to its shardings), or fix the annotation',
+        'annotation says, on its mesh (a model initialised without out_shardings holds '
+        "them so; into a target, placement='reshard' is the default, on the target's "
+        'mesh), or fix the annotation',
         [w for w, *_ in wrong],
     )
 

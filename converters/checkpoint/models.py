@@ -261,8 +261,9 @@ def _optimizer_fix(e: Exception) -> str:
     return (
         'NNX builds the optimizer state from the NNX model\'s parameters, so a tree '
         "written for the Linen parameters (optax.masked's mask, optax.multi_transform's "
-        'labels) does not fit it: give a function of the parameters instead '
-        '(mask=lambda params: ...)'
+        'labels) does not fit it; a function of the parameters (mask=lambda params: '
+        '...) builds, but the checkpoint tool cannot convert masked states yet: convert '
+        "the parameters alone (a checkpoint of weights only, {'params': state.params})"
     )
   return 'give the optax transform the checkpoint was trained with (optimizer=, --optimizer)'
 
@@ -465,7 +466,8 @@ def nnx_side(
           'the optimizer: its state holds optax.MaskedNode parts (optax.masked, '
           'optax.multi_transform), which the checkpoint tool cannot convert yet: '
           'Flax cannot create them abstractly on a mesh',
-          fix='convert a checkpoint of an unmasked optimizer, or convert the parameters alone',
+          fix='convert a checkpoint of an unmasked optimizer, or the parameters alone (a '
+          "checkpoint of weights only, {'params': state.params})",
       )
     return {'model': model, 'optimizer': optimizer}
 
