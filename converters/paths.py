@@ -377,6 +377,7 @@ class PathMapping:
     if not isinstance(keep_unmatched, bool):
       raise PathMappingError(f'keep_unmatched={keep_unmatched!r}: pass True or False')
     self.keep_unmatched = keep_unmatched
+    self._one_sided = any(rule.only is not None for rule in self.rules)
     self._patterns = [
         (rule, layout, fw, part, template, _compile(template))
         for rule in self.rules
@@ -473,6 +474,8 @@ class PathMapping:
   def only(self, framework: Framework, path: Sequence) -> bool:
     """Whether `path` (a `framework` path) is state only `framework` has: a
     one-sided rule names it, and no other rule does."""
+    if not self._one_sided:  # most mappings: no path to match on every leaf
+      return False
     found = self.match_all(framework, path)
     return len(found) == 1 and found[0].rule.only == framework
 

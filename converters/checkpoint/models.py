@@ -511,7 +511,8 @@ def _nnx_kept_values(state: nnx.State, paths: PathMapping, create, mesh: Mesh, r
     return state
 
   raw = lambda v: v.get_raw_value() if isinstance(v, nnx.Variable) else v  # an array attribute
-  shardings = [getattr(raw(dict(flat)[p]), 'sharding', None) for p in kept]
+  leaves = dict(flat)
+  shardings = [getattr(raw(leaves[p]), 'sharding', None) for p in kept]
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
     arrays = dict(zip(kept, abstract_models.made_values(create, kept, shardings)))
   return nnx.from_flat_state([
@@ -723,7 +724,22 @@ class UserModels:
       self, framework: Framework, mesh: Mesh, layout: str | None = None, weights: bool = False,
   ) -> Side:
     """The `framework` side, in `layout` (None: the factory's own); its
-    training state, or with `weights` its weights (no optimizer needed)."""
+    training state, or with `weights` its weights (no optimizer needed).
+
+    Made once per pair of models: finding a checkpoint's layout or form,
+    planning its conversion and comparing two checkpoints ask for the same
+    sides, each an abstract trace of the user's model (and a compilation
+    for state only one side has)."""
+    key = (framework, mesh, layout, weights)
+    if key not in self._sides:
+      self._sides[key] = self._side(framework, mesh, layout, weights)
+    return self._sides[key]
+
+  @functools.cached_property
+  def _sides(self) -> dict:
+    return {}
+
+  def _side(self, framework: Framework, mesh: Mesh, layout: str | None, weights: bool) -> Side:
     tx = None if weights else self.tx()
     factory = self.linen if framework == 'linen' else self.nnx
     what = f'the {"Linen" if framework == "linen" else "NNX"} model ({_name(factory)})'
