@@ -6,7 +6,8 @@ format (an Orbax checkpoint directory, as Orbax's `StandardCheckpointer` and
 `flax.training.checkpoints`), the framework that wrote it (a Linen
 `TrainState`, or an NNX `{'model', 'optimizer'}` state; any other tree is
 weights only, whose framework and form the models tell:
-`converters.checkpoint.weights`), and every leaf's shape and dtype. It knows no model: which model the arrays belong to comes from the
+`converters.checkpoint.weights`), and every leaf's shape and dtype. It
+knows no model: which model the arrays belong to comes from the
 caller (`converters.checkpoint.models`). `check_structure` compares the
 checkpoint leaf by leaf with a model's abstract training state; `restore`
 reads it straight into that state's shardings, the target the ordinary Orbax

@@ -43,13 +43,12 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from converters import abstract_models
 from converters.errors import CheckpointError, StructureError, format_offenders
-from converters.inference import infer_paths, merge_layouts
+from converters.inference import abstract_port, infer_paths, merge_layouts
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.linen_trees import TRAIN_STATE_FIELDS
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.flat_trees import key_of, keys_of
 from converters.paths import Framework, Infer, PathMapping, as_infer, as_mapping, format_path
-from converters.variable_types import CollectionTable
 
 @functools.cache
 def train_state_class(fields: tuple[str, ...]) -> type:
@@ -664,11 +663,7 @@ class UserModels:
         _call, self.nnx, layout if 'scan' in self.layouts('nnx') else None, 'the NNX model'
     )
     with jax.set_mesh(mesh), nn.logical_axis_rules(self.rules or ()):
-      model = abstract_models.eval_shape(make)
-      if isinstance(model, nnx.Module):  # the port's own state, made for the witness to run
-        own = CollectionTable(self.collections).paths_of_none(model)
-        own += abstract_models.abstract_attributes(model)
-        model = abstract_models.with_made_values(model, make, own)
+      model = abstract_port(make, self.collections)
       model.eval()  # the mapping of the computation without dropout
       return infer_paths(
           linen.module, model, *linen.args, linen_kwargs=linen.kwargs, paths=paths,

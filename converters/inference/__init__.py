@@ -17,6 +17,6 @@ points).
 """
 
 from converters.inference.folding import fold, merge_layouts
-from converters.inference.infer import infer_models, infer_paths
+from converters.inference.infer import abstract_port, infer_models, infer_paths
 
-__all__ = ['fold', 'infer_models', 'infer_paths', 'merge_layouts']
+__all__ = ['abstract_port', 'fold', 'infer_models', 'infer_paths', 'merge_layouts']

@@ -820,12 +820,7 @@ def _infer_layout(linen_model, nnx_model, layout, *, paths, collections) -> Path
   if isinstance(nnx_model, nnx.Module):
     model = nnx.merge(*nnx.split(nnx_model))  # a copy to put in eval mode
   elif callable(nnx_model):
-    make = lambda: _made(nnx_model, layout, 'nnx_model')
-    model = abstract_models.eval_shape(make)
-    if isinstance(model, nnx.Module):  # the port's own state, made for the witness to run
-      own = CollectionTable(collections).paths_of_none(model)
-      own += abstract_models.abstract_attributes(model)
-      model = abstract_models.with_made_values(model, make, own)
+    model = abstract_port(lambda: _made(nnx_model, layout, 'nnx_model'), collections)
   else:
     raise PathMappingError(
         f'nnx_model: got {type(nnx_model).__name__}; give the NNX model (real or '
@@ -840,6 +835,17 @@ def _infer_layout(linen_model, nnx_model, layout, *, paths, collections) -> Path
       linen.module, model, *linen.args, linen_kwargs=linen.kwargs, paths=paths,
       collections=collections,
   )
+
+
+def abstract_port(make: Callable[[], Any], collections: Mapping[str, type] | None = None):
+  """What `make` returns, created abstractly (`abstract_models.eval_shape`),
+  with its own constants (array attributes, bare Variables of no Linen
+  collection) made for real under `jax.jit`: the port the witness runs."""
+  model = abstract_models.eval_shape(make)
+  if isinstance(model, nnx.Module):
+    own = CollectionTable(collections).paths_of_none(model) + abstract_models.abstract_attributes(model)
+    model = abstract_models.with_made_values(model, make, own)
+  return model
 
 
 def _made(factory, layout: str | None, what: str):
