@@ -97,6 +97,16 @@ def linen_to_nnx(
   table = CollectionTable(collections)
   trees = linen_trees.input_collections(linen, table, only=_only(options, 'linen'))
   model, optimizer = nnx_trees.split_target(target, train_state=isinstance(linen, TrainState))
+  if wrt is not None and (model is None or optimizer is not None):  # before anything is read
+    raise StructureError(
+        'wrt= selects the Variables of a target model to fill; give a model alone as '
+        'target (a training state fills all of them, and without a target nothing is filled)'
+    )
+  if wrt is not None:
+    try:
+      nnx.filterlib.to_predicate(wrt)
+    except (TypeError, ValueError) as e:
+      raise StructureError(f'wrt={wrt!r}: not an nnx filter ({e}); pass nnx.Param, say') from e
   flats = {name: linen_trees.read_collection(tree, name, strict=options.strict) for name, tree in trees.items()}
   if 'params' in flats:
     _nonempty(flats['params'], 'params')
@@ -111,11 +121,6 @@ def linen_to_nnx(
     conversion.run()
     return nnx_trees.write_state(converted, table.by_name, conversion.value)
 
-  if wrt is not None and (model is None or optimizer is not None):
-    raise StructureError(
-        'wrt= selects the Variables of a target model to fill; give a model alone as '
-        'target (a training state fills all of them)'
-    )
   template = nnx_trees.Template.of(
       model, optimizer, rules=options.resolution_rules, rngs=rngs, only=_only(options, 'nnx'), wrt=wrt,
   )

@@ -726,3 +726,42 @@ def test_a_numpy_attribute_kept_from_the_target_is_a_copy():
   model = converters.linen_to_nnx(variables, target=target, paths=paths)
   assert model.mask is not target.mask
   np.testing.assert_array_equal(model.mask, target.mask)
+
+
+def test_wrt_fills_the_parameters_of_a_model_and_keeps_its_other_state():
+  """`{'params': ...}` into a port with batch statistics, which the target keeps."""
+  class Linen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      return nn.BatchNorm(use_running_average=True)(nn.Dense(4)(x))
+
+  class Port(nnx.Module):
+    def __init__(self, rngs):
+      self.dense = nnx.Linear(8, 4, rngs=rngs)
+      self.bn = nnx.BatchNorm(4, rngs=rngs)
+
+  variables = Linen().init(jax.random.key(0), np.ones((2, 8), np.float32))
+  paths = converters.PathMapping([
+      converters.PathRule('Dense_0/kernel', 'dense/kernel'), converters.PathRule('Dense_0/bias', 'dense/bias'),
+      converters.PathRule('BatchNorm_0/scale', 'bn/scale'), converters.PathRule('BatchNorm_0/bias', 'bn/bias'),
+      converters.PathRule('BatchNorm_0/mean', 'bn/mean'), converters.PathRule('BatchNorm_0/var', 'bn/var'),
+  ])
+  target = Port(nnx.Rngs(1))
+  target.bn.mean[...] = jnp.full((4,), 3.0)
+  model = converters.linen_to_nnx({'params': variables['params']}, target=target, paths=paths, wrt=nnx.Param)
+  np.testing.assert_array_equal(model.dense.kernel[...], variables['params']['Dense_0']['kernel'])
+  assert model.bn.mean is not target.bn.mean and model.bn.mean[...] is target.bn.mean[...]
+  with pytest.raises(converters.StructureError, match=r'the source has \[model/bn/mean'):
+    converters.linen_to_nnx(variables, target=target, paths=paths, wrt=nnx.Param)  # batch_stats too
+  from flax.training import train_state
+
+  tx = optax.sgd(0.1)
+  state = train_state.TrainState.create(apply_fn=None, params=variables['params'], tx=tx)
+  for linen, wrong in (
+      ({'params': variables['params']}, {}),  # no target: nothing to fill
+      (state, {'target': (target, nnx.Optimizer(target, tx, wrt=nnx.Param))}),
+  ):
+    with pytest.raises(converters.StructureError, match='wrt= selects the Variables of a target model'):
+      converters.linen_to_nnx(linen, paths=paths, wrt=nnx.Param, **wrong)
+  with pytest.raises(converters.StructureError, match=r'wrt=42: not an nnx filter'):
+    converters.linen_to_nnx({'params': variables['params']}, target=target, paths=paths, wrt=42)

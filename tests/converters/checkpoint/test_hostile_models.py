@@ -347,11 +347,12 @@ def test_state_only_the_port_has_converts_both_ways_and_compares_with_a_one_side
   # The factory's table, made under jax.jit (nothing else of the model is).
   np.testing.assert_array_equal(port.table[...], jax.jit(lambda: small.nnx_table_variable().table[...])())
   np.testing.assert_array_equal(port.dense.kernel[...], state.params['Dense_0']['kernel'])
+  np.testing.assert_array_equal(port.dense.bias[...], state.params['Dense_0']['bias'])
   convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models, options=options)
   rows, _, extra = compare_checkpoints(tmp_path / 'linen', tmp_path / 'back', models=models)
   assert rows and all(r.identical for r in rows)
   rows, _, extra = compare_checkpoints(tmp_path / 'linen', tmp_path / 'nnx', models=models)
-  assert all(r.identical for r in rows) and extra['nnx_only_not_compared'] == ['model/table']
+  assert rows and all(r.identical for r in rows) and extra['nnx_only_not_compared'] == ['model/table']
   rows, _, extra = compare_checkpoints(tmp_path / 'nnx', tmp_path / 'nnx', models=models)
   assert [r.nnx_path for r in rows if r.linen_path == '-'] == ['model/table']
   assert all(r.identical for r in rows) and extra['nnx_only_not_compared'] == []
@@ -430,6 +431,10 @@ def test_empty_nodes_and_container_kinds_the_models_lack_do_not_refuse_a_checkpo
   models = UserModels(small.linen_mlp, small.nnx_mlp, paths=small.PATHS, optimizer=small.make_tx)
   for name in ('scale', 'dict'):
     convert_checkpoint(tmp_path / name, tmp_path / f'{name}_nnx', 'nnx', models=models)
+    with zoo_tests.in_mesh(None):
+      port, _ = zoo_tests.nnx_restore(tmp_path / f'{name}_nnx', small.nnx_mlp, small.make_tx())
+    np.testing.assert_array_equal(port.up.kernel[...], params['Dense_0']['kernel'])
+    np.testing.assert_array_equal(port.down.bias[...], params['Dense_1']['bias'])
 
 
 @pytest.mark.parametrize('rules, collections, message', [

@@ -26,6 +26,7 @@ from flax.training import checkpoints as flax_checkpoints
 from converters import PathRule, compare_checkpoints, convert_checkpoint
 from converters.checkpoint.compare import compare_outputs
 from converters.checkpoint.convert import CheckpointOptions
+from converters.checkpoint.inspect import string_path
 from linen_nnx_cli.kit_models import KitModels, models_for
 from converters.checkpoint.models import UserModels
 from converters.errors import CheckpointError, VerificationError
@@ -77,6 +78,23 @@ def restore_nnx(path, pair, everything: bool):
   return model
 
 
+def stored_specs(path) -> dict:
+  """`{leaf: partition spec}` the written checkpoint's own metadata records."""
+  meta = ocp.StandardCheckpointer().metadata(os.fspath(path)).item_metadata.tree
+  return {
+      string_path(k): tuple(m.sharding.partition_spec) + (None,) * (len(m.shape) - len(m.sharding.partition_spec))
+      for k, m in jax.tree_util.tree_flatten_with_path(meta)[0]
+  }
+
+
+def own_specs(model) -> dict:
+  """`{leaf: partition spec}` of the Params of a port made for real on the mesh."""
+  return {
+      string_path(k): tuple(x.sharding.spec) + (None,) * (x.ndim - len(x.sharding.spec))
+      for k, x in jax.tree_util.tree_flatten_with_path(nnx.state(model, nnx.Param))[0]
+  }
+
+
 def outputs(pair, variables=None, model=None):
   """The Linen model applied to `variables`, or the NNX `model`, on the pair's inputs."""
   linen = pair['linen']()
@@ -97,6 +115,7 @@ def outputs(pair, variables=None, model=None):
     ('transformer', 'params'),
     ('cnn', 'flax-msgpack'),
     ('cnn', 'flax-orbax'),
+    ('resnet', 'params'),  # the parameters alone, into a port with batch statistics
 ])
 def test_linen_weights_convert_to_nnx_restore_with_its_own_code_and_come_back(tmp_path, name, form):
   pair = PAIRS[name]
@@ -114,18 +133,30 @@ def test_linen_weights_convert_to_nnx_restore_with_its_own_code_and_come_back(tm
   port = restore_nnx(tmp_path / 'nnx', pair, everything)
   # The port, restored by its own code, computes what the Linen model does.
   np.testing.assert_array_equal(outputs(pair, model=port), outputs(pair, variables))
-  kernel = jax.tree.leaves(nnx.state(port, nnx.Param))[0]
-  assert kernel.sharding.mesh.shape == mesh().shape  # placed by the port's annotations
-  rows, _, _ = compare_outputs(source, tmp_path / 'nnx', models=models)
-  assert rows and all(r.identical for r in rows)
+  # Written where the port's own annotations place its arrays (read from the
+  # checkpoint's metadata, not from the restore, which takes the target's).
+  with in_mesh(pair['rules']):
+    expected = own_specs(nnx.jit(pair['nnx'])())
+  stored = stored_specs(tmp_path / 'nnx')
+  assert {p: stored[p] for p in expected} == expected
+  if name == 'transformer':
+    assert any(axis is not None for spec in expected.values() for axis in spec)
+  if 'batch_stats' in variables and not everything:  # outputs need the statistics it lacks
+    with pytest.raises(CheckpointError, match='lacks state the model runs with: batch_stats'):
+      compare_outputs(source, tmp_path / 'nnx', models=models)
+  else:
+    rows, _, _ = compare_outputs(source, tmp_path / 'nnx', models=models)
+    assert rows and all(r.identical for r in rows)
   convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models)
   rows, _, _ = compare_checkpoints(source, tmp_path / 'back', models=models)
   assert rows and all(r.identical for r in rows)
 
 
-@pytest.mark.parametrize('form', ['model', 'params', 'pure'])
-def test_nnx_weights_convert_to_linen_and_restore_with_its_own_code(tmp_path, form):
-  pair = PAIRS['resnet'] if form == 'model' else PAIRS['transformer']
+@pytest.mark.parametrize('name, form', [
+    ('resnet', 'model'), ('transformer', 'params'), ('transformer', 'pure'), ('resnet', 'params'),
+])
+def test_nnx_weights_convert_to_linen_and_restore_with_its_own_code(tmp_path, name, form):
+  pair = PAIRS[name]
   models = models_for(**models_of(pair, optimizer=None))
   with in_mesh(pair['rules']):
     port = nnx.jit(pair['nnx'])()
@@ -149,11 +180,14 @@ def test_nnx_weights_convert_to_linen_and_restore_with_its_own_code(tmp_path, fo
     )
     target = abstract if form == 'model' else {'params': abstract['params']}
     restored = checkpointer.restore(os.fspath(tmp_path / 'linen'), target)
-  if form == 'model':
-    np.testing.assert_array_equal(outputs(pair, restored), outputs(pair, model=port))
-  else:
-    rows, _, _ = compare_checkpoints(tmp_path / 'nnx', tmp_path / 'linen', models=models)
-    assert rows and all(r.identical for r in rows)
+  # Proven by outputs, not through the mapping: the parameters alone run with
+  # the model's own batch statistics, which the port holds at init too.
+  _, initial = linen_variables(pair)
+  variables = restored if form == 'model' else {**initial, 'params': restored['params']}
+  np.testing.assert_array_equal(outputs(pair, variables), outputs(pair, model=port))
+  if form != 'model' and name == 'resnet':  # outputs need the batch statistics it lacks
+    with pytest.raises(CheckpointError, match='lacks state the model runs with: batch_stats'):
+      compare_outputs(tmp_path / 'linen', tmp_path / 'nnx', models=models)
 
 
 def test_weights_change_layout_on_the_way(tmp_path):
@@ -168,6 +202,9 @@ def test_weights_change_layout_on_the_way(tmp_path):
   write_linen(tmp_path / 'loop', 'params', variables)
   summary = convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', 'nnx', models=models, layout='scan')
   assert (summary['source']['layout'], summary['destination']['layout']) == ('loop', 'scan')
+  # The scanned port computes what the looped Linen model does (not a round trip).
+  rows, _, _ = compare_outputs(tmp_path / 'loop', tmp_path / 'scan', models=models)
+  assert rows and all(r.identical for r in rows)
   convert_checkpoint(tmp_path / 'scan', tmp_path / 'back', 'linen', models=models, layout='loop')
   rows, _, _ = compare_checkpoints(tmp_path / 'loop', tmp_path / 'back', models=models)
   assert rows and all(r.identical for r in rows)
@@ -223,5 +260,22 @@ def test_the_command_line_says_it_found_weights_only(tmp_path, capsys):
   assert linen_nnx('convert', tmp_path / 'weights.msgpack', tmp_path / 'nnx', '--to', 'nnx', *options) == 0
   out = capsys.readouterr().out
   assert 'weights only: a bare Linen params tree -> NNX parameters (nnx.state(model, nnx.Param))' in out
-  assert 'step' not in out.splitlines()[-1]
+  (line,) = [l for l in out.splitlines() if l.startswith('converted ')]
+  assert 'step ' not in line and ' arrays, ' in line
   assert linen_nnx('compare', tmp_path / 'weights.msgpack', tmp_path / 'nnx', *options) == 0
+
+
+def test_weights_are_only_read_whatever_the_destination_is_called(tmp_path):
+  """A DST inside SRC, spelled through `..` or a symlink, is refused before
+  anything is read or written; SRC is left as it was."""
+  from tests.converters.checkpoint.fixtures import tree_checksum
+
+  _, variables = linen_variables(PAIRS['cnn'])
+  write_linen(tmp_path / 'weights', 'params', variables)
+  (tmp_path / 'link').symlink_to(tmp_path / 'weights')
+  before = tree_checksum(tmp_path / 'weights')
+  models = models_for(**models_of(PAIRS['cnn'], optimizer=None))
+  for dst in (tmp_path / 'weights' / 'out', tmp_path / 'other' / '..' / 'weights' / 'out', tmp_path / 'link' / 'out'):
+    with pytest.raises(CheckpointError, match='inside the source'):
+      convert_checkpoint(tmp_path / 'weights', dst, 'nnx', models=models)
+  assert tree_checksum(tmp_path / 'weights') == before

@@ -523,7 +523,7 @@ def test_state_of_the_port_that_is_not_what_linen_computes_is_refused_not_kept()
       self.table = nnx.Variable(small.sinusoid() + 1.0)
 
   x = jax.ShapeDtypeStruct((2, 8), jnp.float32)
-  with pytest.raises(PathMappingError):
+  with pytest.raises(PathMappingError, match='models disagree when run through that pairing'):
     infer_paths(small.LinenTabled(), Shifted(nnx.Rngs(0)), x)
 
 
