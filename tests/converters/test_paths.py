@@ -227,6 +227,7 @@ _KEY = st.one_of(
     st.integers(0, 99),
     st.tuples(_TEXT, _TEXT),
     st.tuples(st.integers(0, 9), _TEXT),
+    st.tuples(), st.tuples(_TEXT),  # tuple keys of every length a literal has
 )
 
 
