@@ -1,5 +1,5 @@
 # Set-up and entry points. `make demo` and `make test` each create .venv when it
-# is missing, install the project with its test and plot extras, and run.
+# is missing, install the project with its test, plot and port extras, and run.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -35,7 +35,7 @@ benchmark: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,plot]'
+	$(BIN)/python -m pip install --quiet -e '.[test,plot,port]'
 	touch $(STAMP)
 
 clean:

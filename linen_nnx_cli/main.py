@@ -30,11 +30,12 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from linen_nnx_cli import port_command
 from linen_nnx_cli.devices import simulate_cpu_devices
 
 
 OPTIMIZER_CHOICES = ('adam', 'adamw', 'sgd_momentum', 'fsdp_sgd')
-COMMANDS = ('demo', 'convert', 'compare', 'side-by-side')
+COMMANDS = ('demo', 'convert', 'compare', 'map', 'side-by-side', 'port')
 
 
 class UsageError(Exception):
@@ -337,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
   )
   side.add_argument('--html', metavar='PATH', help='write the two-column HTML page here')
   side.add_argument('--markdown', metavar='PATH', help='write the Markdown page here')
+  port_command.add_parser(commands)
   return parser
 
 
@@ -384,6 +386,8 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
       simulate_cpu_devices(args.devices)
     except (ValueError, RuntimeError) as e:
       return _fail(args, f'--devices {args.devices}: {e}', 2)
+  if args.command == 'port':
+    return port_command.run(args, _fail)
   if own_process:
     from converters.allocator import recycle_large_buffers
 

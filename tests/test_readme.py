@@ -123,3 +123,28 @@ def test_convert_your_checkpoint_runs_on_a_model_of_the_readers_own(tmp_path):
       "np.testing.assert_array_equal(model.up.kernel[...], saved['hidden']['kernel'])\n"
       "np.testing.assert_array_equal(model.down.bias[...], saved['out']['bias'])\n"
   ))
+
+
+def test_port_example_writes_and_proves_the_port(tmp_path):
+  readme = (ROOT / 'README.md').read_text()
+  block = re.search(
+      r'<!-- port-example:start -->\n```python\n(.*?)```\n<!-- port-example:end -->', readme, re.S
+  )
+  assert block, 'the README lost its port example markers'
+  (tmp_path / 'my_models.py').write_text(block.group(1))
+  (tmp_path / 'ports').mkdir()
+  (command,) = re.findall(r'# (linen-nnx port .*)', block.group(1))
+  result = subprocess.run(
+      [sys.executable, '-m', 'linen_nnx_cli.main', *command.split()[1:]],
+      cwd=tmp_path, capture_output=True, text=True, timeout=600,
+  )
+  assert result.returncode == 0, result.stdout + result.stderr
+  text = (tmp_path / 'ports' / 'models_nnx.py').read_text()
+  assert 'self.denses.append(nnx.Linear(in_features, width, rngs=rngs))' in text
+  # The written test passes in the user's CI, run from their checkout.
+  result = subprocess.run(
+      [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'ports/test_models_nnx_port.py'],
+      cwd=tmp_path, capture_output=True, text=True, timeout=600,
+      env={**os.environ, 'PYTHONPATH': str(tmp_path)},
+  )
+  assert result.returncode == 0, result.stdout + result.stderr

@@ -86,7 +86,8 @@ USAGE_ERRORS = {
     'demo --plot onto a directory': (['demo', '--plot', '.'], 'is a directory'),
     'side-by-side --html into a missing directory': (['side-by-side', '--html', '/no/such/dir/x.html'], 'does not exist'),
     'no command': ([], 'required: command'),
-    'an unknown command': (['port'], "invalid choice: 'port'"),
+    'an unknown command': (['transpile'], "invalid choice: 'transpile'"),
+    'port without its factory': (['port'], 'required: FACTORY, --out'),
     'an abbreviated option': (['compare', 'a', 'b', '--js'], 'unrecognized arguments: --js'),
     'an option before the command': (
         ['--devices', '8', 'convert', 'a', 'b', '--to', 'nnx'],

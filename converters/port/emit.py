@@ -1,0 +1,268 @@
+"""The generated file: the NNX classes, what they need of the Linen module
+(imports, constants, helper functions), the path mapping, and ruff's check.
+
+Statements are taken from the Linen file as libcst parsed them, so comments
+and layout stay; a helper is copied only if a generated class reads it (or a
+copied helper does), an import only if something copied reads its names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+
+import libcst as cst
+
+from converters.paths import PathMapping, PathRule, format_path
+from converters.port import compact, source, tracing
+
+_HEADER = '''"""NNX port of `{origin}`, written by `linen-nnx port {factory}`.
+
+Each class is the NNX counterpart of the Linen class of the same name; `PATHS`
+maps the Linen variables onto these modules (`linen-nnx convert --paths
+{module}:PATHS`). Proven equivalent when written: see `{test}`.
+"""
+'''
+
+
+def _bound_names(statement: cst.CSTNode) -> set[str]:
+  """The names a top-level statement binds."""
+  if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+    return {statement.name.value}
+  if isinstance(statement, cst.SimpleStatementLine):
+    names = set()
+    for small in statement.body:
+      if isinstance(small, cst.Assign):
+        for target in small.targets:
+          names |= set(compact._target_names(target.target))
+      elif isinstance(small, cst.AnnAssign):
+        names |= set(compact._target_names(small.target))
+      elif isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+        for alias in small.names:
+          names.add(_alias_name(alias))
+    return names
+  return set()
+
+
+def _alias_name(alias: cst.ImportAlias) -> str:
+  if alias.asname is not None:
+    return alias.asname.name.value
+  return cst.Module([]).code_for_node(alias.name).split('.')[0]
+
+
+def _is_import(statement) -> bool:
+  return isinstance(statement, cst.SimpleStatementLine) and isinstance(
+      statement.body[0], (cst.Import, cst.ImportFrom)
+  )
+
+
+def _only_aliases(statement: cst.SimpleStatementLine, names: set[str]) -> cst.SimpleStatementLine | None:
+  """An import statement keeping only the aliases binding `names`."""
+  small = statement.body[0]
+  if isinstance(small, cst.ImportFrom) and small.module is not None and small.module.value == '__future__':
+    return statement
+  kept = [a for a in small.names if _alias_name(a) in names]
+  if not kept:
+    return None
+  kept = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in kept]
+  if isinstance(small, cst.ImportFrom):
+    small = small.with_changes(names=kept, lpar=None, rpar=None)
+  else:
+    small = small.with_changes(names=kept)
+  return statement.with_changes(body=[small])
+
+
+@dataclasses.dataclass
+class GeneratedFile:
+  text: str
+  classes: list[str]
+
+
+def write_file(
+    ports: list[compact.ClassPort | tuple[type, str]],
+    mapping: PathMapping,
+    *,
+    factory: str,
+    module_name: str,
+    test_name: str,
+) -> GeneratedFile:
+  """The generated file's text: `ports` (written classes, or `(cls, stub
+  source)` for classes that could not be written), in their files' order."""
+  nodes: list[tuple[source.SourceFile, cst.CSTNode]] = []
+  for port in ports:
+    if isinstance(port, compact.ClassPort):
+      nodes.append((source.file_of(port.cls), port.node))
+    else:
+      cls, stub = port
+      nodes.append((source.file_of(cls), cst.parse_statement(stub)))
+  ported = {getattr(p, 'cls', None) or p[0] for p in ports}
+  ported_names = {c.__name__ for c in ported}
+
+  # Helpers and imports, from each class's own file, by what is read.
+  files = list(dict.fromkeys(f for f, _ in nodes))
+  chosen: dict[int, cst.CSTNode] = {}  # id(original statement) -> statement to write
+  for file in files:
+    defined = {}
+    for statement in file.module.body:
+      for name in _bound_names(statement):
+        defined.setdefault(name, statement)
+    wanted = set().union(*(source.names_in(n) for f, n in nodes if f is file))
+    seen: set[str] = set()
+    while wanted - seen:
+      name = (wanted - seen).pop()
+      seen.add(name)
+      statement = defined.get(name)
+      if statement is None or name in ported_names and not _is_import(statement):
+        continue
+      if _is_import(statement):
+        continue  # chosen below, by alias
+      chosen[id(statement)] = statement
+      wanted |= source.names_in(statement)
+    # Helpers read Linen's names as NNX's where they are the same objects;
+    # one that still needs Linen keeps its import.
+    needs_linen = False
+    for key, statement in list(chosen.items()):
+      rewriter = compact.LinenReferences(file, None, strict=False)
+      chosen[key] = statement.visit(rewriter)
+      needs_linen |= bool(rewriter.left)
+    for statement in file.module.body:
+      if _is_import(statement):
+        kept = _only_aliases(statement, seen - ported_names)
+        if kept is not None and (needs_linen or not _imports_linen(kept)):
+          chosen[id(statement)] = kept
+
+  parts: list[str] = []
+  future = 'from __future__ import annotations\n'
+  imports: list[str] = []
+  helpers: list[str] = []
+  for file in files:
+    for statement in file.module.body:
+      if id(statement) not in chosen:
+        continue
+      written = chosen[id(statement)]
+      code = file.module.code_for_node(
+          written.with_changes(leading_lines=[]) if _is_import(written) else written
+      )
+      if _is_import(written):
+        if code.strip() != future.strip() and code not in imports:
+          imports.append(code)
+      else:
+        helpers.append(code)
+  imports.append('from flax import nnx\n')
+  imports.append('from converters import PathMapping, PathRule\n')
+  origin = ', '.join(sorted({f.python_module.__name__ for f in files}))
+  parts.append(_HEADER.format(origin=origin, factory=factory, module=module_name, test=test_name))
+  parts.append(future)
+  parts.append('\n' + ''.join(sorted(set(imports), key=_import_order)))
+  for code in helpers:
+    parts.append('\n' + code)
+  for file, node in nodes:  # in the file's own indentation, with the comments above it
+    parts.append('\n\n' + file.module.code_for_node(node.with_changes(leading_lines=_comments(node))))
+  if mapping.rules:
+    paths = mapping.to_python('PATHS').split('\n', 2)[2]  # its own import line is above
+    parts.append('\n\n# How the Linen variables map onto the modules above.\n' + paths)
+  else:
+    parts.append(
+        '\n\n# Not written while classes above are stubs: port them, then run `linen-nnx map`.\n'
+        'PATHS = PathMapping([])\n'
+    )
+  text = ''.join(parts)
+  return GeneratedFile(text, [c.__name__ for c in ported])
+
+
+def _comments(node) -> list:
+  """A statement's leading lines from its first comment on."""
+  lines = list(node.leading_lines)
+  while lines and lines[0].comment is None:
+    lines.pop(0)
+  return lines
+
+
+def _imports_linen(statement) -> bool:
+  code = cst.Module([]).code_for_node(statement)
+  return bool(re.search(r'\bflax\.linen\b|from flax import linen|import linen', code))
+
+
+def _import_order(code: str) -> tuple:
+  module = code.split()[1]
+  third_party = module.split('.')[0] in sys.stdlib_module_names
+  return (0 if third_party else 1, code)
+
+
+# --- the path mapping
+
+
+def path_pairs(
+    root: tracing.Created, variables: dict, ports: dict[type, compact.ClassPort]
+) -> list[tuple[tuple, tuple, tuple[int, int] | None]]:
+  """`(linen path, nnx path, index)` of every variable below a collection
+  (`('Conv_0', 'kernel')`), where `index` is `(linen position, nnx position)`
+  of a looped layer's index that `{i}` can stand for."""
+  modules: dict[tuple, tuple[tuple, tuple[int, int] | None]] = {(): ((), None)}
+  for instance in root.walk():
+    port = ports.get(instance.cls)
+    if port is None:
+      continue
+    parent_nnx, parent_index = modules[instance.path]
+    for child in instance.children:
+      nnx_path = parent_nnx + port.nnx_path(instance, child)
+      index = parent_index
+      _, is_list = port.attributes[child.site]
+      if index is None and is_list:
+        # `Dense_{i}` stands for every index: only if the list holds all the
+        # `Dense_k` there are, from 0 (no other Dense beside the loop).
+        siblings = [c for c in instance.children if c.site == child.site]
+        prefix = child.name.rsplit('_', 1)[0]
+        others = [c for c in instance.children if c.site != child.site
+                  and re.fullmatch(rf'{re.escape(prefix)}_\d+', c.name)]
+        if not others and all(c.name == f'{prefix}_{k}' for k, c in enumerate(siblings)):
+          index = (len(child.path) - 1, len(nnx_path) - 1)
+      modules[child.path] = (nnx_path, index)
+  pairs = []
+  for collection, tree in variables.items():
+    flat = _flatten(tree)
+    for path in flat:
+      for cut in range(len(path), -1, -1):
+        if path[:cut] in modules:
+          nnx_prefix, index = modules[path[:cut]]
+          if cut == len(path):
+            continue
+          pairs.append((path, nnx_prefix + path[cut:], index))
+          break
+      else:
+        raise LookupError(f'{collection}/{format_path(path)} belongs to no module the port wrote')
+  return list(dict.fromkeys(pairs))
+
+
+def _flatten(tree, prefix=()) -> list[tuple]:
+  if isinstance(tree, dict) or hasattr(tree, 'items'):
+    return [p for k, v in tree.items() for p in _flatten(v, prefix + (k,))]
+  return [prefix]
+
+
+def mapping_of(pairs) -> PathMapping:
+  """One rule per variable, written once for every index of a looped layer."""
+  rules, seen = [], set()
+  for linen, nnx_path, index in pairs:
+    if index is not None:
+      li, ni = index
+      linen_t = format_path(linen[:li] + (re.sub(r'_\d+$', '_{i}', linen[li]),) + linen[li + 1:])
+      nnx_t = format_path(nnx_path[:ni] + ('{i}',) + nnx_path[ni + 1:])
+    else:
+      linen_t, nnx_t = format_path(linen), format_path(nnx_path)
+    if (linen_t, nnx_t) not in seen:
+      seen.add((linen_t, nnx_t))
+      rules.append(PathRule(linen_t, nnx_t))
+  return PathMapping(rules)
+
+
+def ruff_check(path: str) -> list[str]:
+  """Fixes what ruff fixes safely (import order, unused imports), then what
+  it still reports with its default rules (one line each), or []."""
+  command = [sys.executable, '-m', 'ruff', 'check', '--isolated', '--quiet', '--no-cache']
+  subprocess.run(command + ['--fix', '--select', 'F401,I', path], capture_output=True, check=False)
+  result = subprocess.run(command + ['--output-format', 'concise', path], capture_output=True, text=True, check=False)
+  return [line for line in result.stdout.splitlines() if line.strip()]
+

@@ -1,0 +1,171 @@
+"""`port(linen_model)`: the NNX port of a Linen model, written and proven.
+
+The model is traced (`tracing`), each of the user's classes it uses is
+written as an NNX class from its source, innermost first (`compact`, with
+the sizes Linen infers from `shapes`), what cannot be written becomes a
+marked stub, and the file is assembled with its path mapping (`emit`). Then
+the file is imported and proven (`prove`) unless it holds a stub.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import textwrap
+import time
+import traceback
+
+from converters.linen_model import LinenModel
+from converters.port import compact, emit, layers, prove, shapes, source, tracing
+
+
+class PortOutputError(ValueError):
+  """A file the port would write is one it reads."""
+
+
+@dataclasses.dataclass
+class Stub:
+  """A class the port could not write: where and why."""
+
+  cls: str
+  line: int | None
+  reason: str
+  file: str
+
+  def __str__(self) -> str:
+    where = f'{self.file}:{self.line}' if self.line else self.file
+    return f'{self.cls} ({where}): {self.reason}'
+
+
+@dataclasses.dataclass
+class PortResult:
+  """What `port` wrote and found.
+
+  Attributes:
+    text: the generated file.
+    classes: the classes written (stubs included), innermost first.
+    stubs: the classes written as stubs, with why.
+    modes: the call flags the model's port takes as its mode, with their
+      value in training (`{'train': True}`).
+    checks: `(check, outcome, figure)` rows: the proof, ruff, timings.
+    proven: whether the proof held (False with stubs: nothing was run).
+  """
+
+  text: str
+  classes: list[str]
+  stubs: list[Stub]
+  modes: dict[str, bool]
+  checks: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+  proven: bool = False
+  failure: str | None = None
+  sources: list[str] = dataclasses.field(default_factory=list)
+
+
+def _call_parameters(cls: type) -> list[str]:
+  return list(inspect.signature(cls.__call__).parameters)[1:]
+
+
+def _stub_source(cls: type, stub: Stub) -> str:
+  try:
+    lines, _ = inspect.getsourcelines(cls)
+  except (OSError, TypeError):
+    lines = []
+  quoted = ''.join(f'# | {line.rstrip()}\n' if line.strip() else '# |\n' for line in lines)
+  message = f'{cls.__name__}: {stub.reason}'
+  where = f'{os.path.basename(stub.file)}:{stub.line}' if stub.line else os.path.basename(stub.file)
+  return (
+      f'# STUB: not ported ({where}). The Linen class, to port by hand:\n{quoted}'
+      f'class {cls.__name__}(nnx.Module):\n'
+      f'  """STUB, not ported: {textwrap.shorten(stub.reason, 200)}"""\n\n'
+      f'  def __init__(self, *args, **kwargs):\n'
+      f'    raise NotImplementedError({message!r})\n'
+  )
+
+
+def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'models_nnx',
+          test_name: str = '') -> tuple[PortResult, dict]:
+  """The generated file for `linen_model`, not yet proven."""
+  module = linen_model.module
+  root, variables = tracing.trace(module, *linen_model.args, **linen_model.kwargs)
+  ports: dict[type, compact.ClassPort] = {}
+  written: list = []
+  stubs: list[Stub] = []
+
+  def visit(instance: tracing.Created):
+    for child in instance.children:
+      visit(child)
+    cls = instance.cls
+    if layers.is_flax_class(cls) or cls in ports or any(s.cls == cls.__name__ for s in stubs):
+      return
+    try:
+      symbolic = shapes.symbolic_trace(instance, _call_parameters(cls))
+      port = compact.port_class(cls, instance, symbolic, ports)
+    except compact.Untranslatable as e:
+      stub = Stub(cls.__name__, e.line, str(e), source.file_of(cls).path)
+      stubs.append(stub)
+      written.append((cls, _stub_source(cls, stub)))
+      return
+    ports[cls] = port
+    written.append(port)
+
+  visit(root)
+  mapping = emit.mapping_of(emit.path_pairs(root, variables, ports)) if not stubs else emit.PathMapping([])
+  generated = emit.write_file(
+      written, mapping, factory=factory, module_name=module_name, test_name=test_name
+  )
+  modes = ports[type(module)].modes if type(module) in ports else {}
+  files = {source.file_of(c).path for c in [type(module), *ports, *(s[0] for s in written if isinstance(s, tuple))]}
+  result = PortResult(generated.text, generated.classes, stubs, dict(modes), sources=sorted(files))
+  return result, ports
+
+
+def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str | None = None) -> PortResult:
+  """Writes the port of `linen_model` to `out` (and its test to `test_out`),
+  then proves it. `factory` is how the test file gets the Linen model
+  (`pkg.module:function`)."""
+  start = time.perf_counter()
+  module_name = os.path.splitext(os.path.basename(out))[0]
+  test_name = os.path.basename(test_out) if test_out else ''
+  result, _ = write(linen_model, factory=factory, module_name=module_name, test_name=test_name)
+  for path in (out, test_out):
+    if path is not None and os.path.realpath(path) in result.sources:
+      raise PortOutputError(f'{path} is a file the model is read from; write the port elsewhere')
+  with open(out, 'w', encoding='utf-8') as f:
+    f.write(result.text)
+  problems = emit.ruff_check(out)
+  with open(out, encoding='utf-8') as f:
+    result.text = f.read()
+  result.checks.append(('generated', f'{len(result.classes)} classes, {len(result.stubs)} stubs',
+                        f'{time.perf_counter() - start:.2f} s'))
+  result.checks.append(('ruff check', 'passed' if not problems else '; '.join(problems), ''))
+  if test_out is not None:
+    with open(test_out, 'w', encoding='utf-8') as f:
+      f.write(test_file(factory, out, result.modes))
+  if result.stubs:
+    return result
+  start = time.perf_counter()
+  try:
+    generated = prove.import_file(out)
+    prove.assert_generated_port(linen_model, generated, modes=result.modes)
+  except Exception as e:  # noqa: BLE001 - a failed proof is the result, reported
+    result.failure = ''.join(traceback.format_exception_only(e)).strip()
+    result.checks.append(('assert_port_equivalent', 'FAILED', f'{time.perf_counter() - start:.2f} s'))
+    return result
+  result.proven = not problems
+  result.checks.append(('assert_port_equivalent', 'passed', f'{time.perf_counter() - start:.2f} s'))
+  return result
+
+
+def test_file(factory: str, out: str, modes: dict[str, bool]) -> str:
+  """The pytest file repeating the proof in the user's CI."""
+  module, _, function = factory.partition(':')
+  return (
+      f'"""The NNX port in `{os.path.basename(out)}` is its Linen original: written by `linen-nnx port`."""\n\n'
+      'import os\n\n'
+      f'from {module} import {function}\n\n'
+      'from converters.port import assert_generated_port, import_file\n\n'
+      f'PORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), {os.path.basename(out)!r})\n\n\n'
+      f'def test_port_is_equivalent():\n'
+      f'  assert_generated_port({function}(), import_file(PORT), modes={modes!r})\n'
+  )

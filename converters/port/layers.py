@@ -1,0 +1,85 @@
+"""Flax's Linen layers and the NNX layers a port writes for them.
+
+A `LayerSpec` says how one Linen layer class is written in NNX: the NNX class,
+the input size NNX takes first and Linen infers (`in_features` of `Linear`,
+`num_features` of the norms), Linen fields renamed (`Dense.features` is
+`Linear.out_features`), fields NNX takes when called rather than when built,
+and the fields the module's mode sets (`deterministic`, `use_running_average`:
+`model.train()` / `model.eval()` in NNX). Variable names inside the layers are
+the same in both frameworks for every layer listed (`kernel`, `bias`, `scale`,
+`embedding`, `mean`, `var`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+from flax import linen as nn
+from flax import nnx
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+  """How the Linen layer `linen` is written in NNX.
+
+  Attributes:
+    linen: the Linen class.
+    nnx: the NNX class, spelled as the generated file writes it (`nnx.Linear`).
+    in_features: the NNX argument taking the size Linen infers from the
+      input's `feature_axis`, or None (`Embed`, `Dropout`).
+    renames: Linen field -> NNX argument, where the names differ.
+    mode: Linen field -> whether its True value is NNX's eval mode (fields
+      the mode sets; a port leaves them to `model.train()` / `.eval()`).
+    rngs: whether the NNX layer takes `rngs` (to make its variables or draw
+      its randomness).
+    out_features: the Linen field giving the size of the last output axis.
+  """
+
+  linen: type
+  nnx: str
+  in_features: str | None = None
+  renames: tuple[tuple[str, str], ...] = ()
+  mode: tuple[tuple[str, bool], ...] = ()
+  rngs: bool = True
+  out_features: str | None = 'features'
+  feature_axis: int = -1
+
+  @property
+  def nnx_class(self) -> type:
+    return getattr(nnx, self.nnx.removeprefix('nnx.'))
+
+  def nnx_argument(self, field: str) -> str:
+    return dict(self.renames).get(field, field)
+
+  def nnx_parameters(self) -> list[str]:
+    """The NNX constructor's parameters, in order (`self` left out)."""
+    return list(inspect.signature(self.nnx_class.__init__).parameters)[1:]
+
+
+LAYERS: tuple[LayerSpec, ...] = (
+    LayerSpec(nn.Dense, 'nnx.Linear', 'in_features', renames=(('features', 'out_features'),)),
+    LayerSpec(nn.Conv, 'nnx.Conv', 'in_features', renames=(('features', 'out_features'),)),
+    LayerSpec(nn.ConvTranspose, 'nnx.ConvTranspose', 'in_features', renames=(('features', 'out_features'),)),
+    LayerSpec(nn.Embed, 'nnx.Embed'),
+    LayerSpec(nn.LayerNorm, 'nnx.LayerNorm', 'num_features', out_features=None),
+    LayerSpec(nn.RMSNorm, 'nnx.RMSNorm', 'num_features', out_features=None),
+    LayerSpec(nn.GroupNorm, 'nnx.GroupNorm', 'num_features', out_features=None),
+    LayerSpec(
+        nn.BatchNorm, 'nnx.BatchNorm', 'num_features', mode=(('use_running_average', True),),
+        out_features=None,
+    ),
+    LayerSpec(nn.Dropout, 'nnx.Dropout', mode=(('deterministic', True),), out_features=None),
+)
+
+_BY_CLASS = {spec.linen: spec for spec in LAYERS}
+
+
+def layer_spec(cls: type) -> LayerSpec | None:
+  """The spec of Flax layer class `cls`, or None if it is not one the port knows."""
+  return _BY_CLASS.get(cls)
+
+
+def is_flax_class(cls: type) -> bool:
+  """Whether `cls` is one of Flax's own modules (known to the port or not)."""
+  return cls.__module__.startswith('flax.')

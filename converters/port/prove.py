@@ -1,0 +1,127 @@
+"""The proof a port is handed over with: the written file imported, built at
+the Linen model's configuration, given the Linen variables through its own
+`PATHS`, and checked with `converters.testing.assert_port_equivalent` (eval
+outputs and gradients bit for bit, and a training step where the model has
+modes), as the test file written beside it repeats in the user's CI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from converters.linen_model import LinenModel
+from converters.testing import assert_port_equivalent
+
+
+def import_file(path: str) -> types.ModuleType:
+  """The Python file at `path` imported as a module of its own name."""
+  name = '_linen_nnx_port_' + os.path.splitext(os.path.basename(path))[0]
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+def example_inputs(linen_model: LinenModel) -> tuple[tuple, dict]:
+  """The factory's inputs made concrete: shapes become arrays (floats drawn
+  from a normal distribution, integers zeros); arrays are kept."""
+  key = iter(jax.random.split(jax.random.key(0), 64))
+
+  def concrete(x):
+    if isinstance(x, jax.ShapeDtypeStruct):
+      if jnp.issubdtype(x.dtype, jnp.floating):
+        return jax.random.normal(next(key), x.shape, x.dtype)
+      return jnp.zeros(x.shape, x.dtype)
+    return x
+
+  return jax.tree.map(concrete, (linen_model.args, dict(linen_model.kwargs)))
+
+
+def nnx_arguments(nnx_class: type, linen_model: LinenModel) -> dict[str, Any]:
+  """The generated constructor's arguments for the Linen model's
+  configuration: its fields by name, the input sizes it asks for."""
+  module = linen_model.module
+  signature = inspect.signature(nnx_class.__init__)
+  arguments: dict[str, Any] = {}
+  for name, parameter in signature.parameters.items():
+    if name in ('self', 'rngs'):
+      continue
+    if hasattr(module, name) and name not in ('parent', 'scope'):
+      arguments[name] = getattr(module, name)
+    elif name == 'in_features':
+      arrays = [a for a in linen_model.args if hasattr(a, 'shape')]
+      arguments[name] = arrays[0].shape[-1]
+    elif name.endswith('_shape'):
+      arguments[name] = _input_named(linen_model, name.removesuffix('_shape')).shape
+    elif parameter.default is inspect.Parameter.empty:
+      raise TypeError(f'{nnx_class.__name__}({name}=...) is neither a field of the Linen model nor an input size')
+  return arguments
+
+
+def _input_named(linen_model: LinenModel, name: str):
+  call = type(linen_model.module).__call__
+  names = list(inspect.signature(call).parameters)[1:]
+  if name in names and names.index(name) < len(linen_model.args):
+    return linen_model.args[names.index(name)]
+  if name in linen_model.kwargs:
+    return linen_model.kwargs[name]
+  raise TypeError(f'the example inputs have no {name!r}')
+
+
+def build(nnx_class: type, linen_model: LinenModel, seed: int = 0) -> nnx.Module:
+  """The port at the Linen model's configuration."""
+  return nnx_class(**nnx_arguments(nnx_class, linen_model), rngs=nnx.Rngs(seed))
+
+
+def call_keywords(linen_model: LinenModel, modes: Mapping[str, bool]) -> tuple[tuple, dict, dict, dict | None]:
+  """`(inputs, linen eval kwargs, nnx kwargs, linen train kwargs)`: the
+  mode flags (`train`) given to Linen only, at their eval and train values."""
+  args, kwargs = example_inputs(linen_model)
+  names = list(inspect.signature(type(linen_model.module).__call__).parameters)[1:]
+  args = list(args)
+  for flag in modes:
+    if flag in names and names.index(flag) < len(args):
+      kwargs[flag] = args.pop(names.index(flag))
+  nnx_kwargs = {k: v for k, v in kwargs.items() if k not in modes}
+  eval_kwargs = {**nnx_kwargs, **{flag: not train for flag, train in modes.items()}}
+  train_kwargs = {**nnx_kwargs, **{flag: train for flag, train in modes.items()}} if modes else None
+  return tuple(args), eval_kwargs, nnx_kwargs, train_kwargs
+
+
+def linen_variables(linen_model: LinenModel, inputs: tuple, kwargs: Mapping) -> dict:
+  rngs = {'params': jax.random.key(1), 'dropout': jax.random.key(2)}
+  return linen_model.module.init(rngs, *inputs, **kwargs)
+
+
+def assert_generated_port(
+    linen_model: LinenModel, generated: types.ModuleType, *, modes: Mapping[str, bool] | None = None
+) -> None:
+  """The generated module's class for `linen_model` is its port: built at
+  the same configuration and given the Linen variables through the module's
+  `PATHS`, it computes the same outputs, gradients and training step.
+
+  `modes`: the Linen call's flags the port turned into its mode, with their
+  value in training (`{'train': True}`); the test file written with the port
+  passes them.
+  """
+  nnx_class = getattr(generated, type(linen_model.module).__name__)
+  modes = dict(modes or {})
+  inputs, eval_kwargs, nnx_kwargs, train_kwargs = call_keywords(linen_model, modes)
+  variables = linen_variables(linen_model, inputs, eval_kwargs)
+  model = build(nnx_class, linen_model)
+  assert_port_equivalent(
+      linen_model.module, variables, model, *inputs, paths=generated.PATHS,
+      linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs,
+  )
+

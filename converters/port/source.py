@@ -1,0 +1,118 @@
+"""The Linen source a port is written from: files parsed with libcst, with
+positions, and the expressions a trace's `Site`s point at.
+
+libcst keeps every comment and blank line of what it parses, so the classes
+a port rewrites keep the user's docstrings and comments. Positions are those
+of `libcst.metadata.PositionProvider`, 1-based lines and 0-based columns,
+which are Python's own (`tracing.Site`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import types
+
+import libcst as cst
+from flax import linen as nn
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from converters.port import tracing
+
+
+class SourceFile:
+  """One Python file of the user's, parsed."""
+
+  def __init__(self, path: str, module: types.ModuleType):
+    self.path = path
+    self.python_module = module
+    with open(path, encoding='utf-8') as f:
+      self.text = f.read()
+    self.wrapper = MetadataWrapper(cst.parse_module(self.text))
+    self.module = self.wrapper.module
+    self.positions = self.wrapper.resolve(PositionProvider)
+    self.parents = self.wrapper.resolve(ParentNodeProvider)
+    self._by_range = {
+        (r.start.line, r.start.column, r.end.line, r.end.column): node
+        for node, r in self.positions.items()
+        if isinstance(node, cst.Call)
+    }
+
+  def call_at(self, site: tracing.Site) -> cst.Call | None:
+    """The call expression spanning exactly `site`."""
+    return self._by_range.get((site.line, site.column, site.end_line, site.end_column))
+
+  def class_def(self, cls: type) -> cst.ClassDef:
+    """The top-level `class` statement of `cls`."""
+    for statement in self.module.body:
+      if isinstance(statement, cst.ClassDef) and statement.name.value == cls.__name__:
+        return statement
+    raise LookupError(f'{cls.__qualname__} is not a top-level class of {self.path}')
+
+  def ancestors(self, node: cst.CSTNode):
+    """`node`'s enclosing nodes, innermost first."""
+    while node in self.parents:
+      node = self.parents[node]
+      yield node
+
+  def code(self, node: cst.CSTNode) -> str:
+    return self.module.code_for_node(node)
+
+  def line_of(self, node: cst.CSTNode) -> int:
+    return self.positions[node].start.line
+
+  @functools.cached_property
+  def linen_names(self) -> frozenset[str]:
+    """The names the file binds to `flax.linen` (`nn`, usually)."""
+    return frozenset(k for k, v in vars(self.python_module).items() if v is nn)
+
+
+@functools.cache
+def source_file(path: str) -> SourceFile:
+  module = next(
+      (m for m in list(sys.modules.values())
+       if getattr(m, '__file__', None) and os.path.realpath(m.__file__) == path),
+      None,
+  )
+  if module is None:
+    raise LookupError(f'{path} is not the file of an imported module')
+  return SourceFile(path, module)
+
+
+def file_of(cls: type) -> SourceFile:
+  """The parsed file defining `cls`."""
+  return source_file(os.path.realpath(inspect.getsourcefile(cls)))
+
+
+def snake_case(name: str) -> str:
+  """`Dense_0` -> `dense_0`, `MultiHeadDotProductAttention` ->
+  `multi_head_dot_product_attention`, `ResNetBlock` -> `res_net_block`."""
+  out = []
+  for i, ch in enumerate(name):
+    if ch.isupper() and i and (name[i - 1].islower() or (i + 1 < len(name) and name[i + 1].islower())):
+      if out and out[-1] != '_':
+        out.append('_')
+    out.append(ch.lower())
+  return ''.join(out)
+
+
+def names_in(node: cst.CSTNode) -> set[str]:
+  """Every bare name an expression or statement mentions."""
+  found = set()
+
+  class Visitor(cst.CSTVisitor):
+    def visit_Name(self, n: cst.Name):
+      found.add(n.value)
+
+    def visit_Attribute(self, n: cst.Attribute):
+      n.value.visit(self)
+      return False  # `a.b`: `b` is not a name in scope
+
+    def visit_Arg(self, n: cst.Arg):
+      n.value.visit(self)
+      return False  # `f(k=v)`: `k` is not a name in scope
+
+  node.visit(Visitor())
+  return found

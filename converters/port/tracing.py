@@ -1,0 +1,195 @@
+"""What a Linen model does when it is initialised: the modules it creates,
+where in the source, and what each call receives.
+
+`trace(module, *args, **kwargs)` runs `module.init` abstractly
+(`jax.eval_shape`) and records every module created (the class, the object,
+the source position of the expression that created it) and every method
+called on one (the position of the call, the abstract inputs), in the order
+they happened. Inputs may be concrete or symbolic (`jax.export` dimensions):
+a symbolic trace tells how the sizes Linen infers depend on the
+configuration. Positions are those of Python's own code objects (line and
+column of the whole call expression), which is what `converters.port.source`
+finds the expression by.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import flax
+import jax
+from flax import linen as nn
+
+# Frames inside these are the machinery between the user's code and the event.
+_SKIPPED = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (flax, jax)
+) + (os.path.dirname(__file__) + os.sep, os.path.dirname(dataclasses.__file__) + os.sep)
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+  """Where an expression is: file, 1-based lines, 0-based columns (UTF-8)."""
+
+  filename: str
+  line: int
+  column: int
+  end_line: int
+  end_column: int
+
+  def __str__(self) -> str:
+    return f'{self.filename}:{self.line}:{self.column + 1}'
+
+
+@dataclasses.dataclass
+class MethodCall:
+  """One call of a module's method: its name, where it was called, and its
+  inputs (arrays as `jax.ShapeDtypeStruct`s, the rest as they were)."""
+
+  method: str
+  site: Site | None
+  args: tuple
+  kwargs: dict
+  outputs: Any = None
+
+
+@dataclasses.dataclass(eq=False)
+class Created:
+  """A module the model created: its object, where, its calls, its children."""
+
+  module: nn.Module
+  site: Site | None
+  parent: Created | None
+  calls: list[MethodCall] = dataclasses.field(default_factory=list)
+  children: list[Created] = dataclasses.field(default_factory=list)
+
+  @property
+  def cls(self) -> type:
+    return type(self.module)
+
+  @property
+  def path(self) -> tuple[str, ...]:
+    """The scope path (`('Block_0', 'Dense_1')`), `()` for the model."""
+    scope = self.module.scope
+    return tuple(scope.path) if scope is not None else ()
+
+  @property
+  def name(self) -> str:
+    return self.path[-1] if self.path else ''
+
+  def walk(self) -> Iterator[Created]:
+    yield self
+    for child in self.children:
+      yield from child.walk()
+
+
+def _user_frame(frame):
+  """The first frame outside Flax, JAX, dataclasses and this package."""
+  while frame is not None:
+    filename = frame.f_code.co_filename
+    if not (filename.startswith(_SKIPPED) or filename.startswith('<')):
+      return frame
+    frame = frame.f_back
+  return None
+
+
+def _site(frame) -> Site | None:
+  if frame is None:
+    return None
+  positions = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+  line, end_line, column, end_column = positions
+  if line is None:
+    return None
+  return Site(os.path.realpath(frame.f_code.co_filename), line, column, end_line, end_column)
+
+
+def _is_array(x) -> bool:
+  return isinstance(x, (jax.Array, jax.ShapeDtypeStruct)) or hasattr(x, 'aval') or (
+      hasattr(x, 'shape') and hasattr(x, 'dtype')
+  )
+
+
+def _abstract(tree):
+  """Arrays as `ShapeDtypeStruct`s (tracers included), the rest as it is."""
+  def leaf(x):
+    if _is_array(x):
+      return jax.ShapeDtypeStruct(x.shape, x.dtype)
+    return x
+  return jax.tree.map(leaf, tree)
+
+
+class _Recorder:
+  """Records creations (through `Module.__post_init__`) and method calls
+  (through `nn.intercept_methods`) while a model initialises."""
+
+  def __init__(self):
+    self.created: dict[int, Created] = {}
+    self.order: list[Created] = []
+
+  def post_init(self, original):
+    recorder = self
+
+    def __post_init__(module):
+      site = _site(_user_frame(sys._getframe(1)))
+      result = original(module)  # resolves `parent` (compact modules: the creating module)
+      if id(module) not in recorder.created:
+        recorder.record(module, site)
+      return result
+
+    return __post_init__
+
+  def intercept(self, next_fun, args, kwargs, context):
+    record = self.created.get(id(context.module))
+    if record is None:  # a clone Linen made (a transform's), or the model itself
+      record = self.record(context.module, None)
+    call = MethodCall(
+        context.method_name, _site(_user_frame(sys._getframe(1))), _abstract(args), _abstract(kwargs)
+    )
+    record.calls.append(call)
+    outputs = next_fun(*args, **kwargs)
+    call.outputs = _abstract(outputs)
+    return outputs
+
+  def record(self, module: nn.Module, site: Site | None) -> Created:
+    parent = module.parent if isinstance(module.parent, nn.Module) else None
+    record = Created(module, site, self.created.get(id(parent)))
+    self.created[id(module)] = record
+    self.order.append(record)
+    if record.parent is not None:
+      record.parent.children.append(record)
+    return record
+
+
+def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'dropout'), **kwargs):
+  """`(root, variables)`: the record of `module.init(*args, **kwargs)` (its
+  root is the model) and the abstract variables it made."""
+  recorder = _Recorder()
+  original = nn.Module.__post_init__
+  nn.Module.__post_init__ = recorder.post_init(original)
+  try:
+    bound = module.clone(parent=None)
+    # Arrays (and their shapes) are the traced inputs; flags such as
+    # `train=False` stay Python values, as Linen code branches on them.
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+    dynamic = [i for i, x in enumerate(leaves) if _is_array(x)]
+
+    def init(*arrays):
+      full = list(leaves)
+      for i, x in zip(dynamic, arrays):
+        full[i] = x
+      call_args, call_kwargs = jax.tree.unflatten(treedef, full)
+      rngs = {name: jax.random.key(i) for i, name in enumerate(rng_streams)}
+      return bound.init(rngs, *call_args, **call_kwargs)
+
+    with nn.intercept_methods(recorder.intercept):
+      variables = jax.eval_shape(init, *(leaves[i] for i in dynamic))
+  finally:
+    nn.Module.__post_init__ = original
+  roots = [r for r in recorder.order if r.parent is None and r.calls]
+  root = next((r for r in roots if type(r.module) is type(module)), None)
+  if root is None:
+    raise RuntimeError(f'tracing {type(module).__name__}.init recorded no call of the model')
+  return root, variables

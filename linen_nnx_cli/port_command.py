@@ -1,0 +1,139 @@
+"""`linen-nnx port pkg.mod:factory --out models_nnx.py`: write the NNX port
+of a Linen model and prove it (`converters.port`).
+
+Exit status: 0 when the port is written and proven; 1 when it is written
+with stubs (classes to port by hand, each named), or its proof or ruff check
+failed; 2 when nothing is written (a factory that fails, an `--out` inside
+the package being read or existing without `--force`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+
+def add_parser(commands) -> argparse.ArgumentParser:
+  port = commands.add_parser(
+      'port',
+      help='write the NNX port of your Linen model, proven equivalent',
+      description=(
+          'Trace the Linen model FACTORY returns (LinenModel(module, *example_inputs, '
+          '**kwargs)), write one NNX class per Linen class it uses with the path '
+          'mapping PATHS beside them, and prove the file: the Linen variables, '
+          'converted through PATHS, give the same outputs, gradients and training '
+          'step. A test file repeating the proof is written beside it.'
+      ),
+  )
+  port.add_argument('factory', metavar='FACTORY', help='pkg.module:function returning a LinenModel')
+  port.add_argument('--out', required=True, metavar='PATH', help='the NNX module to write (a .py file)')
+  port.add_argument('--test-out', metavar='PATH',
+                    help='the pytest file to write (default: test_<out>_port.py beside --out)')
+  port.add_argument('--force', action='store_true', help='overwrite --out and the test file')
+  port.add_argument('--json', action='store_true', help='print the report as JSON on stdout')
+  port.add_argument(
+      '--devices', type=int, default=8, help='simulated CPU devices (ignored unless JAX runs on CPU)'
+  )
+  return port
+
+
+def _package_root(module_name: str) -> str | None:
+  """The directory of the top-level package `module_name` belongs to (or
+  the module file's own directory for a top-level module)."""
+  module = sys.modules.get(module_name.split('.')[0])
+  path = getattr(module, '__file__', None)
+  if path is None:
+    paths = list(getattr(module, '__path__', []))
+    return os.path.realpath(paths[0]) if paths else None
+  if os.path.basename(path) == '__init__.py':
+    return os.path.realpath(os.path.dirname(path))
+  return None  # a lone module: only the file itself is the input
+
+
+def _inside(path: str, directory: str) -> bool:
+  return os.path.commonpath([os.path.realpath(path), directory]) == directory
+
+
+def refusal(args, factory_module: str, read_files: list[str]) -> str | None:
+  """Why `--out` (or the test file) cannot be written, or None."""
+  outputs = [('--out', args.out), ('--test-out', args.test_out)]
+  root = _package_root(factory_module)
+  for option, path in outputs:
+    real = os.path.realpath(path)
+    if not path.endswith('.py'):
+      return f'{option} {path}: write a Python file (name it *.py)'
+    if root is not None and _inside(real, root):
+      return (
+          f'{option} {path} is inside the package being read ({root}); write the port '
+          'outside it, e.g. --out ports/models_nnx.py'
+      )
+    if real in read_files:
+      return f'{option} {path} is a file the model is read from; choose another path'
+    if os.path.isdir(real):
+      return f'{option} {path} is a directory; give a file name such as models_nnx.py'
+    parent = os.path.dirname(real)
+    if not os.path.isdir(parent):
+      return f'{option} {path}: the directory {parent} does not exist; create it first'
+    if os.path.lexists(path) and not args.force:
+      return f'{option} {path} exists; pass --force to overwrite it'
+  if os.path.realpath(args.out) == os.path.realpath(args.test_out):
+    return '--out and --test-out are the same file'
+  return None
+
+
+def run(args, fail) -> int:
+  """The command; `fail(args, line, code)` reports a refusal."""
+  from converters.linen_model import LinenModel
+  from converters.port import PortOutputError, port, source
+  from linen_nnx_cli.user_models import UserObjectError, load
+
+  stem = os.path.splitext(os.path.basename(args.out))[0]
+  if args.test_out is None:
+    args.test_out = os.path.join(os.path.dirname(args.out) or '.', f'test_{stem}_port.py')
+  try:
+    factory = load('port', args.factory)
+  except UserObjectError as e:
+    return fail(args, str(e), 2)
+  try:
+    linen_model = factory()
+  except Exception as e:  # the user's factory: any error of theirs
+    return fail(args, f'port {args.factory}: calling it failed: {type(e).__name__}: {e}', 2)
+  if not isinstance(linen_model, LinenModel):
+    return fail(
+        args, f'port {args.factory}: returned {type(linen_model).__name__}; return '
+        'LinenModel(module, *example_inputs, **kwargs)', 2,
+    )
+  read = [source.file_of(type(linen_model.module)).path]
+  problem = refusal(args, args.factory.partition(':')[0], read)
+  if problem:
+    return fail(args, problem, 2)
+  try:
+    result = port(linen_model, args.out, factory=args.factory, test_out=args.test_out)
+  except PortOutputError as e:
+    return fail(args, str(e), 2)
+  code = 0 if result.proven else 1
+  if args.json:
+    print(json.dumps({
+        'ok': code == 0, 'exit_code': code, 'out': args.out, 'test': args.test_out,
+        'classes': result.classes, 'modes': result.modes,
+        'stubs': [{'class': s.cls, 'file': s.file, 'line': s.line, 'reason': s.reason} for s in result.stubs],
+        'checks': [{'check': c, 'outcome': o, 'figure': f} for c, o, f in result.checks],
+        'failure': result.failure,
+    }, indent=2))
+  else:
+    print(f'wrote {args.out} ({", ".join(result.classes)}) and {args.test_out}')
+    for check, outcome, figure in result.checks:
+      print(f'  {check}: {outcome}' + (f' ({figure})' if figure else ''))
+    for stub in result.stubs:
+      print(f'  stub: {stub}')
+    if result.failure:
+      print(f'  {result.failure}')
+  if result.stubs:
+    names = ', '.join(s.cls for s in result.stubs)
+    print(f'linen-nnx port: {names} written as stubs: port them by hand (see above)', file=sys.stderr)
+  elif code:
+    print('linen-nnx port: the port was written but not proven (see above)', file=sys.stderr)
+  return code

@@ -1,0 +1,117 @@
+"""Linen models written for the port's tests, as users write them: what the
+port writes (compact layers, loops, names, modes) and what it must refuse
+(a Linen API it does not write, a layer it does not know, a creation under
+a condition on the inputs)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from converters import LinenModel
+
+
+@dataclasses.dataclass(frozen=True)
+class StackConfig:
+  """A stack of dense layers (`widths`), a norm and the output."""
+
+  widths: tuple[int, ...] = (8, 12)
+  out: int = 3
+  rate: float = 0.25
+
+
+class Stack(nn.Module):
+  """Dense layers in a loop, each taking the previous one's width."""
+
+  config: StackConfig
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    config = self.config
+    for width in config.widths:
+      x = nn.Dense(width)(x)  # the input size comes from the previous layer
+      x = nn.relu(x)
+    x = nn.LayerNorm(name='norm')(x)
+    x = nn.Dropout(config.rate, deterministic=not train)(x)
+    return nn.Dense(config.out, use_bias=False, name='head')(x)
+
+
+class Residual(nn.Module):
+  """A user module used twice by its parent, and a scalar field."""
+
+  features: int
+
+  @nn.compact
+  def __call__(self, x):
+    y = nn.Dense(self.features)(x)
+    return x + nn.Dense(x.shape[-1])(nn.gelu(y))
+
+
+class Tower(nn.Module):
+  """An embedding, then residual blocks in a loop over a count."""
+
+  vocab: int
+  width: int
+  hidden: int
+  depth: int = 2
+
+  @nn.compact
+  def __call__(self, tokens):
+    x = nn.Embed(self.vocab, self.width)(tokens)
+    for _ in range(self.depth):
+      x = Residual(self.hidden)(x)
+    return nn.Dense(self.vocab)(x)
+
+
+class UsesParam(nn.Module):
+  """`self.param`: Linen's own API, not written yet."""
+
+  @nn.compact
+  def __call__(self, x):
+    scale = self.param('scale', nn.initializers.ones, (x.shape[-1],))
+    return nn.Dense(2)(x * scale)
+
+
+class UsesUnknownLayer(nn.Module):
+  """A Flax layer the port has no NNX counterpart for."""
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.SpectralNorm(nn.Dense(3))(x, update_stats=False)
+
+
+class DependsOnInputs(nn.Module):
+  """Creates a layer only for wide inputs: a condition NNX cannot replay."""
+
+  @nn.compact
+  def __call__(self, x):
+    if x.shape[-1] > 2:
+      x = nn.Dense(2)(x)
+    return nn.Dense(1)(x)
+
+
+def stack(widths=(8, 12), features: int = 5) -> LinenModel:
+  return LinenModel(Stack(StackConfig(widths)), jnp.ones((4, features)), train=False)
+
+
+def tower(width: int = 6, hidden: int = 10, depth: int = 2) -> LinenModel:
+  return LinenModel(Tower(11, width, hidden, depth), jnp.zeros((2, 5), jnp.int32))
+
+
+def uses_param() -> LinenModel:
+  return LinenModel(UsesParam(), jnp.ones((2, 3)))
+
+
+def uses_unknown_layer() -> LinenModel:
+  return LinenModel(UsesUnknownLayer(), jnp.ones((2, 3)))
+
+
+def depends_on_inputs() -> LinenModel:
+  return LinenModel(DependsOnInputs(), jnp.ones((2, 3)))
+
+
+def failing() -> LinenModel:
+  raise RuntimeError('the factory broke')

@@ -1,0 +1,104 @@
+"""`converters.port.port`: the NNX file written, proven, and its test.
+
+Every port is proven by outputs (`assert_generated_port`), at the traced
+configuration and at another one (other widths, depths, tuple lengths):
+sizes written as the traced numbers would fail the second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import jax.numpy as jnp
+import pytest
+
+from converters import LinenModel
+from converters.port import assert_generated_port, import_file, port
+from converters.port.emit import ruff_check
+from model_zoo import configs
+from model_zoo.linen import cnn
+from tests.converters.port import linen_models
+
+FACTORIES = 'tests.converters.port.linen_models'
+
+
+def _port(tmp_path, name: str, model: LinenModel):
+  out = tmp_path / f'{name}_nnx.py'
+  test_out = tmp_path / f'test_{name}_nnx_port.py'
+  result = port(model, str(out), factory=f'{FACTORIES}:{name}', test_out=str(test_out))
+  return result, out, test_out
+
+
+def _run_written_test(test_out):
+  spec = importlib.util.spec_from_file_location(f'written_{os.path.basename(test_out)[:-3]}', test_out)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  module.test_port_is_equivalent()
+
+
+@pytest.mark.parametrize('name, other', [
+    ('stack', lambda: linen_models.stack(widths=(3, 4, 6), features=7)),
+    ('tower', lambda: linen_models.tower(width=9, hidden=4, depth=3)),
+])
+def test_ports_are_proven_at_the_traced_and_another_configuration(tmp_path, name, other):
+  result, out, test_out = _port(tmp_path, name, getattr(linen_models, name)())
+  assert result.proven, (result.failure, result.checks)
+  assert not result.stubs
+  assert ruff_check(str(out)) == []
+  _run_written_test(test_out)
+  generated = import_file(str(out))
+  assert_generated_port(other(), generated, modes=result.modes)
+
+
+def test_the_kit_writes_loops_and_names_as_a_person_would(tmp_path):
+  result, out, _ = _port(tmp_path, 'stack', linen_models.stack())
+  text = out.read_text()
+  assert 'def __init__(self, config: StackConfig, *, in_features: int, rngs: nnx.Rngs):' in text
+  assert 'for dense in self.denses:' in text
+  assert 'x = dense(x)  # the input size comes from the previous layer' in text  # comments kept
+  assert 'self.norm = nnx.LayerNorm(config.widths[-1], rngs=rngs)' in text
+  assert "PathRule('Dense_{i}/kernel', 'denses/{i}/kernel')" in text
+  # `train` only set the dropout's mode: NNX's model.train() / .eval() does.
+  assert result.modes == {'train': True}
+  assert 'def __call__(self, x: jax.Array) -> jax.Array:' in text
+
+
+def test_zoo_cnn_with_its_input_shape_and_another_configuration(tmp_path):
+  config = configs.CNNConfig()
+  images = jnp.ones((2, config.image_size, config.image_size, config.in_channels))
+  result, out, test_out = _port(tmp_path, 'cnn', LinenModel(cnn.CNN(config), images, train=False))
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  assert 'x_shape[1] // 4 * (x_shape[2] // 4) * config.features[-1]' in text
+  other = configs.CNNConfig(image_size=16, in_channels=3, features=(5, 6), hidden=7)
+  images = jnp.ones((3, 16, 16, 3))
+  assert_generated_port(LinenModel(cnn.CNN(other), images, train=False), import_file(str(out)),
+                        modes=result.modes)
+
+
+@pytest.mark.parametrize('name, reason', [
+    ('uses_param', "self.param(...) is Linen's own Module API"),
+    ('uses_unknown_layer', "Flax's SpectralNorm has no NNX counterpart"),
+    ('depends_on_inputs', 'modules created under a condition on the call (x.shape[-1] > 2)'),
+])
+def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
+  result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())
+  assert not result.proven
+  (stub,) = result.stubs
+  assert reason in stub.reason and stub.line is not None
+  generated = import_file(str(out))
+  with pytest.raises(NotImplementedError, match='port it by hand'):
+    getattr(generated, stub.cls)()
+  assert '# STUB: not ported' in out.read_text()
+  assert ruff_check(str(out)) == []
+
+
+def test_a_port_never_writes_over_its_source(tmp_path):
+  from converters.port import PortOutputError
+
+  source = os.path.realpath(linen_models.__file__)
+  before = open(source).read()
+  with pytest.raises(PortOutputError, match='read from'):
+    port(linen_models.stack(), source, factory=f'{FACTORIES}:stack')
+  assert open(source).read() == before

@@ -1,0 +1,45 @@
+"""`shapes.symbolic_trace`: the sizes Linen infers, as expressions of the
+configuration and the inputs."""
+
+from __future__ import annotations
+
+from converters.port import shapes, tracing
+from tests.converters.port import linen_models
+
+
+def _name(origin) -> str:
+  if isinstance(origin, shapes.FieldValue):
+    text = origin.access[0]
+    for a in origin.access[1:]:
+      text += f'[{a}]' if isinstance(a, int) else f'.{a}'
+    return text
+  return f'{origin.name}.shape[{origin.dim}]'
+
+
+def _traced(model):
+  root, _ = tracing.trace(model.module, *model.args, **model.kwargs)
+  return shapes.symbolic_trace(root, ['x', 'train'])
+
+
+def test_input_sizes_are_expressions_of_fields_and_inputs():
+  traced = _traced(linen_models.stack(widths=(8, 12), features=5))
+  inputs = {c.name: c.calls[0].args[0].shape[-1] for c in traced.root.children}
+  source = {name: traced.table.source(v, _name) for name, v in inputs.items()}
+  assert source == {
+      'Dense_0': 'x.shape[1]',
+      'Dense_1': 'config.widths[0]',
+      'norm': 'config.widths[1]',
+      'Dropout_0': 'config.widths[1]',
+      'head': 'config.widths[1]',
+  }
+
+
+def test_a_field_the_code_needs_concrete_stays_a_number():
+  model = linen_models.tower(depth=2)
+  root, _ = tracing.trace(model.module, *model.args, **model.kwargs)
+  traced = shapes.symbolic_trace(root, ['tokens'])
+  symbolic = {o.access for o in traced.table.origins.values() if isinstance(o, shapes.FieldValue)}
+  # `range(self.depth)` needs an int: depth stays 2; the sizes are symbols.
+  assert ('depth',) not in symbolic
+  assert {('vocab',), ('width',), ('hidden',)} <= symbolic
+  assert len([c for c in traced.root.children if c.cls is linen_models.Residual]) == 2

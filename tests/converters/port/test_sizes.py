@@ -1,0 +1,51 @@
+"""`sizes.readable` writes an expression equal to JAX's for every value."""
+
+from __future__ import annotations
+
+import ast
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from converters.port.sizes import readable
+
+SYMBOLS = ('a', 'b', 'c')
+
+
+def _floordiv(x, k):
+  return x // k
+
+
+def _value(text: str, values: dict) -> int:
+  return eval(text, {'floordiv': _floordiv, 'mod': lambda x, k: x % k}, dict(values))  # noqa: S307
+
+
+expressions = st.recursive(
+    st.sampled_from(SYMBOLS) | st.integers(-5, 9).map(str),
+    lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(['+', '-', '*']), inner).map(lambda t: f'({t[0]} {t[1]} {t[2]})'),
+        st.tuples(inner, st.integers(1, 6)).map(lambda t: f'floordiv({t[0]}, {t[1]})'),
+    ),
+    max_leaves=8,
+)
+
+
+@given(expressions, st.fixed_dictionaries({s: st.integers(-50, 200) for s in SYMBOLS}))
+def test_readable_equals_the_expression_for_every_value(text, values):
+  assert _value(ast.unparse(readable(text)), values) == _value(text, values)
+
+
+def test_poolings_read_as_a_person_writes_them():
+  # What jax.export gives for two VALID 2x2 poolings of an h x w image, f channels.
+  text = (
+      'f*floordiv(floordiv(h - 2, 2) - 1, 2)*floordiv(floordiv(w - 2, 2) - 1, 2) + '
+      'f*floordiv(floordiv(w - 2, 2) - 1, 2) + f*floordiv(floordiv(h - 2, 2) - 1, 2) + f'
+  )
+  assert ast.unparse(readable(text)) == 'f * (h // 4) * (w // 4)'
+
+
+def test_common_factors_and_constants():
+  assert ast.unparse(readable('2*a + 2')) == '2 * (a + 1)'
+  assert ast.unparse(readable('3*a*b - 3*b')) == '3 * b * (a - 1)'
+  assert ast.unparse(readable('floordiv(4*a + 8, 4)')) == 'a + 2'
+  assert ast.unparse(readable('a')) == 'a'

@@ -1,0 +1,44 @@
+"""`tracing.trace` records what a Linen model creates, where, and its calls."""
+
+from __future__ import annotations
+
+import jax
+
+from converters.port import tracing
+from tests.converters.port import linen_models
+
+
+def test_records_each_module_its_site_and_its_calls():
+  model = linen_models.stack(widths=(8, 12), features=5)
+  root, variables = tracing.trace(model.module, *model.args, **model.kwargs)
+  assert root.cls is linen_models.Stack and root.path == ()
+  names = [c.name for c in root.children]
+  assert names == ['Dense_0', 'Dense_1', 'norm', 'Dropout_0', 'head']
+  dense_0, dense_1 = root.children[:2]
+  # One expression in the loop created both: the same site, in the model's file.
+  assert dense_0.site == dense_1.site
+  assert dense_0.site.filename.endswith('linen_models.py')
+  assert [c.args[0].shape for c in dense_0.calls] == [(4, 5)]
+  assert [c.args[0].shape for c in dense_1.calls] == [(4, 8)]
+  assert dense_1.calls[0].outputs.shape == (4, 12)
+  assert set(variables) == {'params'}
+  assert jax.tree.leaves(variables)  # abstract: nothing was computed
+
+
+def test_the_model_is_not_changed_and_linen_is_restored():
+  model = linen_models.stack()
+  post_init = tracing.nn.Module.__post_init__
+  before = model.module
+  tracing.trace(model.module, *model.args, **model.kwargs)
+  assert tracing.nn.Module.__post_init__ is post_init
+  assert model.module is before and model.module.scope is None
+
+
+def test_nested_user_modules_are_children_of_their_creator():
+  model = linen_models.tower(depth=3)
+  root, _ = tracing.trace(model.module, *model.args, **model.kwargs)
+  residuals = [c for c in root.children if c.cls is linen_models.Residual]
+  assert [r.path for r in residuals] == [('Residual_0',), ('Residual_1',), ('Residual_2',)]
+  assert [c.path for c in residuals[1].children] == [
+      ('Residual_1', 'Dense_0'), ('Residual_1', 'Dense_1')
+  ]
