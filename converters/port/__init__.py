@@ -7,7 +7,8 @@ mapping beside them (`PATHS`), and proves the file with
 as a stub that raises, and says so.
 """
 
-from converters.port.generate import PortOutputError, PortResult, Stub, port, write
+from converters.port.errors import PortOutputError, Untranslatable
+from converters.port.generate import PortResult, Stub, port, write
 from converters.port.prove import assert_generated_port, import_file
 
-__all__ = ['PortOutputError', 'PortResult', 'Stub', 'assert_generated_port', 'import_file', 'port', 'write']
+__all__ = ['PortOutputError', 'PortResult', 'Untranslatable', 'Stub', 'assert_generated_port', 'import_file', 'port', 'write']

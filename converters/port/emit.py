@@ -16,7 +16,7 @@ import sys
 import libcst as cst
 
 from converters.paths import PathMapping, PathRule, format_path
-from converters.port import compact, source, tracing
+from converters.port import classes, references, source, syntax, tracing
 
 _HEADER = '''"""NNX port of `{origin}`, written by `linen-nnx port {factory}`.
 
@@ -36,9 +36,9 @@ def _bound_names(statement: cst.CSTNode) -> set[str]:
     for small in statement.body:
       if isinstance(small, cst.Assign):
         for target in small.targets:
-          names |= set(compact._target_names(target.target))
+          names |= set(syntax.target_names(target.target))
       elif isinstance(small, cst.AnnAssign):
-        names |= set(compact._target_names(small.target))
+        names |= set(syntax.target_names(small.target))
       elif isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
         for alias in small.names:
           names.add(_alias_name(alias))
@@ -81,7 +81,7 @@ class GeneratedFile:
 
 
 def write_file(
-    ports: list[compact.ClassPort | tuple[type, str]],
+    ports: list[classes.ClassPort | tuple[type, str]],
     mapping: PathMapping,
     *,
     factory: str,
@@ -92,12 +92,12 @@ def write_file(
   source)` for classes that could not be written), in their files' order."""
   nodes: list[tuple[source.SourceFile, cst.CSTNode]] = []
   for port in ports:
-    if isinstance(port, compact.ClassPort):
+    if isinstance(port, classes.ClassPort):
       nodes.append((source.file_of(port.cls), port.node))
     else:
       cls, stub = port
       nodes.append((source.file_of(cls), cst.parse_statement(stub)))
-  ported = {getattr(p, 'cls', None) or p[0] for p in ports}
+  ported = list(dict.fromkeys(getattr(p, 'cls', None) or p[0] for p in ports))
   ported_names = {c.__name__ for c in ported}
 
   # Helpers and imports, from each class's own file, by what is read.
@@ -124,7 +124,7 @@ def write_file(
     # one that still needs Linen keeps its import.
     needs_linen = False
     for key, statement in list(chosen.items()):
-      rewriter = compact.LinenReferences(file, None, strict=False)
+      rewriter = references.LinenReferences(file, None, strict=False)
       chosen[key] = statement.visit(rewriter)
       needs_linen |= bool(rewriter.left)
     for statement in file.module.body:
@@ -195,7 +195,7 @@ def _import_order(code: str) -> tuple:
 
 
 def path_pairs(
-    root: tracing.Created, variables: dict, ports: dict[type, compact.ClassPort]
+    root: tracing.Created, variables: dict, ports: dict[type, classes.ClassPort]
 ) -> list[tuple[tuple, tuple, tuple[int, int] | None]]:
   """`(linen path, nnx path, index)` of every variable below a collection
   (`('Conv_0', 'kernel')`), where `index` is `(linen position, nnx position)`
@@ -210,6 +210,7 @@ def path_pairs(
       nnx_path = parent_nnx + port.nnx_path(instance, child)
       index = parent_index
       _, is_list = port.attributes[child.site]
+      nnx_path = parent_nnx + port.nnx_path(instance, child)
       if index is None and is_list:
         # `Dense_{i}` stands for every index: only if the list holds all the
         # `Dense_k` there are, from 0 (no other Dense beside the loop).

@@ -1,8 +1,8 @@
 """`port(linen_model)`: the NNX port of a Linen model, written and proven.
 
 The model is traced (`tracing`), each of the user's classes it uses is
-written as an NNX class from its source, innermost first (`compact`, with
-the sizes Linen infers from `shapes`), what cannot be written becomes a
+written as an NNX class from its source, innermost first (`compact` or
+`setup_style`, with the sizes Linen infers from `shapes`), what cannot be written becomes a
 marked stub, and the file is assembled with its path mapping (`emit`). Then
 the file is imported and proven (`prove`) unless it holds a stub.
 """
@@ -17,11 +17,18 @@ import time
 import traceback
 
 from converters.linen_model import LinenModel
-from converters.port import compact, emit, layers, prove, shapes, source, tracing
-
-
-class PortOutputError(ValueError):
-  """A file the port would write is one it reads."""
+from converters.port import (
+  classes,
+  compact,
+  emit,
+  layers,
+  prove,
+  setup_style,
+  shapes,
+  source,
+  tracing,
+)
+from converters.port.errors import PortOutputError, Untranslatable
 
 
 @dataclasses.dataclass
@@ -88,7 +95,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   """The generated file for `linen_model`, not yet proven."""
   module = linen_model.module
   root, variables = tracing.trace(module, *linen_model.args, **linen_model.kwargs)
-  ports: dict[type, compact.ClassPort] = {}
+  ports: dict[type, classes.ClassPort] = {}
   written: list = []
   stubs: list[Stub] = []
 
@@ -100,8 +107,9 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
       return
     try:
       symbolic = shapes.symbolic_trace(instance, _call_parameters(cls))
-      port = compact.port_class(cls, instance, symbolic, ports)
-    except compact.Untranslatable as e:
+      writer = setup_style if 'setup' in vars(cls) else compact
+      port = writer.port_class(cls, instance, symbolic, ports)
+    except Untranslatable as e:
       stub = Stub(cls.__name__, e.line, str(e), source.file_of(cls).path)
       stubs.append(stub)
       written.append((cls, _stub_source(cls, stub)))

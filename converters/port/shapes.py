@@ -150,6 +150,7 @@ class SymbolicTrace:
   root: tracing.Created
   table: SymbolTable
   inputs: list[tuple[int, str, Any]]
+  variables: dict = dataclasses.field(default_factory=dict)
 
 
 def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> SymbolicTrace:
@@ -158,7 +159,9 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
 
   Candidates are tried all at once, then, if the code refuses that (it
   compares a size with a constant, or loops over one), one at a time, keeping
-  those it takes.
+  those it takes. An integer kept concrete (a count the code loops over) is
+  traced again at two more values: a size that changes with it linearly
+  (`head_dim * num_heads` for 3, 4, 5 heads) is written with it.
   """
   call = created.calls[0]
   module = created.module.clone(parent=None)
@@ -171,7 +174,7 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
   input_dims = [(i, name, d, a) for i, name, a in inputs for d in range(len(a.shape))]
   candidates = [('field', leaf) for leaf in field_leaves] + [('dim', dim) for dim in input_dims]
 
-  def attempt(chosen):
+  def symbols_for(chosen):
     table = SymbolTable()
     names, constraints = [], []
     for kind, item in chosen:
@@ -184,31 +187,103 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
         names.append(symbol)
         constraints.append(f'{symbol} >= {a.shape[d]}')
     symbols = export.symbolic_shape(','.join(names), constraints=constraints) if names else ()
-    values = dict(zip([c for c in chosen], symbols))
+    return table, dict(zip(chosen, symbols))
+
+  def attempt(table, symbols, substituted, overrides=()):
     fields = {}
-    for (kind, item), symbol in values.items():
-      if kind == 'field':
+    for (kind, item), symbol in symbols.items():
+      if kind == 'field' and (kind, item) in substituted:
         name, access, _ = item
         fields[name] = _replaced(fields.get(name, getattr(module, name)), access, symbol)
+    for (name, access, _), value in overrides:
+      fields[name] = _replaced(fields.get(name, getattr(module, name)), access, value)
     args = list(call.args)
-    for (kind, item), symbol in values.items():
-      if kind == 'dim':
+    for (kind, item), symbol in symbols.items():
+      if kind == 'dim' and (kind, item) in substituted:
         i, _, d, a = item
         shape = list(args[i].shape)
         shape[d] = symbol
         args[i] = jax.ShapeDtypeStruct(tuple(shape), a.dtype)
-    root, _ = tracing.trace(module.clone(**fields), *args, **call.kwargs)
-    return SymbolicTrace(root, table, array_arguments(root.calls[0], argument_names))
+    root, variables = tracing.trace(module.clone(**fields), *args, **call.kwargs)
+    return SymbolicTrace(root, table, array_arguments(root.calls[0], argument_names), variables)
 
-  try:
-    return attempt(candidates)
-  except Exception:  # noqa: BLE001 - the code refused some symbol: find which, one at a time
-    pass
-  kept = []
-  for candidate in candidates:
+  def works(chosen) -> bool:
     try:
-      attempt(kept + [candidate])
-    except Exception:  # noqa: BLE001
+      table, symbols = symbols_for(chosen)
+      attempt(table, symbols, set(chosen))
+    except Exception:  # noqa: BLE001 - the code refused some symbol
+      return False
+    return True
+
+  kept = list(candidates)
+  if not works(kept):
+    kept = []
+    for candidate in candidates:
+      if works(kept + [candidate]):
+        kept.append(candidate)
+  counts = [
+      ('field', leaf) for leaf in field_leaves
+      if ('field', leaf) not in kept and isinstance(leaf[2], int) and not isinstance(leaf[2], bool)
+  ]
+  table, symbols = symbols_for(kept + counts)
+  traced = attempt(table, symbols, set(kept))
+  for count in counts:
+    _, leaf = count
+    try:
+      others = [attempt(table, symbols, set(kept), [(leaf, leaf[2] + k)]) for k in (1, 2)]
+    except Exception:  # noqa: BLE001 - the code takes no other value of it
       continue
-    kept.append(candidate)
-  return attempt(kept)
+    _with_count(traced, others, symbols[count], leaf[2])
+  return traced
+
+
+def _linear(values, symbol, base: int):
+  """`e(n)` from its values at `base`, `base + 1` and `base + 2` if they lie
+  on a line (`e0 + (e1 - e0) * (n - base)`), else the first value."""
+  e0, e1, e2 = values
+  try:
+    step = e1 - e0
+    if not (e2 - e1 == step):
+      return e0
+    if isinstance(step, int) and step == 0:
+      return e0
+    return e0 + step * (symbol - base)
+  except Exception:  # noqa: BLE001 - a comparison jax cannot decide: keep the number
+    return e0
+
+
+def _is_size(x) -> bool:
+  return (isinstance(x, int) and not isinstance(x, bool)) or type(x).__name__ == '_DimExpr'
+
+
+def _combined_shapes(trees, symbol, base):
+  """The first tree of arrays, each size written with the count (`_linear`)."""
+  def leaf(a, b, c):
+    if isinstance(a, jax.ShapeDtypeStruct) and len(a.shape) == len(b.shape) == len(c.shape):
+      shape = tuple(_linear((x, y, z), symbol, base) if _is_size(x) else x
+                    for x, y, z in zip(a.shape, b.shape, c.shape))
+      return jax.ShapeDtypeStruct(shape, a.dtype)
+    return a
+  try:
+    return jax.tree.map(leaf, *trees)
+  except (ValueError, TypeError):  # the count changes the structure: keep the first
+    return trees[0]
+
+
+def _with_count(traced: SymbolicTrace, others: list[SymbolicTrace], symbol, base: int) -> None:
+  """`traced` with the sizes that change with a count written with it."""
+  for child in traced.root.children:
+    twins = [next((c for c in o.root.children if c.name == child.name), None) for o in others]
+    if None in twins:
+      continue
+    for k, call in enumerate(child.calls[:1]):
+      calls = [t.calls[k] for t in twins]
+      call.args = _combined_shapes([call.args] + [c.args for c in calls], symbol, base)
+      call.outputs = _combined_shapes([call.outputs] + [c.outputs for c in calls], symbol, base)
+    for field in module_fields(child.module):
+      values = [getattr(child.module, field)] + [getattr(t.module, field) for t in twins]
+      if all(_is_size(v) for v in values):
+        object.__setattr__(child.module, field, _linear(values, symbol, base))
+  traced.variables = _combined_shapes(
+      [traced.variables] + [o.variables for o in others], symbol, base
+  )

@@ -142,6 +142,8 @@ class _Recorder:
     return __post_init__
 
   def intercept(self, next_fun, args, kwargs, context):
+    if context.method_name == 'setup':  # Linen's own call, before the first method's
+      return next_fun(*args, **kwargs)
     record = self.created.get(id(context.module))
     if record is None:  # a clone Linen made (a transform's), or the model itself
       record = self.record(context.module, None)

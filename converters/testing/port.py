@@ -215,7 +215,7 @@ def _compare_gradients(
     return loss(linen_apply({**variables, 'params': params}, *xs)[0])
 
   def nnx_loss(model, *xs):
-    return loss(model(*xs, **nnx_kwargs))
+    return loss(_nnx_call(model, *xs, **nnx_kwargs))
 
   linen_grads = jax.jit(jax.grad(linen_loss))(linen_variables['params'], linen_variables, *inputs)
   nnx_grads = nnx.jit(nnx.grad(nnx_loss))(gradient_model, *inputs)
@@ -243,12 +243,20 @@ def _linen_call(linen_module, linen_variables, kwargs, interceptor=None) -> Call
   return call
 
 
+def _nnx_call(model: nnx.Module, *xs, **kwargs):
+  """`model(*xs, **kwargs)`, what it sows captured and left out: values sown
+  during a call are outputs of it, not state (Linen keeps them only when
+  asked, `mutable=['intermediates']`, as the Linen calls here do not)."""
+  outputs, _ = nnx.capture(model, nnx.Intermediate)(*xs, **kwargs)
+  return outputs
+
+
 def _compare_call(labels, linen_call, linen_variables, model, inputs, *, nnx_kwargs, options, atol) -> list:
   """Rows comparing one call of each side: the outputs (`labels[0]`) and the
   new values of what the call writes (`labels[1]`), the port's read after
   its call of `model` (which it updates)."""
   linen_out, linen_new = jax.jit(linen_call)(linen_variables, *inputs)
-  nnx_out = nnx.jit(lambda m, *xs: m(*xs, **nnx_kwargs))(model, *inputs)
+  nnx_out = nnx.jit(lambda m, *xs: _nnx_call(m, *xs, **nnx_kwargs))(model, *inputs)
   if jax.tree.structure(linen_out) != jax.tree.structure(nnx_out):
     raise AssertionError(
         f'output structures differ: Linen {jax.tree.structure(linen_out)}, NNX {jax.tree.structure(nnx_out)}'

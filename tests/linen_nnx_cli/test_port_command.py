@@ -21,10 +21,10 @@ def test_writes_proves_and_reports(tmp_path):
 
 
 def test_stubs_exit_1_naming_them(tmp_path):
-  result = run('port', f'{FACTORIES}:uses_param', '--out', tmp_path / 'p.py')
+  result = run('port', f'{FACTORIES}:uses_make_rng', '--out', tmp_path / 'p.py')
   assert result.code == 1
-  assert 'UsesParam written as stubs: port them by hand' in result.stderr
-  assert 'stub: UsesParam' in result.stdout and 'self.param' in result.stdout
+  assert 'UsesMakeRng written as stubs: port them by hand' in result.stderr
+  assert 'stub: UsesMakeRng' in result.stdout and 'self.make_rng' in result.stdout
 
 
 def test_refusals_write_nothing(tmp_path):

@@ -66,13 +66,34 @@ class Tower(nn.Module):
     return nn.Dense(self.vocab)(x)
 
 
-class UsesParam(nn.Module):
-  """`self.param`: Linen's own API, not written yet."""
+class Scaled(nn.Module):
+  """`self.param` with a shape read from the input."""
 
   @nn.compact
   def __call__(self, x):
     scale = self.param('scale', nn.initializers.ones, (x.shape[-1],))
     return nn.Dense(2)(x * scale)
+
+
+class Counts(nn.Module):
+  """A variable of `batch_stats` the call updates, and a sown value."""
+
+  features: int = 2
+
+  @nn.compact
+  def __call__(self, x):
+    total = self.variable('batch_stats', 'total', jnp.zeros, (x.shape[-1],))
+    total.value = total.value + x.sum(0)
+    self.sow('intermediates', 'seen', total.value)
+    return nn.Dense(self.features)(x) + total.value.sum()
+
+
+class UsesMakeRng(nn.Module):
+  """`self.make_rng`: Linen's own API, not written yet."""
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(2)(x + jax.random.normal(self.make_rng('noise'), x.shape))
 
 
 class UsesUnknownLayer(nn.Module):
@@ -93,6 +114,32 @@ class DependsOnInputs(nn.Module):
     return nn.Dense(1)(x)
 
 
+class SetupStack(nn.Module):
+  """The `setup()` style: heads in a list, a parameter, a norm, and a
+  dropout whose mode comes with the call."""
+
+  num_heads: int = 3
+  head_dim: int = 4
+  out: int = 2
+
+  def setup(self):
+    # NNX keeps these attribute names; a list becomes an nnx.List.
+    self.heads = [nn.Dense(self.head_dim) for _ in range(self.num_heads)]
+    self.bias = self.param('bias', nn.initializers.zeros, (self.out,))
+    self.norm = nn.LayerNorm()
+    self.dropout = nn.Dropout(0.5)
+    self.head = nn.Dense(self.out)
+
+  def __call__(self, x, *, deterministic: bool = True):
+    x = jnp.concatenate([head(x) for head in self.heads], axis=-1)
+    x = self.dropout(self.norm(x), deterministic=deterministic)
+    return self.head(x) + self.bias
+
+  def first_head(self, x):
+    """A second method, kept."""
+    return self.heads[0](x)
+
+
 def stack(widths=(8, 12), features: int = 5) -> LinenModel:
   return LinenModel(Stack(StackConfig(widths)), jnp.ones((4, features)), train=False)
 
@@ -101,8 +148,16 @@ def tower(width: int = 6, hidden: int = 10, depth: int = 2) -> LinenModel:
   return LinenModel(Tower(11, width, hidden, depth), jnp.zeros((2, 5), jnp.int32))
 
 
-def uses_param() -> LinenModel:
-  return LinenModel(UsesParam(), jnp.ones((2, 3)))
+def scaled(features: int = 3) -> LinenModel:
+  return LinenModel(Scaled(), jnp.ones((2, features)))
+
+
+def counts(features: int = 2) -> LinenModel:
+  return LinenModel(Counts(features), jnp.ones((2, 3)))
+
+
+def uses_make_rng() -> LinenModel:
+  return LinenModel(UsesMakeRng(), jnp.ones((2, 3)))
 
 
 def uses_unknown_layer() -> LinenModel:
@@ -115,3 +170,7 @@ def depends_on_inputs() -> LinenModel:
 
 def failing() -> LinenModel:
   raise RuntimeError('the factory broke')
+
+
+def setup_stack(num_heads: int = 3, head_dim: int = 4, width: int = 5) -> LinenModel:
+  return LinenModel(SetupStack(num_heads, head_dim), jnp.ones((3, width)), deterministic=True)

@@ -40,6 +40,9 @@ def _run_written_test(test_out):
 @pytest.mark.parametrize('name, other', [
     ('stack', lambda: linen_models.stack(widths=(3, 4, 6), features=7)),
     ('tower', lambda: linen_models.tower(width=9, hidden=4, depth=3)),
+    ('scaled', lambda: linen_models.scaled(features=6)),
+    ('counts', lambda: linen_models.counts(features=5)),
+    ('setup_stack', lambda: linen_models.setup_stack(num_heads=5, head_dim=2, width=7)),
 ])
 def test_ports_are_proven_at_the_traced_and_another_configuration(tmp_path, name, other):
   result, out, test_out = _port(tmp_path, name, getattr(linen_models, name)())
@@ -64,6 +67,31 @@ def test_the_kit_writes_loops_and_names_as_a_person_would(tmp_path):
   assert 'def __call__(self, x: jax.Array) -> jax.Array:' in text
 
 
+def test_own_variables_are_nnx_variables_read_the_nnx_way(tmp_path):
+  _, out, _ = _port(tmp_path, 'scaled', linen_models.scaled())
+  text = out.read_text()
+  assert 'self.scale = nnx.Param(nnx.initializers.ones(rngs.params(), (in_features,)))' in text
+  assert 'scale = self.scale[...]' in text
+  _, out, _ = _port(tmp_path, 'counts', linen_models.counts())
+  text = out.read_text()
+  assert 'self.total = nnx.BatchStat(jnp.zeros((in_features,)))' in text
+  assert 'total[...] = total[...] + x.sum(0)' in text
+  assert "self.sow(nnx.Intermediate, 'seen', total[...])" in text
+
+
+def test_setup_modules_keep_their_attributes_and_lists_become_nnx_lists(tmp_path):
+  result, out, _ = _port(tmp_path, 'setup_stack', linen_models.setup_stack())
+  text = out.read_text()
+  assert '# NNX keeps these attribute names; a list becomes an nnx.List.' in text
+  assert 'self.heads = nnx.List([nnx.Linear(in_features, head_dim, rngs=rngs) for _ in range(num_heads)])' in text
+  assert 'self.norm = nnx.LayerNorm(head_dim * num_heads, rngs=rngs)' in text
+  assert 'return self.head(x) + self.bias[...]' in text
+  assert 'x = self.dropout(self.norm(x))' in text and 'def __call__(self, x):' in text
+  assert 'def first_head(self, x):' in text
+  assert "PathRule('heads_{i}/kernel', 'heads/{i}/kernel')" in text
+  assert result.modes == {'deterministic': False}
+
+
 def test_zoo_cnn_with_its_input_shape_and_another_configuration(tmp_path):
   config = configs.CNNConfig()
   images = jnp.ones((2, config.image_size, config.image_size, config.in_channels))
@@ -78,7 +106,7 @@ def test_zoo_cnn_with_its_input_shape_and_another_configuration(tmp_path):
 
 
 @pytest.mark.parametrize('name, reason', [
-    ('uses_param', "self.param(...) is Linen's own Module API"),
+    ('uses_make_rng', "self.make_rng(...) is Linen's own Module API"),
     ('uses_unknown_layer', "Flax's SpectralNorm has no NNX counterpart"),
     ('depends_on_inputs', 'modules created under a condition on the call (x.shape[-1] > 2)'),
 ])

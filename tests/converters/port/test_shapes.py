@@ -39,7 +39,17 @@ def test_a_field_the_code_needs_concrete_stays_a_number():
   root, _ = tracing.trace(model.module, *model.args, **model.kwargs)
   traced = shapes.symbolic_trace(root, ['tokens'])
   symbolic = {o.access for o in traced.table.origins.values() if isinstance(o, shapes.FieldValue)}
-  # `range(self.depth)` needs an int: depth stays 2; the sizes are symbols.
-  assert ('depth',) not in symbolic
+  # `range(self.depth)` needs an int: depth stays 2 in the trace (its symbol
+  # only writes sizes that change with it); the sizes are symbols.
+  assert traced.root.module.depth == 2
   assert {('vocab',), ('width',), ('hidden',)} <= symbolic
   assert len([c for c in traced.root.children if c.cls is linen_models.Residual]) == 2
+
+
+def test_a_size_that_changes_with_a_count_is_written_with_it():
+  model = linen_models.setup_stack(num_heads=3, head_dim=4)
+  root, _ = tracing.trace(model.module, *model.args, **model.kwargs)
+  traced = shapes.symbolic_trace(root, ['x'])
+  (norm,) = [c for c in traced.root.children if c.name == 'norm']
+  assert traced.table.source(norm.calls[0].args[0].shape[-1], _name) == 'head_dim * num_heads'
+

@@ -1,0 +1,541 @@
+"""What the port's class writers share: the NNX class written for a Linen
+class (`ClassPort`) and the writer both styles build on (`ClassWriter`).
+
+A writer finds the submodules the traced instance created and the
+expressions that created them (`sites`), writes each creation as NNX's
+(Flax layers from `converters.port.layers`, the user's modules as their
+ports, the input sizes Linen inferred from the symbolic trace), turns the
+arguments that only set a layer's mode into the NNX mode, writes the
+module's own variables (`converters.port.variables`), and assembles the
+class: `__init__` (the Linen fields, then the input sizes it needs, then
+`rngs`) and the methods. `converters.port.compact` and
+`converters.port.setup_style` say where the creations are and how the
+methods change.
+"""
+
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Sequence
+
+import libcst as cst
+
+from converters.port import (
+  layers,
+  references,
+  shapes,
+  source,
+  syntax,
+  tracing,
+  variables,
+)
+from converters.port.errors import Untranslatable
+
+
+@dataclasses.dataclass
+class InputParameter:
+  """A constructor argument made of input sizes: `in_features` (one size) or
+  `<argument>_shape` (the shape of the argument at `index`)."""
+
+  name: str
+  index: int
+  ndim: int
+  whole_shape: bool
+
+
+@dataclasses.dataclass
+class ClassPort:
+  """What was written for one Linen class.
+
+  Attributes:
+    cls: the Linen class.
+    node: the NNX class statement.
+    attributes: creation site -> `(attribute, is_list)`: where the modules
+      created there live in the NNX class.
+    inputs: the constructor arguments made of input sizes.
+    modes: `__call__` arguments that became the module's mode -> their value
+      in training.
+    fields: the Linen fields, which the constructor takes first.
+  """
+
+  cls: type
+  node: cst.ClassDef
+  attributes: dict[tracing.Site, tuple[str, bool]]
+  inputs: list[InputParameter]
+  modes: dict[str, bool]
+  fields: list[str]
+  call_parameters: list[str] = dataclasses.field(default_factory=list)
+  paths: dict = dataclasses.field(default_factory=dict)
+  writer: object = None
+
+  def nnx_path(self, instance: tracing.Created, child: tracing.Created) -> tuple:
+    """Where `child` (created by `instance`, any instance of this class) is
+    in the port."""
+    return self.writer.nnx_path(child)
+
+
+def _fields(cdef: cst.ClassDef, cls: type, file: source.SourceFile, names: Sequence[str]) -> list[cst.AnnAssign]:
+  """The class body's field declarations, in the dataclass's order."""
+  declared = {
+      s.body[0].target.value: s.body[0]
+      for s in cdef.body.body
+      if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+      and isinstance(s.body[0], cst.AnnAssign) and isinstance(s.body[0].target, cst.Name)
+  }
+  missing = [n for n in names if n not in declared]
+  if missing:
+    raise Untranslatable(
+        cls, file.line_of(cdef),
+        f'fields {missing} are inherited, not declared in the class; port the base class by hand',
+    )
+  return [declared[n] for n in names]
+
+
+class ClassWriter:
+  """Writes one class: see the module docstring. Subclasses say where the
+  creations are (`_methods`, `_loops`, `_attributes`, `nnx_path`) and
+  write the class (`write`)."""
+
+  def __init__(self, cls, instance, symbolic, child_ports):
+    self.cls = cls
+    self.instance = instance
+    self.symbolic = symbolic
+    self.child_ports = child_ports
+    self.file = source.file_of(cls)
+    self.cdef = self.file.class_def(cls)
+    # `method` creates the submodules, `call` is `__call__`: the compact
+    # method both, or `setup` and `__call__`.
+    self.method, self.call = self._methods()
+    self.field_names = shapes.module_fields(instance.module)
+    self.params = [p.name.value for p in self.call.params.params[1:]] + [
+        p.name.value for p in self.call.params.kwonly_params
+    ]
+    self.call_time = self._call_time()
+    self.locals = syntax.assigned_once(self.call.body)
+    self._refuse_linen_api()
+    self.sites = self._sites()
+    # Linen's names left once the creations are NNX's: checked on the source,
+    # where each has its line.
+    self.method.body.visit(references.LinenReferences(
+        self.file, cls, strict=True, skip=[node.func for node, _ in self.sites.values()]
+    ))
+    self.attributes = self._attributes()
+    self.used_dims: set[shapes.InputDim] = set()
+
+  def _refuse_linen_api(self) -> None:
+    """`self.param(...)`, `self.variable(...)`, `self.sow(...)`, ...: Linen's
+    own methods, which the port does not write yet."""
+    own = {s.name.value for s in self.cdef.body.body if isinstance(s, cst.FunctionDef)}
+    own |= set(self.field_names) | {'param', 'variable', 'sow'}  # written by `variables`
+    writer = self
+
+    class Visitor(cst.CSTVisitor):
+      def visit_Attribute(self, node):
+        if (isinstance(node.value, cst.Name) and node.value.value == 'self'
+            and node.attr.value in references.LINEN_MODULE_API and node.attr.value not in own):
+          writer.fail(
+              node,
+              f'self.{node.attr.value}(...) is Linen\'s own Module API, which the port does not '
+              'write yet; port it by hand',
+          )
+
+    self.cdef.visit(Visitor())
+
+  def fail(self, node: cst.CSTNode | None, message: str):
+    line = self.file.line_of(node) if node is not None else self.file.line_of(self.cdef)
+    raise Untranslatable(self.cls, line, message)
+
+  # --- what is created where
+
+  def _sites(self) -> dict[tracing.Site, tuple[cst.Call, list[tracing.Created]]]:
+    sites: dict[tracing.Site, tuple[cst.Call, list[tracing.Created]]] = {}
+    method_range = self.file.positions[self.method]
+    for child in self.instance.children:
+      node = self.file.call_at(child.site) if child.site else None
+      inside = node is not None and (
+          method_range.start.line <= child.site.line <= method_range.end.line
+      )
+      if not inside:
+        self.fail(
+            self.method,
+            f'{child.cls.__name__} {child.name!r} is not created by an expression of '
+            f'{self.cls.__name__}.{self.method.name.value} (created at {child.site}); port it by hand',
+        )
+      sites.setdefault(child.site, (node, []))[1].append(child)
+    return sites
+
+  @staticmethod
+  def _argument(call: cst.Call, keyword: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+      if arg.keyword is not None and arg.keyword.value == keyword:
+        return arg.value
+    return None
+
+  # --- sizes
+
+  def size_source(self, value) -> str:
+    table = self.symbolic.table
+    for name in table.symbols_in(value):
+      origin = table.origins[name]
+      if isinstance(origin, shapes.InputDim):
+        self.used_dims.add(origin)
+    return table.source(value, self._origin_placeholder)
+
+  @staticmethod
+  def _origin_placeholder(origin) -> str:
+    if isinstance(origin, shapes.FieldValue):
+      text = origin.access[0]  # `__init__`'s argument of that name
+      for k, a in enumerate(origin.access[1:]):
+        last = k == len(origin.access) - 2 and origin.last
+        text += ('[-1]' if last else f'[{a}]') if isinstance(a, int) else f'.{a}'
+      return text
+    return f'__input_{origin.index}_{origin.dim}'
+
+  def _symbolic_child(self, child: tracing.Created) -> tracing.Created:
+    for candidate in self.symbolic.root.children:
+      if candidate.name == child.name:
+        return candidate
+    self.fail(None, f'{child.name} is not created when the sizes are symbolic; port it by hand')
+
+  # --- creations
+
+  def _linen_arguments(self, node: cst.Call, cls: type) -> list[tuple[str, cst.Arg]]:
+    """`(field, arg)` of a Linen creation's arguments, positional ones named."""
+    fields = [f.name for f in dataclasses.fields(cls) if f.init]
+    out = []
+    for i, arg in enumerate(node.args):
+      if arg.star:
+        self.fail(node, f'*args or **kwargs in the creation of {cls.__name__}; port it by hand')
+      out.append((arg.keyword.value if arg.keyword else fields[i], arg))
+    return out
+
+  def _mode_argument(self, value: cst.BaseExpression, eval_value: bool, node) -> None:
+    """Checks that a mode field's value is a call flag (or its negation)
+    and records the flag's value in training."""
+    negated = isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Not)
+    inner = value.expression if negated else value
+    if isinstance(inner, cst.Name) and inner.value not in self.params:
+      alias = self.locals.get(inner.value)
+      if alias is not None:
+        return self._mode_argument(
+            cst.UnaryOperation(cst.Not(), alias) if negated else alias, eval_value, node
+        )
+    if not isinstance(inner, cst.Name) or inner.value not in self.params:
+      self.fail(
+          node,
+          f'{self.file.code(value)} sets a layer\'s mode from something other than an '
+          'argument of __call__; port it by hand (NNX sets it with model.train() / .eval())',
+      )
+    train_value = eval_value if negated else not eval_value
+    if self.modes.setdefault(inner.value, train_value) != train_value:
+      self.fail(node, f'{inner.value} sets modes both ways; port it by hand')
+
+  def _creation(self, site: tracing.Site) -> cst.BaseExpression:
+    """The NNX expression creating the modules of `site`."""
+    node, children = self.sites[site]
+    child = children[0]
+    spec = layers.layer_spec(child.cls)
+    arguments = self._linen_arguments(node, child.cls)
+    if spec is not None:
+      return self._layer_creation(site, node, spec, arguments)
+    if child.cls in self.child_ports:
+      return self._module_creation(site, node, arguments)
+    if layers.is_flax_class(child.cls):
+      self.fail(node, f'Flax\'s {child.cls.__name__} has no NNX counterpart the port knows; port it by hand')
+    self.fail(node, f'{child.cls.__name__} could not be ported; see its own entry')
+
+  def _in_size(self, site, node, axis_of) -> str:
+    """The source of the input size of `site`'s modules (one expression for
+    every execution, or a running variable over the loop)."""
+    node, children = self.sites[site]
+    values = []
+    for child in children:
+      symbolic = self._symbolic_child(child)
+      inputs = symbolic.calls[0].args
+      if not inputs or not hasattr(inputs[0], 'shape'):
+        self.fail(node, f'{child.name} is called without an array input; port it by hand')
+      values.append(inputs[0].shape[axis_of(child)])
+    texts = {self.size_source(v) for v in values}
+    if len(texts) == 1:
+      return texts.pop()
+    return self._running_size(site, node, children, values)
+
+  def _running_size(self, site, node, children, values) -> str:
+    """A loop whose layers each take the previous one's output size: a
+    running variable set before the loop and after each creation in it."""
+    order = list(self.symbolic.root.children)
+    if not self._loops(node):
+      self.fail(node, 'modules of one expression whose input sizes differ (a list of layers '
+                'each taking the previous one\'s output?); port it by hand')
+    loop = self._loops(node)[-1]
+    for k, (child, value) in enumerate(zip(children, values)):
+      if k == 0:
+        continue
+      symbolic = self._symbolic_child(child)
+      before = order[order.index(symbolic) - 1]
+      out = self._out_size(before)
+      if out is None or str(out) != str(value):
+        self.fail(
+            node,
+            f'the input size of {child.name} changes over the loop in a way the port cannot '
+            'write; port it by hand',
+        )
+    self.running.setdefault(id(loop), (self.size_source(values[0]), []))
+    return self.running_name
+
+  def _out_size(self, symbolic_child: tracing.Created):
+    spec = layers.layer_spec(type(symbolic_child.module))
+    if spec is not None and spec.out_features is not None:
+      return getattr(symbolic_child.module, spec.out_features)
+    outputs = symbolic_child.calls[0].outputs
+    return outputs.shape[-1] if hasattr(outputs, 'shape') else None
+
+  def _layer_creation(self, site, node, spec: layers.LayerSpec, arguments) -> cst.BaseExpression:
+    nnx_params = spec.nnx_parameters()
+    args: list[cst.Arg] = []
+    if spec.in_features is not None:
+      axis = spec.feature_axis
+      in_size = self._in_size(site, node, lambda child: axis)
+      args.append(cst.Arg(syntax.expression(in_size)))
+    positional = True
+    expected = [p for p in nnx_params if p != spec.in_features]
+    for i, (field, arg) in enumerate(arguments):
+      if field == 'name':
+        continue
+      if field in dict(spec.mode):
+        self._mode_argument(arg.value, dict(spec.mode)[field], node)
+        positional = False
+        continue
+      name = spec.nnx_argument(field)
+      if name not in nnx_params:
+        self.fail(node, f'{spec.nnx} has no argument {name!r} for Linen\'s {field!r}; port it by hand')
+      if self.call_time & source.names_in(arg.value):
+        # A size read from the inputs (`x.shape[-1]`) is one NNX knows when it
+        # builds: the inputs' sizes are arguments of the constructor.
+        arg = arg.with_changes(value=syntax.expression(self._input_size_argument(site, node, field, arg)))
+      keep_position = positional and arg.keyword is None and i < len(expected) and expected[i] == name
+      if not keep_position:
+        positional = False
+      args.append(
+          arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+          if keep_position else syntax.keyword(name, arg.value)
+      )
+    if spec.rngs:
+      args.append(syntax.keyword('rngs', cst.Name('rngs')))
+    return cst.Call(syntax.expression(spec.nnx), syntax.normalised(args))
+
+  def _input_size_argument(self, site, node, field: str, arg: cst.Arg) -> str:
+    """The source of a layer's size argument computed from the call's inputs."""
+    texts = set()
+    for child in self.sites[site][1]:
+      value = getattr(self._symbolic_child(child).module, field)
+      if isinstance(value, bool) or not (isinstance(value, int) or hasattr(value, 'dimension_as_value') or type(value).__name__ == '_DimExpr'):
+        self.fail(
+            node,
+            f'{field}={self.file.code(arg.value)} depends on the inputs of the call; NNX '
+            'builds its layers before any call: port it by hand',
+        )
+      texts.add(self.size_source(value))
+    if len(texts) != 1:
+      self.fail(node, f'{field}={self.file.code(arg.value)} changes over the loop; port it by hand')
+    return texts.pop()
+
+  def _module_creation(self, site, node, arguments) -> cst.BaseExpression:
+    _, children = self.sites[site]
+    port = self.child_ports[children[0].cls]
+    args = [arg for field, arg in arguments if field != 'name']
+    for field, arg in arguments:
+      if field != 'name' and self.call_time & source.names_in(arg.value):
+        self.fail(
+            node,
+            f'{field}={self.file.code(arg.value)} depends on the inputs of the call; port it by hand',
+        )
+    for parameter in port.inputs:
+      texts = set()
+      for child in children:
+        symbolic = self._symbolic_child(child)
+        shape = symbolic.calls[0].args[parameter.index].shape
+        if parameter.whole_shape:
+          texts.add('(' + ', '.join(self.size_source(d) for d in shape) + ',)')
+        else:
+          texts.add(self.size_source(shape[-1]))
+      if len(texts) != 1:
+        self.fail(node, f'the input sizes of {port.cls.__name__} change over the loop; port it by hand')
+      args.append(syntax.keyword(parameter.name, syntax.expression(texts.pop())))
+    args.append(syntax.keyword('rngs', cst.Name('rngs')))
+    return cst.Call(node.func, syntax.normalised(args))
+
+  def _assemble(self, init_body, methods: dict) -> ClassPort:
+    """The NNX class: `__init__` from `init_body` where the creating method
+    was, then the class's other statements, `methods` rewritten."""
+    inputs = self._input_parameters()
+    fields = _fields(self.cdef, self.cls, self.file, self.field_names)
+    init = self._init_method(fields, inputs, init_body)
+    placeholders = {}
+    for parameter in inputs:
+      for dim in range(parameter.ndim):
+        placeholders[f'__input_{parameter.index}_{dim}'] = (
+            f'{parameter.name}[{dim - parameter.ndim if dim == parameter.ndim - 1 else dim}]'
+            if parameter.whole_shape else parameter.name
+        )
+    init = init.visit(syntax.Substitute(placeholders)).visit(syntax.DropSelfAssignments())
+    body = []
+    for statement in self.cdef.body.body:
+      if statement is self.method:
+        body.append(init)
+        if statement in methods:
+          body.append(methods[statement])
+      elif statement in methods:
+        body.append(methods[statement])
+      elif isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.AnnAssign):
+        continue  # a field: the constructor takes it
+      else:
+        body.append(statement)
+    bases = [
+        b.with_changes(value=syntax.expression('nnx.Module'))
+        if references.is_linen(b.value, self.file, 'Module') else b
+        for b in self.cdef.bases
+    ]
+    node = self.cdef.with_changes(bases=bases, body=self.cdef.body.with_changes(body=body))
+    node = node.visit(references.LinenReferences(self.file, self.cls, strict=False))
+    paths = {
+        id(child): self.nnx_path(child) for _, children in self.sites.values() for child in children
+    }
+    return ClassPort(
+        self.cls, node, self.attributes, inputs, self.modes, self.field_names,
+        call_parameters=self.params, paths=paths, writer=self,
+    )
+
+  def _own_variables(self) -> dict[cst.Call, variables.OwnVariable]:
+    """`self.param(...)` / `self.variable(...)` calls of the method, written."""
+    found: list[cst.Call] = []
+    self.method.body.visit(syntax.CallsWhere(variables.is_own_variable_call, found))
+    own = {}
+    taken = {a for a, _ in self.attributes.values()} | set(self.field_names)
+    for call in found:
+      if self._loops(call):
+        self.fail(call, f'self.{call.func.attr.value}(...) in a loop; port it by hand')
+      variable = variables.own_variable(call, self)
+      if variable.name in taken:
+        self.fail(call, f'{variable.name!r} names both a variable and another attribute; port it by hand')
+      taken.add(variable.name)
+      own[call] = variable
+    return own
+
+  def _input_parameters(self) -> list[InputParameter]:
+    by_index: dict[int, set[shapes.InputDim]] = {}
+    for dim in self.used_dims:
+      by_index.setdefault(dim.index, set()).add(dim)
+    if len(by_index) == 1:
+      ((index, dims),) = by_index.items()
+      (dim, *rest) = dims
+      if not rest and dim.dim == dim.ndim - 1:
+        return [InputParameter('in_features', index, dim.ndim, False)]
+    return [
+        InputParameter(f'{next(iter(dims)).name}_shape', index, next(iter(dims)).ndim, True)
+        for index, dims in sorted(by_index.items())
+    ]
+
+  def _init_method(self, fields, inputs, body) -> cst.FunctionDef:
+    params = [cst.Param(cst.Name('self'))]
+    for field in fields:
+      params.append(cst.Param(
+          field.target, annotation=field.annotation,
+          default=field.value, equal=cst.AssignEqual() if field.value is not None else cst.MaybeSentinel.DEFAULT,
+      ))
+    kwonly = [
+        cst.Param(
+            cst.Name(p.name),
+            annotation=cst.Annotation(syntax.expression('tuple[int, ...]' if p.whole_shape else 'int')),
+        )
+        for p in inputs
+    ] + [cst.Param(cst.Name('rngs'), annotation=cst.Annotation(syntax.expression('nnx.Rngs')))]
+    # In `__init__` a field is its argument: `self.features` reads `features`.
+    fields_read = set(self.field_names)
+
+    class Arguments(cst.CSTTransformer):
+      def leave_Attribute(self, original, updated):
+        if (isinstance(updated.value, cst.Name) and updated.value.value == 'self'
+            and updated.attr.value in fields_read):
+          return cst.Name(updated.attr.value)
+        return updated
+
+    body = [s.visit(Arguments()) for s in body]
+    statements = [syntax.statement(f'self.{n} = {n}\n') for n in self.field_names] + body
+    return cst.FunctionDef(
+        name=cst.Name('__init__'),
+        params=cst.Parameters(params=params, star_arg=cst.ParamStar(), kwonly_params=kwonly),
+        body=cst.IndentedBlock(statements),
+        leading_lines=self.method.leading_lines,
+    )
+
+  def _without_mode_arguments(self, original: cst.Call, updated: cst.Call, child) -> cst.Call:
+    """A call of a created module without the arguments that set what the
+    NNX mode sets (`deterministic=not train` of a Dropout, `train` of a
+    user module whose port took it as its mode)."""
+    spec = layers.layer_spec(child.cls)
+    if spec is not None:
+      modes = dict(spec.mode)
+      parameters = list(inspect.signature(child.cls.__call__).parameters)[1:]
+    else:
+      port = self.child_ports.get(child.cls)
+      modes = {} if port is None else {k: not v for k, v in port.modes.items()}
+      parameters = [] if port is None else port.call_parameters
+    if not modes:
+      return updated
+    kept = []
+    for i, arg in enumerate(updated.args):
+      name = arg.keyword.value if arg.keyword else (parameters[i] if i < len(parameters) else None)
+      if name in modes:
+        self._mode_argument(original.args[i].value, modes[name], original)
+        continue
+      kept.append(arg)
+    return updated.with_changes(args=syntax.normalised(kept))
+
+  def _drop_flag(self, method: cst.FunctionDef, flag: str) -> cst.FunctionDef:
+    aliases = {name for name, value in self.locals.items() if value is not None and flag in source.names_in(value)}
+
+    class Drop(cst.CSTTransformer):
+      def leave_SimpleStatementLine(self, original, updated):
+        if all(isinstance(s, cst.Assign) for s in updated.body):
+          targets = {n for s in updated.body for t in s.targets for n in syntax.target_names(t.target)}
+          if targets and targets <= aliases:
+            return cst.RemoveFromParent()
+        return updated
+
+    method = method.visit(Drop())
+    params = syntax.params_normalised([p for p in method.params.params if p.name.value != flag])
+    kwonly = syntax.params_normalised([p for p in method.params.kwonly_params if p.name.value != flag])
+    star = method.params.star_arg
+    if not kwonly and isinstance(star, cst.ParamStar):
+      star = cst.MaybeSentinel.DEFAULT  # `*` with nothing after it left
+    method = method.with_changes(
+        params=method.params.with_changes(params=params, kwonly_params=kwonly, star_arg=star)
+    )
+    if flag in source.names_in(method.body) or aliases & source.names_in(method.body):
+      self.fail(
+          self.method,
+          f'{flag!r} does more than set the layers\' modes (NNX sets them with model.train() / '
+          '.eval()); port it by hand',
+      )
+    return method
+
+
+def is_field_alias(statement, fields) -> bool:
+  """`config = self.config` for a field `config`: in `__init__` the argument
+  of that name already is it."""
+  if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+    return False
+  small = statement.body[0]
+  return (
+      isinstance(small, cst.Assign) and len(small.targets) == 1
+      and isinstance(small.targets[0].target, cst.Name)
+      and small.targets[0].target.value in fields
+      and isinstance(small.value, cst.Attribute)
+      and isinstance(small.value.value, cst.Name) and small.value.value.value == 'self'
+      and small.value.attr.value == small.targets[0].target.value
+  )
+
+

@@ -1,0 +1,17 @@
+"""What the port refuses: a construct it cannot write (which becomes a stub),
+and an output it must not write (a file it reads)."""
+
+from __future__ import annotations
+
+
+class Untranslatable(Exception):
+  """A construct the port cannot write: the class, the line of the Linen
+  source, and why (ending with what to do: port it by hand)."""
+
+  def __init__(self, cls: type | None, line: int | None, message: str):
+    self.cls, self.line = cls, line
+    super().__init__(message)
+
+
+class PortOutputError(ValueError):
+  """A file the port would write is one it reads."""

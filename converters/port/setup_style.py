@@ -1,0 +1,209 @@
+"""One Linen class written with `setup()`, rewritten as an NNX class.
+
+`setup` already does what NNX's `__init__` does: it assigns the submodules
+to attributes. The port's `__init__` takes the Linen fields, keeps them, and
+runs `setup`'s body with each Linen creation made an NNX one (the input size
+Linen inferred at the module's first call written as an expression of the
+fields and inputs, `converters.port.shapes`), a list of modules an
+`nnx.List`, and `self.param` / `self.variable` NNX Variables. The other
+methods stay as written, but for the arguments the NNX mode now sets
+(`deterministic=not train` of a Dropout) and the reads of parameters
+(`self.w` is `self.w[...]`).
+
+Linen names a submodule by its attribute (`self.dense` is `dense`, the
+entries of `self.layers` are `layers_0`, `layers_1`, ...): the port keeps the
+attribute, so the path mapping is the identity but for the lists
+(`layers_0` -> `layers/0`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from converters.port import classes, references, syntax, tracing, variables
+
+
+class SetupWriter(classes.ClassWriter):
+  """Writes one class whose submodules `setup` creates."""
+
+  def _methods(self):
+    methods = {s.name.value: s for s in self.cdef.body.body if isinstance(s, cst.FunctionDef)}
+    if any(references.is_linen(d.decorator, self.file, 'compact') for m in methods.values() for d in m.decorators):
+      self.fail(self.cdef, 'a module with both setup() and an @nn.compact method; port it by hand')
+    if '__call__' not in methods:
+      self.fail(self.cdef, 'a setup() module without __call__; port it by hand')
+    return methods['setup'], methods['__call__']
+
+  def _call_time(self) -> set[str]:
+    return set()  # `setup` reads no input
+
+  def _loops(self, node):
+    for parent in self.file.ancestors(node):
+      if parent is self.method:
+        return []
+      if isinstance(parent, (cst.For, cst.While, cst.If, cst.FunctionDef, cst.Lambda)):
+        self.fail(node, 'a module created in a loop, a condition or a nested function of '
+                  'setup(); port it by hand')
+    return []
+
+  def _attributes(self) -> dict[tracing.Site, tuple[str, bool]]:
+    """`self.<attribute> = <creation>` (a scalar) or `= [<creations>]` (a list)."""
+    attributes = {}
+    for site, (node, children) in self.sites.items():
+      self._loops(node)
+      assign, is_list = self._assignment(node)
+      attribute = assign.targets[0].target.attr.value
+      for child in children:
+        if child.name != attribute and not (is_list and re.fullmatch(rf'{attribute}_\d+', child.name)):
+          self.fail(node, f'{child.name} is assigned to self.{attribute}; port it by hand')
+      attributes[site] = (attribute, is_list)
+    return attributes
+
+  def _assignment(self, node) -> tuple[cst.Assign, bool]:
+    """The `self.x = ...` statement a creation is the value of, and whether
+    it is an element of a list there."""
+    parent = None
+    is_list = False
+    for ancestor in self.file.ancestors(node):
+      if isinstance(ancestor, (cst.List, cst.Tuple, cst.ListComp)):
+        is_list = True
+      if isinstance(ancestor, cst.Assign):
+        parent = ancestor
+        break
+    ok = (
+        parent is not None and len(parent.targets) == 1
+        and isinstance(parent.targets[0].target, cst.Attribute)
+        and isinstance(parent.targets[0].target.value, cst.Name)
+        and parent.targets[0].target.value.value == 'self'
+        and (parent.value is node or is_list)
+    )
+    if not ok:
+      self.fail(node, 'a module created in setup() but not assigned to an attribute of self '
+                '(directly or in a list); port it by hand')
+    return parent, is_list
+
+  def nnx_path(self, child: tracing.Created) -> tuple:
+    """`dense` -> `dense`, `layers_2` -> `layers/2`."""
+    attribute, is_list = self.attributes[child.site]
+    if not is_list:
+      return (attribute,)
+    return (attribute, int(child.name.rsplit('_', 1)[1]))
+
+  def write(self):
+    self.modes: dict[str, bool] = {}
+    self.running = {}
+    self.running_name = 'in_features'
+    self.node_sites = {node: site for site, (node, _) in self.sites.items()}
+    self.own = self._own_variables()
+    for variable_call, variable in self.own.items():
+      assign, _ = self._assignment_of(variable_call)
+      if assign.targets[0].target.attr.value != variable.name:
+        self.fail(variable_call, f'self.{assign.targets[0].target.attr.value} holds the variable '
+                  f'{variable.name!r}; name the attribute as the variable, or port it by hand')
+    init_body = [s.visit(_SetupBody(self)) for s in self.method.body.body]
+    init_body = [s for s in init_body if not _is_docstring(s)]
+    methods = {}
+    call_nodes = self._call_nodes()
+    params = {v.name for v in self.own.values() if v.collection == 'params'}
+    for statement in self.cdef.body.body:
+      if isinstance(statement, cst.FunctionDef) and statement is not self.method:
+        rewritten = statement.visit(_MethodBody(self, call_nodes, params))
+        if statement is self.call:
+          for flag in self.modes:
+            rewritten = self._drop_flag(rewritten, flag)
+        methods[statement] = rewritten
+    return self._assemble(init_body, methods)
+
+  def _assignment_of(self, call):
+    for ancestor in self.file.ancestors(call):
+      if isinstance(ancestor, cst.Assign):
+        target = ancestor.targets[0].target if len(ancestor.targets) == 1 else None
+        if (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+            and target.value.value == 'self' and ancestor.value is call):
+          return ancestor, False
+        break
+    self.fail(call, 'a variable made in setup() but not assigned to an attribute of self; '
+              'port it by hand')
+
+  def _call_nodes(self) -> dict[cst.Call, tracing.Created]:
+    """The calls of the submodules, by their expression in the methods."""
+    found = {}
+    for _, children in self.sites.values():
+      for child in children:
+        for call in child.calls:
+          node = self.file.call_at(call.site) if call.site else None
+          if node is not None:
+            found[node] = child
+    return found
+
+
+def _is_docstring(statement) -> bool:
+  return (
+      isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+      and isinstance(statement.body[0], cst.Expr)
+      and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+  )
+
+
+class _SetupBody(cst.CSTTransformer):
+  """`setup`'s body as `__init__`'s: NNX creations, lists, Variables."""
+
+  def __init__(self, writer: SetupWriter):
+    self.writer = writer
+
+  def leave_Call(self, original, updated):
+    writer = self.writer
+    if original in writer.node_sites:
+      return writer._creation(writer.node_sites[original])
+    if original in writer.own:
+      return writer.own[original].creation
+    return updated
+
+  def leave_Assign(self, original, updated):
+    # A list of modules is an `nnx.List` (a list attribute would be data).
+    if isinstance(original.value, (cst.List, cst.ListComp, cst.Tuple)) and any(
+        self.writer.attributes[s][1] and n in _descendants(original.value)
+        for n, s in self.writer.node_sites.items()
+    ):
+      return updated.with_changes(value=cst.Call(syntax.expression('nnx.List'), [cst.Arg(updated.value)]))
+    return updated
+
+
+def _descendants(node):
+  found = []
+
+  class Visitor(cst.CSTVisitor):
+    def on_visit(self, n):
+      found.append(n)
+      return True
+
+  node.visit(Visitor())
+  return found
+
+
+class _MethodBody(cst.CSTTransformer):
+  """A method as it stays: submodule calls without what the mode sets,
+  parameters read with `[...]`, `sow` into `nnx.Intermediate`."""
+
+  def __init__(self, writer: SetupWriter, call_nodes, params: set[str]):
+    self.writer, self.call_nodes, self.params = writer, call_nodes, params
+
+  def leave_Call(self, original, updated):
+    if original in self.call_nodes:
+      return self.writer._without_mode_arguments(original, updated, self.call_nodes[original])
+    if variables.is_sow_call(original):
+      return variables.sow(updated, self.writer)
+    return updated
+
+  def leave_Attribute(self, original, updated):
+    if (isinstance(updated.value, cst.Name) and updated.value.value == 'self'
+        and updated.attr.value in self.params):
+      return cst.Subscript(updated, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
+    return updated
+
+
+def port_class(cls, instance, symbolic, child_ports) -> classes.ClassPort:
+  """The NNX class of the Linen class `cls` written with `setup()`."""
+  return SetupWriter(cls, instance, symbolic, child_ports).write()

@@ -1,0 +1,208 @@
+"""libcst helpers the port's writers share: parsing snippets, names an
+expression reads or a target binds, arguments spaced as PEP 8 spaces them,
+and clean-ups of what a rewrite leaves behind (unused locals, `x = x`)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from converters.port import source
+
+
+def expression(code: str) -> cst.BaseExpression:
+  return cst.parse_expression(code)
+
+
+def statement(code: str) -> cst.BaseStatement:
+  return cst.parse_statement(code)
+
+
+def assigned_once(body: cst.CSTNode) -> dict[str, cst.BaseExpression | None]:
+  """Local name -> its value, for names a simple `name = value` binds once
+  (None for names bound more than once or otherwise)."""
+  seen: dict[str, cst.BaseExpression | None] = {}
+
+  class Visitor(cst.CSTVisitor):
+    def visit_Assign(self, n: cst.Assign):
+      for target in n.targets:
+        for name in target_names(target.target):
+          simple = isinstance(target.target, cst.Name) and len(n.targets) == 1
+          seen[name] = n.value if simple and name not in seen else None
+
+    def visit_For(self, n: cst.For):
+      for name in target_names(n.target):
+        seen[name] = None
+
+    def visit_AugAssign(self, n: cst.AugAssign):
+      for name in target_names(n.target):
+        seen[name] = None
+
+  body.visit(Visitor())
+  return seen
+
+
+def target_names(target: cst.BaseExpression) -> list[str]:
+  if isinstance(target, cst.Name):
+    return [target.value]
+  if isinstance(target, (cst.Tuple, cst.List)):
+    return [n for e in target.elements for n in target_names(e.value)]
+  return []
+
+
+def params_normalised(params: list[cst.Param]) -> list[cst.Param]:
+  """Parameters without a comma after the last."""
+  return params[:-1] + [params[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if params else params
+
+
+class _SimpleAssignments(cst.CSTVisitor):
+  """`name = value` statements whose value calls nothing (no side effect)."""
+
+  def __init__(self):
+    self.found: list[cst.SimpleStatementLine] = []
+
+  def visit_SimpleStatementLine(self, node):
+    if len(node.body) == 1 and isinstance(node.body[0], cst.Assign):
+      assign = node.body[0]
+      calls: list[cst.Call] = []
+      assign.value.visit(_CallFinder(calls))
+      if not calls and all(isinstance(t.target, cst.Name) for t in assign.targets):
+        self.found.append(node)
+
+
+def without_unused_locals(method: cst.FunctionDef) -> cst.FunctionDef:
+  """`method` without the simple assignments (no call in the value) of
+  locals nothing reads any more (what served only the moved creations)."""
+  while True:
+    finder = _SimpleAssignments()
+    method.body.visit(finder)
+    unused = {
+        node for node in finder.found
+        if not {t.target.value for t in node.body[0].targets} & reads(method.body, exclude=node)
+    }
+    if not unused:
+      return method
+    method = method.visit(Remove(unused))
+
+
+class _CallFinder(cst.CSTVisitor):
+  def __init__(self, found):
+    self.found = found
+
+  def visit_Call(self, node):
+    self.found.append(node)
+
+
+class Remove(cst.CSTTransformer):
+  def __init__(self, nodes):
+    self.nodes = nodes
+
+  def leave_SimpleStatementLine(self, original, updated):
+    return cst.RemoveFromParent() if original in self.nodes else updated
+
+
+def reads(node: cst.CSTNode, exclude: cst.CSTNode) -> set[str]:
+  """The names read anywhere in `node` but inside `exclude`'s targets."""
+  found: set[str] = set()
+
+  class Visitor(cst.CSTVisitor):
+    def visit_SimpleStatementLine(self, n):
+      if n is exclude:
+        exclude.body[0].value.visit(self)
+        return False
+      return True
+
+    def visit_AssignTarget(self, n):
+      if not isinstance(n.target, cst.Name):
+        n.target.visit(self)
+      return False
+
+    def visit_Name(self, n):
+      found.add(n.value)
+
+    def visit_Attribute(self, n):
+      n.value.visit(self)
+      return False
+
+    def visit_Arg(self, n):
+      n.value.visit(self)
+      return False
+
+  node.visit(Visitor())
+  return found
+
+
+_NO_SPACE = cst.AssignEqual(
+    whitespace_before=cst.SimpleWhitespace(''), whitespace_after=cst.SimpleWhitespace('')
+)
+
+
+def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+  """`name=value`, spaced as PEP 8 spaces keyword arguments."""
+  return cst.Arg(value, keyword=cst.Name(name), equal=_NO_SPACE)
+
+
+def normalised(args: list[cst.Arg]) -> list[cst.Arg]:
+  """Arguments with `, ` between them and no comma after the last (a
+  multi-line call keeps its own layout)."""
+  out = []
+  for i, arg in enumerate(args):
+    if i + 1 < len(args):
+      comma = arg.comma if isinstance(arg.comma, cst.Comma) else cst.Comma(
+          whitespace_after=cst.SimpleWhitespace(' ')
+      )
+    else:
+      comma = cst.MaybeSentinel.DEFAULT
+    out.append(arg.with_changes(comma=comma))
+  return out
+
+
+class CallsAmong(cst.CSTVisitor):
+  """The creating calls inside a node, in source order."""
+
+  def __init__(self, nodes):
+    self.nodes, self.found = nodes, []
+
+  def visit_Call(self, node):
+    if node in self.nodes:
+      self.found.append(node)
+
+
+class DropSelfAssignments(cst.CSTTransformer):
+  """Drops `x = x` (a running size that starts as the argument of its name)."""
+
+  def leave_SimpleStatementLine(self, original, updated):
+    if len(updated.body) == 1 and isinstance(updated.body[0], cst.Assign):
+      assign = updated.body[0]
+      if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
+          and isinstance(assign.value, cst.Name)
+          and assign.targets[0].target.value == assign.value.value):
+        return cst.RemoveFromParent()
+    return updated
+
+
+class Substitute(cst.CSTTransformer):
+  def __init__(self, table):
+    self.table = table
+
+  def leave_Name(self, original, updated):
+    if updated.value in self.table:
+      return expression(self.table[updated.value])
+    return updated
+
+
+def between(file: source.SourceFile, node, ancestor):
+  for parent in file.ancestors(node):
+    if parent is ancestor:
+      return
+    yield parent
+
+
+class CallsWhere(cst.CSTVisitor):
+  """Collects the calls for which `predicate` holds, in source order."""
+
+  def __init__(self, predicate, found: list):
+    self.predicate, self.found = predicate, found
+
+  def visit_Call(self, node):
+    if self.predicate(node):
+      self.found.append(node)

@@ -1,0 +1,131 @@
+"""A Linen module's own variables and sown values, written the NNX way.
+
+- `self.param('w', init, shape)` -> `self.w = nnx.Param(init(rngs.params(),
+  shape))` where the module is built, and `self.w[...]` where Linen read it;
+- `self.variable('batch_stats', 'mean', init, *args)` -> `self.mean =
+  nnx.BatchStat(init(*args))` (`nnx.Cache` for `cache`), and `self.mean`
+  where Linen held the variable, its `.value` read as `[...]`;
+- `self.sow('intermediates', 'h', x)` -> `self.sow(nnx.Intermediate, 'h', x)`.
+
+A size computed from the call's inputs (`(x.shape[-1],)`) is written as the
+variable's shape from the symbolic trace, which is what NNX knows when it
+builds; an initializer or argument that depends on the call otherwise is
+refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+from converters.port import source, syntax
+
+#: Linen collections a `self.variable` may name, and their NNX type.
+VARIABLE_TYPES = {'params': 'nnx.Param', 'batch_stats': 'nnx.BatchStat', 'cache': 'nnx.Cache'}
+SOWN_TYPES = {'intermediates': 'nnx.Intermediate'}
+
+
+@dataclasses.dataclass
+class OwnVariable:
+  """A variable the module makes itself: its Linen name and collection, the
+  NNX expression making it, and what reads it in the methods."""
+
+  name: str
+  collection: str
+  creation: cst.BaseExpression
+  read: cst.BaseExpression
+
+
+def is_own_variable_call(node: cst.CSTNode) -> bool:
+  return (
+      isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+      and isinstance(node.func.value, cst.Name) and node.func.value.value == 'self'
+      and node.func.attr.value in ('param', 'variable')
+  )
+
+
+def is_sow_call(node: cst.CSTNode) -> bool:
+  return (
+      isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+      and isinstance(node.func.value, cst.Name) and node.func.value.value == 'self'
+      and node.func.attr.value == 'sow'
+  )
+
+
+def _literal(arg: cst.Arg | None) -> str | None:
+  if arg is not None and isinstance(arg.value, cst.SimpleString):
+    return arg.value.evaluated_value
+  return None
+
+
+def own_variable(call: cst.Call, writer) -> OwnVariable:
+  """The NNX form of a `self.param(...)` or `self.variable(...)` call of
+  `writer`'s class (`writer.fail` refuses; `writer.symbolic` has the
+  variable's symbolic shape)."""
+  kind = call.func.attr.value
+  args = list(call.args)
+  if any(a.star or a.keyword is not None for a in args):
+    writer.fail(call, f'self.{kind}(...) with keyword or starred arguments; port it by hand')
+  if kind == 'param':
+    collection, rest = 'params', args
+  else:
+    collection, rest = _literal(args[0] if args else None), args[1:]
+    if collection not in VARIABLE_TYPES:
+      writer.fail(call, f'self.variable({writer.file.code(args[0].value) if args else ""}, ...): '
+                  'a collection the port has no NNX Variable type for; port it by hand')
+  name = _literal(rest[0] if rest else None)
+  if name is None or not name.isidentifier():
+    writer.fail(call, f'self.{kind}(...) named by an expression; port it by hand')
+  if len(rest) < 2:
+    writer.fail(call, f'self.{kind}({name!r}) without an initializer; port it by hand')
+  init, init_args = rest[1], rest[2:]
+  if source.names_in(init.value) & writer.call_time:
+    writer.fail(call, f'the initializer of {name!r} depends on the call; port it by hand')
+  written = []
+  for i, arg in enumerate(init_args):
+    value = arg.value
+    if source.names_in(value) & writer.call_time:
+      if i != 0:
+        writer.fail(call, f'argument {i + 2} of {name!r} depends on the call; port it by hand')
+      # The shape, from the inputs' sizes: the variable's own shape.
+      shape = writer.symbolic.variables.get(collection, {}).get(name)
+      if shape is None or not hasattr(shape, 'shape'):
+        writer.fail(call, f'the shape of {name!r} is not known from the trace; port it by hand')
+      value = syntax.expression('(' + ''.join(f'{writer.size_source(d)}, ' for d in shape.shape).rstrip(' ') + ')')
+    written.append(arg.with_changes(value=value))
+  if kind == 'param':
+    key = cst.Arg(syntax.expression('rngs.params()'))
+    creation = syntax.expression('nnx.Param(__init__())').with_changes(
+        args=[cst.Arg(cst.Call(init.value, syntax.normalised([key] + written)))]
+    )
+    read = syntax.expression(f'self.{name}[...]')
+  else:
+    creation = syntax.expression(f'{VARIABLE_TYPES[collection]}(__init__())').with_changes(
+        args=[cst.Arg(cst.Call(init.value, syntax.normalised(written)))]
+    )
+    read = syntax.expression(f'self.{name}')
+  return OwnVariable(name, collection, creation, read)
+
+
+def sow(call: cst.Call, writer) -> cst.Call:
+  """`self.sow(nnx.Intermediate, ...)` for Linen's `self.sow('intermediates', ...)`."""
+  collection = _literal(call.args[0] if call.args else None)
+  if collection not in SOWN_TYPES:
+    writer.fail(call, 'self.sow into a collection other than intermediates; port it by hand')
+  first = call.args[0].with_changes(value=syntax.expression(SOWN_TYPES[collection]))
+  return call.with_changes(args=[first, *call.args[1:]])
+
+
+class ValueReads(cst.CSTTransformer):
+  """`v.value` -> `v[...]` for the names holding NNX Variables (reads and
+  assignments alike: `v.value = x` becomes `v[...] = x`)."""
+
+  def __init__(self, names: set[str]):
+    self.names = names
+
+  def leave_Attribute(self, original, updated):
+    if (isinstance(updated.value, cst.Name) and updated.value.value in self.names
+        and updated.attr.value == 'value'):
+      return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
+    return updated
