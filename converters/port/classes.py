@@ -17,6 +17,7 @@ methods change.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Sequence
 
@@ -98,10 +99,15 @@ class ClassWriter:
   creations are (`_methods`, `_loops`, `_attributes`, `nnx_path`) and
   write the class (`write`)."""
 
-  def __init__(self, cls, instance, symbolic, child_ports):
+  def __init__(self, cls, instances, symbolic_trace, child_ports):
     self.cls = cls
-    self.instance = instance
-    self.symbolic = symbolic
+    # Every instance of the class the model made: together they create all
+    # the class's submodules (a shortcut only some blocks have).
+    self.instances = list(instances)
+    self.instance = instance = self.instances[0]
+    self._symbolic_trace = symbolic_trace
+    self._symbolic: dict[frozenset, shapes.SymbolicTrace] = {}
+    self.symbolic = self.symbolic_of(instance)
     self.child_ports = child_ports
     self.file = source.file_of(cls)
     self.cdef = self.file.class_def(cls)
@@ -116,13 +122,17 @@ class ClassWriter:
     self.locals = syntax.assigned_once(self.call.body)
     self._refuse_linen_api()
     self.sites = self._sites()
+    self.factories = self._factories()
     # Linen's names left once the creations are NNX's: checked on the source,
     # where each has its line.
     self.method.body.visit(references.LinenReferences(
-        self.file, cls, strict=True, skip=[node.func for node, _ in self.sites.values()]
+        self.file, cls, strict=True,
+        skip=[node.func for node, _ in self.sites.values()]
+        + [partial.args[0].value for partial in self.factories.values()],
     ))
     self.attributes = self._attributes()
     self.used_dims: set[shapes.InputDim] = set()
+    self._tables: dict[int, shapes.SymbolTable] = {}
 
   def _refuse_linen_api(self) -> None:
     """`self.param(...)`, `self.variable(...)`, `self.sow(...)`, ...: Linen's
@@ -152,7 +162,7 @@ class ClassWriter:
   def _sites(self) -> dict[tracing.Site, tuple[cst.Call, list[tracing.Created]]]:
     sites: dict[tracing.Site, tuple[cst.Call, list[tracing.Created]]] = {}
     method_range = self.file.positions[self.method]
-    for child in self.instance.children:
+    for child in (c for instance in self.instances for c in instance.children):
       node = self.file.call_at(child.site) if child.site else None
       inside = node is not None and (
           method_range.start.line <= child.site.line <= method_range.end.line
@@ -175,8 +185,22 @@ class ClassWriter:
 
   # --- sizes
 
-  def size_source(self, value) -> str:
-    table = self.symbolic.table
+  def symbolic_of(self, instance: tracing.Created) -> shapes.SymbolicTrace:
+    """The symbolic trace of `instance`, one per set of submodules made (the
+    blocks of a ResNet that have a shortcut, those that do not)."""
+    key = frozenset((c.site, c.name) for c in instance.children)
+    if key not in self._symbolic:
+      self._symbolic[key] = self._symbolic_trace(instance)
+    return self._symbolic[key]
+
+  def use_input_dim(self, index: int, dim: int) -> None:
+    """The constructor takes dimension `dim` of array input `index`."""
+    array = self.instance.calls[0].args[index]
+    name = self.params[index] if index < len(self.params) else f'arg{index}'
+    self.used_dims.add(shapes.InputDim(index, name, dim, len(array.shape), array.shape[dim]))
+
+  def size_source(self, value, table: shapes.SymbolTable | None = None) -> str:
+    table = table or self.symbolic.table
     for name in table.symbols_in(value):
       origin = table.origins[name]
       if isinstance(origin, shapes.InputDim):
@@ -185,6 +209,11 @@ class ClassWriter:
 
   @staticmethod
   def _origin_placeholder(origin) -> str:
+    if isinstance(origin, shapes.FieldLength):
+      text = origin.access[0]
+      for a in origin.access[1:]:
+        text += f'[{a}]' if isinstance(a, int) else f'.{a}'
+      return f'len({text})'
     if isinstance(origin, shapes.FieldValue):
       text = origin.access[0]  # `__init__`'s argument of that name
       for k, a in enumerate(origin.access[1:]):
@@ -194,16 +223,57 @@ class ClassWriter:
     return f'__input_{origin.index}_{origin.dim}'
 
   def _symbolic_child(self, child: tracing.Created) -> tracing.Created:
-    for candidate in self.symbolic.root.children:
+    """`child` in the symbolic trace of the instance that created it (its
+    table is `self._table[id(...)]`)."""
+    trace = self.symbolic_of(child.parent)
+    for candidate in trace.root.children:
       if candidate.name == child.name:
+        self._tables[id(candidate)] = trace.table
         return candidate
     self.fail(None, f'{child.name} is not created when the sizes are symbolic; port it by hand')
 
-  # --- creations
+  def _child_size(self, symbolic_child, value) -> str:
+    return self.size_source(value, self._tables[id(symbolic_child)])
+
+  def _factories(self) -> dict[str, cst.Call]:
+    """Locals that make modules, `norm = functools.partial(nn.BatchNorm,
+    momentum=0.9)`: name -> the `partial` call. A creation through one is
+    written with the partial's arguments and its own, as one NNX creation."""
+    bound = syntax.assigned_once(self.method.body)
+    factories = {}
+    for node, _ in self.sites.values():
+      if isinstance(node.func, cst.Name) and node.func.value in bound:
+        value = bound[node.func.value]
+        if not (isinstance(value, cst.Call) and self._is_partial(value.func) and value.args
+                and value.args[0].keyword is None and not value.args[0].star):
+          self.fail(node, f'a module created through {node.func.value}, which is not a '
+                    'functools.partial of a module class; port it by hand')
+        factories[node.func.value] = value
+    return factories
+
+  def _is_partial(self, func: cst.BaseExpression) -> bool:
+    value = self.file.python_module
+    for name in references.dotted(func) or ['']:
+      value = getattr(value, name, None)
+    return value is functools.partial
+
+  def expanded(self, node: cst.Call) -> cst.Call:
+    """A creation through a factory as the direct creation it stands for:
+    `norm(name='n')` with `norm = partial(nn.BatchNorm, momentum=0.9)` is
+    `nn.BatchNorm(momentum=0.9, name='n')` (keywords of the call win)."""
+    if not (isinstance(node.func, cst.Name) and node.func.value in self.factories):
+      return node
+    partial = self.factories[node.func.value]
+    given = {a.keyword.value for a in node.args if a.keyword is not None}
+    positional = [a for a in partial.args[1:] if a.keyword is None] + [a for a in node.args if a.keyword is None]
+    keywords = [a for a in partial.args[1:] if a.keyword is not None and a.keyword.value not in given]
+    keywords += [a for a in node.args if a.keyword is not None]
+    return cst.Call(partial.args[0].value, syntax.normalised(positional + keywords))
 
   def _linen_arguments(self, node: cst.Call, cls: type) -> list[tuple[str, cst.Arg]]:
     """`(field, arg)` of a Linen creation's arguments, positional ones named."""
     fields = [f.name for f in dataclasses.fields(cls) if f.init]
+    node = self.expanded(node)
     out = []
     for i, arg in enumerate(node.args):
       if arg.star:
@@ -246,44 +316,100 @@ class ClassWriter:
       self.fail(node, f'Flax\'s {child.cls.__name__} has no NNX counterpart the port knows; port it by hand')
     self.fail(node, f'{child.cls.__name__} could not be ported; see its own entry')
 
-  def _in_size(self, site, node, axis_of) -> str:
-    """The source of the input size of `site`'s modules (one expression for
-    every execution, or a running variable over the loop)."""
+  def _in_size(self, site, node, axis_of, index: int = 0) -> str:
+    """The source of the input size of `site`'s modules (of their array input
+    `index`): one expression for every execution, or a running variable."""
     node, children = self.sites[site]
-    values = []
+    values, texts = [], set()
     for child in children:
       symbolic = self._symbolic_child(child)
       inputs = symbolic.calls[0].args
-      if not inputs or not hasattr(inputs[0], 'shape'):
+      if len(inputs) <= index or not hasattr(inputs[index], 'shape'):
         self.fail(node, f'{child.name} is called without an array input; port it by hand')
-      values.append(inputs[0].shape[axis_of(child)])
-    texts = {self.size_source(v) for v in values}
+      value = inputs[index].shape[axis_of(child)]
+      texts.add(self._child_size(symbolic, value))
+      if child.parent is self.instance:
+        values.append(value)
+    first = [c for c in children if c.parent is self.instance]
+    running = self._running_size(node, first, values, uniform=len(texts) == 1)
+    if running is not None:
+      return running
     if len(texts) == 1:
       return texts.pop()
-    return self._running_size(site, node, children, values)
+    self.fail(node, f'the input size of {children[0].cls.__name__} changes from one creation to the '
+              'next in a way the port cannot write; port it by hand')
 
-  def _running_size(self, site, node, children, values) -> str:
-    """A loop whose layers each take the previous one's output size: a
-    running variable set before the loop and after each creation in it."""
+  def _running_size(self, node, children, values, uniform: bool) -> str | None:
+    """A running variable for the input size, when each layer of a loop
+    takes the previous creation's output size (set before the loop and after
+    each creation in it), or a layer right after such a loop does: the
+    sizes then hold for any number of iterations, where the traced sizes hold
+    for the traced number only. None where that is not so."""
+    if not children:
+      return None
     order = list(self.symbolic.root.children)
-    if not self._loops(node):
-      self.fail(node, 'modules of one expression whose input sizes differ (a list of layers '
-                'each taking the previous one\'s output?); port it by hand')
-    loop = self._loops(node)[-1]
+    loops = self._loops(node)
+    previous_loops = []
     for k, (child, value) in enumerate(zip(children, values)):
+      index = order.index(self._symbolic_child(child))
+      if index == 0:
+        if loops and k == 0:
+          continue
+        return None
+      before = order[index - 1]
       if k == 0:
-        continue
-      symbolic = self._symbolic_child(child)
-      before = order[order.index(symbolic) - 1]
+        made_before = next((c for c in self.instance.children if c.name == before.name), None)
+        if made_before is not None and made_before.site in self.sites:
+          previous_loops = self._loops(self.sites[made_before.site][0])
+        if loops:
+          continue
       out = self._out_size(before)
       if out is None or str(out) != str(value):
-        self.fail(
-            node,
-            f'the input size of {child.name} changes over the loop in a way the port cannot '
-            'write; port it by hand',
-        )
-    self.running.setdefault(id(loop), (self.size_source(values[0]), []))
-    return self.running_name
+        return None
+    if loops:
+      loop = loops[-1]
+      if id(loop) not in self.running:
+        if not all(self._out_source(s) is not None for s in self._sites_in(loop)):
+          return None
+        if uniform and not any(self._changes_size(s) for s in self._sites_in(loop)):
+          return None  # every layer of the loop keeps the size: the size itself reads better
+        initial = self.size_source(values[0])
+        taken = source.names_in(self.method)
+        name = next(n for n in (['in_features'] if initial.startswith('__input_') else []) + [
+            'in_size', 'size_in', 'running_size'] if n not in taken)
+        self.running[id(loop)] = (initial, name)
+      return self.running[id(loop)][1]
+    if previous_loops and id(previous_loops[-1]) in self.running:
+      return self.running[id(previous_loops[-1])][1]
+    return None
+
+  def _sites_in(self, loop) -> list:
+    return [site for site, (n, _) in self.sites.items() if loop in self.file.ancestors(n)]
+
+  def _changes_size(self, site) -> bool:
+    source_text = self._out_source(site)
+    return bool(source_text)
+
+  def _out_source(self, site) -> str | None:
+    """Source of the output size of `site`'s modules: `''` for a layer that
+    keeps its input's (a norm, a dropout), None if not known."""
+    node, children = self.sites[site]
+    child = children[0]
+    spec = layers.layer_spec(child.cls)
+    arguments = dict(self._linen_arguments(node, child.cls))
+    if spec is not None:
+      if spec.out_features is None:
+        return ''
+      arg = arguments.get(spec.out_features)
+      return None if arg is None else self.file.code(arg.value)
+    if child not in [c for c in self.instance.children]:
+      return None
+    symbolic = self._symbolic_child(child)
+    out = self._out_size(symbolic)
+    for field, arg in arguments.items():
+      if str(getattr(symbolic.module, field, None)) == str(out) and out is not None:
+        return self.file.code(arg.value)
+    return None
 
   def _out_size(self, symbolic_child: tracing.Created):
     spec = layers.layer_spec(type(symbolic_child.module))
@@ -330,14 +456,15 @@ class ClassWriter:
     """The source of a layer's size argument computed from the call's inputs."""
     texts = set()
     for child in self.sites[site][1]:
-      value = getattr(self._symbolic_child(child).module, field)
+      symbolic = self._symbolic_child(child)
+      value = getattr(symbolic.module, field)
       if isinstance(value, bool) or not (isinstance(value, int) or hasattr(value, 'dimension_as_value') or type(value).__name__ == '_DimExpr'):
         self.fail(
             node,
             f'{field}={self.file.code(arg.value)} depends on the inputs of the call; NNX '
             'builds its layers before any call: port it by hand',
         )
-      texts.add(self.size_source(value))
+      texts.add(self._child_size(symbolic, value))
     if len(texts) != 1:
       self.fail(node, f'{field}={self.file.code(arg.value)} changes over the loop; port it by hand')
     return texts.pop()
@@ -353,19 +480,23 @@ class ClassWriter:
             f'{field}={self.file.code(arg.value)} depends on the inputs of the call; port it by hand',
         )
     for parameter in port.inputs:
+      if not parameter.whole_shape:
+        size = self._in_size(site, node, lambda child: -1, parameter.index)
+        args.append(syntax.keyword(parameter.name, syntax.expression(size)))
+        continue
       texts = set()
       for child in children:
         symbolic = self._symbolic_child(child)
         shape = symbolic.calls[0].args[parameter.index].shape
         if parameter.whole_shape:
-          texts.add('(' + ', '.join(self.size_source(d) for d in shape) + ',)')
+          texts.add('(' + ', '.join(self._child_size(symbolic, d) for d in shape) + ',)')
         else:
-          texts.add(self.size_source(shape[-1]))
+          texts.add(self._child_size(symbolic, shape[-1]))
       if len(texts) != 1:
         self.fail(node, f'the input sizes of {port.cls.__name__} change over the loop; port it by hand')
       args.append(syntax.keyword(parameter.name, syntax.expression(texts.pop())))
     args.append(syntax.keyword('rngs', cst.Name('rngs')))
-    return cst.Call(node.func, syntax.normalised(args))
+    return cst.Call(self.expanded(node).func, syntax.normalised(args))
 
   def _assemble(self, init_body, methods: dict) -> ClassPort:
     """The NNX class: `__init__` from `init_body` where the creating method

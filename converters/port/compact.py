@@ -31,9 +31,8 @@ import libcst as cst
 
 from converters.port import (
   classes,
-  layers,
+  conditions,
   references,
-  shapes,
   source,
   syntax,
   tracing,
@@ -116,7 +115,9 @@ class CompactWriter(classes.ClassWriter):
     attributes = {}
     for site, (node, children) in self.sites.items():
       explicit = self._argument(node, 'name')
-      is_list = bool(self._loops(node)) or len(children) > 1
+      is_list = bool(self._loops(node)) or any(
+          sum(c.parent is i for c in children) > 1 for i in self.instances
+      )
       if explicit is not None:
         if not isinstance(explicit, cst.SimpleString) or is_list:
           self.fail(node, 'a module named by an expression, or named in a loop; port it by hand')
@@ -133,11 +134,7 @@ class CompactWriter(classes.ClassWriter):
 
   def write(self) -> ClassPort:
     self.modes: dict[str, bool] = {}
-    self.running: dict[int, tuple[str, list]] = {}
-    names_in_method = source.names_in(self.method)
-    self.running_name = next(
-        n for n in ('in_features', 'features_in', 'in_size') if n not in names_in_method
-    )
+    self.running: dict[int, tuple[str, str]] = {}  # loop -> (initial size, variable)
     self.node_sites = {node: site for site, (node, _) in self.sites.items()}
     self.own = self._own_variables()
     init_body = self._init_block(list(self.method.body.body))
@@ -170,7 +167,8 @@ class CompactWriter(classes.ClassWriter):
             if self.attributes[site][1] and self._loops(node)[-1] is statement
         ]
         if id(statement) in self.running:
-          prelude.append(syntax.statement(f'{self.running_name} = {self.running[id(statement)][0]}\n'))
+          initial, name = self.running[id(statement)]
+          prelude.append(syntax.statement(f'{name} = {initial}\n'))
         loop = statement.with_changes(body=statement.body.with_changes(body=inner), orelse=None)
         emitted += [(s, False) for s in prelude] + [(loop, False)]
       elif isinstance(statement, cst.If):
@@ -182,13 +180,21 @@ class CompactWriter(classes.ClassWriter):
             self.fail(statement, 'modules created in an elif/else branch; port it by hand')
         if not inner:
           continue
+        test = statement.test
+        leading = list(statement.leading_lines)
         if self.call_time & source.names_in(statement.test):
-          self.fail(
-              statement,
-              f'modules created under a condition on the call ({self.file.code(statement.test)}); '
-              'NNX decides which modules exist when it builds them: port it by hand',
-          )
-        emitted.append((statement.with_changes(body=statement.body.with_changes(body=inner), orelse=None), False))
+          # NNX decides which modules exist when it builds them: from the sizes.
+          if self._loops(statement):
+            self.fail(statement, f'modules created under a condition on the call '
+                      f'({self.file.code(statement.test)}) in a loop; port it by hand')
+          inside = {site for site, (node, _) in self.sites.items() if statement in self.file.ancestors(node)}
+          test = syntax.expression(conditions.condition(self, statement, inside))
+          leading.append(cst.EmptyLine(comment=cst.Comment(
+              f'# Linen creates these when {self.file.code(statement.test)}: the same configurations.'
+          )))
+        emitted.append((statement.with_changes(
+            test=test, leading_lines=leading, body=statement.body.with_changes(body=inner), orelse=None
+        ), False))
       elif finder.found:
         if not isinstance(statement, cst.SimpleStatementLine):
           self.fail(statement, 'a module created in a statement the port does not handle; port it by hand')
@@ -235,18 +241,16 @@ class CompactWriter(classes.ClassWriter):
     return [s for s, _ in emitted if id(s) in kept]
 
   def _running_update(self, node, site) -> cst.BaseStatement | None:
+    """`in_size = <output size>` after a creation in a loop with a running size."""
     loops = self._loops(node)
     if not loops or id(loops[-1]) not in self.running:
       return None
-    child = self.sites[site][1][0]
-    spec = layers.layer_spec(child.cls)
-    if spec is None or spec.out_features is None:
-      return None
-    arguments = dict(self._linen_arguments(node, child.cls))
-    if spec.out_features not in arguments:
-      self.fail(node, f'{child.cls.__name__} without its {spec.out_features!r} argument; port it by hand')
-    value = self.file.code(arguments[spec.out_features].value)
-    return syntax.statement(f'{self.running_name} = {value}\n')
+    value = self._out_source(site)
+    if value is None:
+      self.fail(node, 'the output size of a module in the loop is not known; port it by hand')
+    if not value:
+      return None  # the size is unchanged
+    return syntax.statement(f'{self.running[id(loops[-1])][1]} = {value}\n')
 
   def _call_method(self) -> cst.FunctionDef:
     """`__call__`: the compact method with modules read from attributes."""
@@ -289,7 +293,15 @@ class CompactWriter(classes.ClassWriter):
         prelude.setdefault(id(loops[-1]), []).append(f'{iterator} = iter(self.{attribute})\n')
     writer = self
 
+    factory_values = set(self.factories.values())
+
     class Rewrite(cst.CSTTransformer):
+      def leave_SimpleStatementLine(self, original, updated):
+        # `norm = partial(nn.BatchNorm, ...)`: its creations are in __init__.
+        if any(isinstance(s, cst.Assign) and s.value in factory_values for s in original.body):
+          return cst.RemoveFromParent()
+        return updated
+
       def leave_Call(self, original, updated):
         if original in replacements:
           return replacements[original]
@@ -338,13 +350,8 @@ class CompactWriter(classes.ClassWriter):
     return syntax.without_unused_locals(method)
 
 
-def port_class(
-    cls: type,
-    instance: tracing.Created,
-    symbolic: shapes.SymbolicTrace,
-    child_ports: dict[type, ClassPort],
-) -> ClassPort:
-  """The NNX class of the compact Linen class `cls`, written from `instance`
-  (one traced instance) and its symbolic trace; `child_ports` are the ports
-  of the user's classes it creates. Raises `Untranslatable`."""
-  return CompactWriter(cls, instance, symbolic, child_ports).write()
+def port_class(cls, instances, symbolic_trace, child_ports) -> ClassPort:
+  """The NNX class of the Linen class `cls`, written from the instances the
+  model made of it (`symbolic_trace(instance)` gives the sizes; `child_ports`
+  are the ports of the user's classes it creates). Raises `Untranslatable`."""
+  return CompactWriter(cls, instances, symbolic_trace, child_ports).write()

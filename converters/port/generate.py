@@ -99,16 +99,26 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   written: list = []
   stubs: list[Stub] = []
 
+  instances: dict[type, list[tracing.Created]] = {}
+  for instance in root.walk():
+    instances.setdefault(instance.cls, []).append(instance)
+
   def visit(instance: tracing.Created):
     for child in instance.children:
       visit(child)
     cls = instance.cls
     if layers.is_flax_class(cls) or cls in ports or any(s.cls == cls.__name__ for s in stubs):
       return
+    # The class's whole subtree first: another instance may create more.
+    for other in instances[cls][1:]:
+      for child in other.children:
+        visit(child)
     try:
-      symbolic = shapes.symbolic_trace(instance, _call_parameters(cls))
       writer = setup_style if 'setup' in vars(cls) else compact
-      port = writer.port_class(cls, instance, symbolic, ports)
+      port = writer.port_class(
+          cls, instances[cls],
+          lambda i, cls=cls: shapes.symbolic_trace(i, _call_parameters(cls)), ports,
+      )
     except Untranslatable as e:
       stub = Stub(cls.__name__, e.line, str(e), source.file_of(cls).path)
       stubs.append(stub)
@@ -135,7 +145,7 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   start = time.perf_counter()
   module_name = os.path.splitext(os.path.basename(out))[0]
   test_name = os.path.basename(test_out) if test_out else ''
-  result, _ = write(linen_model, factory=factory, module_name=module_name, test_name=test_name)
+  result, ports = write(linen_model, factory=factory, module_name=module_name, test_name=test_name)
   for path in (out, test_out):
     if path is not None and os.path.realpath(path) in result.sources:
       raise PortOutputError(f'{path} is a file the model is read from; write the port elsewhere')
@@ -160,8 +170,24 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
     result.failure = ''.join(traceback.format_exception_only(e)).strip()
     result.checks.append(('assert_port_equivalent', 'FAILED', f'{time.perf_counter() - start:.2f} s'))
     return result
-  result.proven = not problems
   result.checks.append(('assert_port_equivalent', 'passed', f'{time.perf_counter() - start:.2f} s'))
+  # The classes are written for any configuration: proven at others too, with
+  # the mapping the writer gives for them (the traced one's may name layers
+  # by a count that changed).
+  for other, changes in prove.other_configurations(linen_model):
+    start = time.perf_counter()
+    try:
+      root, variables = tracing.trace(other.module, *other.args, **other.kwargs)
+      paths = emit.mapping_of(emit.path_pairs(root, variables, ports))
+      prove.assert_generated_port(other, generated, modes=result.modes, paths=paths)
+    except Exception as e:  # noqa: BLE001 - a failed proof is the result, reported
+      result.failure = f'at {changes}: ' + ''.join(traceback.format_exception_only(e)).strip()
+      result.checks.append((f'another configuration ({changes})', 'FAILED',
+                            f'{time.perf_counter() - start:.2f} s'))
+      return result
+    result.checks.append((f'another configuration ({changes})', 'passed',
+                          f'{time.perf_counter() - start:.2f} s'))
+  result.proven = not problems
   return result
 
 

@@ -7,6 +7,7 @@ modes), as the test file written beside it repeats in the user's CI.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import os
@@ -105,7 +106,8 @@ def linen_variables(linen_model: LinenModel, inputs: tuple, kwargs: Mapping) -> 
 
 
 def assert_generated_port(
-    linen_model: LinenModel, generated: types.ModuleType, *, modes: Mapping[str, bool] | None = None
+    linen_model: LinenModel, generated: types.ModuleType, *, modes: Mapping[str, bool] | None = None,
+    paths=None,
 ) -> None:
   """The generated module's class for `linen_model` is its port: built at
   the same configuration and given the Linen variables through the module's
@@ -113,7 +115,8 @@ def assert_generated_port(
 
   `modes`: the Linen call's flags the port turned into its mode, with their
   value in training (`{'train': True}`); the test file written with the port
-  passes them.
+  passes them. `paths`: the mapping to convert with (default: the module's
+  `PATHS`, written for the traced configuration).
   """
   nnx_class = getattr(generated, type(linen_model.module).__name__)
   modes = dict(modes or {})
@@ -121,7 +124,68 @@ def assert_generated_port(
   variables = linen_variables(linen_model, inputs, eval_kwargs)
   model = build(nnx_class, linen_model)
   assert_port_equivalent(
-      linen_model.module, variables, model, *inputs, paths=generated.PATHS,
+      linen_model.module, variables, model, *inputs,
+      paths=generated.PATHS if paths is None else paths,
       linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs,
   )
 
+
+
+def _changed(value, depth: int = 0):
+  """Each integer one more and each tuple of integers one longer (its last
+  entry again), inside configuration dataclasses too; `(value, changes)`."""
+  if isinstance(value, bool) or depth > 3:
+    return value, []
+  if isinstance(value, int):
+    return value + 1, [f'{value + 1}']
+  if isinstance(value, tuple) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    longer = value + value[-1:]
+    return longer, [repr(longer)]
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    changes, new = [], {}
+    for f in dataclasses.fields(value):
+      if f.init:
+        v, c = _changed(getattr(value, f.name), depth + 1)
+        if c:
+          new[f.name] = v
+          changes += [f'{f.name}={x}' for x in c]
+    if not new:
+      return value, []
+    try:
+      return dataclasses.replace(value, **new), changes
+    except Exception:  # noqa: BLE001 - the configuration refuses the change
+      return value, []
+  return value, []
+
+
+def other_configurations(linen_model: LinenModel, most: int = 1):
+  """Up to `most` other configurations of the model that Linen builds on
+  the same inputs: `(LinenModel, description)`; every integer of the
+  configuration one more and every tuple one longer, or the tuples alone,
+  or the integers alone."""
+  module = linen_model.module
+  names = [f.name for f in dataclasses.fields(module) if f.init and f.name not in ('parent', 'name')]
+  attempts = []
+  for keep in ('both', 'tuples', 'integers'):
+    fields, changes = {}, []
+    for name in names:
+      value = getattr(module, name)
+      new, change = _changed(value)
+      is_tuple = isinstance(value, tuple)
+      if change and (keep == 'both' or (keep == 'tuples') == (is_tuple or dataclasses.is_dataclass(value))):
+        fields[name] = new
+        changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
+    if fields:
+      attempts.append((fields, ', '.join(changes)))
+  found = []
+  for fields, changes in attempts:
+    other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
+    try:
+      inputs, eval_kwargs, *_ = call_keywords(other, {})
+      jax.eval_shape(lambda: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
+    except Exception:  # noqa: BLE001 - Linen refuses that configuration: try the next
+      continue
+    found.append((other, changes))
+    if len(found) == most:
+      break
+  return found

@@ -23,12 +23,12 @@ LINEN_MODULE_API = frozenset(
 )
 
 
-def _dotted(node: cst.BaseExpression) -> list[str] | None:
+def dotted(node: cst.BaseExpression) -> list[str] | None:
   """`['nn', 'initializers', 'zeros']` of `nn.initializers.zeros`, or None."""
   if isinstance(node, cst.Name):
     return [node.value]
   if isinstance(node, cst.Attribute):
-    head = _dotted(node.value)
+    head = dotted(node.value)
     return None if head is None else head + [node.attr.value]
   return None
 
@@ -56,7 +56,7 @@ class LinenReferences(cst.CSTTransformer):
     self.left: list[str] = []
 
   def visit_Attribute(self, node):
-    names = _dotted(node)
+    names = dotted(node)
     if node in self.skip:
       return False
     if names is None or names[0] not in self.file.linen_names:

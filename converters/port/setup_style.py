@@ -94,7 +94,6 @@ class SetupWriter(classes.ClassWriter):
   def write(self):
     self.modes: dict[str, bool] = {}
     self.running = {}
-    self.running_name = 'in_features'
     self.node_sites = {node: site for site, (node, _) in self.sites.items()}
     self.own = self._own_variables()
     for variable_call, variable in self.own.items():
@@ -204,6 +203,8 @@ class _MethodBody(cst.CSTTransformer):
     return updated
 
 
-def port_class(cls, instance, symbolic, child_ports) -> classes.ClassPort:
-  """The NNX class of the Linen class `cls` written with `setup()`."""
-  return SetupWriter(cls, instance, symbolic, child_ports).write()
+def port_class(cls, instances, symbolic_trace, child_ports) -> classes.ClassPort:
+  """The NNX class of the Linen class `cls`, written from the instances the
+  model made of it (`symbolic_trace(instance)` gives the sizes; `child_ports`
+  are the ports of the user's classes it creates). Raises `Untranslatable`."""
+  return SetupWriter(cls, instances, symbolic_trace, child_ports).write()

@@ -49,7 +49,25 @@ class FieldValue:
   last: bool = False  # the last element of its tuple (written `[-1]`)
 
 
-Origin = InputDim | FieldValue
+@dataclasses.dataclass(frozen=True)
+class FieldLength:
+  """The length of a tuple of the configuration, at `access` from `self`."""
+
+  access: tuple
+
+
+Origin = InputDim | FieldValue | FieldLength
+
+
+class Fitted:
+  """A size fitted over several lengths of a tuple: Python source over the
+  table's symbols (`s3 // 2 ** s7`), which jax's sizes cannot say."""
+
+  def __init__(self, text: str):
+    self.text = text
+
+  def __str__(self) -> str:
+    return self.text
 
 
 class SymbolTable:
@@ -75,7 +93,7 @@ class SymbolTable:
     symbol written as `name_of(origin)` returns it."""
     if isinstance(value, int):
       return str(value)
-    tree = sizes.readable(str(value))
+    tree = ast.parse(value.text, mode='eval').body if isinstance(value, Fitted) else sizes.readable(str(value))
     table = self
 
     class Rewrite(ast.NodeTransformer):
@@ -233,8 +251,102 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       others = [attempt(table, symbols, set(kept), [(leaf, leaf[2] + k)]) for k in (1, 2)]
     except Exception:  # noqa: BLE001 - the code takes no other value of it
       continue
-    _with_count(traced, others, symbols[count], leaf[2])
+    _with_count(traced, others, lambda v, s=symbols[count], b=leaf[2]: _linear(v, s, b))
+  # A tuple's length is a count too (one layer per entry): traced one and two
+  # entries longer (the last again), a size written with `len(...)`.
+  for name, access, value in _tuples(module, kept):
+    elements = [symbols[('field', (name, access + (i,), v))] for i, v in enumerate(value)]
+    length = table.new(FieldLength((name,) + access))
+    # One shorter (without the entry before the last) and one longer where
+    # the tuple has two entries or more, else one and two longer: the fewer
+    # layers, the fewer sizes that may reach zero.
+    shorter = len(elements) >= 2
+    variants = [elements[:-2] + elements[-1:], elements + elements[-1:]] if shorter else [
+        elements + elements[-1:], elements + elements[-1:] * 2]
+    try:
+      others = [attempt(table, symbols, set(kept), [((name, access, None), tuple(v))]) for v in variants]
+    except Exception:  # noqa: BLE001 - the code takes no other length
+      continue
+    order, start = ((1, 0, 2), len(value) - 1) if shorter else ((0, 1, 2), len(value))
+
+    def fit(v, length=length, order=order, start=start):
+      fitted = _fit_length(tuple(v[i] for i in order), length, start)
+      return v[0] if fitted is None else fitted  # the traced size where no fit
+
+    _with_count(traced, others, fit)
   return traced
+
+
+def _tuples(module, kept) -> list[tuple[str, tuple, tuple]]:
+  """`(field, access, value)` of the tuples of integers all of whose entries
+  are symbolic."""
+  leaves = [item for kind, item in kept if kind == 'field']
+  chosen = {(name, access) for name, access, _ in leaves}
+  found = {}
+  for name, access, _ in leaves:
+    if access and isinstance(access[-1], int):
+      found.setdefault((name, access[:-1]), None)
+  out = []
+  for name, access in found:
+    value = getattr(module, name)
+    for a in access:
+      value = value[a] if isinstance(a, int) else getattr(value, a)
+    if isinstance(value, tuple) and all((name, access + (i,)) in chosen for i in range(len(value))):
+      out.append((name, access, value))
+  return out
+
+
+def _fit_length(values, length: str, base: int):
+  """A size at three lengths of a tuple (`base`, one and two more) as one
+  expression of the length `length`: the three read alike but for integer
+  constants, each of which grows by a step (`c + d * (n - base)`) or a
+  ratio (`c * r ** (n - base)`). None if they do not."""
+  texts = [ast.parse(str(v), mode='eval').body if isinstance(v, Fitted)
+           else sizes.readable(str(v)) if not isinstance(v, int) else ast.Constant(v) for v in values]
+  if len({ast.dump(t) for t in texts}) == 1:
+    return values[0]  # the same at every length
+  n = ast.Name(length)
+
+  def fit(a, b, c):
+    if type(a) is not type(b) or type(b) is not type(c):
+      raise ValueError
+    if isinstance(a, ast.Constant):
+      c0, c1, c2 = a.value, b.value, c.value
+      if c0 == c1 == c2:
+        return a
+      if not all(isinstance(x, int) for x in (c0, c1, c2)):
+        raise ValueError
+      if c1 - c0 == c2 - c1:
+        step = c1 - c0
+        offset = c0 - step * base
+        term = ast.BinOp(ast.Constant(step), ast.Mult(), n) if step != 1 else n
+        return term if offset == 0 else ast.BinOp(term, ast.Add() if offset > 0 else ast.Sub(), ast.Constant(abs(offset)))
+      if c0 and c1 % c0 == 0 and c2 % c1 == 0 and c1 // c0 == c2 // c1 > 1:
+        ratio = c1 // c0
+        power = ast.BinOp(ast.Constant(ratio), ast.Pow(), n)
+        if c0 % ratio ** base == 0:
+          factor = c0 // ratio ** base
+          return power if factor == 1 else ast.BinOp(ast.Constant(factor), ast.Mult(), power)
+      raise ValueError
+    fields = {}
+    for field, x in ast.iter_fields(a):
+      y, z = getattr(b, field), getattr(c, field)
+      if isinstance(x, ast.AST):
+        fields[field] = fit(x, y, z)
+      elif isinstance(x, list):
+        if not len(x) == len(y) == len(z):
+          raise ValueError
+        fields[field] = [fit(p, q, r) if isinstance(p, ast.AST) else p for p, q, r in zip(x, y, z)]
+      elif x != y or y != z:
+        raise ValueError
+      else:
+        fields[field] = x
+    return type(a)(**fields)
+
+  try:
+    return Fitted(ast.unparse(fit(*texts)))
+  except (ValueError, AttributeError, TypeError):
+    return None
 
 
 def _linear(values, symbol, base: int):
@@ -253,14 +365,15 @@ def _linear(values, symbol, base: int):
 
 
 def _is_size(x) -> bool:
-  return (isinstance(x, int) and not isinstance(x, bool)) or type(x).__name__ == '_DimExpr'
+  return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, Fitted) or type(
+      x).__name__ == '_DimExpr'
 
 
-def _combined_shapes(trees, symbol, base):
-  """The first tree of arrays, each size written with the count (`_linear`)."""
+def _combined_shapes(trees, fit):
+  """The first tree of arrays, each size `fit` of its three values."""
   def leaf(a, b, c):
     if isinstance(a, jax.ShapeDtypeStruct) and len(a.shape) == len(b.shape) == len(c.shape):
-      shape = tuple(_linear((x, y, z), symbol, base) if _is_size(x) else x
+      shape = tuple(fit((x, y, z)) if _is_size(x) else x
                     for x, y, z in zip(a.shape, b.shape, c.shape))
       return jax.ShapeDtypeStruct(shape, a.dtype)
     return a
@@ -270,20 +383,19 @@ def _combined_shapes(trees, symbol, base):
     return trees[0]
 
 
-def _with_count(traced: SymbolicTrace, others: list[SymbolicTrace], symbol, base: int) -> None:
-  """`traced` with the sizes that change with a count written with it."""
+def _with_count(traced: SymbolicTrace, others: list[SymbolicTrace], fit) -> None:
+  """`traced` with each size `fit` of its values in `traced` and `others`
+  (a count, or a tuple's length, one and two more)."""
   for child in traced.root.children:
     twins = [next((c for c in o.root.children if c.name == child.name), None) for o in others]
     if None in twins:
       continue
     for k, call in enumerate(child.calls[:1]):
       calls = [t.calls[k] for t in twins]
-      call.args = _combined_shapes([call.args] + [c.args for c in calls], symbol, base)
-      call.outputs = _combined_shapes([call.outputs] + [c.outputs for c in calls], symbol, base)
+      call.args = _combined_shapes([call.args] + [c.args for c in calls], fit)
+      call.outputs = _combined_shapes([call.outputs] + [c.outputs for c in calls], fit)
     for field in module_fields(child.module):
       values = [getattr(child.module, field)] + [getattr(t.module, field) for t in twins]
       if all(_is_size(v) for v in values):
-        object.__setattr__(child.module, field, _linear(values, symbol, base))
-  traced.variables = _combined_shapes(
-      [traced.variables] + [o.variables for o in others], symbol, base
-  )
+        object.__setattr__(child.module, field, fit(values))
+  traced.variables = _combined_shapes([traced.variables] + [o.variables for o in others], fit)

@@ -7,6 +7,7 @@ sizes written as the traced numbers would fail the second.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 
@@ -60,7 +61,8 @@ def test_the_kit_writes_loops_and_names_as_a_person_would(tmp_path):
   assert 'def __init__(self, config: StackConfig, *, in_features: int, rngs: nnx.Rngs):' in text
   assert 'for dense in self.denses:' in text
   assert 'x = dense(x)  # the input size comes from the previous layer' in text  # comments kept
-  assert 'self.norm = nnx.LayerNorm(config.widths[-1], rngs=rngs)' in text
+  # After the loop, the size the loop left: any number of widths.
+  assert 'self.norm = nnx.LayerNorm(in_features, rngs=rngs)' in text
   assert "PathRule('Dense_{i}/kernel', 'denses/{i}/kernel')" in text
   # `train` only set the dropout's mode: NNX's model.train() / .eval() does.
   assert result.modes == {'train': True}
@@ -92,13 +94,32 @@ def test_setup_modules_keep_their_attributes_and_lists_become_nnx_lists(tmp_path
   assert result.modes == {'deterministic': False}
 
 
+def test_zoo_resnet_conditions_and_sizes_hold_for_other_stage_counts(tmp_path):
+  from model_zoo.linen import resnet
+
+  config = configs.ResNetConfig()
+  model = LinenModel(resnet.ResNet(config), jnp.ones((2, 16, 16, config.in_channels)), train=False)
+  result, out, _ = _port(tmp_path, 'resnet', model)
+  assert result.proven, (result.failure, result.checks)
+  assert result.modes == {'train': True}
+  text = out.read_text()
+  # The shortcut, from the sizes, as a person writes it (Linen decides from shapes).
+  assert 'if in_features != filters or strides != (1, 1):' in text
+  assert 'in_features=in_size' in text and 'in_size = config.num_filters * 2**i' in text
+  assert 'self.head = nnx.Linear(in_size, config.num_classes, rngs=rngs)' in text
+  other = dataclasses.replace(config, stage_sizes=(2, 1, 2), num_filters=6, in_channels=2)
+  model = LinenModel(resnet.ResNet(other), jnp.ones((3, 16, 16, 2)), train=False)
+  assert_generated_port(model, import_file(str(out)), modes=result.modes)
+
+
 def test_zoo_cnn_with_its_input_shape_and_another_configuration(tmp_path):
   config = configs.CNNConfig()
   images = jnp.ones((2, config.image_size, config.image_size, config.in_channels))
   result, out, test_out = _port(tmp_path, 'cnn', LinenModel(cnn.CNN(config), images, train=False))
   assert result.proven, (result.failure, result.checks)
   text = out.read_text()
-  assert 'x_shape[1] // 4 * (x_shape[2] // 4) * config.features[-1]' in text
+  # Two poolings per entry of `features`: any number of them.
+  assert 'x_shape[1] // 2 ** len(config.features) * (x_shape[2] // 2 ** len(config.features))' in text
   other = configs.CNNConfig(image_size=16, in_channels=3, features=(5, 6), hidden=7)
   images = jnp.ones((3, 16, 16, 3))
   assert_generated_port(LinenModel(cnn.CNN(other), images, train=False), import_file(str(out)),
@@ -108,7 +129,7 @@ def test_zoo_cnn_with_its_input_shape_and_another_configuration(tmp_path):
 @pytest.mark.parametrize('name, reason', [
     ('uses_make_rng', "self.make_rng(...) is Linen's own Module API"),
     ('uses_unknown_layer', "Flax's SpectralNorm has no NNX counterpart"),
-    ('depends_on_inputs', 'modules created under a condition on the call (x.shape[-1] > 2)'),
+    ('depends_on_inputs', 'no condition on the configuration and input size agrees with when Linen creates the modules under `if x.shape[-1] > 2`'),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
   result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())

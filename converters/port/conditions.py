@@ -1,0 +1,152 @@
+"""A condition on the call's arrays, written as one NNX can decide when it
+builds: from the module's configuration and input sizes.
+
+Linen code may create a module only for some inputs: ResNet's shortcut
+projection exists `if residual.shape != y.shape`. NNX must decide in
+`__init__`, before any array exists. `condition(writer, statement, sites)`
+finds the condition from what the model does: the module is traced at every
+configuration the model made of it and at configurations around each (each
+integer one more, each tuple of integers all ones and all twos, each flag
+flipped, the input size equal to each integer of the configuration), noting
+whether the modules under the `if` were created; the simplest condition on
+the configuration and input sizes that agrees with every observation
+(`in_features != filters or strides != (1, 1)`) is the one written. None
+agreeing, or the observations never differing, is refused: nothing is
+guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+
+import jax
+
+from converters.port import shapes, tracing
+
+
+@dataclasses.dataclass(frozen=True)
+class _Atom:
+  """One comparison: its source and how it evaluates on a configuration."""
+
+  source: str
+  holds: Callable[[dict, int], bool]  # (configuration, input size) -> value
+
+
+def _source_of(access: tuple) -> str:
+  text = access[0]
+  for a in access[1:]:
+    text += f'[{a}]' if isinstance(a, int) else f'.{a}'
+  return text
+
+
+def _leaves(module) -> dict[tuple, object]:
+  """Every integer, tuple of integers and flag of a module's configuration."""
+  out = {}
+
+  def walk(value, access):
+    if isinstance(value, bool):
+      out[access] = value
+    elif isinstance(value, int):
+      out[access] = value
+    elif isinstance(value, tuple) and value and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value):
+      out[access] = value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type) and not hasattr(value, 'scope'):
+      for f in dataclasses.fields(value):
+        if f.init:
+          walk(getattr(value, f.name), access + (f.name,))
+
+  for name in shapes.module_fields(module):
+    walk(getattr(module, name), (name,))
+  return out
+
+
+def _with(module, access, value):
+  name, rest = access[0], access[1:]
+  return module.clone(parent=None, **{name: shapes._replaced(getattr(module, name), rest, value)})
+
+
+def _observations(instances, sites, array_index: int):
+  """`(configuration, input size, created)` for each instance and around it."""
+  seen = []
+
+  def observe(module, args, kwargs):
+    try:
+      root, _ = tracing.trace(module, *args, **kwargs)
+    except Exception:  # noqa: BLE001 - a configuration the code refuses: no observation
+      return
+    size = args[array_index].shape[-1]
+    seen.append((_leaves(module), size, any(c.site in sites for c in root.children)))
+
+  for instance in instances:
+    call = instance.calls[0]
+    module = instance.module.clone(parent=None)
+    args, kwargs = list(call.args), dict(call.kwargs)
+    seen.append((_leaves(module), args[array_index].shape[-1],
+                 any(c.site in sites for c in instance.children)))
+    leaves = _leaves(module)
+    for access, value in leaves.items():
+      variants = (
+          [not value] if isinstance(value, bool)
+          else [value + 1] if isinstance(value, int)
+          else [(1,) * len(value), (2,) * len(value)]
+      )
+      for variant in variants:
+        if variant != value:
+          observe(_with(module, access, variant), args, kwargs)
+    for value in {v for v in leaves.values() if isinstance(v, int) and not isinstance(v, bool)} | {
+        1, 2, args[array_index].shape[-1] + 1}:
+      if value > 0:
+        resized = list(args)
+        a = resized[array_index]
+        resized[array_index] = jax.ShapeDtypeStruct(a.shape[:-1] + (value,), a.dtype)
+        observe(module, resized, kwargs)
+  return seen
+
+
+def _atoms(leaves: dict, size_name: str) -> list[_Atom]:
+  atoms = []
+  for access, value in leaves.items():
+    text = _source_of(access)
+    if isinstance(value, bool):
+      atoms.append(_Atom(text, lambda c, s, a=access: bool(c.get(a))))
+      atoms.append(_Atom(f'not {text}', lambda c, s, a=access: not c.get(a)))
+    elif isinstance(value, int):
+      atoms.append(_Atom(f'{size_name} != {text}', lambda c, s, a=access: s != c.get(a)))
+      atoms.append(_Atom(f'{size_name} == {text}', lambda c, s, a=access: s == c.get(a)))
+      atoms.append(_Atom(f'{text} != 1', lambda c, s, a=access: c.get(a) != 1))
+    else:
+      ones = (1,) * len(value)
+      atoms.append(_Atom(f'{text} != {ones!r}', lambda c, s, a=access, o=ones: c.get(a) != o))
+      atoms.append(_Atom(f'{text} == {ones!r}', lambda c, s, a=access, o=ones: c.get(a) == o))
+  return atoms
+
+
+def condition(writer, statement, sites: set[tracing.Site]) -> str:
+  """Source of the condition, on the constructor's arguments, under which
+  the modules of `sites` (created under `statement`) exist; the input size
+  written as `writer`'s placeholder for it. Fails through `writer.fail`."""
+  arrays = [i for i, a in enumerate(writer.instance.calls[0].args) if hasattr(a, 'shape')]
+  if not arrays:
+    writer.fail(statement, 'a condition on the call of a module that takes no array; port it by hand')
+  index = arrays[0]
+  ndim = len(writer.instance.calls[0].args[index].shape)
+  size_name = f'__input_{index}_{ndim - 1}'
+  seen = _observations(writer.instances, sites, index)
+  if len({created for _, _, created in seen}) < 2:
+    writer.fail(statement, f'the modules under `if {writer.file.code(statement.test)}` exist in every '
+                'configuration tried, or in none: the port cannot tell when; port it by hand')
+  atoms = _atoms(_leaves(writer.instance.module.clone(parent=None)), size_name)
+  formulas = [(a.source, a.holds) for a in atoms]
+  for a, b in itertools.combinations(atoms, 2):
+    formulas.append((f'{a.source} or {b.source}', lambda c, s, a=a, b=b: a.holds(c, s) or b.holds(c, s)))
+    formulas.append((f'{a.source} and {b.source}', lambda c, s, a=a, b=b: a.holds(c, s) and b.holds(c, s)))
+  for text, holds in formulas:
+    if all(holds(leaves, size) == created for leaves, size, created in seen):
+      if size_name in text:
+        writer.use_input_dim(index, ndim - 1)
+      return text
+  writer.fail(statement, f'no condition on the configuration and input size agrees with when Linen '
+              f'creates the modules under `if {writer.file.code(statement.test)}`; port it by hand')
