@@ -31,6 +31,7 @@ benchmark: $(STAMP)
 	$(BIN)/python benchmarks/convert.py
 	$(BIN)/python benchmarks/checkpoint.py
 	$(BIN)/python benchmarks/infer_paths.py
+	$(BIN)/python benchmarks/port.py
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -22,6 +22,7 @@ import inspect
 from collections.abc import Sequence
 
 import libcst as cst
+from flax import linen as nn
 
 from converters.port import (
   layers,
@@ -121,6 +122,10 @@ class ClassWriter:
     self.call_time = self._call_time()
     self.locals = syntax.assigned_once(self.call.body)
     self._refuse_linen_api()
+    for name in self.field_names:
+      if isinstance(getattr(instance.module, name), nn.Module):
+        self.fail(self.cdef, f'the field {name!r} holds a Linen module; NNX modules are built in '
+                  '__init__, from arguments: port it by hand')
     self.sites = self._sites()
     self.factories = self._factories()
     # Linen's names left once the creations are NNX's: checked on the source,
@@ -200,6 +205,9 @@ class ClassWriter:
     self.used_dims.add(shapes.InputDim(index, name, dim, len(array.shape), array.shape[dim]))
 
   def size_source(self, value, table: shapes.SymbolTable | None = None) -> str:
+    if isinstance(value, shapes.Unfitted):
+      self.fail(None, f'a size Linen infers changes with {value.what} in a way the port cannot '
+                'write (it holds at the traced value only); port it by hand')
     table = table or self.symbolic.table
     for name in table.symbols_in(value):
       origin = table.origins[name]
@@ -323,6 +331,9 @@ class ClassWriter:
     values, texts = [], set()
     for child in children:
       symbolic = self._symbolic_child(child)
+      if not symbolic.calls:
+        self.fail(node, f'{child.name} is never called on the traced inputs, so its input size is '
+                  'unknown; port it by hand')
       inputs = symbolic.calls[0].args
       if len(inputs) <= index or not hasattr(inputs[index], 'shape'):
         self.fail(node, f'{child.name} is called without an array input; port it by hand')
@@ -361,7 +372,10 @@ class ClassWriter:
         made_before = next((c for c in self.instance.children if c.name == before.name), None)
         if made_before is not None and made_before.site in self.sites:
           previous_loops = self._loops(self.sites[made_before.site][0])
-        if loops:
+        # The first layer of the loop starts from what came before it; any
+        # other chains from the layer before it in the loop (two streams in
+        # one loop do not).
+        if loops and not (previous_loops and previous_loops[-1] is loops[-1]):
           continue
       out = self._out_size(before)
       if out is None or str(out) != str(value):
@@ -422,11 +436,16 @@ class ClassWriter:
     nnx_params = spec.nnx_parameters()
     args: list[cst.Arg] = []
     if spec.in_features is not None:
-      axis = spec.feature_axis
-      in_size = self._in_size(site, node, lambda child: axis)
+      def axis_of(child):
+        axis = layers.feature_axis(child.module)
+        if axis is None:
+          self.fail(node, f'{child.cls.__name__} over several feature axes; port it by hand')
+        return axis
+
+      in_size = self._in_size(site, node, axis_of)
       args.append(cst.Arg(syntax.expression(in_size)))
     positional = True
-    expected = [p for p in nnx_params if p != spec.in_features]
+    expected = [p for p in spec.nnx_positional() if p != spec.in_features]
     for i, (field, arg) in enumerate(arguments):
       if field == 'name':
         continue
@@ -569,12 +588,26 @@ class ClassWriter:
         for index, dims in sorted(by_index.items())
     ]
 
+  def _field_default(self, field: cst.AnnAssign):
+    """A field's default: `x: int = 3` -> `3`; `dataclasses.field(default=3)`
+    -> `3`; a `default_factory` is refused."""
+    value = field.value
+    if isinstance(value, cst.Call) and (references.dotted(value.func) or [''])[-1] == 'field':
+      keywords = {a.keyword.value: a.value for a in value.args if a.keyword is not None}
+      if 'default' in keywords:
+        return keywords['default']
+      if 'default_factory' in keywords:
+        self.fail(field, f'{self.file.code(field.target)} has a default_factory; port it by hand')
+      return None
+    return value
+
   def _init_method(self, fields, inputs, body) -> cst.FunctionDef:
     params = [cst.Param(cst.Name('self'))]
     for field in fields:
+      default = self._field_default(field)
       params.append(cst.Param(
           field.target, annotation=field.annotation,
-          default=field.value, equal=cst.AssignEqual() if field.value is not None else cst.MaybeSentinel.DEFAULT,
+          default=default, equal=cst.AssignEqual() if default is not None else cst.MaybeSentinel.DEFAULT,
       ))
     kwonly = [
         cst.Param(

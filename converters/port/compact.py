@@ -25,9 +25,11 @@ into a marked stub.
 
 from __future__ import annotations
 
+import keyword
 from collections.abc import Sequence
 
 import libcst as cst
+from flax import nnx
 
 from converters.port import (
   classes,
@@ -111,7 +113,9 @@ class CompactWriter(classes.ClassWriter):
     return out
 
   def _attributes(self) -> dict[tracing.Site, tuple[str, bool]]:
-    taken = set(self.field_names) | {'rngs'}
+    taken = set(self.field_names) | {'rngs'} | {
+        m.name.value for m in self.cdef.body.body if isinstance(m, cst.FunctionDef)
+    }
     attributes = {}
     for site, (node, children) in self.sites.items():
       explicit = self._argument(node, 'name')
@@ -122,11 +126,15 @@ class CompactWriter(classes.ClassWriter):
         if not isinstance(explicit, cst.SimpleString) or is_list:
           self.fail(node, 'a module named by an expression, or named in a loop; port it by hand')
         attribute = explicit.evaluated_value
+        if not attribute.isidentifier():
+          self.fail(node, f'name={attribute!r} is not a Python name; port it by hand')
       elif is_list:
         attribute = source.snake_case(children[0].cls.__name__) + 's'
       else:
         attribute = source.snake_case(children[0].name)
-      while attribute in taken:
+      # Not a keyword (`class`), nor a name NNX modules or the class have
+      # (`eval`, `train`, a method): the mapping records the name written.
+      while attribute in taken or keyword.iskeyword(attribute) or hasattr(nnx.Module, attribute):
         attribute += '_'
       taken.add(attribute)
       attributes[site] = (attribute, is_list)
@@ -138,6 +146,7 @@ class CompactWriter(classes.ClassWriter):
     self.node_sites = {node: site for site, (node, _) in self.sites.items()}
     self.own = self._own_variables()
     init_body = self._init_block(list(self.method.body.body))
+    self._check_locals_of_init(init_body)
     call = self._call_method()
     return self._assemble(init_body, {self.method: call})
 
@@ -240,6 +249,82 @@ class CompactWriter(classes.ClassWriter):
             changed = True
     return [s for s, _ in emitted if id(s) in kept]
 
+  def _read_outside(self, loop: cst.For) -> set[str]:
+    """Names the compact method reads outside `loop` (a loop variable used
+    after it keeps its name)."""
+    found: set[str] = set()
+
+    class Visitor(cst.CSTVisitor):
+      def visit_For(self, node):
+        return node is not loop
+
+      def visit_Name(self, node):
+        found.add(node.value)
+
+    self.method.body.visit(Visitor())
+    return found
+
+  def _check_locals_of_init(self, init_body) -> None:
+    """Every local `__init__` reads is bound as in the compact method: once,
+    by a plain assignment or a loop that `__init__` replays. A local bound
+    twice (`groups = 1; if self.grouped: groups = 4`), changed in place
+    (`dims.append(...)`, `eps *= 10`) or bound in a block without creations
+    (which `__init__` does not replay) is refused, not read half-computed."""
+    read = set().union(*(source.names_in(s) for s in init_body)) if init_body else set()
+    bound: dict[str, list] = {}
+    creations = set(self.node_sites) | set(self.own)
+
+    def replayed(node) -> bool:
+      for ancestor in self.file.ancestors(node):
+        if ancestor is self.method:
+          return True
+        if isinstance(ancestor, (cst.If, cst.For)):
+          finder = syntax.CallsAmong(creations)
+          ancestor.visit(finder)
+          if not finder.found:
+            return False
+        elif isinstance(ancestor, (cst.While, cst.With, cst.Try, cst.FunctionDef)):
+          return False
+      return True
+
+    writer = self
+
+    class Bindings(cst.CSTVisitor):
+      def visit_Assign(self, node):
+        for t in node.targets:
+          for name in syntax.target_names(t.target):
+            bound.setdefault(name, []).append(node)
+
+      def visit_AugAssign(self, node):
+        for name in syntax.target_names(node.target):
+          bound.setdefault(name, []).extend([node, node])  # changed in place
+
+      def visit_For(self, node):
+        for name in syntax.target_names(node.target):
+          bound.setdefault(name, []).append(node)
+
+      def visit_Call(self, node):
+        func = node.func
+        if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+            and func.value.value != 'self'):
+          writer._mutated.append((func.value.value, node))
+
+    self._mutated: list = []
+    self.method.body.visit(Bindings())
+    fields = set(self.field_names)
+    for name in read - fields - {'self', 'rngs'}:
+      places = bound.get(name, [])
+      if not places:
+        continue
+      if len(places) > 1 or not replayed(places[0]):
+        self.fail(places[-1], f'{name!r} is computed in steps (bound more than once, changed in place, '
+                  'or in a block that creates no module) and the layers read it; NNX builds them '
+                  'in __init__, which the port cannot replay this with: port it by hand')
+    for name, call in self._mutated:
+      if name in read and name in bound:
+        self.fail(call, f'{name!r} is changed in place ({self.file.code(call.func)}) and the layers '
+                  'read it; port it by hand')
+
   def _running_update(self, node, site) -> cst.BaseStatement | None:
     """`in_size = <output size>` after a creation in a loop with a running size."""
     loops = self._loops(node)
@@ -317,9 +402,10 @@ class CompactWriter(classes.ClassWriter):
       def leave_For(self, original, updated):
         if id(original) in loop_rewrites:
           name, attribute = loop_rewrites[id(original)]
-          if source.names_in(updated.target) & source.names_in(updated.body):
+          targets = source.names_in(updated.target)
+          if targets & (source.names_in(updated.body) | writer._read_outside(original)):
             updated = updated.with_changes(
-                target=syntax.expression(f'({writer.file.code(original.target)}, {name})').with_changes(
+                target=syntax.expression(f'(({writer.file.code(original.target)}), {name})').with_changes(
                     lpar=[], rpar=[]),
                 iter=cst.Call(cst.Name('zip'), [
                     cst.Arg(updated.iter, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(' '))),

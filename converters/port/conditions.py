@@ -131,6 +131,9 @@ def condition(writer, statement, sites: set[tracing.Site]) -> str:
   arrays = [i for i, a in enumerate(writer.instance.calls[0].args) if hasattr(a, 'shape')]
   if not arrays:
     writer.fail(statement, 'a condition on the call of a module that takes no array; port it by hand')
+  if len(arrays) > 1:
+    writer.fail(statement, f'`if {writer.file.code(statement.test)}` in a module of several array '
+                'inputs: the port learns conditions on the first input\'s size only; port it by hand')
   index = arrays[0]
   ndim = len(writer.instance.calls[0].args[index].shape)
   size_name = f'__input_{index}_{ndim - 1}'

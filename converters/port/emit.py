@@ -87,6 +87,7 @@ def write_file(
     factory: str,
     module_name: str,
     test_name: str,
+    modes: dict[str, bool] | None = None,
 ) -> GeneratedFile:
   """The generated file's text: `ports` (written classes, or `(cls, stub
   source)` for classes that could not be written), in their files' order."""
@@ -153,7 +154,14 @@ def write_file(
   imports.append('from flax import nnx\n')
   imports.append('from converters import PathMapping, PathRule\n')
   origin = ', '.join(sorted({f.python_module.__name__ for f in files}))
-  parts.append(_HEADER.format(origin=origin, factory=factory, module=module_name, test=test_name))
+  header = _HEADER.format(origin=origin, factory=factory, module=module_name, test=test_name)
+  if modes:
+    flags = ', '.join(f'`{flag}={not train}`' for flag, train in modes.items())
+    header = header.rstrip().removesuffix('"""') + (
+        f'\nA new model is in training mode, as every NNX module is: call `model.eval()`\n'
+        f'where Linen ran with {flags}, `model.train()` to train.\n"""\n'
+    )
+  parts.append(header)
   parts.append(future)
   parts.append('\n' + ''.join(sorted(set(imports), key=_import_order)))
   for code in helpers:

@@ -119,8 +119,17 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
           cls, instances[cls],
           lambda i, cls=cls: shapes.symbolic_trace(i, _call_parameters(cls)), ports,
       )
-    except Untranslatable as e:
-      stub = Stub(cls.__name__, e.line, str(e), source.file_of(cls).path)
+    except (Untranslatable, LookupError, OSError, TypeError) as e:
+      # LookupError, OSError, TypeError: the class's source cannot be read
+      # (defined in a function, in a notebook, compiled).
+      reason = str(e) if isinstance(e, Untranslatable) else (
+          f'its source cannot be read ({e}); define it at the top level of a module, or port it by hand')
+      line = e.line if isinstance(e, Untranslatable) else None
+      try:
+        path = source.file_of(cls).path
+      except (LookupError, OSError, TypeError):
+        path = getattr(inspect.getmodule(cls), '__file__', None) or '<unknown>'
+      stub = Stub(cls.__name__, line, reason, path)
       stubs.append(stub)
       written.append((cls, _stub_source(cls, stub)))
       return
@@ -129,10 +138,10 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
 
   visit(root)
   mapping = emit.mapping_of(emit.path_pairs(root, variables, ports)) if not stubs else emit.PathMapping([])
-  generated = emit.write_file(
-      written, mapping, factory=factory, module_name=module_name, test_name=test_name
-  )
   modes = ports[type(module)].modes if type(module) in ports else {}
+  generated = emit.write_file(
+      written, mapping, factory=factory, module_name=module_name, test_name=test_name, modes=modes,
+  )
   files = {source.file_of(c).path for c in [type(module), *ports, *(s[0] for s in written if isinstance(s, tuple))]}
   result = PortResult(generated.text, generated.classes, stubs, dict(modes), sources=sorted(files))
   return result, ports

@@ -43,7 +43,6 @@ class LayerSpec:
   mode: tuple[tuple[str, bool], ...] = ()
   rngs: bool = True
   out_features: str | None = 'features'
-  feature_axis: int = -1
 
   @property
   def nnx_class(self) -> type:
@@ -51,6 +50,13 @@ class LayerSpec:
 
   def nnx_argument(self, field: str) -> str:
     return dict(self.renames).get(field, field)
+
+  def nnx_positional(self) -> list[str]:
+    """The NNX constructor's parameters that may be given by position."""
+    return [
+        name for name, p in list(inspect.signature(self.nnx_class.__init__).parameters.items())[1:]
+        if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ]
 
   def nnx_parameters(self) -> list[str]:
     """The NNX constructor's parameters, in order (`self` left out)."""
@@ -73,6 +79,19 @@ LAYERS: tuple[LayerSpec, ...] = (
 )
 
 _BY_CLASS = {spec.linen: spec for spec in LAYERS}
+
+
+def feature_axis(module) -> int | None:
+  """The input axis whose size the NNX layer takes (`axis` of a BatchNorm,
+  `feature_axes` of the other norms, the last for the rest), or None if
+  there are several."""
+  axes = getattr(module, 'axis', None) if isinstance(module, nn.BatchNorm) else getattr(
+      module, 'feature_axes', -1)
+  if isinstance(axes, tuple):
+    if len(axes) != 1:
+      return None
+    (axes,) = axes
+  return axes if isinstance(axes, int) else None
 
 
 def layer_spec(cls: type) -> LayerSpec | None:

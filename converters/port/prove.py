@@ -159,10 +159,11 @@ def _changed(value, depth: int = 0):
 
 
 def other_configurations(linen_model: LinenModel, most: int = 1):
-  """Up to `most` other configurations of the model that Linen builds on
-  the same inputs: `(LinenModel, description)`; every integer of the
-  configuration one more and every tuple one longer, or the tuples alone,
-  or the integers alone."""
+  """Up to `most` other configurations of the model that Linen builds:
+  `(LinenModel, description)`. Every integer of the configuration one more
+  and every tuple one longer (or the tuples alone, or the integers alone),
+  with every floating input one wider, else on the same inputs; else the
+  wider inputs alone."""
   module = linen_model.module
   names = [f.name for f in dataclasses.fields(module) if f.init and f.name not in ('parent', 'name')]
   attempts = []
@@ -177,15 +178,28 @@ def other_configurations(linen_model: LinenModel, most: int = 1):
         changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
     if fields:
       attempts.append((fields, ', '.join(changes)))
+  # The inputs too: each floating array one wider (its last axis), which the
+  # sizes read from the inputs must follow.
+  wider, widened = [], []
+  for i, x in enumerate(linen_model.args):
+    if hasattr(x, 'shape') and x.shape and jnp.issubdtype(x.dtype, jnp.floating):
+      wider.append(jax.ShapeDtypeStruct(x.shape[:-1] + (x.shape[-1] + 1,), x.dtype))
+      widened.append(f'input {i} {tuple(x.shape)} -> {tuple(wider[-1].shape)}')
+    else:
+      wider.append(x)
+  tried = [(fields, changes, wider, widened) for fields, changes in attempts] if widened else []
+  tried += [(fields, changes, list(linen_model.args), []) for fields, changes in attempts]
+  if widened:
+    tried.append(({}, '', wider, widened))
   found = []
-  for fields, changes in attempts:
-    other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
+  for fields, changes, args, args_changes in tried:
+    other = LinenModel(module.clone(parent=None, **fields), *args, **linen_model.kwargs)
     try:
       inputs, eval_kwargs, *_ = call_keywords(other, {})
       jax.eval_shape(lambda: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
     except Exception:  # noqa: BLE001 - Linen refuses that configuration: try the next
       continue
-    found.append((other, changes))
+    found.append((other, ', '.join(c for c in [changes, *args_changes] if c)))
     if len(found) == most:
       break
   return found

@@ -59,6 +59,18 @@ class FieldLength:
 Origin = InputDim | FieldValue | FieldLength
 
 
+class Unfitted:
+  """A size that changes with a count or a tuple's length in a way no fit
+  writes (`2 ** n` of a count, say): its traced value, which holds at the
+  traced configuration only, so writing it is refused."""
+
+  def __init__(self, value, what: str):
+    self.value, self.what = value, what
+
+  def __str__(self) -> str:
+    return str(self.value)
+
+
 class Fitted:
   """A size fitted over several lengths of a tuple: Python source over the
   table's symbols (`s3 // 2 ** s7`), which jax's sizes cannot say."""
@@ -68,6 +80,10 @@ class Fitted:
 
   def __str__(self) -> str:
     return self.text
+
+
+class NotGeneral(ValueError):
+  """A size holds at the traced configuration only (see `Unfitted`)."""
 
 
 class SymbolTable:
@@ -91,6 +107,8 @@ class SymbolTable:
   def source(self, value, name_of) -> str:
     """Python source of `value` (an int or a symbolic dimension), each
     symbol written as `name_of(origin)` returns it."""
+    if isinstance(value, Unfitted):
+      raise NotGeneral(value.what)
     if isinstance(value, int):
       return str(value)
     tree = ast.parse(value.text, mode='eval').body if isinstance(value, Fitted) else sizes.readable(str(value))
@@ -251,7 +269,8 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       others = [attempt(table, symbols, set(kept), [(leaf, leaf[2] + k)]) for k in (1, 2)]
     except Exception:  # noqa: BLE001 - the code takes no other value of it
       continue
-    _with_count(traced, others, lambda v, s=symbols[count], b=leaf[2]: _linear(v, s, b))
+    what = _source_text((leaf[0],) + leaf[1])
+    _with_count(traced, others, lambda v, s=symbols[count], b=leaf[2], w=what: _linear(v, s, b, w))
   # A tuple's length is a count too (one layer per entry): traced one and two
   # entries longer (the last again), a size written with `len(...)`.
   for name, access, value in _tuples(module, kept):
@@ -269,12 +288,21 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       continue
     order, start = ((1, 0, 2), len(value) - 1) if shorter else ((0, 1, 2), len(value))
 
-    def fit(v, length=length, order=order, start=start):
+    def fit(v, length=length, order=order, start=start, what=f'len({_source_text((name,) + access)})'):
       fitted = _fit_length(tuple(v[i] for i in order), length, start)
-      return v[0] if fitted is None else fitted  # the traced size where no fit
+      if fitted is None:
+        return Unfitted(v[0], what)
+      return fitted
 
     _with_count(traced, others, fit)
   return traced
+
+
+def _source_text(access: tuple) -> str:
+  text = access[0]
+  for a in access[1:]:
+    text += f'[{a}]' if isinstance(a, int) else f'.{a}'
+  return text
 
 
 def _tuples(module, kept) -> list[tuple[str, tuple, tuple]]:
@@ -349,23 +377,23 @@ def _fit_length(values, length: str, base: int):
     return None
 
 
-def _linear(values, symbol, base: int):
+def _linear(values, symbol, base: int, what: str = 'a count'):
   """`e(n)` from its values at `base`, `base + 1` and `base + 2` if they lie
-  on a line (`e0 + (e1 - e0) * (n - base)`), else the first value."""
+  on a line (`e0 + (e1 - e0) * (n - base)`), else `Unfitted`."""
   e0, e1, e2 = values
   try:
     step = e1 - e0
     if not (e2 - e1 == step):
-      return e0
+      return Unfitted(e0, what)
     if isinstance(step, int) and step == 0:
       return e0
     return e0 + step * (symbol - base)
-  except Exception:  # noqa: BLE001 - a comparison jax cannot decide: keep the number
-    return e0
+  except Exception:  # noqa: BLE001 - a comparison jax cannot decide
+    return e0 if str(e0) == str(e1) == str(e2) else Unfitted(e0, what)
 
 
 def _is_size(x) -> bool:
-  return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, Fitted) or type(
+  return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, (Fitted, Unfitted)) or type(
       x).__name__ == '_DimExpr'
 
 
@@ -383,11 +411,21 @@ def _combined_shapes(trees, fit):
     return trees[0]
 
 
+def _same_creation(child, root, other_root):
+  def key(c, parent):
+    return c.site, [x for x in parent.children if x.site == c.site].index(c)
+
+  wanted = key(child, root)
+  return next((c for c in other_root.children if key(c, other_root) == wanted), None)
+
+
 def _with_count(traced: SymbolicTrace, others: list[SymbolicTrace], fit) -> None:
   """`traced` with each size `fit` of its values in `traced` and `others`
   (a count, or a tuple's length, one and two more)."""
   for child in traced.root.children:
-    twins = [next((c for c in o.root.children if c.name == child.name), None) for o in others]
+    # The same layer in another trace: the same expression's k-th creation
+    # (names shift when a loop before it runs another number of times).
+    twins = [_same_creation(child, traced.root, o.root) for o in others]
     if None in twins:
       continue
     for k, call in enumerate(child.calls[:1]):

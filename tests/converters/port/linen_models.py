@@ -174,3 +174,112 @@ def failing() -> LinenModel:
 
 def setup_stack(num_heads: int = 3, head_dim: int = 4, width: int = 5) -> LinenModel:
   return LinenModel(SetupStack(num_heads, head_dim), jnp.ones((3, width)), deterministic=True)
+
+
+# What an adversarial review found; each is ported right, or refused.
+
+
+class StepwiseLocal(nn.Module):
+  """A layer argument computed in steps, in a block that creates nothing."""
+
+  features: int = 8
+  grouped: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    groups = 1
+    if self.grouped:
+      groups = 4
+    x = nn.Dense(self.features)(x)
+    return nn.GroupNorm(num_groups=groups)(x)
+
+
+class Fuse(nn.Module):
+  """A condition on two inputs' sizes."""
+
+  features: int = 6
+
+  @nn.compact
+  def __call__(self, x, y):
+    if x.shape[-1] != y.shape[-1]:
+      x = nn.Dense(y.shape[-1])(x)
+    return nn.Dense(self.features)(x + y)
+
+
+class TwoStreams(nn.Module):
+  """Two chains of layers in one loop."""
+
+  n: int = 1
+
+  @nn.compact
+  def __call__(self, x, y):
+    for _ in range(self.n):
+      x = nn.Dense(4)(x)
+      y = nn.Dense(4)(y)
+    return x + y
+
+
+class Tiled(nn.Module):
+  """A size that grows as 2 ** n of a count: no fit writes it."""
+
+  n: int = 2
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(3)(jnp.tile(x, (1, 2**self.n)))
+
+
+class TiledTwice(nn.Module):
+  features: int = 3
+
+  @nn.compact
+  def __call__(self, x):
+    return Tiled(2)(x) + Tiled(n=2)(x)
+
+
+class Awkward(nn.Module):
+  """A keyword as a name, a positional `use_bias`, an enumerate target, a
+  loop variable read after its loop, a `dataclasses.field` default."""
+
+  widths: tuple[int, ...] = dataclasses.field(default=(4, 4))
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(4, False, name='class')(x)
+    for i, w in enumerate(self.widths):
+      x = nn.Dense(w)(x) * (i + 1)
+    return x / (i + 1)
+
+
+class ChannelsFirst(nn.Module):
+  """A BatchNorm over axis 1."""
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.Conv(4, (3, 3))(x)
+    x = jnp.transpose(x, (0, 3, 1, 2))
+    return nn.BatchNorm(use_running_average=not train, axis=1)(x)
+
+
+def stepwise_local() -> LinenModel:
+  return LinenModel(StepwiseLocal(), jnp.ones((2, 5)))
+
+
+def fuse() -> LinenModel:
+  return LinenModel(Fuse(), jnp.ones((2, 4)), jnp.ones((2, 6)))
+
+
+def two_streams() -> LinenModel:
+  return LinenModel(TwoStreams(1), jnp.ones((2, 4)), jnp.ones((2, 4)))
+
+
+def tiled_twice() -> LinenModel:
+  return LinenModel(TiledTwice(), jnp.ones((2, 3)))
+
+
+def awkward() -> LinenModel:
+  return LinenModel(Awkward(), jnp.ones((2, 4)))
+
+
+def channels_first(size: int = 4) -> LinenModel:
+  return LinenModel(ChannelsFirst(), jnp.ones((2, size, size, 3)), train=False)

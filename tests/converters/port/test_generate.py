@@ -143,6 +143,44 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
   assert ruff_check(str(out)) == []
 
 
+@pytest.mark.parametrize('name, reason', [
+    ('stepwise_local', "'groups' is computed in steps"),
+    ('fuse', 'in a module of several array inputs'),
+    ('tiled_twice', 'changes with n in a way the port cannot write'),
+])
+def test_what_would_hold_at_the_traced_configuration_only_is_refused(tmp_path, name, reason):
+  result, _, _ = _port(tmp_path, name, getattr(linen_models, name)())
+  assert not result.proven
+  assert any(reason in stub.reason for stub in result.stubs), [s.reason for s in result.stubs]
+
+
+def test_a_port_right_only_for_the_traced_inputs_is_not_proven(tmp_path):
+  # Both streams were 4 wide when traced: the port is proven there, and its
+  # proof at other sizes fails, which the result says (exit 1).
+  result, _, _ = _port(tmp_path, 'two_streams', linen_models.two_streams())
+  assert not result.proven and not result.stubs
+  assert 'another configuration' in result.checks[-1][0] and result.checks[-1][1] == 'FAILED'
+  assert result.failure.startswith('at n=2')
+
+
+def test_awkward_names_arguments_and_loops_are_written_right(tmp_path):
+  result, out, _ = _port(tmp_path, 'awkward', linen_models.awkward())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  assert 'self.class_ = nnx.Linear(in_features, 4, use_bias=False, rngs=rngs)' in text
+  assert "PathRule('class/kernel', 'class_/kernel')" in text
+  assert 'for (i, w), dense in zip(enumerate(self.widths), self.denses):' in text
+  assert 'def __init__(self, widths: tuple[int, ...] = (4, 4), *,' in text
+  assert_generated_port(linen_models.awkward(), import_file(str(out)))
+
+
+def test_a_norm_over_another_axis_takes_that_axis_size(tmp_path):
+  result, out, _ = _port(tmp_path, 'channels_first', linen_models.channels_first())
+  assert result.proven, (result.failure, result.checks)
+  assert 'nnx.BatchNorm(4, axis=1, rngs=rngs)' in out.read_text()
+  assert_generated_port(linen_models.channels_first(size=7), import_file(str(out)), modes=result.modes)
+
+
 def test_a_port_never_writes_over_its_source(tmp_path):
   from converters.port import PortOutputError
 

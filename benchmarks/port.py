@@ -1,0 +1,98 @@
+"""Benchmark: `linen-nnx port` on the model zoo, each model in a fresh process.
+
+For each Linen model of the zoo (and the port tests' models that cover the
+setup() style and own variables), the time to trace and write the NNX file
+(`generated`), then the time of each proof (`assert_port_equivalent` at the
+traced configuration, and at another), as the command reports them, with
+the outcome: proven, not proven, or the classes written as stubs (what the
+port does not write yet). On 2 CPU cores, as CI runs. Prints a table and
+writes JSON to benchmarks/results/port.json.
+
+    python benchmarks/port.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+FACTORIES = '''
+import jax.numpy as jnp
+from converters import LinenModel
+from model_zoo import configs
+from model_zoo.linen import cnn, resnet, rnn, transformer
+
+
+def zoo_cnn():
+  c = configs.CNNConfig()
+  return LinenModel(cnn.CNN(c), jnp.ones((2, c.image_size, c.image_size, c.in_channels)), train=False)
+
+
+def zoo_resnet():
+  c = configs.ResNetConfig()
+  return LinenModel(resnet.ResNet(c), jnp.ones((2, 16, 16, c.in_channels)), train=False)
+
+
+def zoo_rnn():
+  return LinenModel(rnn.RNNLM(configs.RNNConfig()), jnp.zeros((2, 5), jnp.int32))
+
+
+def zoo_transformer():
+  return LinenModel(transformer.TransformerLM(configs.TransformerConfig()), jnp.zeros((2, 8), jnp.int32))
+'''
+
+MODELS = [
+    ('bench_factories:zoo_cnn', 'zoo CNN'),
+    ('bench_factories:zoo_resnet', 'zoo ResNet (BatchNorm)'),
+    ('bench_factories:zoo_rnn', 'zoo LSTM LM'),
+    ('bench_factories:zoo_transformer', 'zoo transformer LM'),
+    ('tests.converters.port.linen_models:setup_stack', 'setup() style'),
+    ('tests.converters.port.linen_models:counts', 'own variables, sow'),
+]
+
+
+def main() -> int:
+  rows = []
+  with tempfile.TemporaryDirectory() as scratch:
+    with open(os.path.join(scratch, 'bench_factories.py'), 'w') as f:
+      f.write(FACTORIES)
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([scratch, ROOT])}
+    for factory, label in MODELS:
+      out = os.path.join(scratch, factory.split(':')[1] + '_nnx.py')
+      start = time.perf_counter()
+      result = subprocess.run(
+          [sys.executable, '-m', 'linen_nnx_cli.main', 'port', factory, '--out', out, '--json',
+           '--devices', '2'],
+          capture_output=True, text=True, cwd=scratch, env=env, timeout=900,
+      )
+      wall = time.perf_counter() - start
+      report = json.loads(result.stdout)
+      checks = {c['check'].split(' (')[0]: c for c in report['checks']}
+      outcome = ('proven' if report['ok'] else
+                 f'stubs: {", ".join(s["class"] for s in report["stubs"])}' if report['stubs']
+                 else 'not proven')
+      rows.append({
+          'model': label, 'outcome': outcome, 'wall_s': round(wall, 2),
+          'generated': checks.get('generated', {}).get('figure', ''),
+          'proof': checks.get('assert_port_equivalent', {}).get('figure', ''),
+          'other_configuration': checks.get('another configuration', {}).get('figure', ''),
+      })
+  width = max(len(r['model']) for r in rows)
+  print(f'{"model":<{width}}  {"wall":>7}  {"generated":>9}  {"proof":>7}  {"other":>7}  outcome')
+  for r in rows:
+    print(f'{r["model"]:<{width}}  {r["wall_s"]:>6.1f}s  {r["generated"]:>9}  {r["proof"]:>7}  '
+          f'{r["other_configuration"]:>7}  {r["outcome"]}')
+  os.makedirs(os.path.join(ROOT, 'benchmarks', 'results'), exist_ok=True)
+  with open(os.path.join(ROOT, 'benchmarks', 'results', 'port.json'), 'w') as f:
+    json.dump(rows, f, indent=2)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
