@@ -138,6 +138,9 @@ class ClassWriter:
     self.attributes = self._attributes()
     self.used_dims: set[shapes.InputDim] = set()
     self._tables: dict[int, shapes.SymbolTable] = {}
+    # Sites of modules created as another creation's argument (an RNN's
+    # cell): site -> (the creation's site, the NNX attribute holding it).
+    self.inlined: dict = {}
 
   def _refuse_linen_api(self) -> None:
     """`self.param(...)`, `self.variable(...)`, `self.sow(...)`, ...: Linen's
@@ -331,6 +334,19 @@ class ClassWriter:
     values, texts = [], set()
     for child in children:
       symbolic = self._symbolic_child(child)
+      spec = layers.layer_spec(child.cls)
+      if not symbolic.calls and spec is not None and spec.in_from_kernel:
+        # Called inside a transform only (an RNN's cell): its kernel says.
+        kernel = self.symbolic_of(child.parent).variables.get('params', {}).get(child.name, {})
+        for key in spec.in_from_kernel:
+          kernel = kernel.get(key, {}) if isinstance(kernel, dict) else {}
+        if hasattr(kernel, 'shape'):
+          value = kernel.shape[0]
+          texts.add(self._child_size(symbolic, value) if id(symbolic) in self._tables else
+                    self.size_source(value, self.symbolic_of(child.parent).table))
+          if child.parent is self.instance:
+            values.append(value)
+          continue
       if not symbolic.calls:
         self.fail(node, f'{child.name} is never called on the traced inputs, so its input size is '
                   'unknown; port it by hand')
@@ -456,6 +472,17 @@ class ClassWriter:
       name = spec.nnx_argument(field)
       if name not in nnx_params:
         self.fail(node, f'{spec.nnx} has no argument {name!r} for Linen\'s {field!r}; port it by hand')
+      if field in dict(spec.module_fields):
+        inner = arg.value
+        if inner not in self.node_sites:
+          self.fail(node, f'{field}= of {spec.nnx} takes a module created in place; port it by hand')
+        self.inlined[self.node_sites[inner]] = (site, dict(spec.module_fields)[field])
+        arg = arg.with_changes(value=self._creation(self.node_sites[inner]))
+        keep_position = positional and arg.keyword is None and i < len(expected) and expected[i] == name
+        positional = positional and keep_position
+        args.append(arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+                    if keep_position else syntax.keyword(name, arg.value))
+        continue
       if self.call_time & source.names_in(arg.value):
         # A size read from the inputs (`x.shape[-1]`) is one NNX knows when it
         # builds: the inputs' sizes are arguments of the constructor.

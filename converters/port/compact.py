@@ -152,6 +152,10 @@ class CompactWriter(classes.ClassWriter):
 
   def nnx_path(self, child: tracing.Created) -> tuple:
     """Where `child` (created by the traced instance) is in the port."""
+    if child.site in self.inlined:
+      outer_site, attribute = self.inlined[child.site]
+      outer = next(c for c in child.parent.children if c.site == outer_site)
+      return self.nnx_path(outer) + (attribute,)
     attribute, is_list = self.attributes[child.site]
     if not is_list:
       return (attribute,)
@@ -208,6 +212,8 @@ class CompactWriter(classes.ClassWriter):
         if not isinstance(statement, cst.SimpleStatementLine):
           self.fail(statement, 'a module created in a statement the port does not handle; port it by hand')
         for node in finder.found:
+          if node in self.node_sites and self.node_sites[node] in self.inlined:
+            continue  # written inside the creation it is an argument of
           if node in self.own:
             variable = self.own[node]
             line = cst.Assign([cst.AssignTarget(syntax.expression(f'self.{variable.name}'))], variable.creation)

@@ -16,7 +16,7 @@ import sys
 import libcst as cst
 
 from converters.paths import PathMapping, PathRule, format_path
-from converters.port import classes, references, source, syntax, tracing
+from converters.port import classes, layers, references, source, syntax, tracing
 
 _HEADER = '''"""NNX port of `{origin}`, written by `linen-nnx port {factory}`.
 
@@ -209,6 +209,7 @@ def path_pairs(
   (`('Conv_0', 'kernel')`), where `index` is `(linen position, nnx position)`
   of a looped layer's index that `{i}` can stand for."""
   modules: dict[tuple, tuple[tuple, tuple[int, int] | None]] = {(): ((), None)}
+  renames: dict[tuple, dict[str, str]] = {(): {}}
   for instance in root.walk():
     port = ports.get(instance.cls)
     if port is None:
@@ -229,6 +230,7 @@ def path_pairs(
         if not others and all(c.name == f'{prefix}_{k}' for k, c in enumerate(siblings)):
           index = (len(child.path) - 1, len(nnx_path) - 1)
       modules[child.path] = (nnx_path, index)
+      renames[child.path] = dict(getattr(layers.layer_spec(child.cls), 'variable_renames', ()))
   pairs = []
   for collection, tree in variables.items():
     flat = _flatten(tree)
@@ -238,7 +240,9 @@ def path_pairs(
           nnx_prefix, index = modules[path[:cut]]
           if cut == len(path):
             continue
-          pairs.append((path, nnx_prefix + path[cut:], index))
+          rest = path[cut:]
+          rest = (renames[path[:cut]].get(rest[0], rest[0]),) + rest[1:]  # `if` -> `if_`
+          pairs.append((path, nnx_prefix + rest, index))
           break
       else:
         raise LookupError(f'{collection}/{format_path(path)} belongs to no module the port wrote')

@@ -43,6 +43,13 @@ class LayerSpec:
   mode: tuple[tuple[str, bool], ...] = ()
   rngs: bool = True
   out_features: str | None = 'features'
+  #: Where to read the input size of a layer Linen calls only inside a
+  #: transform (an RNN cell): a kernel's path in its variables, axis 0.
+  in_from_kernel: tuple[str, ...] | None = None
+  #: Linen variable names NNX spells otherwise (`if` is a keyword).
+  variable_renames: tuple[tuple[str, str], ...] = ()
+  #: Linen fields holding a module, and the NNX attribute that holds its port.
+  module_fields: tuple[tuple[str, str], ...] = ()
 
   @property
   def nnx_class(self) -> type:
@@ -76,6 +83,15 @@ LAYERS: tuple[LayerSpec, ...] = (
         out_features=None,
     ),
     LayerSpec(nn.Dropout, 'nnx.Dropout', mode=(('deterministic', True),), out_features=None),
+    # Linen's OptimizedLSTMCell has LSTMCell's parameters (NNX's fuses them).
+    *(
+        LayerSpec(
+            cell, 'nnx.LSTMCell', 'in_features', renames=(('features', 'hidden_features'),),
+            in_from_kernel=('ii', 'kernel'), variable_renames=(('if', 'if_'),),
+        )
+        for cell in (nn.LSTMCell, nn.OptimizedLSTMCell)
+    ),
+    LayerSpec(nn.RNN, 'nnx.RNN', out_features=None, module_fields=(('cell', 'cell'),)),
 )
 
 _BY_CLASS = {spec.linen: spec for spec in LAYERS}

@@ -112,6 +112,20 @@ def test_zoo_resnet_conditions_and_sizes_hold_for_other_stage_counts(tmp_path):
   assert_generated_port(model, import_file(str(out)), modes=result.modes)
 
 
+def test_zoo_lstm_cell_goes_into_the_nnx_rnn_with_its_gate_renamed(tmp_path):
+  from model_zoo.linen import rnn
+
+  model = LinenModel(rnn.RNNLM(configs.RNNConfig()), jnp.zeros((2, 5), jnp.int32))
+  result, out, _ = _port(tmp_path, 'rnn', model)
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  # The cell, called only inside Linen's scan, takes the size its kernel has.
+  assert 'self.rnn = nnx.RNN(nnx.LSTMCell(config.embed_dim, config.hidden, rngs=rngs), rngs=rngs)' in text
+  assert "PathRule('LSTMCell_0/if/kernel', 'rnn/cell/if_/kernel')" in text
+  other = configs.RNNConfig(vocab_size=20, embed_dim=6, hidden=9)
+  assert_generated_port(LinenModel(rnn.RNNLM(other), jnp.ones((3, 4), jnp.int32)), import_file(str(out)))
+
+
 def test_zoo_cnn_with_its_input_shape_and_another_configuration(tmp_path):
   config = configs.CNNConfig()
   images = jnp.ones((2, config.image_size, config.image_size, config.in_channels))
