@@ -18,9 +18,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import linen as nn
 from flax import nnx
 
 from converters.linen_model import LinenModel
+from converters.port import tracing
 from converters.testing import assert_port_equivalent
 
 
@@ -34,17 +36,37 @@ def import_file(path: str) -> types.ModuleType:
   return module
 
 
+def _vocabulary(linen_model: LinenModel) -> int:
+  """The fewest rows of the model's embeddings (1 if it has none): integer
+  inputs drawn below it index every table."""
+  root, _ = tracing.trace(linen_model.module, *linen_model.args, **linen_model.kwargs)
+  sizes = [c.module.num_embeddings for c in root.walk() if isinstance(c.module, nn.Embed)]
+  return min(sizes, default=1)
+
+
 def example_inputs(linen_model: LinenModel) -> tuple[tuple, dict]:
   """The factory's inputs made concrete: shapes become arrays (floats drawn
-  from a normal distribution, integers zeros); arrays are kept."""
+  from a normal distribution, integers drawn below the smallest embedding's
+  size, so that a proof is not made on token 0 alone); arrays are kept, but
+  integer arrays of zeros (placeholders) are drawn as shapes are."""
   key = iter(jax.random.split(jax.random.key(0), 64))
+  vocabulary = None
 
   def concrete(x):
-    if isinstance(x, jax.ShapeDtypeStruct):
-      if jnp.issubdtype(x.dtype, jnp.floating):
-        return jax.random.normal(next(key), x.shape, x.dtype)
-      return jnp.zeros(x.shape, x.dtype)
-    return x
+    nonlocal vocabulary
+    if not hasattr(x, 'shape') or not hasattr(x, 'dtype'):
+      return x
+    placeholder = isinstance(x, jax.ShapeDtypeStruct) or (
+        jnp.issubdtype(x.dtype, jnp.integer) and not bool(jnp.any(x))
+    )
+    if not placeholder:
+      return x
+    if jnp.issubdtype(x.dtype, jnp.floating):
+      return jax.random.normal(next(key), x.shape, x.dtype)
+    if jnp.issubdtype(x.dtype, jnp.integer):
+      vocabulary = vocabulary or _vocabulary(linen_model)
+      return jax.random.randint(next(key), x.shape, 0, vocabulary, x.dtype)
+    return jnp.zeros(x.shape, x.dtype)
 
   return jax.tree.map(concrete, (linen_model.args, dict(linen_model.kwargs)))
 
