@@ -5,10 +5,29 @@ class it uses (Flax's layers become their NNX counterparts), the path
 mapping beside them (`PATHS`), and proves the file with
 `converters.testing.assert_port_equivalent`. What it cannot write it writes
 as a stub that raises, and says so.
+
+Names are imported when first used: the test file a port writes needs only
+`assert_generated_port` and `import_file`, which run without the `port`
+extra (libcst, ruff) installed.
 """
 
-from converters.port.errors import PortOutputError, Untranslatable
-from converters.port.generate import PortResult, Stub, port, write
-from converters.port.prove import assert_generated_port, import_file
+import importlib
 
-__all__ = ['PortOutputError', 'PortResult', 'Untranslatable', 'Stub', 'assert_generated_port', 'import_file', 'port', 'write']
+_WHERE = {
+    'PortOutputError': 'converters.port.errors',
+    'Untranslatable': 'converters.port.errors',
+    'PortResult': 'converters.port.generate',
+    'Stub': 'converters.port.generate',
+    'port': 'converters.port.generate',
+    'write': 'converters.port.generate',
+    'assert_generated_port': 'converters.port.prove',
+    'import_file': 'converters.port.prove',
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+  if name not in _WHERE:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  return getattr(importlib.import_module(_WHERE[name]), name)

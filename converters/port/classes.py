@@ -59,7 +59,8 @@ class ClassPort:
     inputs: the constructor arguments made of input sizes.
     modes: `__call__` arguments that became the module's mode -> their value
       in training.
-    fields: the Linen fields, which the constructor takes first.
+    call_parameters: `__call__`'s parameters (positional, then keyword-only).
+    writer: the writer, which says where each submodule went (`nnx_path`).
   """
 
   cls: type
@@ -67,10 +68,8 @@ class ClassPort:
   attributes: dict[tracing.Site, tuple[str, bool]]
   inputs: list[InputParameter]
   modes: dict[str, bool]
-  fields: list[str]
-  call_parameters: list[str] = dataclasses.field(default_factory=list)
-  paths: dict = dataclasses.field(default_factory=dict)
-  writer: object = None
+  call_parameters: list[str]
+  writer: ClassWriter
 
   def nnx_path(self, instance: tracing.Created, child: tracing.Created) -> tuple:
     """Where `child` (created by `instance`, any instance of this class) is
@@ -221,16 +220,9 @@ class ClassWriter:
   @staticmethod
   def _origin_placeholder(origin) -> str:
     if isinstance(origin, shapes.FieldLength):
-      text = origin.access[0]
-      for a in origin.access[1:]:
-        text += f'[{a}]' if isinstance(a, int) else f'.{a}'
-      return f'len({text})'
+      return f'len({shapes.access_source(origin.access)})'
     if isinstance(origin, shapes.FieldValue):
-      text = origin.access[0]  # `__init__`'s argument of that name
-      for k, a in enumerate(origin.access[1:]):
-        last = k == len(origin.access) - 2 and origin.last
-        text += ('[-1]' if last else f'[{a}]') if isinstance(a, int) else f'.{a}'
-      return text
+      return shapes.access_source(origin.access, origin.last)
     return f'__input_{origin.index}_{origin.dim}'
 
   def _symbolic_child(self, child: tracing.Created) -> tracing.Created:
@@ -342,8 +334,7 @@ class ClassWriter:
           kernel = kernel.get(key, {}) if isinstance(kernel, dict) else {}
         if hasattr(kernel, 'shape'):
           value = kernel.shape[0]
-          texts.add(self._child_size(symbolic, value) if id(symbolic) in self._tables else
-                    self.size_source(value, self.symbolic_of(child.parent).table))
+          texts.add(self._child_size(symbolic, value))
           if child.parent is self.instance:
             values.append(value)
           continue
@@ -401,7 +392,7 @@ class ClassWriter:
       if id(loop) not in self.running:
         if not all(self._out_source(s) is not None for s in self._sites_in(loop)):
           return None
-        if uniform and not any(self._changes_size(s) for s in self._sites_in(loop)):
+        if uniform and not any(self._out_source(s) for s in self._sites_in(loop)):
           return None  # every layer of the loop keeps the size: the size itself reads better
         initial = self.size_source(values[0])
         taken = source.names_in(self.method)
@@ -415,10 +406,6 @@ class ClassWriter:
 
   def _sites_in(self, loop) -> list:
     return [site for site, (n, _) in self.sites.items() if loop in self.file.ancestors(n)]
-
-  def _changes_size(self, site) -> bool:
-    source_text = self._out_source(site)
-    return bool(source_text)
 
   def _out_source(self, site) -> str | None:
     """Source of the output size of `site`'s modules: `''` for a layer that
@@ -577,13 +564,7 @@ class ClassWriter:
     ]
     node = self.cdef.with_changes(bases=bases, body=self.cdef.body.with_changes(body=body))
     node = node.visit(references.LinenReferences(self.file, self.cls, strict=False))
-    paths = {
-        id(child): self.nnx_path(child) for _, children in self.sites.values() for child in children
-    }
-    return ClassPort(
-        self.cls, node, self.attributes, inputs, self.modes, self.field_names,
-        call_parameters=self.params, paths=paths, writer=self,
-    )
+    return ClassPort(self.cls, node, self.attributes, inputs, self.modes, self.params, self)
 
   def _own_variables(self) -> dict[cst.Call, variables.OwnVariable]:
     """`self.param(...)` / `self.variable(...)` calls of the method, written."""

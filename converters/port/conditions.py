@@ -34,13 +34,6 @@ class _Atom:
   holds: Callable[[dict, int], bool]  # (configuration, input size) -> value
 
 
-def _source_of(access: tuple) -> str:
-  text = access[0]
-  for a in access[1:]:
-    text += f'[{a}]' if isinstance(a, int) else f'.{a}'
-  return text
-
-
 def _leaves(module) -> dict[tuple, object]:
   """Every integer, tuple of integers and flag of a module's configuration."""
   out = {}
@@ -109,7 +102,7 @@ def _observations(instances, sites, array_index: int):
 def _atoms(leaves: dict, size_name: str) -> list[_Atom]:
   atoms = []
   for access, value in leaves.items():
-    text = _source_of(access)
+    text = shapes.access_source(access)
     if isinstance(value, bool):
       atoms.append(_Atom(text, lambda c, s, a=access: bool(c.get(a))))
       atoms.append(_Atom(f'not {text}', lambda c, s, a=access: not c.get(a)))

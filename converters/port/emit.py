@@ -194,9 +194,9 @@ def _imports_linen(statement) -> bool:
 
 
 def _import_order(code: str) -> tuple:
+  """Standard library first (ruff's isort orders the rest)."""
   module = code.split()[1]
-  third_party = module.split('.')[0] in sys.stdlib_module_names
-  return (0 if third_party else 1, code)
+  return (0 if module.split('.')[0] in sys.stdlib_module_names else 1, code)
 
 
 # --- the path mapping

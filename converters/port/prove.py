@@ -22,7 +22,7 @@ from flax import linen as nn
 from flax import nnx
 
 from converters.linen_model import LinenModel
-from converters.port import tracing
+from converters.port import shapes, tracing
 from converters.testing import assert_port_equivalent
 
 
@@ -187,7 +187,7 @@ def other_configurations(linen_model: LinenModel, most: int = 1):
   with every floating input one wider, else on the same inputs; else the
   wider inputs alone."""
   module = linen_model.module
-  names = [f.name for f in dataclasses.fields(module) if f.init and f.name not in ('parent', 'name')]
+  names = shapes.module_fields(module)
   attempts = []
   for keep in ('both', 'tuples', 'integers'):
     fields, changes = {}, []

@@ -185,7 +185,6 @@ class SymbolicTrace:
 
   root: tracing.Created
   table: SymbolTable
-  inputs: list[tuple[int, str, Any]]
   variables: dict = dataclasses.field(default_factory=dict)
 
 
@@ -241,7 +240,7 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
         shape[d] = symbol
         args[i] = jax.ShapeDtypeStruct(tuple(shape), a.dtype)
     root, variables = tracing.trace(module.clone(**fields), *args, **call.kwargs)
-    return SymbolicTrace(root, table, array_arguments(root.calls[0], argument_names), variables)
+    return SymbolicTrace(root, table, variables)
 
   def works(chosen) -> bool:
     try:
@@ -269,7 +268,7 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       others = [attempt(table, symbols, set(kept), [(leaf, leaf[2] + k)]) for k in (1, 2)]
     except Exception:  # noqa: BLE001 - the code takes no other value of it
       continue
-    what = _source_text((leaf[0],) + leaf[1])
+    what = access_source((leaf[0],) + leaf[1])
     _with_count(traced, others, lambda v, s=symbols[count], b=leaf[2], w=what: _linear(v, s, b, w))
   # A tuple's length is a count too (one layer per entry): traced one and two
   # entries longer (the last again), a size written with `len(...)`.
@@ -288,7 +287,7 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       continue
     order, start = ((1, 0, 2), len(value) - 1) if shorter else ((0, 1, 2), len(value))
 
-    def fit(v, length=length, order=order, start=start, what=f'len({_source_text((name,) + access)})'):
+    def fit(v, length=length, order=order, start=start, what=f'len({access_source((name,) + access)})'):
       fitted = _fit_length(tuple(v[i] for i in order), length, start)
       if fitted is None:
         return Unfitted(v[0], what)
@@ -298,10 +297,15 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
   return traced
 
 
-def _source_text(access: tuple) -> str:
-  text = access[0]
-  for a in access[1:]:
-    text += f'[{a}]' if isinstance(a, int) else f'.{a}'
+def access_source(access: tuple, last: bool = False) -> str:
+  """`('config', 'features', 0)` as `__init__` reads it: `config.features[0]`
+  (`[-1]` for the last entry of a tuple, when `last`)."""
+  text = access[0]  # `__init__`'s argument of that name
+  for k, a in enumerate(access[1:]):
+    if isinstance(a, int):
+      text += '[-1]' if last and k == len(access) - 2 else f'[{a}]'
+    else:
+      text += f'.{a}'
   return text
 
 

@@ -24,7 +24,9 @@ import flax
 import jax
 from flax import linen as nn
 
-# Frames inside these are the machinery between the user's code and the event.
+# Frames inside these are the machinery between the user's code and the event:
+# Flax, JAX, this package, and Python's standard library (dataclasses'
+# generated `__init__`, `functools.partial`).
 _SKIPPED = tuple(
     os.path.dirname(m.__file__) + os.sep for m in (flax, jax)
 ) + (os.path.dirname(__file__) + os.sep, os.path.dirname(dataclasses.__file__) + os.sep)

@@ -203,3 +203,15 @@ def test_a_port_never_writes_over_its_source(tmp_path):
   with pytest.raises(PortOutputError, match='read from'):
     port(linen_models.stack(), source, factory=f'{FACTORIES}:stack')
   assert open(source).read() == before
+
+
+def test_the_written_test_runs_without_the_port_extra():
+  # What the test file imports must not need libcst (the `port` extra):
+  # users' CI runs it where only the kit is installed.
+  import subprocess
+  import sys
+
+  code = ('import sys\nfrom converters.port import assert_generated_port, import_file\n'
+          "assert 'libcst' not in sys.modules, 'libcst imported'\n")
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr
