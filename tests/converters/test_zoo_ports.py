@@ -427,6 +427,9 @@ def test_random_lstm_ports_are_equivalent(config, cell):
   assert_port_equivalent(linen_rnn.RNNLM(config), variables, model, x, paths=mapping(table), atol=atol)
 
 
+# Nightly only: `test_random_transformer_ports_are_equivalent` covers the
+# transformer in CI, on the (2, 4) mesh and the zoo's rules.
+@pytest.mark.nightly
 @compiling
 @given(
     data=st.data(),
