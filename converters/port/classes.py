@@ -59,6 +59,9 @@ class ClassPort:
     inputs: the constructor arguments made of input sizes.
     modes: `__call__` arguments that became the module's mode -> their value
       in training.
+    field_modes: fields that became the module's mode (`deterministic` of a
+      block that only hands it to its dropouts) -> their value in training;
+      the NNX constructor does not take them.
     call_parameters: `__call__`'s parameters (positional, then keyword-only).
     writer: the writer, which says where each submodule went (`nnx_path`).
   """
@@ -70,6 +73,7 @@ class ClassPort:
   modes: dict[str, bool]
   call_parameters: list[str]
   writer: ClassWriter
+  field_modes: dict[str, bool] = dataclasses.field(default_factory=dict)
 
   def nnx_path(self, instance: tracing.Created, child: tracing.Created) -> tuple:
     """Where `child` (created by `instance`, any instance of this class) is
@@ -115,6 +119,7 @@ class ClassWriter:
     # method both, or `setup` and `__call__`.
     self.method, self.call = self._methods()
     self.field_names = shapes.module_fields(instance.module)
+    self.field_modes: dict[str, bool] = {}
     self.params = [p.name.value for p in self.call.params.params[1:]] + [
         p.name.value for p in self.call.params.kwonly_params
     ]
@@ -285,10 +290,18 @@ class ClassWriter:
     return out
 
   def _mode_argument(self, value: cst.BaseExpression, eval_value: bool, node) -> None:
-    """Checks that a mode field's value is a call flag (or its negation)
-    and records the flag's value in training."""
+    """Checks that a mode field's value is a call flag or a bool field of
+    the module (or its negation) and records its value in training."""
     negated = isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Not)
     inner = value.expression if negated else value
+    train_value = eval_value if negated else not eval_value
+    if (isinstance(inner, cst.Attribute) and isinstance(inner.value, cst.Name)
+        and inner.value.value == 'self' and inner.attr.value in self.field_names
+        and all(isinstance(getattr(i.module, inner.attr.value), bool) for i in self.instances)):
+      # A field handed on to the layers' modes: the port's mode too.
+      if self.field_modes.setdefault(inner.attr.value, train_value) != train_value:
+        self.fail(node, f'self.{inner.attr.value} sets modes both ways; port it by hand')
+      return
     if isinstance(inner, cst.Name) and inner.value not in self.params:
       alias = self.locals.get(inner.value)
       if alias is not None:
@@ -299,9 +312,9 @@ class ClassWriter:
       self.fail(
           node,
           f'{self.file.code(value)} sets a layer\'s mode from something other than an '
-          'argument of __call__; port it by hand (NNX sets it with model.train() / .eval())',
+          'argument of __call__ or a bool field; port it by hand (NNX sets it with '
+          'model.train() / .eval())',
       )
-    train_value = eval_value if negated else not eval_value
     if self.modes.setdefault(inner.value, train_value) != train_value:
       self.fail(node, f'{inner.value} sets modes both ways; port it by hand')
 
@@ -505,9 +518,17 @@ class ClassWriter:
   def _module_creation(self, site, node, arguments) -> cst.BaseExpression:
     _, children = self.sites[site]
     port = self.child_ports[children[0].cls]
-    args = [arg for field, arg in arguments if field != 'name']
+    # Fields the child's port takes as its mode leave the creation (NNX's
+    # model.train() / .eval() reach every submodule); the rest keep their
+    # order, as the port's constructor keeps the fields'.
+    args = []
     for field, arg in arguments:
-      if field != 'name' and self.call_time & source.names_in(arg.value):
+      if field in port.field_modes:
+        self._mode_argument(arg.value, not port.field_modes[field], node)
+      elif field != 'name':
+        args.append(arg)
+    for field, arg in arguments:
+      if field != 'name' and field not in port.field_modes and self.call_time & source.names_in(arg.value):
         self.fail(
             node,
             f'{field}={self.file.code(arg.value)} depends on the inputs of the call; port it by hand',
@@ -535,7 +556,10 @@ class ClassWriter:
     """The NNX class: `__init__` from `init_body` where the creating method
     was, then the class's other statements, `methods` rewritten."""
     inputs = self._input_parameters()
-    fields = _fields(self.cdef, self.cls, self.file, self.field_names)
+    fields = [
+        f for f in _fields(self.cdef, self.cls, self.file, self.field_names)
+        if f.target.value not in self.field_modes
+    ]
     init = self._init_method(fields, inputs, init_body)
     placeholders = {}
     for parameter in inputs:
@@ -564,7 +588,27 @@ class ClassWriter:
     ]
     node = self.cdef.with_changes(bases=bases, body=self.cdef.body.with_changes(body=body))
     node = node.visit(references.LinenReferences(self.file, self.cls, strict=False))
-    return ClassPort(self.cls, node, self.attributes, inputs, self.modes, self.params, self)
+    self._check_mode_fields_gone(node, init)
+    return ClassPort(self.cls, node, self.attributes, inputs, self.modes, self.params, self,
+                     dict(self.field_modes))
+
+  def _check_mode_fields_gone(self, node: cst.ClassDef, init: cst.FunctionDef) -> None:
+    """A field taken as the mode is read nowhere else: NNX's mode replaces it."""
+    if not self.field_modes:
+      return
+    left = set()
+
+    class Reads(cst.CSTVisitor):
+      def visit_Attribute(self, n):
+        if isinstance(n.value, cst.Name) and n.value.value == 'self':
+          left.add(n.attr.value)
+
+    node.visit(Reads())
+    left |= source.names_in(init.body)
+    for field in self.field_modes:
+      if field in left:
+        self.fail(self.cdef, f'the field {field!r} sets the layers\' modes and does more (NNX sets '
+                  'modes with model.train() / .eval()); port it by hand')
 
   def _own_variables(self) -> dict[cst.Call, variables.OwnVariable]:
     """`self.param(...)` / `self.variable(...)` calls of the method, written."""
@@ -635,7 +679,9 @@ class ClassWriter:
         return updated
 
     body = [s.visit(Arguments()) for s in body]
-    statements = [syntax.statement(f'self.{n} = {n}\n') for n in self.field_names] + body
+    statements = [
+        syntax.statement(f'self.{n} = {n}\n') for n in self.field_names if n not in self.field_modes
+    ] + body
     return cst.FunctionDef(
         name=cst.Name('__init__'),
         params=cst.Parameters(params=params, star_arg=cst.ParamStar(), kwonly_params=kwonly),

@@ -53,8 +53,8 @@ class PortResult:
     text: the generated file.
     classes: the classes written (stubs included), innermost first.
     stubs: the classes written as stubs, with why.
-    modes: the call flags the model's port takes as its mode, with their
-      value in training (`{'train': True}`).
+    modes: the call flags (and fields) the model's port takes as its mode,
+      with their value in training (`{'train': True}`).
     checks: `(check, outcome, figure)` rows: the proof, ruff, timings.
     proven: whether the proof held (False with stubs: nothing was run).
   """
@@ -138,7 +138,8 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
 
   visit(root)
   mapping = emit.mapping_of(emit.path_pairs(root, variables, ports)) if not stubs else emit.PathMapping([])
-  modes = ports[type(module)].modes if type(module) in ports else {}
+  # The model's mode: its call's flags and its fields that the mode replaced.
+  modes = {**ports[type(module)].modes, **ports[type(module)].field_modes} if type(module) in ports else {}
   generated = emit.write_file(
       written, mapping, factory=factory, module_name=module_name, test_name=test_name, modes=modes,
   )

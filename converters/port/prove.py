@@ -107,11 +107,21 @@ def build(nnx_class: type, linen_model: LinenModel, seed: int = 0) -> nnx.Module
   return nnx_class(**nnx_arguments(nnx_class, linen_model), rngs=nnx.Rngs(seed))
 
 
+def mode_fields(linen_model: LinenModel, modes: Mapping[str, bool]) -> dict[str, bool]:
+  """The modes that are fields of the model (not flags of its call), with
+  their value in training."""
+  names = list(inspect.signature(type(linen_model.module).__call__).parameters)[1:]
+  fields = shapes.module_fields(linen_model.module)
+  return {k: v for k, v in modes.items() if k not in names and k in fields}
+
+
 def call_keywords(linen_model: LinenModel, modes: Mapping[str, bool]) -> tuple[tuple, dict, dict, dict | None]:
   """`(inputs, linen eval kwargs, nnx kwargs, linen train kwargs)`: the
-  mode flags (`train`) given to Linen only, at their eval and train values."""
+  mode flags (`train`) given to Linen only, at their eval and train values
+  (modes that are fields of the model are not the call's: left out)."""
   args, kwargs = example_inputs(linen_model)
   names = list(inspect.signature(type(linen_model.module).__call__).parameters)[1:]
+  modes = {k: v for k, v in modes.items() if k not in mode_fields(linen_model, modes)}
   args = list(args)
   for flag in modes:
     if flag in names and names.index(flag) < len(args):
@@ -142,7 +152,18 @@ def assert_generated_port(
   """
   nnx_class = getattr(generated, type(linen_model.module).__name__)
   modes = dict(modes or {})
+  fields = mode_fields(linen_model, modes)
+  if fields:
+    # The model's own fields set its mode: Linen is checked in eval mode (the
+    # fields at their eval values) against `model.eval()`; a training step
+    # would need another Linen module, so it is not compared.
+    linen_model = LinenModel(
+        linen_model.module.clone(parent=None, **{f: not train for f, train in fields.items()}),
+        *linen_model.args, **linen_model.kwargs,
+    )
   inputs, eval_kwargs, nnx_kwargs, train_kwargs = call_keywords(linen_model, modes)
+  if fields:
+    train_kwargs = None
   variables = linen_variables(linen_model, inputs, eval_kwargs)
   model = build(nnx_class, linen_model)
   assert_port_equivalent(

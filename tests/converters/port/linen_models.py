@@ -283,3 +283,60 @@ def awkward() -> LinenModel:
 
 def channels_first(size: int = 4) -> LinenModel:
   return LinenModel(ChannelsFirst(), jnp.ones((2, size, size, 3)), train=False)
+
+
+class Inner(nn.Module):
+  """A dense layer and a dropout, whose mode a field sets."""
+
+  features: int
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(self.features)(x)
+    return nn.Dropout(0.5, deterministic=self.deterministic)(x)
+
+
+class HandsOnModes(nn.Module):
+  """`train` handed down as fields: `deterministic=not train` to a block,
+  which hands its own `deterministic` to its dropout and to `Inner`."""
+
+  features: int
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x):
+    x = Inner(self.features, self.deterministic, name='inner')(x)
+    x = nn.Dropout(0.25)(x, deterministic=self.deterministic)
+    return nn.Dense(self.features, name='out')(x)
+
+
+class ModesByField(nn.Module):
+  features: int = 6
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    return HandsOnModes(self.features, deterministic=not train)(x)
+
+
+class ReadsItsModeField(nn.Module):
+  """Its `deterministic` sets a dropout and is read as a number too."""
+
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dropout(0.5, deterministic=self.deterministic)(x)
+    return x * self.deterministic
+
+
+def modes_by_field(features: int = 6) -> LinenModel:
+  return LinenModel(ModesByField(features), jnp.ones((2, 3)))
+
+
+def hands_on_modes() -> LinenModel:
+  return LinenModel(HandsOnModes(4, deterministic=False), jnp.ones((2, 3)))
+
+
+def reads_its_mode_field() -> LinenModel:
+  return LinenModel(ReadsItsModeField(), jnp.ones((2, 3)))

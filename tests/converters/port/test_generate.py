@@ -107,6 +107,22 @@ def test_setup_modules_keep_their_attributes_and_lists_become_nnx_lists(tmp_path
   assert result.modes == {'deterministic': False}
 
 
+def test_fields_that_only_set_modes_become_the_nnx_mode(tmp_path):
+  # `train` -> `deterministic=not train` of a block -> its dropouts and a
+  # child's field: one mode, set by model.train() / .eval().
+  result, out, _ = _port(tmp_path, 'modes_by_field', linen_models.modes_by_field())
+  assert result.proven, (result.failure, result.checks)
+  assert result.modes == {'train': True}
+  text = out.read_text()
+  assert 'def __init__(self, features: int, *, in_features: int, rngs: nnx.Rngs):' in text
+  assert 'self.inner = Inner(features, in_features=in_features, rngs=rngs)' in text
+  assert 'deterministic' not in text.split('class Inner')[1].split('class HandsOnModes')[0]
+  # The model's own field: checked in eval mode, Linen at `deterministic=True`.
+  result, out, _ = _port(tmp_path, 'hands_on_modes', linen_models.hands_on_modes())
+  assert result.proven, (result.failure, result.checks)
+  assert result.modes == {'deterministic': False}
+
+
 def test_zoo_resnet_conditions_and_sizes_hold_for_other_stage_counts(tmp_path):
   from model_zoo.linen import resnet
 
@@ -181,6 +197,7 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('uses_make_rng', "self.make_rng(...) is Linen's own Module API"),
     ('uses_unknown_layer', "Flax's SpectralNorm has no NNX counterpart"),
     ('depends_on_inputs', 'no condition on the configuration and input size agrees with when Linen creates the modules under `if x.shape[-1] > 2`'),
+    ('reads_its_mode_field', "the field 'deterministic' sets the layers' modes and does more"),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
   result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())
