@@ -25,6 +25,7 @@ import libcst as cst
 from flax import linen as nn
 
 from converters.port import (
+  helpers,
   layers,
   references,
   shapes,
@@ -62,6 +63,8 @@ class ClassPort:
     field_modes: fields that became the module's mode (`deterministic` of a
       block that only hands it to its dropouts) -> their value in training;
       the NNX constructor does not take them.
+    helpers: the file's functions that make layers, as the port writes
+      them (`converters.port.helpers`), by name.
     call_parameters: `__call__`'s parameters (positional, then keyword-only).
     writer: the writer, which says where each submodule went (`nnx_path`).
   """
@@ -74,6 +77,7 @@ class ClassPort:
   call_parameters: list[str]
   writer: ClassWriter
   field_modes: dict[str, bool] = dataclasses.field(default_factory=dict)
+  helpers: dict[str, cst.FunctionDef] = dataclasses.field(default_factory=dict)
 
   def nnx_path(self, instance: tracing.Created, child: tracing.Created) -> tuple:
     """Where `child` (created by `instance`, any instance of this class) is
@@ -172,21 +176,47 @@ class ClassWriter:
   # --- what is created where
 
   def _sites(self) -> dict[tracing.Site, tuple[cst.Call, list[tracing.Created]]]:
+    """Creation site -> `(expression, the modules made there)`: the expression
+    of the method that creates them, or calls the file's function that does
+    (`_norm(config, 'attention_norm')`: `self.helpers`)."""
     sites: dict[tracing.Site, tuple[cst.Call, list[tracing.Created]]] = {}
-    method_range = self.file.positions[self.method]
+    self.helpers: dict[tracing.Site, helpers.HelperPort] = {}
     for child in (c for instance in self.instances for c in instance.children):
-      node = self.file.call_at(child.site) if child.site else None
-      inside = node is not None and (
-          method_range.start.line <= child.site.line <= method_range.end.line
-      )
-      if not inside:
+      site = self.site_of(child)
+      node = self.file.call_at(site) if site else None
+      if site is not None and site != child.site:
+        function = helpers.function_at(self.file, child.site.line)
+        if not (isinstance(node.func, cst.Name) and node.func.value == function.name.value):
+          self.fail(node, f'{child.cls.__name__} {child.name!r} is created by {function.name.value}(...) '
+                    'through another function; port it by hand')
+        if site not in self.helpers:
+          self.helpers[site] = helpers.port_helper(self.file, function, self.cls)
+      if node is None:
         self.fail(
             self.method,
             f'{child.cls.__name__} {child.name!r} is not created by an expression of '
             f'{self.cls.__name__}.{self.method.name.value} (created at {child.site}); port it by hand',
         )
-      sites.setdefault(child.site, (node, []))[1].append(child)
+      sites.setdefault(site, (node, []))[1].append(child)
     return sites
+
+  def site_of(self, child: tracing.Created) -> tracing.Site | None:
+    """Where the method creates `child`: its own site, or the call of a
+    function of the file that made it; None if neither is in the method."""
+    method_range = self.file.positions[self.method]
+
+    def in_method(site):
+      return (site is not None and site.filename == self.file.path
+              and method_range.start.line <= site.line <= method_range.end.line
+              and self.file.call_at(site) is not None)
+
+    if in_method(child.site):
+      return child.site
+    if child.site is None or child.site.filename != self.file.path:
+      return None
+    if helpers.function_at(self.file, child.site.line) is None:
+      return None
+    return next((s for s in child.stack[1:] if in_method(s)), None)
 
   @staticmethod
   def _argument(call: cst.Call, keyword: str) -> cst.BaseExpression | None:
@@ -323,6 +353,20 @@ class ClassWriter:
     node, children = self.sites[site]
     child = children[0]
     spec = layers.layer_spec(child.cls)
+    if site in self.helpers:
+      size = None
+      if self.helpers[site].size_parameter is not None:
+        def axis_of(child):
+          axis = layers.feature_axis(child.module)
+          if axis is None:
+            self.fail(node, f'{child.cls.__name__} over several feature axes; port it by hand')
+          return axis
+
+        size = self._in_size(site, node, axis_of)
+      for arg in node.args:
+        if self.call_time & source.names_in(arg.value):
+          self.fail(node, f'{self.file.code(arg.value)} depends on the inputs of the call; port it by hand')
+      return self.helpers[site].call(node, size)
     arguments = self._linen_arguments(node, child.cls)
     if spec is not None:
       return self._layer_creation(site, node, spec, arguments)
@@ -390,8 +434,8 @@ class ClassWriter:
       before = order[index - 1]
       if k == 0:
         made_before = next((c for c in self.instance.children if c.name == before.name), None)
-        if made_before is not None and made_before.site in self.sites:
-          previous_loops = self._loops(self.sites[made_before.site][0])
+        if made_before is not None and self.site_of(made_before) in self.sites:
+          previous_loops = self._loops(self.sites[self.site_of(made_before)][0])
         # The first layer of the loop starts from what came before it; any
         # other chains from the layer before it in the loop (two streams in
         # one loop do not).
@@ -426,6 +470,8 @@ class ClassWriter:
     node, children = self.sites[site]
     child = children[0]
     spec = layers.layer_spec(child.cls)
+    if site in self.helpers:
+      return '' if spec is not None and spec.out_features is None else None
     arguments = dict(self._linen_arguments(node, child.cls))
     if spec is not None:
       if spec.out_features is None:
@@ -459,7 +505,10 @@ class ClassWriter:
         return axis
 
       in_size = self._in_size(site, node, axis_of)
-      args.append(cst.Arg(syntax.expression(in_size)))
+      if spec.in_features_first():
+        args.append(cst.Arg(syntax.expression(in_size)))
+      if spec.one_input:
+        self._check_one_input(site, node, spec)
     positional = True
     expected = [p for p in spec.nnx_positional() if p != spec.in_features]
     for i, (field, arg) in enumerate(arguments):
@@ -494,9 +543,25 @@ class ClassWriter:
           arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
           if keep_position else syntax.keyword(name, arg.value)
       )
+    if spec.in_features is not None and not spec.in_features_first():
+      args.append(syntax.keyword(spec.in_features, syntax.expression(in_size)))
+    for field in spec.linen_defaults:
+      if field not in {f for f, _ in arguments}:
+        args.append(syntax.keyword(spec.nnx_argument(field), syntax.expression(repr(spec.linen_default(field)))))
     if spec.rngs:
       args.append(syntax.keyword('rngs', cst.Name('rngs')))
     return cst.Call(syntax.expression(spec.nnx), syntax.normalised(args))
+
+  def _check_one_input(self, site, node, spec: layers.LayerSpec) -> None:
+    """Every call gives the layer one array besides its mask (self-attention):
+    NNX's layer is built for the first input's size only."""
+    for child in self.sites[site][1]:
+      for call in child.calls:
+        others = [name for name, a in call.kwargs.items() if hasattr(a, 'shape') and name != 'mask']
+        others += [f'argument {i}' for i, a in enumerate(call.args[1:], 1) if hasattr(a, 'shape')]
+        if others:
+          self.fail(node, f'{spec.nnx} is called with {", ".join(others)} besides the query '
+                    '(cross-attention); port it by hand')
 
   def _input_size_argument(self, site, node, field: str, arg: cst.Arg) -> str:
     """The source of a layer's size argument computed from the call's inputs."""
@@ -590,7 +655,8 @@ class ClassWriter:
     node = node.visit(references.LinenReferences(self.file, self.cls, strict=False))
     self._check_mode_fields_gone(node, init)
     return ClassPort(self.cls, node, self.attributes, inputs, self.modes, self.params, self,
-                     dict(self.field_modes))
+                     dict(self.field_modes),
+                     {h.node.name.value: h.node for h in self.helpers.values()})
 
   def _check_mode_fields_gone(self, node: cst.ClassDef, init: cst.FunctionDef) -> None:
     """A field taken as the mode is read nowhere else: NNX's mode replaces it."""

@@ -119,6 +119,9 @@ class CompactWriter(classes.ClassWriter):
     attributes = {}
     for site, (node, children) in self.sites.items():
       explicit = self._argument(node, 'name')
+      if site in self.helpers:
+        helper = self.helpers[site]
+        explicit = helper.argument(node, helper.name_parameter) if helper.name_parameter else None
       is_list = bool(self._loops(node)) or any(
           sum(c.parent is i for c in children) > 1 for i in self.instances
       )
@@ -147,19 +150,21 @@ class CompactWriter(classes.ClassWriter):
     self.own = self._own_variables()
     init_body = self._init_block(list(self.method.body.body))
     self._check_locals_of_init(init_body)
+    self._replayed = frozenset(syntax.code_of(s) for s in init_body if isinstance(s, cst.SimpleStatementLine))
     call = self._call_method()
     return self._assemble(init_body, {self.method: call})
 
   def nnx_path(self, child: tracing.Created) -> tuple:
     """Where `child` (created by the traced instance) is in the port."""
-    if child.site in self.inlined:
-      outer_site, attribute = self.inlined[child.site]
-      outer = next(c for c in child.parent.children if c.site == outer_site)
+    site = self.site_of(child)
+    if site in self.inlined:
+      outer_site, attribute = self.inlined[site]
+      outer = next(c for c in child.parent.children if self.site_of(c) == outer_site)
       return self.nnx_path(outer) + (attribute,)
-    attribute, is_list = self.attributes[child.site]
+    attribute, is_list = self.attributes[site]
     if not is_list:
       return (attribute,)
-    siblings = [c for c in child.parent.children if c.site == child.site]
+    siblings = [c for c in child.parent.children if self.site_of(c) == site]
     return (attribute, siblings.index(child))
 
   def _init_block(self, statements) -> list[cst.BaseStatement]:
@@ -439,7 +444,7 @@ class CompactWriter(classes.ClassWriter):
     # Mode flags leave the signature, with the locals that only served them.
     for flag in self.modes:
       method = self._drop_flag(method, flag)
-    return syntax.without_unused_locals(method)
+    return syntax.without_unused_locals(method, self._replayed)
 
 
 def port_class(cls, instances, symbolic_trace, child_ports) -> ClassPort:

@@ -61,7 +61,7 @@ def _with(module, access, value):
   return module.clone(parent=None, **{name: shapes._replaced(getattr(module, name), rest, value)})
 
 
-def _observations(instances, sites, array_index: int):
+def _observations(instances, sites, array_index: int, site_of):
   """`(configuration, input size, created)` for each instance and around it."""
   seen = []
 
@@ -71,14 +71,14 @@ def _observations(instances, sites, array_index: int):
     except Exception:  # noqa: BLE001 - a configuration the code refuses: no observation
       return
     size = args[array_index].shape[-1]
-    seen.append((_leaves(module), size, any(c.site in sites for c in root.children)))
+    seen.append((_leaves(module), size, any(site_of(c) in sites for c in root.children)))
 
   for instance in instances:
     call = instance.calls[0]
     module = instance.module.clone(parent=None)
     args, kwargs = list(call.args), dict(call.kwargs)
     seen.append((_leaves(module), args[array_index].shape[-1],
-                 any(c.site in sites for c in instance.children)))
+                 any(site_of(c) in sites for c in instance.children)))
     leaves = _leaves(module)
     for access, value in leaves.items():
       variants = (
@@ -130,7 +130,7 @@ def condition(writer, statement, sites: set[tracing.Site]) -> str:
   index = arrays[0]
   ndim = len(writer.instance.calls[0].args[index].shape)
   size_name = f'__input_{index}_{ndim - 1}'
-  seen = _observations(writer.instances, sites, index)
+  seen = _observations(writer.instances, sites, index, writer.site_of)
   if len({created for _, _, created in seen}) < 2:
     writer.fail(statement, f'the modules under `if {writer.file.code(statement.test)}` exist in every '
                 'configuration tried, or in none: the port cannot tell when; port it by hand')

@@ -101,9 +101,13 @@ def write_file(
   ported = list(dict.fromkeys(getattr(p, 'cls', None) or p[0] for p in ports))
   ported_names = {c.__name__ for c in ported}
 
-  # Helpers and imports, from each class's own file, by what is read.
+  # Helpers and imports, from each class's own file, by what is read;
+  # functions that make layers as the classes' writers rewrote them.
   files = list(dict.fromkeys(f for f, _ in nodes))
   chosen: dict[int, cst.CSTNode] = {}  # id(original statement) -> statement to write
+  rewritten = {
+      name: node for p in ports if isinstance(p, classes.ClassPort) for name, node in p.helpers.items()
+  }
   for file in files:
     defined = {}
     for statement in file.module.body:
@@ -120,11 +124,18 @@ def write_file(
       if _is_import(statement):
         continue  # chosen below, by alias
       chosen[id(statement)] = statement
-      wanted |= source.names_in(statement)
+      wanted |= source.names_in(rewritten.get(name, statement))
     # Helpers read Linen's names as NNX's where they are the same objects;
     # one that still needs Linen keeps its import.
-    needs_linen = False
+    # A class or helper still calling Linen (`nn.with_logical_constraint`,
+    # which NNX code calls as it is) keeps the Linen import.
+    needs_linen = any(
+        source.names_in(n) & file.linen_names for f, n in nodes if f is file
+    ) or any(source.names_in(n) & file.linen_names for n in rewritten.values())
     for key, statement in list(chosen.items()):
+      if isinstance(statement, cst.FunctionDef) and statement.name.value in rewritten:
+        chosen[key] = rewritten[statement.name.value]
+        continue
       rewriter = references.LinenReferences(file, None, strict=False)
       chosen[key] = statement.visit(rewriter)
       needs_linen |= bool(rewriter.left)
@@ -144,13 +155,18 @@ def write_file(
         continue
       written = chosen[id(statement)]
       code = file.module.code_for_node(
-          written.with_changes(leading_lines=[]) if _is_import(written) else written
+          written.with_changes(leading_lines=[] if _is_import(written) else _comments(written))
       )
       if _is_import(written):
         if code.strip() != future.strip() and code not in imports:
           imports.append(code)
       else:
-        helpers.append(code)
+        # PEP 8's spacing: two blank lines around a function or class, none
+        # between constants written together in the source.
+        is_def = isinstance(written, (cst.FunctionDef, cst.ClassDef))
+        together = not is_def and helpers and not helpers[-1][0] and not any(
+            line.comment is None for line in statement.leading_lines)
+        helpers.append((is_def, ('\n\n' if is_def or (helpers and helpers[-1][0]) else '' if together else '\n') + code))
   imports.append('from flax import nnx\n')
   imports.append('from converters import PathMapping, PathRule\n')
   origin = ', '.join(sorted({f.python_module.__name__ for f in files}))
@@ -164,8 +180,8 @@ def write_file(
   parts.append(header)
   parts.append(future)
   parts.append('\n' + ''.join(sorted(set(imports), key=_import_order)))
-  for code in helpers:
-    parts.append('\n' + code)
+  for _, code in helpers:
+    parts.append(code)
   for file, node in nodes:  # in the file's own indentation, with the comments above it
     parts.append('\n\n' + file.module.code_for_node(node.with_changes(leading_lines=_comments(node))))
   if mapping.rules:
@@ -216,16 +232,16 @@ def path_pairs(
       continue
     parent_nnx, parent_index = modules[instance.path]
     for child in instance.children:
-      nnx_path = parent_nnx + port.nnx_path(instance, child)
       index = parent_index
-      _, is_list = port.attributes[child.site]
+      site = port.writer.site_of(child)
+      _, is_list = port.attributes[site]
       nnx_path = parent_nnx + port.nnx_path(instance, child)
       if index is None and is_list:
         # `Dense_{i}` stands for every index: only if the list holds all the
         # `Dense_k` there are, from 0 (no other Dense beside the loop).
-        siblings = [c for c in instance.children if c.site == child.site]
+        siblings = [c for c in instance.children if port.writer.site_of(c) == site]
         prefix = child.name.rsplit('_', 1)[0]
-        others = [c for c in instance.children if c.site != child.site
+        others = [c for c in instance.children if port.writer.site_of(c) != site
                   and re.fullmatch(rf'{re.escape(prefix)}_\d+', c.name)]
         if not others and all(c.name == f'{prefix}_{k}' for k, c in enumerate(siblings)):
           index = (len(child.path) - 1, len(nnx_path) - 1)

@@ -50,6 +50,16 @@ class LayerSpec:
   variable_renames: tuple[tuple[str, str], ...] = ()
   #: Linen fields holding a module, and the NNX attribute that holds its port.
   module_fields: tuple[tuple[str, str], ...] = ()
+  #: Whether NNX takes the size of the first input only (attention's query:
+  #: its keys and values are taken to be the same size).
+  one_input: bool = False
+  #: Linen fields whose default NNX does not share (attention's `decode`:
+  #: False in Linen, None in NNX, which then wants it at every call):
+  #: written out with Linen's default where the creation leaves them.
+  linen_defaults: tuple[str, ...] = ()
+
+  def linen_default(self, field: str):
+    return next(f.default for f in dataclasses.fields(self.linen) if f.name == field)
 
   @property
   def nnx_class(self) -> type:
@@ -64,6 +74,11 @@ class LayerSpec:
         name for name, p in list(inspect.signature(self.nnx_class.__init__).parameters.items())[1:]
         if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     ]
+
+  def in_features_first(self) -> bool:
+    """Whether NNX takes the input size as its first argument (`Linear`),
+    rather than after others (`MultiHeadAttention(num_heads, in_features)`)."""
+    return self.in_features is not None and self.nnx_positional()[:1] == [self.in_features]
 
   def nnx_parameters(self) -> list[str]:
     """The NNX constructor's parameters, in order (`self` left out)."""
@@ -92,6 +107,11 @@ LAYERS: tuple[LayerSpec, ...] = (
         for cell in (nn.LSTMCell, nn.OptimizedLSTMCell)
     ),
     LayerSpec(nn.RNN, 'nnx.RNN', out_features=None, module_fields=(('cell', 'cell'),)),
+    LayerSpec(
+        nn.MultiHeadDotProductAttention, 'nnx.MultiHeadAttention', 'in_features',
+        mode=(('deterministic', True),), out_features='out_features', one_input=True,
+        linen_defaults=('decode',),
+    ),
 )
 
 _BY_CLASS = {spec.linen: spec for spec in LAYERS}

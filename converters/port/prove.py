@@ -7,6 +7,7 @@ modes), as the test file written beside it repeats in the user's CI.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import inspect
@@ -165,12 +166,64 @@ def assert_generated_port(
   if fields:
     train_kwargs = None
   variables = linen_variables(linen_model, inputs, eval_kwargs)
-  model = build(nnx_class, linen_model)
-  assert_port_equivalent(
-      linen_model.module, variables, model, *inputs,
-      paths=generated.PATHS if paths is None else paths,
-      linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs,
-  )
+  context, mesh = _annotation_context(variables)
+  with context:
+    if mesh is not None:  # whole on the mesh's one device, as NNX's arrays are
+      replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+      variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
+    model = build(nnx_class, linen_model)
+    assert_port_equivalent(
+        linen_model.module, variables, model, *inputs,
+        paths=generated.PATHS if paths is None else paths,
+        linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs,
+    )
+
+
+def _annotation_context(variables) -> tuple[contextlib.AbstractContextManager, jax.sharding.Mesh | None]:
+  """Where a port with sharding annotations is built and checked when the
+  caller gives no mesh: a mesh of one device with an axis of size one for
+  each mesh axis the annotations name and, where the context has no rules,
+  for each logical name, with rules sending each name to its own axis. NNX
+  creates annotated Variables sharded (eager sharding), which needs both;
+  every array is whole on the one device, and two annotations resolve alike
+  only if they name the same axes in the same order."""
+  if not jax.sharding.get_abstract_mesh().empty:
+    return contextlib.nullcontext(), None
+  boxes = [
+      leaf for leaf in jax.tree.leaves(variables, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+      if isinstance(leaf, nn.Partitioned)
+  ]
+  if not boxes:
+    return contextlib.nullcontext(), None
+  logical = {
+      n for box in boxes if isinstance(box, nn.LogicallyPartitioned) and not box.rules
+      for n in box.names if isinstance(n, str)
+  }
+  axes = set()
+  for box in boxes:
+    if not isinstance(box, nn.LogicallyPartitioned):
+      for n in box.names:
+        axes |= {n} if isinstance(n, str) else set(n or ())
+  if not nn.get_logical_axis_rules():
+    axes |= logical  # each logical name to a mesh axis of its own: names that differ, differ
+  axes = sorted(axes) or ['replicated']
+  mesh = jax.make_mesh((1,) * len(axes), tuple(axes), devices=jax.devices()[:1],
+                       axis_types=(jax.sharding.AxisType.Auto,) * len(axes))
+  stack = contextlib.ExitStack()
+  stack.enter_context(jax.set_mesh(mesh))
+  if logical and not nn.get_logical_axis_rules():
+    stack.enter_context(nn.logical_axis_rules(tuple((n, n) for n in sorted(logical))))
+  return stack, mesh
+
+
+def _placement():
+  """With no mesh in context, sharding annotations are compared as what
+  they say (metadata) and nothing is placed: NNX's eager sharding is off, as
+  Linen's `init` places nothing without a mesh either. Under the caller's
+  `jax.set_mesh(...)` (and rules), both place as they would."""
+  if jax.sharding.get_abstract_mesh().empty:
+    return nnx.use_eager_sharding(False)
+  return contextlib.nullcontext()
 
 
 

@@ -2,12 +2,16 @@
 
 `nn.relu` is `nnx.relu`, `nn.initializers.zeros` is
 `nnx.initializers.zeros`: the same objects, which a port may spell either
-way. Anything else of Linen's (a layer class used as a value, Linen's
+way; `nn.make_causal_mask` and `nnx.make_causal_mask` are two functions
+compiled from the same code, as good. Anything else of Linen's (a layer class used as a value, Linen's
 `Module` API on `self`) has no such spelling and is refused, or, in a helper
 copied beside the classes, left with its import.
 """
 
 from __future__ import annotations
+
+import inspect
+import types
 
 import libcst as cst
 from flax import linen as nn
@@ -33,6 +37,50 @@ def dotted(node: cst.BaseExpression) -> list[str] | None:
   return None
 
 
+def same_function(a, b, depth: int = 4) -> bool:
+  """Whether `a` and `b` are the same object, or functions compiled from the
+  same code (docstrings aside) that read the same globals: Flax defines some
+  twice, once for each framework (`nn.make_causal_mask`,
+  `nnx.make_causal_mask`)."""
+  if a is b:
+    return True
+  if depth == 0 or not (inspect.isfunction(a) and inspect.isfunction(b)):
+    return False
+  if (a.__defaults__, a.__kwdefaults__) != (b.__defaults__, b.__kwdefaults__):
+    return False
+  if not _same_code(a.__code__, b.__code__, a.__doc__, b.__doc__):
+    return False
+  for name in a.__code__.co_names:
+    if name in a.__globals__ or name in b.__globals__:
+      x, y = a.__globals__.get(name, _MISSING), b.__globals__.get(name, _MISSING)
+      if x is not y and not same_function(x, y, depth - 1):
+        return False
+  return True
+
+
+def _same_code(a: types.CodeType, b: types.CodeType, doc_a=None, doc_b=None) -> bool:
+  consts_a = [c for c in a.co_consts if not (doc_a is not None and c == doc_a)]
+  consts_b = [c for c in b.co_consts if not (doc_b is not None and c == doc_b)]
+  if (a.co_code, a.co_names, a.co_varnames, a.co_freevars, a.co_cellvars, a.co_argcount,
+      a.co_kwonlyargcount) != (b.co_code, b.co_names, b.co_varnames, b.co_freevars,
+                               b.co_cellvars, b.co_argcount, b.co_kwonlyargcount):
+    return False
+  if len(consts_a) != len(consts_b):
+    return False
+  for x, y in zip(consts_a, consts_b):
+    if isinstance(x, types.CodeType) and isinstance(y, types.CodeType):
+      if not _same_code(x, y, _code_doc(x), _code_doc(y)):
+        return False
+    elif type(x) is not type(y) or x != y:
+      return False
+  return True
+
+
+def _code_doc(code: types.CodeType):
+  first = code.co_consts[0] if code.co_consts else None
+  return first if isinstance(first, str) else None
+
+
 def _resolve(root, names: list[str]):
   for name in names:
     root = getattr(root, name, _MISSING)
@@ -44,6 +92,39 @@ def _resolve(root, names: list[str]):
 _MISSING = object()
 
 
+#: Linen functions NNX spells otherwise: the NNX function, and its name for
+#: each Linen parameter (by position: Linen's order).
+RESPELLED = {
+    nn.with_partitioning: ('nnx.with_partitioning', ('initializer', 'sharding', 'mesh')),
+    nn.with_logical_partitioning: ('nnx.with_partitioning', ('initializer', 'sharding', 'mesh', 'sharding_rules')),
+}
+_LINEN_PARAMETERS = {
+    nn.with_partitioning: ('fn', 'names', 'mesh'),
+    nn.with_logical_partitioning: ('fn', 'names', 'mesh', 'rules'),
+}
+#: Linen functions of arrays and names alone, which NNX code calls as they
+#: are (the rules come from the same `logical_axis_rules` context).
+FRAMEWORK_FREE = frozenset({
+    nn.with_logical_constraint, nn.logical_to_mesh_axes, nn.logical_to_mesh_sharding,
+    nn.logical_to_mesh, nn.logical_axis_rules, nn.get_logical_axis_rules,
+})
+
+
+def _respelled(call: cst.Call, function) -> cst.Call:
+  """`call` of Linen's `function` as NNX spells it."""
+  nnx_name, nnx_parameters = RESPELLED[function]
+  linen_parameters = _LINEN_PARAMETERS[function]
+  args = []
+  for i, arg in enumerate(call.args):
+    if arg.star:
+      return call
+    linen = arg.keyword.value if arg.keyword else linen_parameters[i]
+    nnx_parameter = nnx_parameters[linen_parameters.index(linen)]
+    positional = arg.keyword is None and nnx_parameter in ('initializer', 'sharding', 'mesh')
+    args.append(arg if positional else syntax.keyword(nnx_parameter, arg.value))
+  return cst.Call(syntax.expression(nnx_name), syntax.normalised(args))
+
+
 class LinenReferences(cst.CSTTransformer):
   """`nn.relu` -> `nnx.relu`, `nn.initializers.zeros` -> `nnx.initializers.zeros`:
   each reference to Linen whose NNX spelling is the same object. Any other
@@ -53,7 +134,21 @@ class LinenReferences(cst.CSTTransformer):
   def __init__(self, file: source.SourceFile, cls: type | None, strict: bool = True, skip=()):
     self.file, self.cls, self.strict, self.skip = file, cls, strict, set(skip)
     self.replaced: dict[cst.Attribute, cst.BaseExpression] = {}
+    self.respelled: dict[cst.Call, object] = {}
     self.left: list[str] = []
+
+  def visit_Call(self, node):
+    names = dotted(node.func)
+    if names and names[0] in self.file.linen_names:
+      function = _resolve(nn, names[1:])
+      if any(function is f for f in RESPELLED):
+        self.respelled[node] = function
+        self.skip.add(node.func)
+
+  def leave_Call(self, original, updated):
+    if original in self.respelled:
+      return _respelled(updated, self.respelled[original])
+    return updated
 
   def visit_Attribute(self, node):
     names = dotted(node)
@@ -62,8 +157,10 @@ class LinenReferences(cst.CSTTransformer):
     if names is None or names[0] not in self.file.linen_names:
       return True
     linen_object = _resolve(nn, names[1:])
-    if linen_object is not _MISSING and _resolve(nnx, names[1:]) is linen_object:
+    if linen_object is not _MISSING and same_function(linen_object, _resolve(nnx, names[1:])):
       self.replaced[node] = syntax.expression('.'.join(['nnx'] + names[1:]))
+    elif any(linen_object is f for f in FRAMEWORK_FREE):
+      self.left.append('.'.join(names))  # kept, with Linen's import
     elif self.strict:
       line = self.file.positions[node].start.line if node in self.file.positions else None
       raise Untranslatable(

@@ -86,7 +86,7 @@ class SetupWriter(classes.ClassWriter):
 
   def nnx_path(self, child: tracing.Created) -> tuple:
     """`dense` -> `dense`, `layers_2` -> `layers/2`."""
-    attribute, is_list = self.attributes[child.site]
+    attribute, is_list = self.attributes[self.site_of(child)]
     if not is_list:
       return (attribute,)
     return (attribute, int(child.name.rsplit('_', 1)[1]))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import copy as copy_module
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -224,7 +225,9 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
     symbols = export.symbolic_shape(','.join(names), constraints=constraints) if names else ()
     return table, dict(zip(chosen, symbols))
 
-  def attempt(table, symbols, substituted, overrides=()):
+  ties: dict = {}  # an input dim -> the field whose symbol it takes
+
+  def attempt(table, symbols, substituted, overrides=(), ties=ties, dim_values=None):
     fields = {}
     for (kind, item), symbol in symbols.items():
       if kind == 'field' and (kind, item) in substituted:
@@ -233,29 +236,46 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
     for (name, access, _), value in overrides:
       fields[name] = _replaced(fields.get(name, getattr(module, name)), access, value)
     args = list(call.args)
-    for (kind, item), symbol in symbols.items():
-      if kind == 'dim' and (kind, item) in substituted:
-        i, _, d, a = item
-        shape = list(args[i].shape)
-        shape[d] = symbol
-        args[i] = jax.ShapeDtypeStruct(tuple(shape), a.dtype)
+    dims = [(c, symbol) for c, symbol in symbols.items() if c[0] == 'dim' and c in substituted]
+    dims += [(dim, symbols[field]) for dim, field in ties.items() if field in symbols]
+    dims += list((dim_values or {}).items())
+    for (_, item), symbol in dims:
+      i, _, d, a = item
+      shape = list(args[i].shape)
+      shape[d] = symbol
+      args[i] = jax.ShapeDtypeStruct(tuple(shape), a.dtype)
     root, variables = tracing.trace(module.clone(**fields), *args, **call.kwargs)
     return SymbolicTrace(root, table, variables)
 
-  def works(chosen) -> bool:
+  def works(chosen, ties=ties) -> bool:
     try:
       table, symbols = symbols_for(chosen)
-      attempt(table, symbols, set(chosen))
+      attempt(table, symbols, set(chosen), ties=ties)
     except Exception:  # noqa: BLE001 - the code refused some symbol
       return False
     return True
 
   kept = list(candidates)
+  refused: list = []  # input dims the code refuses as symbols
   if not works(kept):
     kept = []
     for candidate in candidates:
       if works(kept + [candidate]):
         kept.append(candidate)
+        continue
+      if candidate[0] == 'dim':
+        refused.append(candidate)
+        # An input size the code ties to the configuration (`x + y` where y
+        # has `config.width` features) is that field: written with it, if
+        # exactly one field of its value makes the trace go through.
+        size = candidate[1][3].shape[candidate[1][2]]
+        fits = [
+            field for field in kept
+            if field[0] == 'field' and field[1][2] == size and not isinstance(field[1][2], bool)
+            and works(kept, {**ties, candidate: field})
+        ]
+        if len(fits) == 1:
+          ties[candidate] = fits[0]
   counts = [
       ('field', leaf) for leaf in field_leaves
       if ('field', leaf) not in kept and isinstance(leaf[2], int) and not isinstance(leaf[2], bool)
@@ -264,12 +284,27 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
   traced = attempt(table, symbols, set(kept))
   for count in counts:
     _, leaf = count
-    try:
-      others = [attempt(table, symbols, set(kept), [(leaf, leaf[2] + k)]) for k in (1, 2)]
-    except Exception:  # noqa: BLE001 - the code takes no other value of it
+    base = leaf[2]
+    # Input sizes the code ties to this count (`x + y`, y of `config.width`
+    # features) follow it: tried with them, then without.
+    tied = [dim for dim in refused if dim not in ties and dim[1][3].shape[dim[1][2]] == base]
+    others = None
+    # The next values the code takes, in steps of one or more (a width must
+    # stay a multiple of the number of heads).
+    for step, follow in itertools.product((1, 2, 3, 4, 8), [tied, []] if tied else [[]]):
+      try:
+        others = [
+            attempt(table, symbols, set(kept), [(leaf, base + k * step)],
+                    dim_values={dim: base + k * step for dim in follow})
+            for k in (1, 2)
+        ]
+        break
+      except Exception:  # noqa: BLE001 - the code takes no such value of it
+        continue
+    if others is None:
       continue
     what = access_source((leaf[0],) + leaf[1])
-    _with_count(traced, others, lambda v, s=symbols[count], b=leaf[2], w=what: _linear(v, s, b, w))
+    _with_count(traced, others, lambda v, s=symbols[count], b=base, w=what, t=step: _linear(v, s, b, w, t))
   # A tuple's length is a count too (one layer per entry): traced one and two
   # entries longer (the last again), a size written with `len(...)`.
   for name, access, value in _tuples(module, kept):
@@ -381,17 +416,20 @@ def _fit_length(values, length: str, base: int):
     return None
 
 
-def _linear(values, symbol, base: int, what: str = 'a count'):
-  """`e(n)` from its values at `base`, `base + 1` and `base + 2` if they lie
-  on a line (`e0 + (e1 - e0) * (n - base)`), else `Unfitted`."""
+def _linear(values, symbol, base: int, what: str = 'a count', step: int = 1):
+  """`e(n)` from its values at `base`, `base + step` and `base + 2 * step`
+  if they lie on a line of whole slope (`e0 + slope * (n - base)`), else
+  `Unfitted`."""
   e0, e1, e2 = values
   try:
-    step = e1 - e0
-    if not (e2 - e1 == step):
+    difference = e1 - e0
+    if not (e2 - e1 == difference):
       return Unfitted(e0, what)
-    if isinstance(step, int) and step == 0:
+    if isinstance(difference, int) and difference == 0:
       return e0
-    return e0 + step * (symbol - base)
+    if difference % step != 0:
+      return Unfitted(e0, what)
+    return e0 + difference // step * (symbol - base)
   except Exception:  # noqa: BLE001 - a comparison jax cannot decide
     return e0 if str(e0) == str(e1) == str(e2) else Unfitted(e0, what)
 

@@ -57,23 +57,26 @@ def params_normalised(params: list[cst.Param]) -> list[cst.Param]:
 class _SimpleAssignments(cst.CSTVisitor):
   """`name = value` statements whose value calls nothing (no side effect)."""
 
-  def __init__(self):
+  def __init__(self, replayed: frozenset[str] = frozenset()):
     self.found: list[cst.SimpleStatementLine] = []
+    self.replayed = replayed
 
   def visit_SimpleStatementLine(self, node):
     if len(node.body) == 1 and isinstance(node.body[0], cst.Assign):
       assign = node.body[0]
       calls: list[cst.Call] = []
       assign.value.visit(_CallFinder(calls))
-      if not calls and all(isinstance(t.target, cst.Name) for t in assign.targets):
+      replayed = bool(calls) and code_of(node) in self.replayed
+      if (not calls or replayed) and all(isinstance(t.target, cst.Name) for t in assign.targets):
         self.found.append(node)
 
 
-def without_unused_locals(method: cst.FunctionDef) -> cst.FunctionDef:
-  """`method` without the simple assignments (no call in the value) of
-  locals nothing reads any more (what served only the moved creations)."""
+def without_unused_locals(method: cst.FunctionDef, replayed: frozenset[str] = frozenset()) -> cst.FunctionDef:
+  """`method` without the simple assignments (no call in the value, or one
+  `__init__` replays: `replayed` holds their code) of locals nothing reads
+  any more (what served only the moved creations)."""
   while True:
-    finder = _SimpleAssignments()
+    finder = _SimpleAssignments(replayed)
     method.body.visit(finder)
     unused = {
         node for node in finder.found
@@ -82,6 +85,13 @@ def without_unused_locals(method: cst.FunctionDef) -> cst.FunctionDef:
     if not unused:
       return method
     method = method.visit(Remove(unused))
+
+
+def code_of(node: cst.CSTNode) -> str:
+  """A node's code without its surrounding blank lines and comments."""
+  if hasattr(node, 'leading_lines'):
+    node = node.with_changes(leading_lines=[])
+  return cst.Module([]).code_for_node(node).strip()
 
 
 class _CallFinder(cst.CSTVisitor):

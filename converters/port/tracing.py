@@ -67,6 +67,9 @@ class Created:
   parent: Created | None
   calls: list[MethodCall] = dataclasses.field(default_factory=list)
   children: list[Created] = dataclasses.field(default_factory=list)
+  #: The user's frames the creation happened in, innermost first (`site`,
+  #: then the call of the helper function that made it, ...).
+  stack: tuple[Site, ...] = ()
 
   @property
   def cls(self) -> type:
@@ -96,6 +99,18 @@ def _user_frame(frame):
       return frame
     frame = frame.f_back
   return None
+
+
+def _user_stack(frame, most: int = 8) -> tuple[Site, ...]:
+  """The sites of the first `most` user frames from `frame` outwards."""
+  sites = []
+  frame = _user_frame(frame)
+  while frame is not None and len(sites) < most:
+    site = _site(frame)
+    if site is not None:
+      sites.append(site)
+    frame = _user_frame(frame.f_back)
+  return tuple(sites)
 
 
 def _site(frame) -> Site | None:
@@ -136,9 +151,10 @@ class _Recorder:
 
     def __post_init__(module):
       site = _site(_user_frame(sys._getframe(1)))
+      stack = _user_stack(sys._getframe(1))
       result = original(module)  # resolves `parent` (compact modules: the creating module)
       if id(module) not in recorder.created:
-        recorder.record(module, site)
+        recorder.record(module, site).stack = stack
       return result
 
     return __post_init__

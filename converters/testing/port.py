@@ -11,7 +11,8 @@
     outputs and batch statistics after one step);
   - the same gradients of `loss(outputs)` with respect to the parameters;
   - and the same settings of the layers that act only in training (Flax's
-    `Dropout` rates and `BatchNorm` momentum, as sets of values).
+    `Dropout` rates, attention dropout rates and `BatchNorm` momentum, as
+    sets of values).
 `assert_training_equivalent(linen_state, linen_step, nnx_target, nnx_step,
 batches, k=...)`: k Linen steps, conversion, the remaining steps in NNX equal
 all the steps taken in Linen (parameters, collections, optimizer state, step).
@@ -276,12 +277,24 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
   def without_dropout(next_fun, args, kwargs, context):
     if isinstance(context.module, nn.Dropout) and context.method_name == '__call__':
       return args[0]
+    module = context.module
+    if isinstance(module, nn.MultiHeadDotProductAttention) and context.method_name == '__call__':
+      # Its attention dropout, off; Linen takes `deterministic` either built
+      # in or at the call, never both.
+      if module.deterministic is None:
+        return next_fun(*args, **{**kwargs, 'deterministic': True})
+      built = module.deterministic
+      object.__setattr__(module, 'deterministic', True)
+      try:
+        return next_fun(*args, **kwargs)
+      finally:
+        object.__setattr__(module, 'deterministic', built)
     return next_fun(*args, **kwargs)
 
   model = nnx.clone(model)
   model.train()
   for _, module in nnx.iter_modules(model):
-    if isinstance(module, nnx.Dropout):
+    if isinstance(module, (nnx.Dropout, nnx.MultiHeadAttention)):
       module.deterministic = True
   return _compare_call(
       ('train-mode outputs', 'what a training step writes'),
@@ -294,27 +307,31 @@ def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_
   """Rows for the settings of layers that act only in training and so leave
   eval-mode outputs alike: dropout rates and batch-norm momentum, compared
   as the set of values of each kind of layer (a port may call one module
-  where Linen has several; Flax's `Dropout` and `BatchNorm` on both sides,
-  a hand-written equivalent is not seen)."""
+  where Linen has several; Flax's `Dropout`, `BatchNorm` and multi-head
+  attention on both sides, a hand-written equivalent is not seen)."""
   linen: dict[tuple, tuple] = {}
 
   def record(next_fun, args, kwargs, context):
     module = context.module
     if isinstance(module, nn.Dropout):
       linen[('Dropout', module.path)] = (module.rate,)
+    elif isinstance(module, nn.MultiHeadDotProductAttention):
+      linen[('attention', module.path)] = (module.dropout_rate,)
     elif isinstance(module, nn.BatchNorm):
       linen[('BatchNorm', module.path)] = (module.momentum,)
     return next_fun(*args, **kwargs)
 
   jax.eval_shape(_linen_call(linen_module, linen_variables, linen_kwargs, record), linen_variables, *inputs)
-  ported: dict[str, list] = {'Dropout': [], 'BatchNorm': []}
+  ported: dict[str, list] = {'Dropout': [], 'BatchNorm': [], 'attention': []}
   for _, module in nnx.iter_modules(nnx_model):
     if isinstance(module, nnx.Dropout):
       ported['Dropout'].append((module.rate,))
+    elif isinstance(module, nnx.MultiHeadAttention):
+      ported['attention'].append((module.dropout_rate,))
     elif isinstance(module, nnx.BatchNorm):
       ported['BatchNorm'].append((module.momentum,))
   rows = []
-  for kind, names in (('Dropout', 'rate'), ('BatchNorm', 'momentum')):
+  for kind, names in (('Dropout', 'rate'), ('BatchNorm', 'momentum'), ('attention', 'dropout_rate')):
     # Sets, not counts: a port may call one Dropout module where Linen has several.
     theirs = sorted({v for (k, _), v in linen.items() if k == kind})
     ours = sorted(set(ported[kind]))

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import pytest
 
 from converters import LinenModel
+from converters.errors import AnnotationError
 from converters.port import assert_generated_port, import_file, port
 from converters.port.emit import ruff_check
 from model_zoo import configs
@@ -123,6 +124,52 @@ def test_fields_that_only_set_modes_become_the_nnx_mode(tmp_path):
   assert result.modes == {'deterministic': False}
 
 
+def test_layers_made_by_the_files_functions_are_written_with_them(tmp_path):
+  # Traced with LayerNorm, proven with RMSNorm too: the function is written
+  # for every branch, and `name='pre_norm'` names the attribute.
+  texts = []
+  for kind in ('layer', 'rms'):
+    result, out, _ = _port(tmp_path, f'normed_{kind}', linen_models.normed_block(kind))
+    assert result.proven, (result.failure, result.checks)
+    texts.append(out.read_text())
+  helper = 'def _norm(kind: str, *, num_features: int, rngs: nnx.Rngs) -> nnx.Module:'
+  assert helper in texts[0] and helper in texts[1]
+  assert 'self.pre_norm = _norm(kind, num_features=in_features, rngs=rngs)' in texts[0]
+  assert 'self.dense_1 = _projection(features + 1, in_features=features, rngs=rngs)' in texts[0]
+  assert 'flax import linen' not in texts[0]
+
+
+def test_attention_and_annotations_are_written_and_proven_as_names(tmp_path):
+  result, out, _ = _port(tmp_path, 'encoder', linen_models.encoder())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  # NNX's attention takes its input size by keyword (after num_heads), and
+  # Linen's default decode=False, which NNX's attention does not default to.
+  assert 'in_features=config.width, decode=False, rngs=rngs)' in text
+  assert "kernel_init=nnx.with_partitioning(nnx.initializers.xavier_uniform(), ('embed', 'kv'))" in text
+  assert "nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, 'model'))" in text
+  # The residual ties the block's input to the width: no input size asked for.
+  assert 'def __init__(self, config: AttentionConfig, *, rngs: nnx.Rngs):' in text
+  assert 'mask = nnx.make_causal_mask(tokens)' in text
+  assert result.modes == {'train': True}
+
+
+@pytest.mark.parametrize('edit', [
+    ("('embed', 'kv')", "('kv', 'embed')"),  # other names
+    ("kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, 'model')), ", ''),  # none
+])
+def test_a_port_annotated_otherwise_is_not_proven(tmp_path, edit):
+  result, out, _ = _port(tmp_path, 'encoder', linen_models.encoder())
+  assert result.proven
+  text = out.read_text()
+  assert edit[0] in text
+  changed = tmp_path / 'encoder_changed.py'
+  changed.write_text(text.replace(edit[0], edit[1]))
+  # The conversion refuses it, or the round trips show it: never proven.
+  with pytest.raises((AssertionError, AnnotationError), match='annotation'):
+    assert_generated_port(linen_models.encoder(), import_file(str(changed)), modes=result.modes)
+
+
 def test_zoo_resnet_conditions_and_sizes_hold_for_other_stage_counts(tmp_path):
   from model_zoo.linen import resnet
 
@@ -198,6 +245,7 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('uses_unknown_layer', "Flax's SpectralNorm has no NNX counterpart"),
     ('depends_on_inputs', 'no condition on the configuration and input size agrees with when Linen creates the modules under `if x.shape[-1] > 2`'),
     ('reads_its_mode_field', "the field 'deterministic' sets the layers' modes and does more"),
+    ('cross_attention', 'nnx.MultiHeadAttention is called with argument 1 besides the query'),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
   result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())

@@ -53,3 +53,16 @@ def test_a_size_that_changes_with_a_count_is_written_with_it():
   (norm,) = [c for c in traced.root.children if c.name == 'norm']
   assert traced.table.source(norm.calls[0].args[0].shape[-1], _name) == 'head_dim * num_heads'
 
+
+
+def test_an_input_size_the_code_ties_to_a_field_is_that_field():
+  # The block's input is added to an output of `config.width` features, and
+  # the width must stay a multiple of the heads: traced at widths 8, 10, 12
+  # (steps of two), the input follows it, and every size is the width.
+  model = linen_models.encoder(width=8, heads=2)
+  root, _ = tracing.trace(model.module, *model.args, **model.kwargs)
+  block = root.children[1]
+  traced = shapes.symbolic_trace(block, ['x', 'mask'])
+  sizes = {c.name: traced.table.source(c.calls[0].args[0].shape[-1], _name) for c in traced.root.children}
+  assert sizes['LayerNorm_0'] == sizes['MultiHeadDotProductAttention_0'] == 'config.width'
+  assert sizes['Dense_1'] == 'config.hidden'
