@@ -32,6 +32,7 @@ from converters.port import (
   source,
   syntax,
   tracing,
+  transforms,
   variables,
 )
 from converters.port.errors import Untranslatable
@@ -141,7 +142,7 @@ class ClassWriter:
     self.method.body.visit(references.LinenReferences(
         self.file, cls, strict=True,
         skip=[node.func for node, _ in self.sites.values()]
-        + [partial.args[0].value for partial in self.factories.values()],
+        + [partial.args[0].value for partial in self.factories.values()] + self.lift_calls,
     ))
     self.attributes = self._attributes()
     self.used_dims: set[shapes.InputDim] = set()
@@ -279,9 +280,25 @@ class ClassWriter:
     written with the partial's arguments and its own, as one NNX creation."""
     bound = syntax.assigned_once(self.method.body)
     factories = {}
-    for node, _ in self.sites.values():
-      if isinstance(node.func, cst.Name) and node.func.value in bound:
-        value = bound[node.func.value]
+    # Sites creating through Linen's lifted transforms (`blocks =
+    # nn.scan(Block, ...)`, or `nn.scan(...)(config)` in place): site ->
+    # (the transform read, the local holding it or None).
+    self.lifts: dict[tracing.Site, tuple[transforms.Lifted, str | None]] = {}
+    self.lift_calls: list[cst.Call] = []
+    for site, (node, children) in self.sites.items():
+      local = node.func.value if isinstance(node.func, cst.Name) and node.func.value in bound else None
+      value = bound[local] if local is not None else node.func
+      if isinstance(value, cst.Call) and any(c.transform for c in children):
+        try:
+          lift = transforms.lifted(value, self.file)
+        except transforms.Refused as e:
+          self.fail(value, f'{e}: not written yet; port it by hand')
+        if lift is None:
+          self.fail(node, f'{children[0].name} is made by a transform the port does not know; port it by hand')
+        self.lifts[site] = (lift, local)
+        self.lift_calls.append(value)
+        continue
+      if local is not None:
         if not (isinstance(value, cst.Call) and self._is_partial(value.func) and value.args
                 and value.args[0].keyword is None and not value.args[0].star):
           self.fail(node, f'a module created through {node.func.value}, which is not a '
@@ -615,7 +632,8 @@ class ClassWriter:
         self.fail(node, f'the input sizes of {port.cls.__name__} change over the loop; port it by hand')
       args.append(syntax.keyword(parameter.name, syntax.expression(texts.pop())))
     args.append(syntax.keyword('rngs', cst.Name('rngs')))
-    return cst.Call(self.expanded(node).func, syntax.normalised(args))
+    func = self.lifts[site][0].target if site in self.lifts else self.expanded(node).func
+    return cst.Call(func, syntax.normalised(args))
 
   def _assemble(self, init_body, methods: dict) -> ClassPort:
     """The NNX class: `__init__` from `init_body` where the creating method

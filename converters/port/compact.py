@@ -38,6 +38,7 @@ from converters.port import (
   source,
   syntax,
   tracing,
+  transforms,
   variables,
 )
 from converters.port.classes import ClassPort
@@ -113,9 +114,9 @@ class CompactWriter(classes.ClassWriter):
     return out
 
   def _attributes(self) -> dict[tracing.Site, tuple[str, bool]]:
-    taken = set(self.field_names) | {'rngs'} | {
+    taken: dict[str, object] = dict.fromkeys(set(self.field_names) | {'rngs'} | {
         m.name.value for m in self.cdef.body.body if isinstance(m, cst.FunctionDef)
-    }
+    })
     attributes = {}
     for site, (node, children) in self.sites.items():
       explicit = self._argument(node, 'name')
@@ -133,15 +134,38 @@ class CompactWriter(classes.ClassWriter):
           self.fail(node, f'name={attribute!r} is not a Python name; port it by hand')
       elif is_list:
         attribute = source.snake_case(children[0].cls.__name__) + 's'
+        # The looped layers of a class that the other branch scans: one name.
+        for other, (lift, local) in self.lifts.items():
+          if (local is not None and self.sites[other][1][0].cls is children[0].cls
+              and self._exclusive(node, self.sites[other][0])):
+            attribute = local
+      elif site in self.lifts and self.lifts[site][1] is not None:
+        attribute = self.lifts[site][1]  # the local the transform was bound to: `blocks`
       else:
         attribute = source.snake_case(children[0].name)
       # Not a keyword (`class`), nor a name NNX modules or the class have
       # (`eval`, `train`, a method): the mapping records the name written.
-      while attribute in taken or keyword.iskeyword(attribute) or hasattr(nnx.Module, attribute):
+      # Sites in the two branches of one `if` may share a name (the scanned
+      # and the looped blocks), as only one of them exists.
+      while (attribute in taken and not self._exclusive(node, taken[attribute])) or keyword.iskeyword(
+          attribute) or hasattr(nnx.Module, attribute):
         attribute += '_'
-      taken.add(attribute)
+      taken[attribute] = node
       attributes[site] = (attribute, is_list)
     return attributes
+
+  def _exclusive(self, node, others) -> bool:
+    """Whether `node` and the creation `others` are in two branches of one `if`."""
+    if not isinstance(others, cst.Call):
+      return False
+    theirs = list(self.file.ancestors(others))
+    for ancestor in self.file.ancestors(node):
+      if isinstance(ancestor, cst.If) and ancestor in theirs and ancestor.orelse is not None:
+        in_body = lambda n: ancestor.body in list(self.file.ancestors(n))
+        return in_body(node) != in_body(others)
+      if ancestor is self.method:
+        return False
+    return False
 
   def write(self) -> ClassPort:
     self.modes: dict[str, bool] = {}
@@ -192,12 +216,17 @@ class CompactWriter(classes.ClassWriter):
       elif isinstance(statement, cst.If):
         inner = self._init_block(list(statement.body.body))
         orelse = statement.orelse
+        inner_else = []
         if orelse is not None:
-          block = orelse.body.body if isinstance(orelse, cst.Else) else [orelse]
-          if self._init_block(list(block)):
-            self.fail(statement, 'modules created in an elif/else branch; port it by hand')
-        if not inner:
+          if not isinstance(orelse, cst.Else):
+            self.fail(statement, 'modules created in an if/elif chain; port it by hand')
+          inner_else = self._init_block(list(orelse.body.body))
+          if inner_else and self.call_time & source.names_in(statement.test):
+            self.fail(statement, 'modules created in both branches of a condition on the call; port it by hand')
+        if not inner and not inner_else:
           continue
+        if not inner:
+          inner = [syntax.statement('pass\n')]
         test = statement.test
         leading = list(statement.leading_lines)
         if self.call_time & source.names_in(statement.test):
@@ -211,7 +240,8 @@ class CompactWriter(classes.ClassWriter):
               f'# Linen creates these when {self.file.code(statement.test)}: the same configurations.'
           )))
         emitted.append((statement.with_changes(
-            test=test, leading_lines=leading, body=statement.body.with_changes(body=inner), orelse=None
+            test=test, leading_lines=leading, body=statement.body.with_changes(body=inner),
+            orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner_else)) if inner_else else None,
         ), False))
       elif finder.found:
         if not isinstance(statement, cst.SimpleStatementLine):
@@ -228,6 +258,11 @@ class CompactWriter(classes.ClassWriter):
           attribute, is_list = self.attributes[site]
           creation = self._creation(site)
           target = f'self.{attribute}'
+          if site in self.lifts and self.lifts[site][0].scan:
+            # A stack of layers, made by one vmapped function over split keys.
+            function = transforms.creation(self.lifts[site][0], f'create_{attribute}', creation)
+            emitted.append((function, False))
+            creation = syntax.expression(f'create_{attribute}(rngs)')
           line = (
               cst.Expr(cst.Call(syntax.expression(f'{target}.append'), [cst.Arg(creation)]))
               if is_list else cst.Assign([cst.AssignTarget(syntax.expression(target))], creation)
@@ -273,7 +308,7 @@ class CompactWriter(classes.ClassWriter):
         found.add(node.value)
 
     self.method.body.visit(Visitor())
-    return found
+    return found - {'_'}  # `_` is never read
 
   def _check_locals_of_init(self, init_body) -> None:
     """Every local `__init__` reads is bound as in the compact method: once,
@@ -282,6 +317,16 @@ class CompactWriter(classes.ClassWriter):
     (`dims.append(...)`, `eps *= 10`) or bound in a block without creations
     (which `__init__` does not replay) is refused, not read half-computed."""
     read = set().union(*(source.names_in(s) for s in init_body)) if init_body else set()
+    # The targets of loops `__init__` replays are bound there, by those loops.
+    targets: set[str] = set()
+
+    class LoopTargets(cst.CSTVisitor):
+      def visit_For(self, node):
+        targets.update(syntax.target_names(node.target))
+
+    for statement in init_body:
+      statement.visit(LoopTargets())
+    read -= targets
     bound: dict[str, list] = {}
     creations = set(self.node_sites) | set(self.own)
 
@@ -336,6 +381,36 @@ class CompactWriter(classes.ClassWriter):
         self.fail(call, f'{name!r} is changed in place ({self.file.code(call.func)}) and the layers '
                   'read it; port it by hand')
 
+  def _lifted_call(self, original, updated, site, child, pending: list) -> cst.Call:
+    """The call of a module Linen ran under `nn.scan` / `nn.remat`: a
+    function under NNX's transforms (added to `pending`, written before the
+    statement) applied to the carry and the stack."""
+    lift, local = self.lifts[site]
+    attribute = self.attributes[site][0]
+    call = self._without_mode_arguments(original, updated, child)
+    args = list(call.args)
+    if any(a.star or a.keyword is not None for a in args[:1]) or (lift.scan and not args):
+      self.fail(original, 'a scanned module called without its carry first; port it by hand')
+    used = source.names_in(self.method)
+    module = attribute[:-1] if attribute.endswith('s') and len(attribute) > 1 else 'layer'
+    while module in used:
+      module += '_'
+    name = local or f'run_{attribute}'
+    stack = syntax.expression(f'self.{attribute}')
+    if not lift.scan:
+      inner = cst.Call(cst.Name(module), syntax.normalised(args))
+      pending.append(transforms.call_function(lift, name, '', module, inner))
+      return cst.Call(cst.Name(name), [cst.Arg(stack)])
+    carry_value, rest = args[0].value, args[1:]
+    carry = carry_value.value if isinstance(carry_value, cst.Name) else 'carry'
+    if carry in set().union(*(source.names_in(a.value) for a in rest)) if rest else False:
+      carry = 'carry'  # the other arguments read the name outside: keep them reading it
+    while carry in used - ({carry_value.value} if isinstance(carry_value, cst.Name) else set()):
+      carry += '_'
+    inner = cst.Call(cst.Name(module), syntax.normalised([cst.Arg(cst.Name(carry)), *rest]))
+    pending.append(transforms.call_function(lift, name, carry, module, inner))
+    return cst.Call(cst.Name(name), syntax.normalised([cst.Arg(carry_value), cst.Arg(stack)]))
+
   def _running_update(self, node, site) -> cst.BaseStatement | None:
     """`in_size = <output size>` after a creation in a loop with a running size."""
     loops = self._loops(node)
@@ -389,13 +464,20 @@ class CompactWriter(classes.ClassWriter):
         prelude.setdefault(id(loops[-1]), []).append(f'{iterator} = iter(self.{attribute})\n')
     writer = self
 
-    factory_values = set(self.factories.values())
+    factory_values = set(self.factories.values()) | set(self.lift_calls)
+    pending: list[cst.FunctionDef] = []  # functions the statement being rewritten calls
 
     class Rewrite(cst.CSTTransformer):
       def leave_SimpleStatementLine(self, original, updated):
-        # `norm = partial(nn.BatchNorm, ...)`: its creations are in __init__.
+        # `norm = partial(nn.BatchNorm, ...)`, `blocks = nn.scan(...)`: their
+        # creations are in __init__.
         if any(isinstance(s, cst.Assign) and s.value in factory_values for s in original.body):
           return cst.RemoveFromParent()
+        if pending:
+          functions = [f.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) for f in pending]
+          pending.clear()
+          return cst.FlattenSentinel(functions + [updated.with_changes(
+              leading_lines=[cst.EmptyLine(indent=False), *updated.leading_lines])])
         return updated
 
       def leave_Call(self, original, updated):
@@ -406,14 +488,17 @@ class CompactWriter(classes.ClassWriter):
         if variables.is_sow_call(original):
           return variables.sow(updated, writer)
         if original.func in writer.node_sites:
-          child = writer.sites[writer.node_sites[original.func]][1][0]
+          site = writer.node_sites[original.func]
+          child = writer.sites[site][1][0]
+          if site in writer.lifts:
+            return writer._lifted_call(original, updated, site, child, pending)
           return writer._without_mode_arguments(original, updated, child)
         return updated
 
       def leave_For(self, original, updated):
         if id(original) in loop_rewrites:
           name, attribute = loop_rewrites[id(original)]
-          targets = source.names_in(updated.target)
+          targets = source.names_in(updated.target) - {'_'}
           if targets & (source.names_in(updated.body) | writer._read_outside(original)):
             updated = updated.with_changes(
                 target=syntax.expression(f'(({writer.file.code(original.target)}), {name})').with_changes(

@@ -67,6 +67,8 @@ class PortResult:
   proven: bool = False
   failure: str | None = None
   sources: list[str] = dataclasses.field(default_factory=list)
+  #: The model with one flag of its configuration flipped, `(model, what)`.
+  flags: list = dataclasses.field(default_factory=list)
 
 
 def _call_parameters(cls: type) -> list[str]:
@@ -102,6 +104,17 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   instances: dict[type, list[tracing.Created]] = {}
   for instance in root.walk():
     instances.setdefault(instance.cls, []).append(instance)
+  # The code each flag of the configuration switches on (`scan_layers`):
+  # its modules are instances of the classes too, written with the rest.
+  flags = []
+  made = {(c.cls, c.site, c.transform) for c in root.walk()}
+  for other, description in prove.flag_configurations(linen_model):
+    other_root, other_variables = tracing.trace(other.module, *other.args, **other.kwargs)
+    if {(c.cls, c.site, c.transform) for c in other_root.walk()} <= made:
+      continue  # nothing made that the model does not make: nothing new to write or prove
+    flags.append((other, description, other_root, other_variables))
+    for instance in other_root.walk():
+      instances.setdefault(instance.cls, []).append(instance)
 
   def visit(instance: tracing.Created):
     for child in instance.children:
@@ -137,7 +150,17 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
     written.append(port)
 
   visit(root)
-  mapping = emit.mapping_of(emit.path_pairs(root, variables, ports)) if not stubs else emit.PathMapping([])
+  mapping = emit.PathMapping([])
+  if not stubs:
+    # The variables of every flag's configuration too (the scanned layers'),
+    # where they do not contradict the traced configuration's.
+    pairs = emit.path_pairs(root, variables, ports)
+    for _, _, other_root, other_variables in flags:
+      known = {linen: nnx_path for linen, nnx_path, _ in pairs}
+      more = emit.path_pairs(other_root, other_variables, ports)
+      if all(known.get(linen, nnx_path) == nnx_path for linen, nnx_path, _ in more):
+        pairs += [p for p in more if p[0] not in known]
+    mapping = emit.mapping_of(pairs)
   # The model's mode: its call's flags and its fields that the mode replaced.
   modes = {**ports[type(module)].modes, **ports[type(module)].field_modes} if type(module) in ports else {}
   generated = emit.write_file(
@@ -145,6 +168,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   )
   files = {source.file_of(c).path for c in [type(module), *ports, *(s[0] for s in written if isinstance(s, tuple))]}
   result = PortResult(generated.text, generated.classes, stubs, dict(modes), sources=sorted(files))
+  result.flags = [(other, description) for other, description, *_ in flags]
   return result, ports
 
 
@@ -184,7 +208,7 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   # The classes are written for any configuration: proven at others too, with
   # the mapping the writer gives for them (the traced one's may name layers
   # by a count that changed).
-  for other, changes in prove.other_configurations(linen_model):
+  for other, changes in [*prove.other_configurations(linen_model), *result.flags]:
     start = time.perf_counter()
     try:
       root, variables = tracing.trace(other.module, *other.args, **other.kwargs)

@@ -254,6 +254,49 @@ def _changed(value, depth: int = 0):
   return value, []
 
 
+def _flipped(value, depth: int = 0):
+  """Every configuration of `value` with one flag (a bool, also inside
+  configuration dataclasses) flipped: `[(value, 'name=True'), ...]`."""
+  if depth > 3 or not dataclasses.is_dataclass(value) or isinstance(value, type):
+    return []
+  out = []
+  for f in dataclasses.fields(value):
+    if not f.init:
+      continue
+    v = getattr(value, f.name)
+    if isinstance(v, bool):
+      changes = [({f.name: not v}, f'{f.name}={not v}')]
+    else:
+      changes = [({f.name: new}, f'{f.name}.{c}') for new, c in _flipped(v, depth + 1)]
+    for change, description in changes:
+      try:
+        out.append((dataclasses.replace(value, **change), description))
+      except Exception:  # noqa: BLE001 - the configuration refuses the change
+        continue
+  return out
+
+
+def flag_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]]:
+  """The model with each flag of its configuration flipped (`scan_layers`,
+  `use_bias`), where Linen builds it on the same inputs: the code a flag
+  switches on is traced, written and proven too."""
+  module = linen_model.module
+  found = []
+  for name in shapes.module_fields(module):
+    value = getattr(module, name)
+    variants = ([(not value, f'{name}={not value}')] if isinstance(value, bool)
+                else [(v, f'{name}.{c}') for v, c in _flipped(value)])
+    for new, description in variants:
+      other = LinenModel(module.clone(parent=None, **{name: new}), *linen_model.args, **linen_model.kwargs)
+      try:
+        inputs, eval_kwargs, *_ = call_keywords(other, {})
+        jax.eval_shape(lambda other=other: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
+      except Exception:  # noqa: BLE001 - Linen refuses that configuration
+        continue
+      found.append((other, description))
+  return found
+
+
 def other_configurations(linen_model: LinenModel, most: int = 1):
   """Up to `most` other configurations of the model that Linen builds:
   `(LinenModel, description)`. Every integer of the configuration one more

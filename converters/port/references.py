@@ -138,6 +138,8 @@ class LinenReferences(cst.CSTTransformer):
     self.left: list[str] = []
 
   def visit_Call(self, node):
+    if node in self.skip:
+      return False
     names = dotted(node.func)
     if names and names[0] in self.file.linen_names:
       function = _resolve(nn, names[1:])

@@ -70,6 +70,11 @@ class Created:
   #: The user's frames the creation happened in, innermost first (`site`,
   #: then the call of the helper function that made it, ...).
   stack: tuple[Site, ...] = ()
+  #: For a module Linen's `nn.scan` / `nn.remat` made of a user's class: the
+  #: class Linen made (`ScanCheckpointBlock`). `module`, `calls` and
+  #: `children` are then those of the user's module as the transform ran it
+  #: (one layer, per-layer shapes), found under the same path.
+  transform: type | None = None
 
   @property
   def cls(self) -> type:
@@ -212,4 +217,34 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
   root = next((r for r in roots if type(r.module) is type(module)), None)
   if root is None:
     raise RuntimeError(f'tracing {type(module).__name__}.init recorded no call of the model')
+  _run_by_transforms(root, recorder.order)
   return root, variables
+
+
+def is_transformed(cls: type) -> bool:
+  """Whether `cls` is a class Linen's lifted transforms made (`nn.scan(Block)`)."""
+  return cls.__module__ == 'flax.linen.transforms' and cls.__name__ != 'Module'
+
+
+def transformed_class(cls: type) -> type:
+  """The user's class a transform-made class wraps (`Block` of `ScanCheckpointBlock`)."""
+  return next(c for c in cls.__mro__ if not is_transformed(c))
+
+
+def _run_by_transforms(root: Created, order: list[Created]) -> None:
+  """Each module a transform made, as the user's module the transform ran:
+  Linen records its calls and submodules on clones that the transform binds
+  under the same path (`ScanCheckpointBlock_0`), not on the module itself."""
+  for record in list(root.walk()):
+    if not is_transformed(record.cls) or record.calls and record.children:
+      continue
+    user = transformed_class(record.cls)
+    body = next((r for r in order if r.parent is None and type(r.module) is user
+                 and r.path == record.path and r.calls), None)
+    if body is None:
+      continue
+    record.transform = record.cls
+    record.module, record.calls, record.children = body.module, body.calls, body.children
+    for child in record.children:
+      child.parent = record
+    _run_by_transforms(record, order)

@@ -428,3 +428,52 @@ def encoder(width: int = 8, heads: int = 2) -> LinenModel:
 
 def cross_attention() -> LinenModel:
   return LinenModel(CrossAttention(), jnp.ones((2, 3, 4)), jnp.ones((2, 6, 5)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanConfig:
+  width: int = 6
+  hidden: int = 10
+  layers: int = 3
+  scan: bool = False
+
+
+class ResidualLayer(nn.Module):
+  """Returns `(x, None)`, as `nn.scan` wants: the carry and nothing stacked."""
+
+  config: ScanConfig
+
+  @nn.compact
+  def __call__(self, x, scale):
+    y = nn.Dense(self.config.hidden, kernel_init=nn.with_partitioning(
+        nn.initializers.lecun_normal(), (None, 'model')))(nn.LayerNorm()(x))
+    return x + scale * nn.Dense(self.config.width)(nn.relu(y)), None
+
+
+class ScannedOrLooped(nn.Module):
+  """Its layers in a Python loop, or scanned under remat (`config.scan`)."""
+
+  config: ScanConfig
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(self.config.width)(x)
+    scale = jnp.float32(0.5)
+    if self.config.scan:
+      layers = nn.scan(
+          nn.remat(ResidualLayer, prevent_cse=False),
+          variable_axes={'params': 0},
+          split_rngs={'params': True},
+          in_axes=nn.broadcast,
+          length=self.config.layers,
+          metadata_params={nn.PARTITION_NAME: 'layers'},
+      )
+      x, _ = layers(self.config)(x, scale)
+    else:
+      for _ in range(self.config.layers):
+        x, _ = ResidualLayer(self.config)(x, scale)
+    return x
+
+
+def scanned_or_looped(scan: bool = False) -> LinenModel:
+  return LinenModel(ScannedOrLooped(ScanConfig(scan=scan)), jnp.ones((2, 4)))

@@ -170,6 +170,28 @@ def test_a_port_annotated_otherwise_is_not_proven(tmp_path, edit):
     assert_generated_port(linen_models.encoder(), import_file(str(changed)), modes=result.modes)
 
 
+def test_scanned_layers_are_a_vmapped_stack_run_by_nnx_scan(tmp_path):
+  # Traced looped, the flag's other branch traced too: both written, both
+  # proven (the third check is at `config.scan=True`), one PATHS for both.
+  result, out, _ = _port(tmp_path, 'scanned_or_looped', linen_models.scanned_or_looped())
+  assert result.proven, (result.failure, result.checks)
+  assert any('config.scan=True' in check and outcome == 'passed' for check, outcome, _ in result.checks)
+  text = out.read_text()
+  assert '''      @nnx.split_rngs(splits=config.layers)
+      @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: 'layers'})
+      def create_layers(rngs: nnx.Rngs):
+        return ResidualLayer(config, rngs=rngs)
+      self.layers = create_layers(rngs)''' in text
+  assert '''      @nnx.remat(prevent_cse=False)
+      def layers(x, layer):
+        return layer(x, scale)
+
+      x, _ = layers(x, self.layers)''' in text
+  assert 'for layer in self.layers:' in text  # the looped branch, the same name
+  assert "PathRule('ScanCheckpointResidualLayer_0/Dense_0/kernel', 'layers/dense_0/kernel')" in text
+  assert "PathRule('ResidualLayer_{i}/Dense_0/kernel', 'layers/{i}/dense_0/kernel')" in text
+
+
 def test_zoo_resnet_conditions_and_sizes_hold_for_other_stage_counts(tmp_path):
   from model_zoo.linen import resnet
 

@@ -1,0 +1,204 @@
+"""Linen's lifted transforms of a user's class, written with NNX's.
+
+    blocks = nn.scan(
+        nn.remat(Block, prevent_cse=False),
+        variable_axes={'params': 0}, split_rngs={'params': True, 'dropout': True},
+        in_axes=nn.broadcast, length=config.num_layers,
+        metadata_params={nn.PARTITION_NAME: 'layers'},
+    )
+    x, _ = blocks(config)(x, mask)
+
+is, in NNX, a stack of `Block`s built by `nnx.vmap` over split keys (the
+parameters stacked on a leading axis named as Linen names it) and a scan
+over it, each layer under `nnx.remat`:
+
+    # __init__
+    @nnx.split_rngs(splits=config.num_layers)
+    @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: 'layers'})
+    def create_blocks(rngs: nnx.Rngs):
+      return Block(config, rngs=rngs)
+
+    self.blocks = create_blocks(rngs)
+
+    # __call__
+    @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0),
+              transform_metadata={nnx.PARTITION_NAME: 'layers'})
+    @nnx.remat(prevent_cse=False)
+    def blocks(x, block):
+      return block(x, mask)
+
+    x, _ = blocks(x, self.blocks)
+
+What this writes: `nn.scan` with every variable collection on axis 0,
+`params` split, the arguments after the carry broadcast (`in_axes=nn.broadcast`),
+a `length`; `nn.remat` with `prevent_cse`, `policy` or `static_argnums`.
+Anything else (`nn.vmap`, scanned inputs, other axes) is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+from converters.port import references, source, syntax
+
+_SCAN_KEYWORDS = {'variable_axes', 'split_rngs', 'in_axes', 'out_axes', 'length', 'metadata_params'}
+_REMAT_KEYWORDS = {'prevent_cse', 'policy', 'static_argnums'}
+
+
+class Refused(Exception):
+  """A transform this module does not write: the message says what."""
+
+
+@dataclasses.dataclass
+class Lifted:
+  """A user's class under `nn.scan` and/or `nn.remat`, read from its call.
+
+  Attributes:
+    target: the expression naming the user's class (`Block`).
+    scan: whether it is scanned; `length`: its length's source expression;
+      `partition`: the source of the name of the stacked axis, or None.
+    remat: `nn.remat`'s keyword arguments (`prevent_cse=False`), or None.
+  """
+
+  target: cst.BaseExpression
+  scan: bool
+  length: cst.BaseExpression | None
+  partition: cst.BaseExpression | None
+  remat: list[cst.Arg] | None
+
+
+def _keywords(call: cst.Call, allowed: set[str], what: str) -> dict[str, cst.BaseExpression]:
+  values = {}
+  for arg in call.args[1:]:
+    if arg.keyword is None or arg.star:
+      raise Refused(f'{what} with arguments other than keywords after the module')
+    if arg.keyword.value not in allowed:
+      raise Refused(f'{what}(..., {arg.keyword.value}=...)')
+    values[arg.keyword.value] = arg.value
+  return values
+
+
+def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
+  """`call` read as a lifted transform of a class, None if it is no
+  `nn.scan` / `nn.remat` call; raises `Refused` for one this does not write."""
+  def transform_of(node) -> str | None:
+    if not isinstance(node, cst.Call):
+      return None
+    for name in ('scan', 'remat', 'checkpoint', 'vmap', 'jit', 'map_variables', 'while_loop', 'cond'):
+      if references.is_linen(node.func, file, name):
+        return name
+    return None
+
+  kind = transform_of(call)
+  if kind is None:
+    return None
+  if kind not in ('scan', 'remat', 'checkpoint'):
+    raise Refused(f'nn.{kind} of a module')
+  if not call.args or call.args[0].keyword is not None:
+    raise Refused(f'nn.{kind} without the module as its first argument')
+  scan = kind == 'scan'
+  length = partition = None
+  remat = None
+  inner = call
+  if scan:
+    keywords = _keywords(call, _SCAN_KEYWORDS, 'nn.scan')
+    _check_scan(keywords, file)
+    length = keywords.get('length')
+    if length is None:
+      raise Refused('nn.scan without length=')
+    partition = _partition(keywords.get('metadata_params'), file)
+    inner = call.args[0].value
+    if transform_of(inner) is not None:
+      if transform_of(inner) not in ('remat', 'checkpoint'):
+        raise Refused(f'nn.scan of nn.{transform_of(inner)}')
+    else:
+      return Lifted(inner, True, length, partition, None)
+  if not inner.args or inner.args[0].keyword is not None:
+    raise Refused('nn.remat without the module as its first argument')
+  _keywords(inner, _REMAT_KEYWORDS, 'nn.remat')
+  remat = list(inner.args[1:])
+  target = inner.args[0].value
+  if transform_of(target) is not None:
+    raise Refused('nn.remat of a transformed module')
+  return Lifted(target, scan, length, partition, remat)
+
+
+def _check_scan(keywords: dict, file: source.SourceFile) -> None:
+  axes = keywords.get('variable_axes')
+  if not isinstance(axes, cst.Dict) or not axes.elements:
+    raise Refused('nn.scan without variable_axes={...: 0}')
+  for element in axes.elements:
+    if not (isinstance(element, cst.DictElement) and isinstance(element.value, cst.Integer)
+            and element.value.value == '0'):
+      raise Refused('nn.scan with a variable axis other than 0')
+  split = keywords.get('split_rngs')
+  params_split = isinstance(split, cst.Dict) and any(
+      isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+      and e.key.evaluated_value == 'params' and isinstance(e.value, cst.Name) and e.value.value == 'True'
+      for e in split.elements
+  )
+  if not params_split:
+    raise Refused("nn.scan without split_rngs={'params': True} (layers initialised alike)")
+  in_axes = keywords.get('in_axes')
+  if in_axes is not None and not references.is_linen(in_axes, file, 'broadcast'):
+    raise Refused('nn.scan over inputs (in_axes other than nn.broadcast)')
+  out_axes = keywords.get('out_axes')
+  if out_axes is not None and not (isinstance(out_axes, cst.Integer) and out_axes.value == '0'):
+    raise Refused('nn.scan with out_axes other than 0')
+
+
+def _partition(metadata: cst.BaseExpression | None, file: source.SourceFile):
+  if metadata is None:
+    return None
+  if not (isinstance(metadata, cst.Dict) and len(metadata.elements) == 1
+          and isinstance(metadata.elements[0], cst.DictElement)
+          and references.is_linen(metadata.elements[0].key, file, 'PARTITION_NAME')):
+    raise Refused('nn.scan with metadata_params other than {nn.PARTITION_NAME: ...}')
+  return metadata.elements[0].value
+
+
+def _metadata(partition) -> str:
+  if partition is None:
+    return ''
+  code = cst.Module([]).code_for_node(partition)
+  return f', transform_metadata={{nnx.PARTITION_NAME: {code}}}'
+
+
+def creation(lift: Lifted, function: str, creation_call: cst.Call) -> cst.FunctionDef:
+  """The `__init__` function making the module (a stack of them, scanned)."""
+  body = cst.IndentedBlock([cst.SimpleStatementLine([cst.Return(creation_call)])])
+  code = cst.Module([]).code_for_node
+  decorators = []
+  if lift.scan:
+    decorators = [
+        cst.Decorator(syntax.expression(f'nnx.split_rngs(splits={code(lift.length)})')),
+        cst.Decorator(syntax.expression(
+            f'nnx.vmap(in_axes=(0,), out_axes=0{_metadata(lift.partition)})')),
+    ]
+  return cst.FunctionDef(
+      name=cst.Name(function),
+      params=cst.Parameters([cst.Param(cst.Name('rngs'), annotation=cst.Annotation(syntax.expression('nnx.Rngs')))]),
+      body=body, decorators=decorators,
+  )
+
+
+def call_function(lift: Lifted, function: str, carry: str, module: str, call: cst.Call) -> cst.FunctionDef:
+  """The `__call__` function running the module: `nnx.scan` over the stack
+  (`carry` carried, the module's other arguments closed over), each layer
+  under `nnx.remat` if Linen's was."""
+  decorators = []
+  if lift.scan:
+    decorators.append(cst.Decorator(syntax.expression(
+        f'nnx.scan(in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0){_metadata(lift.partition)})')))
+  if lift.remat is not None:
+    remat = cst.Call(syntax.expression('nnx.remat'), syntax.normalised(list(lift.remat))) if lift.remat \
+        else syntax.expression('nnx.remat')
+    decorators.append(cst.Decorator(remat))
+  params = [cst.Param(cst.Name(carry)), cst.Param(cst.Name(module))] if lift.scan else [cst.Param(cst.Name(module))]
+  return cst.FunctionDef(
+      name=cst.Name(function), params=cst.Parameters(params),
+      body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Return(call)])]),
+      decorators=decorators,
+  )
