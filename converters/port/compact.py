@@ -141,6 +141,8 @@ class CompactWriter(classes.ClassWriter):
             attribute = local
       elif site in self.lifts and self.lifts[site][1] is not None:
         attribute = self.lifts[site][1]  # the local the transform was bound to: `blocks`
+      elif site in self.lifts and self.lifts[site][0].scan:
+        attribute = source.snake_case(children[0].cls.__name__) + 's'  # a stack of them
       else:
         attribute = source.snake_case(children[0].name)
       # Not a keyword (`class`), nor a name NNX modules or the class have
@@ -402,6 +404,9 @@ class CompactWriter(classes.ClassWriter):
       pending.append(transforms.call_function(lift, name, '', module, inner))
       return cst.Call(cst.Name(name), [cst.Arg(stack)])
     carry_value, rest = args[0].value, args[1:]
+    if rest and not lift.broadcast:
+      self.fail(original, 'nn.scan over the arguments after the carry (in_axes other than '
+                'nn.broadcast): not written yet; port it by hand')
     carry = carry_value.value if isinstance(carry_value, cst.Name) else 'carry'
     if carry in set().union(*(source.names_in(a.value) for a in rest)) if rest else False:
       carry = 'carry'  # the other arguments read the name outside: keep them reading it

@@ -75,6 +75,15 @@ def _call_parameters(cls: type) -> list[str]:
   return list(inspect.signature(cls.__call__).parameters)[1:]
 
 
+def _is_unreadable(cls: type) -> bool:
+  """Whether the source of `cls` cannot be read and parsed."""
+  try:
+    source.file_of(cls).class_def(cls)
+  except (LookupError, OSError, TypeError):
+    return True
+  return False
+
+
 def _stub_source(cls: type, stub: Stub) -> str:
   try:
     lines, _ = inspect.getsourcelines(cls)
@@ -132,11 +141,15 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
           cls, instances[cls],
           lambda i, cls=cls: shapes.symbolic_trace(i, _call_parameters(cls)), ports,
       )
-    except (Untranslatable, LookupError, OSError, TypeError) as e:
-      # LookupError, OSError, TypeError: the class's source cannot be read
-      # (defined in a function, in a notebook, compiled).
+    except Exception as e:  # noqa: BLE001 - whatever stops a class is its stub's reason
+      # LookupError, OSError, TypeError from `source`: the class's source
+      # cannot be read (defined in a function, in a notebook, compiled).
+      unreadable = isinstance(e, (LookupError, OSError, TypeError)) and _is_unreadable(cls)
       reason = str(e) if isinstance(e, Untranslatable) else (
-          f'its source cannot be read ({e}); define it at the top level of a module, or port it by hand')
+          f'its source cannot be read ({e}); define it at the top level of a module, or port it by hand'
+          if unreadable else
+          f'writing it stopped on {type(e).__name__}: {e}; port it by hand (and tell us: the port '
+          'should have said why)')
       line = e.line if isinstance(e, Untranslatable) else None
       try:
         path = source.file_of(cls).path

@@ -178,15 +178,36 @@ class CallsAmong(cst.CSTVisitor):
 
 
 class DropSelfAssignments(cst.CSTTransformer):
-  """Drops `x = x` (a running size that starts as the argument of its name)."""
+  """Drops `x = x` (a running size that starts as the argument of its name;
+  `config = self.config` once fields are arguments), and the `x` of
+  `x, y = x, f(x)`."""
 
   def leave_SimpleStatementLine(self, original, updated):
     if len(updated.body) == 1 and isinstance(updated.body[0], cst.Assign):
       assign = updated.body[0]
-      if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
-          and isinstance(assign.value, cst.Name)
-          and assign.targets[0].target.value == assign.value.value):
+      if len(assign.targets) != 1:
+        return updated
+      target, value = assign.targets[0].target, assign.value
+      if isinstance(target, cst.Name) and isinstance(value, cst.Name) and target.value == value.value:
         return cst.RemoveFromParent()
+      if (isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple)
+          and len(target.elements) == len(value.elements)
+          and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements))):
+        kept = [
+            (t.value, v.value) for t, v in zip(target.elements, value.elements)
+            if not (isinstance(t.value, cst.Name) and isinstance(v.value, cst.Name)
+                    and t.value.value == v.value.value)
+        ]
+        if not kept:
+          return cst.RemoveFromParent()
+        if len(kept) < len(target.elements):
+          if len(kept) == 1:
+            new_target, new_value = kept[0]
+          else:
+            new_target = cst.Tuple([cst.Element(t) for t, _ in kept], lpar=[], rpar=[])
+            new_value = cst.Tuple([cst.Element(v) for _, v in kept], lpar=[], rpar=[])
+          return updated.with_changes(body=[assign.with_changes(
+              targets=[assign.targets[0].with_changes(target=new_target)], value=new_value)])
     return updated
 
 

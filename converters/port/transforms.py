@@ -67,6 +67,9 @@ class Lifted:
   length: cst.BaseExpression | None
   partition: cst.BaseExpression | None
   remat: list[cst.Arg] | None
+  #: Whether the scan broadcasts the arguments after the carry
+  #: (`in_axes=nn.broadcast`); Linen's default scans over them.
+  broadcast: bool = False
 
 
 def _keywords(call: cst.Call, allowed: set[str], what: str) -> dict[str, cst.BaseExpression]:
@@ -101,6 +104,7 @@ def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
   scan = kind == 'scan'
   length = partition = None
   remat = None
+  broadcast = False
   inner = call
   if scan:
     keywords = _keywords(call, _SCAN_KEYWORDS, 'nn.scan')
@@ -109,12 +113,13 @@ def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
     if length is None:
       raise Refused('nn.scan without length=')
     partition = _partition(keywords.get('metadata_params'), file)
+    broadcast = 'in_axes' in keywords
     inner = call.args[0].value
     if transform_of(inner) is not None:
       if transform_of(inner) not in ('remat', 'checkpoint'):
         raise Refused(f'nn.scan of nn.{transform_of(inner)}')
     else:
-      return Lifted(inner, True, length, partition, None)
+      return Lifted(inner, True, length, partition, None, broadcast)
   if not inner.args or inner.args[0].keyword is not None:
     raise Refused('nn.remat without the module as its first argument')
   _keywords(inner, _REMAT_KEYWORDS, 'nn.remat')
@@ -122,7 +127,7 @@ def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
   target = inner.args[0].value
   if transform_of(target) is not None:
     raise Refused('nn.remat of a transformed module')
-  return Lifted(target, scan, length, partition, remat)
+  return Lifted(target, scan, length, partition, remat, scan and broadcast)
 
 
 def _check_scan(keywords: dict, file: source.SourceFile) -> None:

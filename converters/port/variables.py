@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import libcst as cst
+from flax.core import meta
 
 from converters.port import source, syntax
 
@@ -90,9 +92,14 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
         writer.fail(call, f'argument {i + 2} of {name!r} depends on the call; port it by hand')
       # The shape, from the inputs' sizes: the variable's own shape.
       shape = writer.symbolic.variables.get(collection, {}).get(name)
+      if isinstance(shape, meta.AxisMetadata):
+        # An annotated variable: its array (the box's pytree child; `unbox`
+        # would constrain it to the mesh in context).
+        (shape,) = jax.tree.leaves(shape)
       if shape is None or not hasattr(shape, 'shape'):
         writer.fail(call, f'the shape of {name!r} is not known from the trace; port it by hand')
-      value = syntax.expression('(' + ''.join(f'{writer.size_source(d)}, ' for d in shape.shape).rstrip(' ') + ')')
+      sizes = [writer.size_source(d) for d in shape.shape]
+      value = syntax.expression(f'({sizes[0]},)' if len(sizes) == 1 else '(' + ', '.join(sizes) + ')')
     written.append(arg.with_changes(value=value))
   if kind == 'param':
     key = cst.Arg(syntax.expression('rngs.params()'))
