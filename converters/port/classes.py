@@ -108,6 +108,10 @@ class ClassWriter:
   creations are (`_methods`, `_loops`, `_attributes`, `nnx_path`) and
   write the class (`write`)."""
 
+  #: Whether the writer writes `self.has_variable('cache', ...)` (a cache
+  #: NNX makes where it builds the module: always there).
+  writes_has_cache = False
+
   def __init__(self, cls, instances, symbolic_trace, child_ports):
     self.cls = cls
     # Every instance of the class the model made: together they create all
@@ -157,10 +161,15 @@ class ClassWriter:
     own = {s.name.value for s in self.cdef.body.body if isinstance(s, cst.FunctionDef)}
     own |= set(self.field_names) | {'param', 'variable', 'sow'}  # written by `variables`
     writer = self
+    allowed = set()
 
     class Visitor(cst.CSTVisitor):
+      def visit_Call(self, node):
+        if writer.writes_has_cache and variables.is_has_cache_variable(node):
+          allowed.add(node.func)
+
       def visit_Attribute(self, node):
-        if (isinstance(node.value, cst.Name) and node.value.value == 'self'
+        if (isinstance(node.value, cst.Name) and node.value.value == 'self' and node not in allowed
             and node.attr.value in references.LINEN_MODULE_API and node.attr.value not in own):
           writer.fail(
               node,

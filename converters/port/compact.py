@@ -94,6 +94,8 @@ def _call_time_names(method: cst.FunctionDef, params: Sequence[str]) -> set[str]
 class CompactWriter(classes.ClassWriter):
   """Writes one class whose submodules its `@nn.compact` `__call__` creates."""
 
+  writes_has_cache = True
+
   def _methods(self) -> tuple[cst.FunctionDef, cst.FunctionDef]:
     method = _compact_method(self.cdef, self.file, self.cls)
     return method, method
@@ -488,6 +490,8 @@ class CompactWriter(classes.ClassWriter):
       def leave_Call(self, original, updated):
         if original in replacements:
           return replacements[original]
+        if variables.is_has_cache_variable(original):
+          return cst.Name('True')  # NNX made the cache in __init__
         if original in writer.own:
           return writer.own[original].read
         if variables.is_sow_call(original):

@@ -227,21 +227,25 @@ def _placement():
 
 
 
-def _changed(value, depth: int = 0):
-  """Each integer one more and each tuple of integers one longer (its last
-  entry again), inside configuration dataclasses too; `(value, changes)`."""
+def _changed(value, depth: int = 0, scale: int | None = None):
+  """Each integer one more (or `scale` times itself) and each tuple of
+  integers one longer (its last entry again), inside configuration
+  dataclasses too; `(value, changes)`."""
   if isinstance(value, bool) or depth > 3:
     return value, []
   if isinstance(value, int):
-    return value + 1, [f'{value + 1}']
+    new = value * scale if scale else value + 1
+    return new, [f'{new}']
   if isinstance(value, tuple) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if scale:
+      return value, []
     longer = value + value[-1:]
     return longer, [repr(longer)]
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
     changes, new = [], {}
     for f in dataclasses.fields(value):
       if f.init:
-        v, c = _changed(getattr(value, f.name), depth + 1)
+        v, c = _changed(getattr(value, f.name), depth + 1, scale)
         if c:
           new[f.name] = v
           changes += [f'{f.name}={x}' for x in c]
@@ -330,6 +334,16 @@ def other_configurations(linen_model: LinenModel, most: int = 1):
   tried += [(fields, changes, list(linen_model.args), []) for fields, changes in attempts]
   if widened:
     tried.append(({}, '', wider, widened))
+  # Every integer doubled keeps what +1 may break (a width a multiple of the
+  # number of heads).
+  doubled, changes = {}, []
+  for name in names:
+    new, change = _changed(getattr(module, name), scale=2)
+    if change:
+      doubled[name] = new
+      changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
+  if doubled:
+    tried.append((doubled, ', '.join(changes), list(linen_model.args), []))
   found = []
   for fields, changes, args, args_changes in tried:
     other = LinenModel(module.clone(parent=None, **fields), *args, **linen_model.kwargs)

@@ -421,6 +421,10 @@ def _linear(values, symbol, base: int, what: str = 'a count', step: int = 1):
   if they lie on a line of whole slope (`e0 + slope * (n - base)`), else
   `Unfitted`."""
   e0, e1, e2 = values
+  if not isinstance(e0, int) and isinstance(e1, int) and isinstance(e2, int) and e1 == e2:
+    # Unchanged by this count; `e0` is already written with another one
+    # (`config.width`, fitted first), whose traces these are not.
+    return e0
   try:
     difference = e1 - e0
     if not (e2 - e1 == difference):

@@ -5,7 +5,10 @@
 - `self.variable('batch_stats', 'mean', init, *args)` -> `self.mean =
   nnx.BatchStat(init(*args))` (`nnx.Cache` for `cache`), and `self.mean`
   where Linen held the variable, its `.value` read as `[...]`;
-- `self.sow('intermediates', 'h', x)` -> `self.sow(nnx.Intermediate, 'h', x)`.
+- `self.sow('intermediates', 'h', x)` -> `self.sow(nnx.Intermediate, 'h', x)`;
+- `self.has_variable('cache', 'i')` -> `True`: Linen's `init` makes a decode
+  cache on the first call, NNX where it builds the module (under the same
+  conditions, `if decode:`), so in a call the cache is there.
 
 A size computed from the call's inputs (`(x.shape[-1],)`) is written as the
 variable's shape from the symbolic trace, which is what NNX knows when it
@@ -44,6 +47,18 @@ def is_own_variable_call(node: cst.CSTNode) -> bool:
       isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
       and isinstance(node.func.value, cst.Name) and node.func.value.value == 'self'
       and node.func.attr.value in ('param', 'variable')
+  )
+
+
+def is_has_cache_variable(node: cst.CSTNode) -> bool:
+  """`self.has_variable('cache', 'name')`: Linen's decode idiom, where the
+  first call (`init`) makes the cache and later ones use it."""
+  return (
+      isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+      and isinstance(node.func.value, cst.Name) and node.func.value.value == 'self'
+      and node.func.attr.value == 'has_variable' and len(node.args) == 2
+      and all(a.keyword is None and isinstance(a.value, cst.SimpleString) for a in node.args)
+      and node.args[0].value.evaluated_value == 'cache'
   )
 
 
@@ -100,16 +115,26 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
         writer.fail(call, f'the shape of {name!r} is not known from the trace; port it by hand')
       sizes = [writer.size_source(d) for d in shape.shape]
       value = syntax.expression(f'({sizes[0]},)' if len(sizes) == 1 else '(' + ', '.join(sizes) + ')')
-    written.append(arg.with_changes(value=value))
+    # One line, as NNX's call lays it out (the Linen call's commas and line
+    # breaks were around other arguments).
+    written.append(arg.with_changes(value=value, comma=cst.MaybeSentinel.DEFAULT,
+                                    whitespace_after_arg=cst.SimpleWhitespace('')))
+  function = init.value
+  if isinstance(function, cst.Lambda):
+    if not function.params.params and not written:
+      function = None  # `lambda: jnp.array(0)`: its body is the value
+    else:
+      function = function.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
   if kind == 'param':
     key = cst.Arg(syntax.expression('rngs.params()'))
     creation = syntax.expression('nnx.Param(__init__())').with_changes(
-        args=[cst.Arg(cst.Call(init.value, syntax.normalised([key] + written)))]
+        args=[cst.Arg(cst.Call(function or init.value, syntax.normalised([key] + written)))]
     )
     read = syntax.expression(f'self.{name}[...]')
   else:
+    value = init.value.body if function is None else cst.Call(function, syntax.normalised(written))
     creation = syntax.expression(f'{VARIABLE_TYPES[collection]}(__init__())').with_changes(
-        args=[cst.Arg(cst.Call(init.value, syntax.normalised(written)))]
+        args=[cst.Arg(value)]
     )
     read = syntax.expression(f'self.{name}')
   return OwnVariable(name, collection, creation, read)
