@@ -661,6 +661,9 @@ class ClassWriter:
             if parameter.whole_shape else parameter.name
         )
     init = init.visit(syntax.Substitute(placeholders)).visit(syntax.DropSelfAssignments())
+    # `__init__` is the port's own code: laid out as Flax's code is.
+    init = init.with_changes(body=init.body.visit(
+        syntax.LaidOut(self.file.module.default_indent, 2 * self.file.module.default_indent)))
     body = []
     for statement in self.cdef.body.body:
       if statement is self.method:

@@ -237,3 +237,54 @@ class CallsWhere(cst.CSTVisitor):
   def visit_Call(self, node):
     if self.predicate(node):
       self.found.append(node)
+
+
+def _line_break(indent: str) -> cst.ParenthesizedWhitespace:
+  return cst.ParenthesizedWhitespace(
+      first_line=cst.TrailingWhitespace(), empty_lines=[], indent=True,
+      last_line=cst.SimpleWhitespace(indent),
+  )
+
+
+class _Flatten(cst.CSTTransformer):
+  """Every call's arguments on one line, `, ` between them."""
+
+  def leave_Call(self, original, updated):
+    args = [
+        a.with_changes(whitespace_after_arg=cst.SimpleWhitespace(''), comma=cst.MaybeSentinel.DEFAULT)
+        for a in updated.args
+    ]
+    return updated.with_changes(args=normalised(args), whitespace_before_args=cst.SimpleWhitespace(''))
+
+
+class LaidOut(cst.CSTTransformer):
+  """The statements of a method the port wrote (`__init__`), each call on
+  one line where the line fits `limit` columns, else the outermost call's
+  arguments one to a line, indented `continuation` past the statement."""
+
+  def __init__(self, indent: str = '  ', continuation: str = '    ', limit: int = 100):
+    self.indent, self.continuation, self.limit = indent, continuation, limit
+    self.depth = 0
+
+  def visit_IndentedBlock(self, node):
+    self.depth += 1
+
+  def leave_IndentedBlock(self, original, updated):
+    self.depth -= 1
+    return updated
+
+  def leave_SimpleStatementLine(self, original, updated):
+    flat = updated.visit(_Flatten())
+    if len(self.indent) * self.depth + len(code_of(flat)) <= self.limit:
+      return flat
+    small = flat.body[0] if len(flat.body) == 1 else None
+    value = getattr(small, 'value', None)
+    if not isinstance(value, cst.Call) or not value.args:
+      return flat
+    args = [
+        a.with_changes(comma=cst.Comma(whitespace_after=_line_break(
+            self.continuation if i + 1 < len(value.args) else '')))
+        for i, a in enumerate(value.args)
+    ]
+    laid = value.with_changes(args=args, whitespace_before_args=_line_break(self.continuation))
+    return flat.with_changes(body=[small.with_changes(value=laid)])

@@ -146,8 +146,8 @@ def test_attention_and_annotations_are_written_and_proven_as_names(tmp_path):
   text = out.read_text()
   # NNX's attention takes its input size by keyword (after num_heads), and
   # Linen's default decode=False, which NNX's attention does not default to.
-  assert 'in_features=config.width, decode=False, rngs=rngs)' in text
-  assert "kernel_init=nnx.with_partitioning(nnx.initializers.xavier_uniform(), ('embed', 'kv'))" in text
+  assert '        in_features=config.width,\n        decode=False,\n        rngs=rngs,\n    )' in text
+  assert "kernel_init=nnx.with_partitioning(nnx.initializers.xavier_uniform(), ('embed', 'kv'))," in text
   assert "nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, 'model'))" in text
   # The residual ties the block's input to the width: no input size asked for.
   assert 'def __init__(self, config: AttentionConfig, *, rngs: nnx.Rngs):' in text
@@ -157,7 +157,7 @@ def test_attention_and_annotations_are_written_and_proven_as_names(tmp_path):
 
 @pytest.mark.parametrize('edit', [
     ("('embed', 'kv')", "('kv', 'embed')"),  # other names
-    ("kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, 'model')), ", ''),  # none
+    ("        kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, 'model')),\n", ''),  # none
 ])
 def test_a_port_annotated_otherwise_is_not_proven(tmp_path, edit):
   result, out, _ = _port(tmp_path, 'encoder', linen_models.encoder())
@@ -205,7 +205,7 @@ def test_the_kits_mlp_is_ported_looped_and_scanned_in_both_annotation_styles(tmp
   assert any('desc.use_scan=True' in check and outcome == 'passed' for check, outcome, _ in result.checks)
   text = out.read_text()
   assert "PathRule('ScanDotReluDot_0/W2', 'dot_relu_dots/W2')" in text
-  assert 'self.W2 = nnx.Param(_annotate_init(desc, axes.w2)(rngs.params(), (desc.depth, in_features),' in text
+  assert '_annotate_init(desc, axes.w2)(rngs.params(), (desc.depth, in_features), desc.jnp_dtype),' in text
   # Linen's constraint helper kept as it is (it runs in NNX code alike).
   assert 'return nn.with_logical_constraint(x, names, rules=desc.rules)' in text
 
