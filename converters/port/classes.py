@@ -351,12 +351,12 @@ class ClassWriter:
     negated = isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Not)
     inner = value.expression if negated else value
     train_value = eval_value if negated else not eval_value
-    if (isinstance(inner, cst.Attribute) and isinstance(inner.value, cst.Name)
-        and inner.value.value == 'self' and inner.attr.value in self.field_names
-        and all(isinstance(getattr(i.module, inner.attr.value), bool) for i in self.instances)):
-      # A field handed on to the layers' modes: the port's mode too.
-      if self.field_modes.setdefault(inner.attr.value, train_value) != train_value:
-        self.fail(node, f'self.{inner.attr.value} sets modes both ways; port it by hand')
+    path = self.field_path(inner)
+    if path is not None and all(isinstance(_value_at(i.module, path), bool) for i in self.instances):
+      # A flag of the configuration (`self.deterministic`,
+      # `config.deterministic`) handed on to the layers: the port's mode too.
+      if self.field_modes.setdefault(path, train_value) != train_value:
+        self.fail(node, f'{path} sets modes both ways; port it by hand')
       return
     if isinstance(inner, cst.Name) and inner.value not in self.params:
       alias = self.locals.get(inner.value)
@@ -373,6 +373,62 @@ class ClassWriter:
       )
     if self.modes.setdefault(inner.value, train_value) != train_value:
       self.fail(node, f'{inner.value} sets modes both ways; port it by hand')
+
+  def without_input_reads(self, expression: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`expression` with the locals it reads inlined and every read of an
+    input's size (`inputs.shape[-1]`) written as that size (`in_features`),
+    so that `__init__` can compute it; None if it reads the call otherwise."""
+    inputs = self.symbolic.root.calls[0].args
+    writer = self
+
+    class Rewrite(cst.CSTTransformer):
+      def leave_Subscript(self, original, updated):
+        value = updated.value
+        if (isinstance(value, cst.Attribute) and value.attr.value == 'shape'
+            and isinstance(value.value, cst.Name) and value.value.value in writer.params
+            and len(updated.slice) == 1 and isinstance(updated.slice[0].slice, cst.Index)):
+          index = updated.slice[0].slice.value
+          negative = isinstance(index, cst.UnaryOperation) and isinstance(index.operator, cst.Minus)
+          number = index.expression if negative else index
+          position = writer.params.index(value.value.value)
+          if isinstance(number, cst.Integer) and position < len(inputs) and hasattr(inputs[position], 'shape'):
+            # The input's size: an argument of the constructor (`in_features`).
+            ndim = len(inputs[position].shape)
+            dim = ((-1 if negative else 1) * int(number.value)) % ndim
+            writer.use_input_dim(position, dim)
+            return cst.Name(f'__input_{position}_{dim}')
+        return updated
+
+      def leave_Name(self, original, updated):
+        alias = writer.locals.get(updated.value)
+        if updated.value in writer.call_time and alias is not None and updated.value not in writer.params:
+          inlined = alias.visit(Rewrite())
+          atomic = (cst.Name, cst.Tuple, cst.List, cst.Call, cst.Attribute, cst.Subscript, cst.Integer)
+          return inlined if isinstance(inlined, atomic) else inlined.with_changes(
+              lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return updated
+
+    rewritten = expression.visit(Rewrite())
+    if source.names_in(rewritten) & self.call_time:
+      return None
+    return rewritten
+
+  def field_path(self, expression) -> str | None:
+    """`'config.deterministic'` of `self.config.deterministic` (or of
+    `config.deterministic` with `config = self.config`): the field, and the
+    attributes read from it; None if `expression` reads no field so."""
+    names = references.dotted(expression)
+    if not names:
+      return None
+    if names[0] != 'self':
+      alias = self.locals.get(names[0])
+      alias_names = references.dotted(alias) if alias is not None else None
+      if not alias_names or alias_names[0] != 'self':
+        return None
+      names = alias_names + names[1:]
+    if len(names) < 2 or names[1] not in self.field_names:
+      return None
+    return '.'.join(names[1:])
 
   def _creation(self, site: tracing.Site) -> cst.BaseExpression:
     """The NNX expression creating the modules of `site`."""
@@ -618,6 +674,19 @@ class ClassWriter:
         self._mode_argument(arg.value, not port.field_modes[field], node)
       elif field != 'name':
         args.append(arg)
+    # A flag inside a field the child takes (`config.deterministic`): the
+    # mode of this class too, through the field it hands on.
+    given = dict(arguments)
+    for mode, train_value in port.field_modes.items():
+      field, _, rest = mode.partition('.')
+      if not rest:
+        continue
+      path = self.field_path(given[field].value) if field in given else None
+      if path is None:
+        self.fail(node, f'{children[0].cls.__name__} takes its mode from {mode}, which this class '
+                  'does not hand it from its own configuration; port it by hand')
+      if self.field_modes.setdefault(f'{path}.{rest}', train_value) != train_value:
+        self.fail(node, f'{path}.{rest} sets modes both ways; port it by hand')
     for field, arg in arguments:
       if field != 'name' and field not in port.field_modes and self.call_time & source.names_in(arg.value):
         self.fail(
@@ -650,7 +719,7 @@ class ClassWriter:
     inputs = self._input_parameters()
     fields = [
         f for f in _fields(self.cdef, self.cls, self.file, self.field_names)
-        if f.target.value not in self.field_modes
+        if f.target.value not in self.field_modes  # a flag inside a field leaves the field
     ]
     init = self._init_method(fields, inputs, init_body)
     placeholders = {}
@@ -702,7 +771,7 @@ class ClassWriter:
     node.visit(Reads())
     left |= source.names_in(init.body)
     for field in self.field_modes:
-      if field in left:
+      if '.' not in field and field in left:
         self.fail(self.cdef, f'the field {field!r} sets the layers\' modes and does more (NNX sets '
                   'modes with model.train() / .eval()); port it by hand')
 
@@ -835,6 +904,13 @@ class ClassWriter:
           '.eval()); port it by hand',
       )
     return method
+
+
+def _value_at(module, path: str):
+  value = module
+  for name in path.split('.'):
+    value = getattr(value, name, None)
+  return value
 
 
 def is_field_alias(statement, fields) -> bool:

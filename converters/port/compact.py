@@ -128,7 +128,10 @@ class CompactWriter(classes.ClassWriter):
       is_list = bool(self._loops(node)) or any(
           sum(c.parent is i for c in children) > 1 for i in self.instances
       )
-      if explicit is not None:
+      prefix = self._numbered_name(node, explicit, children) if explicit is not None and is_list else None
+      if prefix is not None:
+        attribute = prefix + 's'  # `name=f'block_{i}'` in a loop: the list `blocks`
+      elif explicit is not None:
         if not isinstance(explicit, cst.SimpleString) or is_list:
           self.fail(node, 'a module named by an expression, or named in a loop; port it by hand')
         attribute = explicit.evaluated_value
@@ -157,6 +160,24 @@ class CompactWriter(classes.ClassWriter):
       taken[attribute] = node
       attributes[site] = (attribute, is_list)
     return attributes
+
+  def _numbered_name(self, node, explicit, children) -> str | None:
+    """`prefix` of `name=f'prefix_{i}'` in a loop whose modules are named
+    `prefix_0`, `prefix_1`, ... in order in every instance, else None."""
+    if not (isinstance(explicit, cst.FormattedString) and len(explicit.parts) == 2
+            and isinstance(explicit.parts[0], cst.FormattedStringText)
+            and isinstance(explicit.parts[1], cst.FormattedStringExpression)
+            and explicit.parts[1].format_spec is None and explicit.parts[1].conversion is None
+            and explicit.parts[0].value.endswith('_')):
+      return None
+    prefix = explicit.parts[0].value[:-1]
+    if not prefix.isidentifier():
+      return None
+    for instance in self.instances:
+      names = [c.name for c in children if c.parent is instance]
+      if names != [f'{prefix}_{k}' for k in range(len(names))]:
+        return None
+    return source.snake_case(prefix)
 
   def _exclusive(self, node, others) -> bool:
     """Whether `node` and the creation `others` are in two branches of one `if`."""
@@ -230,7 +251,9 @@ class CompactWriter(classes.ClassWriter):
         if not inner and not inner_else:
           continue
         if not inner:
-          inner = [syntax.statement('pass\n')]
+          # Modules made in the else branch only: the condition turned round.
+          statement = statement.with_changes(test=syntax.negated(statement.test))
+          inner, inner_else, orelse = inner_else, [], None
         test = statement.test
         leading = list(statement.leading_lines)
         if self.call_time & source.names_in(statement.test):

@@ -287,11 +287,29 @@ def mapping_of(pairs) -> PathMapping:
   return PathMapping(rules)
 
 
-def ruff_check(path: str) -> list[str]:
-  """Fixes what ruff fixes safely (import order, unused imports), then what
-  it still reports with its default rules (one line each), or []."""
-  command = [sys.executable, '-m', 'ruff', 'check', '--isolated', '--quiet', '--no-cache']
-  subprocess.run(command + ['--fix', '--select', 'F401,I', path], capture_output=True, check=False)
-  result = subprocess.run(command + ['--output-format', 'concise', path], capture_output=True, text=True, check=False)
+_RUFF = [sys.executable, '-m', 'ruff', 'check', '--isolated', '--quiet', '--no-cache']
+
+
+def _findings(paths: list[str]) -> list[str]:
+  result = subprocess.run(_RUFF + ['--output-format', 'concise', *paths], capture_output=True, text=True,
+                          check=False)
   return [line for line in result.stdout.splitlines() if line.strip()]
+
+
+def _finding_kind(line: str) -> str:
+  """`UP031 Use format specifiers ...` of `path:12:5: UP031 Use format ...`."""
+  return line.split(': ', 1)[-1]
+
+
+def ruff_check(path: str, sources: list[str] = ()) -> tuple[list[str], list[str]]:
+  """Fixes what ruff fixes safely (import order, unused imports) in the
+  written file, then what it still reports with its default rules, one line
+  each: `(findings, kept)`, where `kept` are findings of a kind the Linen
+  `sources` have too (the user's own code, copied as it is; reported, not
+  the port's doing). The sources are read, never fixed."""
+  subprocess.run(_RUFF + ['--fix', '--select', 'F401,I', path], capture_output=True, check=False)
+  findings = _findings([path])
+  theirs = {_finding_kind(line) for line in _findings(list(sources))} if sources and findings else set()
+  return ([f for f in findings if _finding_kind(f) not in theirs],
+          [f for f in findings if _finding_kind(f) in theirs])
 

@@ -201,12 +201,14 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
       raise PortOutputError(f'{path} is a file the model is read from; write the port elsewhere')
   with open(out, 'w', encoding='utf-8') as f:
     f.write(result.text)
-  problems = emit.ruff_check(out)
+  problems, kept = emit.ruff_check(out, result.sources)
   with open(out, encoding='utf-8') as f:
     result.text = f.read()
   result.checks.append(('generated', f'{len(result.classes)} classes, {len(result.stubs)} stubs',
                         f'{time.perf_counter() - start:.2f} s'))
   result.checks.append(('ruff check', 'passed' if not problems else '; '.join(problems), ''))
+  if kept:
+    result.checks.append(('ruff check, in code kept from the Linen source', '; '.join(kept), ''))
   if test_out is not None:
     with open(test_out, 'w', encoding='utf-8') as f:
       f.write(test_file(factory, out, result.modes))

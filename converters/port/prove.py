@@ -113,7 +113,17 @@ def mode_fields(linen_model: LinenModel, modes: Mapping[str, bool]) -> dict[str,
   their value in training."""
   names = list(inspect.signature(type(linen_model.module).__call__).parameters)[1:]
   fields = shapes.module_fields(linen_model.module)
-  return {k: v for k, v in modes.items() if k not in names and k in fields}
+  return {k: v for k, v in modes.items() if k not in names and k.split('.')[0] in fields}
+
+
+def _with_values(module: nn.Module, values: Mapping[str, Any]) -> nn.Module:
+  """`module` with the fields (`'deterministic'`) and flags inside them
+  (`'config.deterministic'`) set to `values`."""
+  changes: dict[str, Any] = {}
+  for path, value in values.items():
+    field, *rest = path.split('.')
+    changes[field] = shapes._replaced(changes.get(field, getattr(module, field)), tuple(rest), value)
+  return module.clone(parent=None, **changes)
 
 
 def call_keywords(linen_model: LinenModel, modes: Mapping[str, bool]) -> tuple[tuple, dict, dict, dict | None]:
@@ -159,7 +169,7 @@ def assert_generated_port(
     # fields at their eval values) against `model.eval()`; a training step
     # would need another Linen module, so it is not compared.
     linen_model = LinenModel(
-        linen_model.module.clone(parent=None, **{f: not train for f, train in fields.items()}),
+        _with_values(linen_model.module, {f: not train for f, train in fields.items()}),
         *linen_model.args, **linen_model.kwargs,
     )
   inputs, eval_kwargs, nnx_kwargs, train_kwargs = call_keywords(linen_model, modes)

@@ -102,6 +102,10 @@ _LINEN_PARAMETERS = {
     nn.with_partitioning: ('fn', 'names', 'mesh'),
     nn.with_logical_partitioning: ('fn', 'names', 'mesh', 'rules'),
 }
+#: Linen functions whose NNX twin differs only in how it rejects bad input
+#: (`nn.combine_masks` asserts the masks' ranks, `nnx.combine_masks` raises
+#: ValueError): the same values for every input either accepts.
+SAME_FOR_VALID_INPUTS = {nn.combine_masks: 'nnx.combine_masks'}
 #: Linen functions of arrays and names alone, which NNX code calls as they
 #: are (the rules come from the same `logical_axis_rules` context).
 FRAMEWORK_FREE = frozenset({
@@ -159,8 +163,11 @@ class LinenReferences(cst.CSTTransformer):
     if names is None or names[0] not in self.file.linen_names:
       return True
     linen_object = _resolve(nn, names[1:])
+    twin = next((t for f, t in SAME_FOR_VALID_INPUTS.items() if f is linen_object), None)
     if linen_object is not _MISSING and same_function(linen_object, _resolve(nnx, names[1:])):
       self.replaced[node] = syntax.expression('.'.join(['nnx'] + names[1:]))
+    elif twin is not None:
+      self.replaced[node] = syntax.expression(twin)
     elif any(linen_object is f for f in FRAMEWORK_FREE):
       self.left.append('.'.join(names))  # kept, with Linen's import
     elif self.strict:

@@ -288,3 +288,25 @@ class LaidOut(cst.CSTTransformer):
     ]
     laid = value.with_changes(args=args, whitespace_before_args=_line_break(self.continuation))
     return flat.with_changes(body=[small.with_changes(value=laid)])
+
+
+_NEGATED = {cst.Is: cst.IsNot, cst.IsNot: cst.Is, cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal,
+            cst.In: cst.NotIn, cst.NotIn: cst.In}
+
+
+def negated(test: cst.BaseExpression) -> cst.BaseExpression:
+  """`a is not None` of `a is None`, `not x` of `x`, `x` of `not x`,
+  `not (...)` of anything else."""
+  if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+    return test.expression
+  if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+    (target,) = test.comparisons
+    flip = _NEGATED.get(type(target.operator))
+    if flip is not None:
+      old = target.operator
+      operator = flip(whitespace_before=old.whitespace_before, whitespace_after=old.whitespace_after) \
+          if flip not in (cst.IsNot, cst.NotIn) else flip()
+      return test.with_changes(comparisons=[target.with_changes(operator=operator)])
+  if isinstance(test, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+    return cst.UnaryOperation(cst.Not(), test)
+  return cst.UnaryOperation(cst.Not(), test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))

@@ -111,7 +111,17 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
         # An annotated variable: its array (the box's pytree child; `unbox`
         # would constrain it to the mesh in context).
         (shape,) = jax.tree.leaves(shape)
-      if shape is None or not hasattr(shape, 'shape'):
+      if shape is None:
+        # Not made in the trace (a branch the configuration skips): the
+        # shape's source, with the inputs' sizes it reads written as sizes.
+        rewritten = writer.without_input_reads(value)
+        if rewritten is None:
+          writer.fail(call, f'the shape of {name!r} is not known from the trace (not made at this '
+                      'configuration) and reads the call; port it by hand')
+        written.append(arg.with_changes(value=rewritten, comma=cst.MaybeSentinel.DEFAULT,
+                                        whitespace_after_arg=cst.SimpleWhitespace('')))
+        continue
+      if not hasattr(shape, 'shape'):
         writer.fail(call, f'the shape of {name!r} is not known from the trace; port it by hand')
       sizes = [writer.size_source(d) for d in shape.shape]
       value = syntax.expression(f'({sizes[0]},)' if len(sizes) == 1 else '(' + ', '.join(sizes) + ')')

@@ -58,7 +58,7 @@ def test_ports_are_proven_at_the_traced_and_another_configuration(tmp_path, name
   assert result.proven, (result.failure, result.checks)
   assert not result.stubs
   assert [check for check, *_ in result.checks if check.startswith('another configuration')]
-  assert ruff_check(str(out)) == []
+  assert ruff_check(str(out)) == ([], [])
 
 
 @pytest.mark.nightly
@@ -316,7 +316,7 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
   with pytest.raises(NotImplementedError, match='port it by hand'):
     getattr(generated, stub.cls)()
   assert '# STUB: not ported' in out.read_text()
-  assert ruff_check(str(out)) == []
+  assert ruff_check(str(out)) == ([], [])
 
 
 @pytest.mark.parametrize('name, reason', [

@@ -48,6 +48,10 @@ def test_partitioning_is_respelled_with_its_arguments_renamed():
 def test_framework_free_linen_functions_are_kept_and_the_rest_refused():
   assert _rewritten("nn.with_logical_constraint(x, ('batch', 'embed'))") == (
       "nn.with_logical_constraint(x, ('batch', 'embed'))")
-  with pytest.raises(Untranslatable, match='nn.combine_masks'):
-    _rewritten('nn.combine_masks(a, b)')
-  assert _rewritten('nn.combine_masks(a, b)', strict=False) == 'nn.combine_masks(a, b)'
+  with pytest.raises(Untranslatable, match='nn.dot_product_attention'):
+    _rewritten('nn.dot_product_attention(q, k, v)')
+  assert _rewritten('nn.dot_product_attention(q, k, v)', strict=False) == 'nn.dot_product_attention(q, k, v)'
+
+
+def test_twins_that_differ_only_on_bad_input_are_written_as_nnx():
+  assert _rewritten('nn.combine_masks(a, b)') == 'nnx.combine_masks(a, b)'
