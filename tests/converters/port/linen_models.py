@@ -6,6 +6,7 @@ a condition on the inputs)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -477,3 +478,35 @@ class ScannedOrLooped(nn.Module):
 
 def scanned_or_looped(scan: bool = False) -> LinenModel:
   return LinenModel(ScannedOrLooped(ScanConfig(scan=scan)), jnp.ones((2, 4)))
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagsConfig:
+  """Modes and options in the configuration, as Flax's lm1b keeps them."""
+
+  width: int = 6
+  layers: int = 2
+  deterministic: bool = True
+  bias_init: Any = None  # a learned bias if given, else none
+
+
+class Numbered(nn.Module):
+  config: FlagsConfig
+
+  @nn.compact
+  def __call__(self, x):
+    config = self.config
+    bias_shape = (x.shape[-1],)
+    if config.bias_init is None:
+      bias = jnp.zeros(bias_shape)
+    else:
+      bias = self.param('bias', config.bias_init, bias_shape)
+    x = x + bias
+    for i in range(config.layers):
+      x = nn.Dense(config.width, name=f'layer_{i}')(x)
+      x = nn.Dropout(0.5)(x, deterministic=config.deterministic)
+    return x
+
+
+def numbered(bias_init=None) -> LinenModel:
+  return LinenModel(Numbered(FlagsConfig(bias_init=bias_init)), jnp.ones((2, 3)))

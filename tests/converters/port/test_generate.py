@@ -230,6 +230,42 @@ def test_zoo_transformer_is_proven_looped_and_scanned_and_its_decoding_said_unpr
   assert 'self.mlp = Mlp(config, in_features=config.width, rngs=rngs)' in text
 
 
+def test_numbered_names_configuration_modes_and_untraced_branches(tmp_path):
+  from flax import linen as nn
+
+  result, out, _ = _port(tmp_path, 'numbered', linen_models.numbered())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  assert result.modes == {'config.deterministic': False}  # a flag inside the configuration
+  assert "PathRule('layer_{i}/kernel', 'layers/{i}/kernel')" in text  # name=f'layer_{i}'
+  # The branch this configuration skips, its shape from the source (the
+  # input's size the constructor takes), and the condition turned round.
+  written = '''    if config.bias_init is not None:
+      self.bias = nnx.Param(config.bias_init(rngs.params(), (in_features,)))'''
+  assert written in text
+  # Where that branch is taken, the same class is written, and proven.
+  result, out, _ = _port(tmp_path, 'numbered_bias', linen_models.numbered(nn.initializers.ones))
+  assert result.proven, (result.failure, result.checks)
+  assert written in out.read_text()
+
+
+@pytest.mark.nightly  # half a minute
+def test_flax_lm1b_is_written_whole_and_proven_but_for_decoding(tmp_path):
+  from tests.third_party.flax_lm1b import linen_models as lm1b
+
+  config = lm1b.TransformerConfig(vocab_size=32, output_vocab_size=32, emb_dim=16, num_heads=2,
+                                  num_layers=2, qkv_dim=16, mlp_dim=32, max_len=16)
+  result, out, _ = _port(tmp_path, 'lm1b', LinenModel(lm1b.TransformerLM(config), jnp.zeros((2, 8), jnp.int32)))
+  assert not result.stubs
+  outcomes = {check: outcome for check, outcome, _ in result.checks}
+  assert outcomes['assert_port_equivalent'] == 'passed'
+  assert outcomes['another configuration (config.decode=True)'] == 'NOT PROVEN'
+  assert [o for c, o in outcomes.items() if c.startswith('another configuration (config.vocab_size')] == ['passed']
+  text = out.read_text()
+  assert 'self.encoderdecoderblocks = nnx.List()' in text
+  assert "PathRule('decoder/encoderdecoderblock_{i}/MlpBlock_0/Dense_0/kernel'," in text
+
+
 def test_zoo_resnet_conditions_and_sizes_hold_for_other_stage_counts(tmp_path):
   from model_zoo.linen import resnet
 
