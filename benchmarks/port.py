@@ -61,7 +61,7 @@ def kit_mlp(annotation='device'):
   from kit_mlp.description import ModelDescription
   from linen_impl import model
 
-  desc = ModelDescription(num_layers=2, depth=8, batch=4, mesh_shape=(2, 4), annotation=annotation)
+  desc = ModelDescription(num_layers=2, depth=8, batch=4, mesh_shape=(1, 2), annotation=annotation)
   jax.set_mesh(desc.make_mesh())  # its constraints need the mesh (this process is the model's own)
   return LinenModel(model.MLP(desc), jnp.ones((desc.batch, desc.depth)))
 
@@ -98,7 +98,12 @@ def main() -> int:
           capture_output=True, text=True, cwd=scratch, env=env, timeout=900,
       )
       wall = time.perf_counter() - start
-      report = json.loads(result.stdout)
+      try:
+        report = json.loads(result.stdout)
+        report['checks']
+      except (ValueError, KeyError):
+        print(f'{label}: linen-nnx port exited {result.returncode}: {result.stdout}{result.stderr}'[-2000:])
+        return 1
       checks = {c['check'].split(' (')[0]: c for c in report['checks']}
       others = [c for c in report['checks'] if c['check'].startswith('another configuration')]
       unproven = [c['check'] for c in report['checks'] if c['outcome'] in ('FAILED', 'NOT PROVEN')]

@@ -243,9 +243,10 @@ class CompactWriter(classes.ClassWriter):
         orelse = statement.orelse
         inner_else = []
         if orelse is not None:
-          if not isinstance(orelse, cst.Else):
-            self.fail(statement, 'modules created in an if/elif chain; port it by hand')
-          inner_else = self._init_block(list(orelse.body.body))
+          block = orelse.body.body if isinstance(orelse, cst.Else) else [orelse]
+          inner_else = self._init_block(list(block))
+          if inner_else and not isinstance(orelse, cst.Else):
+            self.fail(statement, 'modules created in an elif branch; port it by hand')
           if inner_else and self.call_time & source.names_in(statement.test):
             self.fail(statement, 'modules created in both branches of a condition on the call; port it by hand')
         if not inner and not inner_else:

@@ -211,9 +211,13 @@ def _annotation_context(variables) -> tuple[contextlib.AbstractContextManager, j
   }
   axes = set()
   for box in boxes:
-    if not isinstance(box, nn.LogicallyPartitioned):
-      for n in box.names:
-        axes |= {n} if isinstance(n, str) else set(n or ())
+    names = box.names
+    if isinstance(box, nn.LogicallyPartitioned):
+      if not box.rules:
+        continue
+      names = tuple(nn.logical_to_mesh_axes(box.names, box.rules))  # the mesh axes its rules give
+    for n in names:
+      axes |= {n} if isinstance(n, str) else set(n or ())
   if not nn.get_logical_axis_rules():
     axes |= logical  # each logical name to a mesh axis of its own: names that differ, differ
   axes = sorted(axes) or ['replicated']
