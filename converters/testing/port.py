@@ -308,7 +308,8 @@ def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_
   eval-mode outputs alike: dropout rates and batch-norm momentum, compared
   as the set of values of each kind of layer (a port may call one module
   where Linen has several; Flax's `Dropout`, `BatchNorm` and multi-head
-  attention on both sides, a hand-written equivalent is not seen)."""
+  attention on both sides, a hand-written equivalent is not seen: a port
+  with no `nnx.MultiHeadAttention` is not asked for attention rates)."""
   linen: dict[tuple, tuple] = {}
 
   def record(next_fun, args, kwargs, context):
@@ -332,6 +333,8 @@ def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_
       ported['BatchNorm'].append((module.momentum,))
   rows = []
   for kind, names in (('Dropout', 'rate'), ('BatchNorm', 'momentum'), ('attention', 'dropout_rate')):
+    if kind == 'attention' and not ported[kind]:
+      continue  # the port's own attention (fused projections): its rates are not seen
     # Sets, not counts: a port may call one Dropout module where Linen has several.
     theirs = sorted({v for (k, _), v in linen.items() if k == kind})
     ours = sorted(set(ported[kind]))
