@@ -16,8 +16,6 @@ import textwrap
 import time
 import traceback
 
-import jax
-
 from converters.linen_model import LinenModel
 from converters.port import (
   classes,
@@ -71,6 +69,8 @@ class PortResult:
   sources: list[str] = dataclasses.field(default_factory=list)
   #: The model with one flag of its configuration flipped, `(model, what)`.
   flags: list = dataclasses.field(default_factory=list)
+  #: The traced model's abstract variables.
+  variables: dict = dataclasses.field(default_factory=dict)
 
 
 def _call_parameters(cls: type) -> list[str]:
@@ -184,6 +184,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   )
   files = {source.file_of(c).path for c in [type(module), *ports, *(s[0] for s in written if isinstance(s, tuple))]}
   result = PortResult(generated.text, generated.classes, stubs, dict(modes), sources=sorted(files))
+  result.variables = variables
   result.flags = [(other, description) for other, description, *_ in flags]
   return result, ports
 
@@ -214,7 +215,7 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
       f.write(test_file(factory, out, result.modes))
   if result.stubs:
     return result
-  if _decodes(linen_model):
+  if 'cache' in result.variables:
     _not_proven_decoding(result, 'assert_port_equivalent')
     return result
   start = time.perf_counter()
@@ -231,11 +232,11 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   # by a count that changed).
   for other, changes in [*prove.other_configurations(linen_model), *result.flags]:
     start = time.perf_counter()
-    if _decodes(other):
-      _not_proven_decoding(result, f'another configuration ({changes})')
-      return result
     try:
       root, variables = tracing.trace(other.module, *other.args, **other.kwargs)
+      if 'cache' in variables:
+        _not_proven_decoding(result, f'another configuration ({changes})')
+        return result
       paths = emit.mapping_of(emit.path_pairs(root, variables, ports))
       prove.assert_generated_port(other, generated, modes=result.modes, paths=paths)
     except Exception as e:  # noqa: BLE001 - a failed proof is the result, reported
@@ -247,12 +248,6 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
                           f'{time.perf_counter() - start:.2f} s'))
   result.proven = not problems
   return result
-
-
-def _decodes(linen_model: LinenModel) -> bool:
-  """Whether the model's `init` makes a decode cache."""
-  inputs, kwargs, *_ = prove.call_keywords(linen_model, {})
-  return 'cache' in jax.eval_shape(lambda: linen_model.module.init(jax.random.key(0), *inputs, **kwargs))
 
 
 def _not_proven_decoding(result: PortResult, check: str) -> None:
