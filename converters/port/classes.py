@@ -129,6 +129,7 @@ class ClassWriter:
     self.method, self.call = self._methods()
     self.field_names = shapes.module_fields(instance.module)
     self.field_modes: dict[str, bool] = {}
+    self._mode_reads: set = set()  # the expressions read as modes
     self.params = [p.name.value for p in self.call.params.params[1:]] + [
         p.name.value for p in self.call.params.kwonly_params
     ]
@@ -139,8 +140,13 @@ class ClassWriter:
       if isinstance(getattr(instance.module, name), nn.Module):
         self.fail(self.cdef, f'the field {name!r} holds a Linen module; NNX modules are built in '
                   '__init__, from arguments: port it by hand')
+    for decorator in self.cdef.decorators:
+      if (references.dotted(decorator.decorator) or [''])[0] in self.file.linen_names:
+        self.fail(decorator, f'the class is decorated with {self.file.code(decorator.decorator)}; '
+                  'port it by hand')
     self.sites = self._sites()
     self.factories = self._factories()
+    self._check_untraced_creations()
     # Linen's names left once the creations are NNX's: checked on the source,
     # where each has its line.
     self.method.body.visit(references.LinenReferences(
@@ -283,6 +289,34 @@ class ClassWriter:
   def _child_size(self, symbolic_child, value) -> str:
     return self.size_source(value, self._tables[id(symbolic_child)])
 
+  def _check_untraced_creations(self) -> None:
+    """A module class called in the method where no trace went (a branch no
+    configuration tried) is refused: it would stay a Linen creation."""
+    made = {node for node, _ in self.sites.values()} | set(self.lift_calls)
+    made |= {p for p in self.factories.values()}
+    module = self.instance.module
+    writer = self
+
+    def module_class(func) -> bool:
+      names = references.dotted(func)
+      if names and names[0] == 'self' and len(names) == 2 and names[1] in writer.field_names:
+        value = getattr(module, names[1], None)
+      elif isinstance(func, cst.Name) and func.value in writer.factories:
+        return True
+      else:
+        value = helpers.layer_class(writer.file, func)
+      if isinstance(value, functools.partial):
+        value = value.func
+      return isinstance(value, type) and issubclass(value, nn.Module)
+
+    class Visitor(cst.CSTVisitor):
+      def visit_Call(self, node):
+        if node not in made and module_class(node.func):
+          writer.fail(node, f'{writer.file.code(node.func)}(...) is created where no traced '
+                      'configuration went; port it by hand (or trace a configuration that takes it)')
+
+    self.method.body.visit(Visitor())
+
   def _factories(self) -> dict[str, cst.Call]:
     """Locals that make modules, `norm = functools.partial(nn.BatchNorm,
     momentum=0.9)`: name -> the `partial` call. A creation through one is
@@ -297,6 +331,9 @@ class ClassWriter:
     for site, (node, children) in self.sites.items():
       local = node.func.value if isinstance(node.func, cst.Name) and node.func.value in bound else None
       value = bound[local] if local is not None else node.func
+      if any(c.transform for c in children) and not isinstance(value, cst.Call):
+        self.fail(node, f'{children[0].name} is made by a transform bound outside the method '
+                  f'({self.file.code(node.func)}); port it by hand')
       if isinstance(value, cst.Call) and any(c.transform for c in children):
         try:
           lift = transforms.lifted(value, self.file)
@@ -352,6 +389,7 @@ class ClassWriter:
     inner = value.expression if negated else value
     train_value = eval_value if negated else not eval_value
     path = self.field_path(inner)
+    self._mode_reads.add(inner)
     if path is not None and all(isinstance(_value_at(i.module, path), bool) for i in self.instances):
       # A flag of the configuration (`self.deterministic`,
       # `config.deterministic`) handed on to the layers: the port's mode too.
@@ -380,6 +418,22 @@ class ClassWriter:
     so that `__init__` can compute it; None if it reads the call otherwise."""
     inputs = self.symbolic.root.calls[0].args
     writer = self
+    # An argument bound again in the method (`x = nn.Dense(...)(x)`) is not
+    # the input any more where the shape is read: refused, not guessed.
+    first_bound: dict[str, int] = {}  # argument -> the first line binding it again
+
+    class Bindings(cst.CSTVisitor):
+      def visit_AssignTarget(self, node):
+        for name in syntax.target_names(node.target):
+          if name in writer.params and node in writer.file.positions:
+            line = writer.file.positions[node].start.line
+            first_bound[name] = min(first_bound.get(name, line), line)
+
+    self.call.body.visit(Bindings())
+
+    def rebound_before(name: str, node) -> bool:
+      line = self.file.positions[node].start.line if node in self.file.positions else None
+      return name in first_bound and (line is None or first_bound[name] <= line)
 
     class Rewrite(cst.CSTTransformer):
       def leave_Subscript(self, original, updated):
@@ -391,6 +445,8 @@ class ClassWriter:
           negative = isinstance(index, cst.UnaryOperation) and isinstance(index.operator, cst.Minus)
           number = index.expression if negative else index
           position = writer.params.index(value.value.value)
+          if rebound_before(value.value.value, original):
+            return updated
           if isinstance(number, cst.Integer) and position < len(inputs) and hasattr(inputs[position], 'shape'):
             # The input's size: an argument of the constructor (`in_features`).
             ndim = len(inputs[position].shape)
@@ -758,7 +814,12 @@ class ClassWriter:
                      {h.node.name.value: h.node for h in self.helpers.values()})
 
   def _check_mode_fields_gone(self, node: cst.ClassDef, init: cst.FunctionDef) -> None:
-    """A field taken as the mode is read nowhere else: NNX's mode replaces it."""
+    """A field taken as the mode is read nowhere else: NNX's mode replaces it.
+    Nor do modes come both from the call and from the configuration: NNX has
+    one mode, Linen then has states NNX cannot take."""
+    if self.field_modes and self.modes:
+      self.fail(self.cdef, f'the layers\' modes come from the call ({", ".join(self.modes)}) and from '
+                f'the configuration ({", ".join(self.field_modes)}); NNX has one mode: port it by hand')
     if not self.field_modes:
       return
     left = set()
@@ -774,6 +835,17 @@ class ClassWriter:
       if '.' not in field and field in left:
         self.fail(self.cdef, f'the field {field!r} sets the layers\' modes and does more (NNX sets '
                   'modes with model.train() / .eval()); port it by hand')
+    dotted = {f for f in self.field_modes if '.' in f}
+    writer = self
+
+    class DottedReads(cst.CSTVisitor):
+      def visit_Attribute(self, n):
+        if n not in writer._mode_reads and writer.field_path(n) in dotted:
+          writer.fail(n, f'{writer.field_path(n)} sets the layers\' modes and does more (NNX sets '
+                      'modes with model.train() / .eval()); port it by hand')
+
+    if dotted:
+      self.cdef.visit(DottedReads())
 
   def _own_variables(self) -> dict[cst.Call, variables.OwnVariable]:
     """`self.param(...)` / `self.variable(...)` calls of the method, written."""

@@ -357,7 +357,9 @@ def other_configurations(linen_model: LinenModel, most: int = 1):
       doubled[name] = new
       changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
   if doubled:
-    tried.append((doubled, ', '.join(changes), list(linen_model.args), []))
+    # Tried before the rest when two are wanted: it breaks other coincidences
+    # than +1 does (a layer's width equal to the input's).
+    tried.insert(1 if most > 1 and tried else len(tried), (doubled, ', '.join(changes), list(linen_model.args), []))
   found = []
   for fields, changes, args, args_changes in tried:
     other = LinenModel(module.clone(parent=None, **fields), *args, **linen_model.kwargs)

@@ -31,8 +31,9 @@ over it, each layer under `nnx.remat`:
 
 What this writes: `nn.scan` with every variable collection on axis 0,
 `params` split, the arguments after the carry broadcast (`in_axes=nn.broadcast`),
-a `length`; `nn.remat` with `prevent_cse`, `policy` or `static_argnums`.
-Anything else (`nn.vmap`, scanned inputs, other axes) is refused.
+a `length`; `nn.remat` under it with `prevent_cse` or `policy`. Anything
+else (`nn.remat` alone, `static_argnums`, `nn.vmap`, scanned inputs, other
+axes) is refused.
 """
 
 from __future__ import annotations
@@ -120,9 +121,12 @@ def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
         raise Refused(f'nn.scan of nn.{transform_of(inner)}')
     else:
       return Lifted(inner, True, length, partition, None, broadcast)
+  if not scan:
+    raise Refused('nn.remat of a module without nn.scan')
   if not inner.args or inner.args[0].keyword is not None:
     raise Refused('nn.remat without the module as its first argument')
-  _keywords(inner, _REMAT_KEYWORDS, 'nn.remat')
+  if 'static_argnums' in _keywords(inner, _REMAT_KEYWORDS, 'nn.remat'):
+    raise Refused('nn.remat with static_argnums (Linen counts the module among the arguments)')
   remat = list(inner.args[1:])
   target = inner.args[0].value
   if transform_of(target) is not None:

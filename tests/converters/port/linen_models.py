@@ -510,3 +510,93 @@ class Numbered(nn.Module):
 
 def numbered(bias_init=None) -> LinenModel:
   return LinenModel(Numbered(FlagsConfig(bias_init=bias_init)), jnp.ones((2, 3)))
+
+
+# Found by an adversarial review: each was reported proven, or crashed, and
+# is now refused with a stub that says why.
+
+
+@dataclasses.dataclass(frozen=True)
+class HostileConfig:
+  width: int = 4
+  extra: bool = False
+  deep: bool = False
+  deterministic: bool = True
+  use_running_average: bool = True
+  bias_init: Any = None
+
+
+class UntracedAfterRebinding(nn.Module):
+  """A param of a branch no configuration takes, shaped by `x` after `x` is rebound."""
+
+  config: HostileConfig
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(self.config.width)(x)
+    if self.config.bias_init is None:
+      bias = jnp.zeros((x.shape[-1],))
+    else:
+      bias = self.param('bias', self.config.bias_init, (x.shape[-1],))
+    return x + bias
+
+
+class UntracedCreation(nn.Module):
+  """A module under two flags together, which no single flip takes."""
+
+  config: HostileConfig
+
+  @nn.compact
+  def __call__(self, x):
+    x = Inner(self.config.width)(x)
+    if self.config.extra and self.config.deep:
+      x = Inner(self.config.width)(x)
+    return x
+
+
+class MixedModes(nn.Module):
+  """Batch statistics from the configuration, dropout from the call."""
+
+  config: HostileConfig
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.BatchNorm(use_running_average=self.config.use_running_average)(nn.Dense(self.config.width)(x))
+    return nn.Dropout(0.5)(x, deterministic=not train)
+
+
+class DottedModeArithmetic(nn.Module):
+  config: HostileConfig
+
+  @nn.compact
+  def __call__(self, x):
+    config = self.config
+    x = nn.Dropout(0.5)(nn.Dense(config.width)(x), deterministic=config.deterministic)
+    return x * (1.0 + config.deterministic)
+
+
+class RematAlone(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    block = nn.remat(Inner)
+    return block(3)(x)
+
+
+def untraced_after_rebinding() -> LinenModel:
+  return LinenModel(UntracedAfterRebinding(HostileConfig()), jnp.ones((2, 3)))
+
+
+def untraced_creation() -> LinenModel:
+  return LinenModel(UntracedCreation(HostileConfig()), jnp.ones((2, 3)))
+
+
+def mixed_modes() -> LinenModel:
+  return LinenModel(MixedModes(HostileConfig()), jnp.ones((4, 3)), train=False)
+
+
+def dotted_mode_arithmetic() -> LinenModel:
+  return LinenModel(DottedModeArithmetic(HostileConfig()), jnp.ones((2, 3)))
+
+
+def remat_alone() -> LinenModel:
+  return LinenModel(RematAlone(), jnp.ones((2, 3)))

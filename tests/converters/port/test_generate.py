@@ -368,6 +368,11 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('depends_on_inputs', 'no condition on the configuration and input size agrees with when Linen creates the modules under `if x.shape[-1] > 2`'),
     ('reads_its_mode_field', "the field 'deterministic' sets the layers' modes and does more"),
     ('cross_attention', 'nnx.MultiHeadAttention is called with argument 1 besides the query'),
+    ('untraced_after_rebinding', "the shape of 'bias' is not known from the trace"),
+    ('untraced_creation', 'Inner(...) is created where no traced configuration went'),
+    ('mixed_modes', "modes come from the call (train) and from the configuration"),
+    ('dotted_mode_arithmetic', 'config.deterministic sets the layers\' modes and does more'),
+    ('remat_alone', 'nn.remat of a module without nn.scan'),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
   result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())
