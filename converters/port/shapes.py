@@ -280,14 +280,35 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       ('field', leaf) for leaf in field_leaves
       if ('field', leaf) not in kept and isinstance(leaf[2], int) and not isinstance(leaf[2], bool)
   ]
-  table, symbols = symbols_for(kept + counts)
+  # The last axis of each input the code refuses as a symbol (a width it
+  # splits or checks): a count of its own unless it only moves with a field.
+  features = [dim for dim in refused if dim[1][2] == len(dim[1][3].shape) - 1]
+  table, symbols = symbols_for(kept + counts + features)
   traced = attempt(table, symbols, set(kept))
+  alone: dict = {}  # input dim -> the step it can change by alone, or None
+
+  def step_alone(dim):
+    if dim not in alone:
+      size = dim[1][3].shape[dim[1][2]]
+      alone[dim] = None
+      for step in (1, 2, 3, 4):
+        try:
+          attempt(table, symbols, set(kept), dim_values={dim: size + step})
+        except Exception:  # noqa: BLE001 - the code takes no such width
+          continue
+        alone[dim] = step
+        break
+    return alone[dim]
+
+  followed = set()
   for count in counts:
     _, leaf = count
     base = leaf[2]
     # Input sizes the code ties to this count (`x + y`, y of `config.width`
     # features) follow it: tried with them, then without.
-    tied = [dim for dim in refused if dim not in ties and dim[1][3].shape[dim[1][2]] == base]
+    # (Not one that changes alone too: equal to the count by coincidence.)
+    tied = [dim for dim in refused if dim not in ties and dim[1][3].shape[dim[1][2]] == base
+            and (dim not in features or step_alone(dim) is None)]
     others = None
     # The next values the code takes, in steps of one or more (a width must
     # stay a multiple of the number of heads).
@@ -303,8 +324,20 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
         continue
     if others is None:
       continue
+    followed |= set(follow)
     what = access_source((leaf[0],) + leaf[1])
     _with_count(traced, others, lambda v, s=symbols[count], b=base, w=what, t=step: _linear(v, s, b, w, t))
+  for dim in features:
+    step = None if dim in ties or dim in followed else step_alone(dim)
+    if step is None:
+      continue
+    size = dim[1][3].shape[dim[1][2]]
+    try:
+      others = [attempt(table, symbols, set(kept), dim_values={dim: size + k * step}) for k in (1, 2)]
+    except Exception:  # noqa: BLE001 - the code takes one more width only
+      continue
+    what = f'the width of {dim[1][1]}'
+    _with_count(traced, others, lambda v, s=symbols[dim], b=size, w=what, t=step: _linear(v, s, b, w, t))
   # A tuple's length is a count too (one layer per entry): traced one and two
   # entries longer (the last again), a size written with `len(...)`.
   for name, access, value in _tuples(module, kept):

@@ -600,3 +600,34 @@ def dotted_mode_arithmetic() -> LinenModel:
 
 def remat_alone() -> LinenModel:
   return LinenModel(RematAlone(), jnp.ones((2, 3)))
+
+
+class HalfWidth(nn.Module):
+  """A gated unit: the layer's input is half the input's width."""
+
+  features: int = 3
+
+  @nn.compact
+  def __call__(self, x):
+    a, b = jnp.split(x, 2, axis=-1)
+    return nn.Dense(self.features)(a * nn.sigmoid(b))
+
+
+class Chunks(nn.Module):
+  """An input as wide as `n` by coincidence: not tied to it."""
+
+  n: int = 3
+  features: int = 5
+
+  @nn.compact
+  def __call__(self, x):
+    first = jnp.split(x, self.n, axis=-1)[0]
+    return nn.Dense(self.features)(x) + nn.Dense(self.features)(first)
+
+
+def half_width() -> LinenModel:
+  return LinenModel(HalfWidth(), jnp.ones((2, 6)))
+
+
+def chunks() -> LinenModel:
+  return LinenModel(Chunks(), jnp.ones((2, 3)))

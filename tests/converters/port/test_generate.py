@@ -373,6 +373,8 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('mixed_modes', "modes come from the call (train) and from the configuration"),
     ('dotted_mode_arithmetic', 'config.deterministic sets the layers\' modes and does more'),
     ('remat_alone', 'nn.remat of a module without nn.scan'),
+    ('half_width', 'changes with the width of x in a way the port cannot write'),
+    ('chunks', 'changes with the width of x in a way the port cannot write'),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
   result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())
