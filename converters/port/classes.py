@@ -494,13 +494,7 @@ class ClassWriter:
     if site in self.helpers:
       size = None
       if self.helpers[site].size_parameter is not None:
-        def axis_of(child):
-          axis = layers.feature_axis(child.module)
-          if axis is None:
-            self.fail(node, f'{child.cls.__name__} over several feature axes; port it by hand')
-          return axis
-
-        size = self._in_size(site, node, axis_of)
+        size = self._in_size(site, node, self._feature_axis_of(node))
       for arg in node.args:
         if self.call_time & source.names_in(arg.value):
           self.fail(node, f'{self.file.code(arg.value)} depends on the inputs of the call; port it by hand')
@@ -632,17 +626,22 @@ class ClassWriter:
     outputs = symbolic_child.calls[0].outputs
     return outputs.shape[-1] if hasattr(outputs, 'shape') else None
 
+  def _feature_axis_of(self, node):
+    """`child -> the input axis whose size its NNX layer takes`, refusing a
+    layer over several axes (`node` names it)."""
+    def axis_of(child):
+      axis = layers.feature_axis(child.module)
+      if axis is None:
+        self.fail(node, f'{child.cls.__name__} over several feature axes; port it by hand')
+      return axis
+
+    return axis_of
+
   def _layer_creation(self, site, node, spec: layers.LayerSpec, arguments) -> cst.BaseExpression:
     nnx_params = spec.nnx_parameters()
     args: list[cst.Arg] = []
     if spec.in_features is not None:
-      def axis_of(child):
-        axis = layers.feature_axis(child.module)
-        if axis is None:
-          self.fail(node, f'{child.cls.__name__} over several feature axes; port it by hand')
-        return axis
-
-      in_size = self._in_size(site, node, axis_of)
+      in_size = self._in_size(site, node, self._feature_axis_of(node))
       if spec.in_features_first():
         args.append(cst.Arg(syntax.expression(in_size)))
       if spec.one_input:

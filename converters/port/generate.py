@@ -16,6 +16,8 @@ import textwrap
 import time
 import traceback
 
+import jax
+
 from converters.linen_model import LinenModel
 from converters.port import (
   classes,
@@ -79,8 +81,6 @@ def _call_parameters(cls: type) -> list[str]:
 
 def _shapes(variables) -> set:
   """`(path, shape)` of every variable."""
-  import jax
-
   return {(jax.tree_util.keystr(p), tuple(getattr(x, 'shape', ()))) for p, x in
           jax.tree_util.tree_flatten_with_path(variables)[0]}
 

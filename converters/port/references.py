@@ -98,10 +98,6 @@ RESPELLED = {
     nn.with_partitioning: ('nnx.with_partitioning', ('initializer', 'sharding', 'mesh')),
     nn.with_logical_partitioning: ('nnx.with_partitioning', ('initializer', 'sharding', 'mesh', 'sharding_rules')),
 }
-_LINEN_PARAMETERS = {
-    nn.with_partitioning: ('fn', 'names', 'mesh'),
-    nn.with_logical_partitioning: ('fn', 'names', 'mesh', 'rules'),
-}
 #: Linen functions whose NNX twin differs only in how it rejects bad input
 #: (`nn.combine_masks` asserts the masks' ranks, `nnx.combine_masks` raises
 #: ValueError): the same values for every input either accepts.
@@ -117,7 +113,7 @@ FRAMEWORK_FREE = frozenset({
 def _respelled(call: cst.Call, function) -> cst.Call:
   """`call` of Linen's `function` as NNX spells it."""
   nnx_name, nnx_parameters = RESPELLED[function]
-  linen_parameters = _LINEN_PARAMETERS[function]
+  linen_parameters = list(inspect.signature(function).parameters)
   args = []
   for i, arg in enumerate(call.args):
     if arg.star:
