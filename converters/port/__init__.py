@@ -7,7 +7,8 @@ mapping beside them (`PATHS`), and proves the file with
 as a stub that raises, and says so.
 
 Names are imported when first used: the test file a port writes needs only
-`assert_generated_port` and `import_file`, which run without the `port`
+`assert_generated_port` (`assert_generated_decoding`, `decoding_configurations`
+for a model that decodes) and `import_file`, which run without the `port`
 extra (libcst, ruff) installed.
 """
 
@@ -20,7 +21,9 @@ _WHERE = {
     'Stub': 'converters.port.generate',
     'port': 'converters.port.generate',
     'write': 'converters.port.generate',
+    'assert_generated_decoding': 'converters.port.prove',
     'assert_generated_port': 'converters.port.prove',
+    'decoding_configurations': 'converters.port.prove',
     'import_file': 'converters.port.prove',
 }
 

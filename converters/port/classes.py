@@ -25,6 +25,7 @@ import libcst as cst
 from flax import linen as nn
 
 from converters.port import (
+  caches,
   helpers,
   layers,
   references,
@@ -79,6 +80,8 @@ class ClassPort:
   writer: ClassWriter
   field_modes: dict[str, bool] = dataclasses.field(default_factory=dict)
   helpers: dict[str, cst.FunctionDef] = dataclasses.field(default_factory=dict)
+  #: Whether the port has `init_cache` (its layers, or it, hold a decode cache).
+  has_cache: bool = False
 
   def nnx_path(self, instance: tracing.Created, child: tracing.Created) -> tuple:
     """Where `child` (created by `instance`, any instance of this class) is
@@ -788,10 +791,13 @@ class ClassWriter:
     # `__init__` is the port's own code: laid out as Flax's code is.
     init = init.with_changes(body=init.body.visit(
         syntax.LaidOut(self.file.module.default_indent, 2 * self.file.module.default_indent)))
+    init, init_cache = caches.split_init(init, self, {p.name for p in inputs})
     body = []
     for statement in self.cdef.body.body:
       if statement is self.method:
         body.append(init)
+        if init_cache is not None:
+          body.append(init_cache)
         if statement in methods:
           body.append(methods[statement])
       elif statement in methods:
@@ -810,7 +816,7 @@ class ClassWriter:
     self._check_mode_fields_gone(node, init)
     return ClassPort(self.cls, node, self.attributes, inputs, self.modes, self.params, self,
                      dict(self.field_modes),
-                     {h.node.name.value: h.node for h in self.helpers.values()})
+                     {h.node.name.value: h.node for h in self.helpers.values()}, init_cache is not None)
 
   def _check_mode_fields_gone(self, node: cst.ClassDef, init: cst.FunctionDef) -> None:
     """A field taken as the mode is read nowhere else: NNX's mode replaces it.

@@ -169,6 +169,11 @@ def write_file(
         helpers.append((is_def, ('\n\n' if is_def or (helpers and helpers[-1][0]) else '' if together else '\n') + code))
   imports.append('from flax import nnx\n')
   imports.append('from converters import PathMapping, PathRule\n')
+  # What the port writes itself reads `jnp` (`init_cache`'s dtype), which
+  # a Linen file importing it otherwise did not need to hand on.
+  if any('jnp' in source.names_in(n) for _, n in nodes) and not any(
+      re.search(r'\bas jnp\b', i) for i in imports):
+    imports.append('import jax.numpy as jnp\n')
   origin = ', '.join(sorted({f.python_module.__name__ for f in files}))
   header = _HEADER.format(origin=origin, factory=factory, module=module_name, test=test_name)
   if modes:

@@ -69,7 +69,8 @@ class PortResult:
   proven: bool = False
   failure: str | None = None
   sources: list[str] = dataclasses.field(default_factory=list)
-  #: The model with one flag of its configuration flipped, `(model, what)`.
+  #: The model with one flag of its configuration flipped, `(model, what,
+  #: its abstract variables)`.
   flags: list = dataclasses.field(default_factory=list)
   #: The traced model's abstract variables.
   variables: dict = dataclasses.field(default_factory=dict)
@@ -193,7 +194,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   files = {source.file_of(c).path for c in [type(module), *ports, *(s[0] for s in written if isinstance(s, tuple))]}
   result = PortResult(generated.text, generated.classes, stubs, dict(modes), sources=sorted(files))
   result.variables = variables
-  result.flags = [(other, description) for other, description, *_ in flags]
+  result.flags = [(other, description, other_variables) for other, description, _, other_variables in flags]
   return result, ports
 
 
@@ -220,21 +221,25 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
     result.checks.append(('ruff check, in code kept from the Linen source', '; '.join(kept), ''))
   if test_out is not None:
     with open(test_out, 'w', encoding='utf-8') as f:
-      f.write(test_file(factory, out, result.modes))
+      f.write(test_file(factory, out, result.modes, decoding=any('cache' in v for _, _, v in result.flags),
+                        decodes_only='cache' in result.variables))
   if result.stubs:
-    return result
-  if 'cache' in result.variables:
-    _not_proven_decoding(result, 'assert_port_equivalent')
     return result
   start = time.perf_counter()
   try:
     generated = prove.import_file(out)
-    prove.assert_generated_port(linen_model, generated, modes=result.modes)
+    prove_one = prove.assert_generated_decoding if 'cache' in result.variables else prove.assert_generated_port
+    atol = prove_one(linen_model, generated, modes=result.modes)
   except Exception as e:  # noqa: BLE001 - a failed proof is the result, reported
     result.failure = ''.join(traceback.format_exception_only(e)).strip()
     result.checks.append(('assert_port_equivalent', 'FAILED', f'{time.perf_counter() - start:.2f} s'))
     return result
   result.checks.append(('assert_port_equivalent', 'passed', f'{time.perf_counter() - start:.2f} s'))
+  if atol:
+    result.checks.append((
+        "nnx.MultiHeadAttention's fused attention (no dropout: jax.nn.dot_product_attention)",
+        f'within {atol:g}', "bit for bit with Linen's attention function in its place",
+    ))
   # The classes are written for any configuration: proven at others too, with
   # the mapping the writer gives for them (the traced one's may name layers
   # by a count that changed).
@@ -246,15 +251,26 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
                       'proven at the traced one only; check them by hand')
     result.checks.append(('another configuration', 'NOT PROVEN', 'none builds'))
     return result
-  for other, changes in [*others, *result.flags]:
+  # A flag that makes a cache (`decode`) with each other flag that changes
+  # what is built (`scan_layers`): the scanned layers' caches.
+  decoding = [(o, d) for o, d, v in result.flags if 'cache' in v]
+  pairs = []
+  for decoder, decode_change in decoding:
+    for other, change, _ in result.flags:
+      if other is not decoder and (both := prove.combined(linen_model, decoder, other)) is not None:
+        pairs.append((both, f'{decode_change}, {change}'))
+  decoding_proven = 'cache' in result.variables
+  for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs]:
     start = time.perf_counter()
     try:
       root, variables = tracing.trace(other.module, *other.args, **other.kwargs)
-      if 'cache' in variables:
-        _not_proven_decoding(result, f'another configuration ({changes})')
-        return result
       paths = emit.mapping_of(emit.path_pairs(root, variables, ports))
-      prove.assert_generated_port(other, generated, modes=result.modes, paths=paths)
+      prove_one = prove.assert_generated_decoding if 'cache' in variables else prove.assert_generated_port
+      # The fused attention as written is checked by the first proof (and
+      # decoding's first): its rounding is the kernel's, not the sizes'.
+      as_written = 'cache' in variables and not decoding_proven
+      decoding_proven |= 'cache' in variables
+      prove_one(other, generated, modes=result.modes, paths=paths, as_written=as_written)
     except Exception as e:  # noqa: BLE001 - a failed proof is the result, reported
       result.failure = f'at {changes}: ' + ''.join(traceback.format_exception_only(e)).strip()
       result.checks.append((f'another configuration ({changes})', 'FAILED',
@@ -266,24 +282,33 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   return result
 
 
-def _not_proven_decoding(result: PortResult, check: str) -> None:
-  """Decoding: Linen's `init` makes the cache from whole sequences and each
-  later call takes one step; the proof does not run that protocol yet, so
-  the port is written and said not proven, never passed."""
-  result.failure = (f'{check}: the model decodes (a cache); the port writes decoding but does '
-                    'not prove it yet: check that mode by hand')
-  result.checks.append((check, 'NOT PROVEN', 'decoding'))
-
-
-def test_file(factory: str, out: str, modes: dict[str, bool]) -> str:
-  """The pytest file repeating the proof in the user's CI."""
+def test_file(factory: str, out: str, modes: dict[str, bool], *, decoding: bool = False,
+              decodes_only: bool = False) -> str:
+  """The pytest file repeating the proof in the user's CI. `decoding`: the
+  model or a configuration of it decodes, proven too; `decodes_only`: the
+  model as given decodes (its every call is a decoding step)."""
   module, _, function = factory.partition(':')
+  names = ['import_file']
+  tests = []
+  if not decodes_only:
+    names.append('assert_generated_port')
+    tests.append(
+        f'def test_port_is_equivalent():\n'
+        f'  assert_generated_port({function}(), import_file(PORT), modes={modes!r})\n'
+    )
+  if decoding or decodes_only:
+    names += ['assert_generated_decoding', 'decoding_configurations']
+    tests.append(
+        f'def test_port_decodes_as_linen_does():\n'
+        f'  generated = import_file(PORT)\n'
+        f'  for model, _ in decoding_configurations({function}()):\n'
+        f'    assert_generated_decoding(model, generated, modes={modes!r})\n'
+    )
   return (
       f'"""The NNX port in `{os.path.basename(out)}` is its Linen original: written by `linen-nnx port`."""\n\n'
       'import os\n\n'
       f'from {module} import {function}\n\n'
-      'from converters.port import assert_generated_port, import_file\n\n'
+      f'from converters.port import {", ".join(sorted(names))}\n\n'
       f'PORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), {os.path.basename(out)!r})\n\n\n'
-      f'def test_port_is_equivalent():\n'
-      f'  assert_generated_port({function}(), import_file(PORT), modes={modes!r})\n'
+      + '\n\n'.join(tests)
   )

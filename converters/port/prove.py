@@ -150,8 +150,8 @@ def linen_variables(linen_model: LinenModel, inputs: tuple, kwargs: Mapping) -> 
 
 def assert_generated_port(
     linen_model: LinenModel, generated: types.ModuleType, *, modes: Mapping[str, bool] | None = None,
-    paths=None,
-) -> None:
+    paths=None, as_written: bool = True,
+) -> float:
   """The generated module's class for `linen_model` is its port: built at
   the same configuration and given the Linen variables through the module's
   `PATHS`, it computes the same outputs, gradients and training step.
@@ -159,7 +159,10 @@ def assert_generated_port(
   `modes`: the Linen call's flags the port turned into its mode, with their
   value in training (`{'train': True}`); the test file written with the port
   passes them. `paths`: the mapping to convert with (default: the module's
-  `PATHS`, written for the traced configuration).
+  `PATHS`, written for the traced configuration). `as_written=False`:
+  attention layers are checked with Linen's attention function only (see
+  `_attention_variants`). Returns the largest tolerance a check used (0:
+  every check bit for bit).
   """
   nnx_class = getattr(generated, type(linen_model.module).__name__)
   modes = dict(modes or {})
@@ -182,11 +185,181 @@ def assert_generated_port(
       replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
       variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
     model = build(nnx_class, linen_model)
-    assert_port_equivalent(
-        linen_model.module, variables, model, *inputs,
-        paths=generated.PATHS if paths is None else paths,
-        linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs,
+    variants = _attention_variants(model, as_written)
+    for candidate, atol in variants:
+      assert_port_equivalent(
+          linen_model.module, variables, candidate, *inputs,
+          paths=generated.PATHS if paths is None else paths,
+          linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs, atol=atol,
+      )
+  return max(atol for _, atol in variants)
+
+
+#: How far NNX's fused attention may be from Linen's (see `_attention_variants`).
+FUSED_ATTENTION_ATOL = 1e-4
+
+
+def _linen_attention_fn(query, key, value, *, is_causal: bool = False, module=None, **kwargs):
+  """Linen's `dot_product_attention` called as `nnx.MultiHeadAttention`
+  calls its `attention_fn` (`module` is NNX's, for sowing: not Linen's)."""
+  if is_causal:
+    raise AssertionError('is_causal=True has no Linen counterpart')
+  return nn.dot_product_attention(query, key, value, **kwargs)
+
+
+def _attention_variants(model: nnx.Module, as_written: bool = True) -> list[tuple[nnx.Module, float]]:
+  """The models a proof checks, with their tolerance.
+
+  Without dropout, `nnx.dot_product_attention` runs
+  `jax.nn.dot_product_attention`, which rounds otherwise than Linen's
+  einsums (a few ulp where the head size is not a power of 4), so a port
+  using `nnx.MultiHeadAttention` as written is not Linen's program. It is
+  proven twice: bit for bit with its attention layers given Linen's
+  attention function (everything else as written: the same program as
+  Linen's), then as written within `FUSED_ATTENTION_ATOL` (the kernels'
+  rounding, nothing a wrong port hides in: the first check is exact);
+  `as_written=False` leaves the second out (a proof at another
+  configuration, where the first proof made it already)."""
+  swapped = nnx.clone(model)
+  fused = [m for _, m in nnx.iter_modules(swapped)
+           if isinstance(m, nnx.MultiHeadAttention) and m.dropout_rate == 0
+           and m.attention_fn is nnx.dot_product_attention]
+  if not fused:
+    return [(model, 0.0)]
+  for m in fused:
+    m.attention_fn = _linen_attention_fn
+  return [(swapped, 0.0)] + ([(model, FUSED_ATTENTION_ATOL)] if as_written else [])
+
+
+def _merged(base, first, second):
+  """`first` with what `second` changes from `base` changed too (inside
+  configuration dataclasses as well), or None where both change one value."""
+  if second == base:
+    return first
+  if first == base:
+    return second
+  if not (dataclasses.is_dataclass(base) and not isinstance(base, type)
+          and type(first) is type(base) is type(second)):
+    return None
+  changes = {}
+  for f in dataclasses.fields(base):
+    if not f.init:
+      continue
+    merged = _merged(getattr(base, f.name), getattr(first, f.name), getattr(second, f.name))
+    if merged is None:
+      return None
+    changes[f.name] = merged
+  return dataclasses.replace(base, **changes)
+
+
+def combined(linen_model: LinenModel, first: LinenModel, second: LinenModel) -> LinenModel | None:
+  """The model with the flags `first` and `second` flip both flipped (the
+  scanned layers decoding), or None where Linen does not build it."""
+  module = linen_model.module
+  changes = {}
+  for name in shapes.module_fields(module):
+    merged = _merged(getattr(module, name), getattr(first.module, name), getattr(second.module, name))
+    if merged is None:
+      return None
+    changes[name] = merged
+  other = LinenModel(module.clone(parent=None, **changes), *linen_model.args, **linen_model.kwargs)
+  try:
+    inputs, eval_kwargs, *_ = call_keywords(other, {})
+    jax.eval_shape(lambda: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
+  except Exception:  # noqa: BLE001 - Linen refuses that configuration
+    return None
+  return other
+
+
+def decoding_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]]:
+  """The model itself if it decodes (its `init` makes a `cache`), else each
+  configuration with one flag flipped that does (`decode=True`)."""
+  candidates = [(linen_model, 'as given')] + flag_configurations(linen_model)
+  found = []
+  for other, description in candidates:
+    inputs, eval_kwargs, *_ = call_keywords(other, {})
+    shapes_ = jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
+    if 'cache' in shapes_:
+      if other is linen_model:
+        return [(other, description)]
+      found.append((other, description))
+  return found
+
+
+def _decoding_input_shape(linen_model: LinenModel, variables) -> tuple[tuple[int, ...], Any]:
+  """What the port's `init_cache` is given: the shape of the inputs of its
+  attention layers in Linen's `init` (one shape for all, as NNX takes it),
+  and the dtype of Linen's cached keys."""
+  root, _ = tracing.trace(linen_model.module, *linen_model.args, **linen_model.kwargs)
+  shapes_ = {
+      tuple(c.calls[0].args[0].shape) for c in root.walk()
+      if isinstance(c.module, nn.MultiHeadDotProductAttention) and c.module.decode and c.calls
+  }
+  if len(shapes_) > 1:
+    raise AssertionError(f'the attention layers decode inputs of shapes {sorted(shapes_)}; the port\'s '
+                         'init_cache takes one: write its init_cache by hand')
+  keys = [x for p, x in jax.tree_util.tree_flatten_with_path(variables.get('cache', {}))[0]
+          if jax.tree_util.keystr(p).endswith("['cached_key']")]
+  dtype = keys[0].dtype if keys else jnp.float32
+  if shapes_:
+    return shapes_.pop(), dtype
+  first = next(x for x in linen_model.args if hasattr(x, 'shape'))
+  return tuple(first.shape), dtype
+
+
+def assert_generated_decoding(
+    linen_model: LinenModel, generated: types.ModuleType, *, modes: Mapping[str, bool] | None = None,
+    paths=None, steps: int = 2, as_written: bool = True,
+) -> float:
+  """The generated port of `linen_model`, a model that decodes, decodes as
+  Linen does: Linen's `init` on the example inputs makes the cache (and
+  its parameters), the port is built and given `init_cache` at the shape
+  Linen's attention saw, then each of `steps` calls on one position of
+  the inputs (`x[:, t:t + 1]`) is checked from Linen's cache before it
+  (`assert_port_equivalent`: outputs, the cache the step writes, bit for
+  bit; gradients), in eval mode. `as_written`, the return value: as
+  `assert_generated_port`'s."""
+  nnx_class = getattr(generated, type(linen_model.module).__name__)
+  modes = dict(modes or {})
+  fields = mode_fields(linen_model, modes)
+  if fields:
+    linen_model = LinenModel(
+        _with_values(linen_model.module, {f: not train for f, train in fields.items()}),
+        *linen_model.args, **linen_model.kwargs,
     )
+  inputs, eval_kwargs, nnx_kwargs, _ = call_keywords(linen_model, modes)
+  variables = linen_variables(linen_model, inputs, eval_kwargs)
+  shape, dtype = _decoding_input_shape(linen_model, variables)
+  for x in inputs:
+    if not hasattr(x, 'shape') or x.ndim < 2 or x.shape[1] < steps:
+      raise AssertionError(f'decoding is proven on inputs (batch, length, ...) with length >= {steps}; '
+                           f'the example inputs have {getattr(x, "shape", type(x).__name__)}')
+  context, mesh = _annotation_context(variables)
+  with context:
+    if mesh is not None:
+      replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+      variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
+    model = build(nnx_class, linen_model)
+    model.init_cache(shape, dtype)
+    used = 0.0
+    step = jax.jit(lambda v, *xs: linen_model.module.apply(v, *xs, mutable=['cache'], **eval_kwargs))
+    for t in range(steps):
+      position = tuple(x[:, t:t + 1] for x in inputs)
+      # As written (NNX's fused attention) at the first position only: the
+      # kernels' rounding does not change with the position.
+      for candidate, atol in _attention_variants(model, as_written and t == 0):
+        try:
+          assert_port_equivalent(
+              linen_model.module, variables, candidate, *position,
+              paths=generated.PATHS if paths is None else paths,
+              linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, atol=atol,
+          )
+        except AssertionError as e:
+          raise AssertionError(f'decoding position {t}: {e}') from None
+        used = max(used, atol)
+      _, written = step(variables, *position)
+      variables = {**variables, **written}
+  return used
 
 
 def _annotation_context(variables) -> tuple[contextlib.AbstractContextManager, jax.sharding.Mesh | None]:

@@ -631,3 +631,77 @@ def half_width() -> LinenModel:
 
 def chunks() -> LinenModel:
   return LinenModel(Chunks(), jnp.ones((2, 3)))
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+  width: int = 8
+  heads: int = 2
+  hidden: int = 12
+  layers: int = 2
+  vocab: int = 13
+  max_len: int = 6
+  scan: bool = False
+
+
+class Position(nn.Module):
+  """Learned positions; decoding, the position of the index it keeps in the
+  cache (Linen's idiom: `init` makes the index, later calls advance it)."""
+
+  max_len: int
+  width: int
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    table = self.param('table', nn.initializers.normal(0.02), (self.max_len, self.width))
+    if self.decode:
+      is_initialized = self.has_variable('cache', 'index')
+      index = self.variable('cache', 'index', lambda: jnp.array(0, jnp.uint32))
+      if is_initialized:
+        i = index.value
+        index.value = i + 1
+        return x + jax.lax.dynamic_slice_in_dim(table, i, 1)[None]
+    return x + table[None, : x.shape[1]]
+
+
+class DecoderBlock(nn.Module):
+  config: DecoderConfig
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, x, mask):
+    c = self.config
+    y = nn.MultiHeadDotProductAttention(num_heads=c.heads, qkv_features=c.width, decode=self.decode)(
+        nn.LayerNorm()(x), mask=mask)
+    x = x + y
+    return x + nn.Dense(c.width)(nn.gelu(nn.Dense(c.hidden)(x))), None
+
+
+class Decoder(nn.Module):
+  """A causal LM that decodes one token at a time with `decode=True`, its
+  blocks looped or scanned (`config.scan`)."""
+
+  config: DecoderConfig
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, tokens):
+    c = self.config
+    x = nn.Embed(c.vocab, c.width)(tokens)
+    x = Position(c.max_len, c.width, self.decode)(x)
+    mask = None if self.decode else nn.make_causal_mask(tokens)
+    if c.scan:
+      blocks = nn.scan(
+          DecoderBlock, variable_axes={'params': 0, 'cache': 0}, split_rngs={'params': True},
+          in_axes=nn.broadcast, length=c.layers,
+      )
+      x, _ = blocks(c, self.decode)(x, mask)
+    else:
+      for _ in range(c.layers):
+        x, _ = DecoderBlock(c, self.decode)(x, mask)
+    return nn.Dense(c.vocab)(x)
+
+
+def decoder(decode: bool = False, scan: bool = False) -> LinenModel:
+  return LinenModel(Decoder(DecoderConfig(scan=scan), decode=decode), jnp.zeros((2, 6), jnp.int32))

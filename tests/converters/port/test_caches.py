@@ -1,0 +1,127 @@
+"""`converters.port.caches`: a decode cache made by `init_cache`, and the
+proof that the port decodes as Linen does (`assert_generated_decoding`).
+
+The model (`linen_models.decoder`) keeps a position index in its own cache
+and decodes through `nn.MultiHeadDotProductAttention`, its blocks looped or
+scanned. The whole port, every configuration proven, runs nightly.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+from flax import nnx
+
+from converters.port import (
+  assert_generated_decoding,
+  decoding_configurations,
+  import_file,
+  prove,
+)
+from tests.converters.port import linen_models
+from tests.converters.port.test_generate import _port, _written
+
+
+@pytest.fixture(scope='module')
+def decoder_file(tmp_path_factory):
+  """The decoder's port as written (its proofs are the tests below)."""
+  _, out = _written(tmp_path_factory.mktemp('decoder'), 'decoder', linen_models.decoder())
+  return out
+
+
+def test_init_cache_makes_each_cache_under_the_conditions_the_layers_are_built_under(decoder_file):
+  text = decoder_file.read_text()
+  # The module's own index: made by init_cache (again for a new sequence), not __init__.
+  assert '''  def init_cache(self, input_shape: tuple[int, ...], dtype=jnp.float32) -> None:
+    """Makes the decode cache (again: a new sequence) for inputs `(*batch, max_length, features)`."""
+    if self.decode:
+      self.index = nnx.Cache(jnp.array(0, jnp.uint32))
+''' in text
+  assert text.count('nnx.Cache(') == 1
+  # An attention layer's cache, NNX's own init_cache.
+  assert '    self.multi_head_dot_product_attention_0.init_cache(input_shape, dtype)\n' in text
+  # The looped blocks one by one, the scanned stack by the vmap that made it.
+  assert '''    if c.scan:
+      @nnx.vmap(in_axes=(0,), out_axes=0)
+      def init_blocks_cache(block):
+        block.init_cache(input_shape, dtype)
+
+      init_blocks_cache(self.blocks)
+    else:
+      for block in self.blocks:
+        block.init_cache(input_shape, dtype)
+''' in text
+  # Linen's `has_variable('cache', ...)` is always true where NNX calls.
+  assert 'is_initialized = True' in text
+
+
+def test_decoding_is_proven_position_by_position(decoder_file):
+  generated = import_file(str(decoder_file))
+  (model, description), = decoding_configurations(linen_models.decoder())
+  assert description == 'decode=True'
+  # Bit for bit with Linen's attention function in NNX's attention layers;
+  # as written (NNX's fused attention, no dropout) within the stated bound.
+  assert assert_generated_decoding(model, generated) == prove.FUSED_ATTENTION_ATOL
+
+
+def _planted(decoder_file, tmp_path, old: str, new: str):
+  text = decoder_file.read_text()
+  assert old in text
+  planted = tmp_path / 'planted_nnx.py'
+  planted.write_text(text.replace(old, new))
+  return import_file(str(planted))
+
+
+def test_a_port_reading_the_first_position_at_every_step_fails_at_the_second(decoder_file, tmp_path):
+  # Right at position 0, where the index is 0: only a second step shows it.
+  generated = _planted(decoder_file, tmp_path, 'dynamic_slice_in_dim(table, i, 1)', 'dynamic_slice_in_dim(table, 0, 1)')
+  with pytest.raises(AssertionError, match='decoding position 1'):
+    assert_generated_decoding(linen_models.decoder(decode=True), generated, as_written=False)
+
+
+def test_a_port_whose_index_stands_still_fails(decoder_file, tmp_path):
+  generated = _planted(decoder_file, tmp_path, 'index[...] = i + 1', 'index[...] = i')
+  with pytest.raises(AssertionError, match=r"(?s)decoding position 0.*variables the call writes.*\['index'\]"):
+    assert_generated_decoding(linen_models.decoder(decode=True), generated, as_written=False)
+
+
+def test_init_cache_again_starts_a_new_sequence(decoder_file):
+  generated = import_file(str(decoder_file))
+  model = generated.Decoder(linen_models.DecoderConfig(), decode=True, rngs=nnx.Rngs(0))
+  model.init_cache((2, 6, 8))
+  tokens = jnp.array([[1, 2], [3, 4]])
+  first = model(tokens[:, :1])
+  model(tokens[:, 1:])
+  model.init_cache((2, 6, 8))
+  np.testing.assert_array_equal(model(tokens[:, :1]), first)
+
+
+def test_nnx_attention_without_dropout_is_not_linen_bit_for_bit():
+  """Why `prove._attention_variants` exists: if Flax makes the two agree,
+  the as-written check can be exact again."""
+  x = jax.random.normal(jax.random.key(0), (2, 5, 9))
+  linen = nn.MultiHeadDotProductAttention(num_heads=3)
+  variables = linen.init(jax.random.key(1), x)
+  port = nnx.MultiHeadAttention(num_heads=3, in_features=9, decode=False, rngs=nnx.Rngs(0))
+  for name in ('query', 'key', 'value', 'out'):
+    getattr(port, name).kernel[...] = variables['params'][name]['kernel']
+    getattr(port, name).bias[...] = variables['params'][name]['bias']
+  expected = jax.jit(linen.apply)(variables, x)
+  actual = nnx.jit(lambda m, x: m(x))(port, x)
+  assert not np.array_equal(actual, expected)
+  np.testing.assert_allclose(actual, expected, atol=prove.FUSED_ATTENTION_ATOL, rtol=0)
+  port.attention_fn = prove._linen_attention_fn
+  np.testing.assert_array_equal(nnx.jit(lambda m, x: m(x))(port, x), expected)
+
+
+@pytest.mark.nightly  # a minute: six proofs, two of them decoding
+def test_the_decoder_is_proven_looped_scanned_and_decoding_in_both(tmp_path):
+  result, _, test_out = _port(tmp_path, 'decoder', linen_models.decoder())
+  assert result.proven, (result.failure, result.checks)
+  outcomes = {check: outcome for check, outcome, _ in result.checks}
+  assert outcomes['another configuration (decode=True)'] == 'passed'
+  assert outcomes['another configuration (decode=True, config.scan=True)'] == 'passed'
+  assert 'test_port_decodes_as_linen_does' in test_out.read_text()
