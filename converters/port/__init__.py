@@ -8,8 +8,8 @@ as a stub that raises, and says so.
 
 Names are imported when first used: the test file a port writes needs only
 `assert_generated_port` (`assert_generated_decoding`, `decoding_configurations`
-for a model that decodes) and `import_file`, which run without the `port`
-extra (libcst, ruff) installed.
+for a model that decodes), `assert_checkpoint_trains_on` and `import_file`,
+which run without the `port` extra (libcst, ruff) installed.
 """
 
 import importlib
@@ -21,6 +21,7 @@ _WHERE = {
     'Stub': 'converters.port.generate',
     'port': 'converters.port.generate',
     'write': 'converters.port.generate',
+    'assert_checkpoint_trains_on': 'converters.port.training',
     'assert_generated_decoding': 'converters.port.prove',
     'assert_generated_port': 'converters.port.prove',
     'decoding_configurations': 'converters.port.prove',

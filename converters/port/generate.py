@@ -284,9 +284,11 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
 
 def test_file(factory: str, out: str, modes: dict[str, bool], *, decoding: bool = False,
               decodes_only: bool = False) -> str:
-  """The pytest file repeating the proof in the user's CI. `decoding`: the
-  model or a configuration of it decodes, proven too; `decodes_only`: the
-  model as given decodes (its every call is a decoding step)."""
+  """The pytest file repeating the proof in the user's CI, and showing that
+  a checkpoint of the Linen model converts for the port (`linen-nnx
+  convert --paths <port>:PATHS`) and training goes on alike. `decoding`:
+  the model or a configuration of it decodes, proven too; `decodes_only`:
+  the model as given decodes (its every call is a decoding step)."""
   module, _, function = factory.partition(':')
   names = ['import_file']
   tests = []
@@ -295,6 +297,12 @@ def test_file(factory: str, out: str, modes: dict[str, bool], *, decoding: bool 
     tests.append(
         f'def test_port_is_equivalent():\n'
         f'  assert_generated_port({function}(), import_file(PORT), modes={modes!r})\n'
+    )
+  if not decodes_only:
+    names.append('assert_checkpoint_trains_on')
+    tests.append(
+        f'def test_a_linen_checkpoint_converts_and_training_goes_on(tmp_path):\n'
+        f'  assert_checkpoint_trains_on({function}(), PORT, str(tmp_path), factory={factory!r}, modes={modes!r})\n'
     )
   if decoding or decodes_only:
     names += ['assert_generated_decoding', 'decoding_configurations']

@@ -207,6 +207,17 @@ def _linen_attention_fn(query, key, value, *, is_causal: bool = False, module=No
   return nn.dot_product_attention(query, key, value, **kwargs)
 
 
+def with_linen_attention(model: nnx.Module) -> int:
+  """Gives `model`'s attention layers that would run NNX's fused attention
+  (no dropout) Linen's attention function, in place; how many."""
+  fused = [m for _, m in nnx.iter_modules(model)
+           if isinstance(m, nnx.MultiHeadAttention) and m.dropout_rate == 0
+           and m.attention_fn is nnx.dot_product_attention]
+  for m in fused:
+    m.attention_fn = _linen_attention_fn
+  return len(fused)
+
+
 def _attention_variants(model: nnx.Module, as_written: bool = True) -> list[tuple[nnx.Module, float]]:
   """The models a proof checks, with their tolerance.
 
@@ -221,13 +232,8 @@ def _attention_variants(model: nnx.Module, as_written: bool = True) -> list[tupl
   `as_written=False` leaves the second out (a proof at another
   configuration, where the first proof made it already)."""
   swapped = nnx.clone(model)
-  fused = [m for _, m in nnx.iter_modules(swapped)
-           if isinstance(m, nnx.MultiHeadAttention) and m.dropout_rate == 0
-           and m.attention_fn is nnx.dot_product_attention]
-  if not fused:
+  if not with_linen_attention(swapped):
     return [(model, 0.0)]
-  for m in fused:
-    m.attention_fn = _linen_attention_fn
   return [(swapped, 0.0)] + ([(model, FUSED_ATTENTION_ATOL)] if as_written else [])
 
 
@@ -362,22 +368,15 @@ def assert_generated_decoding(
   return used
 
 
-def _annotation_context(variables) -> tuple[contextlib.AbstractContextManager, jax.sharding.Mesh | None]:
-  """Where a port with sharding annotations is built and checked when the
-  caller gives no mesh: a mesh of one device with an axis of size one for
-  each mesh axis the annotations name and, where the context has no rules,
-  for each logical name, with rules sending each name to its own axis. NNX
-  creates annotated Variables sharded (eager sharding), which needs both;
-  every array is whole on the one device, and two annotations resolve alike
-  only if they name the same axes in the same order."""
-  if not jax.sharding.get_abstract_mesh().empty:
-    return contextlib.nullcontext(), None
+def annotation_axes(variables) -> tuple[list[str], set[str]]:
+  """`(mesh axes, logical names)` the variables' annotations need on a mesh
+  where each resolves as written: the mesh axes they name (through their
+  rules where they carry some) and, where the context has no rules, each
+  logical name as an axis of its own; the logical names with no rules."""
   boxes = [
       leaf for leaf in jax.tree.leaves(variables, is_leaf=lambda x: isinstance(x, nn.Partitioned))
       if isinstance(leaf, nn.Partitioned)
   ]
-  if not boxes:
-    return contextlib.nullcontext(), None
   logical = {
       n for box in boxes if isinstance(box, nn.LogicallyPartitioned) and not box.rules
       for n in box.names if isinstance(n, str)
@@ -393,7 +392,23 @@ def _annotation_context(variables) -> tuple[contextlib.AbstractContextManager, j
       axes |= {n} if isinstance(n, str) else set(n or ())
   if not nn.get_logical_axis_rules():
     axes |= logical  # each logical name to a mesh axis of its own: names that differ, differ
-  axes = sorted(axes) or ['replicated']
+  return sorted(axes) or ['replicated'], logical
+
+
+def _annotation_context(variables) -> tuple[contextlib.AbstractContextManager, jax.sharding.Mesh | None]:
+  """Where a port with sharding annotations is built and checked when the
+  caller gives no mesh: a mesh of one device with an axis of size one for
+  each mesh axis the annotations name and, where the context has no rules,
+  for each logical name, with rules sending each name to its own axis. NNX
+  creates annotated Variables sharded (eager sharding), which needs both;
+  every array is whole on the one device, and two annotations resolve alike
+  only if they name the same axes in the same order."""
+  if not jax.sharding.get_abstract_mesh().empty:
+    return contextlib.nullcontext(), None
+  if not any(isinstance(x, nn.Partitioned) for x in jax.tree.leaves(
+      variables, is_leaf=lambda x: isinstance(x, nn.Partitioned))):
+    return contextlib.nullcontext(), None
+  axes, logical = annotation_axes(variables)
   mesh = jax.make_mesh((1,) * len(axes), tuple(axes), devices=jax.devices()[:1],
                        axis_types=(jax.sharding.AxisType.Auto,) * len(axes))
   stack = contextlib.ExitStack()

@@ -269,36 +269,46 @@ def _compare_call(labels, linen_call, linen_variables, model, inputs, *, nnx_kwa
   return rows
 
 
+def without_linen_dropout(next_fun, args, kwargs, context):
+  """An interceptor (`nn.intercept_methods`) leaving Linen's dropout out:
+  `nn.Dropout` returns its input, attention runs deterministic. Dropout's
+  random streams differ by framework, so training steps are compared
+  without it."""
+  if isinstance(context.module, nn.Dropout) and context.method_name == '__call__':
+    return args[0]
+  module = context.module
+  if isinstance(module, nn.MultiHeadDotProductAttention) and context.method_name == '__call__':
+    # Its attention dropout, off; Linen takes `deterministic` either built
+    # in or at the call, never both.
+    if module.deterministic is None:
+      return next_fun(*args, **{**kwargs, 'deterministic': True})
+    built = module.deterministic
+    object.__setattr__(module, 'deterministic', True)
+    try:
+      return next_fun(*args, **kwargs)
+    finally:
+      object.__setattr__(module, 'deterministic', built)
+  return next_fun(*args, **kwargs)
+
+
+def without_nnx_dropout(model: nnx.Module) -> None:
+  """`model`'s dropout left out, in place (its `Dropout` and attention
+  layers deterministic), as `without_linen_dropout` leaves Linen's out."""
+  for _, module in nnx.iter_modules(model):
+    if isinstance(module, (nnx.Dropout, nnx.MultiHeadAttention)):
+      module.deterministic = True
+
+
 def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs, nnx_kwargs,
                    options, atol) -> list:
   """Rows for one train-mode call of each side, dropout left out: outputs
   and the new values of every collection but the parameters."""
-
-  def without_dropout(next_fun, args, kwargs, context):
-    if isinstance(context.module, nn.Dropout) and context.method_name == '__call__':
-      return args[0]
-    module = context.module
-    if isinstance(module, nn.MultiHeadDotProductAttention) and context.method_name == '__call__':
-      # Its attention dropout, off; Linen takes `deterministic` either built
-      # in or at the call, never both.
-      if module.deterministic is None:
-        return next_fun(*args, **{**kwargs, 'deterministic': True})
-      built = module.deterministic
-      object.__setattr__(module, 'deterministic', True)
-      try:
-        return next_fun(*args, **kwargs)
-      finally:
-        object.__setattr__(module, 'deterministic', built)
-    return next_fun(*args, **kwargs)
-
   model = nnx.clone(model)
   model.train()
-  for _, module in nnx.iter_modules(model):
-    if isinstance(module, (nnx.Dropout, nnx.MultiHeadAttention)):
-      module.deterministic = True
+  without_nnx_dropout(model)
   return _compare_call(
       ('train-mode outputs', 'what a training step writes'),
-      _linen_call(linen_module, linen_variables, linen_kwargs, without_dropout),
+      _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout),
       linen_variables, model, inputs, nnx_kwargs=nnx_kwargs, options=options, atol=atol,
   )
 
@@ -360,6 +370,7 @@ def assert_training_equivalent(
     collections: Mapping[str, type] | None = None,
     linen_model: LinenModel | None = None,
     atol: float = 0.0,
+    start: tuple[nnx.Module, nnx.Optimizer] | None = None,
 ) -> None:
   """k Linen steps, then conversion, then the other steps in NNX, equal every step in Linen.
 
@@ -377,6 +388,10 @@ def assert_training_equivalent(
       **kwargs)`: the Linen module and the inputs of one forward pass in eval
       mode (e.g. `train=False`); the port is `nnx_target`'s model.
     atol: tolerance on every compared leaf; 0 compares bits.
+    start: the port's `(model, optimizer)` after the k Linen steps as your
+      conversion made it (restored from the checkpoint `linen-nnx convert`
+      wrote): first checked equal to Linen's state after k steps converted
+      here, then trained on (it is updated in place).
   """
   if not 0 <= k <= len(batches):
     raise ValueError(f'k={k}: take between 0 and len(batches)={len(batches)} steps in Linen')
@@ -412,6 +427,13 @@ def assert_training_equivalent(
   for batch in batches[:k]:
     state = step(state, batch)
   model, optimizer = linen_to_nnx(state, target=nnx_target, **options)
+  if start is not None:
+    rows = _compare_trees(
+        'the given start', nnx.state((model, optimizer), nnx.Not(nnx.RngState)),
+        nnx.state(start, nnx.Not(nnx.RngState)), atol,
+    )
+    _fail(f'The given start is not Linen\'s state after {k} steps converted.', rows)
+    model, optimizer = start
   for batch in batches[k:]:
     nnx_step(model, optimizer, batch)
   back = nnx_to_linen((model, optimizer), target=reference, **options)

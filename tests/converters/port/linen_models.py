@@ -705,3 +705,63 @@ class Decoder(nn.Module):
 
 def decoder(decode: bool = False, scan: bool = False) -> LinenModel:
   return LinenModel(Decoder(DecoderConfig(scan=scan), decode=decode), jnp.zeros((2, 6), jnp.int32))
+
+
+class BatchNormed(nn.Module):
+  """A layer normalised by batch statistics (a collection a `TrainState`
+  carries) with dropout after it, trained with `train=True`."""
+
+  features: int = 6
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.Dense(self.features)(x)
+    x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x)
+    x = nn.Dropout(0.3, deterministic=not train)(nn.relu(x))
+    return nn.Dense(3)(x)
+
+
+def batch_normed() -> LinenModel:
+  return LinenModel(BatchNormed(), jnp.ones((4, 5)), train=False)
+
+
+# The zoo's models and Flax's lm1b, as `linen-nnx port` and the test files
+# it writes take them (`pkg.module:function`).
+
+
+def zoo_cnn() -> LinenModel:
+  from model_zoo import configs
+  from model_zoo.linen import cnn
+
+  c = configs.CNNConfig()
+  return LinenModel(cnn.CNN(c), jnp.ones((2, c.image_size, c.image_size, c.in_channels)), train=False)
+
+
+def zoo_resnet() -> LinenModel:
+  from model_zoo import configs
+  from model_zoo.linen import resnet
+
+  c = configs.ResNetConfig()
+  return LinenModel(resnet.ResNet(c), jnp.ones((2, 16, 16, c.in_channels)), train=False)
+
+
+def zoo_rnn() -> LinenModel:
+  from model_zoo import configs
+  from model_zoo.linen import rnn
+
+  return LinenModel(rnn.RNNLM(configs.RNNConfig()), jnp.zeros((2, 5), jnp.int32))
+
+
+def zoo_transformer() -> LinenModel:
+  from model_zoo import configs
+  from model_zoo.linen import transformer
+
+  return LinenModel(transformer.TransformerLM(configs.TransformerConfig()), jnp.zeros((2, 8), jnp.int32))
+
+
+def flax_lm1b() -> LinenModel:
+  from tests.third_party.flax_lm1b import linen_models as lm1b
+
+  config = lm1b.TransformerConfig(vocab_size=32, output_vocab_size=32, emb_dim=16, num_heads=2,
+                                  num_layers=2, qkv_dim=16, mlp_dim=32, max_len=16)
+  return LinenModel(lm1b.TransformerLM(config), jnp.zeros((2, 8), jnp.int32))

@@ -48,11 +48,21 @@ def _written(tmp_path, name: str, model: LinenModel):
   return result, out
 
 
-def _run_written_test(test_out):
+def _run_written_test(test_out, tmp_path):
+  """Every test of the file a port writes, as pytest would run them."""
   spec = importlib.util.spec_from_file_location(f'written_{os.path.basename(test_out)[:-3]}', test_out)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  module.test_port_is_equivalent()
+  tests = [name for name in vars(module) if name.startswith('test_')]
+  assert tests
+  for name in tests:
+    function = getattr(module, name)
+    if 'tmp_path' in function.__code__.co_varnames[:function.__code__.co_argcount]:
+      directory = tmp_path / name
+      directory.mkdir()
+      function(directory)
+    else:
+      function()
 
 
 THIRD_CONFIGURATIONS = [
@@ -78,7 +88,7 @@ def test_ports_are_proven_at_the_traced_and_another_configuration(tmp_path, name
 def test_ports_hold_at_a_third_configuration_and_pass_their_written_test(tmp_path, name, other):
   result, out, test_out = _port(tmp_path, name, getattr(linen_models, name)())
   assert result.proven, (result.failure, result.checks)
-  _run_written_test(test_out)
+  _run_written_test(test_out, tmp_path)
   assert_generated_port(other(), import_file(str(out)), modes=result.modes)
 
 
@@ -229,10 +239,7 @@ def test_the_kits_mlp_is_ported_looped_and_scanned_in_both_annotation_styles(tmp
 
 @pytest.mark.nightly  # forty seconds; in CI, the encoder, scan and cache tests cover its parts
 def test_zoo_transformer_is_proven_looped_scanned_and_decoding_in_both(tmp_path):
-  from model_zoo.linen import transformer
-
-  model = LinenModel(transformer.TransformerLM(configs.TransformerConfig()), jnp.zeros((2, 8), jnp.int32))
-  result, out, test_out = _port(tmp_path, 'transformer', model)
+  result, out, test_out = _port(tmp_path, 'zoo_transformer', linen_models.zoo_transformer())
   assert result.proven, (result.failure, result.checks)
   outcomes = {check.split(' (', 1)[-1].rstrip(')'): outcome for check, outcome, _ in result.checks}
   assert outcomes['config.scan_layers=True'] == 'passed'
@@ -245,6 +252,7 @@ def test_zoo_transformer_is_proven_looped_scanned_and_decoding_in_both(tmp_path)
   assert 'return embed.attend(x)' in text
   assert 'self.mlp = Mlp(config, in_features=config.width, rngs=rngs)' in text
   assert 'def test_port_decodes_as_linen_does' in test_out.read_text()
+  _run_written_test(test_out, tmp_path)
 
 
 def test_numbered_names_configuration_modes_and_untraced_branches(tmp_path):
@@ -275,11 +283,7 @@ def test_a_branch_written_from_its_source_is_proven_where_it_is_taken(tmp_path):
 
 @pytest.mark.nightly  # half a minute
 def test_flax_lm1b_is_written_whole_and_proven_decoding_too(tmp_path):
-  from tests.third_party.flax_lm1b import linen_models as lm1b
-
-  config = lm1b.TransformerConfig(vocab_size=32, output_vocab_size=32, emb_dim=16, num_heads=2,
-                                  num_layers=2, qkv_dim=16, mlp_dim=32, max_len=16)
-  result, out, _ = _port(tmp_path, 'lm1b', LinenModel(lm1b.TransformerLM(config), jnp.zeros((2, 8), jnp.int32)))
+  result, out, test_out = _port(tmp_path, 'flax_lm1b', linen_models.flax_lm1b())
   assert result.proven, (result.failure, result.checks)
   outcomes = {check: outcome for check, outcome, _ in result.checks}
   assert outcomes['assert_port_equivalent'] == 'passed'
@@ -289,6 +293,7 @@ def test_flax_lm1b_is_written_whole_and_proven_decoding_too(tmp_path):
   assert 'self.encoderdecoderblocks = nnx.List()' in text
   assert "PathRule('decoder/encoderdecoderblock_{i}/MlpBlock_0/Dense_0/kernel'," in text
   assert '    self.posembed_output.init_cache(input_shape, dtype)\n' in text
+  _run_written_test(test_out, tmp_path)
 
 
 def test_zoo_resnet_conditions_and_sizes_hold_for_other_stage_counts(tmp_path):
@@ -312,19 +317,16 @@ def test_zoo_resnet_port_holds_for_three_stages_of_other_widths(tmp_path):
   from model_zoo.linen import resnet
 
   config = configs.ResNetConfig()
-  model = LinenModel(resnet.ResNet(config), jnp.ones((2, 16, 16, config.in_channels)), train=False)
-  result, out, _ = _port(tmp_path, 'resnet', model)
+  result, out, test_out = _port(tmp_path, 'zoo_resnet', linen_models.zoo_resnet())
   assert result.proven, (result.failure, result.checks)
+  _run_written_test(test_out, tmp_path)  # a TrainState with batch_stats, converted and trained on
   other = dataclasses.replace(config, stage_sizes=(2, 1, 2), num_filters=6, in_channels=2)
   model = LinenModel(resnet.ResNet(other), jnp.ones((3, 16, 16, 2)), train=False)
   assert_generated_port(model, import_file(str(out)), modes=result.modes)
 
 
 def test_zoo_lstm_cell_goes_into_the_nnx_rnn_with_its_gate_renamed(tmp_path):
-  from model_zoo.linen import rnn
-
-  model = LinenModel(rnn.RNNLM(configs.RNNConfig()), jnp.zeros((2, 5), jnp.int32))
-  result, out, _ = _port(tmp_path, 'rnn', model)
+  result, out, _ = _port(tmp_path, 'zoo_rnn', linen_models.zoo_rnn())
   assert result.proven, (result.failure, result.checks)
   text = out.read_text()
   # The cell, called only inside Linen's scan, takes the size its kernel has.
@@ -336,16 +338,14 @@ def test_zoo_lstm_cell_goes_into_the_nnx_rnn_with_its_gate_renamed(tmp_path):
 def test_zoo_lstm_port_holds_at_other_sizes_and_lengths(tmp_path):
   from model_zoo.linen import rnn
 
-  model = LinenModel(rnn.RNNLM(configs.RNNConfig()), jnp.zeros((2, 5), jnp.int32))
-  _, out, _ = _port(tmp_path, 'rnn', model)
+  _, out, test_out = _port(tmp_path, 'zoo_rnn', linen_models.zoo_rnn())
+  _run_written_test(test_out, tmp_path)
   other = configs.RNNConfig(vocab_size=20, embed_dim=6, hidden=9)
   assert_generated_port(LinenModel(rnn.RNNLM(other), jnp.ones((3, 4), jnp.int32)), import_file(str(out)))
 
 
 def test_zoo_cnn_with_its_input_shape_and_another_configuration(tmp_path):
-  config = configs.CNNConfig()
-  images = jnp.ones((2, config.image_size, config.image_size, config.in_channels))
-  result, out, test_out = _port(tmp_path, 'cnn', LinenModel(cnn.CNN(config), images, train=False))
+  result, out, _ = _port(tmp_path, 'zoo_cnn', linen_models.zoo_cnn())
   assert result.proven, (result.failure, result.checks)
   text = out.read_text()
   # Two poolings per entry of `features`: any number of them.
@@ -354,9 +354,8 @@ def test_zoo_cnn_with_its_input_shape_and_another_configuration(tmp_path):
 
 @pytest.mark.nightly
 def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
-  config = configs.CNNConfig()
-  images = jnp.ones((2, config.image_size, config.image_size, config.in_channels))
-  result, out, _ = _port(tmp_path, 'cnn', LinenModel(cnn.CNN(config), images, train=False))
+  result, out, test_out = _port(tmp_path, 'zoo_cnn', linen_models.zoo_cnn())
+  _run_written_test(test_out, tmp_path)
   other = configs.CNNConfig(image_size=16, in_channels=3, features=(5, 6), hidden=7)
   images = jnp.ones((3, 16, 16, 3))
   assert_generated_port(LinenModel(cnn.CNN(other), images, train=False), import_file(str(out)),
@@ -442,7 +441,8 @@ def test_the_written_test_runs_without_the_port_extra():
   import subprocess
   import sys
 
-  code = ('import sys\nfrom converters.port import assert_generated_port, import_file\n'
+  code = ('import sys\nfrom converters.port import assert_checkpoint_trains_on, assert_generated_decoding, '
+          'assert_generated_port, decoding_configurations, import_file\n'
           "assert 'libcst' not in sys.modules, 'libcst imported'\n")
   result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr

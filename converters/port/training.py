@@ -1,0 +1,218 @@
+"""A Linen training run the written port takes over, through a checkpoint.
+
+`assert_checkpoint_trains_on(linen_model, port_path, directory, factory=...)`:
+
+1. Linen trains `k` steps (a `TrainState` with a field per collection
+   besides `params`, as `linen-nnx convert` reads one; Adam) and saves the
+   state with Orbax;
+2. `linen-nnx convert --to nnx --paths <port module>:PATHS`, run as a user
+   runs it (its own process), converts the checkpoint for the port;
+3. the port restores it as NNX restores any checkpoint, and the restored
+   state is checked equal to Linen's converted in memory; then it trains on
+   (`converters.testing.assert_training_equivalent`): the NNX steps after
+   the Linen ones equal Linen's own, every leaf;
+4. and the two final models compute the same outputs, each in its own
+   framework (nothing shared with the mapping).
+
+Steps run in training mode where the model has one, dropout left out on
+both sides (its random streams differ by framework). The loss is the mean
+of squares of the outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax import linen as nn
+from flax import nnx
+from flax.training.train_state import TrainState
+
+from converters.linen_model import LinenModel
+from converters.port import prove
+from converters.testing import assert_training_equivalent
+from converters.testing.port import without_linen_dropout, without_nnx_dropout
+
+
+def make_tx() -> optax.GradientTransformation:
+  """The optimizer of the run (`linen-nnx convert --optimizer`)."""
+  return optax.adam(1e-3)
+
+
+def _loss(outputs) -> jax.Array:
+  leaves = [x for x in jax.tree.leaves(outputs) if jnp.issubdtype(x.dtype, jnp.floating)]
+  return sum(jnp.mean(jnp.square(x.astype(jnp.float32))) for x in leaves)
+
+
+def _train_state_class(linen_model: LinenModel, collections: tuple[str, ...]) -> type:
+  """The user's `TrainState` class, else `TrainState` with a field per
+  collection, as `linen-nnx convert` builds it."""
+  if linen_model.train_state is not None or not collections:
+    return linen_model.train_state or TrainState
+  namespace = {'__annotations__': dict.fromkeys(collections, Any), '__module__': __name__}
+  return type('TrainState', (TrainState,), namespace)
+
+
+def _linen_step(module: nn.Module, kwargs: Mapping, collections: tuple[str, ...]):
+  def step(state, inputs):
+    def loss(params):
+      variables = {'params': params, **{c: getattr(state, c) for c in collections}}
+      with nn.intercept_methods(without_linen_dropout):
+        if not collections:
+          return _loss(module.apply(variables, *inputs, **kwargs)), {}
+        outputs, written = module.apply(variables, *inputs, mutable=list(collections), **kwargs)
+      return _loss(outputs), written
+
+    grads, written = jax.grad(loss, has_aux=True)(state.params)
+    return state.apply_gradients(grads=grads, **written)
+
+  return jax.jit(step)
+
+
+def _nnx_step(kwargs: Mapping):
+  @nnx.jit
+  def step(model, optimizer, inputs):
+    def loss(model):
+      outputs, _ = nnx.capture(model, nnx.Intermediate)(*inputs, **kwargs)
+      return _loss(outputs)
+
+    optimizer.update(model, nnx.grad(loss)(model))
+
+  return step
+
+
+def _models_module(directory: str, factory: str, port_path: str, cls: str, rules) -> str:
+  """A module the command imports the models from: the Linen factory as
+  given, the port built at its configuration, the logical rules."""
+  module, _, function = factory.partition(':')
+  path = os.path.join(directory, '_port_models.py')
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(textwrap.dedent(f'''\
+        """The models `linen-nnx convert` reads: written by `assert_checkpoint_trains_on`."""
+        from converters.port import prove
+        from {module} import {function} as linen_model
+
+        RULES = {tuple(rules)!r}
+
+
+        def nnx_model():
+          return prove.build(getattr(prove.import_file({port_path!r}), {cls!r}), linen_model())
+        '''))
+  return '_port_models'
+
+
+def convert(source: str, destination: str, *, factory: str, port_path: str, cls: str, variables,
+            directory: str) -> None:
+  """`linen-nnx convert SRC DST --to nnx` for the port at `port_path`, in a
+  process of its own, on a mesh with the axes the variables' annotations
+  name (each logical name its own, as the proof resolves them), each of size one,
+  and one over every device the process sees, which no annotation names."""
+  axes, logical = prove.annotation_axes(variables)
+  devices = len(jax.devices())
+  rules = tuple((name, name) for name in sorted(logical)) if not nn.get_logical_axis_rules() else ()
+  models = _models_module(directory, factory, port_path, cls, rules)
+  port_module = os.path.splitext(os.path.basename(port_path))[0]
+  command = [
+      sys.executable, '-m', 'linen_nnx_cli.main', 'convert', source, destination, '--to', 'nnx',
+      '--linen-model', factory, '--nnx-model', f'{models}:nnx_model',
+      '--paths', f'{port_module}:PATHS', '--optimizer', f'{__name__}:make_tx',
+      # Every device the process sees (the command wants them all), on an
+      # axis no annotation names: the arrays whole on each.
+      '--devices', str(devices), '--mesh', 'x'.join([str(devices)] + ['1'] * len(axes)),
+      '--mesh-axes', ','.join(['devices_', *axes]),
+  ] + (['--rules', f'{models}:RULES'] if rules else [])
+  path = os.pathsep.join([directory, os.path.dirname(os.path.abspath(port_path)), *sys.path])
+  result = subprocess.run(command, env={**os.environ, 'PYTHONPATH': path}, capture_output=True, text=True,
+                          check=False)
+  if result.returncode != 0:
+    # The command says why on the last line of stderr (progress lines above it).
+    lines = (result.stderr.strip() or result.stdout.strip()).splitlines() or ['(nothing printed)']
+    raise AssertionError(f'linen-nnx convert failed (exit {result.returncode}): {lines[-1]}')
+
+
+def assert_checkpoint_trains_on(
+    linen_model: LinenModel, port_path: str, directory: str, *, factory: str,
+    modes: Mapping[str, bool] | None = None, k: int = 2, steps: int = 2,
+) -> None:
+  """See the module docstring. `factory` is `linen_model`'s
+  (`pkg.module:function`, as `linen-nnx port` took it); `directory` holds
+  the checkpoints (empty, written here)."""
+  generated = prove.import_file(port_path)
+  cls = type(linen_model.module).__name__
+  modes = dict(modes or {})
+  fields = prove.mode_fields(linen_model, modes)
+  inputs, eval_kwargs, nnx_kwargs, train_kwargs = prove.call_keywords(linen_model, modes)
+  module = linen_model.module
+  # The mode: from the call's flags, or from the model's own fields (a
+  # Linen module per mode). Dropout is left out of training on both sides.
+  trains = train_kwargs is not None or bool(fields)
+  train_module = prove._with_values(module, fields) if fields else module
+  eval_module = prove._with_values(module, {f: not t for f, t in fields.items()}) if fields else module
+  variables = prove.linen_variables(LinenModel(eval_module, *linen_model.args, **linen_model.kwargs),
+                                    inputs, eval_kwargs)
+  collections = tuple(sorted(c for c in variables if c != 'params'))
+  state_class = _train_state_class(linen_model, collections)
+  context, mesh = prove._annotation_context(variables)
+  linen_dir, nnx_dir = os.path.join(directory, 'linen'), os.path.join(directory, 'nnx')
+  with context:
+    if mesh is not None:
+      replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+      variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
+    state = state_class.create(
+        apply_fn=module.apply, params=variables['params'], tx=make_tx(),
+        **{c: variables[c] for c in collections},
+    )
+    linen_step = _linen_step(train_module, train_kwargs or eval_kwargs, collections)
+    batches = [inputs] * (k + steps)
+    trained = state
+    for batch in batches[:k]:
+      trained = linen_step(trained, batch)
+    with ocp.StandardCheckpointer() as checkpointer:
+      checkpointer.save(os.path.abspath(linen_dir), trained)
+  convert(linen_dir, nnx_dir, factory=factory, port_path=port_path, cls=cls, variables=variables,
+          directory=directory)
+  context, _ = prove._annotation_context(variables)  # the same mesh and rules, entered again
+  with context:
+    model = prove.build(getattr(generated, cls), linen_model)
+    optimizer = nnx.Optimizer(model, make_tx(), wrt=nnx.Param)
+    target = nnx.state({'model': model, 'optimizer': optimizer})
+    with ocp.StandardCheckpointer() as checkpointer:
+      restored = checkpointer.restore(os.path.abspath(nnx_dir), target)
+    nnx.update({'model': model, 'optimizer': optimizer}, restored)
+    # Compared bit for bit: NNX's fused attention (no dropout) rounds
+    # otherwise than Linen's, which the port's proof measures; here the
+    # same attention function on both sides.
+    prove.with_linen_attention(model)
+    if trains:
+      model.train()
+      without_nnx_dropout(model)
+    else:
+      model.eval()
+    blank = prove.build(getattr(generated, cls), linen_model)
+    assert_training_equivalent(
+        state, linen_step, (blank, nnx.Optimizer(blank, make_tx(), wrt=nnx.Param)), _nnx_step(nnx_kwargs),
+        batches, k=k, paths=generated.PATHS, start=(model, optimizer),
+    )
+    # The final models, each in its own framework, on the inputs (what the
+    # write of the state through PATHS cannot share).
+    final = state
+    for batch in batches:
+      final = linen_step(final, batch)
+    # `mutable`: a call may write a collection in eval mode too (a counter).
+    apply = jax.jit(lambda v, xs: eval_module.apply(v, *xs, mutable=list(collections), **eval_kwargs)[0]
+                    if collections else eval_module.apply(v, *xs, **eval_kwargs))
+    linen_out = apply({'params': final.params, **{c: getattr(final, c) for c in collections}}, inputs)
+    model.eval()
+    nnx_out = nnx.jit(lambda m, xs: nnx.capture(m, nnx.Intermediate)(*xs, **nnx_kwargs)[0])(model, inputs)
+    for a, b in zip(jax.tree.leaves(linen_out), jax.tree.leaves(nnx_out), strict=True):
+      np.testing.assert_array_equal(np.asarray(b), np.asarray(a),
+                                    err_msg='outputs after training on from the converted checkpoint')
