@@ -8,6 +8,7 @@
     linen-nnx compare [A B] [--mesh 2x4] [model options] [--json]   (two checkpoints)
     linen-nnx compare [--layers 4 ...] [--steps 3]  (a model description)
     linen-nnx side-by-side [--markdown PATH] [--html PATH]
+    linen-nnx port pkg.mod:factory --out models_nnx.py [--side-by-side port.html]
 
 Options that describe the kit's MLP map one to one onto `ModelDescription`;
 `--linen-model` and `--nnx-model` name a user's models instead

@@ -1,9 +1,11 @@
 """`linen-nnx port pkg.mod:factory --out models_nnx.py`: write the NNX port
-of a Linen model and prove it (`converters.port`).
+of a Linen model and prove it (`converters.port`); with `--side-by-side
+port.html`, a page pairing each Linen class with its port
+(`linen_nnx_cli.side_by_side.render_port_html`).
 
 Exit status: 0 when the port is written and proven; 1 when it is written
 with stubs (classes to port by hand, each named), or its proof or ruff check
-failed; 2 when nothing is written (a factory that fails, an `--out` inside
+failed; 2 when nothing is written (a factory that fails, an output inside
 the package being read or existing without `--force`).
 """
 
@@ -32,7 +34,9 @@ def add_parser(commands) -> argparse.ArgumentParser:
   port.add_argument('--out', required=True, metavar='PATH', help='the NNX module to write (a .py file)')
   port.add_argument('--test-out', metavar='PATH',
                     help='the pytest file to write (default: test_<out>_port.py beside --out)')
-  port.add_argument('--force', action='store_true', help='overwrite --out and the test file')
+  port.add_argument('--side-by-side', metavar='PATH',
+                    help='also write an HTML page: each Linen class beside the NNX class written from it')
+  port.add_argument('--force', action='store_true', help='overwrite --out, the test file and the page')
   port.add_argument('--json', action='store_true', help='print the report as JSON on stdout')
   port.add_argument(
       '--devices', type=int, default=8, help='simulated CPU devices (ignored unless JAX runs on CPU)'
@@ -60,11 +64,15 @@ def _inside(path: str, directory: str) -> bool:
 def refusal(args, factory_module: str, read_files: list[str]) -> str | None:
   """Why `--out` (or the test file) cannot be written, or None."""
   outputs = [('--out', args.out), ('--test-out', args.test_out)]
+  if args.side_by_side is not None:
+    outputs.append(('--side-by-side', args.side_by_side))
   root = _package_root(factory_module)
   for option, path in outputs:
     real = os.path.realpath(path)
-    if not path.endswith('.py'):
-      return f'{option} {path}: write a Python file (name it *.py)'
+    suffix = '.html' if option == '--side-by-side' else '.py'
+    if not path.endswith(suffix):
+      kind = 'an HTML page (name it *.html)' if suffix == '.html' else 'a Python file (name it *.py)'
+      return f'{option} {path}: write {kind}'
     if root is not None and _inside(real, root):
       return (
           f'{option} {path} is inside the package being read ({root}); write the port '
@@ -79,9 +87,46 @@ def refusal(args, factory_module: str, read_files: list[str]) -> str | None:
       return f'{option} {path}: the directory {parent} does not exist; create it first'
     if os.path.lexists(path) and not args.force:
       return f'{option} {path} exists; pass --force to overwrite it'
-  if os.path.realpath(args.out) == os.path.realpath(args.test_out):
-    return '--out and --test-out are the same file'
+  if len({os.path.realpath(path) for _, path in outputs}) != len(outputs):
+    return ' and '.join(option for option, _ in outputs) + ': two of them are the same file'
   return None
+
+
+def side_by_side_page(result, out: str, factory: str) -> str:
+  """The HTML page of `result`: each Linen class beside its port."""
+  import ast
+  import inspect
+
+  from linen_nnx_cli.side_by_side import ClassPair, Region, render_port_html
+
+  written = {
+      node.name: node for node in ast.parse(result.text).body if isinstance(node, ast.ClassDef)
+  }
+  lines = result.text.splitlines()
+  stubs = {s.cls: s.reason for s in result.stubs}
+  pairs = []
+  for cls in result.linen_classes:
+    name = cls.__name__
+    try:
+      source, start = inspect.getsourcelines(cls)
+      path = inspect.getsourcefile(cls) or '<unknown>'
+    except (OSError, TypeError):
+      source, start, path = ['# the source of this class cannot be read\n'], 0, '<unknown>'
+    node = written[name]
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    nnx_code = '\n'.join(lines[first - 1:node.end_lineno])
+    pairs.append(ClassPair(
+        name, Region(_shown(path), start, ''.join(source).rstrip('\n')),
+        Region(_shown(out), first, nnx_code), stubs.get(name),
+    ))
+  return render_port_html(f'{factory} ported to NNX', pairs, result.checks, result.failure)
+
+
+def _shown(path: str) -> str:
+  """`path` relative to the working directory where it is under it."""
+  real = os.path.realpath(path)
+  here = os.path.realpath(os.getcwd())
+  return os.path.relpath(real, here) if _inside(real, here) else path
 
 
 def run(args, fail) -> int:
@@ -115,16 +160,21 @@ def run(args, fail) -> int:
   except PortOutputError as e:
     return fail(args, str(e), 2)
   code = 0 if result.proven else 1
+  if args.side_by_side is not None:
+    with open(args.side_by_side, 'w', encoding='utf-8') as f:
+      f.write(side_by_side_page(result, args.out, args.factory))
   if args.json:
     print(json.dumps({
         'ok': code == 0, 'exit_code': code, 'out': args.out, 'test': args.test_out,
+        'side_by_side': args.side_by_side,
         'classes': result.classes, 'modes': result.modes,
         'stubs': [{'class': s.cls, 'file': s.file, 'line': s.line, 'reason': s.reason} for s in result.stubs],
         'checks': [{'check': c, 'outcome': o, 'figure': f} for c, o, f in result.checks],
         'failure': result.failure,
     }, indent=2))
   else:
-    print(f'wrote {args.out} ({", ".join(result.classes)}) and {args.test_out}')
+    page = f' and {args.side_by_side}' if args.side_by_side else ''
+    print(f'wrote {args.out} ({", ".join(result.classes)}), {args.test_out}{page}')
     for check, outcome, figure in result.checks:
       print(f'  {check}: {outcome}' + (f' ({figure})' if figure else ''))
     for stub in result.stubs:

@@ -588,3 +588,52 @@ def render_html(root: pathlib.Path = ROOT) -> str:
     )
   parts += ['</table></section>', '</body></html>']
   return '\n'.join(parts) + '\n'
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassPair:
+  """One Linen class of a generated port and the NNX class written from it
+  (`stub`: written as a stub that raises, with why)."""
+
+  name: str
+  linen: Region
+  nnx: Region
+  stub: str | None = None
+
+
+def render_port_html(title: str, pairs: list[ClassPair], checks: list[tuple[str, str, str]],
+                     failure: str | None = None) -> str:
+  """The page of one `linen-nnx port` run, in the style of the kit's own:
+  what was checked, then each Linen class beside the NNX class written
+  from it, innermost first."""
+  parts = [
+      '<!DOCTYPE html>', '<html lang="en"><head><meta charset="utf-8">',
+      f'<title>{html.escape(title)}</title>', f'<style>{_CSS}</style></head><body>',
+      f'<h1>{html.escape(title)}</h1>',
+      '<p>Each section pairs a Linen class the model uses with the NNX class <code>linen-nnx port</code> '
+      'wrote from it, taken from both files; the checks the port was handed over with come first.</p>',
+      '<table><tr><th>check</th><th>outcome</th><th></th></tr>',
+  ]
+  parts += [
+      f'<tr><td>{_inline(check)}</td><td>{_inline(outcome)}</td><td>{_inline(figure)}</td></tr>'
+      for check, outcome, figure in checks
+  ]
+  parts.append('</table>')
+  if failure:
+    parts.append(f'<p><strong>Not proven:</strong> {_inline(failure)}</p>')
+  parts += ['<nav><ol>'] + [
+      f'<li><a href="#class-{p.name}">{html.escape(p.name)}</a>{" (stub)" if p.stub else ""}</li>' for p in pairs
+  ] + ['</ol></nav>']
+  for pair in pairs:
+    parts.append(f'<section id="class-{html.escape(pair.name)}"><h2><code>{html.escape(pair.name)}</code></h2>')
+    if pair.stub:
+      parts.append(f'<p><strong>Stub, to port by hand:</strong> {_inline(pair.stub)}</p>')
+    parts.append('<div class="pair">')
+    for label, region in (('Linen', pair.linen), ('NNX', pair.nnx)):
+      parts.append(
+          f'<div><h3>{label} <span class="where">{html.escape(f"{region.file}:{region.line}")}</span></h3>'
+          f'<pre><code>{highlight(region.code)}</code></pre></div>'
+      )
+    parts.append('</div></section>')
+  parts.append('</body></html>')
+  return '\n'.join(parts) + '\n'

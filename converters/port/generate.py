@@ -74,6 +74,8 @@ class PortResult:
   flags: list = dataclasses.field(default_factory=list)
   #: The traced model's abstract variables.
   variables: dict = dataclasses.field(default_factory=dict)
+  #: The Linen classes written, in the order of `classes`.
+  linen_classes: list = dataclasses.field(default_factory=list)
 
 
 def _call_parameters(cls: type) -> list[str]:
@@ -194,6 +196,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   files = {source.file_of(c).path for c in [type(module), *ports, *(s[0] for s in written if isinstance(s, tuple))]}
   result = PortResult(generated.text, generated.classes, stubs, dict(modes), sources=sorted(files))
   result.variables = variables
+  result.linen_classes = [w.cls if isinstance(w, classes.ClassPort) else w[0] for w in written]
   result.flags = [(other, description, other_variables) for other, description, _, other_variables in flags]
   return result, ports
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import os
+import re
 
 from tests.linen_nnx_cli.runner import assert_refused, run
 
@@ -20,11 +22,46 @@ def test_writes_proves_and_reports(tmp_path):
   assert report['test'] == str(tmp_path / 'test_stack_nnx_port.py')
 
 
-def test_stubs_exit_1_naming_them(tmp_path):
-  result = run('port', f'{FACTORIES}:uses_make_rng', '--out', tmp_path / 'p.py')
+def test_stubs_exit_1_naming_them_and_the_page_shows_them(tmp_path):
+  page = tmp_path / 'port.html'
+  result = run('port', f'{FACTORIES}:uses_make_rng', '--out', tmp_path / 'p.py', '--side-by-side', page)
   assert result.code == 1
   assert 'UsesMakeRng written as stubs: port them by hand' in result.stderr
   assert 'stub: UsesMakeRng' in result.stdout and 'self.make_rng' in result.stdout
+  text = page.read_text()
+  assert '<strong>Stub, to port by hand:</strong>' in text and 'make_rng' in text
+
+
+def test_the_side_by_side_page_pairs_each_linen_class_with_its_port(tmp_path):
+  page = tmp_path / 'port.html'
+  result = run('port', f'{FACTORIES}:modes_by_field', '--out', tmp_path / 'm_nnx.py', '--side-by-side', page,
+               '--json')
+  assert result.code == 0, result.stderr
+  assert result.json['side_by_side'] == str(page)
+  text = page.read_text()
+  assert text.startswith('<!DOCTYPE html>') and '<script' not in text
+  # Innermost first, each Linen class (its source file) beside the NNX class (the port's).
+  sections = text.split('<section id="class-')[1:]
+  assert [s.split('"', 1)[0] for s in sections] == ['Inner', 'HandsOnModes', 'ModesByField']
+  for section in sections:
+    linen, nnx = (html.unescape(re.sub('<[^>]+>', '', side)) for side in section.split('<div><h3>')[1:3])
+    assert linen.startswith('Linen') and 'linen_models.py:' in linen and 'nn.compact' in linen
+    assert nnx.startswith('NNX') and 'm_nnx.py:' in nnx and '__init__' in nnx and 'nn.compact' not in nnx
+  assert '<td>assert_port_equivalent</td><td>passed</td>' in text
+
+
+def test_a_page_path_is_refused_as_the_out_path_is(tmp_path):
+  out = tmp_path / 'm_nnx.py'
+  stack = f'{FACTORIES}:stack'
+  assert_refused(run('port', stack, '--out', out, '--side-by-side', tmp_path / 'p.txt'), 'write an HTML page')
+  package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
+  inside = os.path.join(package, 'converters', 'port', 'page.html')
+  assert_refused(run('port', stack, '--out', out, '--side-by-side', inside), 'inside the package being read')
+  assert not os.listdir(tmp_path) and not os.path.exists(inside)
+  page = tmp_path / 'page.html'
+  page.write_text('mine\n')
+  assert_refused(run('port', stack, '--out', out, '--side-by-side', page), 'exists; pass --force')
+  assert page.read_text() == 'mine\n' and not out.exists()
 
 
 def test_refusals_write_nothing(tmp_path):
