@@ -325,8 +325,17 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
     if others is None:
       continue
     followed |= set(follow)
+    far, far_traces = [], []
+    for n in _far_counts(base, step):
+      try:
+        far_traces.append(attempt(table, symbols, set(kept), [(leaf, n)], dim_values={dim: n for dim in follow}))
+        far.append(n)
+      except Exception:  # noqa: BLE001 - the code takes no such value of it
+        continue
     what = access_source((leaf[0],) + leaf[1])
-    _with_count(traced, others, lambda v, s=symbols[count], b=base, w=what, t=step: _linear(v, s, b, w, t))
+    _with_count(traced, others,
+                lambda v, s=symbols[count], b=base, w=what, t=step, f=tuple(far): _linear(v, s, b, w, t, f),
+                far_traces)
   for dim in features:
     step = None if dim in ties or dim in followed else step_alone(dim)
     if step is None:
@@ -336,8 +345,17 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       others = [attempt(table, symbols, set(kept), dim_values={dim: size + k * step}) for k in (1, 2)]
     except Exception:  # noqa: BLE001 - the code takes one more width only
       continue
+    far, far_traces = [], []
+    for n in _far_counts(size, step):
+      try:
+        far_traces.append(attempt(table, symbols, set(kept), dim_values={dim: n}))
+        far.append(n)
+      except Exception:  # noqa: BLE001 - the code takes no such width
+        continue
     what = f'the width of {dim[1][1]}'
-    _with_count(traced, others, lambda v, s=symbols[dim], b=size, w=what, t=step: _linear(v, s, b, w, t))
+    _with_count(traced, others,
+                lambda v, s=symbols[dim], b=size, w=what, t=step, f=tuple(far): _linear(v, s, b, w, t, f),
+                far_traces)
   # A tuple's length is a count too (one layer per entry): traced one and two
   # entries longer (the last again), a size written with `len(...)`.
   for name, access, value in _tuples(module, kept):
@@ -363,6 +381,13 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
 
     _with_count(traced, others, fit)
   return traced
+
+
+def _far_counts(base: int, step: int) -> list[int]:
+  """Counts far from `base` in its steps, where a size fitted near it must
+  still hold: the smallest (`step`) and about four times `base`."""
+  high = base + step * max(3, 3 * base // step)
+  return [n for n in (step, high) if n not in (base, base + step, base + 2 * step)]
 
 
 def access_source(access: tuple, last: bool = False) -> str:
@@ -449,10 +474,27 @@ def _fit_length(values, length: str, base: int):
     return None
 
 
-def _linear(values, symbol, base: int, what: str = 'a count', step: int = 1):
+def _linear(values, symbol, base: int, what: str = 'a count', step: int = 1, far: Sequence[int] = ()):
   """`e(n)` from its values at `base`, `base + step` and `base + 2 * step`
   if they lie on a line of whole slope (`e0 + slope * (n - base)`), else
-  `Unfitted`."""
+  `Unfitted`; the values after those three are at the counts `far` (far
+  from the traced one, below and above), where the line must hold too: a
+  size near the traced count only (`max(width, 16)`) is not a line."""
+  fitted = _line(values[:3], symbol, base, what, step)
+  if isinstance(fitted, Unfitted) or not far:
+    return fitted
+  e0, e1 = values[:2]
+  for n, e in zip(far, values[3:], strict=True):
+    try:
+      slope = (e1 - e0) // step
+      if isinstance(slope, int) and isinstance(e, int) and isinstance(e0, int) and e != e0 + slope * (n - base):
+        return Unfitted(e0, what)
+    except Exception:  # noqa: BLE001 - a comparison jax cannot decide: the other traces decide
+      continue
+  return fitted
+
+
+def _line(values, symbol, base: int, what: str, step: int):
   e0, e1, e2 = values
   if not isinstance(e0, int) and isinstance(e1, int) and isinstance(e2, int) and e1 == e2:
     # Unchanged by this count; `e0` is already written with another one
@@ -476,16 +518,28 @@ def _is_size(x) -> bool:
       x).__name__ == '_DimExpr'
 
 
-def _combined_shapes(trees, fit):
-  """The first tree of arrays, each size `fit` of its three values."""
-  def leaf(a, b, c):
-    if isinstance(a, jax.ShapeDtypeStruct) and len(a.shape) == len(b.shape) == len(c.shape):
-      shape = tuple(fit((x, y, z)) if _is_size(x) else x
-                    for x, y, z in zip(a.shape, b.shape, c.shape))
+def _combined_shapes(trees, fit, far: Sequence = ()):
+  """The first tree of arrays, each size `fit` of its values in every tree,
+  then in the trees `far` (None where one has no such array)."""
+  def shapes_by_path(tree) -> dict:
+    if tree is None:
+      return {}
+    return {p: x.shape for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+            if isinstance(x, jax.ShapeDtypeStruct)}
+
+  far_shapes = [shapes_by_path(t) for t in far]
+
+  def leaf(path, a, *others):
+    if isinstance(a, jax.ShapeDtypeStruct) and all(len(o.shape) == len(a.shape) for o in others):
+      columns = [s.get(path) if s.get(path) is not None and len(s[path]) == len(a.shape) else (None,) * len(a.shape)
+                 for s in far_shapes]
+      shape = tuple(fit(sizes) if _is_size(sizes[0]) else sizes[0]
+                    for sizes in zip(a.shape, *(o.shape for o in others), *columns))
       return jax.ShapeDtypeStruct(shape, a.dtype)
     return a
+
   try:
-    return jax.tree.map(leaf, *trees)
+    return jax.tree_util.tree_map_with_path(leaf, *trees)
   except (ValueError, TypeError):  # the count changes the structure: keep the first
     return trees[0]
 
@@ -498,21 +552,28 @@ def _same_creation(child, root, other_root):
   return next((c for c in other_root.children if key(c, other_root) == wanted), None)
 
 
-def _with_count(traced: SymbolicTrace, others: list[SymbolicTrace], fit) -> None:
+def _with_count(traced: SymbolicTrace, others: list[SymbolicTrace], fit, far: Sequence = ()) -> None:
   """`traced` with each size `fit` of its values in `traced` and `others`
-  (a count, or a tuple's length, one and two more)."""
+  (a count, or a tuple's length, one and two more), then in the traces at
+  counts `far` from it (None where a layer is not in one of those)."""
   for child in traced.root.children:
     # The same layer in another trace: the same expression's k-th creation
     # (names shift when a loop before it runs another number of times).
     twins = [_same_creation(child, traced.root, o.root) for o in others]
     if None in twins:
       continue
+    far_twins = [_same_creation(child, traced.root, o.root) for o in far]
     for k, call in enumerate(child.calls[:1]):
       calls = [t.calls[k] for t in twins]
-      call.args = _combined_shapes([call.args] + [c.args for c in calls], fit)
-      call.outputs = _combined_shapes([call.outputs] + [c.outputs for c in calls], fit)
+      far_calls = [t.calls[k] if t is not None and len(t.calls) > k else None for t in far_twins]
+      call.args = _combined_shapes([call.args] + [c.args for c in calls], fit,
+                                   [c.args if c is not None else None for c in far_calls])
+      call.outputs = _combined_shapes([call.outputs] + [c.outputs for c in calls], fit,
+                                      [c.outputs if c is not None else None for c in far_calls])
     for field in module_fields(child.module):
       values = [getattr(child.module, field)] + [getattr(t.module, field) for t in twins]
       if all(_is_size(v) for v in values):
+        values += [getattr(t.module, field, None) if t is not None else None for t in far_twins]
         object.__setattr__(child.module, field, fit(values))
-  traced.variables = _combined_shapes([traced.variables] + [o.variables for o in others], fit)
+  traced.variables = _combined_shapes([traced.variables] + [o.variables for o in others], fit,
+                                      [o.variables for o in far])

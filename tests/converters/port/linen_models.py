@@ -633,6 +633,34 @@ def chunks() -> LinenModel:
   return LinenModel(Chunks(), jnp.ones((2, 3)))
 
 
+class Floored(nn.Module):
+  """A width with a floor: linear near the traced width, not below 16."""
+
+  width: int = 32
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(3)(nn.Dense(max(self.width, 16))(x))
+
+
+class Capped(nn.Module):
+  """A width with a cap: linear near the traced width, not above 64."""
+
+  width: int = 32
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(3)(nn.Dense(min(self.width, 64))(x))
+
+
+def floored() -> LinenModel:
+  return LinenModel(Floored(), jnp.ones((2, 4)))
+
+
+def capped() -> LinenModel:
+  return LinenModel(Capped(), jnp.ones((2, 4)))
+
+
 @dataclasses.dataclass(frozen=True)
 class DecoderConfig:
   width: int = 8

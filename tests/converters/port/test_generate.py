@@ -392,6 +392,9 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
     ('stepwise_local', "'groups' is computed in steps"),
     ('fuse', 'in a module of several array inputs'),
     ('tiled_twice', 'changes with n in a way the port cannot write'),
+    # Linear at the traced width and the two after it, not far from it.
+    ('floored', 'changes with width in a way the port cannot write'),
+    ('capped', 'changes with width in a way the port cannot write'),
 ])
 def test_what_would_hold_at_the_traced_configuration_only_is_refused(tmp_path, name, reason):
   result, _, _ = _port(tmp_path, name, getattr(linen_models, name)())
