@@ -24,6 +24,7 @@ _WHERE = {
     'assert_checkpoint_trains_on': 'converters.port.training',
     'assert_generated_decoding': 'converters.port.prove',
     'assert_generated_port': 'converters.port.prove',
+    'configurations_without_decoding': 'converters.port.prove',
     'decoding_configurations': 'converters.port.prove',
     'import_file': 'converters.port.prove',
 }

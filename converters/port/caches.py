@@ -9,10 +9,11 @@ has `init_cache(input_shape, dtype)`, and Flax's own NNX ports (lm1b) give
 every module holding a cache the same method. The port does the same. Each
 class whose layers hold a cache gets
 
-    def init_cache(self, input_shape: tuple[int, ...], dtype=jnp.float32) -> None:
+    def init_cache(self, input_shape: tuple[int, ...], dtype=None) -> None:
       self.cache_index = nnx.Cache(jnp.array(0, jnp.uint32))  # its own
-      self.attention.init_cache(input_shape, dtype)             # a layer's
-      for block in self.blocks:                                 # a list's
+      if self.attention.decode:                                # a layer's
+        self.attention.init_cache(input_shape, dtype or self.attention.dtype)
+      for block in self.blocks:                                # a list's
         block.init_cache(input_shape, dtype)
 
 under the conditions `__init__` builds those layers under, and a stack made
@@ -20,7 +21,9 @@ by `nnx.vmap` gets its caches by the same vmap. The class's own cache
 variables leave `__init__` for it, so that calling it again starts a new
 sequence (a cache made in `__init__` would keep its index). `input_shape`
 is that of the attention layers' inputs, as `nnx.MultiHeadAttention` and
-Flax's lm1b port take it: one shape for every layer.
+Flax's lm1b port take it: one batch and length for every layer (the width
+is each layer's own). NNX's attention makes a cache whether it decodes or
+not: it is asked only where it decodes, as Linen's makes one only then.
 """
 
 from __future__ import annotations
@@ -30,14 +33,11 @@ from flax import linen as nn
 
 from converters.port import references, source, syntax
 
-_INIT = 'input_shape, dtype'
-
-
-def cache_attributes(writer) -> set[str]:
+def cache_attributes(writer) -> dict[str, bool]:
   """The attributes of `writer`'s class holding layers that have a decode
-  cache: attention layers built to decode, the user's classes whose port
-  has `init_cache`."""
-  found = set()
+  cache: attention layers built to decode (True), the user's classes whose
+  port has `init_cache` (False)."""
+  found = {}
   for site, (node, children) in writer.sites.items():
     cls = children[0].cls
     if cls in writer.child_ports:
@@ -50,8 +50,21 @@ def cache_attributes(writer) -> set[str]:
     else:
       holds = False
     if holds and site in writer.attributes:
-      found.add(writer.attributes[site][0])
+      found[writer.attributes[site][0]] = cls not in writer.child_ports
   return found
+
+
+def _init_call(layer: str, attention: bool) -> str:
+  """`layer.init_cache(...)`; for NNX's attention, whose `init_cache`
+  makes a cache whether it decodes or not, only where it decodes, of its
+  own dtype unless told."""
+  if attention:
+    return f'if {layer}.decode:\n  {layer}.init_cache(input_shape, dtype or {layer}.dtype)\n'
+  return f'{layer}.init_cache(input_shape, dtype)\n'
+
+
+def _indented(code: str) -> str:
+  return ''.join('  ' + line + '\n' for line in code.splitlines())
 
 
 def _assigned_attribute(statement) -> tuple[str, cst.BaseExpression] | None:
@@ -123,7 +136,7 @@ class _Splitter:
           if attribute in self.holders:
             layer = _singular(attribute, self.used)
             cache.append(syntax.statement(
-                f'for {layer} in self.{attribute}:\n  {layer}.init_cache({_INIT})\n'))
+                f'for {layer} in self.{attribute}:\n' + _indented(_init_call(layer, self.holders[attribute]))))
       elif (assigned := _assigned_attribute(statement)) is not None:
         attribute, value = assigned
         if attribute in self.own:
@@ -131,7 +144,12 @@ class _Splitter:
           continue
         init.append(statement)
         is_list = isinstance(value, cst.Call) and references.dotted(value.func) == ['nnx', 'List']
-        if attribute in self.holders and not is_list:  # a list's layers: by its loop
+        if attribute in self.holders and is_list and value.args:
+          # `nnx.List([...])` made whole (setup style): its layers one by one.
+          layer = _singular(attribute, self.used)
+          cache.append(syntax.statement(
+              f'for {layer} in self.{attribute}:\n' + _indented(_init_call(layer, self.holders[attribute]))))
+        elif attribute in self.holders and not is_list:  # an empty list's layers: by its loop
           cache += self._init_of(attribute, value)
       elif (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
             and isinstance(statement.body[0], cst.Assign)):
@@ -152,11 +170,11 @@ class _Splitter:
         self.writer.fail(None, f'the stack self.{attribute} is not made by one nnx.vmap; port init_cache by hand')
       layer = _singular(attribute, self.used)
       function = f'init_{attribute}_cache'
-      code = (f'def {function}({layer}):\n  {layer}.init_cache({_INIT})\n')
+      code = f'def {function}({layer}):\n' + _indented(_init_call(layer, self.holders[attribute]))
       definition = syntax.statement(code).with_changes(decorators=vmap)
       return [definition, syntax.statement(f'{function}(self.{attribute})\n').with_changes(
           leading_lines=[cst.EmptyLine(indent=False)])]
-    return [syntax.statement(f'self.{attribute}.init_cache({_INIT})\n')]
+    return [syntax.statement(_init_call(f'self.{attribute}', self.holders[attribute]))]
 
 
 def _called(decorator: cst.BaseExpression) -> cst.BaseExpression:
@@ -246,12 +264,17 @@ def split_init(init: cst.FunctionDef, writer, inputs: set[str]) -> tuple[cst.Fun
     while lines and lines[0].comment is None:
       lines.pop(0)
     cache[0] = cache[0].with_changes(leading_lines=lines)
-  body = [syntax.statement(
-      '"""Makes the decode cache (again: a new sequence) for inputs `(*batch, max_length, features)`."""\n'
-  )] + prelude + cache
+  if holders:
+    doc = ('"""Makes the decode cache (again: a new sequence) for inputs `(*batch, max_length, features)`\n'
+           f'{writer.file.module.default_indent * 2}(of the attention layers\' dtype unless `dtype` says)."""\n')
+  else:  # its own variables only, which need neither argument
+    doc = '"""Makes the decode cache (again: a new sequence); it needs neither argument."""\n'
+  body = [syntax.statement(doc)] + prelude + cache
+  indent = writer.file.module.default_indent
   method = syntax.statement(
-      'def init_cache(self, input_shape: tuple[int, ...], dtype=jnp.float32) -> None:\n  pass\n'
-  ).with_changes(body=cst.IndentedBlock(body), leading_lines=[cst.EmptyLine(indent=False)])
+      'def init_cache(self, input_shape: tuple[int, ...], dtype=None) -> None:\n  pass\n'
+  ).with_changes(body=cst.IndentedBlock(body).visit(syntax.LaidOut(indent, 2 * indent)),
+                 leading_lines=[cst.EmptyLine(indent=False)])
   return init.with_changes(body=init.body.with_changes(body=kept)), method
 
 

@@ -562,6 +562,8 @@ class CompactWriter(classes.ClassWriter):
     # Mode flags leave the signature, with the locals that only served them.
     for flag in self.modes:
       method = self._drop_flag(method, flag)
+    # `has_variable('cache', ...)` is True in NNX: the branches it guarded, read plainly.
+    method = syntax.without_constant_conditions(method)
     return syntax.without_unused_locals(method, self._replayed)
 
 

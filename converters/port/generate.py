@@ -76,6 +76,9 @@ class PortResult:
   variables: dict = dataclasses.field(default_factory=dict)
   #: The Linen classes written, in the order of `classes`.
   linen_classes: list = dataclasses.field(default_factory=list)
+  #: The flags whose flip Linen does not build (`decode=True` of a scan
+  #: that carries no cache): the code they switch on is not proven.
+  refused_flags: list = dataclasses.field(default_factory=list)
 
 
 def _call_parameters(cls: type) -> list[str]:
@@ -130,10 +133,12 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   # its modules are instances of the classes too, written with the rest.
   flags = []
   made = {(c.cls, c.site, c.transform) for c in root.walk()}
-  for other, description in prove.flag_configurations(linen_model):
+  refused: list[str] = []
+  for other, description in prove.flag_configurations(linen_model, refused):
     other_root, other_variables = tracing.trace(other.module, *other.args, **other.kwargs)
-    if {(c.cls, c.site, c.transform) for c in other_root.walk()} <= made and _shapes(other_variables) <= _shapes(
-        variables):
+    stops_decoding = 'cache' in variables and 'cache' not in other_variables
+    if not stops_decoding and {(c.cls, c.site, c.transform) for c in other_root.walk()} <= made and _shapes(
+        other_variables) <= _shapes(variables):
       continue  # nothing made or sized that the model does not: nothing new to write or prove
     flags.append((other, description, other_root, other_variables))
     for instance in other_root.walk():
@@ -197,6 +202,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   result = PortResult(generated.text, generated.classes, stubs, dict(modes), sources=sorted(files))
   result.variables = variables
   result.linen_classes = [w.cls if isinstance(w, classes.ClassPort) else w[0] for w in written]
+  result.refused_flags = refused
   result.flags = [(other, description, other_variables) for other, description, _, other_variables in flags]
   return result, ports
 
@@ -260,8 +266,16 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   pairs = []
   for decoder, decode_change in decoding:
     for other, change, _ in result.flags:
-      if other is not decoder and (both := prove.combined(linen_model, decoder, other)) is not None:
+      if other is decoder:
+        continue
+      both = prove.combined(linen_model, decoder, other)
+      if both is None:
+        result.checks.append((f'another configuration ({decode_change}, {change})', 'not built by Linen',
+                              'not proven'))
+      else:
         pairs.append((both, f'{decode_change}, {change}'))
+  for description in result.refused_flags:
+    result.checks.append((f'another configuration ({description})', 'not built by Linen', 'not proven'))
   decoding_proven = 'cache' in result.variables
   for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs]:
     start = time.perf_counter()
@@ -295,11 +309,19 @@ def test_file(factory: str, out: str, modes: dict[str, bool], *, decoding: bool 
   module, _, function = factory.partition(':')
   names = ['import_file']
   tests = []
+  names.append('assert_generated_port')
   if not decodes_only:
-    names.append('assert_generated_port')
     tests.append(
         f'def test_port_is_equivalent():\n'
         f'  assert_generated_port({function}(), import_file(PORT), modes={modes!r})\n'
+    )
+  else:
+    names.append('configurations_without_decoding')
+    tests.append(
+        f'def test_port_without_decoding_is_equivalent():\n'
+        f'  generated = import_file(PORT)\n'
+        f'  for model, _ in configurations_without_decoding({function}()):\n'
+        f'    assert_generated_port(model, generated, modes={modes!r})\n'
     )
   if not decodes_only:
     names.append('assert_checkpoint_trains_on')

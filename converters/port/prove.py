@@ -24,6 +24,7 @@ from flax import nnx
 
 from converters.linen_model import LinenModel
 from converters.port import shapes, tracing
+from converters.api import linen_to_nnx, nnx_to_linen
 from converters.testing import assert_port_equivalent
 
 
@@ -207,15 +208,23 @@ def _linen_attention_fn(query, key, value, *, is_causal: bool = False, module=No
   return nn.dot_product_attention(query, key, value, **kwargs)
 
 
-def with_linen_attention(model: nnx.Module) -> int:
+def with_linen_attention(model: nnx.Module) -> list[nnx.MultiHeadAttention]:
   """Gives `model`'s attention layers that would run NNX's fused attention
-  (no dropout) Linen's attention function, in place; how many."""
+  (no dropout) Linen's attention function, in place; those layers."""
   fused = [m for _, m in nnx.iter_modules(model)
            if isinstance(m, nnx.MultiHeadAttention) and m.dropout_rate == 0
            and m.attention_fn is nnx.dot_product_attention]
   for m in fused:
     m.attention_fn = _linen_attention_fn
-  return len(fused)
+  return fused
+
+
+def _fused_atol(layers) -> float:
+  """The tolerance of NNX's fused attention against Linen's: a few ulp of
+  float32 grown over layers (`FUSED_ATTENTION_ATOL`), or two ulp of the
+  layers' computation dtype where it is coarser (bfloat16)."""
+  eps = max(float(jnp.finfo(m.dtype or jnp.float32).eps) for m in layers)
+  return max(FUSED_ATTENTION_ATOL, 2 * eps)
 
 
 def _attention_variants(model: nnx.Module, as_written: bool = True) -> list[tuple[nnx.Module, float]]:
@@ -228,13 +237,15 @@ def _attention_variants(model: nnx.Module, as_written: bool = True) -> list[tupl
   proven twice: bit for bit with its attention layers given Linen's
   attention function (everything else as written: the same program as
   Linen's), then as written within `FUSED_ATTENTION_ATOL` (the kernels'
-  rounding, nothing a wrong port hides in: the first check is exact);
+  rounding, of the layers' dtype: nothing a wrong port hides in, the
+  first check is exact);
   `as_written=False` leaves the second out (a proof at another
   configuration, where the first proof made it already)."""
   swapped = nnx.clone(model)
-  if not with_linen_attention(swapped):
+  fused = with_linen_attention(swapped)
+  if not fused:
     return [(model, 0.0)]
-  return [(swapped, 0.0)] + ([(model, FUSED_ATTENTION_ATOL)] if as_written else [])
+  return [(swapped, 0.0)] + ([(model, _fused_atol(fused))] if as_written else [])
 
 
 def _merged(base, first, second):
@@ -292,40 +303,61 @@ def decoding_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, s
   return found
 
 
+def configurations_without_decoding(linen_model: LinenModel) -> list[tuple[LinenModel, str]]:
+  """For a model that decodes (its `init` makes a `cache`), each of its
+  configurations with one flag flipped that does not (`decode=False`): the
+  whole-sequence call, proven as any port is. Else none."""
+  inputs, eval_kwargs, *_ = call_keywords(linen_model, {})
+  own = jax.eval_shape(lambda: linen_model.module.init(jax.random.key(0), *inputs, **eval_kwargs))
+  if 'cache' not in own:
+    return []
+  found = []
+  for other, description in flag_configurations(linen_model):
+    inputs, eval_kwargs, *_ = call_keywords(other, {})
+    shapes_ = jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
+    if 'cache' not in shapes_:
+      found.append((other, description))
+  return found
+
+
 def _decoding_input_shape(linen_model: LinenModel, variables) -> tuple[tuple[int, ...], Any]:
   """What the port's `init_cache` is given: the shape of the inputs of its
   attention layers in Linen's `init` (one shape for all, as NNX takes it),
   and the dtype of Linen's cached keys."""
   root, _ = tracing.trace(linen_model.module, *linen_model.args, **linen_model.kwargs)
-  shapes_ = {
+  shapes_ = [
       tuple(c.calls[0].args[0].shape) for c in root.walk()
       if isinstance(c.module, nn.MultiHeadDotProductAttention) and c.module.decode and c.calls
-  }
-  if len(shapes_) > 1:
-    raise AssertionError(f'the attention layers decode inputs of shapes {sorted(shapes_)}; the port\'s '
-                         'init_cache takes one: write its init_cache by hand')
+  ]
+  # NNX's attention reads the batch and length of `input_shape`, not its width.
+  if len({s[:-1] for s in shapes_}) > 1:
+    raise AssertionError(f'the attention layers decode inputs of shapes {sorted(set(shapes_))}; the '
+                         "port's init_cache takes one batch and length: write its init_cache by hand")
   keys = [x for p, x in jax.tree_util.tree_flatten_with_path(variables.get('cache', {}))[0]
           if jax.tree_util.keystr(p).endswith("['cached_key']")]
   dtype = keys[0].dtype if keys else jnp.float32
   if shapes_:
-    return shapes_.pop(), dtype
+    return shapes_[0], dtype
   first = next(x for x in linen_model.args if hasattr(x, 'shape'))
   return tuple(first.shape), dtype
 
 
 def assert_generated_decoding(
     linen_model: LinenModel, generated: types.ModuleType, *, modes: Mapping[str, bool] | None = None,
-    paths=None, steps: int = 2, as_written: bool = True,
+    paths=None, as_written: bool = True,
 ) -> float:
   """The generated port of `linen_model`, a model that decodes, decodes as
-  Linen does: Linen's `init` on the example inputs makes the cache (and
-  its parameters), the port is built and given `init_cache` at the shape
-  Linen's attention saw, then each of `steps` calls on one position of
-  the inputs (`x[:, t:t + 1]`) is checked from Linen's cache before it
-  (`assert_port_equivalent`: outputs, the cache the step writes, bit for
-  bit; gradients), in eval mode. `as_written`, the return value: as
-  `assert_generated_port`'s."""
+  Linen does. Linen's `init` on the example inputs makes the cache (and the
+  parameters); the port is built and given `init_cache` at the shape
+  Linen's attention saw, and must make the same cache. Then every position
+  of the inputs (`x[:, t:t + 1]`) is decoded on both sides, each from its
+  own cache: the outputs and the caches the steps write must agree, bit
+  for bit (NNX's fused attention as `_attention_variants` says). The first
+  position is also checked whole, from Linen's cache
+  (`assert_port_equivalent`: round trips, gradients). In eval mode.
+  `as_written` and the return value: as `assert_generated_port`'s."""
   nnx_class = getattr(generated, type(linen_model.module).__name__)
+  paths = generated.PATHS if paths is None else paths
   modes = dict(modes or {})
   fields = mode_fields(linen_model, modes)
   if fields:
@@ -337,9 +369,10 @@ def assert_generated_decoding(
   variables = linen_variables(linen_model, inputs, eval_kwargs)
   shape, dtype = _decoding_input_shape(linen_model, variables)
   for x in inputs:
-    if not hasattr(x, 'shape') or x.ndim < 2 or x.shape[1] < steps:
-      raise AssertionError(f'decoding is proven on inputs (batch, length, ...) with length >= {steps}; '
+    if not hasattr(x, 'shape') or x.ndim < 2 or x.shape[1] < 2:
+      raise AssertionError('decoding is proven on inputs (batch, length, ...) two positions long or more; '
                            f'the example inputs have {getattr(x, "shape", type(x).__name__)}')
+  length = inputs[0].shape[1]
   context, mesh = _annotation_context(variables)
   with context:
     if mesh is not None:
@@ -347,25 +380,50 @@ def assert_generated_decoding(
       variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
     model = build(nnx_class, linen_model)
     model.init_cache(shape, dtype)
-    used = 0.0
-    step = jax.jit(lambda v, *xs: linen_model.module.apply(v, *xs, mutable=['cache'], **eval_kwargs))
-    for t in range(steps):
-      position = tuple(x[:, t:t + 1] for x in inputs)
-      # As written (NNX's fused attention) at the first position only: the
-      # kernels' rounding does not change with the position.
-      for candidate, atol in _attention_variants(model, as_written and t == 0):
-        try:
-          assert_port_equivalent(
-              linen_model.module, variables, candidate, *position,
-              paths=generated.PATHS if paths is None else paths,
-              linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, atol=atol,
-          )
-        except AssertionError as e:
-          raise AssertionError(f'decoding position {t}: {e}') from None
-        used = max(used, atol)
-      _, written = step(variables, *position)
-      variables = {**variables, **written}
-  return used
+    _assert_same_cache('init_cache', variables['cache'], model, paths)
+    model = linen_to_nnx(variables, target=model, paths=paths)  # Linen's parameters (and cache, the same)
+    variants = _attention_variants(model, as_written)
+    first = tuple(x[:, :1] for x in inputs)
+    try:
+      assert_port_equivalent(linen_model.module, variables, variants[0][0], *first, paths=paths,
+                             linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs)
+    except AssertionError as e:
+      raise AssertionError(f'decoding position 0: {e}') from None
+    linen_step = jax.jit(lambda v, *xs: linen_model.module.apply(v, *xs, mutable=['cache'], **eval_kwargs))
+    nnx_step = nnx.jit(lambda m, *xs: nnx.capture(m, nnx.Intermediate)(*xs, **nnx_kwargs)[0])
+    for candidate, atol in variants:
+      candidate.eval()
+      state = variables
+      for t in range(length):
+        position = tuple(x[:, t:t + 1] for x in inputs)
+        expected, written = linen_step(state, *position)
+        state = {**state, **written}
+        actual = nnx_step(candidate, *position)
+        for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(actual), strict=True):
+          difference = float(jnp.max(jnp.abs(jnp.asarray(a, jnp.float32) - jnp.asarray(b, jnp.float32))))
+          if not (difference <= atol if atol else bool(jnp.array_equal(a, b))):
+            raise AssertionError(f'decoding position {t}: outputs differ by {difference:.3g} (atol={atol:g}'
+                                 + (", NNX's fused attention as written)" if atol else ')'))
+        if not atol:
+          _assert_same_cache(f'decoding position {t}', state['cache'], candidate, paths)
+  return max(atol for _, atol in variants)
+
+
+def _assert_same_cache(when: str, expected, model: nnx.Module, paths) -> None:
+  """`model`'s cache is `expected` (Linen's), leaf by leaf through `paths`."""
+  actual = nnx_to_linen(model, paths=paths).get('cache', {})
+  flat = lambda tree: {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  expected, actual = flat(expected), flat(actual)
+  rows = [f'{k}: only in Linen' for k in expected.keys() - actual.keys()]
+  rows += [f'{k}: only in the port' for k in actual.keys() - expected.keys()]
+  rows += [
+      f'{k}: {"shape or dtype" if (expected[k].shape, expected[k].dtype) != (actual[k].shape, actual[k].dtype) else "values"} differ'
+      for k in sorted(expected.keys() & actual.keys())
+      if (expected[k].shape, expected[k].dtype) != (actual[k].shape, actual[k].dtype)
+      or not bool(jnp.array_equal(expected[k], actual[k]))
+  ]
+  if rows:
+    raise AssertionError(f"{when}: the port's cache is not Linen's: " + '; '.join(sorted(rows)))
 
 
 def annotation_axes(variables) -> tuple[list[str], set[str]]:
@@ -482,10 +540,11 @@ def _flipped(value, depth: int = 0):
   return out
 
 
-def flag_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]]:
+def flag_configurations(linen_model: LinenModel, refused: list[str] | None = None) -> list[tuple[LinenModel, str]]:
   """The model with each flag of its configuration flipped (`scan_layers`,
   `use_bias`), where Linen builds it on the same inputs: the code a flag
-  switches on is traced, written and proven too."""
+  switches on is traced, written and proven too. The flips Linen does not
+  build are added to `refused` (their descriptions), if given."""
   module = linen_model.module
   found = []
   for name in shapes.module_fields(module):
@@ -496,8 +555,10 @@ def flag_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]]
       other = LinenModel(module.clone(parent=None, **{name: new}), *linen_model.args, **linen_model.kwargs)
       try:
         inputs, eval_kwargs, *_ = call_keywords(other, {})
-        jax.eval_shape(lambda other=other: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
+        jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
       except Exception:  # noqa: BLE001 - Linen refuses that configuration
+        if refused is not None:
+          refused.append(description)
         continue
       found.append((other, description))
   return found

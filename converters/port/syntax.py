@@ -103,11 +103,64 @@ class _CallFinder(cst.CSTVisitor):
 
 
 class Remove(cst.CSTTransformer):
+  """`nodes` (statements) removed; their comments go to the statement after
+  them in the block, where there is one."""
+
   def __init__(self, nodes):
     self.nodes = nodes
 
-  def leave_SimpleStatementLine(self, original, updated):
-    return cst.RemoveFromParent() if original in self.nodes else updated
+  def leave_IndentedBlock(self, original, updated):
+    body, carried = [], []
+    for old, new in zip(original.body, updated.body, strict=True):
+      if old in self.nodes:
+        carried += [line for line in old.leading_lines if line.comment is not None]
+        continue
+      if carried:
+        new = new.with_changes(leading_lines=[*carried, *new.leading_lines])
+        carried = []
+      body.append(new)
+    if not body:
+      body = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
+    return updated.with_changes(body=body)
+
+
+def without_constant_conditions(method: cst.FunctionDef) -> cst.FunctionDef:
+  """`if True:` (what `self.has_variable('cache', ...)` became, directly or
+  through a local bound to it once) replaced by its body, the `else` gone;
+  `if not True:` by its `else`. The comments above the `if` go with it."""
+  constant = {
+      name for name, value in assigned_once(method.body).items()
+      if isinstance(value, cst.Name) and value.value == 'True'
+  }
+
+  def is_true(test) -> bool | None:
+    if isinstance(test, cst.Name) and (test.value == 'True' or test.value in constant):
+      return True
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+      inner = is_true(test.expression)
+      return None if inner is None else not inner
+    return None
+
+  class Flatten(cst.CSTTransformer):
+    def leave_If(self, original, updated):
+      value = is_true(updated.test)
+      if value is None:
+        return updated
+      if value:
+        block = list(updated.body.body)
+      elif isinstance(updated.orelse, cst.Else):
+        block = list(updated.orelse.body.body)
+      elif updated.orelse is None:
+        block = []
+      else:  # an elif: kept as it is
+        return updated
+      if not block:
+        return cst.RemoveFromParent()
+      comments = [line for line in updated.leading_lines if line.comment is not None]
+      block[0] = block[0].with_changes(leading_lines=[*comments, *block[0].leading_lines])
+      return cst.FlattenSentinel(block)
+
+  return method.visit(Flatten())
 
 
 def reads(node: cst.CSTNode, exclude: cst.CSTNode) -> set[str]:

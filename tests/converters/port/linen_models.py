@@ -735,6 +735,11 @@ def decoder(decode: bool = False, scan: bool = False) -> LinenModel:
   return LinenModel(Decoder(DecoderConfig(scan=scan), decode=decode), jnp.zeros((2, 6), jnp.int32))
 
 
+def decoder_decoding() -> LinenModel:
+  """The decoder as given to decode: its whole-sequence call is the flip."""
+  return decoder(decode=True)
+
+
 class BatchNormed(nn.Module):
   """A layer normalised by batch statistics (a collection a `TrainState`
   carries) with dropout after it, trained with `train=True`."""
@@ -793,3 +798,24 @@ def flax_lm1b() -> LinenModel:
   config = lm1b.TransformerConfig(vocab_size=32, output_vocab_size=32, emb_dim=16, num_heads=2,
                                   num_layers=2, qkv_dim=16, mlp_dim=32, max_len=16)
   return LinenModel(lm1b.TransformerLM(config), jnp.zeros((2, 8), jnp.int32))
+
+
+class Counter(nn.Module):
+  """Advances its cache index in every call, `init`'s too (no
+  `has_variable` guard): Linen's `init` leaves the index at 1."""
+
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    table = self.param('table', nn.initializers.normal(1.0), (8, 3))
+    if self.decode:
+      index = self.variable('cache', 'index', lambda: jnp.array(0, jnp.int32))
+      i = index.value
+      index.value = i + 1
+      return x + jax.lax.dynamic_slice_in_dim(table, i, 1)[None]
+    return x + table[None, : x.shape[1]]
+
+
+def counter(decode: bool = False) -> LinenModel:
+  return LinenModel(Counter(decode=decode), jnp.ones((2, 4, 3)))

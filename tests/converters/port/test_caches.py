@@ -35,14 +35,20 @@ def decoder_file(tmp_path_factory):
 def test_init_cache_makes_each_cache_under_the_conditions_the_layers_are_built_under(decoder_file):
   text = decoder_file.read_text()
   # The module's own index: made by init_cache (again for a new sequence), not __init__.
-  assert '''  def init_cache(self, input_shape: tuple[int, ...], dtype=jnp.float32) -> None:
-    """Makes the decode cache (again: a new sequence) for inputs `(*batch, max_length, features)`."""
+  assert '''  def init_cache(self, input_shape: tuple[int, ...], dtype=None) -> None:
+    """Makes the decode cache (again: a new sequence); it needs neither argument."""
     if self.decode:
       self.index = nnx.Cache(jnp.array(0, jnp.uint32))
 ''' in text
   assert text.count('nnx.Cache(') == 1
-  # An attention layer's cache, NNX's own init_cache.
-  assert '    self.multi_head_dot_product_attention_0.init_cache(input_shape, dtype)\n' in text
+  # An attention layer's cache, NNX's own init_cache, where it decodes (NNX's
+  # makes a cache either way), of its own dtype unless told.
+  assert '''    if self.multi_head_dot_product_attention_0.decode:
+      self.multi_head_dot_product_attention_0.init_cache(
+          input_shape,
+          dtype or self.multi_head_dot_product_attention_0.dtype,
+      )
+''' in text
   # The looped blocks one by one, the scanned stack by the vmap that made it.
   assert '''    if c.scan:
       @nnx.vmap(in_axes=(0,), out_axes=0)
@@ -54,8 +60,13 @@ def test_init_cache_makes_each_cache_under_the_conditions_the_layers_are_built_u
       for block in self.blocks:
         block.init_cache(input_shape, dtype)
 ''' in text
-  # Linen's `has_variable('cache', ...)` is always true where NNX calls.
-  assert 'is_initialized = True' in text
+  # Linen's `has_variable('cache', ...)` is always true where NNX calls: the
+  # branch it guarded is read plainly, its comment kept.
+  assert '''    if self.decode:
+      index = self.index
+      i = index[...]
+      index[...] = i + 1
+''' in text and 'is_initialized' not in text
 
 
 def test_decoding_is_proven_position_by_position(decoder_file):
@@ -80,6 +91,22 @@ def test_a_port_reading_the_first_position_at_every_step_fails_at_the_second(dec
   generated = _planted(decoder_file, tmp_path, 'dynamic_slice_in_dim(table, i, 1)', 'dynamic_slice_in_dim(table, 0, 1)')
   with pytest.raises(AssertionError, match='decoding position 1'):
     assert_generated_decoding(linen_models.decoder(decode=True), generated, as_written=False)
+
+
+def test_a_port_wrong_from_the_third_position_on_fails_there(decoder_file, tmp_path):
+  # Every position of the inputs is decoded, not the first two only.
+  generated = _planted(decoder_file, tmp_path, 'dynamic_slice_in_dim(table, i, 1)',
+                       'dynamic_slice_in_dim(table, jnp.where(i >= 2, 0, i), 1)')
+  with pytest.raises(AssertionError, match='decoding position 2'):
+    assert_generated_decoding(linen_models.decoder(decode=True), generated, as_written=False)
+
+
+def test_an_init_cache_unlike_linens_init_is_refused(tmp_path):
+  # Linen's init advances the index (no has_variable guard); NNX's
+  # init_cache cannot know: the two caches differ before any step.
+  _, out = _written(tmp_path, 'counter', linen_models.counter())
+  with pytest.raises(AssertionError, match=r"init_cache: the port's cache is not Linen's: .*\['index'\]: values differ"):
+    assert_generated_decoding(linen_models.counter(decode=True), import_file(str(out)))
 
 
 def test_a_port_whose_index_stands_still_fails(decoder_file, tmp_path):
@@ -125,3 +152,16 @@ def test_the_decoder_is_proven_looped_scanned_and_decoding_in_both(tmp_path):
   assert outcomes['another configuration (decode=True)'] == 'passed'
   assert outcomes['another configuration (decode=True, config.scan=True)'] == 'passed'
   assert 'test_port_decodes_as_linen_does' in test_out.read_text()
+
+
+@pytest.mark.nightly  # forty seconds
+def test_a_decoder_given_decoding_is_proven_without_decoding_too(tmp_path):
+  from tests.converters.port.test_generate import _run_written_test
+
+  result, _, test_out = _port(tmp_path, 'decoder_decoding', linen_models.decoder_decoding())
+  assert result.proven, (result.failure, result.checks)
+  outcomes = {check: outcome for check, outcome, _ in result.checks}
+  assert outcomes['another configuration (decode=False)'] == 'passed'
+  assert outcomes['another configuration (config.scan=True, decode=False)'] == 'passed'
+  assert 'def test_port_without_decoding_is_equivalent' in test_out.read_text()
+  _run_written_test(test_out, tmp_path)
