@@ -502,6 +502,14 @@ class ClassWriter:
         if self.call_time & source.names_in(arg.value):
           self.fail(node, f'{self.file.code(arg.value)} depends on the inputs of the call; port it by hand')
       return self.helpers[site].call(node, size)
+    func = self.expanded(node).func
+    if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == 'self'
+        and func.attr.value in self.field_names):
+      # Written as the traced layer, it would ignore what the field gives
+      # (a partial's settings, another class): right for one configuration.
+      self.fail(node, f'{child.cls.__name__} is made by the field {func.attr.value!r} (a module class or '
+                'partial the model is configured with); the port does not write module factories '
+                'passed as fields yet: port it by hand')
     arguments = self._linen_arguments(node, child.cls)
     if spec is not None:
       return self._layer_creation(site, node, spec, arguments)

@@ -819,3 +819,19 @@ class Counter(nn.Module):
 
 def counter(decode: bool = False) -> LinenModel:
   return LinenModel(Counter(decode=decode), jnp.ones((2, 4, 3)))
+
+
+class LayerFromField(nn.Module):
+  """A layer made by a field holding a module class (Flax's imagenet's
+  `conv`, `block_cls`): written as the traced `nn.Dense`, the port would be
+  right for this field's value only."""
+
+  layer: Any = nn.Dense
+
+  @nn.compact
+  def __call__(self, x):
+    return self.layer(4)(x)
+
+
+def layer_from_field() -> LinenModel:
+  return LinenModel(LayerFromField(), jnp.ones((2, 3)))
