@@ -6,8 +6,11 @@ setup() style and own variables), the time to trace and write the NNX file
 traced configuration, and the sum over the others: other sizes, each flag
 such as `scan_layers`), as the command reports them, with
 the outcome: proven, not proven, or the classes written as stubs (what the
-port does not write yet). On 2 CPU cores, as CI runs. Prints a table and
-writes JSON to benchmarks/results/port.json.
+port does not write yet); then the test file the port wrote, run with
+pytest as the user's CI runs it (the proof, decoding, and a Linen
+checkpoint converted by `linen-nnx convert --paths` and trained on). On 2
+CPU cores, as CI runs. Prints a table and writes JSON to
+benchmarks/results/port.json.
 
     python benchmarks/port.py
 """
@@ -110,18 +113,33 @@ def main() -> int:
       outcome = ('proven' if report['ok'] else
                  f'stubs: {", ".join(s["class"] for s in report["stubs"])}' if report['stubs']
                  else 'not proven: ' + '; '.join(unproven))
+      # The test file the port wrote, run as the user's CI runs it: the proof
+      # again, decoding, and a Linen checkpoint converted by `linen-nnx
+      # convert --paths` and trained on (2 simulated devices, as the port ran).
+      test_file = os.path.join(scratch, f'test_{os.path.basename(out)[:-3]}_port.py')
+      start = time.perf_counter()
+      written = subprocess.run(
+          [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', test_file],
+          capture_output=True, text=True, cwd=scratch, timeout=900,
+          env={**env, 'XLA_FLAGS': '--xla_force_host_platform_device_count=2'},
+      )
+      test_seconds = time.perf_counter() - start
+      test_outcome = (written.stdout.strip().splitlines() or ['?'])[-1].strip('= ')
       seconds = lambda figure: float(figure.split()[0]) if figure and figure[0].isdigit() else 0.0
       rows.append({
           'model': label, 'outcome': outcome, 'wall_s': round(wall, 2),
           'generated': checks.get('generated', {}).get('figure', ''),
           'proof': checks.get('assert_port_equivalent', {}).get('figure', ''),
           'other_configurations': f'{sum(seconds(c["figure"]) for c in others):.2f} s ({len(others)})',
+          'written_test_s': round(test_seconds, 1), 'written_test': test_outcome,
       })
   width = max(len(r['model']) for r in rows)
-  print(f'{"model":<{width}}  {"wall":>7}  {"generated":>9}  {"proof":>7}  {"others (n)":>12}  outcome')
+  print(f'{"model":<{width}}  {"wall":>7}  {"generated":>9}  {"proof":>7}  {"others (n)":>12}  '
+        f'{"written test":>12}  outcome')
   for r in rows:
     print(f'{r["model"]:<{width}}  {r["wall_s"]:>6.1f}s  {r["generated"]:>9}  {r["proof"]:>7}  '
-          f'{r["other_configurations"]:>12}  {r["outcome"]}')
+          f'{r["other_configurations"]:>12}  {r["written_test_s"]:>6.1f}s {r["written_test"][:20]:<20}  '
+          f'{r["outcome"]}')
   os.makedirs(os.path.join(ROOT, 'benchmarks', 'results'), exist_ok=True)
   with open(os.path.join(ROOT, 'benchmarks', 'results', 'port.json'), 'w') as f:
     json.dump(rows, f, indent=2)

@@ -326,7 +326,7 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       continue
     followed |= set(follow)
     far, far_traces = [], []
-    for n in _far_counts(base, step):
+    for n in _far_counts(base, step) if _sizes_move(others) else ():
       try:
         far_traces.append(attempt(table, symbols, set(kept), [(leaf, n)], dim_values={dim: n for dim in follow}))
         far.append(n)
@@ -381,6 +381,26 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
 
     _with_count(traced, others, fit)
   return traced
+
+
+def _sizes_move(others: list[SymbolicTrace]) -> bool:
+  """Whether a size (a variable's, a layer input's) differs between the two
+  traces at other counts: only then is a line fitted, and checked far away
+  (a count that only repeats layers moves none, and its far traces are the
+  dearest). The two are traced alike (`traced` has fits written in)."""
+  def shapes(trace) -> dict:
+    found = {('variable', jax.tree_util.keystr(p)): x.shape
+             for p, x in jax.tree_util.tree_flatten_with_path(trace.variables)[0] if hasattr(x, 'shape')}
+    seen: dict = {}
+    for child in trace.root.children:
+      n = seen[child.site] = seen.get(child.site, -1) + 1  # the site's n-th creation
+      for k, x in enumerate(jax.tree.leaves(child.calls[0].args if child.calls else ())):
+        if hasattr(x, 'shape'):
+          found[('input', child.site, n, k)] = x.shape
+    return found
+
+  first, second = (shapes(o) for o in others[:2])
+  return any(key in second and str(second[key]) != str(shape) for key, shape in first.items())
 
 
 def _far_counts(base: int, step: int) -> list[int]:
