@@ -21,6 +21,7 @@ of squares of the outputs.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -102,10 +103,12 @@ def _models_module(directory: str, factory: str, port_path: str, cls: str, rules
         from {module} import {function} as linen_model
 
         RULES = {tuple(rules)!r}
+        # Called here, outside the traces the command builds models in.
+        _CONFIGURED = linen_model()
 
 
         def nnx_model():
-          return prove.build(getattr(prove.import_file({port_path!r}), {cls!r}), linen_model())
+          return prove.build(getattr(prove.import_file({port_path!r}), {cls!r}), _CONFIGURED)
         '''))
   return '_port_models'
 
@@ -113,22 +116,29 @@ def _models_module(directory: str, factory: str, port_path: str, cls: str, rules
 def convert(source: str, destination: str, *, factory: str, port_path: str, cls: str, variables,
             directory: str) -> None:
   """`linen-nnx convert SRC DST --to nnx` for the port at `port_path`, in a
-  process of its own, on a mesh with the axes the variables' annotations
-  name (each logical name its own, as the proof resolves them), each of size one,
-  and one over every device the process sees, which no annotation names."""
+  process of its own, on the caller's mesh and rules if it has some, else
+  on a mesh with the axes the variables' annotations name (each logical
+  name its own, as the proof resolves them), each of size one, and one
+  over every device the process sees, which no annotation names."""
   axes, logical = prove.annotation_axes(variables)
-  devices = len(jax.devices())
-  rules = tuple((name, name) for name in sorted(logical)) if not nn.get_logical_axis_rules() else ()
+  context_rules = tuple(tuple(rule) for rule in nn.get_logical_axis_rules())
+  rules = context_rules or tuple((name, name) for name in sorted(logical))
   models = _models_module(directory, factory, port_path, cls, rules)
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    # Every device the process sees (the command wants them all), on an
+    # axis no annotation names: the arrays whole on each.
+    devices = len(jax.devices())
+    sizes, names = [devices] + [1] * len(axes), ['devices_', *axes]
+  else:  # the caller's mesh (a factory may set it for its constraints)
+    sizes, names = list(mesh.axis_sizes), list(mesh.axis_names)
+    devices = math.prod(sizes)
   port_module = os.path.splitext(os.path.basename(port_path))[0]
   command = [
       sys.executable, '-m', 'linen_nnx_cli.main', 'convert', source, destination, '--to', 'nnx',
       '--linen-model', factory, '--nnx-model', f'{models}:nnx_model',
       '--paths', f'{port_module}:PATHS', '--optimizer', f'{__name__}:make_tx',
-      # Every device the process sees (the command wants them all), on an
-      # axis no annotation names: the arrays whole on each.
-      '--devices', str(devices), '--mesh', 'x'.join([str(devices)] + ['1'] * len(axes)),
-      '--mesh-axes', ','.join(['devices_', *axes]),
+      '--devices', str(devices), '--mesh', 'x'.join(map(str, sizes)), '--mesh-axes', ','.join(names),
   ] + (['--rules', f'{models}:RULES'] if rules else [])
   path = os.pathsep.join([directory, os.path.dirname(os.path.abspath(port_path)), *sys.path])
   result = subprocess.run(command, env={**os.environ, 'PYTHONPATH': path}, capture_output=True, text=True,
