@@ -796,6 +796,8 @@ class ClassWriter:
             if parameter.whole_shape else parameter.name
         )
     init = init.visit(syntax.Substitute(placeholders)).visit(syntax.DropSelfAssignments())
+    init = init.with_changes(body=init.body.with_changes(
+        body=syntax.through_aliases(list(init.body.body), set(self.field_names))))
     # `__init__` is the port's own code: laid out as Flax's code is.
     init = init.with_changes(body=init.body.visit(
         syntax.LaidOut(self.file.module.default_indent, 2 * self.file.module.default_indent)))

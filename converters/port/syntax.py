@@ -363,3 +363,30 @@ def negated(test: cst.BaseExpression) -> cst.BaseExpression:
   if isinstance(test, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
     return cst.UnaryOperation(cst.Not(), test)
   return cst.UnaryOperation(cst.Not(), test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
+
+
+def through_aliases(body: list[cst.BaseStatement], names: set[str]) -> list[cst.BaseStatement]:
+  """`body` with `name.x` read as `alias.x` after a plain `alias = name`
+  (for `name` in `names`): the sizes the port writes (`config.width`) in
+  the spelling the code around them uses (`c = config`, then `c.width`)."""
+  out, aliases = [], {}
+  for statement in body:
+    if aliases:
+      statement = statement.visit(_Respell(aliases))
+    out.append(statement)
+    if (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1
+        and isinstance(statement.body[0].targets[0].target, cst.Name)
+        and isinstance(statement.body[0].value, cst.Name) and statement.body[0].value.value in names):
+      aliases[statement.body[0].value.value] = statement.body[0].targets[0].target.value
+  return out
+
+
+class _Respell(cst.CSTTransformer):
+  def __init__(self, aliases: dict[str, str]):
+    self.aliases = aliases
+
+  def leave_Attribute(self, original, updated):
+    if isinstance(updated.value, cst.Name) and updated.value.value in self.aliases:
+      return updated.with_changes(value=cst.Name(self.aliases[updated.value.value]))
+    return updated
