@@ -105,7 +105,7 @@ class _Splitter:
   """Splits `__init__`'s statements into those it keeps and those of
   `init_cache`."""
 
-  def __init__(self, writer, holders: set[str], own: set[str]):
+  def __init__(self, writer, holders: dict[str, bool], own: set[str]):
     self.writer = writer
     self.holders = holders
     self.own = own
