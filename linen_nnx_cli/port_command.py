@@ -161,8 +161,9 @@ def run(args, fail) -> int:
     return fail(args, str(e), 2)
   code = 0 if result.proven else 1
   if args.side_by_side is not None:
-    with open(args.side_by_side, 'w', encoding='utf-8') as f:
-      f.write(side_by_side_page(result, args.out, args.factory))
+    from converters.port.emit import write_text
+
+    write_text(args.side_by_side, side_by_side_page(result, args.out, args.factory))
   if args.json:
     print(json.dumps({
         'ok': code == 0, 'exit_code': code, 'out': args.out, 'test': args.test_out,

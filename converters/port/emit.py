@@ -9,9 +9,11 @@ copied helper does), an import only if something copied reads its names.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import libcst as cst
 
@@ -199,6 +201,22 @@ def write_file(
     )
   text = ''.join(parts)
   return GeneratedFile(text, [c.__name__ for c in ported])
+
+
+def write_text(path: str, text: str) -> None:
+  """`text` written to `path` whole or not at all (a temporary file beside
+  it, then renamed): an existing symlink there is replaced, not followed
+  (`--force` replaces the link, as `linen-nnx convert` does, never what it
+  points to)."""
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, temporary = tempfile.mkstemp(dir=directory, prefix='.linen-nnx-', suffix='.tmp')
+  try:
+    with os.fdopen(fd, 'w', encoding='utf-8') as f:
+      f.write(text)
+    os.replace(temporary, path)
+  except BaseException:
+    os.unlink(temporary)
+    raise
 
 
 def _comments(node) -> list:

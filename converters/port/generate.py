@@ -218,8 +218,7 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   for path in (out, test_out):
     if path is not None and os.path.realpath(path) in result.sources:
       raise PortOutputError(f'{path} is a file the model is read from; write the port elsewhere')
-  with open(out, 'w', encoding='utf-8') as f:
-    f.write(result.text)
+  emit.write_text(out, result.text)
   problems, kept = emit.ruff_check(out, result.sources)
   with open(out, encoding='utf-8') as f:
     result.text = f.read()
@@ -229,9 +228,9 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   if kept:
     result.checks.append(('ruff check, in code kept from the Linen source', '; '.join(kept), ''))
   if test_out is not None:
-    with open(test_out, 'w', encoding='utf-8') as f:
-      f.write(test_file(factory, out, result.modes, decoding=any('cache' in v for _, _, v in result.flags),
-                        decodes_only='cache' in result.variables))
+    decoding = any('cache' in v for _, _, v in result.flags)
+    emit.write_text(test_out, test_file(factory, out, result.modes, decoding=decoding,
+                                        decodes_only='cache' in result.variables))
   if result.stubs:
     return result
   start = time.perf_counter()

@@ -84,3 +84,19 @@ def test_an_out_inside_the_package_read_is_refused_however_spelled(tmp_path):
   for path in (inside, os.path.relpath(spelled), link / 'port' / 'generated_nnx.py'):
     assert_refused(run('port', f'{FACTORIES}:stack', '--out', path), 'inside the package being read')
   assert not os.path.exists(inside)
+
+
+def test_force_replaces_a_symlink_at_an_output_never_what_it_points_to(tmp_path):
+  victim = tmp_path / 'mine.py'
+  victim.write_text('mine\n')
+  page_victim = tmp_path / 'mine.html'
+  page_victim.write_text('mine\n')
+  out, page = tmp_path / 'm_nnx.py', tmp_path / 'port.html'
+  out.symlink_to(victim)
+  page.symlink_to(page_victim)
+  result = run('port', f'{FACTORIES}:stack', '--out', out, '--side-by-side', page, '--force')
+  assert result.code == 0, result.stderr
+  assert victim.read_text() == 'mine\n' and page_victim.read_text() == 'mine\n'
+  assert not out.is_symlink() and 'class Stack(nnx.Module)' in out.read_text()
+  assert not page.is_symlink() and page.read_text().startswith('<!DOCTYPE html>')
+  assert not [p for p in os.listdir(tmp_path) if p.startswith('.linen-nnx-')]  # no temporary left
