@@ -207,15 +207,16 @@ def assert_checkpoint_trains_on(
       without_nnx_dropout(model)
     else:
       model.eval()
-    blank = prove.build(getattr(generated, cls), linen_model)
+    # The restored port is the conversion's target too (converting never
+    # changes it), then the start it trains on from.
     assert_training_equivalent(
-        state, linen_step, (blank, nnx.Optimizer(blank, make_tx(), wrt=nnx.Param)), _nnx_step(nnx_kwargs),
+        state, linen_step, (model, optimizer), _nnx_step(nnx_kwargs),
         batches, k=k, paths=generated.PATHS, start=(model, optimizer),
     )
     # The final models, each in its own framework, on the inputs (what the
     # write of the state through PATHS cannot share).
-    final = state
-    for batch in batches:
+    final = trained
+    for batch in batches[k:]:
       final = linen_step(final, batch)
     # `mutable`: a call may write a collection in eval mode too (a counter).
     apply = jax.jit(lambda v, xs: eval_module.apply(v, *xs, mutable=list(collections), **eval_kwargs)[0]
