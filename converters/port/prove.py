@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 from flax import nnx
 
@@ -51,7 +52,8 @@ def example_inputs(linen_model: LinenModel) -> tuple[tuple, dict]:
   from a normal distribution, integers drawn below the smallest embedding's
   size, so that a proof is not made on token 0 alone); arrays are kept, but
   integer arrays of zeros (placeholders) are drawn as shapes are."""
-  key = iter(jax.random.split(jax.random.key(0), 64))
+  # NumPy draws them: JAX would compile a program for each draw and check.
+  generator = np.random.default_rng(0)
   vocabulary = None
 
   def concrete(x):
@@ -59,16 +61,16 @@ def example_inputs(linen_model: LinenModel) -> tuple[tuple, dict]:
     if not hasattr(x, 'shape') or not hasattr(x, 'dtype'):
       return x
     placeholder = isinstance(x, jax.ShapeDtypeStruct) or (
-        jnp.issubdtype(x.dtype, jnp.integer) and not bool(jnp.any(x))
+        jnp.issubdtype(x.dtype, jnp.integer) and not np.any(np.asarray(x))
     )
     if not placeholder:
       return x
     if jnp.issubdtype(x.dtype, jnp.floating):
-      return jax.random.normal(next(key), x.shape, x.dtype)
+      return jnp.asarray(generator.standard_normal(x.shape, dtype=np.float32).astype(x.dtype))
     if jnp.issubdtype(x.dtype, jnp.integer):
       vocabulary = vocabulary or _vocabulary(linen_model)
-      return jax.random.randint(next(key), x.shape, 0, vocabulary, x.dtype)
-    return jnp.zeros(x.shape, x.dtype)
+      return jnp.asarray(generator.integers(0, vocabulary, x.shape).astype(x.dtype))
+    return jnp.asarray(np.zeros(x.shape, x.dtype))
 
   return jax.tree.map(concrete, (linen_model.args, dict(linen_model.kwargs)))
 
@@ -109,6 +111,25 @@ def build(nnx_class: type, linen_model: LinenModel, seed: int = 0) -> nnx.Module
   return nnx_class(**nnx_arguments(nnx_class, linen_model), rngs=nnx.Rngs(seed))
 
 
+def holding(nnx_class: type, linen_model: LinenModel, variables, paths, *, seed: int = 0,
+            cache_shape: tuple | None = None) -> nnx.Module:
+  """The port at the Linen model's configuration holding the Linen
+  `variables`, converted through `paths`; with `cache_shape`
+  (`(input_shape, dtype)`), its `init_cache` run first to make the cache
+  variables Linen's `cache` converts into. Built abstractly
+  (`nnx.eval_shape`): the converted values replace whatever its
+  initialisers would make, and compiling those is a proof's dearest step."""
+  arguments = nnx_arguments(nnx_class, linen_model)
+
+  def make():
+    model = nnx_class(**arguments, rngs=nnx.Rngs(seed))
+    if cache_shape is not None:
+      model.init_cache(*cache_shape)
+    return model
+
+  return linen_to_nnx(variables, target=nnx.eval_shape(make), paths=paths, rngs=seed)
+
+
 def mode_fields(linen_model: LinenModel, modes: Mapping[str, bool]) -> dict[str, bool]:
   """The modes that are fields of the model (not flags of its call), with
   their value in training."""
@@ -145,8 +166,21 @@ def call_keywords(linen_model: LinenModel, modes: Mapping[str, bool]) -> tuple[t
 
 
 def linen_variables(linen_model: LinenModel, inputs: tuple, kwargs: Mapping) -> dict:
+  """The Linen model's variables for `inputs`, made by `init` in one
+  compiled program (arrays traced; flags such as `train=False` stay Python
+  values, as the code branches on them)."""
+  leaves, treedef = jax.tree.flatten((inputs, dict(kwargs)))
+  dynamic = [i for i, x in enumerate(leaves) if tracing.is_array(x)]
+
+  def init(rngs, *arrays):
+    full = list(leaves)
+    for i, x in zip(dynamic, arrays):
+      full[i] = x
+    args, keywords = jax.tree.unflatten(treedef, full)
+    return linen_model.module.init(rngs, *args, **keywords)
+
   rngs = {'params': jax.random.key(1), 'dropout': jax.random.key(2)}
-  return linen_model.module.init(rngs, *inputs, **kwargs)
+  return jax.jit(init)(rngs, *(leaves[i] for i in dynamic))
 
 
 def assert_generated_port(
@@ -185,12 +219,12 @@ def assert_generated_port(
     if mesh is not None:  # whole on the mesh's one device, as NNX's arrays are
       replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
       variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
-    model = build(nnx_class, linen_model)
+    paths = generated.PATHS if paths is None else paths
+    model = holding(nnx_class, linen_model, variables, paths)
     variants = _attention_variants(model, as_written)
     for candidate, atol in variants:
       assert_port_equivalent(
-          linen_model.module, variables, candidate, *inputs,
-          paths=generated.PATHS if paths is None else paths,
+          linen_model.module, variables, candidate, *inputs, paths=paths,
           linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs, atol=atol,
       )
   return max(atol for _, atol in variants)
@@ -378,10 +412,9 @@ def assert_generated_decoding(
     if mesh is not None:
       replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
       variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
-    model = build(nnx_class, linen_model)
-    model.init_cache(shape, dtype)
+    model = holding(nnx_class, linen_model, variables, paths, cache_shape=(shape, dtype))
+    model.init_cache(shape, dtype)  # the port's own cache, in place of Linen's
     _assert_same_cache('init_cache', variables['cache'], model, paths)
-    model = linen_to_nnx(variables, target=model, paths=paths)  # Linen's parameters (and cache, the same)
     variants = _attention_variants(model, as_written)
     linen_step = jax.jit(lambda v, *xs: linen_model.module.apply(v, *xs, mutable=['cache'], **eval_kwargs))
     nnx_step = nnx.jit(lambda m, *xs: nnx.capture(m, nnx.Intermediate)(*xs, **nnx_kwargs)[0])

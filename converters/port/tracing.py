@@ -128,7 +128,7 @@ def _site(frame) -> Site | None:
   return Site(os.path.realpath(frame.f_code.co_filename), line, column, end_line, end_column)
 
 
-def _is_array(x) -> bool:
+def is_array(x) -> bool:
   return isinstance(x, (jax.Array, jax.ShapeDtypeStruct)) or hasattr(x, 'aval') or (
       hasattr(x, 'shape') and hasattr(x, 'dtype')
   )
@@ -137,7 +137,7 @@ def _is_array(x) -> bool:
 def _abstract(tree):
   """Arrays as `ShapeDtypeStruct`s (tracers included), the rest as it is."""
   def leaf(x):
-    if _is_array(x):
+    if is_array(x):
       return jax.ShapeDtypeStruct(x.shape, x.dtype)
     return x
   return jax.tree.map(leaf, tree)
@@ -199,7 +199,7 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
     # Arrays (and their shapes) are the traced inputs; flags such as
     # `train=False` stay Python values, as Linen code branches on them.
     leaves, treedef = jax.tree.flatten((args, kwargs))
-    dynamic = [i for i, x in enumerate(leaves) if _is_array(x)]
+    dynamic = [i for i, x in enumerate(leaves) if is_array(x)]
 
     def init(*arrays):
       full = list(leaves)
