@@ -123,10 +123,18 @@ class ClassWriter:
     self.instance = instance = self.instances[0]
     self._symbolic_trace = symbolic_trace
     self._symbolic: dict[frozenset, shapes.SymbolicTrace] = {}
-    self.symbolic = self.symbolic_of(instance)
     self.child_ports = child_ports
     self.file = source.file_of(cls)
     self.cdef = self.file.class_def(cls)
+    if not instance.calls or instance.calls[0].method != '__call__':
+      # Its first call seen is another method's (nn.RNN asks a cell for its
+      # `initialize_carry`, then calls it inside its scan, unseen). (Flax's
+      # own cells are read from their kernels; a class of the user's has no
+      # such spec.)
+      raise Untranslatable(cls, self.file.line_of(self.cdef), f'{cls.__name__} is called only inside a '
+                           'transform (a cell under nn.RNN, say), where the trace does not see its inputs; '
+                           'port it by hand')
+    self.symbolic = self.symbolic_of(instance)
     # `method` creates the submodules, `call` is `__call__`: the compact
     # method both, or `setup` and `__call__`.
     self.method, self.call = self._methods()
@@ -149,6 +157,11 @@ class ClassWriter:
                   'port it by hand')
     self.sites = self._sites()
     self.factories = self._factories()
+    self.kept_factories = self._kept_factories()
+    # Fields the model is configured with a module class or partial in
+    # (`conv: ModuleDef`): field -> the Flax layer (its spec) or the user's
+    # class the traced configuration makes through it.
+    self.factory_fields: dict[str, object] = {}
     self._check_untraced_creations()
     # Linen's names left once the creations are NNX's: checked on the source,
     # where each has its line.
@@ -353,6 +366,13 @@ class ClassWriter:
           self.fail(node, f'a module created through {node.func.value}, which is not a '
                     'functools.partial of a module class; port it by hand')
         factories[node.func.value] = value
+    # A partial of a module class only handed on (`norm=norm` to a block),
+    # never called here: a factory too.
+    for name, value in bound.items():
+      if (name not in factories and isinstance(value, cst.Call) and self._is_partial(value.func)
+          and value.args and value.args[0].keyword is None and not value.args[0].star
+          and self._factory_class(self._factory_target(value.args[0].value)) is not None):
+        factories[name] = value
     return factories
 
   def _is_partial(self, func: cst.BaseExpression) -> bool:
@@ -361,12 +381,136 @@ class ClassWriter:
       value = getattr(value, name, None)
     return value is functools.partial
 
+  def _kept_factories(self) -> set[str]:
+    """The factory locals the method reads as values, not only as what its
+    creations call (`conv=conv` handed to a block, as Flax's ResNet hands
+    its `conv` and `norm`): `__init__` keeps them, as NNX partials
+    (`nnx_factory`), and the creations through them are written through
+    them. Their mode arguments (`use_running_average=not train`) leave
+    them for the NNX mode, so they are not of the call."""
+    callees = {node.func for node, _ in self.sites.values()}
+    factories = self.factories
+    read: set[str] = set()
+
+    class Reads(cst.CSTVisitor):
+      def visit_AssignTarget(self, node):
+        return False
+
+      def visit_Name(self, node):
+        if node.value in factories and node not in callees:
+          read.add(node.value)
+
+    self.method.body.visit(Reads())
+    for name in read:
+      partial = factories[name]
+      modes = self._factory_modes(partial)
+      others = [a.value for a in partial.args if not (a.keyword is not None and a.keyword.value in modes)]
+      if not any(self.call_time & source.names_in(v) for v in others):
+        self.call_time.discard(name)
+    return read
+
+  def _factory_target(self, func: cst.BaseExpression):
+    """What a partial's first argument (or a creation's callee) names: the
+    traced value of a field (`self.conv`) or the file's object (`nn.BatchNorm`)."""
+    names = references.dotted(func)
+    if names and names[0] == 'self' and len(names) == 2 and names[1] in self.field_names:
+      return getattr(self.instance.module, names[1], None)
+    return helpers.layer_class(self.file, func)
+
+  @staticmethod
+  def _factory_class(value):
+    """The module class a factory makes (a partial's, recursively), or None."""
+    while isinstance(value, functools.partial):
+      value = value.func
+    return value if isinstance(value, type) and issubclass(value, nn.Module) else None
+
+  def _factory_modes(self, partial: cst.Call) -> dict[str, bool]:
+    """The fields of a factory's class its mode sets: field -> whether True
+    is the eval mode (`use_running_average` of a BatchNorm)."""
+    cls = self._factory_class(self._factory_target(partial.args[0].value))
+    spec = layers.layer_spec(cls) if cls is not None else None
+    if spec is not None:
+      return dict(spec.mode)
+    port = self.child_ports.get(cls)
+    return {} if port is None else {f: not train for f, train in port.field_modes.items()}
+
+  def nnx_factory(self, name: str) -> cst.Call:
+    """A kept factory as `__init__` writes it: `partial(nn.BatchNorm,
+    use_running_average=not train, momentum=0.9)` -> `partial(nnx.BatchNorm,
+    momentum=0.9)` (Linen's class as NNX's, the mode arguments left to the
+    NNX mode, fields NNX names otherwise renamed)."""
+    partial = self.factories[name]
+    head = partial.args[0].value
+    target = self._factory_target(head)
+    cls = self._factory_class(target)
+    spec = layers.layer_spec(cls) if cls is not None else None
+    names = references.dotted(head)
+    from_field = bool(names) and names[0] == 'self'
+    if cls is None or (spec is None and cls not in self.child_ports):
+      self.fail(partial, f'{name} = {self.file.code(partial)} makes no module the port writes; port it by hand')
+    if not from_field and spec is not None:
+      head = syntax.expression(spec.nnx)
+    elif not from_field and not (isinstance(head, cst.Name) and head.value == cls.__name__):
+      self.fail(partial, f'{name} is a partial of {self.file.code(head)}, which is not the class by its own '
+                'name; port it by hand')
+    modes = self._factory_modes(partial)
+    args = [cst.Arg(head)]
+    for arg in partial.args[1:]:
+      if arg.star or arg.keyword is None:
+        self.fail(partial, f'{name} = {self.file.code(partial)} passes arguments by position; NNX\'s '
+                  'constructors take the input size first: port it by hand')
+      field = arg.keyword.value
+      if field in modes:
+        self._mode_argument(arg.value, modes[field], partial)
+        continue
+      if self.call_time & source.names_in(arg.value):
+        self.fail(partial, f'{field}={self.file.code(arg.value)} of {name} depends on the inputs of the call; '
+                  'port it by hand')
+      nnx_name = spec.nnx_argument(field) if spec is not None else field
+      if spec is not None and nnx_name not in spec.nnx_parameters():
+        self.fail(partial, f'{spec.nnx} has no argument {nnx_name!r} for Linen\'s {field!r}; port it by hand')
+      args.append(syntax.keyword(nnx_name, arg.value))
+    return partial.with_changes(args=syntax.normalised(args))
+
+  def _given_by_factory(self, node: cst.Call) -> set[str]:
+    """The Linen fields a kept factory the creation goes through sets."""
+    if isinstance(node.func, cst.Name) and node.func.value in self.kept_factories:
+      return {a.keyword.value for a in self.factories[node.func.value].args[1:] if a.keyword is not None}
+    return set()
+
+  def _field_factory(self, node: cst.Call, func: cst.BaseExpression, children) -> str | None:
+    """The field a creation calls (`self.conv(...)`, `self.block_cls(...)`),
+    checked: each instance's value a class or a partial with keywords only,
+    the same class at every creation. None for a creation that is not one."""
+    names = references.dotted(func)
+    if not (names and names[0] == 'self' and len(names) == 2 and names[1] in self.field_names):
+      return None
+    field = names[1]
+    for instance in self.instances:
+      value = getattr(instance.module, field)
+      while isinstance(value, functools.partial):
+        if value.args:
+          self.fail(node, f'the field {field!r} holds a partial with positional arguments; NNX\'s '
+                    'constructors take the input size first: port it by hand')
+        value = value.func
+    if len({c.cls for c in children}) != 1:
+      self.fail(node, f'the field {field!r} makes modules of several classes ('
+                f'{", ".join(sorted({c.cls.__name__ for c in children}))}); port it by hand')
+    cls = children[0].cls
+    made = layers.layer_spec(cls) or cls
+    if self.factory_fields.setdefault(field, made) is not made:
+      self.fail(node, f'the field {field!r} makes both {_made_name(made)} and '
+                f'{_made_name(self.factory_fields[field])}; port it by hand')
+    return field
+
   def expanded(self, node: cst.Call) -> cst.Call:
     """A creation through a factory as the direct creation it stands for:
     `norm(name='n')` with `norm = partial(nn.BatchNorm, momentum=0.9)` is
     `nn.BatchNorm(momentum=0.9, name='n')` (keywords of the call win)."""
     if not (isinstance(node.func, cst.Name) and node.func.value in self.factories):
       return node
+    if node.func.value in self.kept_factories:
+      return node  # written through the partial `__init__` keeps
     partial = self.factories[node.func.value]
     given = {a.keyword.value for a in node.args if a.keyword is not None}
     positional = [a for a in partial.args[1:] if a.keyword is None] + [a for a in node.args if a.keyword is None]
@@ -503,16 +647,14 @@ class ClassWriter:
           self.fail(node, f'{self.file.code(arg.value)} depends on the inputs of the call; port it by hand')
       return self.helpers[site].call(node, size)
     func = self.expanded(node).func
-    if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == 'self'
-        and func.attr.value in self.field_names):
-      # Written as the traced layer, it would ignore what the field gives
-      # (a partial's settings, another class): right for one configuration.
-      self.fail(node, f'{child.cls.__name__} is made by the field {func.attr.value!r} (a module class or '
-                'partial the model is configured with); the port does not write module factories '
-                'passed as fields yet: port it by hand')
+    # Made through what the model is configured with (a field) or through a
+    # partial `__init__` keeps: written through it, as the traced layer
+    # takes its arguments (the rest is in the partial).
+    through = self._field_factory(node, func, children) is not None or (
+        isinstance(func, cst.Name) and func.value in self.kept_factories)
     arguments = self._linen_arguments(node, child.cls)
     if spec is not None:
-      return self._layer_creation(site, node, spec, arguments)
+      return self._layer_creation(site, node, spec, arguments, func if through else None)
     if child.cls in self.child_ports:
       return self._module_creation(site, node, arguments)
     if layers.is_flax_class(child.cls):
@@ -625,9 +767,23 @@ class ClassWriter:
       return None
     symbolic = self._symbolic_child(child)
     out = self._out_size(symbolic)
+    if out is None:
+      return None
     for field, arg in arguments.items():
-      if str(getattr(symbolic.module, field, None)) == str(out) and out is not None:
+      value = getattr(symbolic.module, field, None)
+      if str(value) == str(out):
         return self.file.code(arg.value)
+      if isinstance(value, shapes.Unfitted):
+        value = value.value  # compared as the traced value, as above
+      if not isinstance(value, bool) and (isinstance(value, int) or hasattr(value, 'dimension_as_value')
+                                          or type(value).__name__ == '_DimExpr'):
+        for m in shapes.WIDENINGS:
+          if str(value * m) == str(out):  # a bottleneck's `filters * 4`
+            atomic = isinstance(arg.value, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer)) or (
+                isinstance(arg.value, cst.BinaryOperation)
+                and isinstance(arg.value.operator, (cst.Multiply, cst.Power)))
+            code = self.file.code(arg.value)
+            return f'{code} * {m}' if atomic else f'({code}) * {m}'
     return None
 
   def _out_size(self, symbolic_child: tracing.Created):
@@ -648,7 +804,8 @@ class ClassWriter:
 
     return axis_of
 
-  def _layer_creation(self, site, node, spec: layers.LayerSpec, arguments) -> cst.BaseExpression:
+  def _layer_creation(self, site, node, spec: layers.LayerSpec, arguments,
+                      through: cst.BaseExpression | None = None) -> cst.BaseExpression:
     nnx_params = spec.nnx_parameters()
     args: list[cst.Arg] = []
     if spec.in_features is not None:
@@ -693,12 +850,15 @@ class ClassWriter:
       )
     if spec.in_features is not None and not spec.in_features_first():
       args.append(syntax.keyword(spec.in_features, syntax.expression(in_size)))
+    given = {f for f, _ in arguments} | self._given_by_factory(node)
+    from_field = through is not None and not isinstance(through, cst.Name)
     for field in spec.linen_defaults:
-      if field not in {f for f, _ in arguments}:
+      # (A field's partial may set it: what it holds is the configuration's.)
+      if field not in given and not from_field:
         args.append(syntax.keyword(spec.nnx_argument(field), syntax.expression(repr(spec.linen_default(field)))))
     if spec.rngs:
       args.append(syntax.keyword('rngs', cst.Name('rngs')))
-    return cst.Call(syntax.expression(spec.nnx), syntax.normalised(args))
+    return cst.Call(through if through is not None else syntax.expression(spec.nnx), syntax.normalised(args))
 
   def _check_one_input(self, site, node, spec: layers.LayerSpec) -> None:
     """Every call gives the layer one array besides its mask (self-attention):
@@ -894,16 +1054,32 @@ class ClassWriter:
 
   def _field_default(self, field: cst.AnnAssign):
     """A field's default: `x: int = 3` -> `3`; `dataclasses.field(default=3)`
-    -> `3`; a `default_factory` is refused."""
+    -> `3`; a `default_factory` is refused. A module class the field makes
+    modules with (`conv: ModuleDef = nn.Conv`) is NNX's (`nnx.Conv`)."""
     value = field.value
     if isinstance(value, cst.Call) and (references.dotted(value.func) or [''])[-1] == 'field':
       keywords = {a.keyword.value: a.value for a in value.args if a.keyword is not None}
       if 'default' in keywords:
-        return keywords['default']
-      if 'default_factory' in keywords:
+        value = keywords['default']
+      elif 'default_factory' in keywords:
         self.fail(field, f'{self.file.code(field.target)} has a default_factory; port it by hand')
-      return None
-    return value
+      else:
+        return None
+    name = field.target.value
+    cls = self._factory_class(helpers.layer_class(self.file, value)) if value is not None else None
+    if cls is None:
+      return value
+    made = self.factory_fields.get(name)
+    spec = layers.layer_spec(cls)
+    if made is not None and (spec or cls) is not made:
+      self.fail(field, f'the default of {name!r}, {self.file.code(value)}, takes other arguments than the '
+                f'{_made_name(made)} the traced configuration makes with it; port it by hand')
+    if spec is not None:
+      return syntax.expression(spec.nnx)
+    if cls in self.child_ports and isinstance(value, cst.Name) and value.value == cls.__name__:
+      return value  # the port's class of the same name
+    self.fail(field, f'the default of {name!r}, {self.file.code(value)}, is a module class the port does '
+              'not write; port it by hand')
 
   def _init_method(self, fields, inputs, body) -> cst.FunctionDef:
     params = [cst.Param(cst.Name('self'))]
@@ -920,8 +1096,18 @@ class ClassWriter:
         )
         for p in inputs
     ] + [cst.Param(cst.Name('rngs'), annotation=cst.Annotation(syntax.expression('nnx.Rngs')))]
-    # In `__init__` a field is its argument: `self.features` reads `features`.
-    fields_read = set(self.field_names)
+    # In `__init__` a field is its argument: `self.features` reads `features`,
+    # but for a field a local of `__init__` takes the name of (`conv =
+    # partial(self.conv, use_bias=False)`, as Linen's ResNet writes it).
+    bound: set[str] = set()
+
+    class Bound(cst.CSTVisitor):
+      def visit_AssignTarget(self, node):
+        bound.update(syntax.target_names(node.target))
+
+    for statement in body:
+      statement.visit(Bound())
+    fields_read = set(self.field_names) - bound
 
     class Arguments(cst.CSTTransformer):
       def leave_Attribute(self, original, updated):
@@ -991,6 +1177,11 @@ class ClassWriter:
           '.eval()); port it by hand',
       )
     return method
+
+
+def _made_name(made) -> str:
+  """The name of what a factory field makes: a Flax layer's spec or a class."""
+  return made.linen.__name__ if isinstance(made, layers.LayerSpec) else made.__name__
 
 
 def _value_at(module, path: str):

@@ -139,6 +139,10 @@ class CompactWriter(classes.ClassWriter):
           self.fail(node, f'name={attribute!r} is not a Python name; port it by hand')
       elif is_list:
         attribute = source.snake_case(children[0].cls.__name__) + 's'
+        field = (references.dotted(self.expanded(node).func) or [None, None])[1:]
+        if len(field) == 1 and field[0] in self.field_names:
+          # Made by what a field holds (`block_cls`): named after the field.
+          attribute = source.snake_case(field[0].removesuffix('_cls').removesuffix('_class')) + 's'
         # The looped layers of a class that the other branch scans: one name.
         for other, (lift, local) in self.lifts.items():
           if (local is not None and self.sites[other][1][0].cls is children[0].cls
@@ -299,6 +303,15 @@ class CompactWriter(classes.ClassWriter):
           update = self._running_update(node, site)
           if update is not None:
             emitted.append((update, False))
+      elif (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Assign)
+            and isinstance(statement.body[0].targets[0].target, cst.Name)
+            and statement.body[0].targets[0].target.value in self.kept_factories
+            and statement.body[0].value is self.factories.get(statement.body[0].targets[0].target.value)):
+        # A partial handed on (`norm=norm`): NNX's, kept where Linen made it.
+        name = statement.body[0].targets[0].target.value
+        line = statement.body[0].with_changes(value=self.nnx_factory(name))
+        emitted.append((statement.with_changes(body=[line]), True))
       elif isinstance(statement, cst.SimpleStatementLine) and all(
           isinstance(s, cst.Assign) for s in statement.body
       ):
@@ -452,7 +465,14 @@ class CompactWriter(classes.ClassWriter):
       self.fail(node, 'the output size of a module in the loop is not known; port it by hand')
     if not value:
       return None  # the size is unchanged
-    return syntax.statement(f'{self.running[id(loops[-1])][1]} = {value}\n')
+    update = syntax.statement(f'{self.running[id(loops[-1])][1]} = {value}\n')
+    names = references.dotted(self.expanded(node).func) or []
+    if names[:1] == ['self'] and len(names) == 2 and names[1] in self.factory_fields:
+      # What the field holds decides the size: written as the traced class makes it.
+      made = self.sites[site][1][0].cls.__name__
+      update = update.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+          f'# The output size {made} has (the {names[1]} traced): another class may differ.'))])
+    return update
 
   def _call_method(self) -> cst.FunctionDef:
     """`__call__`: the compact method with modules read from attributes."""
@@ -564,7 +584,7 @@ class CompactWriter(classes.ClassWriter):
       method = self._drop_flag(method, flag)
     # `has_variable('cache', ...)` is True in NNX: the branches it guarded, read plainly.
     method = syntax.without_constant_conditions(method)
-    return syntax.without_unused_locals(method, self._replayed)
+    return syntax.without_leading_blank_lines(syntax.without_unused_locals(method, self._replayed))
 
 
 def port_class(cls, instances, symbolic_trace, child_ports) -> ClassPort:

@@ -7,7 +7,8 @@ projection exists `if residual.shape != y.shape`. NNX must decide in
 finds the condition from what the model does: the module is traced at every
 configuration the model made of it and at configurations around each (each
 integer one more, each tuple of integers all ones and all twos, each flag
-flipped, the input size equal to each integer of the configuration), noting
+flipped, the input size equal to each integer of the configuration and to
+two and four times it, and each flag or tuple changed at each such size), noting
 whether the modules under the `if` were created; the simplest condition on
 the configuration and input sizes that agrees with every observation
 (`in_features != filters or strides != (1, 1)`) is the one written. None
@@ -80,6 +81,13 @@ def _observations(instances, sites, array_index: int, site_of):
     seen.append((_leaves(module), args[array_index].shape[-1],
                  any(site_of(c) in sites for c in instance.children)))
     leaves = _leaves(module)
+    integers = {v for v in leaves.values() if isinstance(v, int) and not isinstance(v, bool)}
+    sizes = {v * m for v in integers for m in (1, *shapes.WIDENINGS)} | {1, 2, args[array_index].shape[-1] + 1}
+
+    def resized(size):
+      a = args[array_index]
+      return args[:array_index] + [jax.ShapeDtypeStruct(a.shape[:-1] + (size,), a.dtype)] + args[array_index + 1:]
+
     for access, value in leaves.items():
       variants = (
           [not value] if isinstance(value, bool)
@@ -89,13 +97,15 @@ def _observations(instances, sites, array_index: int, site_of):
       for variant in variants:
         if variant != value:
           observe(_with(module, access, variant), args, kwargs)
-    for value in {v for v in leaves.values() if isinstance(v, int) and not isinstance(v, bool)} | {
-        1, 2, args[array_index].shape[-1] + 1}:
-      if value > 0:
-        resized = list(args)
-        a = resized[array_index]
-        resized[array_index] = jax.ShapeDtypeStruct(a.shape[:-1] + (value,), a.dtype)
-        observe(module, resized, kwargs)
+          if not isinstance(value, int) or isinstance(value, bool):
+            # A flag or strides changed with the input size too: a block
+            # with strides (2, 2) has its shortcut whatever its input, and
+            # one with (1, 1) only where the sizes differ.
+            for size in sizes - {args[array_index].shape[-1]}:
+              observe(_with(module, access, variant), resized(size), kwargs)
+    for size in sizes:
+      if size > 0:
+        observe(module, resized(size), kwargs)
   return seen
 
 
@@ -110,6 +120,8 @@ def _atoms(leaves: dict, size_name: str) -> list[_Atom]:
       atoms.append(_Atom(f'{size_name} != {text}', lambda c, s, a=access: s != c.get(a)))
       atoms.append(_Atom(f'{size_name} == {text}', lambda c, s, a=access: s == c.get(a)))
       atoms.append(_Atom(f'{text} != 1', lambda c, s, a=access: c.get(a) != 1))
+      for m in shapes.WIDENINGS:  # a block widening its input (`filters * 4` features out)
+        atoms.append(_Atom(f'{size_name} != {text} * {m}', lambda c, s, a=access, m=m: s != c.get(a) * m))
     else:
       ones = (1,) * len(value)
       atoms.append(_Atom(f'{text} != {ones!r}', lambda c, s, a=access, o=ones: c.get(a) != o))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import inspect
 import os
@@ -24,7 +25,7 @@ from flax import linen as nn
 from flax import nnx
 
 from converters.linen_model import LinenModel
-from converters.port import shapes, tracing
+from converters.port import layers, shapes, tracing
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.testing import assert_port_equivalent
 
@@ -85,7 +86,7 @@ def nnx_arguments(nnx_class: type, linen_model: LinenModel) -> dict[str, Any]:
     if name in ('self', 'rngs'):
       continue
     if hasattr(module, name) and name not in ('parent', 'scope'):
-      arguments[name] = getattr(module, name)
+      arguments[name] = nnx_value(getattr(module, name), sys.modules[nnx_class.__module__])
     elif name == 'in_features':
       arrays = [a for a in linen_model.args if hasattr(a, 'shape')]
       arguments[name] = arrays[0].shape[-1]
@@ -94,6 +95,47 @@ def nnx_arguments(nnx_class: type, linen_model: LinenModel) -> dict[str, Any]:
     elif parameter.default is inspect.Parameter.empty:
       raise TypeError(f'{nnx_class.__name__}({name}=...) is neither a field of the Linen model nor an input size')
   return arguments
+
+
+def nnx_value(value, generated: types.ModuleType):
+  """A field's value as the port takes it: a Linen module class the model
+  is configured with (`conv=nn.Conv`, `block_cls=ResNetBlock`) as its NNX
+  counterpart (Flax's layer, or the generated class of the same name), a
+  partial of one as the same partial of that, its mode arguments left to
+  the NNX mode (`use_running_average`) and its fields NNX names otherwise
+  renamed; anything else as it is."""
+  if isinstance(value, functools.partial):
+    cls = value.func
+    while isinstance(cls, functools.partial):
+      cls = cls.func
+    spec = layers.layer_spec(cls)
+    keywords = {k: nnx_value(v, generated) for k, v in value.keywords.items()}
+    if spec is not None:
+      keywords = {spec.nnx_argument(k): v for k, v in keywords.items() if k not in dict(spec.mode)}
+    args = [nnx_value(a, generated) for a in value.args]
+    return functools.partial(nnx_value(value.func, generated), *args, **keywords)
+  if isinstance(value, type) and issubclass(value, nn.Module):
+    spec = layers.layer_spec(value)
+    if spec is not None:
+      return spec.nnx_class
+    ported = getattr(generated, value.__name__, None)
+    if not isinstance(ported, type) or not issubclass(ported, nnx.Module):
+      raise TypeError(f'the model is configured with the Linen class {value.__name__}, which the port '
+                      'has no class of the same name for')
+    return ported
+  return value
+
+
+def batch_axis_name(linen_model: LinenModel) -> str | None:
+  """The mapped axis the model's layers reduce over in training
+  (`BatchNorm(axis_name='batch')`, as Flax's ResNet trains under `pmap`),
+  or None; several are refused."""
+  root, _ = tracing.trace(linen_model.module, *linen_model.args, **linen_model.kwargs)
+  names = {c.module.axis_name for c in root.walk() if isinstance(getattr(c.module, 'axis_name', None), str)}
+  if len(names) > 1:
+    raise AssertionError(f'the layers reduce over the mapped axes {sorted(names)}; the proof binds one '
+                         '(prove the port by hand, under your own pmap or shard_map)')
+  return names.pop() if names else None
 
 
 def _input_named(linen_model: LinenModel, name: str):
@@ -222,10 +264,12 @@ def assert_generated_port(
     paths = generated.PATHS if paths is None else paths
     model = holding(nnx_class, linen_model, variables, paths)
     variants = _attention_variants(model, as_written)
+    axis_name = batch_axis_name(linen_model) if train_kwargs is not None else None
     for candidate, atol in variants:
       assert_port_equivalent(
           linen_model.module, variables, candidate, *inputs, paths=paths,
           linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs, atol=atol,
+          axis_name=axis_name,
       )
   return max(atol for _, atol in variants)
 
@@ -638,13 +682,16 @@ def other_configurations(linen_model: LinenModel, most: int = 1):
     tried.insert(1 if most > 1 and tried else len(tried), (doubled, ', '.join(changes), list(linen_model.args), []))
   found = []
   for fields, changes, args, args_changes in tried:
+    description = ', '.join(c for c in [changes, *args_changes] if c)
+    if any(description == d for _, d in found):
+      continue  # the same changes by another road (tuples alone, when they are all)
     other = LinenModel(module.clone(parent=None, **fields), *args, **linen_model.kwargs)
     try:
       inputs, eval_kwargs, *_ = call_keywords(other, {})
       jax.eval_shape(lambda: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
     except Exception:  # noqa: BLE001 - Linen refuses that configuration: try the next
       continue
-    found.append((other, ', '.join(c for c in [changes, *args_changes] if c)))
+    found.append((other, description))
     if len(found) == most:
       break
   return found

@@ -180,6 +180,12 @@ def array_arguments(call: tracing.MethodCall, names: Sequence[str]) -> list[tupl
   ]
 
 
+#: The factors a block may widen its input by (a bottleneck's `filters * 4`
+#: features out): tried as such where a size or a condition is not a
+#: field's value itself.
+WIDENINGS = (2, 4)
+
+
 @dataclasses.dataclass
 class SymbolicTrace:
   """A module traced with symbolic sizes: its record and the symbols' table."""

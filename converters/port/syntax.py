@@ -71,6 +71,19 @@ class _SimpleAssignments(cst.CSTVisitor):
         self.found.append(node)
 
 
+def without_leading_blank_lines(method: cst.FunctionDef) -> cst.FunctionDef:
+  """`method` with no blank line before its first statement (left where the
+  statements above it moved to `__init__`); comments stay."""
+  body = list(method.body.body)
+  if not body or not hasattr(body[0], 'leading_lines'):
+    return method
+  lines = list(body[0].leading_lines)
+  while lines and lines[0].comment is None:
+    lines.pop(0)
+  body[0] = body[0].with_changes(leading_lines=lines)
+  return method.with_changes(body=method.body.with_changes(body=body))
+
+
 def without_unused_locals(method: cst.FunctionDef, replayed: frozenset[str] = frozenset()) -> cst.FunctionDef:
   """`method` without the simple assignments (no call in the value, or one
   `__init__` replays: `replayed` holds their code) of locals nothing reads

@@ -41,7 +41,7 @@ from flax.training.train_state import TrainState
 from converters.linen_model import LinenModel
 from converters.port import prove
 from converters.testing import assert_training_equivalent
-from converters.testing.port import without_linen_dropout, without_nnx_dropout
+from converters.testing.port import on_one_replica, without_linen_dropout, without_nnx_dropout
 
 
 def make_tx() -> optax.GradientTransformation:
@@ -63,7 +63,7 @@ def _train_state_class(linen_model: LinenModel, collections: tuple[str, ...]) ->
   return type('TrainState', (TrainState,), namespace)
 
 
-def _linen_step(module: nn.Module, kwargs: Mapping, collections: tuple[str, ...]):
+def _linen_step(module: nn.Module, kwargs: Mapping, collections: tuple[str, ...], axis_name: str | None):
   def step(state, inputs):
     def loss(params):
       variables = {'params': params, **{c: getattr(state, c) for c in collections}}
@@ -76,11 +76,14 @@ def _linen_step(module: nn.Module, kwargs: Mapping, collections: tuple[str, ...]
     grads, written = jax.grad(loss, has_aux=True)(state.params)
     return state.apply_gradients(grads=grads, **written)
 
-  return jax.jit(step)
+  if axis_name is None:
+    return jax.jit(step)
+  # One replica of the axis the layers reduce over (see `on_one_replica`).
+  run = jax.jit(on_one_replica(lambda state, inputs: step(state, inputs), axis_name))
+  return lambda state, inputs: run(state, tuple(inputs))
 
 
-def _nnx_step(kwargs: Mapping):
-  @nnx.jit
+def _nnx_step(kwargs: Mapping, axis_name: str | None):
   def step(model, optimizer, inputs):
     def loss(model):
       outputs, _ = nnx.capture(model, nnx.Intermediate)(*inputs, **kwargs)
@@ -88,7 +91,23 @@ def _nnx_step(kwargs: Mapping):
 
     optimizer.update(model, nnx.grad(loss)(model))
 
-  return step
+  if axis_name is None:
+    return nnx.jit(step)
+
+  def pure(graphdef, state, inputs):
+    model, optimizer = nnx.merge(graphdef, state)
+    step(model, optimizer, inputs)
+    return nnx.state((model, optimizer))
+
+  compiled: list = []  # (graphdef, its step): a graphdef may hold lists, which jit cannot hash
+
+  def replica_step(model, optimizer, inputs):
+    graphdef, state = nnx.split((model, optimizer))
+    if not compiled or compiled[0][0] != graphdef:
+      compiled[:] = [(graphdef, jax.jit(on_one_replica(lambda s, xs: pure(graphdef, s, xs), axis_name)))]
+    nnx.update((model, optimizer), compiled[0][1](state, tuple(inputs)))
+
+  return replica_step
 
 
 def _models_module(directory: str, factory: str, port_path: str, cls: str, rules) -> str:
@@ -181,7 +200,8 @@ def assert_checkpoint_trains_on(
         apply_fn=module.apply, params=variables['params'], tx=make_tx(),
         **{c: variables[c] for c in collections},
     )
-    linen_step = _linen_step(train_module, train_kwargs or eval_kwargs, collections)
+    axis_name = prove.batch_axis_name(linen_model) if trains else None
+    linen_step = _linen_step(train_module, train_kwargs or eval_kwargs, collections, axis_name)
     batches = [inputs] * (k + steps)
     trained = state
     for batch in batches[:k]:
@@ -210,7 +230,7 @@ def assert_checkpoint_trains_on(
     # The restored port is the conversion's target too (converting never
     # changes it), then the start it trains on from.
     assert_training_equivalent(
-        state, linen_step, (model, optimizer), _nnx_step(nnx_kwargs),
+        state, linen_step, (model, optimizer), _nnx_step(nnx_kwargs, axis_name),
         batches, k=k, paths=generated.PATHS, start=(model, optimizer),
     )
     # The final models, each in its own framework, on the inputs (what the

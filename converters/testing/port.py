@@ -129,6 +129,7 @@ def assert_port_equivalent(
     linen_train_kwargs: Mapping[str, Any] | None = None,
     loss: Callable[[Any], jax.Array] | None = None,
     atol: float = 0.0,
+    axis_name: str | None = None,
 ) -> None:
   """The NNX port `nnx_model` is the Linen `linen_module`: see the module docstring.
 
@@ -151,6 +152,9 @@ def assert_port_equivalent(
     loss: scalar function of the outputs whose gradients are compared
       (default: the mean of squares of every floating output).
     atol: tolerance for outputs and gradients; 0 compares bits.
+    axis_name: the mapped axis the layers reduce over in training, as
+      under `pmap` (`BatchNorm(axis_name='batch')`): the training step then
+      runs on both sides as one replica of it (`on_one_replica`).
   """
   linen_kwargs, nnx_kwargs = dict(linen_kwargs or {}), dict(nnx_kwargs or {})
   infer = as_infer(paths)
@@ -184,7 +188,7 @@ def assert_port_equivalent(
   if linen_train_kwargs is not None:
     rows += _training_step(
         linen_module, linen_variables, gradient_model, inputs, linen_kwargs=linen_train_kwargs,
-        nnx_kwargs=nnx_kwargs, options=options, atol=atol,
+        nnx_kwargs=nnx_kwargs, options=options, atol=atol, axis_name=axis_name,
     )
   _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).', rows)
 
@@ -252,12 +256,40 @@ def _nnx_call(model: nnx.Module, *xs, **kwargs):
   return outputs
 
 
-def _compare_call(labels, linen_call, linen_variables, model, inputs, *, nnx_kwargs, options, atol) -> list:
+def on_one_replica(f: Callable, axis_name: str) -> Callable:
+  """`f(held, *inputs)` run as the one replica of a mapped axis named
+  `axis_name`: what the layers reduce over it (`BatchNorm`'s statistics
+  averaged over replicas, as under `pmap`) is the replica's own. `held` (the
+  variables, the model's state) is shared; the inputs and the results get
+  an axis of one and lose it again. Both sides of a comparison run so: the
+  mapping is the same program on each."""
+  def run(held, *inputs):
+    mapped = jax.vmap(f, in_axes=(None,) + (0,) * len(inputs), axis_name=axis_name)
+    results = mapped(held, *jax.tree.map(lambda x: jnp.asarray(x)[None], inputs))
+    return jax.tree.map(lambda x: x[0], results)
+
+  return run
+
+
+def _compare_call(labels, linen_call, linen_variables, model, inputs, *, nnx_kwargs, options, atol,
+                  axis_name: str | None = None) -> list:
   """Rows comparing one call of each side: the outputs (`labels[0]`) and the
   new values of what the call writes (`labels[1]`), the port's read after
-  its call of `model` (which it updates)."""
-  linen_out, linen_new = jax.jit(linen_call)(linen_variables, *inputs)
-  nnx_out = nnx.jit(lambda m, *xs: _nnx_call(m, *xs, **nnx_kwargs))(model, *inputs)
+  its call of `model` (which it updates); as one replica of `axis_name`
+  where given."""
+  if axis_name is None:
+    linen_out, linen_new = jax.jit(linen_call)(linen_variables, *inputs)
+    nnx_out = nnx.jit(lambda m, *xs: _nnx_call(m, *xs, **nnx_kwargs))(model, *inputs)
+  else:
+    linen_out, linen_new = jax.jit(on_one_replica(linen_call, axis_name))(linen_variables, *inputs)
+    graphdef, state = nnx.split(model)
+
+    def nnx_call(state, *xs):
+      held = nnx.merge(graphdef, state)
+      return _nnx_call(held, *xs, **nnx_kwargs), nnx.state(held)
+
+    nnx_out, state = jax.jit(on_one_replica(nnx_call, axis_name))(state, *inputs)
+    nnx.update(model, state)
   if jax.tree.structure(linen_out) != jax.tree.structure(nnx_out):
     raise AssertionError(
         f'output structures differ: Linen {jax.tree.structure(linen_out)}, NNX {jax.tree.structure(nnx_out)}'
@@ -300,7 +332,7 @@ def without_nnx_dropout(model: nnx.Module) -> None:
 
 
 def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs, nnx_kwargs,
-                   options, atol) -> list:
+                   options, atol, axis_name=None) -> list:
   """Rows for one train-mode call of each side, dropout left out: outputs
   and the new values of every collection but the parameters."""
   model = nnx.clone(model)
@@ -310,6 +342,7 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
       ('train-mode outputs', 'what a training step writes'),
       _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout),
       linen_variables, model, inputs, nnx_kwargs=nnx_kwargs, options=options, atol=atol,
+      axis_name=axis_name,
   )
 
 
@@ -329,7 +362,7 @@ def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_
     elif isinstance(module, nn.MultiHeadDotProductAttention):
       linen[('attention', module.path)] = (module.dropout_rate,)
     elif isinstance(module, nn.BatchNorm):
-      linen[('BatchNorm', module.path)] = (module.momentum,)
+      linen[('BatchNorm', module.path)] = (module.momentum, module.axis_name)
     return next_fun(*args, **kwargs)
 
   jax.eval_shape(_linen_call(linen_module, linen_variables, linen_kwargs, record), linen_variables, *inputs)
@@ -340,16 +373,19 @@ def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_
     elif isinstance(module, nnx.MultiHeadAttention):
       ported['attention'].append((module.dropout_rate,))
     elif isinstance(module, nnx.BatchNorm):
-      ported['BatchNorm'].append((module.momentum,))
+      ported['BatchNorm'].append((module.momentum, module.axis_name))
   rows = []
-  for kind, names in (('Dropout', 'rate'), ('BatchNorm', 'momentum'), ('attention', 'dropout_rate')):
+  # A BatchNorm's axis name changes nothing on one device, and what it
+  # averages over on several (under pmap): compared as a setting.
+  for kind, names in (('Dropout', 'rate'), ('BatchNorm', 'momentum, axis_name'), ('attention', 'dropout_rate')):
     if kind == 'attention' and not ported[kind]:
       continue  # the port's own attention (fused projections): its rates are not seen
     # Sets, not counts: a port may call one Dropout module where Linen has several.
     theirs = sorted({v for (k, _), v in linen.items() if k == kind})
     ours = sorted(set(ported[kind]))
     if theirs != ours:
-      show = lambda values: ', '.join(str(v[0]) for v in values) or 'none'
+      show = lambda values: ', '.join(
+          str(v[0]) if len(v) == 1 else '(' + ', '.join(map(repr, v)) + ')' for v in values) or 'none'
       rows.append([
           'training settings', f'{kind} {names}',
           f"Linen {show(theirs)}; NNX {show(ours)} (give the port the original's settings)",

@@ -6,6 +6,7 @@ a condition on the inputs)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -800,6 +801,30 @@ def flax_lm1b() -> LinenModel:
   return LinenModel(lm1b.TransformerLM(config), jnp.zeros((2, 8), jnp.int32))
 
 
+def flax_imagenet(block: str = 'ResNetBlock') -> LinenModel:
+  """Flax's imagenet ResNet, small: two stages of one block (the second
+  with the shortcut), eight filters."""
+  from tests.third_party.flax_imagenet import linen_models as imagenet
+
+  model = imagenet.ResNet(stage_sizes=[1, 1], block_cls=getattr(imagenet, block), num_classes=10, num_filters=8)
+  return LinenModel(model, jnp.ones((2, 32, 32, 3)), train=False)
+
+
+def flax_imagenet_bottleneck() -> LinenModel:
+  return flax_imagenet('BottleneckResNetBlock')
+
+
+def flax_imagenet_block() -> LinenModel:
+  """Flax's imagenet ResNet block alone, given its factories, with strides
+  of two: its shortcut exists whatever its input width."""
+  from tests.third_party.flax_imagenet import linen_models as imagenet
+
+  conv = functools.partial(nn.Conv, use_bias=False)
+  norm = functools.partial(nn.BatchNorm, use_running_average=True, momentum=0.9)
+  block = imagenet.ResNetBlock(8, conv=conv, norm=norm, act=nn.relu, strides=(2, 2))
+  return LinenModel(block, jnp.ones((2, 16, 16, 4)))
+
+
 class Counter(nn.Module):
   """Advances its cache index in every call, `init`'s too (no
   `has_variable` guard): Linen's `init` leaves the index at 1."""
@@ -823,8 +848,8 @@ def counter(decode: bool = False) -> LinenModel:
 
 class LayerFromField(nn.Module):
   """A layer made by a field holding a module class (Flax's imagenet's
-  `conv`, `block_cls`): written as the traced `nn.Dense`, the port would be
-  right for this field's value only."""
+  `conv`, `block_cls`): the port makes it through the field, which holds
+  NNX's class (`nnx.Linear` by default)."""
 
   layer: Any = nn.Dense
 
@@ -835,3 +860,94 @@ class LayerFromField(nn.Module):
 
 def layer_from_field() -> LinenModel:
   return LinenModel(LayerFromField(), jnp.ones((2, 3)))
+
+
+def layer_from_partial_field() -> LinenModel:
+  """The field holding a partial with settings of its own."""
+  return LinenModel(LayerFromField(layer=functools.partial(nn.Dense, use_bias=False)), jnp.ones((2, 3)))
+
+
+class OtherDefault(nn.Module):
+  """A field whose default (a convolution) takes other arguments than the
+  layer the traced configuration makes with it (a dense layer)."""
+
+  layer: Any = nn.Conv
+
+  @nn.compact
+  def __call__(self, x):
+    return self.layer(4)(x)
+
+
+def other_default() -> LinenModel:
+  return LinenModel(OtherDefault(layer=nn.Dense), jnp.ones((2, 3)))
+
+
+def positional_partial_field() -> LinenModel:
+  """The field holding a partial that gives the width by position: NNX's
+  constructor takes the input size before it."""
+  return LinenModel(LayerFromField(layer=functools.partial(nn.Conv, 4)), jnp.ones((2, 5, 3)))
+
+
+class Widening(nn.Module):
+  """A bottleneck-like block whose shortcut exists where its input is not
+  four times `width` wide, made through the norm and dense factories it is
+  given, in a stack that hands them on (as Flax's imagenet ResNet does)."""
+
+  width: int
+  dense: Any
+  norm: Any
+
+  @nn.compact
+  def __call__(self, x):
+    residual = x
+    y = self.dense(self.width)(x)
+    y = self.norm()(y)
+    y = self.dense(self.width * 4)(nn.relu(y))
+    if residual.shape != y.shape:
+      residual = self.dense(self.width * 4, name='projection')(residual)
+    return residual + y
+
+
+class WideningStack(nn.Module):
+  widths: tuple[int, ...] = (2, 3)
+  block: Any = Widening
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    dense = functools.partial(nn.Dense, use_bias=False)
+    norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.8, axis_name='batch')
+    for width in self.widths:
+      x = self.block(width, dense=dense, norm=norm)(x)
+    return nn.Dense(3)(x)
+
+
+def widening_stack() -> LinenModel:
+  return LinenModel(WideningStack(), jnp.ones((4, 8)), train=False)
+
+
+class Cell(nn.RNNCellBase):
+  """A cell of the user's own, which Linen calls only inside `nn.RNN`'s scan."""
+
+  features: int = 4
+
+  @nn.compact
+  def __call__(self, carry, x):
+    h = nn.tanh(nn.Dense(self.features)(jnp.concatenate([carry, x], -1)))
+    return h, h
+
+  def initialize_carry(self, rng, input_shape):
+    return jnp.zeros(input_shape[:-1] + (self.features,))
+
+  @property
+  def num_feature_axes(self) -> int:
+    return 1
+
+
+class CellUnderRNN(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.RNN(Cell())(x)
+
+
+def cell_under_rnn() -> LinenModel:
+  return LinenModel(CellUnderRNN(), jnp.ones((2, 5, 3)))

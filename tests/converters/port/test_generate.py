@@ -388,7 +388,8 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('mixed_modes', "modes come from the call (train) and from the configuration"),
     ('dotted_mode_arithmetic', 'config.deterministic sets the layers\' modes and does more'),
     ('remat_alone', 'nn.remat of a module without nn.scan'),
-    ('layer_from_field', "Dense is made by the field 'layer'"),
+    ('other_default', "the default of 'layer', nn.Conv, takes other arguments than the Dense"),
+    ('positional_partial_field', "the field 'layer' holds a partial with positional arguments"),
     ('half_width', 'changes with the width of x in a way the port cannot write'),
     ('chunks', 'changes with the width of x in a way the port cannot write'),
 ])
@@ -404,6 +405,60 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
   assert ruff_check(str(out)) == ([], [])
 
 
+def test_layers_made_by_fields_are_made_through_them(tmp_path):
+  # The field holds a partial with settings of its own: NNX's, given to the port.
+  result, out, _ = _port(tmp_path, 'layer_from_partial_field', linen_models.layer_from_partial_field())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  assert 'layer: Any = nnx.Linear,' in text or 'layer: Any = nnx.Linear, *' in text
+  assert '= layer(in_features, 4, rngs=rngs)' in text
+
+
+def test_partials_handed_on_are_nnx_partials_and_blocks_widen_their_shortcut(tmp_path):
+  result, out, _ = _port(tmp_path, 'widening_stack', linen_models.widening_stack())
+  assert result.proven, (result.failure, result.checks)
+  assert result.modes == {'train': True}  # the train step ran as one replica of 'batch'
+  text = out.read_text()
+  assert 'dense = functools.partial(nnx.Linear, use_bias=False)\n' in text
+  assert "norm = functools.partial(nnx.BatchNorm, momentum=0.8, axis_name='batch')\n" in text
+  assert 'block(width, dense=dense, norm=norm, in_features=in_features, rngs=rngs)' in text
+  assert 'in_features = width * 4\n' in text and 'if in_features != width * 4:' in text
+  assert 'self.batch_norm_0 = norm(width, rngs=rngs)' in text
+
+
+def test_flax_imagenet_is_written_through_its_factories(tmp_path):
+  # Written here; proven, with its written test, by the nightly test below.
+  result, out = _written(tmp_path, 'flax_imagenet', linen_models.flax_imagenet())
+  assert not result.stubs and result.modes == {'train': True}
+  text = out.read_text()
+  assert 'conv: ModuleDef = nnx.Conv' in text and 'act: Callable = nnx.relu' in text
+  assert 'conv = partial(self.conv, use_bias=False, dtype=dtype)\n' in text
+  assert "norm = partial(nnx.BatchNorm, momentum=0.9, epsilon=1e-5, dtype=dtype, axis_name='batch')\n" in text
+  assert 'self.conv_0 = conv(in_features, filters, (3, 3), strides, rngs=rngs)' in text
+  assert 'self.batch_norm_1 = norm(filters, scale_init=nnx.initializers.zeros_init(), rngs=rngs)' in text
+  assert 'if in_features != filters or strides != (1, 1):' in text
+  assert 'self.blocks.append(' in text
+  assert 'def __call__(self, x):\n    x = self.conv_init(x)\n' in text  # the partials went to __init__
+
+
+def test_a_block_with_strides_is_given_its_shortcut_from_strides_and_widths(tmp_path):
+  # Every traced block has the shortcut; the sizes and strides around it say when.
+  result, out = _written(tmp_path, 'flax_imagenet_block', linen_models.flax_imagenet_block())
+  assert not result.stubs
+  assert 'if in_features != filters or strides != (1, 1):' in out.read_text()
+
+
+@pytest.mark.nightly  # forty seconds
+@pytest.mark.parametrize('name', ['flax_imagenet', 'flax_imagenet_bottleneck'])
+def test_flax_imagenet_is_proven_and_its_checkpoint_trains_on_as_one_replica(tmp_path, name):
+  result, out, test_out = _port(tmp_path, name, getattr(linen_models, name)())
+  assert result.proven, (result.failure, result.checks)
+  if name == 'flax_imagenet_bottleneck':
+    assert 'if in_features != filters * 4 or strides != (1, 1):' in out.read_text()
+  else:
+    _run_written_test(test_out, tmp_path)
+
+
 @pytest.mark.parametrize('name, reason', [
     ('stepwise_local', "'groups' is computed in steps"),
     ('fuse', 'in a module of several array inputs'),
@@ -411,6 +466,8 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
     # Linear at the traced width and the two after it, not far from it.
     ('floored', 'changes with width in a way the port cannot write'),
     ('capped', 'changes with width in a way the port cannot write'),
+    # Seen from outside nn.RNN's scan only (Flax's seq2seq decoder cell).
+    ('cell_under_rnn', 'Cell is called only inside a transform'),
 ])
 def test_what_would_hold_at_the_traced_configuration_only_is_refused(tmp_path, name, reason):
   result, _, _ = _port(tmp_path, name, getattr(linen_models, name)())

@@ -140,8 +140,40 @@ def test_dropout_rate_and_momentum_that_only_training_uses_are_compared():
     )
   message = str(info.value)
   assert 'Dropout rate' in message and 'Linen 0.5; NNX 0.1' in message
-  assert 'BatchNorm momentum' in message and 'Linen 0.99; NNX 0.5' in message
+  assert 'BatchNorm momentum, axis_name' in message and 'Linen (0.99, None); NNX (0.5, None)' in message
   assert 'outputs' not in message  # alike in eval mode
+
+
+class LinenReplicaNet(nn.Module):
+  """Batch statistics averaged over the replicas of `batch`, as under pmap."""
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.Dense(OUT, name='dense')(x)
+    return nn.BatchNorm(use_running_average=not train, axis_name='batch', name='norm')(x)
+
+
+class NNXReplicaNet(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs, axis_name: str | None = 'batch'):
+    self.dense = nnx.Linear(IN, OUT, rngs=rngs)
+    self.norm = nnx.BatchNorm(OUT, axis_name=axis_name, rngs=rngs)
+
+  def __call__(self, x):
+    return self.norm(self.dense(x))
+
+
+def test_a_training_step_over_a_mapped_axis_runs_as_one_replica_of_it():
+  linen_variables = LinenReplicaNet().init(jax.random.key(0), batch(0)[0])
+  check = lambda model, **kwargs: assert_port_equivalent(
+      LinenReplicaNet(), linen_variables, model, batch(1)[0],
+      linen_kwargs={'train': False}, linen_train_kwargs={'train': True}, **kwargs)
+  check(NNXReplicaNet(nnx.Rngs(0)), axis_name='batch')
+  # Without the axis, Linen's step cannot run at all (as outside pmap).
+  with pytest.raises(NameError, match='unbound axis name: batch'):
+    check(NNXReplicaNet(nnx.Rngs(0)))
+  # On one replica a port without the axis computes the same: its setting says.
+  with pytest.raises(AssertionError, match=r"BatchNorm momentum, axis_name.*'batch'\).*None\)"):
+    check(NNXReplicaNet(nnx.Rngs(0), axis_name=None), axis_name='batch')
 
 
 class LinenDecoder(nn.Module):

@@ -1,0 +1,73 @@
+"""Tests of `converters.port.prove`: what the proof gives the port it builds."""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import jax.numpy as jnp
+import pytest
+from flax import linen as nn
+from flax import nnx
+
+from converters import LinenModel
+from converters.port import prove
+
+
+class Block(nn.Module):
+  conv: type = nn.Conv
+
+  @nn.compact
+  def __call__(self, x):
+    return self.conv(4, (3, 3))(x)
+
+
+class PortedBlock(nnx.Module):
+  pass
+
+
+GENERATED = types.ModuleType('generated')
+GENERATED.Block = PortedBlock
+
+
+def test_module_classes_the_model_is_configured_with_become_nnx_counterparts():
+  assert prove.nnx_value(nn.Conv, GENERATED) is nnx.Conv
+  assert prove.nnx_value(Block, GENERATED) is PortedBlock
+  assert prove.nnx_value(nn.relu, GENERATED) is nn.relu  # not a module: as it is
+  assert prove.nnx_value(3, GENERATED) == 3
+
+
+def test_partials_drop_their_mode_and_take_nnx_names_recursively():
+  norm = prove.nnx_value(functools.partial(nn.BatchNorm, use_running_average=True, momentum=0.9), GENERATED)
+  assert norm.func is nnx.BatchNorm and norm.keywords == {'momentum': 0.9}
+  dense = prove.nnx_value(functools.partial(nn.Dense, features=3, use_bias=False), GENERATED)
+  assert dense.func is nnx.Linear and dense.keywords == {'out_features': 3, 'use_bias': False}
+  block = prove.nnx_value(functools.partial(Block, conv=functools.partial(nn.Conv, use_bias=False)), GENERATED)
+  assert block.func is PortedBlock
+  assert block.keywords['conv'].func is nnx.Conv and block.keywords['conv'].keywords == {'use_bias': False}
+
+
+def test_a_linen_class_the_port_has_no_class_for_is_refused():
+  class Unported(nn.Module):
+    pass
+
+  with pytest.raises(TypeError, match='configured with the Linen class Unported'):
+    prove.nnx_value(Unported, GENERATED)
+
+
+class Replicated(nn.Module):
+  axis: str | None = 'batch'
+  other: str | None = None
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.BatchNorm(use_running_average=not train, axis_name=self.axis)(x)
+    return nn.BatchNorm(use_running_average=not train, axis_name=self.other)(x)
+
+
+def test_the_batch_axis_is_read_from_the_layers_and_several_are_refused():
+  x = jnp.ones((2, 3))
+  assert prove.batch_axis_name(LinenModel(Replicated(), x)) == 'batch'
+  assert prove.batch_axis_name(LinenModel(Replicated(axis=None), x)) is None
+  with pytest.raises(AssertionError, match=r"mapped axes \['batch', 'devices'\]"):
+    prove.batch_axis_name(LinenModel(Replicated(other='devices'), x))
