@@ -114,6 +114,9 @@ class ClassWriter:
   #: Whether the writer writes `self.has_variable('cache', ...)` (a cache
   #: NNX makes where it builds the module: always there).
   writes_has_cache = False
+  #: Whether the writer writes `self.make_rng(stream)` (a draw from the
+  #: `nnx.Rngs` the module keeps: `self.rngs.<stream>()`).
+  writes_draws = False
 
   def __init__(self, cls, instances, symbolic_trace, child_ports):
     self.cls = cls
@@ -146,6 +149,7 @@ class ClassWriter:
     ]
     self.call_time = self._call_time()
     self.locals = syntax.assigned_once(self.call.body)
+    self.draws: set[str] = set()  # the streams `self.make_rng` draws from
     self._refuse_linen_api()
     for name in self.field_names:
       if isinstance(getattr(instance.module, name), nn.Module):
@@ -188,6 +192,13 @@ class ClassWriter:
     class Visitor(cst.CSTVisitor):
       def visit_Call(self, node):
         if writer.writes_has_cache and variables.is_has_cache_variable(node):
+          allowed.add(node.func)
+        stream = drawn_stream(node)
+        if stream is not None and writer.writes_draws:
+          if any(i.transform for i in writer.instances):
+            writer.fail(node, f'self.make_rng({stream!r}) in a module Linen runs under a lifted transform '
+                        '(its keys split per step): not written yet; port it by hand')
+          writer.draws.add(stream)
           allowed.add(node.func)
 
       def visit_Attribute(self, node):
@@ -1119,7 +1130,12 @@ class ClassWriter:
     body = [s.visit(Arguments()) for s in body]
     statements = [
         syntax.statement(f'self.{n} = {n}\n') for n in self.field_names if n not in self.field_modes
-    ] + body
+    ]
+    if self.draws:
+      # `self.make_rng(stream)` draws from the Rngs the model is built with,
+      # shared, in the order the model draws (Linen splits keys by path).
+      statements.append(syntax.statement('self.rngs = rngs\n'))
+    statements += body
     return cst.FunctionDef(
         name=cst.Name('__init__'),
         params=cst.Parameters(params=params, star_arg=cst.ParamStar(), kwonly_params=kwonly),
@@ -1177,6 +1193,22 @@ class ClassWriter:
           '.eval()); port it by hand',
       )
     return method
+
+
+def drawn_stream(node: cst.CSTNode) -> str | None:
+  """`'noise'` of `self.make_rng('noise')` (a string the code spells out),
+  else None."""
+  if not (isinstance(node, cst.Call) and references.dotted(node.func) == ['self', 'make_rng']
+          and len(node.args) == 1 and node.args[0].keyword in (None,)
+          and isinstance(node.args[0].value, cst.SimpleString)):
+    return None
+  stream = node.args[0].value.evaluated_value
+  return stream if isinstance(stream, str) and stream.isidentifier() and stream != 'params' else None
+
+
+def draw(node: cst.Call) -> cst.Call:
+  """`self.make_rng('noise')` as NNX draws it: `self.rngs.noise()`."""
+  return cst.Call(syntax.expression(f'self.rngs.{drawn_stream(node)}'), [])
 
 
 def _made_name(made) -> str:

@@ -95,6 +95,7 @@ class CompactWriter(classes.ClassWriter):
   """Writes one class whose submodules its `@nn.compact` `__call__` creates."""
 
   writes_has_cache = True
+  writes_draws = True
 
   def _methods(self) -> tuple[cst.FunctionDef, cst.FunctionDef]:
     method = _compact_method(self.cdef, self.file, self.cls)
@@ -540,6 +541,8 @@ class CompactWriter(classes.ClassWriter):
           return writer.own[original].read
         if variables.is_sow_call(original):
           return variables.sow(updated, writer)
+        if classes.drawn_stream(original) is not None:
+          return classes.draw(original)
         if original.func in writer.node_sites:
           site = writer.node_sites[original.func]
           child = writer.sites[site][1][0]

@@ -275,8 +275,16 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
         pairs.append((both, f'{decode_change}, {change}'))
   for description in result.refused_flags:
     result.checks.append((f'another configuration ({description})', 'not built by Linen', 'not proven'))
+  # A flag of the call the port keeps as an argument (not its mode: it does
+  # more than set layers' modes, `if deterministic: return ids`), turned
+  # round: both sides called with it.
+  calls = [
+      (LinenModel(linen_model.module, *linen_model.args, **{**linen_model.kwargs, k: not v}),
+       f'{k}={not v}, a flag of the call')
+      for k, v in linen_model.kwargs.items() if isinstance(v, bool) and k not in result.modes
+  ]
   decoding_proven = 'cache' in result.variables
-  for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs]:
+  for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs, *calls]:
     start = time.perf_counter()
     try:
       root, variables = tracing.trace(other.module, *other.args, **other.kwargs)

@@ -15,7 +15,7 @@ import inspect
 import os
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -23,11 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 from flax import nnx
+from flax.core import scope as linen_scope
 
 from converters.linen_model import LinenModel
 from converters.port import layers, shapes, tracing
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.testing import assert_port_equivalent
+from converters.testing.port import linen_draws, nnx_draws
 
 
 def import_file(path: str) -> types.ModuleType:
@@ -148,13 +150,57 @@ def _input_named(linen_model: LinenModel, name: str):
   raise TypeError(f'the example inputs have no {name!r}')
 
 
+def drawn_streams(linen_model: LinenModel) -> tuple[str, ...]:
+  """The RNG streams the Linen model draws from itself (`make_rng`, Flax's
+  `Dropout`'s too) when it initialises on its inputs as given and with each
+  flag of its call turned round (a `train=True` draws what `train=False`
+  does not): `params` left out."""
+  seen: set[str] = set()
+  original = linen_scope.Scope.make_rng
+
+  def make_rng(scope, name: str = 'params'):
+    if name == 'params':
+      return original(scope, name)
+    seen.add(name)
+    return jax.random.key(0)
+
+  kwargs = dict(linen_model.kwargs)
+  flips = [kwargs] + [{**kwargs, k: not v} for k, v in kwargs.items() if isinstance(v, bool)]
+  linen_scope.Scope.make_rng = make_rng
+  try:
+    for given in flips:
+      leaves, treedef = jax.tree.flatten((tuple(linen_model.args), given))
+      dynamic = [i for i, x in enumerate(leaves) if tracing.is_array(x)]
+
+      def init(*arrays, leaves=leaves, treedef=treedef, dynamic=dynamic):
+        full = list(leaves)
+        for i, x in zip(dynamic, arrays):
+          full[i] = x
+        args, keywords = jax.tree.unflatten(treedef, full)
+        return linen_model.module.init(jax.random.key(0), *args, **keywords)
+
+      try:
+        jax.eval_shape(init, *(jax.ShapeDtypeStruct(leaves[i].shape, leaves[i].dtype) for i in dynamic))
+      except Exception:  # noqa: BLE001 - a flag Linen refuses turned round: nothing drawn there
+        continue
+  finally:
+    linen_scope.Scope.make_rng = original
+  return tuple(sorted(seen))
+
+
+def _rngs(streams: Sequence[str], seed: int) -> nnx.Rngs:
+  """The port's `Rngs`: `seed` for its parameters, and for each stream the
+  model draws from (`drawn_streams`: the port's `self.rngs.<stream>()`)."""
+  return nnx.Rngs(seed, **dict.fromkeys(streams, seed))
+
+
 def build(nnx_class: type, linen_model: LinenModel, seed: int = 0) -> nnx.Module:
   """The port at the Linen model's configuration."""
-  return nnx_class(**nnx_arguments(nnx_class, linen_model), rngs=nnx.Rngs(seed))
+  return nnx_class(**nnx_arguments(nnx_class, linen_model), rngs=_rngs(drawn_streams(linen_model), seed))
 
 
 def holding(nnx_class: type, linen_model: LinenModel, variables, paths, *, seed: int = 0,
-            cache_shape: tuple | None = None) -> nnx.Module:
+            cache_shape: tuple | None = None, streams: Sequence[str] | None = None) -> nnx.Module:
   """The port at the Linen model's configuration holding the Linen
   `variables`, converted through `paths`; with `cache_shape`
   (`(input_shape, dtype)`), its `init_cache` run first to make the cache
@@ -162,9 +208,10 @@ def holding(nnx_class: type, linen_model: LinenModel, variables, paths, *, seed:
   (`nnx.eval_shape`): the converted values replace whatever its
   initialisers would make, and compiling those is a proof's dearest step."""
   arguments = nnx_arguments(nnx_class, linen_model)
+  streams = drawn_streams(linen_model) if streams is None else streams
 
   def make():
-    model = nnx_class(**arguments, rngs=nnx.Rngs(seed))
+    model = nnx_class(**arguments, rngs=_rngs(streams, seed))
     if cache_shape is not None:
       model.init_cache(*cache_shape)
     return model
@@ -207,22 +254,21 @@ def call_keywords(linen_model: LinenModel, modes: Mapping[str, bool]) -> tuple[t
   return tuple(args), eval_kwargs, nnx_kwargs, train_kwargs
 
 
-def linen_variables(linen_model: LinenModel, inputs: tuple, kwargs: Mapping) -> dict:
+def linen_variables(linen_model: LinenModel, inputs: tuple, kwargs: Mapping,
+                    streams: Sequence[str] | None = None) -> dict:
   """The Linen model's variables for `inputs`, made by `init` in one
   compiled program (arrays traced; flags such as `train=False` stay Python
   values, as the code branches on them)."""
-  leaves, treedef = jax.tree.flatten((inputs, dict(kwargs)))
-  dynamic = [i for i, x in enumerate(leaves) if tracing.is_array(x)]
+  rebuild, arrays = tracing.split_arrays(inputs, kwargs)
 
   def init(rngs, *arrays):
-    full = list(leaves)
-    for i, x in zip(dynamic, arrays):
-      full[i] = x
-    args, keywords = jax.tree.unflatten(treedef, full)
+    args, keywords = rebuild(*arrays)
     return linen_model.module.init(rngs, *args, **keywords)
 
   rngs = {'params': jax.random.key(1), 'dropout': jax.random.key(2)}
-  return jax.jit(init)(rngs, *(leaves[i] for i in dynamic))
+  streams = drawn_streams(linen_model) if streams is None else streams
+  with linen_draws(streams):  # what the model draws itself, as the checks draw it
+    return jax.jit(init)(rngs, *arrays)
 
 
 def assert_generated_port(
@@ -255,21 +301,22 @@ def assert_generated_port(
   inputs, eval_kwargs, nnx_kwargs, train_kwargs = call_keywords(linen_model, modes)
   if fields:
     train_kwargs = None
-  variables = linen_variables(linen_model, inputs, eval_kwargs)
+  streams = drawn_streams(linen_model)
+  variables = linen_variables(linen_model, inputs, eval_kwargs, streams)
   context, mesh = _annotation_context(variables)
   with context:
     if mesh is not None:  # whole on the mesh's one device, as NNX's arrays are
       replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
       variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
     paths = generated.PATHS if paths is None else paths
-    model = holding(nnx_class, linen_model, variables, paths)
+    model = holding(nnx_class, linen_model, variables, paths, streams=streams)
     variants = _attention_variants(model, as_written)
     axis_name = batch_axis_name(linen_model) if train_kwargs is not None else None
     for candidate, atol in variants:
       assert_port_equivalent(
           linen_model.module, variables, candidate, *inputs, paths=paths,
           linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs, atol=atol,
-          axis_name=axis_name,
+          axis_name=axis_name, drawn_streams=streams,
       )
   return max(atol for _, atol in variants)
 
@@ -444,7 +491,8 @@ def assert_generated_decoding(
         *linen_model.args, **linen_model.kwargs,
     )
   inputs, eval_kwargs, nnx_kwargs, _ = call_keywords(linen_model, modes)
-  variables = linen_variables(linen_model, inputs, eval_kwargs)
+  streams = drawn_streams(linen_model)
+  variables = linen_variables(linen_model, inputs, eval_kwargs, streams)
   shape, dtype = _decoding_input_shape(linen_model, variables)
   for x in inputs:
     if not hasattr(x, 'shape') or x.ndim < 2 or x.shape[1] < 2:
@@ -456,12 +504,19 @@ def assert_generated_decoding(
     if mesh is not None:
       replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
       variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
-    model = holding(nnx_class, linen_model, variables, paths, cache_shape=(shape, dtype))
+    model = holding(nnx_class, linen_model, variables, paths, cache_shape=(shape, dtype), streams=streams)
     model.init_cache(shape, dtype)  # the port's own cache, in place of Linen's
     _assert_same_cache('init_cache', variables['cache'], model, paths)
     variants = _attention_variants(model, as_written)
-    linen_step = jax.jit(lambda v, *xs: linen_model.module.apply(v, *xs, mutable=['cache'], **eval_kwargs))
-    nnx_step = nnx.jit(lambda m, *xs: nnx.capture(m, nnx.Intermediate)(*xs, **nnx_kwargs)[0])
+    def linen_call(variables, *xs):
+      with linen_draws(streams):
+        return linen_model.module.apply(variables, *xs, mutable=['cache'], **eval_kwargs)
+
+    def nnx_call(model, *xs):
+      nnx_draws(model, streams)
+      return nnx.capture(model, nnx.Intermediate)(*xs, **nnx_kwargs)[0]
+
+    linen_step, nnx_step = jax.jit(linen_call), nnx.jit(nnx_call)
     for candidate, atol in variants:
       candidate.eval()
       state = variables

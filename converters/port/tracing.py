@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import flax
@@ -128,6 +128,23 @@ def _site(frame) -> Site | None:
   return Site(os.path.realpath(frame.f_code.co_filename), line, column, end_line, end_column)
 
 
+def split_arrays(args: tuple, kwargs: dict) -> tuple[Callable[..., tuple[tuple, dict]], list]:
+  """`(rebuild, arrays)`: the arrays among a call's arguments (what a trace
+  takes as its inputs), and `rebuild(*arrays)` giving back `(args,
+  kwargs)` with them in place; the rest (flags such as `train=False`, which
+  Linen code branches on) stays Python values."""
+  leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
+  dynamic = [i for i, x in enumerate(leaves) if is_array(x)]
+
+  def rebuild(*arrays):
+    full = list(leaves)
+    for i, x in zip(dynamic, arrays, strict=True):
+      full[i] = x
+    return jax.tree.unflatten(treedef, full)
+
+  return rebuild, [leaves[i] for i in dynamic]
+
+
 def is_array(x) -> bool:
   return isinstance(x, (jax.Array, jax.ShapeDtypeStruct)) or hasattr(x, 'aval') or (
       hasattr(x, 'shape') and hasattr(x, 'dtype')
@@ -196,21 +213,15 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
   nn.Module.__post_init__ = recorder.post_init(original)
   try:
     bound = module.clone(parent=None)
-    # Arrays (and their shapes) are the traced inputs; flags such as
-    # `train=False` stay Python values, as Linen code branches on them.
-    leaves, treedef = jax.tree.flatten((args, kwargs))
-    dynamic = [i for i, x in enumerate(leaves) if is_array(x)]
+    rebuild, arrays = split_arrays(args, kwargs)
 
     def init(*arrays):
-      full = list(leaves)
-      for i, x in zip(dynamic, arrays):
-        full[i] = x
-      call_args, call_kwargs = jax.tree.unflatten(treedef, full)
+      call_args, call_kwargs = rebuild(*arrays)
       rngs = {name: jax.random.key(i) for i, name in enumerate(rng_streams)}
       return bound.init(rngs, *call_args, **call_kwargs)
 
     with nn.intercept_methods(recorder.intercept):
-      variables = jax.eval_shape(init, *(leaves[i] for i in dynamic))
+      variables = jax.eval_shape(init, *arrays)
   finally:
     nn.Module.__post_init__ = original
   roots = [r for r in recorder.order if r.parent is None and r.calls]

@@ -41,7 +41,13 @@ from flax.training.train_state import TrainState
 from converters.linen_model import LinenModel
 from converters.port import prove
 from converters.testing import assert_training_equivalent
-from converters.testing.port import on_one_replica, without_linen_dropout, without_nnx_dropout
+from converters.testing.port import (
+    linen_draws,
+    nnx_draws,
+    on_one_replica,
+    without_linen_dropout,
+    without_nnx_dropout,
+)
 
 
 def make_tx() -> optax.GradientTransformation:
@@ -63,11 +69,12 @@ def _train_state_class(linen_model: LinenModel, collections: tuple[str, ...]) ->
   return type('TrainState', (TrainState,), namespace)
 
 
-def _linen_step(module: nn.Module, kwargs: Mapping, collections: tuple[str, ...], axis_name: str | None):
+def _linen_step(module: nn.Module, kwargs: Mapping, collections: tuple[str, ...], axis_name: str | None,
+                streams: tuple[str, ...] = ()):
   def step(state, inputs):
     def loss(params):
       variables = {'params': params, **{c: getattr(state, c) for c in collections}}
-      with nn.intercept_methods(without_linen_dropout):
+      with nn.intercept_methods(without_linen_dropout), linen_draws(streams):
         if not collections:
           return _loss(module.apply(variables, *inputs, **kwargs)), {}
         outputs, written = module.apply(variables, *inputs, mutable=list(collections), **kwargs)
@@ -83,8 +90,10 @@ def _linen_step(module: nn.Module, kwargs: Mapping, collections: tuple[str, ...]
   return lambda state, inputs: run(state, tuple(inputs))
 
 
-def _nnx_step(kwargs: Mapping, axis_name: str | None):
+def _nnx_step(kwargs: Mapping, axis_name: str | None, streams: tuple[str, ...] = ()):
   def step(model, optimizer, inputs):
+    nnx_draws(model, streams)  # each step draws as Linen's does (see `linen_draws`)
+
     def loss(model):
       outputs, _ = nnx.capture(model, nnx.Intermediate)(*inputs, **kwargs)
       return _loss(outputs)
@@ -186,8 +195,9 @@ def assert_checkpoint_trains_on(
   trains = train_kwargs is not None or bool(fields)
   train_module = prove._with_values(module, fields) if fields else module
   eval_module = prove._with_values(module, {f: not t for f, t in fields.items()}) if fields else module
+  streams = prove.drawn_streams(linen_model)
   variables = prove.linen_variables(LinenModel(eval_module, *linen_model.args, **linen_model.kwargs),
-                                    inputs, eval_kwargs)
+                                    inputs, eval_kwargs, streams)
   collections = tuple(sorted(c for c in variables if c != 'params'))
   state_class = _train_state_class(linen_model, collections)
   context, mesh = prove._annotation_context(variables)
@@ -201,7 +211,7 @@ def assert_checkpoint_trains_on(
         **{c: variables[c] for c in collections},
     )
     axis_name = prove.batch_axis_name(linen_model) if trains else None
-    linen_step = _linen_step(train_module, train_kwargs or eval_kwargs, collections, axis_name)
+    linen_step = _linen_step(train_module, train_kwargs or eval_kwargs, collections, axis_name, streams)
     batches = [inputs] * (k + steps)
     trained = state
     for batch in batches[:k]:
@@ -230,7 +240,7 @@ def assert_checkpoint_trains_on(
     # The restored port is the conversion's target too (converting never
     # changes it), then the start it trains on from.
     assert_training_equivalent(
-        state, linen_step, (model, optimizer), _nnx_step(nnx_kwargs, axis_name),
+        state, linen_step, (model, optimizer), _nnx_step(nnx_kwargs, axis_name, streams),
         batches, k=k, paths=generated.PATHS, start=(model, optimizer),
     )
     # The final models, each in its own framework, on the inputs (what the
@@ -239,11 +249,19 @@ def assert_checkpoint_trains_on(
     for batch in batches[k:]:
       final = linen_step(final, batch)
     # `mutable`: a call may write a collection in eval mode too (a counter).
-    apply = jax.jit(lambda v, xs: eval_module.apply(v, *xs, mutable=list(collections), **eval_kwargs)[0]
-                    if collections else eval_module.apply(v, *xs, **eval_kwargs))
-    linen_out = apply({'params': final.params, **{c: getattr(final, c) for c in collections}}, inputs)
+    def apply(variables, xs):
+      with linen_draws(streams):
+        if collections:
+          return eval_module.apply(variables, *xs, mutable=list(collections), **eval_kwargs)[0]
+        return eval_module.apply(variables, *xs, **eval_kwargs)
+
+    def call(model, xs):
+      nnx_draws(model, streams)
+      return nnx.capture(model, nnx.Intermediate)(*xs, **nnx_kwargs)[0]
+
+    linen_out = jax.jit(apply)({'params': final.params, **{c: getattr(final, c) for c in collections}}, inputs)
     model.eval()
-    nnx_out = nnx.jit(lambda m, xs: nnx.capture(m, nnx.Intermediate)(*xs, **nnx_kwargs)[0])(model, inputs)
+    nnx_out = nnx.jit(call)(model, inputs)
     for a, b in zip(jax.tree.leaves(linen_out), jax.tree.leaves(nnx_out), strict=True):
       np.testing.assert_array_equal(np.asarray(b), np.asarray(a),
                                     err_msg='outputs after training on from the converted checkpoint')

@@ -26,7 +26,8 @@ models nor your variables are modified.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -34,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 from flax import nnx
+from flax.core import scope as linen_scope
 
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.comparison import describe_difference, differs
@@ -130,6 +132,7 @@ def assert_port_equivalent(
     loss: Callable[[Any], jax.Array] | None = None,
     atol: float = 0.0,
     axis_name: str | None = None,
+    drawn_streams: Sequence[str] = (),
 ) -> None:
   """The NNX port `nnx_model` is the Linen `linen_module`: see the module docstring.
 
@@ -155,6 +158,11 @@ def assert_port_equivalent(
     axis_name: the mapped axis the layers reduce over in training, as
       under `pmap` (`BatchNorm(axis_name='batch')`): the training step then
       runs on both sides as one replica of it (`on_one_replica`).
+    drawn_streams: the RNG streams the model draws from itself (Linen's
+      `self.make_rng('noise')`, the port's `self.rngs.noise()` from the
+      `nnx.Rngs` it keeps): both sides draw the same keys, in the order
+      they draw them (`linen_draws`, `nnx_draws`), so that what is drawn is
+      compared too.
   """
   linen_kwargs, nnx_kwargs = dict(linen_kwargs or {}), dict(nnx_kwargs or {})
   infer = as_infer(paths)
@@ -174,7 +182,9 @@ def assert_port_equivalent(
   gradient_model = nnx.clone(model)  # before the call below writes any state
   # Every collection but the parameters may be written by the call (a decode
   # step's cache): Linen's new values are compared with the port's after its call.
-  linen_apply = _linen_call(linen_module, linen_variables, linen_kwargs)
+  streams = tuple(drawn_streams)
+  linen_apply = _linen_call(linen_module, linen_variables, linen_kwargs, streams=streams)
+  nnx_kwargs = {**nnx_kwargs, _STREAMS: streams} if streams else nnx_kwargs
   rows = _compare_call(
       ('outputs', 'variables the call writes'), linen_apply, linen_variables, model, inputs,
       nnx_kwargs=nnx_kwargs, options=options, atol=atol,
@@ -184,7 +194,7 @@ def assert_port_equivalent(
       linen_apply, linen_variables, gradient_model, inputs, nnx_kwargs=nnx_kwargs,
       loss=loss, options=options, atol=atol,
   )
-  rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model)
+  rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model, streams)
   if linen_train_kwargs is not None:
     rows += _training_step(
         linen_module, linen_variables, gradient_model, inputs, linen_kwargs=linen_train_kwargs,
@@ -234,13 +244,18 @@ def _compare_gradients(
   return _compare_trees('gradients', expected, actual, atol, annotations=False)
 
 
-def _linen_call(linen_module, linen_variables, kwargs, interceptor=None) -> Callable:
+def _linen_call(linen_module, linen_variables, kwargs, interceptor=None, streams: Sequence[str] = ()) -> Callable:
   """`(variables, *inputs) -> (outputs, new values of every collection but
-  the parameters)` of the Linen module, under `interceptor` if given."""
+  the parameters)` of the Linen module, under `interceptor` if given, its
+  draws from `streams` as `linen_draws` makes them."""
   written = [c for c in linen_variables if c != 'params']
 
   def call(variables, *xs):
-    with nn.intercept_methods(interceptor) if interceptor else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+      if interceptor:
+        stack.enter_context(nn.intercept_methods(interceptor))
+      if streams:
+        stack.enter_context(linen_draws(streams))
       if not written:
         return linen_module.apply(variables, *xs, **kwargs), {}
       return linen_module.apply(variables, *xs, mutable=written, **kwargs)
@@ -248,12 +263,60 @@ def _linen_call(linen_module, linen_variables, kwargs, interceptor=None) -> Call
   return call
 
 
+#: The keyword `_nnx_call` takes the drawn streams by (not the model's).
+_STREAMS = '_drawn_streams'
+
+
 def _nnx_call(model: nnx.Module, *xs, **kwargs):
   """`model(*xs, **kwargs)`, what it sows captured and left out: values sown
   during a call are outputs of it, not state (Linen keeps them only when
-  asked, `mutable=['intermediates']`, as the Linen calls here do not)."""
+  asked, `mutable=['intermediates']`, as the Linen calls here do not); its
+  draws from the streams given as `_STREAMS` as `nnx_draws` makes them."""
+  streams = kwargs.pop(_STREAMS, ())
+  if streams:
+    nnx_draws(model, streams)
   outputs, _ = nnx.capture(model, nnx.Intermediate)(*xs, **kwargs)
   return outputs
+
+
+def _stream_key(stream: str) -> jax.Array:
+  """The key both sides of a check draw `stream` from."""
+  return jax.random.fold_in(jax.random.key(0), zlib.crc32(stream.encode()) & 0x7FFFFFFF)
+
+
+@contextlib.contextmanager
+def linen_draws(streams: Sequence[str]) -> Iterator[None]:
+  """Linen's `make_rng(stream)`, for each of `streams`, draws
+  `fold_in(k, n)` for its n-th draw from the start of the context (`k` a
+  key per stream), as `nnx_draws` makes the port draw: the same keys on
+  both sides for a port that draws in the same order. (Linen's own keys
+  depend on the module's path, which NNX does not have.) Not for keys
+  split under a lifted transform: those are drawn once, at its trace."""
+  original = linen_scope.Scope.make_rng
+  counts = dict.fromkeys(streams, 0)
+
+  def make_rng(scope, name: str = 'params'):
+    if name not in counts:
+      return original(scope, name)
+    key = jax.random.fold_in(_stream_key(name), counts[name])
+    counts[name] += 1
+    return key
+
+  linen_scope.Scope.make_rng = make_rng
+  try:
+    yield
+  finally:
+    linen_scope.Scope.make_rng = original
+
+
+def nnx_draws(model: nnx.Module, streams: Sequence[str]) -> None:
+  """`model`'s RNG streams of `streams` (and `default`, which a stream the
+  model's `Rngs` lacks draws from) set to draw as `linen_draws` makes
+  Linen draw, from their first draw on; in place."""
+  for _, node in nnx.iter_graph(model):
+    if isinstance(node, nnx.RngStream) and node.key.tag in streams:
+      node.key.set_value(_stream_key(node.key.tag))
+      node.count.set_value(jnp.zeros(node.count.shape, jnp.uint32))
 
 
 def on_one_replica(f: Callable, axis_name: str) -> Callable:
@@ -340,13 +403,14 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
   without_nnx_dropout(model)
   return _compare_call(
       ('train-mode outputs', 'what a training step writes'),
-      _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout),
+      _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout,
+                  streams=nnx_kwargs.get(_STREAMS, ())),
       linen_variables, model, inputs, nnx_kwargs=nnx_kwargs, options=options, atol=atol,
       axis_name=axis_name,
   )
 
 
-def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model) -> list:
+def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model, streams=()) -> list:
   """Rows for the settings of layers that act only in training and so leave
   eval-mode outputs alike: dropout rates and batch-norm momentum, compared
   as the set of values of each kind of layer (a port may call one module
@@ -365,7 +429,7 @@ def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_
       linen[('BatchNorm', module.path)] = (module.momentum, module.axis_name)
     return next_fun(*args, **kwargs)
 
-  jax.eval_shape(_linen_call(linen_module, linen_variables, linen_kwargs, record), linen_variables, *inputs)
+  jax.eval_shape(_linen_call(linen_module, linen_variables, linen_kwargs, record, streams), linen_variables, *inputs)
   ported: dict[str, list] = {'Dropout': [], 'BatchNorm': [], 'attention': []}
   for _, module in nnx.iter_modules(nnx_model):
     if isinstance(module, nnx.Dropout):

@@ -24,10 +24,10 @@ def test_writes_proves_and_reports(tmp_path):
 
 def test_stubs_exit_1_naming_them_and_the_page_shows_them(tmp_path):
   page = tmp_path / 'port.html'
-  result = run('port', f'{FACTORIES}:uses_make_rng', '--out', tmp_path / 'p.py', '--side-by-side', page)
+  result = run('port', f'{FACTORIES}:scanned_noise', '--out', tmp_path / 'p.py', '--side-by-side', page)
   assert result.code == 1
-  assert 'UsesMakeRng written as stubs: port them by hand' in result.stderr
-  assert 'stub: UsesMakeRng' in result.stdout and 'self.make_rng' in result.stdout
+  assert 'NoisyStep, ScannedNoise written as stubs: port them by hand' in result.stderr
+  assert 'stub: NoisyStep' in result.stdout and 'self.make_rng' in result.stdout
   text = page.read_text()
   assert '<strong>Stub, to port by hand:</strong>' in text and 'make_rng' in text
 

@@ -91,11 +91,58 @@ class Counts(nn.Module):
 
 
 class UsesMakeRng(nn.Module):
-  """`self.make_rng`: Linen's own API, not written yet."""
+  """`self.make_rng`: a draw from the port's `self.rngs.noise()`."""
 
   @nn.compact
   def __call__(self, x):
     return nn.Dense(2)(x + jax.random.normal(self.make_rng('noise'), x.shape))
+
+
+class NoisyStep(nn.Module):
+  """Draws in each step of a scan (its keys split per step)."""
+
+  @nn.compact
+  def __call__(self, x, _):
+    return x + jax.random.normal(self.make_rng('noise'), x.shape), None
+
+
+class ScannedNoise(nn.Module):
+  """`self.make_rng` under `nn.scan`: not written yet."""
+
+  @nn.compact
+  def __call__(self, x):
+    steps = nn.scan(NoisyStep, variable_axes={'params': 0}, split_rngs={'params': True, 'noise': True},
+                    length=3)
+    x, _ = steps()(x, None)
+    return nn.Dense(2)(x)
+
+
+class WordDropout(nn.Module):
+  """Flax's sst2 word dropout: in training, each token replaced by `unk`
+  with probability `rate`, drawn from the `dropout` stream by the module."""
+
+  rate: float
+  unk: int
+
+  @nn.compact
+  def __call__(self, ids, deterministic: bool = True):
+    if deterministic or self.rate == 0.0:
+      return ids
+    mask = jax.random.bernoulli(self.make_rng('dropout'), p=self.rate, shape=ids.shape)
+    return jnp.where(mask, jnp.array([self.unk]), ids)
+
+
+class NoisyEmbedder(nn.Module):
+  """Word dropout in training, embeddings, noise of its own in every mode."""
+
+  vocab: int = 10
+
+  @nn.compact
+  def __call__(self, ids, train: bool = False):
+    ids = WordDropout(0.3, 0)(ids, deterministic=not train)
+    x = nn.Embed(self.vocab, 4)(ids)
+    x = x + jax.random.normal(self.make_rng('noise'), x.shape)
+    return nn.Dense(3)(x)
 
 
 class UsesUnknownLayer(nn.Module):
@@ -160,6 +207,14 @@ def counts(features: int = 2) -> LinenModel:
 
 def uses_make_rng() -> LinenModel:
   return LinenModel(UsesMakeRng(), jnp.ones((2, 3)))
+
+
+def scanned_noise() -> LinenModel:
+  return LinenModel(ScannedNoise(), jnp.ones((2, 3)))
+
+
+def noisy_embedder() -> LinenModel:
+  return LinenModel(NoisyEmbedder(), jnp.zeros((2, 5), jnp.int32), train=False)
 
 
 def uses_unknown_layer() -> LinenModel:

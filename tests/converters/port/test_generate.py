@@ -378,7 +378,6 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
 
 
 @pytest.mark.parametrize('name, reason', [
-    ('uses_make_rng', "self.make_rng(...) is Linen's own Module API"),
     ('uses_unknown_layer', "Flax's SpectralNorm has no NNX counterpart"),
     ('depends_on_inputs', 'no condition on the configuration and input size agrees with when Linen creates the modules under `if x.shape[-1] > 2`'),
     ('reads_its_mode_field', "the field 'deterministic' sets the layers' modes and does more"),
@@ -403,6 +402,28 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
     getattr(generated, stub.cls)()
   assert '# STUB: not ported' in out.read_text()
   assert ruff_check(str(out)) == ([], [])
+
+
+def test_draws_are_from_the_rngs_the_port_keeps_and_proven_with_the_same_keys(tmp_path):
+  result, out, _ = _port(tmp_path, 'noisy_embedder', linen_models.noisy_embedder())
+  assert result.proven, (result.failure, result.checks)
+  # `train` does more than set modes (the word dropout returns early): an
+  # argument of the call still, proven turned round too, the draws compared.
+  assert result.modes == {}
+  outcomes = {check: outcome for check, outcome, _ in result.checks}
+  assert outcomes['another configuration (train=True, a flag of the call)'] == 'passed'
+  text = out.read_text()
+  assert text.count('    self.rngs = rngs\n') == 2
+  assert 'jax.random.bernoulli(self.rngs.dropout(), p=self.rate, shape=ids.shape)' in text
+  assert 'x = x + jax.random.normal(self.rngs.noise(), x.shape)' in text
+  # A port drawing otherwise (another distribution; another rate, in training only) is not proven.
+  for edit, kwargs in [(('jax.random.normal(', 'jax.random.uniform('), {'train': False}),
+                       (('p=self.rate', 'p=1 - self.rate'), {'train': True})]:
+    wrong = tmp_path / 'wrong_nnx.py'
+    wrong.write_text(text.replace(*edit))
+    model = linen_models.noisy_embedder()
+    with pytest.raises(AssertionError, match='disagree in eval mode'):
+      assert_generated_port(LinenModel(model.module, *model.args, **kwargs), import_file(str(wrong)))
 
 
 def test_layers_made_by_fields_are_made_through_them(tmp_path):
@@ -468,6 +489,8 @@ def test_flax_imagenet_is_proven_and_its_checkpoint_trains_on_as_one_replica(tmp
     ('capped', 'changes with width in a way the port cannot write'),
     # Seen from outside nn.RNN's scan only (Flax's seq2seq decoder cell).
     ('cell_under_rnn', 'Cell is called only inside a transform'),
+    # Its keys split per step, which the proof's draws (in call order) are not.
+    ('scanned_noise', "self.make_rng('noise') in a module Linen runs under a lifted transform"),
 ])
 def test_what_would_hold_at_the_traced_configuration_only_is_refused(tmp_path, name, reason):
   result, _, _ = _port(tmp_path, name, getattr(linen_models, name)())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import types
 
+import jax
 import jax.numpy as jnp
 import pytest
 from flax import linen as nn
@@ -71,3 +72,16 @@ def test_the_batch_axis_is_read_from_the_layers_and_several_are_refused():
   assert prove.batch_axis_name(LinenModel(Replicated(axis=None), x)) is None
   with pytest.raises(AssertionError, match=r"mapped axes \['batch', 'devices'\]"):
     prove.batch_axis_name(LinenModel(Replicated(other='devices'), x))
+
+
+class Draws(nn.Module):
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    if train:
+      x = x + jax.random.normal(self.make_rng('noise'), x.shape)
+    return nn.Dropout(0.5, deterministic=not train)(nn.Dense(2)(x))
+
+
+def test_the_streams_a_model_draws_are_read_with_its_flags_turned_round():
+  assert prove.drawn_streams(LinenModel(Draws(), jnp.ones((2, 3)), train=False)) == ('dropout', 'noise')
+  assert prove.drawn_streams(LinenModel(Block(), jnp.ones((2, 5, 5, 3)))) == ()

@@ -176,6 +176,39 @@ def test_a_training_step_over_a_mapped_axis_runs_as_one_replica_of_it():
     check(NNXReplicaNet(nnx.Rngs(0), axis_name=None), axis_name='batch')
 
 
+class LinenNoisy(nn.Module):
+  """Noise drawn by the module itself, from its `noise` stream."""
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(OUT, name='dense')(x + jax.random.normal(self.make_rng('noise'), x.shape))
+
+
+class NNXNoisy(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs, draws: int = 1):
+    self.dense = nnx.Linear(IN, OUT, rngs=rngs)
+    self.rngs = rngs
+    self.draws = draws
+
+  def __call__(self, x):
+    for _ in range(self.draws):
+      key = self.rngs.noise()
+    return self.dense(x + jax.random.normal(key, x.shape))
+
+
+def test_what_a_model_draws_itself_is_compared_from_the_same_keys():
+  linen_variables = LinenNoisy().init({'params': jax.random.key(0), 'noise': jax.random.key(1)}, batch(0)[0])
+  check = lambda model, **kwargs: assert_port_equivalent(
+      LinenNoisy(), linen_variables, model, batch(1)[0], **kwargs)
+  check(NNXNoisy(nnx.Rngs(0, noise=5)), drawn_streams=['noise'])
+  # A port that draws its second key where Linen draws its first differs.
+  with pytest.raises(AssertionError, match='outputs'):
+    check(NNXNoisy(nnx.Rngs(0, noise=5), draws=2), drawn_streams=['noise'])
+  # Without the streams, Linen has no key to draw (as its apply without rngs).
+  with pytest.raises(Exception, match='needs PRNG for "noise"'):
+    check(NNXNoisy(nnx.Rngs(0, noise=5)))
+
+
 class LinenDecoder(nn.Module):
   """A decode step: each call appends its input to a cache and reads it all."""
 
