@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
+import jax
 from flax import linen as nn
 from flax import nnx
 from flax.training.train_state import TrainState
@@ -49,6 +50,30 @@ class LinenModel:
 
   def __repr__(self) -> str:
     return f'LinenModel({type(self.module).__name__}, {len(self.args)} example inputs)'
+
+
+def split_arrays(args: tuple, kwargs: dict) -> tuple[Callable[..., tuple[tuple, dict]], list]:
+  """`(rebuild, arrays)`: the arrays among a call's arguments (what a trace
+  takes as its inputs), and `rebuild(*arrays)` giving back `(args,
+  kwargs)` with them in place; the rest (flags such as `train=False`, which
+  Linen code branches on, a count) stays Python values."""
+  leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
+  dynamic = [i for i, x in enumerate(leaves) if is_array(x)]
+
+  def rebuild(*arrays):
+    full = list(leaves)
+    for i, x in zip(dynamic, arrays, strict=True):
+      full[i] = x
+    return jax.tree.unflatten(treedef, full)
+
+  return rebuild, [leaves[i] for i in dynamic]
+
+
+def is_array(x) -> bool:
+  """Whether `x` is an array or stands for one (`jax.ShapeDtypeStruct`)."""
+  return isinstance(x, (jax.Array, jax.ShapeDtypeStruct)) or hasattr(x, 'aval') or (
+      hasattr(x, 'shape') and hasattr(x, 'dtype')
+  )
 
 
 def accepts_layout(factory: Callable) -> bool:

@@ -117,6 +117,9 @@ class ClassWriter:
   #: Whether the writer writes `self.make_rng(stream)` (a draw from the
   #: `nnx.Rngs` the module keeps: `self.rngs.<stream>()`).
   writes_draws = False
+  #: Whether the writer keeps in `__init__` the partials the method hands on
+  #: (`norm=norm` to a block), as NNX partials (`nnx_factory`).
+  keeps_factories = False
 
   def __init__(self, cls, instances, symbolic_trace, child_ports):
     self.cls = cls
@@ -378,8 +381,8 @@ class ClassWriter:
                     'functools.partial of a module class; port it by hand')
         factories[node.func.value] = value
     # A partial of a module class only handed on (`norm=norm` to a block),
-    # never called here: a factory too.
-    for name, value in bound.items():
+    # never called here: a factory too (where the writer keeps such).
+    for name, value in bound.items() if self.keeps_factories else ():
       if (name not in factories and isinstance(value, cst.Call) and self._is_partial(value.func)
           and value.args and value.args[0].keyword is None and not value.args[0].star
           and self._factory_class(self._factory_target(value.args[0].value)) is not None):
@@ -411,14 +414,28 @@ class ClassWriter:
         if node.value in factories and node not in callees:
           read.add(node.value)
 
+    if not self.keeps_factories:
+      return set()
     self.method.body.visit(Reads())
-    for name in read:
-      partial = factories[name]
-      modes = self._factory_modes(partial)
-      others = [a.value for a in partial.args if not (a.keyword is not None and a.keyword.value in modes)]
-      if not any(self.call_time & source.names_in(v) for v in others):
+    pending = [name for name in factories if name in read]
+    for name in pending:
+      head = factories[name].args[0].value
+      if isinstance(head, cst.Name) and head.value in factories:
+        self.fail(factories[name], f'{name} is a partial of the partial {head.value}; write it as one '
+                  'partial, or port it by hand')
+    # A partial may hand on another (`block = partial(Block, norm=norm)`):
+    # repeated until none is left of the call, whatever their order.
+    while True:
+      leave = [
+          name for name in pending
+          if not any(self.call_time & source.names_in(a.value) for a in factories[name].args
+                     if not (a.keyword is not None and a.keyword.value in self._factory_modes(factories[name])))
+      ]
+      if not leave:
+        return read
+      for name in leave:
         self.call_time.discard(name)
-    return read
+        pending.remove(name)
 
   def _factory_target(self, func: cst.BaseExpression):
     """What a partial's first argument (or a creation's callee) names: the
@@ -426,6 +443,10 @@ class ClassWriter:
     names = references.dotted(func)
     if names and names[0] == 'self' and len(names) == 2 and names[1] in self.field_names:
       return getattr(self.instance.module, names[1], None)
+    local = syntax.assigned_once(self.method.body).get(func.value) if isinstance(func, cst.Name) else None
+    if isinstance(local, cst.Call) and self._is_partial(local.func) and local.args:
+      inner = self._factory_target(local.args[0].value)  # a partial of a local partial
+      return functools.partial(inner) if callable(inner) else None
     return helpers.layer_class(self.file, func)
 
   @staticmethod
@@ -512,7 +533,33 @@ class ClassWriter:
     if self.factory_fields.setdefault(field, made) is not made:
       self.fail(node, f'the field {field!r} makes both {_made_name(made)} and '
                 f'{_made_name(self.factory_fields[field])}; port it by hand')
+    if isinstance(made, layers.LayerSpec) and made.linen_defaults:
+      self.fail(node, f'{cls.__name__} made through the field {field!r}: NNX\'s {made.nnx} wants '
+                f'{", ".join(made.linen_defaults)} where Linen has a default, which the field\'s value '
+                'may set; port it by hand')
+    for instance in self.instances:
+      if instance.parent is None:  # the user's value (a parent's is its port's)
+        self._check_configured(node, field, getattr(instance.module, field))
     return field
+
+  def _check_configured(self, node, field: str, value) -> None:
+    """A partial the model is configured with in `field` that its NNX
+    counterpart (`prove.nnx_value`) keeps whole: no mode fixed in it (NNX
+    sets modes for every layer, `model.train()`), no argument NNX's class
+    has not."""
+    while isinstance(value, functools.partial):
+      cls = self._factory_class(value)
+      spec = layers.layer_spec(cls)
+      port = self.child_ports.get(cls)
+      modes = dict(spec.mode) if spec is not None else dict(port.field_modes) if port is not None else {}
+      for keyword in value.keywords:
+        if keyword in modes:
+          self.fail(node, f'the field {field!r} holds a partial fixing {keyword}={value.keywords[keyword]!r}, '
+                    'a mode NNX sets for every layer (model.train() / .eval()); port it by hand')
+        if spec is not None and spec.nnx_argument(keyword) not in spec.nnx_parameters():
+          self.fail(node, f'the field {field!r} holds a partial with {keyword}=, which {spec.nnx} does not '
+                    'take; port it by hand')
+      value = value.func
 
   def expanded(self, node: cst.Call) -> cst.Call:
     """A creation through a factory as the direct creation it stands for:
@@ -663,6 +710,15 @@ class ClassWriter:
     # takes its arguments (the rest is in the partial).
     through = self._field_factory(node, func, children) is not None or (
         isinstance(func, cst.Name) and func.value in self.kept_factories)
+    if not through and site not in self.lifts:
+      # Written as the traced class: the callee must name that class (not
+      # a module class the configuration holds, `self.config.norm`, nor one
+      # computed, `getattr(nn, self.kind)`), or the port is right for the
+      # traced configuration only.
+      named = self._factory_class(self._factory_target(func))
+      if named is not child.cls:
+        self.fail(node, f'{self.file.code(func)}(...) makes {child.cls.__name__} in the traced configuration '
+                  'only (a module class the configuration holds, or one computed); port it by hand')
     arguments = self._linen_arguments(node, child.cls)
     if spec is not None:
       return self._layer_creation(site, node, spec, arguments, func if through else None)
@@ -676,7 +732,7 @@ class ClassWriter:
     """The source of the input size of `site`'s modules (of their array input
     `index`): one expression for every execution, or a running variable."""
     node, children = self.sites[site]
-    values, texts = [], set()
+    values, sizes = [], []  # (symbolic child, size) of every creation
     for child in children:
       symbolic = self._symbolic_child(child)
       spec = layers.layer_spec(child.cls)
@@ -687,7 +743,7 @@ class ClassWriter:
           kernel = kernel.get(key, {}) if isinstance(kernel, dict) else {}
         if hasattr(kernel, 'shape'):
           value = kernel.shape[0]
-          texts.add(self._child_size(symbolic, value))
+          sizes.append((symbolic, value))
           if child.parent is self.instance:
             values.append(value)
           continue
@@ -698,13 +754,17 @@ class ClassWriter:
       if len(inputs) <= index or not hasattr(inputs[index], 'shape'):
         self.fail(node, f'{child.name} is called without an array input; port it by hand')
       value = inputs[index].shape[axis_of(child)]
-      texts.add(self._child_size(symbolic, value))
+      sizes.append((symbolic, value))
       if child.parent is self.instance:
         values.append(value)
     first = [c for c in children if c.parent is self.instance]
-    running = self._running_size(node, first, values, uniform=len(texts) == 1)
+    # A running size is written from the loop's own sizes: what each
+    # creation's size fits over other counts (a block that moves to another
+    # stage when a stage is longer) is not asked for then.
+    running = self._running_size(node, first, values, uniform=len({str(v) for _, v in sizes}) == 1)
     if running is not None:
       return running
+    texts = {self._child_size(symbolic, value) for symbolic, value in sizes}
     if len(texts) == 1:
       return texts.pop()
     self.fail(node, f'the input size of {children[0].cls.__name__} changes from one creation to the '
@@ -1077,6 +1137,11 @@ class ClassWriter:
       else:
         return None
     name = field.target.value
+    default = next((f.default for f in dataclasses.fields(self.cls) if f.name == name), None)
+    if isinstance(default, functools.partial) and self._factory_class(default) is not None:
+      # (Its settings would have to be NNX's: written by hand.)
+      self.fail(field, f'the default of {name!r}, {self.file.code(value)}, is a partial of a module class; '
+                'port it by hand')
     cls = self._factory_class(helpers.layer_class(self.file, value)) if value is not None else None
     if cls is None:
       return value

@@ -96,6 +96,7 @@ class CompactWriter(classes.ClassWriter):
 
   writes_has_cache = True
   writes_draws = True
+  keeps_factories = True
 
   def _methods(self) -> tuple[cst.FunctionDef, cst.FunctionDef]:
     method = _compact_method(self.cdef, self.file, self.cls)

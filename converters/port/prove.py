@@ -25,11 +25,11 @@ from flax import linen as nn
 from flax import nnx
 from flax.core import scope as linen_scope
 
-from converters.linen_model import LinenModel
+from converters.linen_model import LinenModel, split_arrays
 from converters.port import layers, shapes, tracing
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.testing import assert_port_equivalent
-from converters.testing.port import linen_draws, nnx_draws
+from converters.testing.port import linen_draws, nnx_call
 
 
 def import_file(path: str) -> types.ModuleType:
@@ -103,9 +103,9 @@ def nnx_value(value, generated: types.ModuleType):
   """A field's value as the port takes it: a Linen module class the model
   is configured with (`conv=nn.Conv`, `block_cls=ResNetBlock`) as its NNX
   counterpart (Flax's layer, or the generated class of the same name), a
-  partial of one as the same partial of that, its mode arguments left to
-  the NNX mode (`use_running_average`) and its fields NNX names otherwise
-  renamed; anything else as it is."""
+  partial of one as the same partial of that, its fields NNX names
+  otherwise renamed; anything else as it is. A partial fixing a mode
+  (`use_running_average=True`) is refused: NNX sets modes for every layer."""
   if isinstance(value, functools.partial):
     cls = value.func
     while isinstance(cls, functools.partial):
@@ -113,7 +113,11 @@ def nnx_value(value, generated: types.ModuleType):
     spec = layers.layer_spec(cls)
     keywords = {k: nnx_value(v, generated) for k, v in value.keywords.items()}
     if spec is not None:
-      keywords = {spec.nnx_argument(k): v for k, v in keywords.items() if k not in dict(spec.mode)}
+      fixed = [k for k in keywords if k in dict(spec.mode)]
+      if fixed:
+        raise TypeError(f'the model is configured with a partial of {cls.__name__} fixing {fixed[0]}='
+                        f'{keywords[fixed[0]]!r}, a mode NNX sets for every layer (model.train() / .eval())')
+      keywords = {spec.nnx_argument(k): v for k, v in keywords.items()}
     args = [nnx_value(a, generated) for a in value.args]
     return functools.partial(nnx_value(value.func, generated), *args, **keywords)
   if isinstance(value, type) and issubclass(value, nn.Module):
@@ -169,18 +173,14 @@ def drawn_streams(linen_model: LinenModel) -> tuple[str, ...]:
   linen_scope.Scope.make_rng = make_rng
   try:
     for given in flips:
-      leaves, treedef = jax.tree.flatten((tuple(linen_model.args), given))
-      dynamic = [i for i, x in enumerate(leaves) if tracing.is_array(x)]
+      rebuild, arrays = split_arrays(linen_model.args, given)
 
-      def init(*arrays, leaves=leaves, treedef=treedef, dynamic=dynamic):
-        full = list(leaves)
-        for i, x in zip(dynamic, arrays):
-          full[i] = x
-        args, keywords = jax.tree.unflatten(treedef, full)
+      def init(*arrays, rebuild=rebuild):
+        args, keywords = rebuild(*arrays)
         return linen_model.module.init(jax.random.key(0), *args, **keywords)
 
       try:
-        jax.eval_shape(init, *(jax.ShapeDtypeStruct(leaves[i].shape, leaves[i].dtype) for i in dynamic))
+        jax.eval_shape(init, *(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in arrays))
       except Exception:  # noqa: BLE001 - a flag Linen refuses turned round: nothing drawn there
         continue
   finally:
@@ -259,7 +259,7 @@ def linen_variables(linen_model: LinenModel, inputs: tuple, kwargs: Mapping,
   """The Linen model's variables for `inputs`, made by `init` in one
   compiled program (arrays traced; flags such as `train=False` stay Python
   values, as the code branches on them)."""
-  rebuild, arrays = tracing.split_arrays(inputs, kwargs)
+  rebuild, arrays = split_arrays(inputs, kwargs)
 
   def init(rngs, *arrays):
     args, keywords = rebuild(*arrays)
@@ -311,7 +311,7 @@ def assert_generated_port(
     paths = generated.PATHS if paths is None else paths
     model = holding(nnx_class, linen_model, variables, paths, streams=streams)
     variants = _attention_variants(model, as_written)
-    axis_name = batch_axis_name(linen_model) if train_kwargs is not None else None
+    axis_name = batch_axis_name(linen_model)
     for candidate, atol in variants:
       assert_port_equivalent(
           linen_model.module, variables, candidate, *inputs, paths=paths,
@@ -512,11 +512,8 @@ def assert_generated_decoding(
       with linen_draws(streams):
         return linen_model.module.apply(variables, *xs, mutable=['cache'], **eval_kwargs)
 
-    def nnx_call(model, *xs):
-      nnx_draws(model, streams)
-      return nnx.capture(model, nnx.Intermediate)(*xs, **nnx_kwargs)[0]
-
-    linen_step, nnx_step = jax.jit(linen_call), nnx.jit(nnx_call)
+    linen_step = jax.jit(linen_call)
+    nnx_step = nnx.jit(lambda model, *xs: nnx_call(model, *xs, drawn_streams=streams, **nnx_kwargs))
     for candidate, atol in variants:
       candidate.eval()
       state = variables

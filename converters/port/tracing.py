@@ -17,12 +17,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import flax
 import jax
 from flax import linen as nn
+
+from converters.linen_model import is_array, split_arrays
 
 # Frames inside these are the machinery between the user's code and the event:
 # Flax, JAX, this package, and Python's standard library (dataclasses'
@@ -126,29 +128,6 @@ def _site(frame) -> Site | None:
   if line is None:
     return None
   return Site(os.path.realpath(frame.f_code.co_filename), line, column, end_line, end_column)
-
-
-def split_arrays(args: tuple, kwargs: dict) -> tuple[Callable[..., tuple[tuple, dict]], list]:
-  """`(rebuild, arrays)`: the arrays among a call's arguments (what a trace
-  takes as its inputs), and `rebuild(*arrays)` giving back `(args,
-  kwargs)` with them in place; the rest (flags such as `train=False`, which
-  Linen code branches on) stays Python values."""
-  leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
-  dynamic = [i for i, x in enumerate(leaves) if is_array(x)]
-
-  def rebuild(*arrays):
-    full = list(leaves)
-    for i, x in zip(dynamic, arrays, strict=True):
-      full[i] = x
-    return jax.tree.unflatten(treedef, full)
-
-  return rebuild, [leaves[i] for i in dynamic]
-
-
-def is_array(x) -> bool:
-  return isinstance(x, (jax.Array, jax.ShapeDtypeStruct)) or hasattr(x, 'aval') or (
-      hasattr(x, 'shape') and hasattr(x, 'dtype')
-  )
 
 
 def _abstract(tree):

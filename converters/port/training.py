@@ -30,7 +30,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
@@ -38,12 +37,13 @@ from flax import linen as nn
 from flax import nnx
 from flax.training.train_state import TrainState
 
-from converters.linen_model import LinenModel
+from converters.linen_model import LinenModel, split_arrays
 from converters.port import prove
 from converters.testing import assert_training_equivalent
 from converters.testing.port import (
     linen_draws,
-    nnx_draws,
+    mean_square_loss,
+    nnx_call,
     on_one_replica,
     without_linen_dropout,
     without_nnx_dropout,
@@ -55,11 +55,6 @@ def make_tx() -> optax.GradientTransformation:
   return optax.adam(1e-3)
 
 
-def _loss(outputs) -> jax.Array:
-  leaves = [x for x in jax.tree.leaves(outputs) if jnp.issubdtype(x.dtype, jnp.floating)]
-  return sum(jnp.mean(jnp.square(x.astype(jnp.float32))) for x in leaves)
-
-
 def _train_state_class(linen_model: LinenModel, collections: tuple[str, ...]) -> type:
   """The user's `TrainState` class, else `TrainState` with a field per
   collection, as `linen-nnx convert` builds it."""
@@ -69,52 +64,56 @@ def _train_state_class(linen_model: LinenModel, collections: tuple[str, ...]) ->
   return type('TrainState', (TrainState,), namespace)
 
 
-def _linen_step(module: nn.Module, kwargs: Mapping, collections: tuple[str, ...], axis_name: str | None,
-                streams: tuple[str, ...] = ()):
-  def step(state, inputs):
+def _linen_step(module: nn.Module, kwargs: Mapping, collections: tuple[str, ...], rebuild,
+                axis_name: str | None, streams: tuple[str, ...]):
+  """`(state, arrays) -> state`: one Linen training step on the inputs
+  `rebuild(*arrays)` gives back (a count among them stays a Python value),
+  as one replica of `axis_name` where given (see `on_one_replica`)."""
+  def step(state, arrays):
+    inputs = rebuild(*arrays)[0]
+
     def loss(params):
       variables = {'params': params, **{c: getattr(state, c) for c in collections}}
       with nn.intercept_methods(without_linen_dropout), linen_draws(streams):
         if not collections:
-          return _loss(module.apply(variables, *inputs, **kwargs)), {}
+          return mean_square_loss(module.apply(variables, *inputs, **kwargs)), {}
         outputs, written = module.apply(variables, *inputs, mutable=list(collections), **kwargs)
-      return _loss(outputs), written
+      return mean_square_loss(outputs), written
 
     grads, written = jax.grad(loss, has_aux=True)(state.params)
     return state.apply_gradients(grads=grads, **written)
 
   if axis_name is None:
     return jax.jit(step)
-  # One replica of the axis the layers reduce over (see `on_one_replica`).
-  run = jax.jit(on_one_replica(lambda state, inputs: step(state, inputs), axis_name))
-  return lambda state, inputs: run(state, tuple(inputs))
+  run = jax.jit(on_one_replica(lambda state, *arrays: step(state, arrays), axis_name))
+  return lambda state, arrays: run(state, *arrays)
 
 
-def _nnx_step(kwargs: Mapping, axis_name: str | None, streams: tuple[str, ...] = ()):
-  def step(model, optimizer, inputs):
-    nnx_draws(model, streams)  # each step draws as Linen's does (see `linen_draws`)
-
-    def loss(model):
-      outputs, _ = nnx.capture(model, nnx.Intermediate)(*inputs, **kwargs)
-      return _loss(outputs)
+def _nnx_step(kwargs: Mapping, rebuild, axis_name: str | None, streams: tuple[str, ...]):
+  """`(model, optimizer, arrays)`: one NNX training step, in place, as
+  `_linen_step`'s."""
+  def step(model, optimizer, arrays):
+    def loss(model):  # each step draws as Linen's does (see `linen_draws`)
+      return mean_square_loss(nnx_call(model, *rebuild(*arrays)[0], drawn_streams=streams, **kwargs))
 
     optimizer.update(model, nnx.grad(loss)(model))
 
   if axis_name is None:
     return nnx.jit(step)
 
-  def pure(graphdef, state, inputs):
+  def pure(graphdef, state, arrays):
     model, optimizer = nnx.merge(graphdef, state)
-    step(model, optimizer, inputs)
+    step(model, optimizer, arrays)
     return nnx.state((model, optimizer))
 
   compiled: list = []  # (graphdef, its step): a graphdef may hold lists, which jit cannot hash
 
-  def replica_step(model, optimizer, inputs):
+  def replica_step(model, optimizer, arrays):
     graphdef, state = nnx.split((model, optimizer))
     if not compiled or compiled[0][0] != graphdef:
-      compiled[:] = [(graphdef, jax.jit(on_one_replica(lambda s, xs: pure(graphdef, s, xs), axis_name)))]
-    nnx.update((model, optimizer), compiled[0][1](state, tuple(inputs)))
+      run = on_one_replica(lambda s, *xs: pure(graphdef, s, xs), axis_name)
+      compiled[:] = [(graphdef, jax.jit(run))]
+    nnx.update((model, optimizer), compiled[0][1](state, *arrays))
 
   return replica_step
 
@@ -210,9 +209,10 @@ def assert_checkpoint_trains_on(
         apply_fn=module.apply, params=variables['params'], tx=make_tx(),
         **{c: variables[c] for c in collections},
     )
-    axis_name = prove.batch_axis_name(linen_model) if trains else None
-    linen_step = _linen_step(train_module, train_kwargs or eval_kwargs, collections, axis_name, streams)
-    batches = [inputs] * (k + steps)
+    axis_name = prove.batch_axis_name(linen_model)
+    rebuild, arrays = split_arrays(inputs, {})
+    linen_step = _linen_step(train_module, train_kwargs or eval_kwargs, collections, rebuild, axis_name, streams)
+    batches = [tuple(arrays)] * (k + steps)
     trained = state
     for batch in batches[:k]:
       trained = linen_step(trained, batch)
@@ -240,7 +240,7 @@ def assert_checkpoint_trains_on(
     # The restored port is the conversion's target too (converting never
     # changes it), then the start it trains on from.
     assert_training_equivalent(
-        state, linen_step, (model, optimizer), _nnx_step(nnx_kwargs, axis_name, streams),
+        state, linen_step, (model, optimizer), _nnx_step(nnx_kwargs, rebuild, axis_name, streams),
         batches, k=k, paths=generated.PATHS, start=(model, optimizer),
     )
     # The final models, each in its own framework, on the inputs (what the
@@ -249,19 +249,22 @@ def assert_checkpoint_trains_on(
     for batch in batches[k:]:
       final = linen_step(final, batch)
     # `mutable`: a call may write a collection in eval mode too (a counter).
-    def apply(variables, xs):
+    def apply(variables, *xs):
       with linen_draws(streams):
         if collections:
-          return eval_module.apply(variables, *xs, mutable=list(collections), **eval_kwargs)[0]
-        return eval_module.apply(variables, *xs, **eval_kwargs)
+          return eval_module.apply(variables, *rebuild(*xs)[0], mutable=list(collections), **eval_kwargs)[0]
+        return eval_module.apply(variables, *rebuild(*xs)[0], **eval_kwargs)
 
-    def call(model, xs):
-      nnx_draws(model, streams)
-      return nnx.capture(model, nnx.Intermediate)(*xs, **nnx_kwargs)[0]
-
-    linen_out = jax.jit(apply)({'params': final.params, **{c: getattr(final, c) for c in collections}}, inputs)
     model.eval()
-    nnx_out = nnx.jit(call)(model, inputs)
+    graphdef, state = nnx.split(model)
+
+    def call(state, *xs):
+      return nnx_call(nnx.merge(graphdef, state), *rebuild(*xs)[0], drawn_streams=streams, **nnx_kwargs)
+
+    mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
+    final_variables = {'params': final.params, **{c: getattr(final, c) for c in collections}}
+    linen_out = jax.jit(mapped(apply))(final_variables, *arrays)
+    nnx_out = jax.jit(mapped(call))(state, *arrays)
     for a, b in zip(jax.tree.leaves(linen_out), jax.tree.leaves(nnx_out), strict=True):
       np.testing.assert_array_equal(np.asarray(b), np.asarray(a),
                                     err_msg='outputs after training on from the converted checkpoint')

@@ -41,14 +41,15 @@ from converters.api import linen_to_nnx, nnx_to_linen
 from converters.comparison import describe_difference, differs
 from converters.errors import PathMappingError
 from converters.inference import infer_paths
-from converters.linen_model import LinenModel
+from converters.linen_model import LinenModel, split_arrays
 from converters.metadata import is_linen_box
 from converters.paths import Infer, PathMapping, as_infer
 from converters.testing.tables import format_table
 
 
-def _default_loss(outputs) -> jax.Array:
-  """Mean of squares over every floating output leaf."""
+def mean_square_loss(outputs) -> jax.Array:
+  """Mean of squares over every floating output leaf (the checks' loss
+  unless given one)."""
   leaves = [x for x in jax.tree.leaves(outputs) if jnp.issubdtype(x.dtype, jnp.floating)]
   return sum(jnp.mean(jnp.square(x.astype(jnp.float32))) for x in leaves)
 
@@ -155,9 +156,10 @@ def assert_port_equivalent(
     loss: scalar function of the outputs whose gradients are compared
       (default: the mean of squares of every floating output).
     atol: tolerance for outputs and gradients; 0 compares bits.
-    axis_name: the mapped axis the layers reduce over in training, as
-      under `pmap` (`BatchNorm(axis_name='batch')`): the training step then
-      runs on both sides as one replica of it (`on_one_replica`).
+    axis_name: the mapped axis the layers reduce over, as under `pmap`
+      (`BatchNorm(axis_name='batch')` in training, a `LayerNorm`'s always):
+      every call then runs on both sides as the one replica of it
+      (`on_one_replica`).
     drawn_streams: the RNG streams the model draws from itself (Linen's
       `self.make_rng('noise')`, the port's `self.rngs.noise()` from the
       `nnx.Rngs` it keeps): both sides draw the same keys, in the order
@@ -174,7 +176,7 @@ def assert_port_equivalent(
         paths=infer.known, collections=collections,
     )
   options = dict(paths=paths, rules=rules, collections=collections)
-  loss = loss or _default_loss
+  loss = loss or mean_square_loss
 
   model = _assert_round_trips(linen_variables, nnx_model, options)
 
@@ -184,21 +186,21 @@ def assert_port_equivalent(
   # step's cache): Linen's new values are compared with the port's after its call.
   streams = tuple(drawn_streams)
   linen_apply = _linen_call(linen_module, linen_variables, linen_kwargs, streams=streams)
-  nnx_kwargs = {**nnx_kwargs, _STREAMS: streams} if streams else nnx_kwargs
+  call = lambda m, *xs: nnx_call(m, *xs, drawn_streams=streams, **nnx_kwargs)
   rows = _compare_call(
       ('outputs', 'variables the call writes'), linen_apply, linen_variables, model, inputs,
-      nnx_kwargs=nnx_kwargs, options=options, atol=atol,
+      call=call, options=options, atol=atol, axis_name=axis_name,
   )
 
   rows += _compare_gradients(
-      linen_apply, linen_variables, gradient_model, inputs, nnx_kwargs=nnx_kwargs,
-      loss=loss, options=options, atol=atol,
+      linen_apply, linen_variables, gradient_model, inputs, call=call, loss=loss, options=options, atol=atol,
+      axis_name=axis_name,
   )
   rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model, streams)
   if linen_train_kwargs is not None:
     rows += _training_step(
         linen_module, linen_variables, gradient_model, inputs, linen_kwargs=linen_train_kwargs,
-        nnx_kwargs=nnx_kwargs, options=options, atol=atol, axis_name=axis_name,
+        call=call, streams=streams, options=options, atol=atol, axis_name=axis_name,
     )
   _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).', rows)
 
@@ -220,27 +222,36 @@ def _assert_round_trips(linen_variables, nnx_model: nnx.Module, options: dict) -
 
 
 def _compare_gradients(
-    linen_apply, linen_variables, gradient_model, inputs, *, nnx_kwargs, loss, options, atol
+    linen_apply, linen_variables, gradient_model, inputs, *, call, loss, options, atol,
+    axis_name: str | None = None,
 ) -> list[list[str]]:
-  """Rows where the gradients of `loss` differ between the two sides."""
-  # Both sides take every variable and input as an argument: one closed over
-  # would be a constant that XLA folds (rsqrt of batch statistics, say) or
-  # fuses with other rounding than the runtime's.
-  def linen_loss(params, variables, *xs):
-    return loss(linen_apply({**variables, 'params': params}, *xs)[0])
+  """Rows where the gradients of `loss` differ between the two sides (as
+  one replica of `axis_name` where given)."""
+  # Both sides take every variable and input array as an argument: one
+  # closed over would be a constant that XLA folds (rsqrt of batch
+  # statistics, say) or fuses with other rounding than the runtime's.
+  rebuild, arrays = split_arrays(inputs, {})
 
-  def nnx_loss(model, *xs):
-    return loss(_nnx_call(model, *xs, **nnx_kwargs))
+  def linen_grads(variables, *xs):
+    def linen_loss(params):
+      return loss(linen_apply({**variables, 'params': params}, *rebuild(*xs)[0])[0])
+    return jax.grad(linen_loss)(variables['params'])
 
-  linen_grads = jax.jit(jax.grad(linen_loss))(linen_variables['params'], linen_variables, *inputs)
-  nnx_grads = nnx.jit(nnx.grad(nnx_loss))(gradient_model, *inputs)
+  graphdef, state = nnx.split(gradient_model)
+
+  def nnx_grads(state, *xs):
+    return nnx.grad(lambda model: loss(call(model, *rebuild(*xs)[0])))(nnx.merge(graphdef, state))
+
+  mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
+  expected_grads = jax.jit(mapped(linen_grads))(linen_variables, *arrays)
+  actual_grads = jax.jit(mapped(nnx_grads))(state, *arrays)
   # Gradients are compared bare and by path: where each side's compiler puts
   # them is not a property of the port.
   converted = linen_to_nnx(
-      {'params': _bare(linen_grads)}, paths=options['paths'], collections=options['collections']
+      {'params': _bare(expected_grads)}, paths=options['paths'], collections=options['collections']
   )
   expected = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(converted)).items()}
-  actual = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(nnx_grads)).items()}
+  actual = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(actual_grads)).items()}
   return _compare_trees('gradients', expected, actual, atol, annotations=False)
 
 
@@ -263,18 +274,14 @@ def _linen_call(linen_module, linen_variables, kwargs, interceptor=None, streams
   return call
 
 
-#: The keyword `_nnx_call` takes the drawn streams by (not the model's).
-_STREAMS = '_drawn_streams'
-
-
-def _nnx_call(model: nnx.Module, *xs, **kwargs):
-  """`model(*xs, **kwargs)`, what it sows captured and left out: values sown
-  during a call are outputs of it, not state (Linen keeps them only when
-  asked, `mutable=['intermediates']`, as the Linen calls here do not); its
-  draws from the streams given as `_STREAMS` as `nnx_draws` makes them."""
-  streams = kwargs.pop(_STREAMS, ())
-  if streams:
-    nnx_draws(model, streams)
+def nnx_call(model: nnx.Module, *xs, drawn_streams: Sequence[str] = (), **kwargs):
+  """`model(*xs, **kwargs)` as the checks call a port: what it sows captured
+  and left out (values sown during a call are outputs of it, not state;
+  Linen keeps them only when asked, `mutable=['intermediates']`, as the
+  Linen calls here do not), its draws from `drawn_streams` as `nnx_draws`
+  makes them."""
+  if drawn_streams:
+    nnx_draws(model, drawn_streams)
   outputs, _ = nnx.capture(model, nnx.Intermediate)(*xs, **kwargs)
   return outputs
 
@@ -334,25 +341,26 @@ def on_one_replica(f: Callable, axis_name: str) -> Callable:
   return run
 
 
-def _compare_call(labels, linen_call, linen_variables, model, inputs, *, nnx_kwargs, options, atol,
+def _compare_call(labels, linen_call, linen_variables, model, inputs, *, call, options, atol,
                   axis_name: str | None = None) -> list:
   """Rows comparing one call of each side: the outputs (`labels[0]`) and the
   new values of what the call writes (`labels[1]`), the port's read after
   its call of `model` (which it updates); as one replica of `axis_name`
-  where given."""
-  if axis_name is None:
-    linen_out, linen_new = jax.jit(linen_call)(linen_variables, *inputs)
-    nnx_out = nnx.jit(lambda m, *xs: _nnx_call(m, *xs, **nnx_kwargs))(model, *inputs)
-  else:
-    linen_out, linen_new = jax.jit(on_one_replica(linen_call, axis_name))(linen_variables, *inputs)
-    graphdef, state = nnx.split(model)
+  where given. Inputs that are not arrays (a count) stay Python values."""
+  rebuild, arrays = split_arrays(inputs, {})
+  graphdef, state = nnx.split(model)
 
-    def nnx_call(state, *xs):
-      held = nnx.merge(graphdef, state)
-      return _nnx_call(held, *xs, **nnx_kwargs), nnx.state(held)
+  def linen_side(variables, *xs):
+    return linen_call(variables, *rebuild(*xs)[0])
 
-    nnx_out, state = jax.jit(on_one_replica(nnx_call, axis_name))(state, *inputs)
-    nnx.update(model, state)
+  def nnx_side(state, *xs):
+    held = nnx.merge(graphdef, state)
+    return call(held, *rebuild(*xs)[0]), nnx.state(held)
+
+  mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
+  linen_out, linen_new = jax.jit(mapped(linen_side))(linen_variables, *arrays)
+  nnx_out, state = jax.jit(mapped(nnx_side))(state, *arrays)
+  nnx.update(model, state)
   if jax.tree.structure(linen_out) != jax.tree.structure(nnx_out):
     raise AssertionError(
         f'output structures differ: Linen {jax.tree.structure(linen_out)}, NNX {jax.tree.structure(nnx_out)}'
@@ -394,7 +402,7 @@ def without_nnx_dropout(model: nnx.Module) -> None:
       module.deterministic = True
 
 
-def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs, nnx_kwargs,
+def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs, call, streams,
                    options, atol, axis_name=None) -> list:
   """Rows for one train-mode call of each side, dropout left out: outputs
   and the new values of every collection but the parameters."""
@@ -403,10 +411,8 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
   without_nnx_dropout(model)
   return _compare_call(
       ('train-mode outputs', 'what a training step writes'),
-      _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout,
-                  streams=nnx_kwargs.get(_STREAMS, ())),
-      linen_variables, model, inputs, nnx_kwargs=nnx_kwargs, options=options, atol=atol,
-      axis_name=axis_name,
+      _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout, streams=streams),
+      linen_variables, model, inputs, call=call, options=options, atol=atol, axis_name=axis_name,
   )
 
 
@@ -429,7 +435,9 @@ def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_
       linen[('BatchNorm', module.path)] = (module.momentum, module.axis_name)
     return next_fun(*args, **kwargs)
 
-  jax.eval_shape(_linen_call(linen_module, linen_variables, linen_kwargs, record, streams), linen_variables, *inputs)
+  rebuild, arrays = split_arrays(inputs, {})
+  linen_call = _linen_call(linen_module, linen_variables, linen_kwargs, record, streams)
+  jax.eval_shape(lambda variables, *xs: linen_call(variables, *rebuild(*xs)[0]), linen_variables, *arrays)
   ported: dict[str, list] = {'Dropout': [], 'BatchNorm': [], 'attention': []}
   for _, module in nnx.iter_modules(nnx_model):
     if isinstance(module, nnx.Dropout):

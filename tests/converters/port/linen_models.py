@@ -870,12 +870,13 @@ def flax_imagenet_bottleneck() -> LinenModel:
 
 
 def flax_imagenet_block() -> LinenModel:
-  """Flax's imagenet ResNet block alone, given its factories, with strides
-  of two: its shortcut exists whatever its input width."""
+  """Flax's imagenet ResNet block alone, given its factories (a layer norm:
+  a BatchNorm's mode fixed in a partial is refused), with strides of two:
+  its shortcut exists whatever its input width."""
   from tests.third_party.flax_imagenet import linen_models as imagenet
 
   conv = functools.partial(nn.Conv, use_bias=False)
-  norm = functools.partial(nn.BatchNorm, use_running_average=True, momentum=0.9)
+  norm = functools.partial(nn.LayerNorm, epsilon=1e-5)
   block = imagenet.ResNetBlock(8, conv=conv, norm=norm, act=nn.relu, strides=(2, 2))
   return LinenModel(block, jnp.ones((2, 16, 16, 4)))
 
@@ -1006,3 +1007,84 @@ class CellUnderRNN(nn.Module):
 
 def cell_under_rnn() -> LinenModel:
   return LinenModel(CellUnderRNN(), jnp.ones((2, 5, 3)))
+
+
+@dataclasses.dataclass(frozen=True)
+class NormConfig:
+  width: int = 4
+  norm: Any = nn.LayerNorm
+
+
+class NormFromConfig(nn.Module):
+  """A layer class held inside the configuration: written as the traced
+  class, the port would ignore what the configuration holds."""
+
+  config: NormConfig
+
+  @nn.compact
+  def __call__(self, x):
+    return self.config.norm()(nn.Dense(self.config.width)(x))
+
+
+def norm_from_config() -> LinenModel:
+  return LinenModel(NormFromConfig(NormConfig(norm=nn.RMSNorm)), jnp.ones((2, 3)))
+
+
+class NormField(nn.Module):
+  norm: Any = nn.BatchNorm
+
+  @nn.compact
+  def __call__(self, x):
+    return self.norm()(nn.Dense(4)(x))
+
+
+def mode_in_field() -> LinenModel:
+  """Running averages always, fixed in the partial: NNX sets that mode for
+  every layer, so the port cannot keep it."""
+  return LinenModel(NormField(norm=functools.partial(nn.BatchNorm, use_running_average=True)), jnp.ones((4, 3)))
+
+
+def linen_only_argument_in_field() -> LinenModel:
+  return LinenModel(LayerFromField(layer=functools.partial(nn.Dense, dot_general_cls=None)), jnp.ones((2, 3)))
+
+
+DENSE_WITHOUT_BIAS = functools.partial(nn.Dense, use_bias=False)
+
+
+class PartialDefault(nn.Module):
+  layer: Any = DENSE_WITHOUT_BIAS
+
+  @nn.compact
+  def __call__(self, x):
+    return self.layer(4)(x)
+
+
+def partial_default() -> LinenModel:
+  return LinenModel(PartialDefault(), jnp.ones((2, 3)))
+
+
+class AttentionFromField(nn.Module):
+  """Attention through a field: NNX's wants `decode` where Linen defaults
+  it, which the field's partial may set."""
+
+  attention: Any = nn.MultiHeadDotProductAttention
+
+  @nn.compact
+  def __call__(self, x):
+    return self.attention(num_heads=2)(x)
+
+
+def attention_from_field() -> LinenModel:
+  return LinenModel(AttentionFromField(), jnp.ones((2, 3, 4)))
+
+
+class PartialOfPartial(nn.Module):
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    base = functools.partial(nn.BatchNorm, momentum=0.5)
+    norm = functools.partial(base, use_running_average=not train)
+    return NormField(norm=norm)(nn.Dense(4)(x))
+
+
+def partial_of_partial() -> LinenModel:
+  return LinenModel(PartialOfPartial(), jnp.ones((4, 3)), train=False)

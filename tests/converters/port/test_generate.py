@@ -388,6 +388,11 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('dotted_mode_arithmetic', 'config.deterministic sets the layers\' modes and does more'),
     ('remat_alone', 'nn.remat of a module without nn.scan'),
     ('other_default', "the default of 'layer', nn.Conv, takes other arguments than the Dense"),
+    ('norm_from_config', 'self.config.norm(...) makes RMSNorm in the traced configuration only'),
+    ('mode_in_field', "the field 'norm' holds a partial fixing use_running_average=True"),
+    ('linen_only_argument_in_field', 'with dot_general_cls=, which nnx.Linear does not take'),
+    ('partial_default', "the default of 'layer', DENSE_WITHOUT_BIAS, is a partial of a module class"),
+    ('attention_from_field', "NNX's nnx.MultiHeadAttention wants decode where Linen has a default"),
     ('positional_partial_field', "the field 'layer' holds a partial with positional arguments"),
     ('half_width', 'changes with the width of x in a way the port cannot write'),
     ('chunks', 'changes with the width of x in a way the port cannot write'),
@@ -491,6 +496,7 @@ def test_flax_imagenet_is_proven_and_its_checkpoint_trains_on_as_one_replica(tmp
     ('cell_under_rnn', 'Cell is called only inside a transform'),
     # Its keys split per step, which the proof's draws (in call order) are not.
     ('scanned_noise', "self.make_rng('noise') in a module Linen runs under a lifted transform"),
+    ('partial_of_partial', 'norm is a partial of the partial base; write it as one partial'),
 ])
 def test_what_would_hold_at_the_traced_configuration_only_is_refused(tmp_path, name, reason):
   result, _, _ = _port(tmp_path, name, getattr(linen_models, name)())

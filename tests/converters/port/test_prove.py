@@ -38,9 +38,11 @@ def test_module_classes_the_model_is_configured_with_become_nnx_counterparts():
   assert prove.nnx_value(3, GENERATED) == 3
 
 
-def test_partials_drop_their_mode_and_take_nnx_names_recursively():
-  norm = prove.nnx_value(functools.partial(nn.BatchNorm, use_running_average=True, momentum=0.9), GENERATED)
+def test_partials_take_nnx_names_recursively_and_never_fix_a_mode():
+  norm = prove.nnx_value(functools.partial(nn.BatchNorm, momentum=0.9), GENERATED)
   assert norm.func is nnx.BatchNorm and norm.keywords == {'momentum': 0.9}
+  with pytest.raises(TypeError, match='fixing use_running_average=True, a mode NNX sets for every layer'):
+    prove.nnx_value(functools.partial(nn.BatchNorm, use_running_average=True), GENERATED)
   dense = prove.nnx_value(functools.partial(nn.Dense, features=3, use_bias=False), GENERATED)
   assert dense.func is nnx.Linear and dense.keywords == {'out_features': 3, 'use_bias': False}
   block = prove.nnx_value(functools.partial(Block, conv=functools.partial(nn.Conv, use_bias=False)), GENERATED)
