@@ -1231,8 +1231,17 @@ class ClassWriter:
       kept.append(arg)
     return updated.with_changes(args=syntax.normalised(kept))
 
+  def _creates(self, value: cst.CSTNode) -> bool:
+    """Whether `value` holds a creation (`nn.BatchNorm(use_running_average=
+    not train)(y)`): the flag it reads sets that layer's mode, which the
+    NNX mode sets."""
+    finder = syntax.CallsAmong({node: site for site, (node, _) in self.sites.items()})
+    value.visit(finder)
+    return bool(finder.found)
+
   def _drop_flag(self, method: cst.FunctionDef, flag: str) -> cst.FunctionDef:
-    aliases = {name for name, value in self.locals.items() if value is not None and flag in source.names_in(value)}
+    aliases = {name for name, value in self.locals.items()
+               if value is not None and flag in source.names_in(value) and not self._creates(value)}
 
     class Drop(cst.CSTTransformer):
       def leave_SimpleStatementLine(self, original, updated):

@@ -856,17 +856,24 @@ def flax_lm1b() -> LinenModel:
   return LinenModel(lm1b.TransformerLM(config), jnp.zeros((2, 8), jnp.int32))
 
 
-def flax_imagenet(block: str = 'ResNetBlock') -> LinenModel:
+def flax_imagenet(block: str = 'ResNetBlock', stage_sizes: tuple[int, ...] = (1, 1)) -> LinenModel:
   """Flax's imagenet ResNet, small: two stages of one block (the second
   with the shortcut), eight filters."""
   from tests.third_party.flax_imagenet import linen_models as imagenet
 
-  model = imagenet.ResNet(stage_sizes=[1, 1], block_cls=getattr(imagenet, block), num_classes=10, num_filters=8)
+  model = imagenet.ResNet(stage_sizes=list(stage_sizes), block_cls=getattr(imagenet, block), num_classes=10,
+                          num_filters=8)
   return LinenModel(model, jnp.ones((2, 32, 32, 3)), train=False)
 
 
 def flax_imagenet_bottleneck() -> LinenModel:
   return flax_imagenet('BottleneckResNetBlock')
+
+
+def flax_imagenet_two_blocks_a_stage() -> LinenModel:
+  """ResNet18's shape, two stages long: blocks move to another stage when a
+  stage is longer."""
+  return flax_imagenet('ResNetBlock', (2, 2))
 
 
 def flax_imagenet_block() -> LinenModel:
@@ -1088,3 +1095,17 @@ class PartialOfPartial(nn.Module):
 
 def partial_of_partial() -> LinenModel:
   return LinenModel(PartialOfPartial(), jnp.ones((4, 3)), train=False)
+
+
+class TiledBy(nn.Module):
+  """Takes a count beside its array (a Python value the code tiles by);
+  `x` is bound to a layer whose mode `train` sets (not an alias of it)."""
+
+  @nn.compact
+  def __call__(self, x, times, train: bool = False):
+    x = nn.BatchNorm(use_running_average=not train)(nn.Dense(4)(x))
+    return jnp.tile(x, (1, times))
+
+
+def tiled_by() -> LinenModel:
+  return LinenModel(TiledBy(), jnp.ones((4, 3)), 2, train=False)
