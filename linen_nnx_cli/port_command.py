@@ -132,7 +132,7 @@ def _shown(path: str) -> str:
 def run(args, fail) -> int:
   """The command; `fail(args, line, code)` reports a refusal."""
   from converters.linen_model import LinenModel
-  from converters.port import PortOutputError, port, source
+  from converters.port import PortInputError, PortOutputError, port, source
   from linen_nnx_cli.user_models import UserObjectError, load
 
   stem = os.path.splitext(os.path.basename(args.out))[0]
@@ -157,7 +157,7 @@ def run(args, fail) -> int:
     return fail(args, problem, 2)
   try:
     result = port(linen_model, args.out, factory=args.factory, test_out=args.test_out)
-  except PortOutputError as e:
+  except (PortInputError, PortOutputError) as e:
     return fail(args, str(e), 2)
   code = 0 if result.proven else 1
   if args.side_by_side is not None:

@@ -15,6 +15,7 @@ which run without the `port` extra (libcst, ruff) installed.
 import importlib
 
 _WHERE = {
+    'PortInputError': 'converters.port.errors',
     'PortOutputError': 'converters.port.errors',
     'Untranslatable': 'converters.port.errors',
     'PortResult': 'converters.port.generate',

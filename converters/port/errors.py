@@ -1,5 +1,5 @@
 """What the port refuses: a construct it cannot write (which becomes a stub),
-and an output it must not write (a file it reads)."""
+an output it must not write (a file it reads), and a model it cannot trace."""
 
 from __future__ import annotations
 
@@ -15,3 +15,8 @@ class Untranslatable(Exception):
 
 class PortOutputError(ValueError):
   """A file the port would write is one it reads."""
+
+
+class PortInputError(ValueError):
+  """The model cannot be traced on its example inputs (Linen's own `init`
+  fails): nothing to port."""

@@ -30,7 +30,7 @@ from converters.port import (
   source,
   tracing,
 )
-from converters.port.errors import PortOutputError, Untranslatable
+from converters.port.errors import PortInputError, PortOutputError, Untranslatable
 
 
 @dataclasses.dataclass
@@ -121,7 +121,16 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
           test_name: str = '') -> tuple[PortResult, dict]:
   """The generated file for `linen_model`, not yet proven."""
   module = linen_model.module
-  root, variables = tracing.trace(module, *linen_model.args, **linen_model.kwargs)
+  try:
+    root, variables = tracing.trace(module, *linen_model.args, **linen_model.kwargs)
+  except Exception as e:  # noqa: BLE001 - the user's model: any error of its own
+    unbound = isinstance(e, NameError) and 'unbound axis name' in str(e)
+    raise PortInputError(
+        f'{type(module).__name__}.init on the example inputs failed: {type(e).__name__}: '
+        f'{str(e).splitlines()[0] if str(e) else ""}'
+        + ('; a layer reduces over a mapped axis outside training (LayerNorm(axis_name=...)), which the '
+           'port traces without: port it by hand' if unbound else '')
+    ) from e
   ports: dict[type, classes.ClassPort] = {}
   written: list = []
   stubs: list[Stub] = []

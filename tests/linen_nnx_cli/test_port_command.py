@@ -32,6 +32,14 @@ def test_stubs_exit_1_naming_them_and_the_page_shows_them(tmp_path):
   assert '<strong>Stub, to port by hand:</strong>' in text and 'make_rng' in text
 
 
+def test_a_model_its_own_init_refuses_is_refused_in_one_line(tmp_path):
+  result = run('port', f'{FACTORIES}:norm_over_replicas', '--out', tmp_path / 'n.py')
+  assert result.code == 2 and not (tmp_path / 'n.py').exists()
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      'linen-nnx port: NormOverReplicas.init on the example inputs failed: NameError')
+  assert 'LayerNorm(axis_name=...)' in result.stderr
+
+
 def test_the_side_by_side_page_pairs_each_linen_class_with_its_port(tmp_path):
   page = tmp_path / 'port.html'
   result = run('port', f'{FACTORIES}:modes_by_field', '--out', tmp_path / 'm_nnx.py', '--side-by-side', page,

@@ -1109,3 +1109,16 @@ class TiledBy(nn.Module):
 
 def tiled_by() -> LinenModel:
   return LinenModel(TiledBy(), jnp.ones((4, 3)), 2, train=False)
+
+
+class NormOverReplicas(nn.Module):
+  """A LayerNorm averaging over a mapped axis in every call: Linen's own
+  `init` fails outside `pmap`, as the port traces it."""
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.LayerNorm(axis_name='batch')(nn.Dense(4)(x))
+
+
+def norm_over_replicas() -> LinenModel:
+  return LinenModel(NormOverReplicas(), jnp.ones((2, 3)))
