@@ -1115,9 +1115,11 @@ class ClassWriter:
       by_index.setdefault(dim.index, set()).add(dim)
     if len(by_index) == 1:
       ((index, dims),) = by_index.items()
-      (dim, *rest) = dims
-      if not rest and dim.dim == dim.ndim - 1:
-        return [InputParameter('in_features', index, dim.ndim, False)]
+      # (The same axis, traced at several sizes: the blocks of a ResNet with
+      # and without their shortcut are traced apart.)
+      axes = {(d.dim, d.ndim) for d in dims}
+      if len(axes) == 1 and next(iter(dims)).dim == next(iter(dims)).ndim - 1:
+        return [InputParameter('in_features', index, next(iter(dims)).ndim, False)]
     return [
         InputParameter(f'{next(iter(dims)).name}_shape', index, next(iter(dims)).ndim, True)
         for index, dims in sorted(by_index.items())

@@ -157,4 +157,6 @@ def condition(writer, statement, sites: set[tracing.Site]) -> str:
         writer.use_input_dim(index, ndim - 1)
       return text
   writer.fail(statement, f'no condition on the configuration and input size agrees with when Linen '
-              f'creates the modules under `if {writer.file.code(statement.test)}`; port it by hand')
+              f'creates the modules under `if {writer.file.code(statement.test)}` (it may depend on '
+              'other sizes of the inputs: strides on a 1x1 image change no shape; trace larger '
+              'example inputs); port it by hand')

@@ -870,6 +870,12 @@ def flax_imagenet_bottleneck() -> LinenModel:
   return flax_imagenet('BottleneckResNetBlock')
 
 
+def flax_imagenet_bottleneck_two_one() -> LinenModel:
+  """Bottlenecks, two in the first stage: blocks with and without their
+  shortcut, traced apart, take the same input axis."""
+  return flax_imagenet('BottleneckResNetBlock', (2, 1))
+
+
 def flax_imagenet_two_blocks_a_stage() -> LinenModel:
   """ResNet18's shape, two stages long: blocks move to another stage when a
   stage is longer."""

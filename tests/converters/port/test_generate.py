@@ -480,11 +480,12 @@ def test_an_input_that_is_not_an_array_stays_a_python_value(tmp_path):
 
 
 @pytest.mark.nightly  # forty seconds each
-@pytest.mark.parametrize('name', ['flax_imagenet', 'flax_imagenet_bottleneck', 'flax_imagenet_two_blocks_a_stage'])
+@pytest.mark.parametrize('name', ['flax_imagenet', 'flax_imagenet_bottleneck', 'flax_imagenet_two_blocks_a_stage',
+                                  'flax_imagenet_bottleneck_two_one'])
 def test_flax_imagenet_is_proven_and_its_checkpoint_trains_on_as_one_replica(tmp_path, name):
   result, out, test_out = _port(tmp_path, name, getattr(linen_models, name)())
   assert result.proven, (result.failure, result.checks)
-  if name == 'flax_imagenet_bottleneck':
+  if name.startswith('flax_imagenet_bottleneck'):
     assert 'if in_features != filters * 4 or strides != (1, 1):' in out.read_text()
   elif name == 'flax_imagenet':
     _run_written_test(test_out, tmp_path)
