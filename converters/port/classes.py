@@ -175,7 +175,8 @@ class ClassWriter:
     self.method.body.visit(references.LinenReferences(
         self.file, cls, strict=True,
         skip=[node.func for node, _ in self.sites.values()]
-        + [partial.args[0].value for partial in self.factories.values()] + self.lift_calls,
+        + [partial.args[0].value for partial in self.factories.values()] + self.lift_calls
+        + list(self._handed_classes()),
     ))
     self.attributes = self._attributes()
     self.used_dims: set[shapes.InputDim] = set()
@@ -394,6 +395,22 @@ class ClassWriter:
     for name in references.dotted(func) or ['']:
       value = getattr(value, name, None)
     return value is functools.partial
+
+  def _handed_classes(self) -> dict[cst.BaseExpression, str]:
+    """Flax layer classes handed to the user's modules as they are
+    (`Inner(dense=nn.Dense)`): the argument -> NNX's class (`nnx.Linear`),
+    which the port hands on in their place."""
+    handed = {}
+    for node, children in self.sites.values():
+      if layers.layer_spec(children[0].cls) is not None:
+        continue
+      for arg in node.args:
+        names = references.dotted(arg.value)
+        if names and names[0] in self.file.linen_names and not arg.star:
+          spec = layers.layer_spec(helpers.layer_class(self.file, arg.value))
+          if spec is not None:
+            handed[arg.value] = spec.nnx
+    return handed
 
   def _kept_factories(self) -> set[str]:
     """The factory locals the method reads as values, not only as what its
@@ -966,9 +983,12 @@ class ClassWriter:
     # model.train() / .eval() reach every submodule); the rest keep their
     # order, as the port's constructor keeps the fields'.
     args = []
+    handed = self._handed_classes()
     for field, arg in arguments:
       if field in port.field_modes:
         self._mode_argument(arg.value, not port.field_modes[field], node)
+      elif arg.value in handed:
+        args.append(arg.with_changes(value=syntax.expression(handed[arg.value])))  # `nn.Dense` -> `nnx.Linear`
       elif field != 'name':
         args.append(arg)
     # A flag inside a field the child takes (`config.deterministic`): the

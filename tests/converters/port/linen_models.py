@@ -1128,3 +1128,16 @@ class NormOverReplicas(nn.Module):
 
 def norm_over_replicas() -> LinenModel:
   return LinenModel(NormOverReplicas(), jnp.ones((2, 3)))
+
+
+class HandsOnAClass(nn.Module):
+  """Hands Flax's layer class itself to a block that makes its layer with it."""
+
+  @nn.compact
+  def __call__(self, x):
+    x = LayerFromField(layer=nn.Dense)(x)
+    return LayerFromField(nn.Dense)(x)
+
+
+def hands_on_a_class() -> LinenModel:
+  return LinenModel(HandsOnAClass(), jnp.ones((2, 3)))

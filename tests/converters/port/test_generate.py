@@ -440,6 +440,14 @@ def test_layers_made_by_fields_are_made_through_them(tmp_path):
   assert '= layer(in_features, 4, rngs=rngs)' in text
 
 
+def test_a_flax_layer_class_handed_on_is_nnx_s(tmp_path):
+  result, out, _ = _port(tmp_path, 'hands_on_a_class', linen_models.hands_on_a_class())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  assert 'LayerFromField(layer=nnx.Linear, in_features=in_features, rngs=rngs)' in text
+  assert 'LayerFromField(nnx.Linear, in_features=4, rngs=rngs)' in text
+
+
 def test_partials_handed_on_are_nnx_partials_and_blocks_widen_their_shortcut(tmp_path):
   result, out, _ = _port(tmp_path, 'widening_stack', linen_models.widening_stack())
   assert result.proven, (result.failure, result.checks)
