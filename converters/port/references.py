@@ -102,11 +102,12 @@ RESPELLED = {
 #: (`nn.combine_masks` asserts the masks' ranks, `nnx.combine_masks` raises
 #: ValueError): the same values for every input either accepts.
 SAME_FOR_VALID_INPUTS = {nn.combine_masks: 'nnx.combine_masks'}
-#: Linen functions of arrays and names alone, which NNX code calls as they
-#: are (the rules come from the same `logical_axis_rules` context).
+#: Linen functions of arrays, names and Python values alone, which NNX code
+#: calls as they are (the rules come from the same `logical_axis_rules`
+#: context; `merge_param` picks the one of a field and an argument given).
 FRAMEWORK_FREE = frozenset({
     nn.with_logical_constraint, nn.logical_to_mesh_axes, nn.logical_to_mesh_sharding,
-    nn.logical_to_mesh, nn.logical_axis_rules, nn.get_logical_axis_rules,
+    nn.logical_to_mesh, nn.logical_axis_rules, nn.get_logical_axis_rules, nn.module.merge_param,
 })
 
 

@@ -1141,3 +1141,20 @@ class HandsOnAClass(nn.Module):
 
 def hands_on_a_class() -> LinenModel:
   return LinenModel(HandsOnAClass(), jnp.ones((2, 3)))
+
+
+class MergedFlag(nn.Module):
+  """Flax's sst2 way of taking a flag from the field or the call
+  (`nn.module.merge_param`): kept as it is, a function of Python values."""
+
+  plain: bool | None = None
+
+  @nn.compact
+  def __call__(self, x, plain: bool | None = None):
+    plain = nn.module.merge_param('plain', self.plain, plain)
+    x = nn.Dense(3)(x)
+    return x if plain else x * 2
+
+
+def merged_flag() -> LinenModel:
+  return LinenModel(MergedFlag(), jnp.ones((2, 3)), plain=True)

@@ -440,6 +440,14 @@ def test_layers_made_by_fields_are_made_through_them(tmp_path):
   assert '= layer(in_features, 4, rngs=rngs)' in text
 
 
+def test_merge_param_is_kept_and_the_flag_proven_both_ways(tmp_path):
+  result, out, _ = _port(tmp_path, 'merged_flag', linen_models.merged_flag())
+  assert result.proven, (result.failure, result.checks)
+  outcomes = {check: outcome for check, outcome, _ in result.checks}
+  assert outcomes['another configuration (plain=False, a flag of the call)'] == 'passed'
+  assert "nn.module.merge_param('plain', self.plain, plain)" in out.read_text()
+
+
 def test_a_flax_layer_class_handed_on_is_nnx_s(tmp_path):
   result, out, _ = _port(tmp_path, 'hands_on_a_class', linen_models.hands_on_a_class())
   assert result.proven, (result.failure, result.checks)
