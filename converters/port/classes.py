@@ -396,21 +396,34 @@ class ClassWriter:
       value = getattr(value, name, None)
     return value is functools.partial
 
-  def _handed_classes(self) -> dict[cst.BaseExpression, str]:
+  def _handed_classes(self) -> dict[cst.BaseExpression, cst.BaseExpression]:
     """Flax layer classes handed to the user's modules as they are
-    (`Inner(dense=nn.Dense)`): the argument -> NNX's class (`nnx.Linear`),
-    which the port hands on in their place."""
+    (`Inner(dense=nn.Dense)`), or as a partial written in place
+    (`Inner(dense=partial(nn.Dense, use_bias=False))`): the Linen class
+    (what the check of Linen's names skips) -> the argument's value."""
     handed = {}
     for node, children in self.sites.values():
       if layers.layer_spec(children[0].cls) is not None:
         continue
       for arg in node.args:
-        names = references.dotted(arg.value)
+        value = arg.value
+        if (isinstance(value, cst.Call) and self._is_partial(value.func) and value.args
+                and value.args[0].keyword is None and not value.args[0].star):
+          head = value.args[0].value
+        else:
+          head = value
+        names = references.dotted(head)
         if names and names[0] in self.file.linen_names and not arg.star:
-          spec = layers.layer_spec(helpers.layer_class(self.file, arg.value))
-          if spec is not None:
-            handed[arg.value] = spec.nnx
+          if layers.layer_spec(helpers.layer_class(self.file, head)) is not None:
+            handed[head] = value
     return handed
+
+  def _nnx_handed(self, value: cst.BaseExpression) -> cst.BaseExpression:
+    """A value `_handed_classes` found, as NNX's: `nnx.Linear`, or the
+    partial as `nnx_factory` writes one."""
+    if isinstance(value, cst.Call):
+      return self._nnx_partial(value, self.file.code(value))
+    return syntax.expression(layers.layer_spec(helpers.layer_class(self.file, value)).nnx)
 
   def _kept_factories(self) -> set[str]:
     """The factory locals the method reads as values, not only as what its
@@ -488,7 +501,10 @@ class ClassWriter:
     use_running_average=not train, momentum=0.9)` -> `partial(nnx.BatchNorm,
     momentum=0.9)` (Linen's class as NNX's, the mode arguments left to the
     NNX mode, fields NNX names otherwise renamed)."""
-    partial = self.factories[name]
+    return self._nnx_partial(self.factories[name], name)
+
+  def _nnx_partial(self, partial: cst.Call, name: str) -> cst.Call:
+    """`partial` (`name` says what it is in messages) as NNX's: see `nnx_factory`."""
     head = partial.args[0].value
     target = self._factory_target(head)
     cls = self._factory_class(target)
@@ -983,12 +999,12 @@ class ClassWriter:
     # model.train() / .eval() reach every submodule); the rest keep their
     # order, as the port's constructor keeps the fields'.
     args = []
-    handed = self._handed_classes()
+    handed = set(self._handed_classes().values())
     for field, arg in arguments:
       if field in port.field_modes:
         self._mode_argument(arg.value, not port.field_modes[field], node)
       elif arg.value in handed:
-        args.append(arg.with_changes(value=syntax.expression(handed[arg.value])))  # `nn.Dense` -> `nnx.Linear`
+        args.append(arg.with_changes(value=self._nnx_handed(arg.value)))  # `nn.Dense` -> `nnx.Linear`
       elif field != 'name':
         args.append(arg)
     # A flag inside a field the child takes (`config.deterministic`): the
@@ -1005,7 +1021,8 @@ class ClassWriter:
       if self.field_modes.setdefault(f'{path}.{rest}', train_value) != train_value:
         self.fail(node, f'{path}.{rest} sets modes both ways; port it by hand')
     for field, arg in arguments:
-      if field != 'name' and field not in port.field_modes and self.call_time & source.names_in(arg.value):
+      if field != 'name' and field not in port.field_modes and arg.value not in handed and (
+          self.call_time & source.names_in(arg.value)):
         self.fail(
             node,
             f'{field}={self.file.code(arg.value)} depends on the inputs of the call; port it by hand',
@@ -1215,6 +1232,10 @@ class ClassWriter:
         return updated
 
     body = [s.visit(Arguments()) for s in body]
+    for n in self.field_names:
+      if n in NNX_MODE_ATTRIBUTES and n not in self.field_modes:
+        self.fail(self.cdef, f'the field {n!r} is not a layer mode in this class, but NNX\'s model.train() / '
+                  f'.eval() set every attribute named {n!r}, which would change it: rename it, or port it by hand')
     statements = [
         syntax.statement(f'self.{n} = {n}\n') for n in self.field_names if n not in self.field_modes
     ]
@@ -1289,6 +1310,10 @@ class ClassWriter:
           '.eval()); port it by hand',
       )
     return method
+
+
+#: The attributes NNX's `model.train()` / `.eval()` set on every module.
+NNX_MODE_ATTRIBUTES = ('deterministic', 'use_running_average')
 
 
 def drawn_stream(node: cst.CSTNode) -> str | None:

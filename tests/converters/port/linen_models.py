@@ -1143,6 +1143,19 @@ def hands_on_a_class() -> LinenModel:
   return LinenModel(HandsOnAClass(), jnp.ones((2, 3)))
 
 
+class HandsOnPartials(nn.Module):
+  """Hands partials of Flax's layers written in place, one with its mode."""
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = LayerFromField(layer=functools.partial(nn.Dense, use_bias=False))(x)
+    return NormField(norm=functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.8))(x)
+
+
+def hands_on_partials() -> LinenModel:
+  return LinenModel(HandsOnPartials(), jnp.ones((4, 3)), train=False)
+
+
 class MergedFlag(nn.Module):
   """Flax's sst2 way of taking a flag from the field or the call
   (`nn.module.merge_param`): kept as it is, a function of Python values."""
@@ -1158,3 +1171,19 @@ class MergedFlag(nn.Module):
 
 def merged_flag() -> LinenModel:
   return LinenModel(MergedFlag(), jnp.ones((2, 3)), plain=True)
+
+
+class FlagNamedAsAMode(nn.Module):
+  """A field named as NNX's modes that sets no layer's mode: `.eval()` would
+  change it."""
+
+  deterministic: bool | None = None
+
+  @nn.compact
+  def __call__(self, x, deterministic: bool | None = None):
+    deterministic = nn.module.merge_param('deterministic', self.deterministic, deterministic)
+    return nn.Dense(3)(x) * (1 if deterministic else 2)
+
+
+def flag_named_as_a_mode() -> LinenModel:
+  return LinenModel(FlagNamedAsAMode(), jnp.ones((2, 3)), deterministic=True)

@@ -454,6 +454,13 @@ def test_a_flax_layer_class_handed_on_is_nnx_s(tmp_path):
   text = out.read_text()
   assert 'LayerFromField(layer=nnx.Linear, in_features=in_features, rngs=rngs)' in text
   assert 'LayerFromField(nnx.Linear, in_features=4, rngs=rngs)' in text
+  # Partials written in place, a mode in one.
+  result, out, _ = _port(tmp_path, 'hands_on_partials', linen_models.hands_on_partials())
+  assert result.proven, (result.failure, result.checks)
+  assert result.modes == {'train': True}
+  text = out.read_text()
+  assert '        layer=functools.partial(nnx.Linear, use_bias=False),\n' in text
+  assert '        norm=functools.partial(nnx.BatchNorm, momentum=0.8),\n' in text
 
 
 def test_partials_handed_on_are_nnx_partials_and_blocks_widen_their_shortcut(tmp_path):
@@ -519,6 +526,7 @@ def test_flax_imagenet_is_proven_and_its_checkpoint_trains_on_as_one_replica(tmp
     # Its keys split per step, which the proof's draws (in call order) are not.
     ('scanned_noise', "self.make_rng('noise') in a module Linen runs under a lifted transform"),
     ('partial_of_partial', 'norm is a partial of the partial base; write it as one partial'),
+    ('flag_named_as_a_mode', "NNX's model.train() / .eval() set every attribute named 'deterministic'"),
 ])
 def test_what_would_hold_at_the_traced_configuration_only_is_refused(tmp_path, name, reason):
   result, _, _ = _port(tmp_path, name, getattr(linen_models, name)())
