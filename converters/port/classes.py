@@ -535,6 +535,8 @@ class ClassWriter:
       if spec is not None and nnx_name not in spec.nnx_parameters():
         self.fail(partial, f'{spec.nnx} has no argument {nnx_name!r} for Linen\'s {field!r}; port it by hand')
       args.append(syntax.keyword(nnx_name, arg.value))
+    if len(args) == 1:
+      return head  # nothing left but the mode: the class itself (`BlockD`, not `partial(BlockD)`)
     return partial.with_changes(args=syntax.normalised(args))
 
   def _given_by_factory(self, node: cst.Call) -> set[str]:

@@ -133,9 +133,9 @@ def nnx_value(value, generated: types.ModuleType):
 
 
 def batch_axis_name(linen_model: LinenModel) -> str | None:
-  """The mapped axis the model's layers reduce over in training
-  (`BatchNorm(axis_name='batch')`, as Flax's ResNet trains under `pmap`),
-  or None; several are refused."""
+  """The mapped axis the model's layers reduce over (`BatchNorm(axis_name=
+  'batch')` in training, as Flax's ResNet trains under `pmap`): the checks
+  run as its one replica. None if there is none; several are refused."""
   root, _ = tracing.trace(linen_model.module, *linen_model.args, **linen_model.kwargs)
   names = {c.module.axis_name for c in root.walk() if isinstance(getattr(c.module, 'axis_name', None), str)}
   if len(names) > 1:
