@@ -162,9 +162,13 @@ class ClassWriter:
       if (references.dotted(decorator.decorator) or [''])[0] in self.file.linen_names:
         self.fail(decorator, f'the class is decorated with {self.file.code(decorator.decorator)}; '
                   'port it by hand')
+    # The locals the creating method binds once (`norm = partial(...)`).
+    self.method_locals = self.locals if self.method is self.call else syntax.assigned_once(self.method.body)
     self.sites = self._sites()
     self.factories = self._factories()
     self.kept_factories = self._kept_factories()
+    # Flax layer classes (or partials of them) handed to the user's blocks.
+    self.handed = self._handed_classes()
     # Fields the model is configured with a module class or partial in
     # (`conv: ModuleDef`): field -> the Flax layer (its spec) or the user's
     # class the traced configuration makes through it.
@@ -176,7 +180,7 @@ class ClassWriter:
         self.file, cls, strict=True,
         skip=[node.func for node, _ in self.sites.values()]
         + [partial.args[0].value for partial in self.factories.values()] + self.lift_calls
-        + list(self._handed_classes()),
+        + list(self.handed),
     ))
     self.attributes = self._attributes()
     self.used_dims: set[shapes.InputDim] = set()
@@ -352,7 +356,7 @@ class ClassWriter:
     """Locals that make modules, `norm = functools.partial(nn.BatchNorm,
     momentum=0.9)`: name -> the `partial` call. A creation through one is
     written with the partial's arguments and its own, as one NNX creation."""
-    bound = syntax.assigned_once(self.method.body)
+    bound = self.method_locals
     factories = {}
     # Sites creating through Linen's lifted transforms (`blocks =
     # nn.scan(Block, ...)`, or `nn.scan(...)(config)` in place): site ->
@@ -473,7 +477,7 @@ class ClassWriter:
     names = references.dotted(func)
     if names and names[0] == 'self' and len(names) == 2 and names[1] in self.field_names:
       return getattr(self.instance.module, names[1], None)
-    local = syntax.assigned_once(self.method.body).get(func.value) if isinstance(func, cst.Name) else None
+    local = self.method_locals.get(func.value) if isinstance(func, cst.Name) else None
     if isinstance(local, cst.Call) and self._is_partial(local.func) and local.args:
       inner = self._factory_target(local.args[0].value)  # a partial of a local partial
       return functools.partial(inner) if callable(inner) else None
@@ -1001,7 +1005,7 @@ class ClassWriter:
     # model.train() / .eval() reach every submodule); the rest keep their
     # order, as the port's constructor keeps the fields'.
     args = []
-    handed = set(self._handed_classes().values())
+    handed = set(self.handed.values())
     for field, arg in arguments:
       if field in port.field_modes:
         self._mode_argument(arg.value, not port.field_modes[field], node)
