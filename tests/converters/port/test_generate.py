@@ -194,7 +194,7 @@ def test_the_encoder_is_proven_at_other_configurations(tmp_path):
 
 
 @pytest.mark.parametrize('edit', [
-    ("('embed', 'kv')", "('kv', 'embed')"),  # other names
+    pytest.param(("('embed', 'kv')", "('kv', 'embed')"), marks=pytest.mark.nightly),  # other names
     ("        kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, 'model')),\n", ''),  # none
 ])
 def test_a_port_annotated_otherwise_is_not_proven(tmp_path, edit):
@@ -233,7 +233,25 @@ def test_scanned_layers_are_a_vmapped_stack_run_by_nnx_scan(tmp_path):
   assert "PathRule('ResidualLayer_{i}/Dense_0/kernel', 'layers/{i}/dense_0/kernel')" in text
 
 
-@pytest.mark.parametrize('annotation', [pytest.param('device', marks=pytest.mark.nightly), 'logical'])
+def test_the_kits_mlp_is_written_with_its_annotations_and_helpers(tmp_path):
+  # Written here; proven looped and scanned, in both annotation styles, nightly (below).
+  from kit_mlp.description import ModelDescription
+  from linen_impl import model as linen_mlp
+
+  desc = ModelDescription(num_layers=2, depth=8, batch=4, mesh_shape=(2, 4), annotation='logical')
+  with jax.set_mesh(desc.make_mesh()):  # its constraints need the mesh
+    result, out = _written(tmp_path, 'kit_mlp_logical', LinenModel(linen_mlp.MLP(desc), jnp.ones((4, 8))))
+  assert not result.stubs
+  assert [description for _, description, _ in result.flags] == ['desc.use_scan=True']
+  text = out.read_text()
+  assert "PathRule('ScanDotReluDot_0/W2', 'dot_relu_dots/W2')" in text
+  assert '_annotate_init(desc, axes.w2)(rngs.params(), (desc.depth, in_features), desc.jnp_dtype),' in text
+  # Linen's constraint helper kept as it is (it runs in NNX code alike).
+  assert 'return nn.with_logical_constraint(x, names, rules=desc.rules)' in text
+
+
+@pytest.mark.nightly
+@pytest.mark.parametrize('annotation', ['device', 'logical'])
 def test_the_kits_mlp_is_ported_looped_and_scanned_in_both_annotation_styles(tmp_path, annotation):
   from kit_mlp.description import ModelDescription
   from linen_impl import model as linen_mlp
@@ -243,11 +261,6 @@ def test_the_kits_mlp_is_ported_looped_and_scanned_in_both_annotation_styles(tmp
     result, out, _ = _port(tmp_path, f'kit_mlp_{annotation}', LinenModel(linen_mlp.MLP(desc), jnp.ones((4, 8))))
   assert result.proven, (result.failure, result.checks)
   assert any('desc.use_scan=True' in check and outcome == 'passed' for check, outcome, _ in result.checks)
-  text = out.read_text()
-  assert "PathRule('ScanDotReluDot_0/W2', 'dot_relu_dots/W2')" in text
-  assert '_annotate_init(desc, axes.w2)(rngs.params(), (desc.depth, in_features), desc.jnp_dtype),' in text
-  # Linen's constraint helper kept as it is (it runs in NNX code alike).
-  assert 'return nn.with_logical_constraint(x, names, rules=desc.rules)' in text
 
 
 @pytest.mark.nightly  # forty seconds; in CI, the encoder, scan and cache tests cover its parts
@@ -309,22 +322,6 @@ def test_flax_lm1b_is_written_whole_and_proven_decoding_too(tmp_path):
   _run_written_test(test_out, tmp_path)
 
 
-def test_zoo_resnet_conditions_and_sizes_hold_for_other_stage_counts(tmp_path):
-  from model_zoo.linen import resnet
-
-  config = configs.ResNetConfig()
-  model = LinenModel(resnet.ResNet(config), jnp.ones((2, 16, 16, config.in_channels)), train=False)
-  # Written here; proven (three configurations) by the nightly test below.
-  result, out = _written(tmp_path, 'resnet', model)
-  assert not result.stubs
-  assert result.modes == {'train': True}
-  text = out.read_text()
-  # The shortcut, from the sizes, as a person writes it (Linen decides from shapes).
-  assert 'if in_features != filters or strides != (1, 1):' in text
-  assert 'in_features=in_size' in text and 'in_size = config.num_filters * 2**i' in text
-  assert 'self.head = nnx.Linear(in_size, config.num_classes, rngs=rngs)' in text
-
-
 @pytest.mark.nightly
 def test_zoo_resnet_port_holds_for_three_stages_of_other_widths(tmp_path):
   from model_zoo.linen import resnet
@@ -332,6 +329,12 @@ def test_zoo_resnet_port_holds_for_three_stages_of_other_widths(tmp_path):
   config = configs.ResNetConfig()
   result, out, test_out = _port(tmp_path, 'zoo_resnet', linen_models.zoo_resnet())
   assert result.proven, (result.failure, result.checks)
+  assert result.modes == {'train': True}
+  text = out.read_text()
+  # The shortcut, from the sizes, as a person writes it (Linen decides from shapes).
+  assert 'if in_features != filters or strides != (1, 1):' in text
+  assert 'in_features=in_size' in text and 'in_size = config.num_filters * 2**i' in text
+  assert 'self.head = nnx.Linear(in_size, config.num_classes, rngs=rngs)' in text
   _run_written_test(test_out, tmp_path)  # a TrainState with batch_stats, converted and trained on
   other = dataclasses.replace(config, stage_sizes=(2, 1, 2), num_filters=6, in_channels=2)
   model = LinenModel(resnet.ResNet(other), jnp.ones((3, 16, 16, 2)), train=False)
@@ -421,6 +424,12 @@ def test_draws_are_from_the_rngs_the_port_keeps_and_proven_with_the_same_keys(tm
   assert text.count('    self.rngs = rngs\n') == 2
   assert 'jax.random.bernoulli(self.rngs.dropout(), p=self.rate, shape=ids.shape)' in text
   assert 'x = x + jax.random.normal(self.rngs.noise(), x.shape)' in text
+
+
+@pytest.mark.nightly
+def test_a_port_drawing_otherwise_is_not_proven(tmp_path):
+  result, out = _written(tmp_path, 'noisy_embedder', linen_models.noisy_embedder())
+  text = out.read_text()
   # A port drawing otherwise (another distribution; another rate, in training only) is not proven.
   for edit, kwargs in [(('jax.random.normal(', 'jax.random.uniform('), {'train': False}),
                        (('p=self.rate', 'p=1 - self.rate'), {'train': True})]:
@@ -464,16 +473,16 @@ def test_a_flax_layer_class_handed_on_is_nnx_s(tmp_path):
 
 
 @pytest.mark.nightly
-@pytest.mark.parametrize('name', ['hands_on_a_class', 'hands_on_partials'])
+@pytest.mark.parametrize('name', ['hands_on_a_class', 'hands_on_partials', 'widening_stack'])
 def test_flax_layer_classes_and_partials_handed_on_are_proven(tmp_path, name):
   result, _, _ = _port(tmp_path, name, getattr(linen_models, name)())
   assert result.proven, (result.failure, result.checks)
 
 
 def test_partials_handed_on_are_nnx_partials_and_blocks_widen_their_shortcut(tmp_path):
-  result, out, _ = _port(tmp_path, 'widening_stack', linen_models.widening_stack())
-  assert result.proven, (result.failure, result.checks)
-  assert result.modes == {'train': True}  # the train step ran as one replica of 'batch'
+  # Written here; proven (its train step as one replica of 'batch') nightly, below.
+  result, out = _written(tmp_path, 'widening_stack', linen_models.widening_stack())
+  assert not result.stubs and result.modes == {'train': True}
   text = out.read_text()
   assert 'dense = functools.partial(nnx.Linear, use_bias=False)\n' in text
   assert "norm = functools.partial(nnx.BatchNorm, momentum=0.8, axis_name='batch')\n" in text
