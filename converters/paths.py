@@ -440,7 +440,10 @@ class PathMapping:
       ]
       if rule.transform is not None:
         args.append(f'transform={rule.transform!r}')
-      lines.append(f'    PathRule({", ".join(args)}),')
+      line = f'    PathRule({", ".join(args)}),'
+      if len(line) > 100:  # a fused parameter's parts: one argument a line
+        line = '    PathRule(\n' + ''.join(f'        {a},\n' for a in args) + '    ),'
+      lines.append(line)
     lines.append('], keep_unmatched=True)' if self.keep_unmatched else '])')
     return '\n'.join(lines) + '\n'
 

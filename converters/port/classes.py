@@ -82,6 +82,8 @@ class ClassPort:
   helpers: dict[str, cst.FunctionDef] = dataclasses.field(default_factory=dict)
   #: Whether the port has `init_cache` (its layers, or it, hold a decode cache).
   has_cache: bool = False
+  #: Module statements written before the class (`default_init = ...`).
+  constants: list[cst.SimpleStatementLine] = dataclasses.field(default_factory=list)
 
   def nnx_path(self, instance: tracing.Created, child: tracing.Created) -> tuple:
     """Where `child` (created by `instance`, any instance of this class) is
@@ -117,6 +119,10 @@ class ClassWriter:
   #: Whether the writer writes `self.make_rng(stream)` (a draw from the
   #: `nnx.Rngs` the module keeps: `self.rngs.<stream>()`).
   writes_draws = False
+  #: Whether the writer writes `__call__` decorated with Linen's scan over
+  #: its inputs (`functools.partial(nn.scan, variable_broadcast='params',
+  #: ...)`) as `nnx.scan` over the method.
+  writes_method_scan = False
   #: Whether the writer keeps in `__init__` the partials the method hands on
   #: (`norm=norm` to a block), as NNX partials (`nnx_factory`).
   keeps_factories = False
@@ -144,6 +150,13 @@ class ClassWriter:
     # `method` creates the submodules, `call` is `__call__`: the compact
     # method both, or `setup` and `__call__`.
     self.method, self.call = self._methods()
+    #: Whether `__call__` is Linen's scan over its inputs (`nnx.scan` in NNX).
+    self.scans_call = any(transforms.is_method_scan(d, self.file) for d in self.call.decorators)
+    lifted = {m for i in self.instances for m in i.lifted_methods}
+    if lifted - {'__call__'} or (lifted and not (self.scans_call and self.writes_method_scan)):
+      self.fail(self.call if '__call__' in lifted else self.cdef,
+                f'{", ".join(sorted(lifted))} decorated with a lifted transform the port does not write '
+                '(it writes nn.scan over the inputs of a compact __call__); port it by hand')
     self.field_names = shapes.module_fields(instance.module)
     self.field_modes: dict[str, bool] = {}
     self._mode_reads: set = set()  # the expressions read as modes
@@ -152,6 +165,9 @@ class ClassWriter:
     ]
     self.call_time = self._call_time()
     self.locals = syntax.assigned_once(self.call.body)
+    self.merged_flags = self._merged_flags()
+    #: Module statements the class reads (its fields' computed defaults).
+    self.constants: list[cst.SimpleStatementLine] = []
     self.draws: set[str] = set()  # the streams `self.make_rng` draws from
     self._refuse_linen_api()
     for name in self.field_names:
@@ -203,7 +219,7 @@ class ClassWriter:
           allowed.add(node.func)
         stream = drawn_stream(node)
         if stream is not None and writer.writes_draws:
-          if any(i.transform for i in writer.instances):
+          if any(i.transform or i.lifted_methods for i in writer.instances):
             writer.fail(node, f'self.make_rng({stream!r}) in a module Linen runs under a lifted transform '
                         '(its keys split per step): not written yet; port it by hand')
           writer.draws.add(stream)
@@ -629,6 +645,10 @@ class ClassWriter:
   def _mode_argument(self, value: cst.BaseExpression, eval_value: bool, node) -> None:
     """Checks that a mode field's value is a call flag or a bool field of
     the module (or its negation) and records its value in training."""
+    if self._reads_merged_flag(value):
+      self.fail(node, f'{self.file.code(value)} sets a layer\'s mode where it is created, from the flag '
+                'merged with the field of its name: give it where the layer is called '
+                '(`layer(x, deterministic=deterministic)`), or port it by hand')
     negated = isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Not)
     inner = value.expression if negated else value
     train_value = eval_value if negated else not eval_value
@@ -790,6 +810,8 @@ class ClassWriter:
         self.fail(node, f'{child.name} is never called on the traced inputs, so its input size is '
                   'unknown; port it by hand')
       inputs = symbolic.calls[0].args
+      if spec is not None and index == 0:
+        index = spec.input_index
       if len(inputs) <= index or not hasattr(inputs[index], 'shape'):
         self.fail(node, f'{child.name} is called without an array input; port it by hand')
       value = inputs[index].shape[axis_of(child)]
@@ -1088,6 +1110,8 @@ class ClassWriter:
         body.append(methods[statement])
       elif isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.AnnAssign):
         continue  # a field: the constructor takes it
+      elif isinstance(statement, cst.FunctionDef):
+        body.append(statement.visit(_CarryOfOwnCell(self)))
       else:
         body.append(statement)
     bases = [
@@ -1096,11 +1120,15 @@ class ClassWriter:
         for b in self.cdef.bases
     ]
     node = self.cdef.with_changes(bases=bases, body=self.cdef.body.with_changes(body=body))
+    if self.merged_flags:
+      node = node.visit(_FirstFrom(self.merged_flags))
     node = node.visit(references.LinenReferences(self.file, self.cls, strict=False))
     self._check_mode_fields_gone(node, init)
     return ClassPort(self.cls, node, self.attributes, inputs, self.modes, self.params, self,
                      dict(self.field_modes),
-                     {h.node.name.value: h.node for h in self.helpers.values()}, init_cache is not None)
+                     {h.node.name.value: h.node for h in self.helpers.values()}, init_cache is not None,
+                     [c.visit(references.LinenReferences(self.file, self.cls, strict=False))
+                      for c in self.constants])
 
   def _check_mode_fields_gone(self, node: cst.ClassDef, init: cst.FunctionDef) -> None:
     """A field taken as the mode is read nowhere else: NNX's mode replaces it.
@@ -1204,8 +1232,18 @@ class ClassWriter:
 
   def _init_method(self, fields, inputs, body) -> cst.FunctionDef:
     params = [cst.Param(cst.Name('self'))]
+    taken = source.names_in(self.file.module)
     for field in fields:
       default = self._field_default(field)
+      if default is not None and syntax.has_call(default):
+        # A default Linen computes once, with the class (`normal(stddev=0.1)`),
+        # NNX reads from a module constant, as Flax's layers do (ruff's B008).
+        name = f'default_{field.target.value}'
+        while name in taken:
+          name += '_'
+        taken.add(name)
+        self.constants.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], default)]))
+        default = cst.Name(name)
       params.append(cst.Param(
           field.target, annotation=field.annotation,
           default=default, equal=cst.AssignEqual() if default is not None else cst.MaybeSentinel.DEFAULT,
@@ -1239,7 +1277,7 @@ class ClassWriter:
 
     body = [s.visit(Arguments()) for s in body]
     for n in self.field_names:
-      if n in NNX_MODE_ATTRIBUTES and n not in self.field_modes:
+      if n in NNX_MODE_ATTRIBUTES and n not in self.field_modes and n not in self.merged_flags:
         self.fail(self.cdef, f'the field {n!r} is not a layer mode in this class, but NNX\'s model.train() / '
                   f'.eval() set every attribute named {n!r}, which would change it: rename it, or port it by hand')
     statements = [
@@ -1274,11 +1312,40 @@ class ClassWriter:
     kept = []
     for i, arg in enumerate(updated.args):
       name = arg.keyword.value if arg.keyword else (parameters[i] if i < len(parameters) else None)
+      if name in modes and self._reads_merged_flag(original.args[i].value):
+        kept.append(arg)  # the flag stays an argument: NNX's layers take it at the call too
+        continue
       if name in modes:
         self._mode_argument(original.args[i].value, modes[name], original)
         continue
       kept.append(arg)
     return updated.with_changes(args=syntax.normalised(kept))
+
+  def _merged_flags(self) -> set[str]:
+    """The fields named as NNX's modes that the class's methods merge with
+    their argument of the same name, and read nowhere else: `deterministic =
+    nn.module.merge_param('deterministic', self.deterministic, deterministic)`.
+    Such a class is written as NNX's own layers are: the field an attribute
+    that `model.train()` / `.eval()` set, the argument kept, the argument
+    first (`first_from`), so a model in eval mode still runs as its call says."""
+    merges, reads = {}, {}
+
+    class Visitor(cst.CSTVisitor):
+      def visit_Call(self, node):
+        name = _merged_name(node)
+        if name is not None:
+          merges[name] = merges.get(name, 0) + 1
+
+      def visit_Attribute(self, node):
+        if isinstance(node.value, cst.Name) and node.value.value == 'self':
+          reads[node.attr.value] = reads.get(node.attr.value, 0) + 1
+
+    self.cdef.visit(Visitor())
+    return {n for n, count in merges.items()
+            if n in NNX_MODE_ATTRIBUTES and n in self.field_names and reads.get(n) == count}
+
+  def _reads_merged_flag(self, value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value in self.merged_flags
 
   def _creates(self, value: cst.CSTNode) -> bool:
     """Whether `value` holds a creation (`nn.BatchNorm(use_running_average=
@@ -1316,6 +1383,80 @@ class ClassWriter:
           '.eval()); port it by hand',
       )
     return method
+
+
+class _FirstFrom(cst.CSTTransformer):
+  """Each merge of a flag in `names` as NNX merges it (`first_from`)."""
+
+  def __init__(self, names: set[str]):
+    self.names = names
+
+  def leave_Call(self, original, updated):
+    return first_from(updated) if _merged_name(original) in self.names else updated
+
+
+class _CarryOfOwnCell(cst.CSTTransformer):
+  """`nn.LSTMCell(self.features, parent=None).initialize_carry(key, shape)`
+  (a cell made only to ask it for a carry) as the NNX cell the module holds,
+  made with the same arguments, asked for it:
+  `self.lstm_cell_0.initialize_carry(shape, nnx.Rngs(key))`. Only where the
+  carry is zeros (no `carry_init` given: Linen's default and NNX's), so the
+  keys, which Linen and NNX split otherwise, do not matter."""
+
+  def __init__(self, writer: ClassWriter):
+    self.writer = writer
+
+  def leave_Call(self, original, updated):
+    func = updated.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == 'initialize_carry'
+            and isinstance(func.value, cst.Call) and len(updated.args) == 2
+            and all(a.keyword is None and not a.star for a in updated.args)):
+      return updated
+    made = func.value
+    cls = helpers.layer_class(self.writer.file, made.func)
+    spec = layers.layer_spec(cls) if isinstance(cls, type) else None
+    args = [a for a in made.args if not (a.keyword is not None and a.keyword.value == 'parent'
+                                         and isinstance(a.value, cst.Name) and a.value.value == 'None')]
+    if spec is None or spec.input_index != 1 or len(args) != len(made.args) - 1 or any(
+        a.keyword is not None and a.keyword.value == 'carry_init' for a in args):
+      return updated
+    code = self.writer.file.module.code_for_node
+    same = [
+        site for site, (node, children) in self.writer.sites.items()
+        if children and all(c.cls is cls for c in children) and isinstance(node, cst.Call)
+        and [code(a.value) for a in node.args] == [code(a.value) for a in args]
+        and [a.keyword and a.keyword.value for a in node.args] == [a.keyword and a.keyword.value for a in args]
+    ]
+    if len(same) != 1 or self.writer.attributes[same[0]][1]:
+      return updated
+    rng, shape = updated.args
+    return syntax.expression(
+        f'self.{self.writer.attributes[same[0]][0]}.initialize_carry({code(shape.value)}, nnx.Rngs({code(rng.value)}))')
+
+
+def _merged_name(node: cst.CSTNode) -> str | None:
+  """`'deterministic'` of `nn.module.merge_param('deterministic',
+  self.deterministic, deterministic)`, else None."""
+  if not (isinstance(node, cst.Call) and (references.dotted(node.func) or [])[-2:] == ['module', 'merge_param']
+          and len(node.args) == 3 and all(a.keyword is None and not a.star for a in node.args)
+          and isinstance(node.args[0].value, cst.SimpleString)):
+    return None
+  name = node.args[0].value.evaluated_value
+  if (references.dotted(node.args[1].value) == ['self', name]
+      and isinstance(node.args[2].value, cst.Name) and node.args[2].value.value == name):
+    return name
+  return None
+
+
+def first_from(node: cst.Call) -> cst.Call:
+  """`nn.module.merge_param('deterministic', self.deterministic, deterministic)`
+  as NNX's layers merge their modes: the argument, else the attribute
+  (`first_from(deterministic, self.deterministic, error_msg=...)`). Linen
+  refuses both given; NNX's `model.eval()` sets the attribute of every
+  module, so there the argument must win (where Linen would run, both agree)."""
+  name = node.args[0].value.evaluated_value
+  return syntax.expression(
+      f"first_from({name}, self.{name}, error_msg='{name}: not given, nor set by model.eval()')")
 
 
 #: The attributes NNX's `model.train()` / `.eval()` set on every module.

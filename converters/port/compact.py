@@ -34,6 +34,7 @@ from flax import nnx
 from converters.port import (
   classes,
   conditions,
+  layers,
   references,
   source,
   syntax,
@@ -97,6 +98,7 @@ class CompactWriter(classes.ClassWriter):
   writes_has_cache = True
   writes_draws = True
   keeps_factories = True
+  writes_method_scan = True
 
   def _methods(self) -> tuple[cst.FunctionDef, cst.FunctionDef]:
     method = _compact_method(self.cdef, self.file, self.cls)
@@ -203,11 +205,34 @@ class CompactWriter(classes.ClassWriter):
     self.running: dict[int, tuple[str, str]] = {}  # loop -> (initial size, variable)
     self.node_sites = {node: site for site, (node, _) in self.sites.items()}
     self.own = self._own_variables()
+    if self.scans_call:
+      self._check_scanned_call()
     init_body = self._init_block(list(self.method.body.body))
     self._check_locals_of_init(init_body)
     self._replayed = frozenset(syntax.code_of(s) for s in init_body if isinstance(s, cst.SimpleStatementLine))
     call = self._call_method()
     return self._assemble(init_body, {self.method: call})
+
+  def _check_scanned_call(self) -> None:
+    """What runs in `__call__` under Linen's scan over its inputs holds
+    parameters only (broadcast: the same at every step) and draws nothing:
+    NNX's scan of the method then runs the same program. Anything else
+    (stacked or carried variables, keys split per step, modes) is refused."""
+    if self.draws:
+      self.fail(self.call, f'self.make_rng in a method Linen scans (keys per step): port it by hand')
+    for node, children in self.sites.values():
+      for child in children:
+        spec = layers.layer_spec(child.cls)
+        if spec is None or spec.mode or spec.module_fields:
+          self.fail(node, f'{child.cls.__name__} created in a method Linen scans: only Flax\'s layers without '
+                    'modes are written there (their parameters broadcast); port it by hand')
+    for call, variable in self.own.items():
+      if variable.collection != 'params':
+        self.fail(call, f'a {variable.collection!r} variable in a method Linen scans; port it by hand')
+    sows: list[cst.Call] = []
+    self.method.body.visit(syntax.CallsWhere(variables.is_sow_call, sows))
+    if sows:
+      self.fail(sows[0], 'self.sow in a method Linen scans; port it by hand')
 
   def nnx_path(self, child: tracing.Created) -> tuple:
     """Where `child` (created by the traced instance) is in the port."""
@@ -574,6 +599,11 @@ class CompactWriter(classes.ClassWriter):
       def leave_Decorator(self, original, updated):
         if references.is_linen(original.decorator, writer.file, 'compact'):
           return cst.RemoveFromParent()
+        if transforms.is_method_scan(original, writer.file):
+          try:
+            return transforms.method_scan(original, writer.method, writer.file)
+          except transforms.Refused as e:
+            writer.fail(original, f'{e}: not written yet; port it by hand')
         return updated
 
     method = self.method.visit(Rewrite())

@@ -18,6 +18,7 @@ import tempfile
 import libcst as cst
 
 from converters.paths import PathMapping, PathRule, format_path
+from converters.transforms import Rearrange
 from converters.port import classes, layers, references, source, syntax, tracing
 
 _HEADER = '''"""NNX port of `{origin}`, written by `linen-nnx port {factory}`.
@@ -96,6 +97,7 @@ def write_file(
   nodes: list[tuple[source.SourceFile, cst.CSTNode]] = []
   for port in ports:
     if isinstance(port, classes.ClassPort):
+      nodes += [(source.file_of(port.cls), c) for c in port.constants]
       nodes.append((source.file_of(port.cls), port.node))
     else:
       cls, stub = port
@@ -170,7 +172,10 @@ def write_file(
             line.comment is None for line in statement.leading_lines)
         helpers.append((is_def, ('\n\n' if is_def or (helpers and helpers[-1][0]) else '' if together else '\n') + code))
   imports.append('from flax import nnx\n')
-  imports.append('from converters import PathMapping, PathRule\n')
+  imports.append('from converters import PathMapping, PathRule'
+                 + (', Rearrange' if any(r.transform is not None for r in mapping.rules) else '') + '\n')
+  if any('first_from' in source.names_in(n) for _, n in nodes):
+    imports.append('from flax.nnx.module import first_from\n')
   # What the port writes itself reads `jnp` (`init_cache`'s dtype), which
   # a Linen file importing it otherwise did not need to hand on.
   if any('jnp' in source.names_in(n) for _, n in nodes) and not any(
@@ -244,11 +249,13 @@ def _import_order(code: str) -> tuple:
 def path_pairs(
     root: tracing.Created, variables: dict, ports: dict[type, classes.ClassPort]
 ) -> list[tuple[tuple, tuple, tuple[int, int] | None]]:
-  """`(linen path, nnx path, index)` of every variable below a collection
+  """`(linen path, nnx path, index, fused)` of every variable below a collection
   (`('Conv_0', 'kernel')`), where `index` is `(linen position, nnx position)`
-  of a looped layer's index that `{i}` can stand for."""
+  of a looped layer's index that `{i}` can stand for, and `fused` is
+  `(pattern, part)` for a part of a variable NNX holds fused (None else)."""
   modules: dict[tuple, tuple[tuple, tuple[int, int] | None]] = {(): ((), None)}
   renames: dict[tuple, dict[str, str]] = {(): {}}
+  fused: dict[tuple, tuple[tuple, str, int]] = {}  # linen path -> (nnx name, pattern, part)
   for instance in root.walk():
     port = ports.get(instance.cls)
     if port is None:
@@ -269,7 +276,11 @@ def path_pairs(
         if not others and all(c.name == f'{prefix}_{k}' for k, c in enumerate(siblings)):
           index = (len(child.path) - 1, len(nnx_path) - 1)
       modules[child.path] = (nnx_path, index)
-      renames[child.path] = dict(getattr(layers.layer_spec(child.cls), 'variable_renames', ()))
+      spec = layers.layer_spec(child.cls)
+      renames[child.path] = dict(getattr(spec, 'variable_renames', ()))
+      for nnx_name, parts, pattern in getattr(spec, 'fused_variables', ()):
+        for k, part in enumerate(parts):
+          fused[child.path + tuple(part.split('/'))] = (tuple(nnx_name.split('/')), pattern, k)
   pairs = []
   for collection, tree in variables.items():
     flat = _flatten(tree)
@@ -280,8 +291,12 @@ def path_pairs(
           if cut == len(path):
             continue
           rest = path[cut:]
+          if path in fused:  # `ii/kernel`, part 0 of `dense_i/kernel`
+            name, pattern, part = fused[path]
+            pairs.append((path, nnx_prefix + name, index, (pattern, part)))
+            break
           rest = (renames[path[:cut]].get(rest[0], rest[0]),) + rest[1:]  # `if` -> `if_`
-          pairs.append((path, nnx_prefix + rest, index))
+          pairs.append((path, nnx_prefix + rest, index, None))
           break
       else:
         raise LookupError(f'{collection}/{format_path(path)} belongs to no module the port wrote')
@@ -295,18 +310,32 @@ def _flatten(tree, prefix=()) -> list[tuple]:
 
 
 def mapping_of(pairs) -> PathMapping:
-  """One rule per variable, written once for every index of a looped layer."""
+  """One rule per variable, written once for every index of a looped layer;
+  one rule for the parts NNX holds in one variable (`PathRule((...'ii/kernel',
+  ...), '.../dense_i/kernel', transform=Rearrange('i h -> i (gate h)'))`)."""
   rules, seen = [], set()
-  for linen, nnx_path, index in pairs:
+  parts: dict[tuple, dict[int, str]] = {}  # (nnx template, pattern) -> part -> linen template
+  for linen, nnx_path, index, fused in pairs:
     if index is not None:
       li, ni = index
       linen_t = format_path(linen[:li] + (re.sub(r'_\d+$', '_{i}', linen[li]),) + linen[li + 1:])
       nnx_t = format_path(nnx_path[:ni] + ('{i}',) + nnx_path[ni + 1:])
     else:
       linen_t, nnx_t = format_path(linen), format_path(nnx_path)
-    if (linen_t, nnx_t) not in seen:
+    if fused is not None:
+      pattern, part = fused
+      if (nnx_t, pattern) not in parts:
+        parts[(nnx_t, pattern)] = {}
+        rules.append((nnx_t, pattern))  # its place, filled below
+      parts[(nnx_t, pattern)][part] = linen_t
+    elif (linen_t, nnx_t) not in seen:
       seen.add((linen_t, nnx_t))
       rules.append(PathRule(linen_t, nnx_t))
+  for k, rule in enumerate(rules):
+    if isinstance(rule, tuple):
+      nnx_t, pattern = rule
+      found = parts[rule]
+      rules[k] = PathRule(tuple(found[p] for p in sorted(found)), nnx_t, transform=Rearrange(pattern))
   return PathMapping(rules)
 
 

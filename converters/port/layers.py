@@ -46,6 +46,13 @@ class LayerSpec:
   #: Where to read the input size of a layer Linen calls only inside a
   #: transform (an RNN cell): a kernel's path in its variables, axis 0.
   in_from_kernel: tuple[str, ...] | None = None
+  #: Which argument of the call is the input whose size NNX takes (an RNN
+  #: cell's is its second, after the carry).
+  input_index: int = 0
+  #: `(nnx variable, linen variables, pattern)`: Linen variables NNX holds
+  #: side by side in one (a `converters.Rearrange` pattern; the parts in the
+  #: order of its part axis).
+  fused_variables: tuple[tuple[str, tuple[str, ...], str], ...] = ()
   #: Linen variable names NNX spells otherwise (`if` is a keyword).
   variable_renames: tuple[tuple[str, str], ...] = ()
   #: Linen fields holding a module, and the NNX attribute that holds its port.
@@ -98,13 +105,21 @@ LAYERS: tuple[LayerSpec, ...] = (
         out_features=None,
     ),
     LayerSpec(nn.Dropout, 'nnx.Dropout', mode=(('deterministic', True),), out_features=None),
-    # Linen's OptimizedLSTMCell has LSTMCell's parameters (NNX's fuses them).
-    *(
-        LayerSpec(
-            cell, 'nnx.LSTMCell', 'in_features', renames=(('features', 'hidden_features'),),
-            in_from_kernel=('ii', 'kernel'), variable_renames=(('if', 'if_'),),
-        )
-        for cell in (nn.LSTMCell, nn.OptimizedLSTMCell)
+    LayerSpec(
+        nn.LSTMCell, 'nnx.LSTMCell', 'in_features', renames=(('features', 'hidden_features'),),
+        in_from_kernel=('ii', 'kernel'), input_index=1, variable_renames=(('if', 'if_'),),
+    ),
+    # Linen's OptimizedLSTMCell has LSTMCell's parameters and computes the
+    # four gates with one product of their kernels side by side (i, f, g, o),
+    # as NNX's holds them: the same program.
+    LayerSpec(
+        nn.OptimizedLSTMCell, 'nnx.OptimizedLSTMCell', 'in_features',
+        renames=(('features', 'hidden_features'),), in_from_kernel=('ii', 'kernel'), input_index=1,
+        fused_variables=(
+            ('dense_i/kernel', tuple(f'i{g}/kernel' for g in 'ifgo'), 'i h -> i (gate h)'),
+            ('dense_h/kernel', tuple(f'h{g}/kernel' for g in 'ifgo'), 'i h -> i (gate h)'),
+            ('dense_h/bias', tuple(f'h{g}/bias' for g in 'ifgo'), 'h -> (gate h)'),
+        ),
     ),
     LayerSpec(nn.RNN, 'nnx.RNN', out_features=None, module_fields=(('cell', 'cell'),)),
     LayerSpec(

@@ -311,6 +311,8 @@ def assert_generated_port(
     paths = generated.PATHS if paths is None else paths
     model = holding(nnx_class, linen_model, variables, paths, streams=streams)
     variants = _attention_variants(model, as_written)
+    if any(isinstance(m, nnx.OptimizedLSTMCell) for _, m in nnx.iter_modules(model)):
+      variants = [(candidate, max(atol, FUSED_CELL_ATOL)) for candidate, atol in variants]
     axis_name = batch_axis_name(linen_model)
     for candidate, atol in variants:
       assert_port_equivalent(
@@ -320,6 +322,15 @@ def assert_generated_port(
       )
   return max(atol for _, atol in variants)
 
+
+#: How far a port holding `nnx.OptimizedLSTMCell`s may be from Linen's
+#: `OptimizedLSTMCell`s. Both compute the four gates with one product of
+#: their kernels side by side, but Linen concatenates its eight gate
+#: variables inside its program and NNX holds them concatenated, so XLA
+#: may order the gradients' sums otherwise (a few ulp of values of order
+#: one, float32; the forward pass is the same program, and `PATHS` puts
+#: each gate's kernel where a wrong mapping would be off by far more).
+FUSED_CELL_ATOL = 1e-6
 
 #: How far NNX's fused attention may be from Linen's (see `_attention_variants`).
 FUSED_ATTENTION_ATOL = 1e-4

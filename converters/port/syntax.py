@@ -403,3 +403,10 @@ class _Respell(cst.CSTTransformer):
     if isinstance(updated.value, cst.Name) and updated.value.value in self.aliases:
       return updated.with_changes(value=cst.Name(self.aliases[updated.value.value]))
     return updated
+
+
+def has_call(node: cst.CSTNode) -> bool:
+  """Whether `node` calls anything (`normal(stddev=0.1)`)."""
+  found: list[cst.Call] = []
+  node.visit(CallsWhere(lambda _: True, found))
+  return bool(found)

@@ -15,6 +15,7 @@ finds the expression by.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -77,6 +78,11 @@ class Created:
   #: `children` are then those of the user's module as the transform ran it
   #: (one layer, per-layer shapes), found under the same path.
   transform: type | None = None
+  #: The methods of the module decorated with a lifted transform (`nn.scan`
+  #: over time): Linen runs them on a clone of the module, per step; their
+  #: calls here are with the whole inputs, and the submodules they created
+  #: (found on the clone, under the same path) are the module's children.
+  lifted_methods: tuple[str, ...] = ()
 
   @property
   def cls(self) -> type:
@@ -146,6 +152,9 @@ class _Recorder:
   def __init__(self):
     self.created: dict[int, Created] = {}
     self.order: list[Created] = []
+    #: `(class, method name) -> method` of the methods wrapped to record
+    #: their calls (`_record_lifted`), to restore.
+    self.patched: dict[tuple[type, str], Any] = {}
 
   def post_init(self, original):
     recorder = self
@@ -156,6 +165,7 @@ class _Recorder:
       result = original(module)  # resolves `parent` (compact modules: the creating module)
       if id(module) not in recorder.created:
         recorder.record(module, site).stack = stack
+      recorder.record_lifted(type(module))
       return result
 
     return __post_init__
@@ -173,6 +183,44 @@ class _Recorder:
     outputs = next_fun(*args, **kwargs)
     call.outputs = _abstract(outputs)
     return outputs
+
+  def record_lifted(self, cls: type) -> None:
+    """Records the calls of `cls`'s methods that a user decorated with a
+    lifted transform (`functools.partial(nn.scan, ...)`): Linen does not
+    intercept them (it intercepts the method inside, on a clone, per step)."""
+    if cls.__module__.startswith('flax.'):
+      return
+    recorder = self
+    for klass in cls.__mro__:
+      for name, method in list(vars(klass).items()):
+        # A lifted method wraps the method Linen wraps for its calls
+        # (`decorator_lift_transform`); a plain one wraps the user's function.
+        if not getattr(getattr(method, '__wrapped__', None), 'method_handler_wrapped', False) \
+            or (klass, name) in self.patched or getattr(method, '_kit_recorded', False):
+          continue
+
+        @functools.wraps(method)
+        def recorded(module, *args, __method=method, __name=name, **kwargs):
+          record = recorder.created.get(id(module))
+          if record is None:
+            return __method(module, *args, **kwargs)
+          call = MethodCall(__name, _site(_user_frame(sys._getframe(1))), _abstract(args), _abstract(kwargs))
+          record.calls.append(call)
+          if __name not in record.lifted_methods:
+            record.lifted_methods += (__name,)
+          outputs = __method(module, *args, **kwargs)
+          call.outputs = _abstract(outputs)
+          return outputs
+
+        recorded.method_handler_wrapped = True
+        recorded._kit_recorded = True
+        self.patched[(klass, name)] = method
+        setattr(klass, name, recorded)
+
+  def restore(self) -> None:
+    for (klass, name), method in self.patched.items():
+      setattr(klass, name, method)
+    self.patched.clear()
 
   def record(self, module: nn.Module, site: Site | None) -> Created:
     parent = module.parent if isinstance(module.parent, nn.Module) else None
@@ -203,11 +251,13 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
       variables = jax.eval_shape(init, *arrays)
   finally:
     nn.Module.__post_init__ = original
+    recorder.restore()
   roots = [r for r in recorder.order if r.parent is None and r.calls]
   root = next((r for r in roots if type(r.module) is type(module)), None)
   if root is None:
     raise RuntimeError(f'tracing {type(module).__name__}.init recorded no call of the model')
   _run_by_transforms(root, recorder.order)
+  _run_on_clones(root, recorder.order)
   return root, variables
 
 
@@ -238,3 +288,24 @@ def _run_by_transforms(root: Created, order: list[Created]) -> None:
     for child in record.children:
       child.parent = record
     _run_by_transforms(record, order)
+
+
+def _run_on_clones(root: Created, order: list[Created]) -> None:
+  """The submodules a method decorated with a lifted transform created, as
+  the module's own: Linen runs such a method on a clone of the module bound
+  under the same path (per step, for `nn.scan`), and creates them there."""
+  for record in list(root.walk()):
+    if not record.lifted_methods:
+      continue
+    # Its `__call__`'s calls first, as for any module (a parent asked it for
+    # `initialize_carry` before calling it).
+    record.calls.sort(key=lambda c: c.method != '__call__')
+    if record.children:
+      continue
+    clone = next((r for r in order if r.parent is None and r is not record and type(r.module) is record.cls
+                  and r.path == record.path and any(c.method in record.lifted_methods for c in r.calls)), None)
+    if clone is None:
+      continue
+    record.children = clone.children
+    for child in record.children:
+      child.parent = record

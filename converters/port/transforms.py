@@ -211,3 +211,77 @@ def call_function(lift: Lifted, function: str, carry: str, module: str, call: cs
       body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Return(call)])]),
       decorators=decorators,
   )
+
+
+#: `nn.scan`'s keywords a scan over a method's inputs may have, and NNX's
+#: `nnx.scan` takes as they are.
+_METHOD_SCAN_KEYWORDS = {'variable_broadcast', 'split_rngs', 'in_axes', 'out_axes', 'length', 'reverse', 'unroll'}
+
+
+def is_method_scan(decorator: cst.Decorator, file: source.SourceFile) -> bool:
+  """Whether `decorator` is `functools.partial(nn.scan, ...)` (or of
+  `nn.transforms.scan`): Linen's scan of the method it decorates."""
+  node = decorator.decorator
+  if not (isinstance(node, cst.Call) and references.dotted(node.func) in (['functools', 'partial'], ['partial'])
+          and node.args and node.args[0].keyword is None):
+    return False
+  target = node.args[0].value
+  names = references.dotted(target)
+  return references.is_linen(target, file, 'scan') or (
+      len(names) == 3 and names[0] in file.linen_names and names[1:] == ['transforms', 'scan'])
+
+
+def method_scan(decorator: cst.Decorator, method: cst.FunctionDef, file: source.SourceFile) -> cst.Decorator:
+  """Linen's scan of a method over its inputs, its parameters broadcast
+  (`functools.partial(nn.scan, variable_broadcast='params', split_rngs=
+  {'params': False}, in_axes=1, out_axes=1)`), as NNX's: `nnx.scan(in_axes=
+  (None, nnx.Carry, 1), out_axes=(nnx.Carry, 1))`, the module itself
+  broadcast (`None`), the first argument carried. Raises `Refused` for
+  anything else (variables stacked or carried, keys split per step)."""
+  keywords = _keywords(decorator.decorator, _METHOD_SCAN_KEYWORDS, 'nn.scan of a method')
+  broadcast = keywords.pop('variable_broadcast', None)
+  names = [e.value for e in broadcast.elements] if isinstance(broadcast, (cst.List, cst.Tuple)) else [broadcast]
+  if broadcast is None or not all(
+      isinstance(name, cst.SimpleString) and name.evaluated_value == 'params' for name in names):
+    raise Refused("nn.scan of a method without variable_broadcast='params' (parameters per step)")
+  split = keywords.pop('split_rngs', None)
+  if split is not None and not (
+      isinstance(split, cst.Dict) and all(
+          isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+          and e.key.evaluated_value == 'params' and isinstance(e.value, cst.Name) and e.value.value == 'False'
+          for e in split.elements)):
+    raise Refused("nn.scan of a method splitting keys per step (split_rngs other than {'params': False})")
+  params = method.params
+  if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params or params.star_kwarg \
+      or params.posonly_params or any(p.default is not None for p in params.params):
+    raise Refused('nn.scan of a method taking other than positional arguments without defaults')
+  scanned = len(params.params) - 2  # after `self` and the carry
+  if scanned < 0:
+    raise Refused('nn.scan of a method without a carry')
+  code = cst.Module([]).code_for_node
+
+  def axis(node) -> str:
+    if references.is_linen(node, file, 'broadcast'):
+      return 'None'
+    value = node.expression if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) \
+        else node
+    if not isinstance(value, cst.Integer):
+      raise Refused(f'nn.scan of a method with the axis {code(node)} (not a number or nn.broadcast)')
+    return code(node)
+
+  in_axes = keywords.pop('in_axes', None)
+  if isinstance(in_axes, cst.Tuple):
+    if len(in_axes.elements) != scanned:
+      raise Refused('nn.scan of a method whose in_axes do not name each argument after the carry')
+    axes = [axis(e.value) for e in in_axes.elements]
+  else:
+    axes = [axis(in_axes) if in_axes is not None else '0'] * scanned
+  out_axes = keywords.pop('out_axes', None)
+  out = axis(out_axes) if out_axes is not None and not isinstance(out_axes, cst.Tuple) else (
+      code(out_axes) if out_axes is not None else '0')
+  if isinstance(out_axes, cst.Tuple):
+    for element in out_axes.elements:
+      axis(element.value)
+  rest = ''.join(f', {name}={code(value)}' for name, value in keywords.items())
+  return cst.Decorator(syntax.expression(
+      f'nnx.scan(in_axes=({", ".join(["None", "nnx.Carry", *axes])}), out_axes=(nnx.Carry, {out}){rest})'))

@@ -894,6 +894,112 @@ def flax_imagenet_block() -> LinenModel:
   return LinenModel(block, jnp.ones((2, 16, 16, 4)))
 
 
+def flax_sst2_bilstm() -> LinenModel:
+  """Flax's sst2 bidirectional LSTM: its `SimpleLSTM` scans `__call__` over
+  the time axis (`nn.transforms.scan`, parameters broadcast) and makes a
+  throwaway cell for its carry."""
+  from tests.third_party.flax_sst2 import linen_models as sst2
+
+  return LinenModel(sst2.SimpleBiLSTM(hidden_size=6), jnp.ones((2, 5, 4)), jnp.array([5, 3]))
+
+
+def flax_sst2() -> LinenModel:
+  """Flax's sst2 text classifier, configured deterministic (its field, which
+  every class merges with its call's argument)."""
+  from tests.third_party.flax_sst2 import linen_models as sst2
+
+  model = sst2.TextClassifier(embedding_size=8, hidden_size=6, vocab_size=20, output_size=2, dropout_rate=0.1,
+                              word_dropout_rate=0.1, unk_idx=1, deterministic=True)
+  return LinenModel(model, jnp.zeros((2, 5), jnp.int32), jnp.array([5, 3]))
+
+
+class ScannedOverTime(nn.Module):
+  """A cell scanned over the inputs' time axis by a decorator of its call,
+  as Flax's sst2 writes it, with the settings a test changes."""
+
+  features: int
+
+  @functools.partial(nn.scan, variable_broadcast='params', in_axes=1, out_axes=1,
+                     split_rngs={'params': False})
+  @nn.compact
+  def __call__(self, carry, x):
+    return nn.LSTMCell(self.features)(carry, x)
+
+
+def _lstm_carry(features: int = 5):
+  return jnp.zeros((2, features)), jnp.zeros((2, features))
+
+
+class OverTime(nn.Module):
+  """Runs `ScannedOverTime` from a zero carry of its width."""
+
+  features: int
+
+  @nn.compact
+  def __call__(self, x):
+    carry = (jnp.zeros(x.shape[:1] + (self.features,)),) * 2
+    return ScannedOverTime(self.features)(carry, x)[1]
+
+
+def scanned_over_time(features: int = 5) -> LinenModel:
+  return LinenModel(OverTime(features), jnp.ones((2, 3, 4)))
+
+
+class ScannedWithDropout(nn.Module):
+  """Dropout under a scan of the call: its keys are split per step."""
+
+  @functools.partial(nn.scan, variable_broadcast='params', in_axes=1, out_axes=1,
+                     split_rngs={'params': False, 'dropout': True})
+  @nn.compact
+  def __call__(self, carry, x):
+    carry, y = nn.LSTMCell(5)(carry, x)
+    return carry, nn.Dropout(0.5, deterministic=False)(y)
+
+
+def scanned_with_dropout() -> LinenModel:
+  return LinenModel(ScannedWithDropout(), _lstm_carry(), jnp.ones((2, 3, 4)))
+
+
+class ScannedParamsPerStep(nn.Module):
+  """Parameters of their own at every step (`variable_axes`), not broadcast."""
+
+  @functools.partial(nn.scan, variable_axes={'params': 1}, in_axes=1, out_axes=1,
+                     split_rngs={'params': True})
+  @nn.compact
+  def __call__(self, carry, x):
+    return nn.LSTMCell(5)(carry, x)
+
+
+def scanned_params_per_step() -> LinenModel:
+  return LinenModel(ScannedParamsPerStep(), _lstm_carry(), jnp.ones((2, 3, 4)))
+
+
+class UserCell(nn.Module):
+  @nn.compact
+  def __call__(self, carry, x):
+    h = nn.tanh(nn.Dense(5)(x) + nn.Dense(5, use_bias=False)(carry))
+    return h, h
+
+  def initialize_carry(self, rng, input_shape):
+    return jnp.zeros(input_shape[:-1] + (5,))
+
+  @property
+  def num_feature_axes(self) -> int:
+    return 1
+
+
+class UserCellUnderRNN(nn.Module):
+  """A cell of the user's run by `nn.RNN` (its scan unseen by the trace)."""
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.RNN(UserCell())(x)
+
+
+def user_cell_under_rnn() -> LinenModel:
+  return LinenModel(UserCellUnderRNN(), jnp.ones((2, 3, 4)))
+
+
 class Counter(nn.Module):
   """Advances its cache index in every call, `init`'s too (no
   `has_variable` guard): Linen's `init` leaves the index at 1."""
@@ -1174,8 +1280,8 @@ def merged_flag() -> LinenModel:
 
 
 class FlagNamedAsAMode(nn.Module):
-  """A field named as NNX's modes that sets no layer's mode: `.eval()` would
-  change it."""
+  """A field named as NNX's modes, merged with the call's flag, that sets no
+  layer's mode: kept, as NNX's layers keep theirs (`.eval()` sets it)."""
 
   deterministic: bool | None = None
 

@@ -399,6 +399,8 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('positional_partial_field', "the field 'layer' holds a partial with positional arguments"),
     ('half_width', 'changes with the width of x in a way the port cannot write'),
     ('chunks', 'changes with the width of x in a way the port cannot write'),
+    ('scanned_with_dropout', 'Dropout created in a method Linen scans'),
+    ('scanned_params_per_step', 'nn.scan of a method(..., variable_axes=...)'),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
   result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())
@@ -513,6 +515,75 @@ def test_a_block_with_strides_is_given_its_shortcut_from_strides_and_widths(tmp_
   assert 'if in_features != filters or strides != (1, 1):' in out.read_text()
 
 
+def test_a_call_scanned_over_time_is_nnx_scan_over_the_method(tmp_path):
+  result, out, _ = _port(tmp_path, 'scanned_over_time', linen_models.scanned_over_time())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  assert (
+      '  @nnx.scan(in_axes=(None, nnx.Carry, 1), out_axes=(nnx.Carry, 1))\n'
+      '  def __call__(self, carry, x):\n'
+      '    return self.lstm_cell_0(carry, x)\n'
+  ) in text
+  assert 'def __init__(self, features: int, *, in_features: int, rngs: nnx.Rngs):' in text
+  # A cell of the user's that nn.RNN scans (not its own method) is still refused.
+  result, _ = _written(tmp_path, 'user_cell_under_rnn', linen_models.user_cell_under_rnn())
+  assert 'UserCell is called only inside a transform' in result.stubs[0].reason
+
+
+def test_flax_sst2_lstm_is_written_with_nnx_s_fused_cell_and_its_carry(tmp_path):
+  # Written here; proven, with its written test, by the nightly test below.
+  result, out = _written(tmp_path, 'flax_sst2_bilstm', linen_models.flax_sst2_bilstm())
+  assert not result.stubs
+  text = out.read_text()
+  assert 'self.optimized_lstm_cell_0 = nnx.OptimizedLSTMCell(in_features, hidden_size, rngs=rngs)' in text
+  # The throwaway cell asked for its (zero) carry: the cell the module holds.
+  assert 'return self.optimized_lstm_cell_0.initialize_carry(input_shape, nnx.Rngs(jax.random.key(0)))' in text
+  assert 'self.forward_lstm = SimpleLSTM(hidden_size, in_features=in_features, rngs=rngs)' in text
+  # Linen's eight gate variables are NNX's two kernels and one bias, side by side.
+  assert ("'forward_lstm/optimized_lstm_cell_0/dense_i/kernel',\n"
+          "        transform=Rearrange('i h -> i (gate h)'),") in text
+  assert 'functools' not in text and 'nn.' not in text.replace('nnx.', '')
+
+
+def test_flax_sst2_keeps_its_merged_flags_as_nnx_s_layers_do(tmp_path):
+  # Written here; proven, with its written test, by the nightly test below.
+  result, out = _written(tmp_path, 'flax_sst2', linen_models.flax_sst2())
+  assert not result.stubs and result.modes == {}
+  text = out.read_text()
+  # The field model.eval() sets, the argument first: a model in eval mode
+  # still runs as its call says (Linen's merge_param refuses both given).
+  assert text.count("deterministic = first_from(deterministic, self.deterministic, error_msg=") == 6
+  assert 'from flax.nnx.module import first_from' in text
+  assert 'self.dropout_layer(hidden, deterministic=deterministic)' in text
+  # A default Linen computes with the class is a module constant, as Flax's layers write it.
+  assert 'default_embedding_init = nnx.initializers.normal(stddev=0.1)' in text
+  assert 'embedding_init: Callable[..., Array] = default_embedding_init,' in text
+  assert 'rng = self.rngs.dropout()' in text
+
+
+def test_a_flag_merged_with_a_field_named_as_a_mode_is_kept_and_proven_both_ways(tmp_path):
+  result, out, _ = _port(tmp_path, 'flag_named_as_a_mode', linen_models.flag_named_as_a_mode())
+  assert result.proven, (result.failure, result.checks)
+  outcomes = {check: outcome for check, outcome, _ in result.checks}
+  assert outcomes['another configuration (deterministic=False, a flag of the call)'] == 'passed'
+  assert 'deterministic = first_from(deterministic, self.deterministic, error_msg=' in out.read_text()
+
+
+@pytest.mark.nightly
+def test_flax_sst2_is_proven_and_its_checkpoint_trains_on(tmp_path):
+  result, _, test_out = _port(tmp_path, 'flax_sst2', linen_models.flax_sst2())
+  assert result.proven, (result.failure, result.checks)
+  _run_written_test(test_out, tmp_path)
+
+
+@pytest.mark.nightly
+def test_flax_sst2_lstm_is_proven_and_its_checkpoint_trains_on(tmp_path):
+  result, _, test_out = _port(tmp_path, 'flax_sst2_bilstm', linen_models.flax_sst2_bilstm())
+  assert result.proven, (result.failure, result.checks)
+  assert any(check.startswith("nnx.OptimizedLSTMCell's gates") for check, _, _ in result.checks)
+  _run_written_test(test_out, tmp_path)
+
+
 def test_an_input_that_is_not_an_array_stays_a_python_value(tmp_path):
   result, _, _ = _port(tmp_path, 'tiled_by', linen_models.tiled_by())  # jnp.tile wants the count concrete
   assert result.proven, (result.failure, result.checks)
@@ -542,7 +613,6 @@ def test_flax_imagenet_is_proven_and_its_checkpoint_trains_on_as_one_replica(tmp
     # Its keys split per step, which the proof's draws (in call order) are not.
     ('scanned_noise', "self.make_rng('noise') in a module Linen runs under a lifted transform"),
     ('partial_of_partial', 'norm is a partial of the partial base; write it as one partial'),
-    ('flag_named_as_a_mode', "NNX's model.train() / .eval() set every attribute named 'deterministic'"),
 ])
 def test_what_would_hold_at_the_traced_configuration_only_is_refused(tmp_path, name, reason):
   result, _, _ = _port(tmp_path, name, getattr(linen_models, name)())
