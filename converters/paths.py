@@ -441,7 +441,7 @@ class PathMapping:
       if rule.transform is not None:
         args.append(f'transform={rule.transform!r}')
       line = f'    PathRule({", ".join(args)}),'
-      if len(line) > 100:  # a fused parameter's parts: one argument a line
+      if isinstance(rule.linen, tuple) or isinstance(rule.nnx, tuple):  # a fused parameter's parts
         line = '    PathRule(\n' + ''.join(f'        {a},\n' for a in args) + '    ),'
       lines.append(line)
     lines.append('], keep_unmatched=True)' if self.keep_unmatched else '])')

@@ -280,9 +280,8 @@ def nnx_call(model: nnx.Module, *xs, drawn_streams: Sequence[str] = (), **kwargs
   Linen keeps them only when asked, `mutable=['intermediates']`, as the
   Linen calls here do not), its draws from `drawn_streams` as `nnx_draws`
   makes them."""
-  if drawn_streams:
-    nnx_draws(model, drawn_streams)
-  outputs, _ = nnx.capture(model, nnx.Intermediate)(*xs, **kwargs)
+  with nnx_draws(drawn_streams) if drawn_streams else contextlib.nullcontext():
+    outputs, _ = nnx.capture(model, nnx.Intermediate)(*xs, **kwargs)
   return outputs
 
 
@@ -316,14 +315,28 @@ def linen_draws(streams: Sequence[str]) -> Iterator[None]:
     linen_scope.Scope.make_rng = original
 
 
-def nnx_draws(model: nnx.Module, streams: Sequence[str]) -> None:
-  """`model`'s RNG streams of `streams` (and `default`, which a stream the
-  model's `Rngs` lacks draws from) set to draw as `linen_draws` makes
-  Linen draw, from their first draw on; in place."""
-  for _, node in nnx.iter_graph(model):
-    if isinstance(node, nnx.RngStream) and node.key.tag in streams:
-      node.key.set_value(_stream_key(node.key.tag))
-      node.count.set_value(jnp.zeros(node.count.shape, jnp.uint32))
+@contextlib.contextmanager
+def nnx_draws(streams: Sequence[str]) -> Iterator[None]:
+  """Every NNX `RngStream` of `streams` draws `fold_in(k, n)` for the n-th
+  draw of its stream from the start of the context, whichever module holds
+  it (a model's `Rngs`, or the stream `nnx.Dropout` forks for itself), as
+  `linen_draws` makes Linen draw: the same keys on both sides for a port that
+  draws in the same order. The streams' own state is left as it is."""
+  original = nnx.RngStream.__call__
+  counts = dict.fromkeys(streams, 0)
+
+  def draw(stream):
+    if stream.tag not in counts:
+      return original(stream)
+    key = jax.random.fold_in(_stream_key(stream.tag), counts[stream.tag])
+    counts[stream.tag] += 1
+    return key
+
+  nnx.RngStream.__call__ = draw
+  try:
+    yield
+  finally:
+    nnx.RngStream.__call__ = original
 
 
 def on_one_replica(f: Callable, axis_name: str) -> Callable:

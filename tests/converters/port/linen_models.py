@@ -913,6 +913,16 @@ def flax_sst2() -> LinenModel:
   return LinenModel(model, jnp.zeros((2, 5), jnp.int32), jnp.array([5, 3]))
 
 
+def flax_sst2_by_its_call() -> LinenModel:
+  """Flax's sst2 text classifier given `deterministic` at its call, as its
+  training loop gives it: the proof turns it round (dropout, word dropout)."""
+  from tests.third_party.flax_sst2 import linen_models as sst2
+
+  model = sst2.TextClassifier(embedding_size=8, hidden_size=6, vocab_size=20, output_size=2, dropout_rate=0.1,
+                              word_dropout_rate=0.1, unk_idx=1)
+  return LinenModel(model, jnp.zeros((2, 5), jnp.int32), jnp.array([5, 3]), deterministic=True)
+
+
 class ScannedOverTime(nn.Module):
   """A cell scanned over the inputs' time axis by a decorator of its call,
   as Flax's sst2 writes it, with the settings a test changes."""

@@ -209,6 +209,45 @@ def test_what_a_model_draws_itself_is_compared_from_the_same_keys():
     check(NNXNoisy(nnx.Rngs(0, noise=5)))
 
 
+class LinenTwoDropouts(nn.Module):
+  """Two dropouts and a draw of its own, in this order, all from `dropout`."""
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dropout(0.5, deterministic=False)(x)
+    x = x + jax.random.normal(self.make_rng('dropout'), x.shape)
+    return nn.Dropout(0.25, deterministic=False)(nn.Dense(OUT, name='dense')(x))
+
+
+class NNXTwoDropouts(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs, swapped: bool = False):
+    # Each nnx.Dropout forks a stream of its own from `rngs`.
+    self.first = nnx.Dropout(0.5, rngs=rngs)
+    self.dense = nnx.Linear(IN, OUT, rngs=rngs)
+    self.second = nnx.Dropout(0.25, rngs=rngs)
+    self.rngs = rngs
+    self.swapped = swapped
+
+  def __call__(self, x):
+    # (Given at the call, as Linen's are: the checks run the port in eval mode.)
+    if self.swapped:  # its own draw first: the dropout's key is Linen's second
+      noise = jax.random.normal(self.rngs.dropout(), x.shape)
+      x = self.first(x, deterministic=False) + noise
+    else:
+      x = self.first(x, deterministic=False)
+      x = x + jax.random.normal(self.rngs.dropout(), x.shape)
+    return self.second(self.dense(x), deterministic=False)
+
+
+def test_draws_from_streams_the_layers_fork_are_compared_in_the_order_of_the_call():
+  linen_variables = LinenTwoDropouts().init({'params': jax.random.key(0), 'dropout': jax.random.key(1)}, batch(0)[0])
+  check = lambda model: assert_port_equivalent(
+      LinenTwoDropouts(), linen_variables, model, batch(1)[0], drawn_streams=['dropout'])
+  check(NNXTwoDropouts(nnx.Rngs(0, dropout=5)))
+  with pytest.raises(AssertionError, match='outputs'):
+    check(NNXTwoDropouts(nnx.Rngs(0, dropout=5), swapped=True))
+
+
 class LinenDecoder(nn.Module):
   """A decode step: each call appends its input to a cache and reads it all."""
 
