@@ -1,6 +1,6 @@
 """Benchmark: `linen-nnx port` on the model zoo, each model in a fresh process.
 
-For each Linen model of the zoo, Flax's lm1b and imagenet ResNet, the kit's
+For each Linen model of the zoo, Flax's lm1b, imagenet ResNet and sst2, the kit's
 MLP (and the port tests' models that cover the setup() style, own variables
 and `make_rng`), the time to trace and write the NNX file
 (`generated`), then the time of each proof (`assert_port_equivalent` at the
@@ -82,6 +82,7 @@ MODELS = [
     ('bench_factories:flax_lm1b', "Flax's lm1b"),
     ('tests.converters.port.linen_models:flax_imagenet', "Flax's imagenet ResNet (stages [1, 1])"),
     ('tests.converters.port.linen_models:flax_imagenet_two_blocks_a_stage', "Flax's imagenet ResNet ([2, 2])"),
+    ('tests.converters.port.linen_models:flax_sst2_by_its_call', "Flax's sst2 classifier (deterministic at the call)"),
     ('tests.converters.port.linen_models:noisy_embedder', 'make_rng (word dropout, noise)'),
     ('bench_factories:kit_mlp', "kit MLP (device axes)"),
     ('bench_factories:kit_mlp_logical', "kit MLP (logical names)"),

@@ -95,10 +95,24 @@ def write_file(
   """The generated file's text: `ports` (written classes, or `(cls, stub
   source)` for classes that could not be written), in their files' order."""
   nodes: list[tuple[source.SourceFile, cst.CSTNode]] = []
+  constants: dict[str, str] = {}  # module constants written (fields' defaults): name -> value's code
   for port in ports:
     if isinstance(port, classes.ClassPort):
-      nodes += [(source.file_of(port.cls), c) for c in port.constants]
-      nodes.append((source.file_of(port.cls), port.node))
+      node = port.node
+      for constant in port.constants:
+        code = cst.Module([]).code_for_node(constant.body[0].value)
+        name = constant.body[0].targets[0].target.value
+        new = name
+        while constants.get(new, code) != code:  # another class's default of that name
+          new += f'_{port.cls.__name__.lower()}'
+        if new != name:
+          node = node.visit(syntax.Substitute({name: new}))
+          constant = constant.with_changes(body=[constant.body[0].with_changes(
+              targets=[cst.AssignTarget(cst.Name(new))])])
+        if new not in constants:
+          constants[new] = code
+          nodes.append((source.file_of(port.cls), constant))
+      nodes.append((source.file_of(port.cls), node))
     else:
       cls, stub = port
       nodes.append((source.file_of(cls), cst.parse_statement(stub)))

@@ -153,7 +153,7 @@ class _Recorder:
     self.created: dict[int, Created] = {}
     self.order: list[Created] = []
     #: `(class, method name) -> method` of the methods wrapped to record
-    #: their calls (`_record_lifted`), to restore.
+    #: their calls (`record_lifted`), to restore.
     self.patched: dict[tuple[type, str], Any] = {}
 
   def post_init(self, original):
@@ -190,32 +190,39 @@ class _Recorder:
     intercept them (it intercepts the method inside, on a clone, per step)."""
     if cls.__module__.startswith('flax.'):
       return
-    recorder = self
     for klass in cls.__mro__:
+      if klass.__module__.startswith('flax.'):
+        continue
       for name, method in list(vars(klass).items()):
         # A lifted method wraps the method Linen wraps for its calls
         # (`decorator_lift_transform`); a plain one wraps the user's function.
         if not getattr(getattr(method, '__wrapped__', None), 'method_handler_wrapped', False) \
             or (klass, name) in self.patched or getattr(method, '_kit_recorded', False):
           continue
-
-        @functools.wraps(method)
-        def recorded(module, *args, __method=method, __name=name, **kwargs):
-          record = recorder.created.get(id(module))
-          if record is None:
-            return __method(module, *args, **kwargs)
-          call = MethodCall(__name, _site(_user_frame(sys._getframe(1))), _abstract(args), _abstract(kwargs))
-          record.calls.append(call)
-          if __name not in record.lifted_methods:
-            record.lifted_methods += (__name,)
-          outputs = __method(module, *args, **kwargs)
-          call.outputs = _abstract(outputs)
-          return outputs
-
-        recorded.method_handler_wrapped = True
-        recorded._kit_recorded = True
         self.patched[(klass, name)] = method
-        setattr(klass, name, recorded)
+        setattr(klass, name, self._recording(method, name))
+
+  def _recording(self, method, name: str):
+    """`method` (a lifted one), recording each call of a module the trace
+    knows, with its whole inputs."""
+    recorder = self
+
+    @functools.wraps(method)
+    def recorded(module, *args, **kwargs):
+      record = recorder.created.get(id(module))
+      if record is None:
+        return method(module, *args, **kwargs)
+      call = MethodCall(name, _site(_user_frame(sys._getframe(1))), _abstract(args), _abstract(kwargs))
+      record.calls.append(call)
+      if name not in record.lifted_methods:
+        record.lifted_methods += (name,)
+      outputs = method(module, *args, **kwargs)
+      call.outputs = _abstract(outputs)
+      return outputs
+
+    recorded.method_handler_wrapped = True  # Linen does not wrap it again
+    recorded._kit_recorded = True
+    return recorded
 
   def restore(self) -> None:
     for (klass, name), method in self.patched.items():

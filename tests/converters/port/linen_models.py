@@ -923,6 +923,30 @@ def flax_sst2_by_its_call() -> LinenModel:
   return LinenModel(model, jnp.zeros((2, 5), jnp.int32), jnp.array([5, 3]), deterministic=True)
 
 
+class ScaledByDefault(nn.Module):
+  """A field whose default Linen computes with the class."""
+
+  w_init: Any = nn.initializers.normal(0.1)
+
+  @nn.compact
+  def __call__(self, x):
+    return x * self.param('w', self.w_init, (x.shape[-1],))
+
+
+class ScaledTwiceByDefault(nn.Module):
+  """A field of the same name, another computed default."""
+
+  w_init: Any = nn.initializers.normal(0.2)
+
+  @nn.compact
+  def __call__(self, x):
+    return ScaledByDefault()(x) * self.param('w', self.w_init, (x.shape[-1],))
+
+
+def scaled_by_defaults() -> LinenModel:
+  return LinenModel(ScaledTwiceByDefault(), jnp.ones((2, 3)))
+
+
 class ScannedOverTime(nn.Module):
   """A cell scanned over the inputs' time axis by a decorator of its call,
   as Flax's sst2 writes it, with the settings a test changes."""

@@ -545,6 +545,16 @@ def test_flax_sst2_lstm_is_written_with_nnx_s_fused_cell_and_its_carry(tmp_path)
   assert 'functools' not in text and 'nn.' not in text.replace('nnx.', '')
 
 
+def test_defaults_computed_with_the_class_are_module_constants_each_its_own(tmp_path):
+  result, out = _written(tmp_path, 'scaled_by_defaults', linen_models.scaled_by_defaults())
+  assert not result.stubs
+  text = out.read_text()
+  assert 'default_w_init = nnx.initializers.normal(0.1)\n' in text
+  assert 'default_w_init_scaledtwicebydefault = nnx.initializers.normal(0.2)\n' in text
+  assert 'def __init__(self, w_init: Any = default_w_init_scaledtwicebydefault, *,' in text
+  assert ruff_check(str(out)) == ([], [])
+
+
 def test_flax_sst2_keeps_its_merged_flags_as_nnx_s_layers_do(tmp_path):
   # Written here; proven, with its written test, by the nightly test below.
   result, out = _written(tmp_path, 'flax_sst2', linen_models.flax_sst2())
