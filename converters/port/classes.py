@@ -153,6 +153,11 @@ class ClassWriter:
     #: Whether `__call__` is Linen's scan over its inputs (`nnx.scan` in NNX).
     self.scans_call = any(transforms.is_method_scan(d, self.file) for d in self.call.decorators)
     lifted = {m for i in self.instances for m in i.lifted_methods}
+    for statement in self.cdef.body.body:
+      if isinstance(statement, cst.FunctionDef) and statement is not self.call and any(
+          transforms.is_method_scan(d, self.file) or references.is_linen_transform(d.decorator, self.file)
+          for d in statement.decorators):
+        lifted.add(statement.name.value)  # (called or not: the port writes no other)
     if lifted - {'__call__'} or (lifted and not (self.scans_call and self.writes_method_scan)):
       self.fail(self.call if '__call__' in lifted else self.cdef,
                 f'{", ".join(sorted(lifted))} decorated with a lifted transform the port does not write '
@@ -166,6 +171,13 @@ class ClassWriter:
     self.call_time = self._call_time()
     self.locals = syntax.assigned_once(self.call.body)
     self.merged_flags = self._merged_flags()
+    for name in sorted(self.merged_flags):
+      if any(getattr(i.module, name) is False for i in self.instances):
+        # The checks run the port in eval mode (which sets the attribute),
+        # as NNX's layers are run: training is asked for at the call.
+        self.fail(self.cdef, f'{self.cls.__name__} is configured {name}=False, a field NNX\'s model.eval() / '
+                  f'.train() set: configure it None and give {name}=False to the call (the factory\'s '
+                  'keyword), as a training step does; or port it by hand')
     #: Module statements the class reads (its fields' computed defaults).
     self.constants: list[cst.SimpleStatementLine] = []
     self.draws: set[str] = set()  # the streams `self.make_rng` draws from
@@ -1233,9 +1245,14 @@ class ClassWriter:
   def _init_method(self, fields, inputs, body) -> cst.FunctionDef:
     params = [cst.Param(cst.Name('self'))]
     taken = source.names_in(self.file.module)
+    # (A default reading the class's own names, `constant(SCALE)`, is left in place.)
+    class_names = {n for st in self.cdef.body.body if isinstance(st, cst.SimpleStatementLine)
+                   for small in st.body if isinstance(small, (cst.Assign, cst.AnnAssign))
+                   for target in (small.targets if isinstance(small, cst.Assign) else [small])
+                   for n in syntax.target_names(target.target)}
     for field in fields:
       default = self._field_default(field)
-      if default is not None and syntax.has_call(default):
+      if default is not None and syntax.has_call(default) and not source.names_in(default) & class_names:
         # A default Linen computes once, with the class (`normal(stddev=0.1)`),
         # NNX reads from a module constant, as Flax's layers do (ruff's B008).
         name = f'default_{field.target.value}'

@@ -182,6 +182,15 @@ class LinenReferences(cst.CSTTransformer):
     return self.replaced.get(original, updated)
 
 
+def is_linen_transform(node: cst.BaseExpression, file: source.SourceFile) -> bool:
+  """Whether `node` is one of Linen's lifted transforms, called or not
+  (`nn.jit`, `nn.remat(...)`, `nn.scan`): a method decorated with one."""
+  func = node.func if isinstance(node, cst.Call) else node
+  return any(is_linen(func, file, name) for name in (
+      'scan', 'remat', 'checkpoint', 'vmap', 'jit', 'map_variables', 'while_loop', 'cond', 'vjp', 'jvp',
+      'named_call', 'remat_scan', 'switch', 'custom_vjp', 'fori_loop'))
+
+
 def is_linen(node: cst.BaseExpression, file: source.SourceFile, attribute: str) -> bool:
   return (
       isinstance(node, cst.Attribute)

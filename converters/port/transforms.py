@@ -277,11 +277,10 @@ def method_scan(decorator: cst.Decorator, method: cst.FunctionDef, file: source.
   else:
     axes = [axis(in_axes) if in_axes is not None else '0'] * scanned
   out_axes = keywords.pop('out_axes', None)
-  out = axis(out_axes) if out_axes is not None and not isinstance(out_axes, cst.Tuple) else (
-      code(out_axes) if out_axes is not None else '0')
-  if isinstance(out_axes, cst.Tuple):
-    for element in out_axes.elements:
-      axis(element.value)
+  if isinstance(out_axes, cst.Tuple):  # one axis per output: `(1, nn.broadcast)` -> `(1, None)`
+    out = '(' + ', '.join(axis(e.value) for e in out_axes.elements) + (',)' if len(out_axes.elements) == 1 else ')')
+  else:
+    out = axis(out_axes) if out_axes is not None else '0'
   rest = ''.join(f', {name}={code(value)}' for name, value in keywords.items())
   return cst.Decorator(syntax.expression(
       f'nnx.scan(in_axes=({", ".join(["None", "nnx.Carry", *axes])}), out_axes=(nnx.Carry, {out}){rest})'))

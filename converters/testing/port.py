@@ -280,7 +280,7 @@ def nnx_call(model: nnx.Module, *xs, drawn_streams: Sequence[str] = (), **kwargs
   Linen keeps them only when asked, `mutable=['intermediates']`, as the
   Linen calls here do not), its draws from `drawn_streams` as `nnx_draws`
   makes them."""
-  with nnx_draws(drawn_streams) if drawn_streams else contextlib.nullcontext():
+  with nnx_draws(model, drawn_streams) if drawn_streams else contextlib.nullcontext():
     outputs, _ = nnx.capture(model, nnx.Intermediate)(*xs, **kwargs)
   return outputs
 
@@ -316,17 +316,20 @@ def linen_draws(streams: Sequence[str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def nnx_draws(streams: Sequence[str]) -> Iterator[None]:
-  """Every NNX `RngStream` of `streams` draws `fold_in(k, n)` for the n-th
-  draw of its stream from the start of the context, whichever module holds
-  it (a model's `Rngs`, or the stream `nnx.Dropout` forks for itself), as
-  `linen_draws` makes Linen draw: the same keys on both sides for a port that
-  draws in the same order. The streams' own state is left as it is."""
+def nnx_draws(model: nnx.Module, streams: Sequence[str]) -> Iterator[None]:
+  """Every `RngStream` of `streams` that `model` holds (its `Rngs`', and the
+  ones `nnx.Dropout` forks for itself) draws `fold_in(k, n)` for the n-th
+  draw of its stream from the start of the context, as `linen_draws` makes
+  Linen draw: the same keys on both sides for a port that draws in the same
+  order. A stream the model does not hold (one made during the call, with a
+  seed of its own) draws its own keys: a port ignoring the model's keys is
+  not given Linen's. The streams' own state is left as it is."""
+  held = {id(node) for _, node in nnx.iter_graph(model) if isinstance(node, nnx.RngStream)}
   original = nnx.RngStream.__call__
   counts = dict.fromkeys(streams, 0)
 
   def draw(stream):
-    if stream.tag not in counts:
+    if stream.tag not in counts or id(stream) not in held:
       return original(stream)
     key = jax.random.fold_in(_stream_key(stream.tag), counts[stream.tag])
     counts[stream.tag] += 1

@@ -1008,6 +1008,53 @@ def scanned_params_per_step() -> LinenModel:
   return LinenModel(ScannedParamsPerStep(), _lstm_carry(), jnp.ones((2, 3, 4)))
 
 
+class UncalledScan(nn.Module):
+  """A method scanned by a decorator that the model never calls."""
+
+  @functools.partial(nn.scan, variable_broadcast='params', in_axes=1, out_axes=1,
+                     split_rngs={'params': False})
+  def unused(self, carry, x):
+    return carry, x
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(3)(x)
+
+
+def uncalled_scan() -> LinenModel:
+  return LinenModel(UncalledScan(), jnp.ones((2, 4)))
+
+
+class ScannedWithBroadcastOutput(nn.Module):
+  """A scan of the call with an output not scanned (`nn.broadcast`)."""
+
+  @functools.partial(nn.scan, variable_broadcast='params', in_axes=1, out_axes=(1, nn.broadcast),
+                     split_rngs={'params': False})
+  @nn.compact
+  def __call__(self, carry, x):
+    carry, y = nn.LSTMCell(5)(carry, x)
+    return carry, (y, jnp.ones(3))
+
+
+def scanned_with_broadcast_output() -> LinenModel:
+  return LinenModel(ScannedWithBroadcastOutput(), _lstm_carry(), jnp.ones((2, 3, 4)))
+
+
+class DropoutByField(nn.Module):
+  """A merged flag configured False: training by the configuration."""
+
+  deterministic: bool | None = None
+
+  @nn.compact
+  def __call__(self, x, deterministic: bool | None = None):
+    deterministic = nn.module.merge_param('deterministic', self.deterministic, deterministic)
+    return nn.Dropout(0.5)(nn.Dense(4)(x), deterministic=deterministic)
+
+
+def dropout_by_field() -> LinenModel:
+  return LinenModel(DropoutByField(deterministic=False), jnp.ones((2, 3)))
+
+
 class UserCell(nn.Module):
   @nn.compact
   def __call__(self, carry, x):

@@ -401,6 +401,8 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('chunks', 'changes with the width of x in a way the port cannot write'),
     ('scanned_with_dropout', 'Dropout created in a method Linen scans'),
     ('scanned_params_per_step', 'nn.scan of a method(..., variable_axes=...)'),
+    ('uncalled_scan', 'unused decorated with a lifted transform the port does not write'),
+    ('dropout_by_field', 'DropoutByField is configured deterministic=False'),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
   result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())
@@ -525,6 +527,9 @@ def test_a_call_scanned_over_time_is_nnx_scan_over_the_method(tmp_path):
       '    return self.lstm_cell_0(carry, x)\n'
   ) in text
   assert 'def __init__(self, features: int, *, in_features: int, rngs: nnx.Rngs):' in text
+  # An output Linen does not scan is NNX's broadcast one.
+  _, out = _written(tmp_path, 'scanned_with_broadcast_output', linen_models.scanned_with_broadcast_output())
+  assert '@nnx.scan(in_axes=(None, nnx.Carry, 1), out_axes=(nnx.Carry, (1, None)))' in out.read_text()
   # A cell of the user's that nn.RNN scans (not its own method) is still refused.
   result, _ = _written(tmp_path, 'user_cell_under_rnn', linen_models.user_cell_under_rnn())
   assert 'UserCell is called only inside a transform' in result.stubs[0].reason

@@ -220,13 +220,14 @@ class LinenTwoDropouts(nn.Module):
 
 
 class NNXTwoDropouts(nnx.Module):
-  def __init__(self, rngs: nnx.Rngs, swapped: bool = False):
+  def __init__(self, rngs: nnx.Rngs, swapped: bool = False, fixed: bool = False):
     # Each nnx.Dropout forks a stream of its own from `rngs`.
     self.first = nnx.Dropout(0.5, rngs=rngs)
     self.dense = nnx.Linear(IN, OUT, rngs=rngs)
     self.second = nnx.Dropout(0.25, rngs=rngs)
     self.rngs = rngs
     self.swapped = swapped
+    self.fixed = fixed  # the second dropout's keys from a seed of its own, the same at every call
 
   def __call__(self, x):
     # (Given at the call, as Linen's are: the checks run the port in eval mode.)
@@ -236,7 +237,8 @@ class NNXTwoDropouts(nnx.Module):
     else:
       x = self.first(x, deterministic=False)
       x = x + jax.random.normal(self.rngs.dropout(), x.shape)
-    return self.second(self.dense(x), deterministic=False)
+    rngs = nnx.Rngs(dropout=0) if self.fixed else None
+    return self.second(self.dense(x), deterministic=False, rngs=rngs)
 
 
 def test_draws_from_streams_the_layers_fork_are_compared_in_the_order_of_the_call():
@@ -246,6 +248,9 @@ def test_draws_from_streams_the_layers_fork_are_compared_in_the_order_of_the_cal
   check(NNXTwoDropouts(nnx.Rngs(0, dropout=5)))
   with pytest.raises(AssertionError, match='outputs'):
     check(NNXTwoDropouts(nnx.Rngs(0, dropout=5), swapped=True))
+  # Keys the model does not hold are not given Linen's: a port ignoring its Rngs fails.
+  with pytest.raises(AssertionError, match='outputs'):
+    check(NNXTwoDropouts(nnx.Rngs(0, dropout=5), fixed=True))
 
 
 class LinenDecoder(nn.Module):
