@@ -1,6 +1,7 @@
 """Test set-up: 8 simulated CPU devices before JAX loads, one compilation per
 program, hypothesis profiles (`tests.hypothesis_profiles`), and the
 `property` marker on every hypothesis property (`make nightly` runs them;
+`CI_EVERY_NTH` marks the cases of some parametrized tests nightly but every n-th;
 `TEST_SHARD=k/n` keeps the k-th of n shares of the tests collected).
 
 Every distinct XLA program is compiled once per session: JAX's persistent
@@ -49,11 +50,45 @@ from linen_nnx_cli import kit_models  # noqa: E402, F401
 from tests import hypothesis_profiles  # noqa: E402, F401  (loads the profile)
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m property` selects by it
+#: Parametrized tests whose cases differ in configuration (layouts, meshes,
+#: optimizers, model kinds), not in what they check: CI runs every n-th case
+#: (the first, then every n-th in collection order), `make nightly` them all.
+CI_EVERY_NTH = {
+    'tests/converters/checkpoint/test_models.py::test_linen_checkpoint_trains_on_in_nnx_and_comes_back': 2,
+    'tests/converters/checkpoint/test_models.py::test_flax_training_checkpoints_of_every_pair_convert': 2,
+    'tests/converters/checkpoint/test_models.py::test_transformer_scan_and_loop_in_all_four_framework_pairs': 2,
+    'tests/converters/checkpoint/test_weights.py::'
+    'test_linen_weights_convert_to_nnx_restore_with_its_own_code_and_come_back': 2,
+    'tests/converters/test_zoo_ports.py::test_transformer_trains_on_in_nnx_exactly': 2,
+    'tests/converters/test_zoo_ports.py::test_transformer_port_with_fused_attention_is_equivalent': 3,
+    'tests/converters/test_zoo_ports.py::test_transformer_port_is_equivalent': 3,
+    'tests/converters/test_api.py::test_linen_k_steps_then_nnx_j_steps_equal_linen_k_plus_j': 4,
+    'tests/converters/test_api.py::test_nnx_k_steps_then_linen_j_steps_equal_nnx_k_plus_j': 2,
+    'tests/converters/port/test_generate.py::test_ports_are_proven_at_the_traced_and_another_configuration': 2,
+    'tests/linen_impl/test_train.py::test_every_param_and_moment_is_sharded_as_annotated': 3,
+    'tests/linen_impl/test_train.py::test_creation_never_materialises_a_whole_array_on_one_device': 3,
+    'tests/linen_impl/test_train.py::test_bfloat16_params_train_and_scan_like_single_steps': 2,
+    'tests/linen_impl/test_checkpoint.py::test_restore_is_bit_identical_and_sharded_alike': 2,
+    'tests/nnx_impl/test_train.py::test_every_param_and_moment_is_sharded_as_annotated': 3,
+    'tests/nnx_impl/test_train.py::test_creation_never_materialises_a_whole_array_on_one_device': 3,
+    'tests/nnx_impl/test_train.py::test_bfloat16_params_train_and_scan_like_single_steps': 2,
+    'tests/nnx_impl/test_checkpoint.py::test_restore_is_bit_identical_and_sharded_alike': 2,
+    'tests/linen_nnx_cli/test_kit_models.py::test_describe_reads_layout_size_and_optimizer': 3,
+    'tests/linen_nnx_cli/test_main_checkpoints.py::test_sigkill_leaves_src_intact_and_dst_absent_or_complete': 2,
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m property` / `-m 'not nightly'` select by them
 def pytest_collection_modifyitems(config, items):
+  seen: dict[str, int] = {}
   for item in items:
     if is_hypothesis_test(getattr(item, 'obj', None)):
       item.add_marker(pytest.mark.property)
+    function = item.nodeid.split('[', 1)[0]
+    if function in CI_EVERY_NTH and '[' in item.nodeid:
+      k = seen[function] = seen.get(function, -1) + 1
+      if k % CI_EVERY_NTH[function]:
+        item.add_marker(pytest.mark.nightly)
 
 
 def pytest_configure(config):
