@@ -85,8 +85,22 @@ def largest_difference(a, b) -> tuple[float, tuple[int, ...]]:
   return float(diff[where]), tuple(int(i) for i in where)
 
 
+class LeafRelative(float):
+  """A tolerance relative to each compared leaf's largest magnitude (of the
+  expected side): `LeafRelative(1e-5)` admits differences up to 1e-5 times
+  the largest `|x|` of that leaf, so it scales with the leaf, never admitting
+  a difference as large as a small leaf's values. Otherwise it is the float
+  it holds (reported, compared, formatted as one)."""
+
+  def __repr__(self) -> str:
+    return f'{float(self):g} of each leaf\'s largest value'
+
+  __str__ = __repr__
+
+
 def differs(a, b, atol: float = 0.0) -> bool:
-  """Whether two arrays of one shape and dtype differ: bit for bit, or by more than `atol`."""
+  """Whether two arrays of one shape and dtype differ: bit for bit, or by
+  more than `atol` (of each leaf's largest value, for a `LeafRelative`)."""
   if (_is_key(a) or _is_key(b)) and a.dtype != b.dtype:
     return True  # a key against another implementation's, or against raw key data
   x, y = (np.asarray(jax.device_get(as_key_data(v))) for v in (a, b))
@@ -95,6 +109,8 @@ def differs(a, b, atol: float = 0.0) -> bool:
   if np.array_equal(host_bits(x), host_bits(y)):
     return False
   if atol > 0 and _inexact(x.dtype):
+    if isinstance(atol, LeafRelative):
+      atol = float(atol) * float(np.max(np.abs(_widened(x)), initial=0.0))
     return not np.allclose(_widened(x), _widened(y), rtol=0, atol=atol, equal_nan=True)
   return True
 

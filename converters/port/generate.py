@@ -260,7 +260,7 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   if atol and 'nnx.OptimizedLSTMCell' in result.text:
     result.checks.append((
         "nnx.OptimizedLSTMCell's gates, held side by side (gradients summed in XLA's order)",
-        f'within {atol:g}', 'Linen concatenates the gate kernels inside its program',
+        f'within {atol}', 'Linen concatenates the gate kernels inside its program',
     ))
   # The classes are written for any configuration: proven at others too, with
   # the mapping the writer gives for them (the traced one's may name layers

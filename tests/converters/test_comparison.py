@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from converters.comparison import (
-    bits_equal, describe_difference, differs, host_bits, largest_difference, leaf_difference,
+    LeafRelative, bits_equal, describe_difference, differs, host_bits, largest_difference, leaf_difference,
 )
 
 
@@ -33,6 +33,19 @@ def test_a_tolerance_is_for_inexact_elements_only():
   assert differs(half, half + jnp.bfloat16(0.5), atol=0.1)
   z = np.array([1 + 1j], np.complex128)
   assert not differs(z, z + 1e-9j, atol=1e-6) and differs(z, z + 1e-3j, atol=1e-6)
+
+
+def test_a_leaf_relative_tolerance_scales_with_the_leaf():
+  tolerance = LeafRelative(1e-5)
+  big = np.array([1.0, -2.0], np.float32)
+  assert not differs(big, big + np.float32(1e-6), atol=tolerance)  # a few ulp of 2
+  assert differs(big, big + np.float32(1e-4), atol=tolerance)
+  # A small leaf's values swapped are far outside it, where 1e-6 absolute admits them.
+  small = np.array([1e-7, 3e-7], np.float32)
+  assert differs(small, small[::-1].copy(), atol=tolerance)
+  assert not differs(small, small[::-1].copy(), atol=1e-6)
+  assert differs(np.zeros(2, np.float32), np.array([0.0, 1e-30], np.float32), atol=tolerance)
+  assert str(tolerance) == "1e-05 of each leaf's largest value" and tolerance > 0
 
 
 def test_arrays_of_another_dtype_or_shape_differ_whatever_their_values():
