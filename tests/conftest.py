@@ -62,21 +62,21 @@ CI_EVERY_NTH = {
     'tests/converters/test_zoo_ports.py::test_transformer_trains_on_in_nnx_exactly': 2,
     'tests/converters/test_zoo_ports.py::test_transformer_port_with_fused_attention_is_equivalent': 3,
     'tests/converters/test_zoo_ports.py::test_transformer_port_is_equivalent': 3,
-    'tests/converters/test_api.py::test_linen_k_steps_then_nnx_j_steps_equal_linen_k_plus_j': 4,
+    'tests/converters/test_api.py::test_linen_k_steps_then_nnx_j_steps_equal_linen_k_plus_j': 8,
     'tests/converters/test_api.py::test_nnx_k_steps_then_linen_j_steps_equal_nnx_k_plus_j': 2,
     'tests/converters/port/test_generate.py::test_ports_are_proven_at_the_traced_and_another_configuration': 2,
-    'tests/linen_impl/test_train.py::test_every_param_and_moment_is_sharded_as_annotated': 3,
-    'tests/linen_impl/test_train.py::test_creation_never_materialises_a_whole_array_on_one_device': 3,
+    'tests/linen_impl/test_train.py::test_every_param_and_moment_is_sharded_as_annotated': 5,
+    'tests/linen_impl/test_train.py::test_creation_never_materialises_a_whole_array_on_one_device': 5,
     'tests/linen_impl/test_train.py::test_bfloat16_params_train_and_scan_like_single_steps': 2,
     'tests/linen_impl/test_checkpoint.py::test_restore_is_bit_identical_and_sharded_alike': 2,
-    'tests/nnx_impl/test_train.py::test_every_param_and_moment_is_sharded_as_annotated': 3,
-    'tests/nnx_impl/test_train.py::test_creation_never_materialises_a_whole_array_on_one_device': 3,
+    'tests/nnx_impl/test_train.py::test_every_param_and_moment_is_sharded_as_annotated': 5,
+    'tests/nnx_impl/test_train.py::test_creation_never_materialises_a_whole_array_on_one_device': 5,
     'tests/nnx_impl/test_train.py::test_bfloat16_params_train_and_scan_like_single_steps': 2,
     'tests/nnx_impl/test_checkpoint.py::test_restore_is_bit_identical_and_sharded_alike': 2,
     'tests/linen_nnx_cli/test_kit_models.py::test_describe_reads_layout_size_and_optimizer': 3,
     'tests/linen_nnx_cli/test_main_checkpoints.py::test_sigkill_leaves_src_intact_and_dst_absent_or_complete': 2,
     'tests/linen_nnx_cli/test_user_models.py::test_sigkill_leaves_src_intact_and_dst_absent_or_complete': 2,
-    'tests/converters/inference/test_wrong_pairs.py::test_a_port_maps_correctly_or_is_refused_never_wrong': 2,
+    'tests/converters/inference/test_wrong_pairs.py::test_a_port_maps_correctly_or_is_refused_never_wrong': 3,
     'tests/converters/inference/test_infer.py::test_operands_that_commute_do_not_tell_variables_apart': 3,
     'tests/converters/inference/test_infer.py::test_every_zoo_pair_infers_the_hand_written_mapping': 2,
     'tests/converters/inference/test_infer.py::test_a_contraction_written_kernel_first_is_never_given_a_transpose': 2,
@@ -86,6 +86,9 @@ CI_EVERY_NTH = {
     'tests/converters/test_zoo_ports.py::'
     'test_a_decode_cache_converted_after_three_tokens_decodes_the_next_three_alike': 2,
     'tests/linen_impl/test_train.py::test_training_lowers_the_loss': 2,
+    'tests/converters/test_equivalence.py::test_scanned_and_looped_models_with_the_same_params_agree': 2,
+    'tests/converters/test_placement.py::'
+    'test_flax_lm1b_initialised_unsharded_converts_into_its_nnx_ports_sharded_target': 2,
 }
 
 

@@ -6,7 +6,7 @@ chosen with `HYPOTHESIS_PROFILE=nightly`.
 
 `compiling` is for properties whose every example builds models of a shape of
 its own, so XLA compiles both frameworks' programs anew (seconds an example):
-`ci` runs a third of its examples for them (two), besides their pinned
+`ci` runs a sixth of its examples for them (one), besides their pinned
 `@example`s (the regressions found);
 `nightly` runs its full count.
 """
@@ -37,5 +37,5 @@ settings.register_profile(
 settings.load_profile(PROFILE)
 
 compiling = settings(
-    max_examples=settings.get_profile(PROFILE).max_examples // (3 if PROFILE == 'ci' else 1),
+    max_examples=settings.get_profile(PROFILE).max_examples // (6 if PROFILE == 'ci' else 1),
 )

@@ -495,21 +495,6 @@ def test_partials_handed_on_are_nnx_partials_and_blocks_widen_their_shortcut(tmp
   assert 'self.batch_norm_0 = norm(width, rngs=rngs)' in text
 
 
-def test_flax_imagenet_is_written_through_its_factories(tmp_path):
-  # Written here; proven, with its written test, by the nightly test below.
-  result, out = _written(tmp_path, 'flax_imagenet', linen_models.flax_imagenet())
-  assert not result.stubs and result.modes == {'train': True}
-  text = out.read_text()
-  assert 'conv: ModuleDef = nnx.Conv' in text and 'act: Callable = nnx.relu' in text
-  assert 'conv = partial(self.conv, use_bias=False, dtype=dtype)\n' in text
-  assert "norm = partial(nnx.BatchNorm, momentum=0.9, epsilon=1e-5, dtype=dtype, axis_name='batch')\n" in text
-  assert 'self.conv_0 = conv(in_features, filters, (3, 3), strides, rngs=rngs)' in text
-  assert 'self.batch_norm_1 = norm(filters, scale_init=nnx.initializers.zeros_init(), rngs=rngs)' in text
-  assert 'if in_features != filters or strides != (1, 1):' in text
-  assert 'self.blocks.append(' in text
-  assert 'def __call__(self, x):\n    x = self.conv_init(x)\n' in text  # the partials went to __init__
-
-
 def test_a_block_with_strides_is_given_its_shortcut_from_strides_and_widths(tmp_path):
   # Every traced block has the shortcut; the sizes and strides around it say when.
   result, out = _written(tmp_path, 'flax_imagenet_block', linen_models.flax_imagenet_block())
@@ -609,6 +594,18 @@ def test_an_input_that_is_not_an_array_stays_a_python_value(tmp_path):
   assert result.proven, (result.failure, result.checks)
 
 
+def _assert_imagenet_written_through_its_factories(result, text):
+  assert not result.stubs and result.modes == {'train': True}
+  assert 'conv: ModuleDef = nnx.Conv' in text and 'act: Callable = nnx.relu' in text
+  assert 'conv = partial(self.conv, use_bias=False, dtype=dtype)\n' in text
+  assert "norm = partial(nnx.BatchNorm, momentum=0.9, epsilon=1e-5, dtype=dtype, axis_name='batch')\n" in text
+  assert 'self.conv_0 = conv(in_features, filters, (3, 3), strides, rngs=rngs)' in text
+  assert 'self.batch_norm_1 = norm(filters, scale_init=nnx.initializers.zeros_init(), rngs=rngs)' in text
+  assert 'if in_features != filters or strides != (1, 1):' in text
+  assert 'self.blocks.append(' in text
+  assert 'def __call__(self, x):\n    x = self.conv_init(x)\n' in text  # the partials went to __init__
+
+
 @pytest.mark.nightly  # forty seconds each
 @pytest.mark.parametrize('name', ['flax_imagenet', 'flax_imagenet_bottleneck', 'flax_imagenet_two_blocks_a_stage',
                                   'flax_imagenet_bottleneck_two_one'])
@@ -618,6 +615,7 @@ def test_flax_imagenet_is_proven_and_its_checkpoint_trains_on_as_one_replica(tmp
   if name.startswith('flax_imagenet_bottleneck'):
     assert 'if in_features != filters * 4 or strides != (1, 1):' in out.read_text()
   elif name == 'flax_imagenet':
+    _assert_imagenet_written_through_its_factories(result, out.read_text())
     _run_written_test(test_out, tmp_path)
 
 
