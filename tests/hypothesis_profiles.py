@@ -6,9 +6,10 @@ chosen with `HYPOTHESIS_PROFILE=nightly`.
 
 `compiling` is for properties whose every example builds models of a shape of
 its own, so XLA compiles both frameworks' programs anew (seconds an example):
-`ci` runs a sixth of its examples for them (one), besides their pinned
-`@example`s (the regressions found);
-`nightly` runs its full count.
+`ci` runs a sixth of its examples for them (one: derandomized, hypothesis's
+simplest, the smallest model the strategy makes), besides their pinned
+`@example`s (the regressions found and the configurations that matter);
+`nightly` runs its full count, which is where these properties explore.
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ class ClassWriter:
     lifted = {m for i in self.instances for m in i.lifted_methods}
     for statement in self.cdef.body.body:
       if isinstance(statement, cst.FunctionDef) and statement is not self.call and any(
-          transforms.is_method_scan(d, self.file) or references.is_linen_transform(d.decorator, self.file)
+          transforms.is_method_scan(d, self.file) or references.linen_transform(d.decorator, self.file)
           for d in statement.decorators):
         lifted.add(statement.name.value)  # (called or not: the port writes no other)
     if lifted - {'__call__'} or (lifted and not (self.scans_call and self.writes_method_scan)):
@@ -1246,10 +1246,7 @@ class ClassWriter:
     params = [cst.Param(cst.Name('self'))]
     taken = source.names_in(self.file.module)
     # (A default reading the class's own names, `constant(SCALE)`, is left in place.)
-    class_names = {n for st in self.cdef.body.body if isinstance(st, cst.SimpleStatementLine)
-                   for small in st.body if isinstance(small, (cst.Assign, cst.AnnAssign))
-                   for target in (small.targets if isinstance(small, cst.Assign) else [small])
-                   for n in syntax.target_names(target.target)}
+    class_names = {n for statement in self.cdef.body.body for n in syntax.bound_names(statement)}
     for field in fields:
       default = self._field_default(field)
       if default is not None and syntax.has_call(default) and not source.names_in(default) & class_names:

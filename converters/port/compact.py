@@ -219,7 +219,7 @@ class CompactWriter(classes.ClassWriter):
     NNX's scan of the method then runs the same program. Anything else
     (stacked or carried variables, keys split per step, modes) is refused."""
     if self.draws:
-      self.fail(self.call, f'self.make_rng in a method Linen scans (keys per step): port it by hand')
+      self.fail(self.call, 'self.make_rng in a method Linen scans (keys per step): port it by hand')
     for node, children in self.sites.values():
       for child in children:
         spec = layers.layer_spec(child.cls)

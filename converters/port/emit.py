@@ -30,31 +30,6 @@ maps the Linen variables onto these modules (`linen-nnx convert --paths
 '''
 
 
-def _bound_names(statement: cst.CSTNode) -> set[str]:
-  """The names a top-level statement binds."""
-  if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-    return {statement.name.value}
-  if isinstance(statement, cst.SimpleStatementLine):
-    names = set()
-    for small in statement.body:
-      if isinstance(small, cst.Assign):
-        for target in small.targets:
-          names |= set(syntax.target_names(target.target))
-      elif isinstance(small, cst.AnnAssign):
-        names |= set(syntax.target_names(small.target))
-      elif isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
-        for alias in small.names:
-          names.add(_alias_name(alias))
-    return names
-  return set()
-
-
-def _alias_name(alias: cst.ImportAlias) -> str:
-  if alias.asname is not None:
-    return alias.asname.name.value
-  return cst.Module([]).code_for_node(alias.name).split('.')[0]
-
-
 def _is_import(statement) -> bool:
   return isinstance(statement, cst.SimpleStatementLine) and isinstance(
       statement.body[0], (cst.Import, cst.ImportFrom)
@@ -66,7 +41,7 @@ def _only_aliases(statement: cst.SimpleStatementLine, names: set[str]) -> cst.Si
   small = statement.body[0]
   if isinstance(small, cst.ImportFrom) and small.module is not None and small.module.value == '__future__':
     return statement
-  kept = [a for a in small.names if _alias_name(a) in names]
+  kept = [a for a in small.names if syntax.alias_name(a) in names]
   if not kept:
     return None
   kept = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in kept]
@@ -129,7 +104,7 @@ def write_file(
   for file in files:
     defined = {}
     for statement in file.module.body:
-      for name in _bound_names(statement):
+      for name in syntax.bound_names(statement):
         defined.setdefault(name, statement)
     wanted = set().union(*(source.names_in(n) for f, n in nodes if f is file))
     seen: set[str] = set()

@@ -312,7 +312,7 @@ def assert_generated_port(
     paths = generated.PATHS if paths is None else paths
     model = holding(nnx_class, linen_model, variables, paths, streams=streams)
     variants = _attention_variants(model, as_written)
-    if any(isinstance(m, nnx.OptimizedLSTMCell) for _, m in nnx.iter_modules(model)):
+    if holds_fused_cells(model):
       variants = [(candidate, max(atol, FUSED_CELL_ATOL)) for candidate, atol in variants]
     axis_name = batch_axis_name(linen_model)
     for candidate, atol in variants:
@@ -339,12 +339,16 @@ FUSED_CELL_ATOL = LeafRelative(1e-5)
 FUSED_CELL_TRAINING_ATOL = 1e-5
 
 
+def holds_fused_cells(model: nnx.Module) -> bool:
+  """Whether the port `model` holds `nnx.OptimizedLSTMCell`s (`FUSED_CELL_ATOL`)."""
+  return any(isinstance(m, nnx.OptimizedLSTMCell) for _, m in nnx.iter_modules(model))
+
+
 def training_atol(model: nnx.Module) -> float:
   """The tolerance of training steps of the port `model` against Linen's:
   0 (bit for bit) but where it holds `nnx.OptimizedLSTMCell`s
   (`FUSED_CELL_TRAINING_ATOL`)."""
-  fused = any(isinstance(m, nnx.OptimizedLSTMCell) for _, m in nnx.iter_modules(model))
-  return FUSED_CELL_TRAINING_ATOL if fused else 0.0
+  return FUSED_CELL_TRAINING_ATOL if holds_fused_cells(model) else 0.0
 
 #: How far NNX's fused attention may be from Linen's (see `_attention_variants`).
 FUSED_ATTENTION_ATOL = 1e-4

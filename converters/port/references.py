@@ -182,13 +182,18 @@ class LinenReferences(cst.CSTTransformer):
     return self.replaced.get(original, updated)
 
 
-def is_linen_transform(node: cst.BaseExpression, file: source.SourceFile) -> bool:
-  """Whether `node` is one of Linen's lifted transforms, called or not
-  (`nn.jit`, `nn.remat(...)`, `nn.scan`): a method decorated with one."""
+#: Linen's lifted transforms (`nn.scan`, `nn.remat`, ...), by their names in `flax.linen`.
+LINEN_TRANSFORMS = (
+    'scan', 'remat', 'checkpoint', 'vmap', 'jit', 'map_variables', 'while_loop', 'cond', 'vjp', 'jvp',
+    'named_call', 'remat_scan', 'switch', 'custom_vjp', 'fori_loop',
+)
+
+
+def linen_transform(node: cst.BaseExpression, file: source.SourceFile) -> str | None:
+  """The name of the Linen lifted transform `node` is, called or not
+  (`nn.remat(...)`, `nn.scan`), else None."""
   func = node.func if isinstance(node, cst.Call) else node
-  return any(is_linen(func, file, name) for name in (
-      'scan', 'remat', 'checkpoint', 'vmap', 'jit', 'map_variables', 'while_loop', 'cond', 'vjp', 'jvp',
-      'named_call', 'remat_scan', 'switch', 'custom_vjp', 'fori_loop'))
+  return next((name for name in LINEN_TRANSFORMS if is_linen(func, file, name)), None)
 
 
 def is_linen(node: cst.BaseExpression, file: source.SourceFile, attribute: str) -> bool:

@@ -410,3 +410,29 @@ def has_call(node: cst.CSTNode) -> bool:
   found: list[cst.Call] = []
   node.visit(CallsWhere(lambda _: True, found))
   return bool(found)
+
+
+def bound_names(statement: cst.CSTNode) -> set[str]:
+  """The names a statement binds at its own level (a module's, a class body's)."""
+  if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+    return {statement.name.value}
+  if isinstance(statement, cst.SimpleStatementLine):
+    names = set()
+    for small in statement.body:
+      if isinstance(small, cst.Assign):
+        for target in small.targets:
+          names |= set(target_names(target.target))
+      elif isinstance(small, cst.AnnAssign):
+        names |= set(target_names(small.target))
+      elif isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+        for alias in small.names:
+          names.add(alias_name(alias))
+    return names
+  return set()
+
+
+def alias_name(alias: cst.ImportAlias) -> str:
+  """The name an import binds: `np` of `import numpy as np`, `jax` of `import jax.numpy`."""
+  if alias.asname is not None:
+    return alias.asname.name.value
+  return cst.Module([]).code_for_node(alias.name).split('.')[0]

@@ -155,6 +155,7 @@ class _Recorder:
     #: `(class, method name) -> method` of the methods wrapped to record
     #: their calls (`record_lifted`), to restore.
     self.patched: dict[tuple[type, str], Any] = {}
+    self._scanned: set[type] = set()  # the classes `record_lifted` looked through
 
   def post_init(self, original):
     recorder = self
@@ -188,8 +189,9 @@ class _Recorder:
     """Records the calls of `cls`'s methods that a user decorated with a
     lifted transform (`functools.partial(nn.scan, ...)`): Linen does not
     intercept them (it intercepts the method inside, on a clone, per step)."""
-    if cls.__module__.startswith('flax.'):
+    if cls in self._scanned:  # (it runs at every creation)
       return
+    self._scanned.add(cls)
     for klass in cls.__mro__:
       if klass.__module__.startswith('flax.'):
         continue

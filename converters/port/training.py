@@ -232,6 +232,7 @@ def assert_checkpoint_trains_on(
     # otherwise than Linen's, which the port's proof measures; here the
     # same attention function on both sides.
     prove.with_linen_attention(model)
+    atol = prove.training_atol(model)
     if trains:
       model.train()
       without_nnx_dropout(model)
@@ -241,7 +242,7 @@ def assert_checkpoint_trains_on(
     # changes it), then the start it trains on from.
     assert_training_equivalent(
         state, linen_step, (model, optimizer), _nnx_step(nnx_kwargs, rebuild, axis_name, streams),
-        batches, k=k, paths=generated.PATHS, start=(model, optimizer), atol=prove.training_atol(model),
+        batches, k=k, paths=generated.PATHS, start=(model, optimizer), atol=atol,
     )
     # The final models, each in its own framework, on the inputs (what the
     # write of the state through PATHS cannot share).
@@ -265,7 +266,6 @@ def assert_checkpoint_trains_on(
     final_variables = {'params': final.params, **{c: getattr(final, c) for c in collections}}
     linen_out = jax.jit(mapped(apply))(final_variables, *arrays)
     nnx_out = jax.jit(mapped(call))(state, *arrays)
-    atol = prove.training_atol(model)
     for a, b in zip(jax.tree.leaves(linen_out), jax.tree.leaves(nnx_out), strict=True):
       np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0, atol=atol,
                                  err_msg='outputs after training on from the converted checkpoint')

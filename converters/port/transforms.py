@@ -88,12 +88,7 @@ def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
   """`call` read as a lifted transform of a class, None if it is no
   `nn.scan` / `nn.remat` call; raises `Refused` for one this does not write."""
   def transform_of(node) -> str | None:
-    if not isinstance(node, cst.Call):
-      return None
-    for name in ('scan', 'remat', 'checkpoint', 'vmap', 'jit', 'map_variables', 'while_loop', 'cond'):
-      if references.is_linen(node.func, file, name):
-        return name
-    return None
+    return references.linen_transform(node, file) if isinstance(node, cst.Call) else None
 
   kind = transform_of(call)
   if kind is None:
@@ -142,13 +137,7 @@ def _check_scan(keywords: dict, file: source.SourceFile) -> None:
     if not (isinstance(element, cst.DictElement) and isinstance(element.value, cst.Integer)
             and element.value.value == '0'):
       raise Refused('nn.scan with a variable axis other than 0')
-  split = keywords.get('split_rngs')
-  params_split = isinstance(split, cst.Dict) and any(
-      isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
-      and e.key.evaluated_value == 'params' and isinstance(e.value, cst.Name) and e.value.value == 'True'
-      for e in split.elements
-  )
-  if not params_split:
+  if _split_rngs(keywords.get('split_rngs')).get('params') != 'True':
     raise Refused("nn.scan without split_rngs={'params': True} (layers initialised alike)")
   in_axes = keywords.get('in_axes')
   if in_axes is not None and not references.is_linen(in_axes, file, 'broadcast'):
@@ -156,6 +145,19 @@ def _check_scan(keywords: dict, file: source.SourceFile) -> None:
   out_axes = keywords.get('out_axes')
   if out_axes is not None and not (isinstance(out_axes, cst.Integer) and out_axes.value == '0'):
     raise Refused('nn.scan with out_axes other than 0')
+
+
+def _split_rngs(split: cst.BaseExpression | None) -> dict[str, str]:
+  """`split_rngs={'params': True}` as `{'params': 'True'}`: each stream
+  spelled out in the dict and the code of its value; `{None: ...}` for an
+  entry that is not a string key (a splat, a variable), `{}` for no dict."""
+  if not isinstance(split, cst.Dict):
+    return {}
+  return {
+      (e.key.evaluated_value if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString) else None):
+      (cst.Module([]).code_for_node(e.value) if isinstance(e, cst.DictElement) else '')
+      for e in split.elements
+  }
 
 
 def _partition(metadata: cst.BaseExpression | None, file: source.SourceFile):
@@ -245,11 +247,7 @@ def method_scan(decorator: cst.Decorator, method: cst.FunctionDef, file: source.
       isinstance(name, cst.SimpleString) and name.evaluated_value == 'params' for name in names):
     raise Refused("nn.scan of a method without variable_broadcast='params' (parameters per step)")
   split = keywords.pop('split_rngs', None)
-  if split is not None and not (
-      isinstance(split, cst.Dict) and all(
-          isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
-          and e.key.evaluated_value == 'params' and isinstance(e.value, cst.Name) and e.value.value == 'False'
-          for e in split.elements)):
+  if split is not None and _split_rngs(split) not in ({}, {'params': 'False'}):
     raise Refused("nn.scan of a method splitting keys per step (split_rngs other than {'params': False})")
   params = method.params
   if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params or params.star_kwarg \

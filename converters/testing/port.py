@@ -290,6 +290,19 @@ def _stream_key(stream: str) -> jax.Array:
   return jax.random.fold_in(jax.random.key(0), zlib.crc32(stream.encode()) & 0x7FFFFFFF)
 
 
+def _in_draw_order(streams: Sequence[str]) -> Callable[[str], jax.Array]:
+  """`next_key(stream)`: `fold_in(k, n)` for the n-th draw of `stream` (one
+  of `streams`, `k` its `_stream_key`), as both sides of a check draw."""
+  counts = dict.fromkeys(streams, 0)
+
+  def next_key(stream: str) -> jax.Array:
+    key = jax.random.fold_in(_stream_key(stream), counts[stream])
+    counts[stream] += 1
+    return key
+
+  return next_key
+
+
 @contextlib.contextmanager
 def linen_draws(streams: Sequence[str]) -> Iterator[None]:
   """Linen's `make_rng(stream)`, for each of `streams`, draws
@@ -299,14 +312,10 @@ def linen_draws(streams: Sequence[str]) -> Iterator[None]:
   depend on the module's path, which NNX does not have.) Not for keys
   split under a lifted transform: those are drawn once, at its trace."""
   original = linen_scope.Scope.make_rng
-  counts = dict.fromkeys(streams, 0)
+  next_key = _in_draw_order(streams)
 
   def make_rng(scope, name: str = 'params'):
-    if name not in counts:
-      return original(scope, name)
-    key = jax.random.fold_in(_stream_key(name), counts[name])
-    counts[name] += 1
-    return key
+    return original(scope, name) if name not in streams else next_key(name)
 
   linen_scope.Scope.make_rng = make_rng
   try:
@@ -326,14 +335,10 @@ def nnx_draws(model: nnx.Module, streams: Sequence[str]) -> Iterator[None]:
   not given Linen's. The streams' own state is left as it is."""
   held = {id(node) for _, node in nnx.iter_graph(model) if isinstance(node, nnx.RngStream)}
   original = nnx.RngStream.__call__
-  counts = dict.fromkeys(streams, 0)
+  next_key = _in_draw_order(streams)
 
   def draw(stream):
-    if stream.tag not in counts or id(stream) not in held:
-      return original(stream)
-    key = jax.random.fold_in(_stream_key(stream.tag), counts[stream.tag])
-    counts[stream.tag] += 1
-    return key
+    return original(stream) if stream.tag not in streams or id(stream) not in held else next_key(stream.tag)
 
   nnx.RngStream.__call__ = draw
   try:

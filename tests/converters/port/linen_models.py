@@ -1055,32 +1055,6 @@ def dropout_by_field() -> LinenModel:
   return LinenModel(DropoutByField(deterministic=False), jnp.ones((2, 3)))
 
 
-class UserCell(nn.Module):
-  @nn.compact
-  def __call__(self, carry, x):
-    h = nn.tanh(nn.Dense(5)(x) + nn.Dense(5, use_bias=False)(carry))
-    return h, h
-
-  def initialize_carry(self, rng, input_shape):
-    return jnp.zeros(input_shape[:-1] + (5,))
-
-  @property
-  def num_feature_axes(self) -> int:
-    return 1
-
-
-class UserCellUnderRNN(nn.Module):
-  """A cell of the user's run by `nn.RNN` (its scan unseen by the trace)."""
-
-  @nn.compact
-  def __call__(self, x):
-    return nn.RNN(UserCell())(x)
-
-
-def user_cell_under_rnn() -> LinenModel:
-  return LinenModel(UserCellUnderRNN(), jnp.ones((2, 3, 4)))
-
-
 class Counter(nn.Module):
   """Advances its cache index in every call, `init`'s too (no
   `has_variable` guard): Linen's `init` leaves the index at 1."""
