@@ -4,12 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 # Test processes (pytest-xdist), each a JAX process of 8 simulated devices that
 # compiles most of the time: one per core of CI's two. `TEST_WORKERS=0` runs
 # the suite in this process.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test nightly benchmark clean
+.PHONY: demo test docs nightly benchmark clean
 
 demo: $(STAMP)
 	$(BIN)/linen-nnx demo --devices 8
@@ -35,11 +36,20 @@ benchmark: $(STAMP)
 	$(BIN)/python benchmarks/infer_paths.py
 	$(BIN)/python benchmarks/port.py
 
+# The docs site, offline, in docs/_build/html (open index.html): fails on any
+# warning, a public name the reference leaves out or a link that leads nowhere.
+docs: $(STAMP) $(DOCS_STAMP)
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,plot,port]'
 	touch $(STAMP)
 
+$(DOCS_STAMP): pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,plot,port,docs]'
+	touch $(DOCS_STAMP)
+
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis docs/_build

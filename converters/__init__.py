@@ -61,6 +61,7 @@ _EXPORTS = {
     'OptimizerStateError': 'converters.errors',
     'CheckpointError': 'converters.errors',
     'VerificationError': 'converters.errors',
+    'ProcessMismatchError': 'converters.distributed',
     'LinenModel': 'converters.linen_model',
     'convert_checkpoint': 'converters.checkpoint.convert',
     'CheckpointOptions': 'converters.checkpoint.convert',

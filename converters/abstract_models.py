@@ -35,6 +35,8 @@ from converters import compat
 from converters.errors import StructureError
 from converters.paths import format_path
 
+__all__ = ['eval_shape']
+
 T = TypeVar('T')
 
 #: How to fix a port that keeps state Linen computes (a constant table, a

@@ -21,6 +21,8 @@ import ctypes
 import ctypes.util
 import functools
 
+__all__ = ['recycle_large_buffers']
+
 
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1

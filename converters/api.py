@@ -60,11 +60,12 @@ def linen_to_nnx(
     target: NNX structure to fill: a model, or `(model, optimizer)` (needed for
       a `TrainState`); real or abstract (`nnx.eval_shape`). Not modified. Its
       RNG state (`nnx.Rngs` streams) is kept as it is: Linen has none.
-    paths, scan, layer_partition, num_layers, mesh, rules, donate, strict,
-      placement: see `converters.options.Options`. `paths` maps every
-      collection. Into a target, `placement` defaults to `'reshard'` on the
-      target's mesh: input arrays placed otherwise than their annotations say
-      (a model initialised without `out_shardings`) go where the target's do.
+    paths: the path mapping, which maps every collection; it and `scan`,
+      `layer_partition`, `num_layers`, `mesh`, `rules`, `donate`, `strict`
+      and `placement` are described in `converters.options.Options`. Into a
+      target, `placement` defaults to `'reshard'` on the target's mesh:
+      input arrays placed otherwise than their annotations say (a model
+      initialised without `out_shardings`) go where the target's do.
     collections: `{collection name: nnx.Variable subclass}` for collections
       beyond `params`, `batch_stats` and `cache`.
     rngs: seeds for the target's RNG streams (`nnx.reseed`): an int, or
@@ -158,8 +159,9 @@ def nnx_to_linen(
       fields (`batch_stats`) to fill; without one, optionally Linen variables
       (`{collection: tree}`, real or abstract) whose annotations the output
       takes. Not modified.
-    paths, scan, layer_partition, num_layers, mesh, rules, donate, strict,
-      collections, placement: as in `linen_to_nnx`.
+    paths: as in `linen_to_nnx`, as are `scan`, `layer_partition`,
+      `num_layers`, `mesh`, `rules`, `donate`, `strict`, `collections` and
+      `placement`.
     linen_model, nnx_model: with `paths='infer'`, as in `linen_to_nnx`;
       `nnx_model` defaults to the input's model (needed for an `nnx.State`).
 
@@ -232,9 +234,9 @@ def relayout(
     tree: Linen variables `{collection: boxed tree}` or an `nnx.State`
       (without RNG state: split it off with `nnx.state(model, nnx.Not(nnx.RngState))`).
     scan: True to stack the layers, False to unstack them.
-    paths, layer_partition, num_layers, mesh, rules, donate, strict,
-      collections, placement: as in `linen_to_nnx` (no target: `'check'`
-      by default).
+    paths: as in `linen_to_nnx`, as are `layer_partition`, `num_layers`,
+      `mesh`, `rules`, `donate`, `strict`, `collections` and `placement`
+      (no target here: `placement` is `'check'` by default).
     linen_model, nnx_model: with `paths='infer'`, functions with a `layout`
       parameter (`'loop'`/`'scan'`) making the Linen model (a `LinenModel`)
       and its NNX port: the mapping of both layouts is inferred from them.

@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = ['LeafRelative']
+
 
 def _is_key(x) -> bool:
   dtype = getattr(x, 'dtype', None)

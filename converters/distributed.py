@@ -26,6 +26,10 @@ import jax
 from converters import compat
 from converters.errors import ConversionError, format_offenders
 
+__all__ = ['DEFAULT_TIMEOUT_S', 'ProcessMismatchError']
+
+#: Seconds a process waits for the others to agree (or to report a failure)
+#: before every process raises `ProcessMismatchError`.
 DEFAULT_TIMEOUT_S = 120.0
 _POLL_S = 1.0  # how often a waiting process looks for a reported failure
 _calls = itertools.count()

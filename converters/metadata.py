@@ -35,6 +35,8 @@ from jax.sharding import Mesh, PartitionSpec
 from converters import compat
 from converters.errors import AnnotationError
 
+__all__ = ['CarryingLogicallyPartitioned', 'CarryingPartitioned']
+
 #: NNX Variable configuration that every Variable carries.
 _NNX_CONFIG_KEYS = ('hijax', 'ref', 'eager_sharding')
 _LEGACY_NNX_KEYS = ('sharding', 'sharding_names')

@@ -15,6 +15,8 @@ from jax.sharding import Mesh
 from converters.errors import AnnotationError, LayoutError, PathMappingError, StructureError
 from converters.paths import PathMapping
 
+__all__ = ['Options']
+
 
 #: What `Options.placement` takes.
 PLACEMENTS = ('check', 'reshard')

@@ -271,7 +271,7 @@ class PathRule:
     return _as_templates(self.linen if framework == 'linen' else self.nnx)
 
   def template(self, framework: Framework, layout: Layout) -> str | None:
-    """The template of `framework` in `layout`, for messages (parts joined by ` & `)."""
+    """The template of `framework` in `layout`, for messages (parts joined by ' & ')."""
     templates = self.templates(framework, layout)
     return None if templates is None else ' & '.join(templates)
 

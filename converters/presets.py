@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from converters.paths import PathMapping, PathRule
 
+__all__ = ['GUIDE_LOGICAL_PATHS', 'GUIDE_PATHS', 'KIT_PATHS']
+
 _GUIDE_LAYER = (('Dense_0/kernel', 'dot1/kernel'), ('W2', 'w2'))
 
 

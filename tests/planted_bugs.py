@@ -134,10 +134,10 @@ BUGS = {
         ('tests/converters/test_testing.py::test_unmapped_parameters_fail_loudly',),
     ),
     17: PlantedBug(
-        "Linen's adam mu becomes NNX's nu (the README's restore example)", 'converters/optimizer_state.py',
+        "Linen's adam mu becomes NNX's nu (the restore of docs/guides/convert_a_checkpoint.md)", 'converters/optimizer_state.py',
         "      return ('opt_state',) + linen_prefix",
         "      return ('opt_state',) + tuple({'mu': 'nu', 'nu': 'mu'}.get(k, k) for k in linen_prefix)",
-        ('tests/test_readme.py::test_restore_example_reads_converted_checkpoints',),
+        ('tests/test_docs.py::test_page_runs[docs/guides/convert_a_checkpoint.md]',),
     ),
     18: PlantedBug(
         'the witness never disagrees: a pairing the structure gives wrongly is returned',

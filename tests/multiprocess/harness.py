@@ -9,7 +9,7 @@ timeout all processes are killed, and any failure shows every process's output.
 
 On a real cluster the same worker body runs once per host, with
 `jax.distributed.initialize()` reading the coordinator from the environment
-(see the README's multi-process section).
+(see docs/guides/multiple_hosts.md).
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def test_gradient_takes_the_parameter_sharding_as_linen_gives_it():
     grad_constrained, constrained_program = compile_with_program(grad_nnx, constrained, x)
     assert constrained_program == linen_program
     # Why the helper exists: read unconstrained, the kernel's gradient is
-    # computed otherwise (if a JAX release makes this pass, say so in the README).
+    # computed otherwise (if a JAX release makes this pass, say so in docs/concepts/exactness.md).
     assert compile_with_program(grad_nnx, plain, x)[1] != linen_program
     g_linen = grad_linen(variables['params'], x)['kernel'].value
     g_constrained = grad_constrained(constrained, x).kernel[...]

@@ -1,0 +1,97 @@
+"""The `linen-nnx` reference, generated from its argparse parser.
+
+    ```{linen-nnx-command} convert
+    ```
+
+writes the command's description, usage and every option with its help,
+choices and default, as `linen_nnx_cli.main.build_parser()` defines them.
+The build fails when a command of the parser has no such directive.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.errors import SphinxError
+from sphinx.util.docutils import SphinxDirective
+
+
+def commands() -> dict[str, argparse.ArgumentParser]:
+  from linen_nnx_cli.main import build_parser
+
+  (subparsers,) = [
+      action for action in build_parser()._actions
+      if isinstance(action, argparse._SubParsersAction)
+  ]
+  return dict(subparsers.choices)
+
+
+def _option(action: argparse.Action) -> str:
+  if not action.option_strings:
+    return action.metavar or action.dest
+  text = ', '.join(action.option_strings)
+  if action.nargs != 0:
+    if action.choices:
+      text += ' ' + '|'.join(map(str, action.choices))
+    else:
+      text += ' ' + (action.metavar or action.dest.upper())
+  return text
+
+
+def _help(action: argparse.Action) -> str:
+  text = (action.help or '').replace('%%', '%')
+  if action.required and action.option_strings:
+    text += ' Required.'
+  if (action.option_strings and action.nargs != 0 and action.default not in (None, argparse.SUPPRESS)):
+    text += f' Default: {action.default}.'
+  return text.strip()
+
+
+class CommandReference(SphinxDirective):
+  """One `linen-nnx` command: description, usage, arguments and options."""
+
+  required_arguments = 1
+
+  def run(self) -> list[nodes.Node]:
+    name = self.arguments[0]
+    parsers = commands()
+    if name not in parsers:
+      raise self.error(f'linen-nnx has no command {name!r}; it has {", ".join(parsers)}')
+    self.env.cli_reference_documented = getattr(self.env, 'cli_reference_documented', set()) | {name}
+    parser = parsers[name]
+    parser.prog = f'linen-nnx {name}'
+    out: list[nodes.Node] = []
+    if parser.description:
+      out.append(nodes.paragraph(text=parser.description))
+    usage = parser.format_usage().removeprefix('usage: ').strip()
+    out.append(nodes.literal_block(usage, usage, language='text'))
+    items = nodes.definition_list()
+    for action in parser._actions:
+      if isinstance(action, argparse._HelpAction):
+        continue
+      term = nodes.term()
+      term += nodes.literal(text=_option(action))
+      definition = nodes.definition()
+      definition += nodes.paragraph(text=_help(action) or '(no help text)')
+      items += nodes.definition_list_item('', term, definition)
+    out.append(items)
+    return out
+
+
+def _check(app: Sphinx, exception) -> None:
+  if exception is not None:
+    return
+  missing = sorted(set(commands()) - getattr(app.env, 'cli_reference_documented', set()))
+  if missing:
+    raise SphinxError(
+        'linen-nnx commands the reference leaves out (add a `linen-nnx-command` '
+        'directive to docs/reference/command_line.md): ' + ', '.join(missing))
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+  app.add_directive('linen-nnx-command', CommandReference)
+  app.connect('build-finished', _check)
+  return {'version': '1', 'parallel_read_safe': False}

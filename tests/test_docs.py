@@ -1,0 +1,133 @@
+"""The docs site and the README, as readers use them: every code block runs, every
+public name is in the reference.
+
+Each page's blocks run in a process and a directory of their own
+(`tests/doc_blocks.py` says how); a page that fails names its block by file
+and line. The Sphinx build (`make docs`) checks the reference against the
+docstrings; the test here checks, without Sphinx, that no public name is left
+out of it, so that CI catches one before a docs build does.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.doc_blocks import ROOT, PageError, blocks
+
+sys.path.insert(0, str(ROOT / 'docs' / '_ext'))
+import public_api  # noqa: E402 (docs/_ext is not a package)
+
+# Pages whose code blocks are excerpts of the kit's own source, which its own
+# tests run; the named test checks that the page is the source as it is.
+EXCERPTS = {'docs/side_by_side.md': 'tests/linen_nnx_cli/test_side_by_side.py'}
+PAGES = sorted(
+    path.relative_to(ROOT).as_posix()
+    for path in [ROOT / 'README.md', *(ROOT / 'docs').rglob('*.md')]
+    if '_build' not in path.parts
+)
+RUN_PAGES = [
+    page for page in PAGES
+    if page not in EXCERPTS and any(b.runs or b.file for b in blocks(ROOT / page))
+]
+
+
+@pytest.mark.parametrize('page', RUN_PAGES)
+def test_page_runs(page, tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'tests.doc_blocks', str(ROOT / page)],
+      cwd=tmp_path, capture_output=True, text=True, timeout=900,
+      env={**os.environ, 'PYTHONPATH': str(ROOT)},
+  )
+  assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+
+
+def test_every_block_runs_or_names_what_runs_it():
+  for page in PAGES:
+    for block in blocks(ROOT / page):
+      if page in EXCERPTS:
+        assert (ROOT / EXCERPTS[page]).exists()
+        continue
+      if block.language.startswith('{'):
+        continue  # a directive of the site (toctree, grid, reference), not code
+      assert block.language in ('python', 'sh', 'text'), (
+          f'{block.where}: a block in {block.language or "no language"}; say python, sh or '
+          'text (not run)')
+      assert block.language == 'text' or block.runs or block.file or block.not_run, block.where
+
+
+def test_reference_documents_every_public_name():
+  directive = re.compile(r'^\.\. auto\w+:: (\S+)', re.M)
+  documented = {
+      name for path in (ROOT / 'docs' / 'reference').glob('*.md')
+      for name in directive.findall(path.read_text())
+  }
+  objects = {id(public_api.resolve(name)) for name in documented}
+  missing = [
+      name for name, obj in public_api.public_names().items()
+      if name not in documented and id(obj) not in objects
+  ]
+  assert missing == [], f'add these to a page of docs/reference/: {missing}'
+
+
+# The runner itself: a page that fails, fails, and a block left out must say what runs it.
+
+def _page(tmp_path, text):
+  path = tmp_path / 'page.md'
+  path.write_text(text)
+  return path
+
+
+def test_a_failing_block_fails_naming_its_line(tmp_path):
+  page = _page(tmp_path, '# A page\n\n```python\nx = 1\n```\n\n```python\nassert x == 2\n```\n')
+  result = subprocess.run(
+      [sys.executable, '-m', 'tests.doc_blocks', str(page)], cwd=tmp_path,
+      capture_output=True, text=True, timeout=300, env={**os.environ, 'PYTHONPATH': str(ROOT)},
+  )
+  assert result.returncode != 0
+  assert 'page.md:7: the python block failed' in result.stderr
+
+
+def test_blocks_share_a_namespace_files_are_written_and_sh_runs(tmp_path):
+  page = _page(tmp_path, (
+      '```{code-block} python\n:caption: helper.py\n\nVALUE = 3\n```\n\n'
+      '```python\nimport helper\nx = helper.VALUE\n```\n\n'
+      '```sh\ntest "$(python -c \'import helper; print(helper.VALUE)\')" = 3\n```\n\n'
+      '```python\nassert x == 3\n```\n\n'
+      '```sh\nfalse\n```\n'
+  ))
+  work = tmp_path / 'work'
+  work.mkdir()
+  result = subprocess.run(
+      [sys.executable, '-m', 'tests.doc_blocks', str(page)], cwd=work,
+      capture_output=True, text=True, timeout=300, env={**os.environ, 'PYTHONPATH': str(ROOT)},
+  )
+  assert (work / 'helper.py').read_text() == 'VALUE = 3\n'
+  assert 'page.md:20: the sh block exited 1' in result.stderr, result.stdout + result.stderr
+
+
+def test_a_block_left_out_must_name_an_existing_test(tmp_path):
+  with pytest.raises(PageError, match='names nothing that runs it'):
+    blocks(_page(tmp_path, '<!-- not run: too slow -->\n```python\nx = 1\n```\n'))
+  with pytest.raises(PageError, match='tests/no_such_test.py, which does not exist'):
+    blocks(_page(tmp_path, '<!-- not run: tests/no_such_test.py -->\n```python\nx = 1\n```\n'))
+  (block,) = blocks(_page(tmp_path, '<!-- not run: tests/test_docs.py -->\n```python\nx = 1\n```\n'))
+  assert not block.runs
+  # The comment is for the block right after it only.
+  _, second = blocks(_page(
+      tmp_path, '<!-- not run: tests/test_docs.py -->\n```python\nx = 1\n```\n\ntext\n\n```python\ny = 2\n```\n'))
+  assert second.runs
+
+
+def test_the_benchmarks_page_names_every_benchmark_make_runs():
+  (block,) = [b for b in blocks(ROOT / 'docs' / 'benchmarks.md') if b.language == 'sh']
+  named = re.findall(r'benchmarks/\w+\.py', block.code)
+  makefile = (ROOT / 'Makefile').read_text()
+  target = makefile[makefile.index('\nbenchmark:'):].split('\n\n')[0]
+  scripts = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / 'benchmarks').glob('*.py'))
+  assert sorted(named) == sorted(re.findall(r'benchmarks/\w+\.py', target)) == scripts
