@@ -54,6 +54,7 @@ html_theme = 'sphinx_book_theme'
 html_title = 'linen-nnx-kit'
 html_static_path = ['_static']
 html_css_files = ['custom.css']
+html_favicon = '_static/favicon.svg'
 html_theme_options = {
     'show_toc_level': 2,
     'navigation_with_keys': False,

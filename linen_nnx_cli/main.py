@@ -246,8 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
       ),
   )
   _distributed_options(convert)
-  convert.add_argument('src', metavar='SRC')
-  convert.add_argument('dst', metavar='DST')
+  convert.add_argument(
+      'src', metavar='SRC',
+      help='the checkpoint to read: an Orbax directory, or a flax.training.checkpoints '
+      'file or directory (its newest step); never modified')
+  convert.add_argument(
+      'dst', metavar='DST', help='where to write the converted Orbax checkpoint (absent, or see --force)')
   convert.add_argument('--to', choices=('nnx', 'linen'), required=True)
   convert.add_argument(
       '--layout', choices=('scan', 'loop'), default=None,
@@ -296,7 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
       ),
   )
   _distributed_options(compare)
-  compare.add_argument('checkpoints', nargs='*', metavar='A B')
+  compare.add_argument(
+      'checkpoints', nargs='*', metavar='A B',
+      help='two checkpoints to compare; none: compare the two implementations of a description')
   compare.add_argument(
       '--allow-unfinished', action='store_true',
       help='read Orbax saves that never finished (their arrays may be incomplete)',

@@ -27,6 +27,8 @@ from flax.nnx import spmd
 from flax.typing import MISSING, Missing
 from jax.sharding import AxisType, NamedSharding
 
+__all__ = ['ConstrainedParam', 'constrain_params_at_use']
+
 M = TypeVar('M')
 
 

@@ -12,7 +12,10 @@ their own (8 simulated CPU devices), as a notebook runs:
   the test or script that runs what it shows (`tests/...py`, `.ci/run`),
   which must exist.
 
-Blocks in other languages (`text`, outputs) are not code. Run a page with
+Blocks inside MyST directives (admonitions, grid items) are the page's
+blocks too; blocks in `text` are not code. What the runner could not see is
+refused (`PageError`): indented code, colon-fenced or other code directives,
+code inside `{eval-rst}`. Run a page with
 `python -m tests.doc_blocks PAGE.md` from an empty directory.
 """
 
@@ -56,29 +59,51 @@ class Block:
 
 
 def blocks(path: pathlib.Path) -> list[Block]:
-  """Every fenced block of the page at `path`, in page order."""
-  from markdown_it import MarkdownIt  # rich's Markdown parser, which Flax installs
+  """Every fenced block of the page at `path`, in page order, those inside
+  MyST directives (admonitions, grid items) included.
 
+  Raises `PageError` for code the runner cannot see: an indented code block,
+  a colon-fenced code directive, a code directive other than `{code-block}`,
+  code inside `{eval-rst}`, a caption that writes outside the page's directory.
+  """
   page = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
-  tokens = MarkdownIt('commonmark').parse(path.read_text())
+  text = path.read_text()
+  for number, line in enumerate(text.split('\n'), 1):
+    if re.match(r'\s*:{3,}\s*\{(code|code-block|code-cell|literalinclude)\}', line):
+      raise PageError(f'{page}:{number}: a colon-fenced code directive: write it with backticks (```{{code-block}} python)')
+  return _blocks(text, page, 0)
+
+
+def _blocks(text: str, page: str, offset: int) -> list[Block]:
+  from markdown_it import MarkdownIt
+
   found, reason = [], None
-  for token in tokens:
+  for token in MarkdownIt('commonmark').parse(text):
+    line = offset + token.map[0] + 1 if token.map else offset
+    if token.type == 'code_block':
+      raise PageError(f'{page}:{line}: an indented code block: fence it (```python, ```sh or ```text)')
     if token.type == 'html_block' and NOT_RUN.search(token.content):
       reason = NOT_RUN.search(token.content).group(1)
       continue
     if token.type != 'fence':
       reason = None  # a "not run" comment is for the block right after it
       continue
-    line = token.map[0] + 1
     info = token.info.split()
     language, code, file = (info[0] if info else ''), token.content, None
+    if language.startswith('{') and language != '{code-block}':
+      _directive(language, code, page, line, found)
+      reason = None
+      continue
     if language == '{code-block}':
       language = info[1] if len(info) > 1 else ''
       options, code = _directive_options(code)
       caption = options.pop('caption', None)
       if options:
         raise PageError(f'{page}:{line}: code-block options {sorted(options)}: only :caption: is read')
-      if caption and re.fullmatch(r'[\w./-]+\.py', caption):
+      if caption and caption.endswith('.py'):
+        parts = pathlib.PurePosixPath(caption).parts
+        if caption.startswith('/') or '..' in parts or not all(re.fullmatch(r'[\w.-]+', p) for p in parts):
+          raise PageError(f'{page}:{line}: caption {caption!r}: name a file inside the page\'s directory')
         file = caption
     if reason is not None and not RUNS_IT.search(reason):
       raise PageError(
@@ -90,6 +115,24 @@ def blocks(path: pathlib.Path) -> list[Block]:
     found.append(Block(page, line, language, code, file, reason))
     reason = None
   return found
+
+
+# Directives of the site that hold no code, and those whose content is Markdown.
+WITHOUT_CODE = ('{toctree}', '{linen-nnx-command}', '{eval-rst}')
+
+
+def _directive(name: str, content: str, page: str, line: int, found: list[Block]) -> None:
+  if name == '{eval-rst}':
+    if re.search(r'^\s*\.\. (code|code-block|sourcecode|literalinclude)::', content, re.M):
+      raise PageError(f'{page}:{line}: code inside {{eval-rst}}: write it as a Markdown block')
+  elif name in WITHOUT_CODE:
+    return
+  elif re.fullmatch(r'\{(code|code-cell|sourcecode|literalinclude|jupyter-execute)[\w-]*\}', name):
+    raise PageError(f'{page}:{line}: {name}: write code as ```python, ```sh or ```{{code-block}} python')
+  else:  # an admonition, a grid item: Markdown, its blocks are the page's
+    options, body = _directive_options(content)
+    skipped = content.count('\n') - body.count('\n')
+    found.extend(_blocks(body, page, line + skipped))
 
 
 def _directive_options(code: str) -> tuple[dict[str, str], str]:
@@ -112,10 +155,11 @@ def run(path: pathlib.Path) -> None:
   env = {**os.environ, 'PATH': os.path.dirname(sys.executable) + os.pathsep + os.environ['PATH']}
   namespace = {'__name__': '__main__'}
   for block in blocks(path):
-    if block.file is not None:
-      (here / block.file).write_text(block.code)
-    elif not block.runs:
+    if block.not_run is not None or not (block.runs or block.file):
       continue
+    if block.file is not None:
+      (here / block.file).parent.mkdir(parents=True, exist_ok=True)
+      (here / block.file).write_text(block.code)
     elif block.language == 'sh':
       print(f'--- {block.where} (sh)', flush=True)
       result = subprocess.run(['bash', '-euo', 'pipefail', '-c', block.code], cwd=here, env=env)

@@ -10,6 +10,7 @@ out of it, so that CI catches one before a docs build does.
 
 from __future__ import annotations
 
+import inspect
 import os
 import pathlib
 import re
@@ -53,8 +54,6 @@ def test_every_block_runs_or_names_what_runs_it():
       if page in EXCERPTS:
         assert (ROOT / EXCERPTS[page]).exists()
         continue
-      if block.language.startswith('{'):
-        continue  # a directive of the site (toctree, grid, reference), not code
       assert block.language in ('python', 'sh', 'text'), (
           f'{block.where}: a block in {block.language or "no language"}; say python, sh or '
           'text (not run)')
@@ -64,15 +63,20 @@ def test_every_block_runs_or_names_what_runs_it():
 def test_reference_documents_every_public_name():
   directive = re.compile(r'^\.\. auto\w+:: (\S+)', re.M)
   documented = {
-      name for path in (ROOT / 'docs' / 'reference').glob('*.md')
+      name: public_api.resolve(name)
+      for path in (ROOT / 'docs' / 'reference').glob('*.md')
       for name in directive.findall(path.read_text())
   }
-  objects = {id(public_api.resolve(name)) for name in documented}
   missing = [
       name for name, obj in public_api.public_names().items()
-      if name not in documented and id(obj) not in objects
+      if public_api.covered(name, obj, documented) is None
   ]
   assert missing == [], f'add these to a page of docs/reference/: {missing}'
+  undocumented = [
+      name for name, obj in public_api.public_names().items()
+      if callable(obj) and not inspect.getdoc(obj)
+  ]
+  assert undocumented == [], f'write a docstring for: {undocumented}'
 
 
 # The runner itself: a page that fails, fails, and a block left out must say what runs it.
@@ -118,6 +122,8 @@ def test_a_block_left_out_must_name_an_existing_test(tmp_path):
     blocks(_page(tmp_path, '<!-- not run: tests/no_such_test.py -->\n```python\nx = 1\n```\n'))
   (block,) = blocks(_page(tmp_path, '<!-- not run: tests/test_docs.py -->\n```python\nx = 1\n```\n'))
   assert not block.runs
+  with pytest.raises(PageError, match='inside the page'):
+    blocks(_page(tmp_path, '```{code-block} python\n:caption: ../evil.py\n\nx = 1\n```\n'))
   # The comment is for the block right after it only.
   _, second = blocks(_page(
       tmp_path, '<!-- not run: tests/test_docs.py -->\n```python\nx = 1\n```\n\ntext\n\n```python\ny = 2\n```\n'))
@@ -131,3 +137,16 @@ def test_the_benchmarks_page_names_every_benchmark_make_runs():
   target = makefile[makefile.index('\nbenchmark:'):].split('\n\n')[0]
   scripts = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / 'benchmarks').glob('*.py'))
   assert sorted(named) == sorted(re.findall(r'benchmarks/\w+\.py', target)) == scripts
+
+
+def test_code_the_runner_cannot_see_is_refused_and_nested_code_is_found(tmp_path):
+  for text, message in (
+      ('text\n\n    x = 1\n', 'indented code block'),
+      (':::{code-block} python\nx = 1\n:::\n', 'colon-fenced code directive'),
+      ('```{code-cell} python\nx = 1\n```\n', 'write code as'),
+      ('```{eval-rst}\n.. code-block:: python\n\n   x = 1\n```\n', 'code inside'),
+  ):
+    with pytest.raises(PageError, match=message):
+      blocks(_page(tmp_path, text))
+  (nested,) = blocks(_page(tmp_path, '````{note}\nRead this.\n\n```python\nx = 1\n```\n````\n'))
+  assert (nested.language, nested.code, nested.line) == ('python', 'x = 1\n', 4)

@@ -46,7 +46,10 @@ def _help(action: argparse.Action) -> str:
   if action.required and action.option_strings:
     text += ' Required.'
   if (action.option_strings and action.nargs != 0 and action.default not in (None, argparse.SUPPRESS)):
-    text += f' Default: {action.default}.'
+    default = action.default
+    if isinstance(default, tuple) and all(isinstance(n, int) for n in default):
+      default = 'x'.join(map(str, default))  # a mesh shape, as it is typed
+    text += f' Default: {default}.'
   return text.strip()
 
 
@@ -60,38 +63,63 @@ class CommandReference(SphinxDirective):
     parsers = commands()
     if name not in parsers:
       raise self.error(f'linen-nnx has no command {name!r}; it has {", ".join(parsers)}')
-    self.env.cli_reference_documented = getattr(self.env, 'cli_reference_documented', set()) | {name}
+    documented = self.env.__dict__.setdefault('cli_reference_documented', {})
+    documented.setdefault(self.env.docname, set()).add(name)
     parser = parsers[name]
     parser.prog = f'linen-nnx {name}'
     out: list[nodes.Node] = []
-    if parser.description:
-      out.append(nodes.paragraph(text=parser.description))
+    description = parser.description or parsers_help(name)
+    if description:
+      out.append(nodes.paragraph(text=description))
     usage = parser.format_usage().removeprefix('usage: ').strip()
     out.append(nodes.literal_block(usage, usage, language='text'))
-    items = nodes.definition_list()
-    for action in parser._actions:
-      if isinstance(action, argparse._HelpAction):
+    for group in parser._action_groups:
+      actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
+      if not actions:
         continue
-      term = nodes.term()
-      term += nodes.literal(text=_option(action))
-      definition = nodes.definition()
-      definition += nodes.paragraph(text=_help(action) or '(no help text)')
-      items += nodes.definition_list_item('', term, definition)
-    out.append(items)
+      out.append(nodes.rubric(text=group.title))
+      if group.description:
+        out.append(nodes.paragraph(text=group.description))
+      items = nodes.definition_list()
+      for action in actions:
+        term = nodes.term()
+        term += nodes.literal(text=_option(action))
+        definition = nodes.definition()
+        definition += nodes.paragraph(text=_help(action) or '(no help text)')
+        items += nodes.definition_list_item('', term, definition)
+      out.append(items)
     return out
+
+
+def parsers_help(name: str) -> str:
+  """The one-line help the command list gives `name`."""
+  from linen_nnx_cli.main import build_parser
+
+  for action in build_parser()._actions:
+    if isinstance(action, argparse._SubParsersAction):
+      for choice in action._choices_actions:
+        if choice.dest == name:
+          return choice.help or ''
+  return ''
 
 
 def _check(app: Sphinx, exception) -> None:
   if exception is not None:
     return
-  missing = sorted(set(commands()) - getattr(app.env, 'cli_reference_documented', set()))
+  documented = set().union(*getattr(app.env, 'cli_reference_documented', {}).values())
+  missing = sorted(set(commands()) - documented)
   if missing:
     raise SphinxError(
         'linen-nnx commands the reference leaves out (add a `linen-nnx-command` '
         'directive to docs/reference/command_line.md): ' + ', '.join(missing))
 
 
+def _purge(app: Sphinx, env, docname: str) -> None:
+  getattr(env, 'cli_reference_documented', {}).pop(docname, None)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
   app.add_directive('linen-nnx-command', CommandReference)
+  app.connect('env-purge-doc', _purge)
   app.connect('build-finished', _check)
   return {'version': '1', 'parallel_read_safe': False}

@@ -1,8 +1,10 @@
 """No link of the built site leads nowhere: checked offline, after the HTML is written.
 
-Every relative `href` and `src` of every page must name a file of the site,
-and its `#fragment` an `id` on that page. Links to other sites are not
-followed (the build runs offline); `external_links(outdir)` lists them.
+Every relative `href`, `src` and `srcset` of every page must name a file of
+the site (never an absolute path, a `file:` URL or a path out of the site),
+and its `#fragment` an `id` on that page. Links to other sites (http, https,
+mailto) are not followed (the build runs offline); `external_links(outdir)`
+lists them.
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ class _Page(html.parser.HTMLParser):
       if attrs.get(key):
         self.ids.add(attrs[key])
     for key in ('href', 'src'):
-      if attrs.get(key) is not None and not (tag == 'link' and attrs.get('rel') == 'preconnect'):
+      if attrs.get(key) is not None:
         self.links.append(attrs[key])
+    for candidate in (attrs.get('srcset') or '').split(','):
+      if candidate.strip():
+        self.links.append(candidate.split()[0])
 
 
 def _pages(outdir: pathlib.Path) -> dict[str, _Page]:
@@ -53,10 +58,18 @@ def broken_links(outdir: pathlib.Path) -> list[str]:
   for name, page in pages.items():
     for link in page.links:
       parts = urllib.parse.urlsplit(link)
-      if parts.scheme or parts.netloc or link.startswith(('javascript:', 'data:')):
+      if parts.scheme in ('http', 'https', 'mailto') or link.startswith(('javascript:', 'data:')):
         continue
+      if parts.scheme or parts.netloc or parts.path.startswith('/'):
+        broken.append(f'{name}: {link} (not a link within the site)')
+        continue
+      fragment = urllib.parse.unquote(parts.fragment)
       if parts.path:
-        target = posixpath.normpath(posixpath.join(posixpath.dirname(name), parts.path))
+        target = posixpath.normpath(
+            posixpath.join(posixpath.dirname(name), urllib.parse.unquote(parts.path)))
+        if target.startswith('../') or target == '..':
+          broken.append(f'{name}: {link} (outside the site)')
+          continue
         if target.endswith('/') or (outdir / target).is_dir():
           target = posixpath.join(target, 'index.html')
         if not (outdir / target).is_file():
@@ -64,8 +77,8 @@ def broken_links(outdir: pathlib.Path) -> list[str]:
           continue
       else:
         target = name
-      if parts.fragment and target in pages and parts.fragment not in pages[target].ids:
-        broken.append(f'{name}: {link} (no #{parts.fragment} on {target})')
+      if fragment and target in pages and fragment not in pages[target].ids:
+        broken.append(f'{name}: {link} (no #{fragment} on {target})')
   return broken
 
 

@@ -5,7 +5,9 @@ A public name is a name in the `__all__` of a module of `converters` or
 directive documents, or whose docstring is empty, with the page to add it to:
 Optax's docs build checks its public symbols the same way. A name re-exported
 under several modules (`converters.infer_paths`, `converters.inference.infer_paths`)
-is covered once documented under any of them.
+is covered once documented under any of them: the same object under the same
+name (two constants that are one object, `GUIDE_PATHS` and `KIT_PATHS`, each
+need their own entry).
 """
 
 from __future__ import annotations
@@ -49,6 +51,18 @@ def resolve(full_name: str) -> Any:
   raise ImportError(full_name)
 
 
+def covered(name: str, obj: Any, documented: dict[str, Any]) -> str | None:
+  """The documented name that covers public `name` (the object `obj`): itself,
+  or the same object documented under the same short name elsewhere."""
+  if name in documented:
+    return name
+  short = name.rsplit('.', 1)[-1]
+  for other, other_obj in documented.items():
+    if other.rsplit('.', 1)[-1] == short and other_obj is obj:
+      return other
+  return None
+
+
 def _record(app: Sphinx, what, name, obj, options, lines) -> None:
   documented = app.env.public_api_documented.setdefault(app.env.docname, {})
   documented[name] = documented.get(name, False) or any(line.strip() for line in lines)
@@ -70,23 +84,18 @@ def _check(app: Sphinx, exception) -> None:
   for names in app.env.public_api_documented.values():
     for name, has_text in names.items():
       documented[name] = documented.get(name, False) or has_text
-  by_object = {}
-  for name, has_text in documented.items():
+  objects = {}
+  for name in documented:
     try:
-      obj = resolve(name)
+      objects[name] = resolve(name)
     except (ImportError, AttributeError):  # a member autodoc read off an instance
       continue
-    by_object[id(obj)] = by_object.get(id(obj), False) or has_text
   missing, empty = [], []
   for name, obj in sorted(public_names().items()):
-    if name in documented:
-      has_text = documented[name]
-    elif id(obj) in by_object:
-      has_text = by_object[id(obj)]
-    else:
+    other = covered(name, obj, objects)
+    if other is None:
       missing.append(name)
-      continue
-    if not has_text:
+    elif not documented[other]:
       empty.append(name)
   problems = []
   if missing:
