@@ -15,7 +15,8 @@ their own (8 simulated CPU devices), as a notebook runs:
 Blocks inside MyST directives (admonitions, grid items) are the page's
 blocks too; blocks in `text` are not code. What the runner could not see is
 refused (`PageError`): indented code, colon-fenced or other code directives,
-code inside `{eval-rst}`. Run a page with
+code inside `{eval-rst}`, a block in another language (`py`, `bash`) or
+none. Run a page with
 `python -m tests.doc_blocks PAGE.md` from an empty directory.
 """
 
@@ -105,6 +106,10 @@ def _blocks(text: str, page: str, offset: int) -> list[Block]:
         if caption.startswith('/') or '..' in parts or not all(re.fullmatch(r'[\w.-]+', p) for p in parts):
           raise PageError(f'{page}:{line}: caption {caption!r}: name a file inside the page\'s directory')
         file = caption
+    if language not in LANGUAGES:
+      raise PageError(
+          f'{page}:{line}: a block in {language or "no language"}: say python or sh (run) '
+          'or text (not code)')
     if reason is not None and not RUNS_IT.search(reason):
       raise PageError(
           f'{page}:{line}: "not run: {reason}" names nothing that runs it: name the '
@@ -117,6 +122,7 @@ def _blocks(text: str, page: str, offset: int) -> list[Block]:
   return found
 
 
+LANGUAGES = ('python', 'sh', 'text')
 # Directives of the site that hold no code, and those whose content is Markdown.
 WITHOUT_CODE = ('{toctree}', '{linen-nnx-command}', '{eval-rst}')
 
