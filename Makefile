@@ -1,10 +1,10 @@
-# Set-up and entry points. `make demo` and `make test` each create .venv when it
-# is missing, install the project with its test, plot and port extras, and run.
+# Set-up and entry points. `make demo`, `make test` and `make docs` each create
+# .venv when it is missing, install the project with its test, plot, port and
+# docs extras, and run.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DOCS_STAMP := $(VENV)/.installed-docs
 # Test processes (pytest-xdist), each a JAX process of 8 simulated devices that
 # compiles most of the time: one per core of CI's two. `TEST_WORKERS=0` runs
 # the suite in this process.
@@ -38,18 +38,14 @@ benchmark: $(STAMP)
 
 # The docs site, offline, in docs/_build/html (open index.html): fails on any
 # warning, a public name the reference leaves out or a link that leads nowhere.
-docs: $(STAMP) $(DOCS_STAMP)
+docs: $(STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,plot,port]'
-	touch $(STAMP)
-
-$(DOCS_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,plot,port,docs]'
-	touch $(DOCS_STAMP)
+	touch $(STAMP)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis docs/_build

@@ -149,3 +149,63 @@ def test_code_the_runner_cannot_see_is_refused_and_nested_code_is_found(tmp_path
       blocks(_page(tmp_path, text))
   (nested,) = blocks(_page(tmp_path, '````{note}\nRead this.\n\n```python\nx = 1\n```\n````\n'))
   assert (nested.language, nested.code, nested.line) == ('python', 'x = 1\n', 4)
+
+
+def test_the_site_builds_with_no_warning_and_no_broken_link(tmp_path):
+  # What `make docs` runs: every warning is an error, and the build checks the
+  # reference against the public names and the built site's links.
+  result = subprocess.run(
+      [sys.executable, '-m', 'sphinx', '-E', '-W', '--keep-going', '-q', '-b', 'html',
+       str(ROOT / 'docs'), str(tmp_path / 'html')],
+      capture_output=True, text=True, timeout=900,
+  )
+  assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+  assert (tmp_path / 'html' / 'side_by_side.html').is_file()
+
+
+# The build's own checks (docs/_ext), on hostile input.
+
+def test_links_that_lead_nowhere_or_out_of_the_site_are_broken(tmp_path):
+  import offline_links
+
+  (tmp_path / 'sub').mkdir()
+  (tmp_path / 'index.html').write_text(
+      '<p id="top"></p><a href="sub/page.html#here">ok</a><a href="#top">ok</a>'
+      '<a href="sub/page%20two.html">ok, quoted</a><a href="https://flax.readthedocs.io">not followed</a>'
+      '<a href="sub/page.html#gone">no anchor</a><a href="missing.html">no file</a>'
+      '<a href="/etc/hostname">absolute</a><a href="../../etc/hostname">outside</a>'
+      '<a href="file:///etc/hostname">file</a><img srcset="pic.png 1x, sub/pic.png 2x">')
+  (tmp_path / 'sub' / 'page.html').write_text('<h1 id="here">here</h1>')
+  (tmp_path / 'sub' / 'page two.html').write_text('<p>two</p>')
+  (tmp_path / 'sub' / 'pic.png').write_bytes(b'')
+  broken = offline_links.broken_links(tmp_path)
+  assert broken == [
+      'index.html: sub/page.html#gone (no #gone on sub/page.html)',
+      'index.html: missing.html (no such file)',
+      'index.html: /etc/hostname (not a link within the site)',
+      'index.html: ../../etc/hostname (outside the site)',
+      'index.html: file:///etc/hostname (not a link within the site)',
+      'index.html: pic.png (no such file)',
+  ]
+  assert offline_links.external_links(tmp_path) == ['https://flax.readthedocs.io']
+
+
+def test_the_same_object_under_another_name_does_not_cover_a_public_name():
+  from converters import presets
+
+  documented = {'converters.presets.KIT_PATHS': presets.KIT_PATHS}
+  assert presets.GUIDE_PATHS is presets.KIT_PATHS
+  assert public_api.covered('converters.KIT_PATHS', presets.KIT_PATHS, documented) == (
+      'converters.presets.KIT_PATHS')
+  assert public_api.covered('converters.GUIDE_PATHS', presets.GUIDE_PATHS, documented) is None
+
+
+def test_the_command_reference_has_every_command_with_each_option_as_typed():
+  import cli_reference
+
+  from linen_nnx_cli.main import COMMANDS
+
+  parsers = cli_reference.commands()
+  assert sorted(parsers) == sorted(COMMANDS)
+  (mesh,) = [a for a in parsers['convert']._actions if '--mesh' in a.option_strings]
+  assert 'Default: 2x4.' in cli_reference._help(mesh)
