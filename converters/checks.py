@@ -24,6 +24,7 @@ from converters.errors import (
     OptimizerStateError,
     PathMappingError,
     ShapeError,
+    LeafErrors,
     StructureError,
     format_offenders,
 )
@@ -156,35 +157,38 @@ def target_shardings(
   The sources of one target (a stack's layers) must live on one mesh.
   """
   shardings = {}
+  errors = LeafErrors()  # every target that fails, named at once
   for path, t in targets.items():
-    meshes = {}
-    for source_path in t.sources:
-      value, annotation = flat[source_path]
-      leaf_mesh = _mesh_of(value, annotation, mesh)
-      if leaf_mesh is not None:
-        meshes.setdefault(leaf_mesh, format_path(source_path))
-    if len(meshes) > 1:
-      listed = [f'{p} on {describe_mesh(m)}' for m, p in meshes.items()]
-      raise LayoutError(
-          f'{format_path(path)}: its sources live on different meshes or device '
-          f'orders ({format_offenders(listed)}); put every layer on one mesh '
-          '(jax.device_put) before converting',
-          list(meshes.values()),
-      )
-    leaf_mesh = next(iter(meshes), None)
-    try:
-      spec = md.resolve(t.annotation, t.shape, leaf_mesh, format_path(path), rules)
-    except AnnotationError as e:
-      if t.transform is None:
-        raise
-      raise AnnotationError(
-          f'{e} ({format_path(path)} is made from {format_path(t.sources[0])} by '
-          f'{t.transform.rearrange!r}, and the sharding cannot follow it: give sizes '
-          'the mesh divides, or convert with that name resolving to None (rules=...) '
-          'and reshard after)',
-          e.paths,
-      ) from e
-    shardings[path] = None if leaf_mesh is None else NamedSharding(leaf_mesh, spec)
+    with errors.leaf():
+      meshes = {}
+      for source_path in t.sources:
+        value, annotation = flat[source_path]
+        leaf_mesh = _mesh_of(value, annotation, mesh)
+        if leaf_mesh is not None:
+          meshes.setdefault(leaf_mesh, format_path(source_path))
+      if len(meshes) > 1:
+        listed = [f'{p} on {describe_mesh(m)}' for m, p in meshes.items()]
+        raise LayoutError(
+            f'{format_path(path)}: its sources live on different meshes or device '
+            f'orders ({format_offenders(listed)}); put every layer on one mesh '
+            '(jax.device_put) before converting',
+            list(meshes.values()),
+        )
+      leaf_mesh = next(iter(meshes), None)
+      try:
+        spec = md.resolve(t.annotation, t.shape, leaf_mesh, format_path(path), rules)
+      except AnnotationError as e:
+        if t.transform is None:
+          raise
+        raise AnnotationError(
+            f'{e} ({format_path(path)} is made from {format_path(t.sources[0])} by '
+            f'{t.transform.rearrange!r}, and the sharding cannot follow it: give sizes '
+            'the mesh divides, or convert with that name resolving to None (rules=...) '
+            'and reshard after)',
+            e.paths,
+        ) from e
+      shardings[path] = None if leaf_mesh is None else NamedSharding(leaf_mesh, spec)
+  errors.raise_any()
   return shardings
 
 
