@@ -10,7 +10,7 @@ their own (8 simulated CPU devices), as a notebook runs:
   `linen-nnx`, `python` and `pytest` first on the PATH;
 - a block right after `<!-- not run: REASON -->` is left out; REASON names
   the test or script that runs what it shows (`tests/...py`, `.ci/run`),
-  which must exist.
+  which must exist and name the page back.
 
 Blocks inside MyST directives (admonitions, grid items) are the page's
 blocks too; blocks in `text` are not code. What the runner could not see is
@@ -117,6 +117,10 @@ def _blocks(text: str, page: str, offset: int) -> list[Block]:
     for named in RUNS_IT.findall(reason or ''):
       if not (ROOT / named).exists():
         raise PageError(f'{page}:{line}: "not run" names {named}, which does not exist')
+      if not pathlib.Path(page).is_absolute() and page not in (ROOT / named).read_text():
+        raise PageError(
+            f'{page}:{line}: "not run" names {named}, which does not name {page}: say there '
+            'that it runs what the page shows, so that a change to either is seen from the other')
     found.append(Block(page, line, language, code, file, reason))
     reason = None
   return found

@@ -128,6 +128,7 @@ def test_a_block_left_out_must_name_an_existing_test(tmp_path):
 
 
 def test_the_benchmarks_page_names_every_benchmark_make_runs():
+  # The block of docs/benchmarks.md that is not run: what `make benchmark` runs.
   (block,) = [b for b in blocks(ROOT / 'docs' / 'benchmarks.md') if b.language == 'sh']
   named = re.findall(r'benchmarks/\w+\.py', block.code)
   makefile = (ROOT / 'Makefile').read_text()
@@ -209,3 +210,17 @@ def test_the_command_reference_has_every_command_with_each_option_as_typed():
   assert sorted(parsers) == sorted(COMMANDS)
   (mesh,) = [a for a in parsers['convert']._actions if '--mesh' in a.option_strings]
   assert 'Default: 2x4.' in cli_reference._help(mesh)
+
+
+def test_what_runs_a_block_left_out_must_name_its_page(tmp_path, monkeypatch):
+  import tests.doc_blocks as doc_blocks
+
+  monkeypatch.setattr(doc_blocks, 'ROOT', tmp_path)
+  (tmp_path / 'tests').mkdir()
+  (tmp_path / 'tests' / 'test_x.py').write_text('"""Runs what nothing shows."""\n')
+  page = _page(tmp_path, '<!-- not run: tests/test_x.py -->\n```python\nx = 1\n```\n')
+  with pytest.raises(PageError, match='which does not name page.md'):
+    doc_blocks.blocks(page)
+  (tmp_path / 'tests' / 'test_x.py').write_text('"""Runs what page.md shows."""\n')
+  (block,) = doc_blocks.blocks(page)
+  assert block.not_run == 'tests/test_x.py'

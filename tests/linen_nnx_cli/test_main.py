@@ -1,4 +1,5 @@
-"""Tests of the `linen-nnx` command line, run as users run it."""
+"""Tests of the `linen-nnx` command line, run as users run it (the demo as
+`make demo` runs it, which README.md and docs/getting_started.md show)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 Two processes on localhost (4 simulated CPU devices each, gloo collectives)
 form one mesh whose arrays neither process holds whole; see `harness.py`.
 Each test compares what the processes report with a single-process run of the
-same work in this (8-device) test process.
+same work in this (8-device) test process. These are the commands
+docs/guides/multiple_hosts.md shows, each host one of these processes.
 """
 
 from __future__ import annotations

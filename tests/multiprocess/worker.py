@@ -5,7 +5,8 @@
 Sets up CPU devices and gloo collectives, joins the job with
 `jax.distributed.initialize`, runs the scenario and writes its JSON result
 (or the error) to RESULT. Exits with `os._exit`, so a process whose peer died
-never waits in JAX's shutdown barrier.
+never waits in JAX's shutdown barrier. Its scenarios make the calls
+docs/guides/multiple_hosts.md shows, as each host of a cluster would.
 """
 
 from __future__ import annotations
