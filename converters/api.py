@@ -162,8 +162,9 @@ def nnx_to_linen(
     paths: as in `linen_to_nnx`, as are `scan`, `layer_partition`,
       `num_layers`, `mesh`, `rules`, `donate`, `strict`, `collections` and
       `placement`.
-    linen_model, nnx_model: with `paths='infer'`, as in `linen_to_nnx`;
-      `nnx_model` defaults to the input's model (needed for an `nnx.State`).
+    linen_model: with `paths='infer'`, as in `linen_to_nnx`.
+    nnx_model: with `paths='infer'`, as in `linen_to_nnx`; defaults to the
+      input's model (needed for an `nnx.State`).
 
   Returns:
     Without an optimizer: `{collection: boxed tree}` (`{'params': ...}` for
@@ -237,9 +238,11 @@ def relayout(
     paths: as in `linen_to_nnx`, as are `layer_partition`, `num_layers`,
       `mesh`, `rules`, `donate`, `strict`, `collections` and `placement`
       (no target here: `placement` is `'check'` by default).
-    linen_model, nnx_model: with `paths='infer'`, functions with a `layout`
-      parameter (`'loop'`/`'scan'`) making the Linen model (a `LinenModel`)
-      and its NNX port: the mapping of both layouts is inferred from them.
+    linen_model: with `paths='infer'`, a function with a `layout` parameter
+      (`'loop'`/`'scan'`) making the Linen model (a `LinenModel`).
+    nnx_model: with `paths='infer'`, a function with a `layout` parameter
+      making the NNX port: the mapping of both layouts is inferred from the
+      two.
 
   Returns:
     The same kind of tree in the other layout. For a whole training state,

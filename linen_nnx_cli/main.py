@@ -542,9 +542,11 @@ def _convert(args: argparse.Namespace) -> int:
     source, target = summary['source'], summary['destination']
     if 'form' in source:  # weights only
       print(f"weights only: {source['form']} -> {target['form']}")
+    source_form = ', '.join(str(x) for x in (source['layout'], source['format']) if x)
+    target_form = f" ({target['layout']})" if target['layout'] else ''
     print(
-        f"converted {source['framework']} ({source['layout']}, {source['format']}) "
-        f"{source['path']} -> {target['framework']} ({target['layout']}) "
+        f"converted {source['framework']} ({source_form}) "
+        f"{source['path']} -> {target['framework']}{target_form} "
         f"{target['path']}: "
         + ('' if summary['step'] is None else f"step {summary['step']}, ")
         + f"{target['leaves']} arrays, "
@@ -571,7 +573,8 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
                       'leaves': compare.as_json(rows)}, indent=2))
   else:
     tables.print_table(*tables.comparison_rows(rows, labels))
-    noun = 'outputs' if extra.get('outputs') else 'leaves'
+    noun = ('output' if len(rows) == 1 else 'outputs') if extra.get('outputs') else (
+        'leaf' if len(rows) == 1 else 'leaves')
     print(f'\n{len(rows)} {noun}: ' + ('all identical' if identical else f'{differing} differ'))
     for key, what in (
         ('rng_not_compared', 'NNX RNG leaves (dropout keys and counts), which the other '

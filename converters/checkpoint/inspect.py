@@ -304,11 +304,12 @@ def check_structure(info: CheckpointInfo, wanted: Leaves, what: str) -> None:
   missing, extra, differing = differences(info.leaves, wanted)
   if missing or extra or differing:
     held = 'weights' if info.weights else f'{info.framework} training state'
+    found = ', '.join(
+        f'{label} [{format_offenders(paths)}]'
+        for label, paths in (('missing', missing), ('unexpected', extra),
+                             ('shape or dtype differs', differing)) if paths)
     raise CheckpointError(
-        f'{info.path}: does not hold the {held} of '
-        f'{what}: missing [{format_offenders(missing)}], unexpected '
-        f'[{format_offenders(extra)}], shape or dtype differs '
-        f'[{format_offenders(differing)}]; check that the model, its '
+        f'{info.path}: does not hold the {held} of {what}: {found}; check that the model, its '
         'configuration and the optimizer are the ones the checkpoint was '
         'trained with',
         missing + extra + differing,

@@ -604,7 +604,8 @@ class UserModels:
       restore).
     optimizer: the optax transform the checkpoint was trained with, or a
       function returning it; its state's structure must match the checkpoint.
-    mesh_shape, mesh_axes: the mesh to read, convert and write on.
+    mesh_shape: the shape of the mesh to read, convert and write on.
+    mesh_axes: the names of its axes.
     collections: `{Linen collection: nnx.Variable subclass}` for the models'
       own collections beyond `params`, `batch_stats` and `cache`.
   """

@@ -59,11 +59,12 @@ def infer_paths(
     linen_module: the Linen module (not initialised: its variables are traced).
     nnx_model: its NNX port, real or abstract (`nnx.eval_shape`), in the mode
       to compare (`model.eval()` for dropout).
-    example_args, example_kwargs: inputs of one forward pass, arrays or
+    *example_args: inputs of one forward pass, arrays or
       `jax.ShapeDtypeStruct`s, the same for both models. The witness runs
       both models on them (abstract ones are drawn: integers in {0, 1}).
-    linen_kwargs, nnx_kwargs: keyword arguments for one side only (Linen's
-      `train=False`, an NNX `decode=False`).
+    linen_kwargs: keyword arguments for the Linen call only (`train=False`).
+    nnx_kwargs: keyword arguments for the NNX call only (`decode=False`).
+    **example_kwargs: keyword inputs of the forward pass, as `example_args`.
     paths: rules you already know (a fused or reshaped parameter); they take
       precedence, and the rest is inferred.
     collections: `{Linen collection: nnx.Variable subclass}` beyond `params`,

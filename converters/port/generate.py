@@ -216,12 +216,22 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   return result, ports
 
 
+def _import_name(out: str) -> str:
+  """How the written module is imported from the directory the command runs in
+  (`ports.models_nnx` for `ports/models_nnx.py`), else its file's own name."""
+  stem = os.path.splitext(out)[0]
+  parts = os.path.relpath(os.path.abspath(stem), os.getcwd()).split(os.sep)
+  if parts[0] != os.pardir and all(part.isidentifier() for part in parts):
+    return '.'.join(parts)
+  return os.path.basename(stem)
+
+
 def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str | None = None) -> PortResult:
   """Writes the port of `linen_model` to `out` (and its test to `test_out`),
   then proves it. `factory` is how the test file gets the Linen model
   (`pkg.module:function`)."""
   start = time.perf_counter()
-  module_name = os.path.splitext(os.path.basename(out))[0]
+  module_name = _import_name(out)
   test_name = os.path.basename(test_out) if test_out else ''
   result, ports = write(linen_model, factory=factory, module_name=module_name, test_name=test_name)
   for path in (out, test_out):

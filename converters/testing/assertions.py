@@ -15,7 +15,9 @@ from flax import nnx
 
 from converters.api import linen_to_nnx
 from converters.comparison import differs, largest_difference
-from converters.paths import PathMapping, format_path
+from converters.errors import PathMappingError
+from converters.linen_model import LinenModel
+from converters.paths import Infer, PathMapping, format_path
 from converters.testing.tables import format_table
 from converters.flat_trees import nest
 
@@ -24,6 +26,20 @@ def _flat_nnx(state) -> dict[tuple, nnx.Variable]:
   if isinstance(state, nnx.Module):
     state = nnx.state(state, nnx.Param)
   return {tuple(p): v for p, v in nnx.to_flat_state(state)}
+
+
+def _inferred(paths) -> bool:
+  return isinstance(paths, Infer) or (isinstance(paths, str) and paths == 'infer')
+
+
+def _no_models_to_infer_from(check: str, paths) -> None:
+  if _inferred(paths):
+    raise PathMappingError(
+        f"{check} compares parameter trees and has no models to infer a mapping from "
+        f"(paths={paths!r}): pass paths=converters.infer_paths(linen_module, nnx_model, "
+        "*example_inputs), or check the whole port with "
+        "assert_port_equivalent(linen_module, variables, nnx_model, *inputs, paths='infer')"
+    )
 
 
 def _pairs(linen_variables, nnx_state, paths, scan):
@@ -47,7 +63,13 @@ def assert_same_layout(
     paths: PathMapping | None = None,
     scan: bool | None = None,
 ) -> None:
-  """Same parameters, shapes, dtypes, PartitionSpecs and actual shardings."""
+  """Same parameters, shapes, dtypes, PartitionSpecs and actual shardings.
+
+  `paths` is a `PathMapping` (or None: every path kept); a mapping to infer
+  needs the models: pass `converters.infer_paths(linen_module, nnx_model,
+  *example_inputs)`.
+  """
+  _no_models_to_infer_from('assert_same_layout', paths)
   pairs, missing, extra = _pairs(linen_variables, nnx_state, paths, scan)
   rows = []
   for path in sorted(pairs, key=format_path):
@@ -93,7 +115,11 @@ def assert_same_values(
     scan: bool | None = None,
     atol: float = 0.0,
 ) -> None:
-  """Every corresponding parameter holds the same values (bit for bit by default)."""
+  """Every corresponding parameter holds the same values (bit for bit by default).
+
+  `paths` as in `assert_same_layout`.
+  """
+  _no_models_to_infer_from('assert_same_values', paths)
   pairs, missing, extra = _pairs(linen_variables, nnx_state, paths, scan)
   rows = []
   for path in sorted(pairs, key=format_path):
@@ -116,7 +142,7 @@ def assert_same_outputs(
     linen_variables: dict,
     nnx_model: nnx.Module,
     *inputs: Any,
-    paths: PathMapping | None = None,
+    paths: PathMapping | Infer | str | None = None,
     scan: bool | None = None,
     atol: float = 0.0,
 ) -> None:
@@ -125,10 +151,16 @@ def assert_same_outputs(
   Both run under `jax.jit` (with the mesh in context if you set one). The
   Linen parameters are converted into a copy of `nnx_model`'s graph; the
   model itself is not modified. Outputs are compared bit for bit unless
-  `atol > 0` (give your reason for a tolerance where you call it).
+  `atol > 0` (give your reason for a tolerance where you call it). With
+  `paths='infer'` (or `Infer(rules)`) the mapping is inferred from the two
+  models on `inputs`.
   """
   graphdef, state = nnx.split(nnx_model)
-  converted = linen_to_nnx(linen_variables, paths=paths, scan=scan)
+  models = (
+      {'linen_model': LinenModel(linen_module, *inputs), 'nnx_model': nnx_model}
+      if _inferred(paths) else {}
+  )
+  converted = linen_to_nnx(linen_variables, paths=paths, scan=scan, **models)
   ported = {tuple(p): v for p, v in nnx.to_flat_state(state)}
   for path, var in nnx.to_flat_state(converted):
     if tuple(path) not in ported:

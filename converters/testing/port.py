@@ -138,16 +138,19 @@ def assert_port_equivalent(
   """The NNX port `nnx_model` is the Linen `linen_module`: see the module docstring.
 
   Args:
-    linen_module, linen_variables: the original and its variables (every
-      collection: `params`, `batch_stats`, `cache`, ...).
+    linen_module: the original.
+    linen_variables: its variables (every collection: `params`,
+      `batch_stats`, `cache`, ...).
     nnx_model: the port (real, any values; used as the conversion target and
       never modified).
     inputs: example inputs, passed to both calls.
-    paths, rules, collections: as in `converters.linen_to_nnx`; `paths='infer'`
-      derives the mapping from what the two models compute
-      (`converters.infer_paths`).
-    linen_kwargs, nnx_kwargs: extra keyword arguments of each call in eval
-      mode (e.g. `{'train': False}` for Linen).
+    paths: as in `converters.linen_to_nnx`; `paths='infer'` derives the
+      mapping from what the two models compute (`converters.infer_paths`).
+    rules: as in `converters.linen_to_nnx`.
+    collections: as in `converters.linen_to_nnx`.
+    linen_kwargs: extra keyword arguments of the Linen call in eval mode
+      (e.g. `{'train': False}`).
+    nnx_kwargs: extra keyword arguments of the NNX call in eval mode.
     linen_train_kwargs: the Linen call's keyword arguments in train mode
       (e.g. `{'train': True}`): then one training step is compared too,
       Linen's against the port's after `.train()`, with dropout left out on
@@ -510,9 +513,11 @@ def assert_training_equivalent(
     nnx_target: `(model, optimizer)` of the port, the conversion's target.
     nnx_step: `(model, optimizer, batch) -> anything`, updating in place.
     batches: one batch per step; `k` of them are taken in Linen first.
-    paths, rules, collections: as in `converters.linen_to_nnx`; `paths='infer'`
-      (or `Infer(known_rules)`) derives the mapping from what the two models
+    paths: as in `converters.linen_to_nnx`; `paths='infer'` (or
+      `Infer(known_rules)`) derives the mapping from what the two models
       compute (`converters.infer_paths`, in eval mode), from `linen_model`.
+    rules: as in `converters.linen_to_nnx`.
+    collections: as in `converters.linen_to_nnx`.
     linen_model: with `paths='infer'`, `LinenModel(module, *example_inputs,
       **kwargs)`: the Linen module and the inputs of one forward pass in eval
       mode (e.g. `train=False`); the port is `nnx_target`'s model.

@@ -153,3 +153,12 @@ def test_unmapped_parameters_fail_loudly(setup):
   partial = PathMapping(PATHS.rules[:-1])
   with jax.set_mesh(mesh), pytest.raises(PathMappingError, match='no rule maps these linen paths: Dense_1/bias'):
     assert_same_outputs(LinenNet(), variables, model, x, paths=partial)
+
+
+def test_outputs_with_the_mapping_inferred_and_tree_checks_say_what_to_pass(setup):
+  mesh, x, variables, model, broken = setup
+  with jax.set_mesh(mesh):
+    assert_same_outputs(LinenNet(), variables, model, x, paths='infer')
+    for check in (assert_same_layout, assert_same_values):
+      with pytest.raises(PathMappingError, match=r'pass paths=converters\.infer_paths\(linen_module'):
+        check(variables, model, paths='infer')

@@ -685,3 +685,13 @@ def test_the_written_test_runs_without_the_port_extra():
           "assert 'libcst' not in sys.modules, 'libcst imported'\n")
   result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr
+
+
+def test_the_written_header_names_the_module_as_imported_from_where_the_command_ran(tmp_path, monkeypatch):
+  from converters.port.generate import _import_name
+
+  monkeypatch.chdir(tmp_path)
+  assert _import_name('ports/models_nnx.py') == 'ports.models_nnx'
+  assert _import_name(str(tmp_path / 'models_nnx.py')) == 'models_nnx'
+  assert _import_name('../elsewhere/models_nnx.py') == 'models_nnx'
+  assert _import_name('my-ports/models_nnx.py') == 'models_nnx'  # not importable as a package
