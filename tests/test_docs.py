@@ -224,3 +224,10 @@ def test_what_runs_a_block_left_out_must_name_its_page(tmp_path, monkeypatch):
   (tmp_path / 'tests' / 'test_x.py').write_text('"""Runs what page.md shows."""\n')
   (block,) = doc_blocks.blocks(page)
   assert block.not_run == 'tests/test_x.py'
+
+
+def test_the_readme_links_to_files_that_exist():
+  # The README is read on its own (outside the site's build and its link check).
+  links = re.findall(r'\]\(([^)#\s]+)(?:#[^)]*)?\)', (ROOT / 'README.md').read_text())
+  assert links, 'the README links to the docs'
+  assert [link for link in links if '://' not in link and not (ROOT / link).exists()] == []
