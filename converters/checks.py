@@ -21,10 +21,10 @@ from converters import metadata as md
 from converters.errors import (
     AnnotationError,
     LayoutError,
+    LeafErrors,
     OptimizerStateError,
     PathMappingError,
     ShapeError,
-    LeafErrors,
     StructureError,
     format_offenders,
 )

@@ -17,7 +17,7 @@ from converters.api import linen_to_nnx
 from converters.comparison import differs, largest_difference
 from converters.errors import PathMappingError
 from converters.linen_model import LinenModel
-from converters.paths import Infer, PathMapping, format_path
+from converters.paths import Infer, PathMapping, as_infer, format_path
 from converters.testing.tables import format_table
 from converters.flat_trees import nest
 
@@ -28,12 +28,8 @@ def _flat_nnx(state) -> dict[tuple, nnx.Variable]:
   return {tuple(p): v for p, v in nnx.to_flat_state(state)}
 
 
-def _inferred(paths) -> bool:
-  return isinstance(paths, Infer) or (isinstance(paths, str) and paths == 'infer')
-
-
 def _no_models_to_infer_from(check: str, paths) -> None:
-  if _inferred(paths):
+  if as_infer(paths) is not None:
     raise PathMappingError(
         f"{check} compares parameter trees and has no models to infer a mapping from "
         f"(paths={paths!r}): pass paths=converters.infer_paths(linen_module, nnx_model, "
@@ -158,7 +154,7 @@ def assert_same_outputs(
   graphdef, state = nnx.split(nnx_model)
   models = (
       {'linen_model': LinenModel(linen_module, *inputs), 'nnx_model': nnx_model}
-      if _inferred(paths) else {}
+      if as_infer(paths) is not None else {}
   )
   converted = linen_to_nnx(linen_variables, paths=paths, scan=scan, **models)
   ported = {tuple(p): v for p, v in nnx.to_flat_state(state)}
