@@ -481,7 +481,9 @@ def _refuse_unmatched(traces, graphs, pairing: Pairing) -> None:
       hints.append(
           'a variable with candidates is used otherwise by the other model: one stored '
           "transposed, reshaped or split needs its rule (paths=Infer([PathRule('linen/path', "
-          "'nnx/path', transform=Rearrange(...))])); otherwise the port computes differently there"
+          "'nnx/path', transform=Rearrange(...))])); otherwise the port computes differently "
+          'there or in what feeds it (another pooling, activation or operation before the '
+          'variables named)'
       )
     raise PathMappingError(
         'the two models do not compute with the same variables: ' + format_offenders(problems),
