@@ -19,14 +19,19 @@ from sphinx.errors import SphinxError
 from sphinx.util.docutils import SphinxDirective
 
 
-def commands() -> dict[str, argparse.ArgumentParser]:
+def _subcommands() -> argparse._SubParsersAction:
   from linen_nnx_cli.main import build_parser
 
   (subparsers,) = [
       action for action in build_parser()._actions
       if isinstance(action, argparse._SubParsersAction)
   ]
-  return dict(subparsers.choices)
+  return subparsers
+
+
+def commands() -> dict[str, argparse.ArgumentParser]:
+  """`{name: parser}` of every `linen-nnx` command."""
+  return dict(_subcommands().choices)
 
 
 def _option(action: argparse.Action) -> str:
@@ -60,7 +65,8 @@ class CommandReference(SphinxDirective):
 
   def run(self) -> list[nodes.Node]:
     name = self.arguments[0]
-    parsers = commands()
+    subparsers = _subcommands()
+    parsers = dict(subparsers.choices)
     if name not in parsers:
       raise self.error(f'linen-nnx has no command {name!r}; it has {", ".join(parsers)}')
     documented = self.env.__dict__.setdefault('cli_reference_documented', {})
@@ -68,7 +74,9 @@ class CommandReference(SphinxDirective):
     parser = parsers[name]
     parser.prog = f'linen-nnx {name}'
     out: list[nodes.Node] = []
-    description = parser.description or parsers_help(name)
+    # A command with no description has the one-line help of the command list.
+    description = parser.description or next(
+        (c.help for c in subparsers._choices_actions if c.dest == name), '')
     if description:
       out.append(nodes.paragraph(text=description))
     usage = parser.format_usage().removeprefix('usage: ').strip()
@@ -89,18 +97,6 @@ class CommandReference(SphinxDirective):
         items += nodes.definition_list_item('', term, definition)
       out.append(items)
     return out
-
-
-def parsers_help(name: str) -> str:
-  """The one-line help the command list gives `name`."""
-  from linen_nnx_cli.main import build_parser
-
-  for action in build_parser()._actions:
-    if isinstance(action, argparse._SubParsersAction):
-      for choice in action._choices_actions:
-        if choice.dest == name:
-          return choice.help or ''
-  return ''
 
 
 def _check(app: Sphinx, exception) -> None:
