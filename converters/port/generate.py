@@ -220,7 +220,7 @@ def _import_name(out: str) -> str:
   """How the written module is imported from the directory the command runs in
   (`ports.models_nnx` for `ports/models_nnx.py`), else its file's own name."""
   stem = os.path.splitext(out)[0]
-  parts = os.path.relpath(os.path.abspath(stem), os.getcwd()).split(os.sep)
+  parts = os.path.relpath(os.path.realpath(stem), os.path.realpath(os.getcwd())).split(os.sep)
   if parts[0] != os.pardir and all(part.isidentifier() for part in parts):
     return '.'.join(parts)
   return os.path.basename(stem)
