@@ -695,7 +695,8 @@ def test_the_written_header_names_the_module_as_imported_from_where_the_command_
   assert _import_name(str(tmp_path / 'models_nnx.py')) == 'models_nnx'
   assert _import_name('../elsewhere/models_nnx.py') == 'models_nnx'
   assert _import_name('my-ports/models_nnx.py') == 'models_nnx'  # not importable as a package
-  (tmp_path / 'ports').mkdir()
-  (tmp_path.parent / f'{tmp_path.name}-link').symlink_to(tmp_path)
-  assert _import_name(str(tmp_path.parent / f'{tmp_path.name}-link' / 'ports' / 'models_nnx.py')) == (
-      'ports.models_nnx')  # --out spelled through a symlink to where the command runs
+  # --out spelled through a symlink to where the command runs.
+  (tmp_path / 'work' / 'ports').mkdir(parents=True)
+  (tmp_path / 'link').symlink_to(tmp_path / 'work')
+  monkeypatch.chdir(tmp_path / 'work')
+  assert _import_name(str(tmp_path / 'link' / 'ports' / 'models_nnx.py')) == 'ports.models_nnx'
