@@ -49,6 +49,7 @@ def infer_paths(
     *example_args,
     linen_kwargs: Mapping[str, Any] | None = None,
     nnx_kwargs: Mapping[str, Any] | None = None,
+    linen_train_kwargs: Mapping[str, Any] | None = None,
     paths: PathMapping | Iterable[PathRule] | None = None,
     collections: Mapping[str, type] | None = None,
     **example_kwargs,
@@ -64,6 +65,13 @@ def infer_paths(
       both models on them (abstract ones are drawn: integers in {0, 1}).
     linen_kwargs: keyword arguments for the Linen call only (`train=False`).
     nnx_kwargs: keyword arguments for the NNX call only (`decode=False`).
+    linen_train_kwargs: keyword arguments for the Linen call in training
+      (`train=True`), where Flax's layers alone do not say it; default
+      `linen_kwargs`. Where the structure leaves a group whose assignments
+      agree at the example, the witness also runs both models in training
+      (Flax's Linen layers in training as `model.train()` puts the port's,
+      both drawing the same keys in call order) before calling the group
+      interchangeable.
     **example_kwargs: keyword inputs of the forward pass, as `example_args`.
     paths: rules you already know (a fused or reshaped parameter); they take
       precedence, and the rest is inferred.
@@ -90,6 +98,7 @@ def infer_paths(
       ('Linen', trace_linen, linen_module, example_args, kwargs_of(example_kwargs, linen_kwargs)),
       ('NNX', trace_nnx, nnx_model, example_args, kwargs_of(example_kwargs, nnx_kwargs),
        CollectionTable(collections)),
+      kwargs_of(example_kwargs, linen_train_kwargs if linen_train_kwargs is not None else linen_kwargs),
   )
   infer = functools.partial(_infer, models, example_args, example_kwargs)
   try:
@@ -104,15 +113,26 @@ def infer_paths(
 
 class _Traced:
   """Both models traced once (`traces`), and with their scans unrolled when
-  first asked (`unrolled`): every attempt of an inference reads the same."""
+  first asked (`unrolled`): every attempt of an inference reads the same.
+  In training (`training`) they are traced when first asked."""
 
-  def __init__(self, linen_call: tuple, nnx_call: tuple):
+  def __init__(self, linen_call: tuple, nnx_call: tuple, linen_training_kwargs: dict):
     self.calls = (linen_call, nnx_call)
     self.traces = tuple(traced(*call) for call in self.calls)
+    self.linen_training_kwargs = linen_training_kwargs
 
   @functools.cached_property
   def unrolled(self) -> tuple[Trace, Trace]:
     return tuple(traced(call[0], unrolled, t) for call, t in zip(self.calls, self.traces))
+
+  @functools.cached_property
+  def training(self) -> tuple[Trace, Trace]:
+    (which, trace, module, args, _), nnx_call = self.calls
+    linen = traced(f'{which} (in training)', functools.partial(trace, training=True),
+                   module, args, self.linen_training_kwargs)
+    nnx_trace = traced(f'{nnx_call[0]} (in training)', functools.partial(nnx_call[1], training=True),
+                       *nnx_call[2:])
+    return linen, nnx_trace
 
 
 def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
@@ -142,7 +162,8 @@ def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
       return set(_paired(used[0], graphs, given)[0].pairs)
 
     try:
-      return _proven(traces, inputs, given, result, robust)
+      return _proven(traces, inputs, given, result, robust, lambda: models.training,
+                     _fixed_inputs(example_args, example_kwargs))
     except PathMappingError as e:
       # Strict positions first; a port that stacks, concatenates or branches
       # in another order pairs with them relaxed, the witness deciding.
@@ -411,9 +432,20 @@ def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: Pat
   return anchors
 
 
-def _proven(traces, inputs: list, given, result: tuple, robust) -> PathMapping:
+def _fixed_inputs(example_args, example_kwargs) -> list[str]:
+  """The example inputs the witness cannot vary: keyword inputs of both
+  calls that are Python values, which the trace holds as constants (a
+  positional one is an input of the trace, drawn anew)."""
+  return sorted(
+      name for name, value in example_kwargs.items()
+      if any(not hasattr(leaf, 'shape') for leaf in jax.tree.leaves(value))
+  )
+
+
+def _proven(traces, inputs: list, given, result: tuple, robust, training, fixed) -> PathMapping:
   """The mapping of `result` (`(pairing, anchors, graphs)`), once the witness
-  proves it on `inputs`; else the refusal that says why."""
+  proves it on `inputs`; else the refusal that says why. `training()`: both
+  traces in training; `fixed`: the inputs the witness cannot vary."""
   linen_trace, nnx_trace = traces
   pairing, anchors, graphs = result
   _refuse_unmatched(traces, graphs, pairing)
@@ -433,7 +465,7 @@ def _proven(traces, inputs: list, given, result: tuple, robust) -> PathMapping:
         fix='give the NNX model itself (not from nnx.eval_shape), or a function returning '
         'it: its own Variables are then made under jax.jit, the rest stays abstract',
     )
-  witness = Witness(linen_trace, nnx_trace, inputs, slots, sorted(copies, key=repr), fused)
+  witness = Witness(linen_trace, nnx_trace, inputs, slots, sorted(copies, key=repr), fused, training)
   # Which variables reach an output is asked only where it matters (a
   # gradient pass): for groups, and for pairs only a position settles.
   fragile = {(a, b) for b, a in copies.items() if b not in anchors}
@@ -443,7 +475,7 @@ def _proven(traces, inputs: list, given, result: tuple, robust) -> PathMapping:
       slot for slot in slots
       if not jnp.issubdtype(linen_trace.closed.jaxpr.invars[slot[0]].aval.dtype, jnp.floating)
   }
-  verdict, copies, problem = _decide(witness, copies, pairing.groups, blind)
+  verdict, copies, problem = _decide(witness, copies, pairing.groups, blind, fixed)
   if problem is not None:
     raise _undecided(linen_trace, pairing.groups, problem)
   if not verdict.agree:
@@ -516,14 +548,19 @@ def _copies_and_fused(traces, pairing: Pairing, anchors) -> tuple[dict, dict]:
   return copies, fused
 
 
-def _decide(witness: Witness, copies: dict, groups, blind: frozenset) -> tuple:
+def _decide(witness: Witness, copies: dict, groups, blind: frozenset, fixed: list[str]) -> tuple:
   """`(verdict, assignment, problem)`: the assignment of the groups under
   which both models agree, or why none can be chosen.
 
   Every assignment is tried. One that agrees is chosen when it is the only
-  one, or the only one that agrees bit for bit; several that agree bit for
-  bit are interchangeable when every member reaches an output (`blind`:
-  those that do not, and integers, whose reach no gradient shows)."""
+  one. Several that agree at the example may still differ elsewhere: each
+  is run where a swap shows (`Witness.symmetric`: selectors drawn anew, in
+  training, backward), and one is chosen when it is the only one that
+  agrees there, or the only one bit for bit. Several that agree bit for bit
+  everywhere are interchangeable (swapping them is a symmetry of both
+  programs) when every member reaches an output (`blind`: those that do
+  not, and integers, whose reach no gradient shows) and no input the
+  witness cannot vary (`fixed`) could make them differ."""
   if not groups:
     return witness.check(copies), copies, None
   runs = math.prod(math.factorial(len(a)) for a, _ in groups)
@@ -544,17 +581,33 @@ def _decide(witness: Witness, copies: dict, groups, blind: frozenset) -> tuple:
       agreeing.append((last, trial))
   if not agreeing:
     return last, copies, None
-  exact = [(v, t) for v, t in agreeing if v.exact]
-  if len(agreeing) == 1 or len(exact) == 1:
-    chosen = agreeing[0] if len(agreeing) == 1 else exact[0]
-    return chosen[0], chosen[1], None
+  if len(agreeing) == 1:
+    return agreeing[0][0], agreeing[0][1], None
+  # Several agree at the example: run each where a swap shows.
+  wider = [(witness.symmetric(t), v, t) for v, t in agreeing]
+  surviving = [(w, v, t) for w, v, t in wider if w.agree]
+  if not surviving:
+    worst = min((w for w, _, _ in wider), key=lambda w: w.difference)
+    return None, copies, (
+        f'{len(agreeing)} of their {runs} assignments agree on the example inputs, and none '
+        f'agrees beyond them ({worst.where}: {worst.difference:.3g} of the scale); if the port '
+        'draws its random keys in another order than the original, or computes otherwise in '
+        'training, no mapping is proven there'
+    )
+  exact = [(w, v, t) for w, v, t in surviving if w.exact and v.exact]
+  if len(surviving) == 1 or len(exact) == 1:
+    _, v, t = surviving[0] if len(surviving) == 1 else exact[0]
+    return v, t, None
   members = {a for group, _ in groups for a in group}
-  if len(exact) == len(agreeing) and not members & blind:
-    return agreeing[0][0], agreeing[0][1], None  # interchangeable: any is right
+  if len(exact) == len(surviving) and not members & blind and not fixed:
+    return surviving[0][1], surviving[0][2], None  # interchangeable: any is right
   return None, copies, (
-      f'{len(agreeing)} of their {runs} assignments agree'
+      f'{len(surviving)} of their {runs} assignments agree on the example inputs, on inputs '
+      'with their selectors drawn anew, in training and backward'
       + ('' if exact else ', none bit for bit')
       + (', and some reach no output on the example inputs' if members & blind else '')
+      + (f'; keyword inputs the witness cannot vary ({", ".join(fixed)}: Python values, '
+         'constants of the trace) might tell them apart' if fixed and len(exact) == len(surviving) else '')
   )
 
 

@@ -5,11 +5,15 @@
 the jaxpr, what each of its inputs is (a variable with its collection and
 path, an example input, or other state such as NNX's RNG keys), and what
 each of its outputs is (an output of the model, or the new value of a
-variable the call writes: a decode cache, batch statistics).
+variable the call writes: a decode cache, batch statistics). Either is traced
+in eval mode as given, or in training (`training=True`: Flax's Linen layers
+in training as `model.train()` puts the port's, both sides drawing the
+n-th key of the call alike: `converters.training_mode`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,6 +27,7 @@ from jax.extend import core as jcore
 
 from converters.errors import ConversionError, PathMappingError
 from converters.paths import format_path
+from converters.training_mode import linen_draws_in_order, linen_in_training, nnx_draws_in_order
 from converters.variable_types import CollectionTable
 
 
@@ -77,11 +82,19 @@ def _named_leaves(tree) -> list[tuple[tuple, Any]]:
   ]
 
 
-def trace_linen(module: nn.Module, args, kwargs, rngs=None) -> Trace:
-  """`module.apply(variables, *args, **kwargs)` over abstract variables.
+def trace_linen(module: nn.Module, args, kwargs, rngs=None, training: bool = False) -> Trace:
+  """`module.apply(variables, *args, **kwargs)` over abstract variables
+  (`training`: Flax's layers in training, draws in call order).
 
   A call that writes a collection (a decode cache, batch statistics in
   training) is traced with `mutable=True`, its new values as outputs."""
+  with nn.intercept_methods(linen_in_training) if training else contextlib.nullcontext():
+    return _trace_linen(module, args, kwargs, rngs, training)
+
+
+def _trace_linen(module: nn.Module, args, kwargs, rngs, training: bool) -> Trace:
+  # Keys counted from each trace of the call (not from `init`'s).
+  draws = linen_draws_in_order if training else contextlib.nullcontext
   rngs = rngs if rngs is not None else {'params': jax.random.key(0), 'dropout': jax.random.key(1)}
   variables = jax.eval_shape(lambda r, a: module.init(r, *a, **kwargs), rngs, args)
   bare = jax.tree.map(lambda b: _abstract(b.value if _is_box(b) else b), variables, is_leaf=_is_box)
@@ -97,16 +110,22 @@ def trace_linen(module: nn.Module, args, kwargs, rngs=None) -> Trace:
     return out, [written.get(name, x) for name, x in _named_leaves(v)]
 
   try:
-    closed, shape = jax.make_jaxpr(apply, return_shape=True)(bare, args)
+    with draws():
+      closed, shape = jax.make_jaxpr(apply, return_shape=True)(bare, args)
   except flax.errors.ModifyScopeVariableError:
     # traced anew, so no operation of the failed trace remains
-    closed, shape = jax.make_jaxpr(apply_mutable, return_shape=True)(bare, args)
+    with draws():
+      closed, shape = jax.make_jaxpr(apply_mutable, return_shape=True)(bare, args)
   return _trace(closed, names, shape)
 
 
-def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable) -> Trace:
+def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable, training: bool = False) -> Trace:
   """`model(*args, **kwargs)` over its abstract state; state the call writes
-  (a decode cache, batch statistics) is an output."""
+  (a decode cache, batch statistics) is an output. `training`: a copy of
+  `model` after `.train()`, drawing in call order."""
+  if training:
+    model = nnx.merge(*nnx.split(model))
+    model.train()
   graphdef, state = nnx.split(model)
   flat = list(nnx.to_flat_state(state))
   names, constants, own = [], {}, {}
@@ -128,7 +147,8 @@ def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable) -> Trace:
 
   def call(s, a):
     module = nnx.merge(graphdef, s)
-    out = module(*a, **kwargs)
+    with nnx_draws_in_order(module) if training else contextlib.nullcontext():
+      out = module(*a, **kwargs)
     after = dict(nnx.to_flat_state(nnx.state(module)))
     return out, [_value(after.get(path, v)) for path, v in nnx.to_flat_state(s)]
 

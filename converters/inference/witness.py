@@ -27,8 +27,9 @@ structure could not split.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +46,8 @@ TOLERANCE = {8: 1e-9, 4: 1e-4, 2: 3e-2}
 #: Smallest first-order effect of a variable on the outputs, relative to
 #: their scale, that a run can see: ten times float32's tolerance.
 REACH = 1e-3
+#: How many times `Witness.symmetric` draws the inputs' selectors anew.
+SELECTOR_DRAWS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +108,7 @@ def draw(seed, shape: tuple[int, ...], dtype, layer=None) -> jax.Array:
 
 _draw = jax.jit(draw, static_argnums=(1, 2))
 
-def generic_inputs(inputs: Sequence) -> list | None:
+def generic_inputs(inputs: Sequence, seed: int = 20_011) -> list | None:
   """The inputs made generic: float arrays scaled to unit size and each
   element by its own random factor in [0.5, 1.5) (signs and zeros kept: a
   mask stays a mask; a symmetric matrix or equal rows no longer are, and a
@@ -121,7 +124,7 @@ def generic_inputs(inputs: Sequence) -> list | None:
     if not x.size or x.dtype == jnp.bool_ or scalar_index:
       out.append(x)
       continue
-    u = _hash_uniform(20_011 + k, tuple(x.shape), jnp.float32)
+    u = _hash_uniform(seed + k, tuple(x.shape), jnp.float32)
     if jnp.issubdtype(x.dtype, jnp.inexact):
       size = jnp.max(jnp.abs(x)).astype(jnp.float32)
       unit = x.astype(jnp.float32) / jnp.where(size > 0, size, 1.0)
@@ -140,6 +143,36 @@ def generic_inputs(inputs: Sequence) -> list | None:
     else:
       out.append(x)
   return out if changed else None
+
+
+def selector_inputs(inputs: Sequence, draw: int) -> list:
+  """The inputs with what may select a branch drawn anew (draw number
+  `draw`): booleans both ways (an array drawn at random, a scalar negated
+  on even draws), integer scalars and one-element integer arrays (a route,
+  a length) drawn between 0 and twice their value, other than it; integer
+  arrays drawn anew between their smallest and largest value and floats
+  scaled elementwise, as `generic_inputs` does, with other seeds."""
+  out = []
+  for k, x in enumerate(inputs):
+    seed = 30_011 + 977 * draw + k
+    if not x.size:
+      out.append(x)
+    elif x.dtype == jnp.bool_:
+      if x.size < 2:
+        out.append(jnp.logical_xor(x, draw % 2 == 0))
+      else:
+        out.append(_hash_uniform(seed, tuple(x.shape), jnp.float32) > 0)
+    elif jnp.issubdtype(x.dtype, jnp.integer) and x.size < 2:
+      value = int(jnp.ravel(x)[0])
+      high = max(2 * abs(value), 1)
+      count = high if 0 <= value <= high else high + 1  # the values in [0, high] but `value`
+      pick = min(int((float(_hash_uniform(seed, (), jnp.float32)) + 1.0) / 2.0 * count), count - 1)
+      drawn = pick if not 0 <= value <= pick else pick + 1
+      out.append(jnp.full(x.shape, drawn, x.dtype))
+    else:
+      drawn = generic_inputs([x], seed)
+      out.append(x if drawn is None else drawn[0])
+  return out
 
 
 def example_inputs(avals: Sequence, given: Sequence) -> list:
@@ -171,13 +204,18 @@ class Witness:
     slots: Linen slots (`(input index, layer or None)`) in seed order.
     nnx_slots: the NNX slots the pairs under test draw.
     fused: `{nnx input index: Fused}` for given rules with a transform.
+    training: the traces of both models in training (`tracing`'s
+      `training=True`), made when `symmetric` first needs them; None: the
+      models have no other mode to run.
   """
 
   def __init__(
       self, linen: Trace, nnx: Trace, inputs: Sequence, slots: Sequence[Hashable],
       nnx_slots: Sequence[Hashable], fused: Mapping[int, Fused],
+      training: Callable[[], tuple[Trace, Trace]] | None = None,
   ):
     self.linen, self.nnx = linen, nnx
+    self._training = training
     self.slots = list(slots)
     self.index = {s: k for k, s in enumerate(self.slots)}
     self.nnx_slots = list(nnx_slots)
@@ -193,6 +231,23 @@ class Witness:
       self.generic = generic_inputs(self.inputs) if given else None
     self.programs = (Program.of(linen.closed), Program.of(nnx.closed))  # for every run
     self._idle = jax.jit(self._influence)
+    self._gradients = {}
+
+  def _mode(self, mode: str):
+    """`((linen trace, nnx trace), (their programs))` of `mode`."""
+    if mode == 'eval':
+      return (self.linen, self.nnx), self.programs
+    if '_training_runs' not in self.__dict__:
+      traces = self._training()
+      for trace, eval_trace, side in zip(traces, (self.linen, self.nnx), ('Linen', 'NNX')):
+        if trace.variables != eval_trace.variables or trace.inputs != eval_trace.inputs:
+          raise PathMappingError(
+              f'the {side} model holds other variables or takes other inputs in training '
+              'than in eval mode, so the witness cannot run both modes through one mapping',
+              fix='give the rules of the variables listed (paths=[PathRule(...)])',
+          )
+      self._training_runs = traces, tuple(Program.of(t.closed) for t in traces)
+    return self._training_runs
 
   # -- values --------------------------------------------------------------
 
@@ -204,49 +259,54 @@ class Witness:
 
   # -- runs ----------------------------------------------------------------
 
-  def _run(self, copies, inputs) -> list:
-    """`(name, width, stats)` of each output and each variable both calls
-    write on `inputs`, stats `()` where shapes or dtypes differ."""
+  def _linen_input(self, k, layer=None):
+    """Linen input `k` (a variable, or other state) as the witness draws it."""
     seed = lambda slot: self.index[slot] + 1
-    partner = lambda slot: self.index[copies[slot]] + 1
-    linen_vars = self.linen.closed.jaxpr.invars
+    return _drawn(self.linen.closed.jaxpr.invars[k].aval, self.linen_keys.get(k, ()), seed, layer)
+
+  def _nnx_input(self, copies, k, layer=None):
+    """NNX input `k` drawn as its Linen partner in `copies` (or made from
+    its sources by a given rule's transform, or the port's own constant)."""
     nnx_vars = self.nnx.closed.jaxpr.invars
+    if k in self.nnx.constants:
+      value = _on_one_device(self.nnx.constants[k])
+    elif k in self.fused:
+      f = self.fused[k]
+      sources = [self._linen_input(*s) for s in f.sources]
+      try:
+        value = f.transform.apply(sources, 'linen', f.lead, f.parts)[f.part]
+      except ConversionError as e:
+        raise PathMappingError(f'{f.transform!r} does not apply to what it pairs: {e}') from e
+      wanted = tuple(nnx_vars[k].aval.shape)
+      if layer is not None and len(value.shape) == len(wanted) - 1:
+        return _shaped(f.transform, value, wanted[1:])  # made one layer at a time
+      value = _shaped(f.transform, value, wanted)
+    else:
+      partner = lambda slot: self.index[copies[slot]] + 1
+      return _drawn(nnx_vars[k].aval, self.nnx_keys.get(k, ()), partner, layer)
+    return value if layer is None else value[layer]
 
-    def linen_input(k, layer=None):
-      return _drawn(linen_vars[k].aval, self.linen_keys.get(k, ()), seed, layer)
-
-    def nnx_input(k, layer=None):
-      if k in self.nnx.constants:
-        value = _on_one_device(self.nnx.constants[k])
-      elif k in self.fused:
-        f = self.fused[k]
-        sources = [linen_input(*s) for s in f.sources]
-        try:
-          value = f.transform.apply(sources, 'linen', f.lead, f.parts)[f.part]
-        except ConversionError as e:
-          raise PathMappingError(f'{f.transform!r} does not apply to what it pairs: {e}') from e
-        wanted = tuple(nnx_vars[k].aval.shape)
-        if layer is not None and len(value.shape) == len(wanted) - 1:
-          return _shaped(f.transform, value, wanted[1:])  # made one layer at a time
-        value = _shaped(f.transform, value, wanted)
-      else:
-        return _drawn(nnx_vars[k].aval, self.nnx_keys.get(k, ()), partner, layer)
-      return value if layer is None else value[layer]
-
-    n = self.linen.outputs
-    if n != self.nnx.outputs:
-      return [(f'the models return {n} and {self.nnx.outputs} arrays', 0, ())]
+  def _run(self, copies, inputs, mode: str = 'eval', nan_equal: bool = False) -> list:
+    """`(name, width, stats)` of each output and each variable both calls
+    write on `inputs` (in `mode`: 'eval', or 'training' with the traces
+    in training), stats `()` where shapes or dtypes differ."""
+    linen_input = self._linen_input
+    nnx_input = functools.partial(self._nnx_input, copies)
+    (linen, nnx), programs = self._mode(mode)
+    n = linen.outputs
+    if n != nnx.outputs:
+      return [(f'the models return {n} and {nnx.outputs} arrays', 0, ())]
     with outside_any_mesh():
-      a = evaluate(self.programs[0], len(self.linen.variables), linen_input, inputs, n)
-      b = evaluate(self.programs[1], len(self.nnx.variables), nnx_input, inputs, n)
+      a = evaluate(programs[0], len(linen.variables), linen_input, inputs, n)
+      b = evaluate(programs[1], len(nnx.variables), nnx_input, inputs, n)
       compared = [
           (f'output {k} {tuple(x.shape)}', jnp.dtype(x.dtype).itemsize,
-           jax.device_get(_difference(x, y)) if _alike(x, y) else ())
+           jax.device_get(_difference(x, y, nan_equal)) if _alike(x, y) else ())
           for k, (x, y) in enumerate(zip(a[:n], b[:n]))
       ]
       # New values of variables both write (None: written as it was read).
-      linen_written = {k: out for out, k in self.linen.updated}
-      nnx_written = {k: out for out, k in self.nnx.updated}
+      linen_written = {k: out for out, k in linen.updated}
+      nnx_written = {k: out for out, k in nnx.updated}
       for slot in self.nnx_slots:
         theirs = copies[slot]
         if slot[0] not in nnx_written or theirs[0] not in linen_written:
@@ -258,7 +318,7 @@ class Witness:
         y = nnx_input(*slot) if y is None else _layer(y, slot[1])
         name = f'the new value of a variable the call writes {tuple(x.shape)}'
         compared.append((name, jnp.dtype(x.dtype).itemsize,
-                         jax.device_get(_difference(x, y)) if _alike(x, y) else ()))
+                         jax.device_get(_difference(x, y, nan_equal)) if _alike(x, y) else ()))
     return compared
 
   def _influence(self, inputs):
@@ -290,7 +350,81 @@ class Witness:
         reach[slot] = jnp.sum(part) / jnp.maximum(scale, 1e-30)
     return reach
 
+  def _gradient(self, side: str) -> Callable:
+    """`(values, inputs) -> {input index: gradient}` of one side's program:
+    the gradient of a random projection of its outputs (the same weights on
+    both sides) with respect to each floating input variable (compiled once)."""
+    if side not in self._gradients:
+      trace = self.linen if side == 'linen' else self.nnx
+      run = jaxpr_as_fun(trace.closed)
+
+      def gradients(values, inputs):
+        floats = [k for k, v in enumerate(values) if jnp.issubdtype(v.dtype, jnp.floating)]
+
+        def projection(chosen):
+          given = list(values)
+          for k, v in zip(floats, chosen):
+            given[k] = v
+          total = jnp.float32(0)
+          for k, out in enumerate(run(*given, *inputs)[:trace.outputs]):
+            if jnp.issubdtype(out.dtype, jnp.floating):
+              total += jnp.sum(out.astype(jnp.float32) * _hash_uniform(7_919 + k, out.shape, jnp.float32))
+          return total
+
+        return dict(zip(floats, jax.grad(projection)([values[k] for k in floats])))
+
+      self._gradients[side] = jax.jit(gradients)
+    return self._gradients[side]
+
+  def _compare_gradients(self, copies, inputs) -> list:
+    """`(name, width, stats)` of the gradient of each NNX variable drawn as
+    a Linen one against that one's (a variable a given rule's transform
+    makes is left out: its gradient is another array)."""
+    with outside_any_mesh():
+      linen = [self._linen_input(k) for k in range(len(self.linen.variables))]
+      nnx = [self._nnx_input(copies, k) for k in range(len(self.nnx.variables))]
+      a, b = self._gradient('linen')(linen, inputs), self._gradient('nnx')(nnx, inputs)
+      compared = []
+      for slot in self.nnx_slots:
+        theirs = copies[slot]
+        if slot[0] in self.fused or slot[0] not in b or theirs[0] not in a:
+          continue
+        x, y = _layer(a[theirs[0]], theirs[1]), _layer(b[slot[0]], slot[1])
+        compared.append((f'the gradient of a variable {tuple(x.shape)}', jnp.dtype(x.dtype).itemsize,
+                         jax.device_get(_difference(x, y, nan_equal=True)) if _alike(x, y) else ()))
+    return compared
+
+  @functools.cached_property
+  def selector_draws(self) -> list[list]:
+    """`SELECTOR_DRAWS` sets of inputs with what may select a branch drawn
+    anew (`selector_inputs`)."""
+    with outside_any_mesh():
+      return [selector_inputs(self.inputs, d) for d in range(SELECTOR_DRAWS)]
+
   # -- public --------------------------------------------------------------
+
+  def symmetric(self, copies: Mapping[Hashable, Hashable]) -> Verdict:
+    """Both models through `copies` wherever an assignment that agrees at
+    the example may still be wrong: on the inputs with their selectors
+    drawn anew (booleans both ways, integer scalars; `selector_draws`), in
+    training (Flax's layers in training on both sides, the n-th random key
+    of the call drawn alike: dropout on the wrong kernel is seen) and
+    backward (the gradients: a custom derivative on one branch is seen).
+    Elements that are NaN on both sides agree: a draw that overflows
+    decides nothing. The verdict of the worst run."""
+    verdicts = [
+        self._verdict(self._run(copies, inputs, nan_equal=True),
+                      f' (on inputs with their selectors drawn anew, draw {d})')
+        for d, inputs in enumerate(self.selector_draws)
+    ]
+    inputs = self.generic if self.generic is not None else self.inputs
+    if self._training is not None:
+      verdicts.append(self._verdict(
+          self._run(copies, inputs, 'training', nan_equal=True),
+          ' (in training, both sides drawing the same keys)'))
+    verdicts.append(self._verdict(self._compare_gradients(copies, inputs), ' (backward)'))
+    worst = max(verdicts, key=lambda v: (not v.agree, v.difference if v.difference == v.difference else math.inf))
+    return Verdict(all(v.agree for v in verdicts), all(v.exact for v in verdicts), worst.difference, worst.where)
 
   def check(self, copies: Mapping[Hashable, Hashable]) -> Verdict:
     """Both models with each NNX slot drawn as `copies[slot]` (a Linen
@@ -381,12 +515,16 @@ def _alike(x, y) -> bool:
   return tuple(x.shape) == tuple(y.shape) and x.dtype == y.dtype
 
 
-def _difference(x, y):
-  """`(equal, max |x - y|, the largest |x|, |y| where they differ)`, in the program."""
+def _difference(x, y, nan_equal: bool = False):
+  """`(equal, max |x - y|, the largest |x|, |y| where they differ)`, in the
+  program; `nan_equal`: an element NaN on both sides is equal."""
   if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
     x, y = jax.random.key_data(x), jax.random.key_data(y)
   if not x.size:
     return (jnp.bool_(True), jnp.float32(0), jnp.float32(0))
+  if nan_equal and jnp.issubdtype(x.dtype, jnp.inexact):
+    both = jnp.isnan(x) & jnp.isnan(y)
+    x, y = jnp.where(both, 0, x), jnp.where(both, 0, y)
   equal = jnp.all(x == y)  # NaN is never equal: outputs that overflow decide nothing
   if not jnp.issubdtype(x.dtype, jnp.inexact):
     return (equal, jnp.where(equal, 0.0, jnp.inf).astype(jnp.float32), jnp.float32(1))

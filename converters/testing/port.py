@@ -7,8 +7,8 @@
     (in eval mode: `nnx_model.eval()` against `linen_kwargs`, e.g.
     `{'train': False}`), with the same shardings, and writes the same new
     values into every collection the call writes (a decode step's `cache`),
-    and with `linen_train_kwargs`, in train mode too (dropout left out:
-    outputs and batch statistics after one step);
+    and with `linen_train_kwargs`, in train mode too (dropout drawn alike
+    on both sides: outputs and batch statistics after one step);
   - the same gradients of `loss(outputs)` with respect to the parameters;
   - and the same settings of the layers that act only in training (Flax's
     `Dropout` rates, attention dropout rates and `BatchNorm` momentum, as
@@ -45,6 +45,7 @@ from converters.linen_model import LinenModel, split_arrays
 from converters.metadata import is_linen_box
 from converters.paths import Infer, PathMapping, as_infer
 from converters.testing.tables import format_table
+from converters.training_mode import linen_draws_in_order, nnx_draws_in_order
 
 
 def mean_square_loss(outputs) -> jax.Array:
@@ -153,9 +154,11 @@ def assert_port_equivalent(
     nnx_kwargs: extra keyword arguments of the NNX call in eval mode.
     linen_train_kwargs: the Linen call's keyword arguments in train mode
       (e.g. `{'train': True}`): then one training step is compared too,
-      Linen's against the port's after `.train()`, with dropout left out on
-      both sides (its random streams differ by framework): the outputs and
-      the new values of what the step writes (batch statistics).
+      Linen's against the port's after `.train()`, dropout included, both
+      sides drawing the n-th key of the call alike whatever stream it comes
+      from (`converters.training_mode`): the outputs and the new values of
+      what the step writes (batch statistics). A port that draws in another
+      order than the original fails here.
     loss: scalar function of the outputs whose gradients are compared
       (default: the mean of squares of every floating output).
     atol: tolerance for outputs and gradients; 0 compares bits.
@@ -176,7 +179,7 @@ def assert_port_equivalent(
     probe.eval()
     paths = infer_paths(
         linen_module, probe, *inputs, linen_kwargs=linen_kwargs, nnx_kwargs=nnx_kwargs,
-        paths=infer.known, collections=collections,
+        linen_train_kwargs=linen_train_kwargs, paths=infer.known, collections=collections,
     )
   options = dict(paths=paths, rules=rules, collections=collections)
   loss = loss or mean_square_loss
@@ -203,7 +206,7 @@ def assert_port_equivalent(
   if linen_train_kwargs is not None:
     rows += _training_step(
         linen_module, linen_variables, gradient_model, inputs, linen_kwargs=linen_train_kwargs,
-        call=call, streams=streams, options=options, atol=atol, axis_name=axis_name,
+        nnx_kwargs=nnx_kwargs, options=options, atol=atol, axis_name=axis_name,
     )
   _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).', rows)
 
@@ -426,17 +429,29 @@ def without_nnx_dropout(model: nnx.Module) -> None:
       module.deterministic = True
 
 
-def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs, call, streams,
+def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs, nnx_kwargs,
                    options, atol, axis_name=None) -> list:
-  """Rows for one train-mode call of each side, dropout left out: outputs
-  and the new values of every collection but the parameters."""
+  """Rows for one train-mode call of each side, dropout and every other
+  draw included, the n-th key of the call the same on both sides
+  (`converters.training_mode`): outputs and the new values of every
+  collection but the parameters. Where dropout acts, with which
+  `broadcast_dims` and how many times is compared by its effect."""
   model = nnx.clone(model)
   model.train()
-  without_nnx_dropout(model)
+  linen_call = _linen_call(linen_module, linen_variables, linen_kwargs)
+
+  def linen_in_order(variables, *xs):
+    with linen_draws_in_order():
+      return linen_call(variables, *xs)
+
+  def nnx_in_order(held, *xs):
+    with nnx_draws_in_order(held):
+      return nnx_call(held, *xs, **nnx_kwargs)
+
   return _compare_call(
-      ('train-mode outputs', 'what a training step writes'),
-      _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout, streams=streams),
-      linen_variables, model, inputs, call=call, options=options, atol=atol, axis_name=axis_name,
+      ('train-mode outputs', 'what a training step writes'), linen_in_order,
+      linen_variables, model, inputs, call=nnx_in_order, options=options, atol=atol,
+      axis_name=axis_name,
   )
 
 

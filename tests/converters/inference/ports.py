@@ -582,6 +582,95 @@ class NNXShuffles(nnx.Module):
     return jnp.take(x, self.shuffle_b[...], axis=-1) + 3.0 * jnp.take(x, self.shuffle_a[...], axis=-1)
 
 
+# -- issue 60: assignments alike at the example, told apart elsewhere ----------------
+# Each port's layer names sort the other way round from the original's, so
+# taking any agreeing assignment as right would pair them swapped.
+
+
+class LinenDropoutBranch(nn.Module):
+  """Two bias-free kernels summed, one behind dropout: alike in eval mode."""
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    a = nn.Dense(N, use_bias=False, name='a')(x)
+    b = nn.Dense(N, use_bias=False, name='b')(x)
+    return a + nn.Dropout(0.5, deterministic=not train)(b)
+
+
+class NNXDropoutBranch(nnx.Module):
+  def __init__(self, rngs):
+    self.p = nnx.Linear(N, N, use_bias=False, rngs=rngs)  # Linen's b
+    self.q = nnx.Linear(N, N, use_bias=False, rngs=rngs)  # Linen's a
+    self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+  def __call__(self, x):
+    return self.q(x) + self.drop(self.p(x))
+
+
+@jax.custom_vjp
+def reverse_gradient(x):
+  return x
+
+
+reverse_gradient.defvjp(lambda x: (x, None), lambda _, g: (-g,))
+
+
+class LinenGradientReversal(nn.Module):
+  """Two bias-free kernels summed, one behind a gradient reversal: alike forward."""
+
+  @nn.compact
+  def __call__(self, x):
+    a = nn.Dense(N, use_bias=False, name='a')(x)
+    return a + reverse_gradient(nn.Dense(N, use_bias=False, name='b')(x))
+
+
+class NNXGradientReversal(nnx.Module):
+  def __init__(self, rngs):
+    self.p = nnx.Linear(N, N, use_bias=False, rngs=rngs)  # Linen's b
+    self.q = nnx.Linear(N, N, use_bias=False, rngs=rngs)  # Linen's a
+
+  def __call__(self, x):
+    return self.q(x) + reverse_gradient(self.p(x))
+
+
+class LinenKeep(nn.Module):
+  """A branch kept whole or halved by a mask: where the example keeps
+  everything, the two kernels are alike."""
+
+  @nn.compact
+  def __call__(self, x, keep):
+    main = nn.Dense(N, use_bias=False, name='main')(x)
+    branch = nn.Dense(N, use_bias=False, name='branch')(x)
+    return jnp.where(keep, main + branch, main + 0.5 * branch)
+
+
+class NNXKeep(nnx.Module):
+  def __init__(self, rngs):
+    self.a = nnx.Linear(N, N, use_bias=False, rngs=rngs)  # Linen's main
+    self.b = nnx.Linear(N, N, use_bias=False, rngs=rngs)  # Linen's branch
+
+  def __call__(self, x, keep):
+    main, branch = self.a(x), self.b(x)
+    return jnp.where(keep, main + branch, main + 0.5 * branch)
+
+
+class LinenRoute(nn.Module):
+  @nn.compact
+  def __call__(self, x, route):
+    return jnp.where(route, nn.Dense(N, name='a')(x), nn.Dense(N, name='b')(x))
+
+
+class NNXRouteNegated(nnx.Module):
+  """`where(route, a, b)` written `where(~route, b, a)`."""
+
+  def __init__(self, rngs):
+    self.first = nnx.Linear(N, N, rngs=rngs)  # Linen's b
+    self.second = nnx.Linear(N, N, rngs=rngs)  # Linen's a
+
+  def __call__(self, x, route):
+    return jnp.where(~route, self.first(x), self.second(x))
+
+
 CASES = {
     'sum_evaluated_in_another_order': Case(LinenSum(), NNXSum, (_x(2, N), _x(2, N, seed=1)), 'maps'),
     'branches_computed_in_another_order': Case(LinenBranches(), NNXBranches, (_x(2, N),), 'maps'),
@@ -644,4 +733,12 @@ CASES = {
         LinenNestedWhere(), NNXNestedWhereInverted, (jax.ShapeDtypeStruct((2, 6), jnp.int32),),
         'refuses', ('rare_scale', 'special_scale', 'example inputs')),
     'integer_parameters': Case(LinenShuffles(), NNXShuffles, (_x(2, N),), 'maps'),
+    'kernels_alike_in_eval_one_behind_dropout': Case(
+        LinenDropoutBranch(), NNXDropoutBranch, (_x(2, N),), 'maps'),
+    'kernels_alike_forward_one_behind_a_gradient_reversal': Case(
+        LinenGradientReversal(), NNXGradientReversal, (_x(2, N),), 'maps'),
+    'kernels_alike_where_the_example_mask_keeps_everything': Case(
+        LinenKeep(), NNXKeep, (_x(2, N), jnp.ones((2, N), bool)), 'maps'),
+    'route_negated_with_branches_swapped_on_a_route_taken_everywhere': Case(
+        LinenRoute(), NNXRouteNegated, (_x(2, N), jnp.ones((2, 1), bool)), 'maps'),
 }

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from converters.inference.tracing import Trace
-from converters.inference.witness import Witness, draw, generic_inputs
+from converters.inference.witness import Witness, draw, generic_inputs, selector_inputs
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
 W = jax.ShapeDtypeStruct((4, 4), jnp.float32)
@@ -95,3 +95,26 @@ def test_inputs_made_generic_keep_what_their_values_mean():
   assert generic[2] == length and np.array_equal(generic[3], mask)  # a length, a mask: kept
   assert np.all(generic[4] > 0) and np.max(np.abs(generic[4])) <= 1.5  # unit scale, signs kept
   assert generic_inputs([length, mask]) is None
+
+
+def test_selectors_drawn_anew_take_both_values_and_other_routes():
+  keep, flag, route, big = jnp.ones((4, 16), bool), jnp.bool_(True), jnp.int32(0), jnp.int32(1_000_000)
+  first, second = (selector_inputs([keep, flag, route, big], d) for d in range(2))
+  assert set(np.unique(first[0])) == {False, True} and not np.array_equal(first[0], second[0])
+  assert not first[1] and second[1]  # a scalar flag: negated, then as given
+  assert first[2] == 1  # the only other value in [0, 1]
+  assert 0 <= first[3] <= 2_000_000 and first[3] != big
+
+
+def test_an_assignment_alike_forward_but_not_backward_is_not_symmetric():
+  @jax.custom_vjp
+  def reversed_gradient(y):
+    return y
+
+  reversed_gradient.defvjp(lambda y: (y, None), lambda _, g: (-g,))
+  w = witness(lambda a, b, x: x @ a + reversed_gradient(x @ b),
+              lambda a, b, x: x @ a + reversed_gradient(x @ b))
+  assert w.check({(0, None): (1, None), (1, None): (0, None)}).exact  # swapped: alike forward
+  assert w.symmetric({(0, None): (0, None), (1, None): (1, None)}).exact
+  swapped = w.symmetric({(0, None): (1, None), (1, None): (0, None)})
+  assert not swapped.agree and 'backward' in swapped.where

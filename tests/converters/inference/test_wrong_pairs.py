@@ -5,6 +5,9 @@ what to write; none converts wrongly."""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,20 +19,72 @@ from converters.errors import PathMappingError
 from tests.converters.inference.ports import CASES
 
 
+def unseen(case, draw: int) -> list:
+  """Inputs inference never saw: floats drawn anew, booleans drawn both ways."""
+  key = lambda k: jax.random.key(7 + 31 * draw + k)
+  return [
+      jax.random.normal(key(k), x.shape, x.dtype) if jnp.issubdtype(x.dtype, jnp.floating)
+      else jax.random.bernoulli(key(k), 0.5, x.shape) if x.dtype == jnp.bool_
+      else x
+      for k, x in enumerate(case.inputs)
+  ]
+
+
+@contextlib.contextmanager
+def masks_in_call_order():
+  """Both frameworks' dropout masks (`jax.random.bernoulli`) drawn by call
+  order alone, whatever key a layer holds: the n-th mask of a call is the
+  same on both sides. A check of its own, not the kit's aligned keys."""
+  original, count = jax.random.bernoulli, [0]
+
+  def bernoulli(key, p=0.5, shape=None, **kwargs):
+    count[0] += 1
+    return original(jax.random.key(1_000 + count[0]), p, shape)
+
+  jax.random.bernoulli = bernoulli
+  try:
+    yield
+  finally:
+    jax.random.bernoulli = original
+
+
 def outputs_through(mapping, case):
   """The port's outputs with the Linen model's values converted through
   `mapping`, beside the original's, on the example inputs and on inputs
-  inference never saw: a check that shares nothing with inference."""
+  inference never saw, the gradients of both with respect to the floating
+  inputs, and the outputs in training (dropout masks drawn alike): a check
+  that shares nothing with inference."""
   variables = jax.jit(case.linen.init)(jax.random.key(1), *case.inputs)
   port = linen_to_nnx(variables, target=case.make_nnx(nnx.Rngs(0)), paths=mapping)
-  unseen = [
-      jax.random.normal(jax.random.key(7 + k), x.shape, x.dtype)
-      if jnp.issubdtype(x.dtype, jnp.floating) else x
-      for k, x in enumerate(case.inputs)
-  ]
+  port.eval()
   run = nnx.jit(lambda model, *inputs: model(*inputs))
-  ported = [np.asarray(run(port, *inputs)) for inputs in (case.inputs, unseen)]
-  original = [np.asarray(jax.jit(case.linen.apply)(variables, *inputs)) for inputs in (case.inputs, unseen)]
+  drawn = [case.inputs, unseen(case, 0), unseen(case, 1)]
+  ported = [np.asarray(run(port, *inputs)) for inputs in drawn]
+  original = [np.asarray(jax.jit(case.linen.apply)(variables, *inputs)) for inputs in drawn]
+  # Backward: the gradient of a fixed projection with respect to each floating input.
+  floats = [k for k, x in enumerate(case.inputs) if jnp.issubdtype(x.dtype, jnp.floating)]
+  weights = jax.random.normal(jax.random.key(3), np.shape(original[0]))
+
+  def input_gradients(f, inputs):
+    def projected(chosen):
+      given = list(inputs)
+      for k, v in zip(floats, chosen):
+        given[k] = v
+      return jnp.sum(f(*given) * weights)
+    return [np.asarray(g) for g in jax.grad(projected)([inputs[k] for k in floats])]
+
+  for inputs in drawn[1:]:
+    ported += input_gradients(lambda *xs: port(*xs), inputs)
+    original += input_gradients(lambda *xs: case.linen.apply(variables, *xs), inputs)
+  # In training: the port after .train(), Linen with its train flag where it has one.
+  train = {'train': True} if 'train' in inspect.signature(type(case.linen).__call__).parameters else {}
+  port.train()
+  for inputs in drawn[1:]:
+    with masks_in_call_order():
+      ported.append(np.asarray(port(*inputs)))
+    with masks_in_call_order():
+      original.append(np.asarray(case.linen.apply(
+          variables, *inputs, rngs={'dropout': jax.random.key(2)}, **train)))
   return ported, original
 
 
@@ -38,11 +93,14 @@ def test_a_port_maps_correctly_or_is_refused_never_wrong(name):
   case = CASES[name]
   with case.context():
     try:
-      mapping = infer_paths(case.linen, case.make_nnx(nnx.Rngs(0)), *case.inputs)
+      port = case.make_nnx(nnx.Rngs(0))
+      port.eval()  # the mode the example inputs run in, as infer_paths asks
+      mapping = infer_paths(case.linen, port, *case.inputs)
     except PathMappingError as e:
       assert case.expect == 'refuses', f'refused a port that should map: {e}'
       assert all(n in str(e) for n in case.names), str(e)
       return
     assert case.expect == 'maps', f'mapped a port that should be refused: {mapping}'
     port, original = outputs_through(mapping, case)
-  np.testing.assert_allclose(port, original, rtol=1e-6, atol=1e-6)
+  for ported, expected in zip(port, original):
+    np.testing.assert_allclose(ported, expected, rtol=1e-6, atol=1e-6)

@@ -23,12 +23,13 @@ IN, OUT = 3, 4
 
 class LinenNet(nn.Module):
   epsilon: float = 1e-5
+  train_dropout: bool = False  # False: its dropout never acts, as `deterministic=True` says
 
   @nn.compact
   def __call__(self, x, train: bool = False):
     x = nn.Dense(OUT, name='dense')(x)
     x = nn.BatchNorm(use_running_average=not train, epsilon=self.epsilon, name='norm')(x)
-    return nn.Dropout(0.5, deterministic=True, name='dropout')(x)
+    return nn.Dropout(0.5, deterministic=not (train and self.train_dropout), name='dropout')(x)
 
 
 class NNXNet(nnx.Module):
@@ -298,10 +299,61 @@ class NNXNetOtherMomentumNoSettingsCheck(NNXNet):
 
 
 def test_a_training_step_compares_the_batch_statistics_it_writes():
-  args = (LinenNet(), variables(), NNXNet(nnx.Rngs(3)), batch(1)[0])
+  args = (LinenNet(train_dropout=True), variables(), NNXNet(nnx.Rngs(3)), batch(1)[0])
   train = {'linen_kwargs': {'train': False}, 'linen_train_kwargs': {'train': True}}
-  assert_port_equivalent(*args, **train)  # dropout 0.5 on both sides, left out
+  assert_port_equivalent(*args, **train)  # dropout 0.5 on both sides, drawn alike
   with pytest.raises(AssertionError) as info:
     assert_port_equivalent(*args[:2], NNXNetOtherMomentumNoSettingsCheck(nnx.Rngs(3)), args[3], **train)
   message = str(info.value)
   assert 'what a training step writes' in message and "['norm']['mean']" in message
+
+
+def test_a_dropout_the_original_never_applies_differs_once_the_port_trains():
+  # `model.train()` turns on every NNX Dropout, one built deterministic too;
+  # Linen's `deterministic=True` holds in training.
+  with pytest.raises(AssertionError, match='train-mode outputs'):
+    assert_port_equivalent(
+        LinenNet(), variables(), NNXNet(nnx.Rngs(3)), batch(1)[0],
+        linen_kwargs={'train': False}, linen_train_kwargs={'train': True},
+    )
+
+
+class LinenDropoutMLP(nn.Module):
+  """Dropout after the hidden layer, shared over the batch, and again after the middle one."""
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    h = nn.relu(nn.Dense(8, name='hidden')(x))
+    h = nn.Dropout(0.5, broadcast_dims=(0,), deterministic=not train)(h)
+    h = nn.Dropout(0.5, deterministic=not train)(nn.Dense(8, name='middle')(h))
+    return nn.Dense(OUT, name='out')(h)
+
+
+class NNXDropoutMLP(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs, variant: str = 'true'):
+    self.hidden = nnx.Linear(IN, 8, rngs=rngs)
+    self.middle = nnx.Linear(8, 8, rngs=rngs)
+    self.out = nnx.Linear(8, OUT, rngs=rngs)
+    self.first = nnx.Dropout(0.5, broadcast_dims=() if variant == 'no_broadcast' else (0,), rngs=rngs)
+    self.second = nnx.Dropout(0.5, rngs=rngs)
+    self.variant = variant
+
+  def __call__(self, x):
+    if self.variant == 'on_the_input':
+      h = nnx.relu(self.hidden(self.first(x)))
+    else:
+      h = self.first(nnx.relu(self.hidden(x)))
+    h = self.middle(h)
+    return self.out(h if self.variant == 'one_dropout' else self.second(h))
+
+
+@pytest.mark.parametrize('variant', ['on_the_input', 'no_broadcast', 'one_dropout'])
+def test_where_dropout_acts_is_compared_by_its_effect_in_a_training_step(variant):
+  linen_variables = LinenDropoutMLP().init(jax.random.key(0), batch(0)[0])
+  check = lambda model: assert_port_equivalent(
+      LinenDropoutMLP(), linen_variables, model, batch(1)[0],
+      linen_kwargs={'train': False}, linen_train_kwargs={'train': True})
+  check(NNXDropoutMLP(nnx.Rngs(3)))
+  # The same rates as a set, alike in eval mode: only training tells.
+  with pytest.raises(AssertionError, match='train-mode outputs'):
+    check(NNXDropoutMLP(nnx.Rngs(3), variant))

@@ -1,0 +1,112 @@
+"""Both models in training mode, drawing the same random keys.
+
+`model.train()` puts every layer of an NNX port in training; a Linen model
+has no such switch (each model names its own flag: `train`,
+`deterministic`, `use_running_average`). `linen_in_training` does for
+Flax's Linen layers what `.train()` does for NNX's: `Dropout` and the
+attention layers' dropout draw, `BatchNorm` normalises by the batch.
+
+Linen derives a key from the module's path (`make_rng`), NNX from the
+stream a layer holds (an `nnx.Dropout` built from `nnx.Rngs(0)` draws from a
+fork tagged `default`, not `dropout`): the two never draw alike.
+`linen_draws_in_order` and `nnx_draws_in_order` make the n-th key drawn
+during a call `fold_in(KEY, n)` on either side, whatever stream it comes
+from, so a port that draws in the original's order draws its keys, and
+what dropout does (where, with which `broadcast_dims`, how many times) is
+compared by its effect. A port that draws in another order (branches
+evaluated the other way round) draws other keys: its training-mode outputs
+differ, and a check says so rather than pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+
+import jax
+from flax import linen as nn
+from flax import nnx
+from flax.core import scope as linen_scope
+
+#: Seed of the key the n-th draw of a call folds its n into, on both sides.
+DRAW_SEED = 0x5EED
+
+#: The attribute (and call argument) that puts each of Flax's Linen layers
+#: in training, with its value in training.
+_LINEN_TRAINING = (
+    (nn.Dropout, 'deterministic', False),
+    (nn.MultiHeadDotProductAttention, 'deterministic', False),
+    (nn.BatchNorm, 'use_running_average', False),
+)
+
+
+def linen_in_training(next_fun, args, kwargs, context):
+  """An interceptor (`nn.intercept_methods`) that runs Flax's Linen layers
+  in training, whatever the model's own flags say: as `model.train()` puts
+  an NNX port's layers."""
+  if context.method_name != '__call__':
+    return next_fun(*args, **kwargs)
+  for kind, attribute, value in _LINEN_TRAINING:
+    if isinstance(context.module, kind):
+      # Linen takes the flag built in or at the call, never both
+      # (`merge_param`): cleared on the module for this call, given here.
+      built = getattr(context.module, attribute)
+      object.__setattr__(context.module, attribute, None)
+      try:
+        return next_fun(*args, **{**kwargs, attribute: value})
+      finally:
+        object.__setattr__(context.module, attribute, built)
+  return next_fun(*args, **kwargs)
+
+
+def _counted_keys() -> Callable[[], jax.Array]:
+  count = [0]
+
+  def next_key() -> jax.Array:
+    key = jax.random.fold_in(jax.random.key(DRAW_SEED), count[0])
+    count[0] += 1
+    return key
+
+  return next_key
+
+
+@contextlib.contextmanager
+def linen_draws_in_order() -> Iterator[None]:
+  """Within the context, Linen's n-th `make_rng` of any stream but
+  `params` (counted from its start) returns `fold_in(key(DRAW_SEED), n)`.
+  Keys split under a lifted transform are drawn once, at its trace."""
+  original = linen_scope.Scope.make_rng
+  next_key = _counted_keys()
+
+  @functools.wraps(original)
+  def make_rng(scope, name: str = 'params'):
+    return original(scope, name) if name == 'params' else next_key()
+
+  linen_scope.Scope.make_rng = make_rng
+  try:
+    yield
+  finally:
+    linen_scope.Scope.make_rng = original
+
+
+@contextlib.contextmanager
+def nnx_draws_in_order(model: nnx.Module) -> Iterator[None]:
+  """Within the context, the n-th key any `RngStream` that `model` holds
+  draws (its `Rngs`', and the forks its layers keep) is
+  `fold_in(key(DRAW_SEED), n)`, as `linen_draws_in_order` makes Linen draw.
+  A stream made during the call, with a seed of its own, draws its own keys:
+  a port that ignores the model's streams is not given the original's."""
+  held = {id(node) for _, node in nnx.iter_graph(model) if isinstance(node, nnx.RngStream)}
+  original = nnx.RngStream.__call__
+  next_key = _counted_keys()
+
+  @functools.wraps(original)
+  def draw(stream):
+    return next_key() if id(stream) in held else original(stream)
+
+  nnx.RngStream.__call__ = draw
+  try:
+    yield
+  finally:
+    nnx.RngStream.__call__ = original
