@@ -320,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
       '--outputs', action='store_true',
       help='with two checkpoints and your models: restore each into its own '
       "framework's model and compare their outputs on the Linen model's example "
-      'inputs, a check independent of any path mapping',
+      'inputs, on them made generic and with selectors drawn anew, their gradients, '
+      'and their outputs in training: a check independent of any path mapping',
   )
   compare.add_argument('--json', action='store_true', help='print a JSON report on stdout')
   map_ = commands.add_parser(

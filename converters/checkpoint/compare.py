@@ -16,16 +16,20 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 from flax import nnx
 from flax.training.train_state import TrainState
+from jax.sharding import NamedSharding, PartitionSpec
 
 from converters import metadata as md
 from converters.comparison import as_key_data, leaf_difference
 from converters.checkpoint.inspect import string_path
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import PathMapping, format_path
+from converters.training_mode import linen_draws_in_order, linen_in_training, nnx_draws_in_order
+from converters.variable_types import CollectionTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,27 +287,39 @@ def _check_same_kind(infos, plans, states=None) -> None:
 def compare_outputs(
     a: str, b: str, *, models=None, allow_unfinished: bool = False,
 ) -> tuple[list[LeafComparison], tuple[str, str], dict]:
-  """Rows comparing the outputs of the models the two checkpoints restore
-  into, run on the Linen model's example inputs: a check that shares
-  nothing with the path mapping (which serves only to find each
-  checkpoint's layout), unlike `compare_checkpoints`.
+  """Rows comparing what the models the two checkpoints restore into
+  compute: a check that shares nothing with the path mapping (which serves
+  only to find each checkpoint's layout), unlike `compare_checkpoints`.
 
   Each checkpoint is restored with its own framework's model (Linen's
   module applied with its variables and the `LinenModel`'s keyword
-  arguments, e.g. `train=False`; NNX's model in eval mode). Outputs compare
-  bit for bit: a model and its port in one layout compile to one program.
+  arguments, e.g. `train=False`; NNX's model after `.eval()`). Both run
+  where a wrong conversion shows, not only at the example:
+
+  - on the Linen model's example inputs, on them made generic (floats
+    scaled element by element, integer arrays drawn anew: constant tokens
+    make a query and a key alike) and with their selectors drawn anew
+    (booleans both ways, integer scalars), as inference's witness runs
+    them (`generic_inputs`, `selector_inputs`);
+  - backward: the gradient of a fixed random projection of the outputs
+    with respect to each floating input (a custom derivative is seen);
+  - in training: Flax's Linen layers in training as `.train()` puts NNX's,
+    the n-th random key of the call the same on both sides
+    (`converters.training_mode`): dropout on the wrong weight is seen.
+
+  Inputs are placed replicated on the mesh the models run on. Everything
+  compares bit for bit: a model and its port in one layout compile to one
+  program.
 
   Raises:
-    CheckpointError: the models are not given, or a checkpoint does not
-      hold their training state.
+    CheckpointError: the models are not given, a checkpoint does not hold
+      their training state, or a model fails to run (its error, in one line).
   """
   from converters.linen_trees import input_collections
   from converters.checkpoint import inspect as checkpoints
   from converters.checkpoint import weights
   from converters.checkpoint.models import UserModels
   from converters.errors import CheckpointError
-  from converters.inference.witness import example_inputs
-  from converters.variable_types import CollectionTable
 
   if not isinstance(models, UserModels):
     raise CheckpointError(
@@ -312,39 +328,149 @@ def compare_outputs(
     )
   infos = checkpoints.inspect(a, allow_unfinished), checkpoints.inspect(b, allow_unfinished)
   mesh = models.make_mesh()
-  outputs, layouts = [], []
+  results, layouts = [], []
   with jax.set_mesh(mesh), nn.logical_axis_rules(models.rules or ()):
     sides = [models.source_layout(info, mesh) for info in infos]
     example = models.linen_model(models.layouts('linen')[0])  # its inputs serve both
-    # Abstract example inputs are drawn as the inference's witness draws them.
-    leaves, tree = jax.tree.flatten(example.args)
-    inputs = jax.tree.unflatten(tree, example_inputs(leaves, leaves))
-    for info, (layout, side) in zip(infos, sides):
+    input_sets = _input_sets(example.args, mesh)
+    for path, info, (layout, side) in zip((a, b), infos, sides):
       state = checkpoints.restore(info, side.abstract_state)
-      if side.framework == 'linen':
-        linen = models.linen_model(layout)
-        state = weights.runnable(side, state) if side.weights else state
-        variables = input_collections(state, CollectionTable(models.collections))
-        apply = lambda v, *xs, linen=linen: linen.module.apply(v, *xs, **linen.kwargs)
-        outputs.append(jax.jit(apply)(variables, *inputs))
-      else:
-        model = weights.runnable(side, state) if side.weights else side.objects(state)[0]
-        model.eval()
-        outputs.append(nnx.jit(lambda m, *xs: m(*xs))(model, *inputs))
+      which = {'linen': 'Linen', 'nnx': 'NNX'}[side.framework]
+      try:
+        if side.framework == 'linen':
+          linen = models.linen_model(layout)
+          state = weights.runnable(side, state) if side.weights else state
+          variables = input_collections(state, CollectionTable(models.collections))
+          results.append(_runs(_LinenRuns(linen.module, linen.kwargs), variables, input_sets))
+        else:
+          model = weights.runnable(side, state) if side.weights else side.objects(state)[0]
+          results.append(_runs(_NNXRuns(), model, input_sets))
+      except CheckpointError:
+        raise
+      except Exception as e:  # the user's model: any error of theirs
+        text = str(e).strip().splitlines()
+        raise CheckpointError(
+            f'{path}: running the {which} model restored from it failed: '
+            f'{type(e).__name__}: {text[0] if text else ""}'
+        ) from e
       layouts.append(side.layout)
-  if jax.tree.structure(outputs[0]) != jax.tree.structure(outputs[1]):
-    raise CheckpointError(
-        f'the two models return outputs of different structures: '
-        f'{jax.tree.structure(outputs[0])} and {jax.tree.structure(outputs[1])}'
-    )
   rows = []
-  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(outputs[0]), jax.tree.leaves(outputs[1])):
-    name = 'output' + jax.tree_util.keystr(path)
-    identical, difference = leaf_difference(x, y)  # (False, nan) for other shapes or dtypes
-    dtype = str(x.dtype) if x.dtype == y.dtype else f'{x.dtype} / {y.dtype}'
-    rows.append(LeafComparison(name, name, tuple(x.shape), dtype, _spec(x), _spec(y), difference, identical))
+  for (what, x_tree), (_, y_tree) in zip(*results):
+    if jax.tree.structure(x_tree) != jax.tree.structure(y_tree):
+      raise CheckpointError(
+          f'the two models return {what} of different structures: '
+          f'{jax.tree.structure(x_tree)} and {jax.tree.structure(y_tree)}'
+      )
+    for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(x_tree), jax.tree.leaves(y_tree)):
+      name = what.format(jax.tree_util.keystr(path))
+      identical, difference = leaf_difference(x, y)  # (False, nan) for other shapes or dtypes
+      dtype = str(x.dtype) if x.dtype == y.dtype else f'{x.dtype} / {y.dtype}'
+      rows.append(LeafComparison(name, name, tuple(x.shape), dtype, _spec(x), _spec(y), difference, identical))
   labels = tuple({'linen': 'Linen', 'nnx': 'NNX'}[s.framework] for _, s in sides)
   if labels[0] == labels[1]:
     labels = ('A', 'B')
   summaries = [{**i.summary(), 'layout': l} for i, l in zip(infos, layouts)]
   return rows, labels, {'a': summaries[0], 'b': summaries[1], 'outputs': True}
+
+
+def _input_sets(args, mesh) -> list[tuple[str, tuple]]:
+  """`[(what, inputs)]`: the example inputs (abstract ones drawn as
+  inference's witness draws them), made generic, and with their selectors
+  drawn anew, each placed replicated on `mesh`."""
+  from converters.inference.evaluation import outside_any_mesh
+  from converters.inference.witness import SELECTOR_DRAWS, example_inputs, generic_inputs, selector_inputs
+
+  leaves, tree = jax.tree.flatten(args)
+  arrays = [k for k, x in enumerate(leaves) if isinstance(x, jax.ShapeDtypeStruct) or hasattr(x, 'shape')]
+  with outside_any_mesh():
+    given = example_inputs([leaves[k] for k in arrays], [leaves[k] for k in arrays])
+    drawn = [('the example inputs', given)]
+    generic = generic_inputs(given)
+    if generic is not None:
+      drawn.append(('the inputs made generic', generic))
+    drawn += [(f'inputs with their selectors drawn anew ({d + 1})', selector_inputs(given, d))
+              for d in range(SELECTOR_DRAWS)]
+  replicated = NamedSharding(mesh, PartitionSpec())
+  sets = []
+  for what, values in drawn:
+    placed = list(leaves)
+    for k, value in zip(arrays, values):
+      placed[k] = jax.device_put(value, replicated)
+    sets.append((what, tuple(jax.tree.unflatten(tree, placed))))
+  return sets
+
+
+class _LinenRuns:
+  """A Linen module's calls in eval mode and in training, as `_runs` makes them."""
+
+  jit = staticmethod(jax.jit)
+
+  def __init__(self, module: nn.Module, kwargs):
+    self.module, self.kwargs = module, dict(kwargs)
+
+  def eval(self, variables, *xs):
+    return self.module.apply(variables, *xs, **self.kwargs)
+
+  def training(self, variables, *xs):
+    with nn.intercept_methods(linen_in_training), linen_draws_in_order():
+      return self.module.apply(variables, *xs, **self.kwargs, mutable=True)[0]
+
+  def prepared(self, variables, training: bool):
+    return variables
+
+
+class _NNXRuns:
+  """An NNX model's calls in eval mode and in training, as `_runs` makes them."""
+
+  jit = staticmethod(nnx.jit)
+
+  @staticmethod
+  def eval(model, *xs):
+    return model(*xs)
+
+  @staticmethod
+  def training(model, *xs):
+    with nnx_draws_in_order(model):
+      return model(*xs)
+
+  @staticmethod
+  def prepared(model, training: bool):
+    copy = nnx.merge(*nnx.split(model))  # a mode (and what training writes) of its own
+    if training:
+      copy.train()
+    else:
+      copy.eval()
+    return copy
+
+
+def _runs(side, held, input_sets) -> list[tuple[str, Any]]:
+  """`[(what, results)]` of one side: outputs on each input set in eval
+  mode, the gradients of a fixed projection of them with respect to the
+  floating inputs (on the last set), and outputs in training (on it too).
+  `what` holds `{}` where a leaf's path goes."""
+  found = []
+  model = side.prepared(held, training=False)
+  run = side.jit(side.eval)
+  for what, xs in input_sets:
+    found.append((f'output{{}} on {what}', run(model, *xs)))
+  what, xs = input_sets[-1]
+  leaves, tree = jax.tree.flatten(xs)
+  floats = [k for k, x in enumerate(leaves) if hasattr(x, 'dtype') and jnp.issubdtype(x.dtype, jnp.floating)]
+  if floats:
+    def gradients(held, chosen):
+      def projected(chosen):
+        given = list(leaves)
+        for k, v in zip(floats, chosen):
+          given[k] = v
+        outputs = side.eval(held, *jax.tree.unflatten(tree, given))
+        return sum(
+            jnp.sum(out.astype(jnp.float32) * jax.random.normal(jax.random.key(k), out.shape))
+            for k, out in enumerate(jax.tree.leaves(outputs)) if jnp.issubdtype(out.dtype, jnp.floating)
+        )
+      return jax.grad(projected)(chosen)
+
+    grads = side.jit(gradients)(model, [leaves[k] for k in floats])
+    found.append((f'the gradient of input {{}} on {what}', dict(zip(floats, grads))))
+  trained = side.prepared(held, training=True)
+  found.append((f'training-mode output{{}} on {what}', side.jit(side.training)(trained, *xs)))
+  return found

@@ -217,7 +217,9 @@ def test_compare_outputs_catches_a_wrong_mapping_that_comparing_through_it_canno
   circular = run('compare', cnn_checkpoint, tmp_path / 'nnx', *wrong)
   assert circular.code == 0 and 'all identical' in circular.stdout  # through the same mapping
   outputs = run('compare', cnn_checkpoint, tmp_path / 'nnx', *wrong, '--outputs')
-  assert outputs.code == 1 and '1 output: 1 differ' in outputs.stdout, outputs.stderr
+  assert outputs.code == 1 and '6 outputs: 6 differ' in outputs.stdout, outputs.stderr
+  for run_of in ('the example inputs', 'made generic', 'selectors drawn anew', 'gradient', 'training'):
+    assert run_of in outputs.stdout  # every input set, backward and in training
   refused = run('compare', cnn_checkpoint, tmp_path / 'nnx', '--outputs')
   assert refused.code == 2 and 'give --linen-model and --nnx-model' in refused.stderr
 

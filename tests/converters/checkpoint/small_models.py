@@ -285,3 +285,95 @@ class NNXAnnotated(nnx.Module):
 ANNOTATED_PATHS = PathMapping([
     PathRule('Dense_0/kernel', 'dense/kernel'), PathRule('Dense_0/bias', 'dense/bias'),
 ])
+
+
+# -- one attention over tokens: a query and a key alike on constant tokens ----
+
+
+class LinenTokenAttention(nn.Module):
+  @nn.compact
+  def __call__(self, tokens):
+    x = nn.Embed(16, 8, name='embed')(tokens)
+    q, k, v = (nn.Dense(8, name=name)(x) for name in ('query', 'key', 'value'))
+    weights = nn.softmax(q @ jnp.swapaxes(k, -1, -2) / jnp.sqrt(8.0))
+    return (weights @ v).reshape(tokens.shape[0], -1)
+
+
+class NNXTokenAttention(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.embed = nnx.Embed(16, 8, rngs=rngs)
+    self.q = nnx.Linear(8, 8, rngs=rngs)
+    self.k = nnx.Linear(8, 8, rngs=rngs)
+    self.v = nnx.Linear(8, 8, rngs=rngs)
+
+  def __call__(self, tokens):
+    x = self.embed(tokens)
+    weights = nnx.softmax(self.q(x) @ jnp.swapaxes(self.k(x), -1, -2) / jnp.sqrt(8.0))
+    return (weights @ self.v(x)).reshape(tokens.shape[0], -1)
+
+
+def linen_token_attention() -> LinenModel:
+  # Constant tokens, the usual input of an init: the example as users give it.
+  return LinenModel(LinenTokenAttention(), jnp.zeros((2, 6), jnp.int32))
+
+
+def nnx_token_attention() -> nnx.Module:
+  return NNXTokenAttention(nnx.Rngs(0))
+
+
+def _attention_paths(query: str, key: str) -> PathMapping:
+  return PathMapping([
+      PathRule('embed/embedding', 'embed/embedding'),
+      *(PathRule(f'{linen}/{leaf}', f'{port}/{leaf}')
+        for linen, port in (('query', query), ('key', key), ('value', 'v'))
+        for leaf in ('kernel', 'bias')),
+  ])
+
+
+ATTENTION_PATHS = _attention_paths('q', 'k')
+#: Query and key swapped: alike on constant tokens, wrong on any other.
+SWAPPED_ATTENTION_PATHS = _attention_paths('k', 'q')
+
+
+class NNXFailing(NNXMLP):
+  """A port whose call fails (a shape its author got wrong)."""
+
+  def __call__(self, x):
+    return super().__call__(x.reshape(-1))
+
+
+def nnx_failing() -> nnx.Module:
+  return NNXFailing(nnx.Rngs(0))
+
+
+# -- two kernels summed, one behind dropout: alike in eval mode ----------------
+
+
+class LinenDropoutBranch(nn.Module):
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    a = nn.Dense(4, use_bias=False, name='a')(x)
+    return a + nn.Dropout(0.5, deterministic=not train)(nn.Dense(4, use_bias=False, name='b')(x))
+
+
+class NNXDropoutBranch(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.p = nnx.Linear(8, 4, use_bias=False, rngs=rngs)
+    self.q = nnx.Linear(8, 4, use_bias=False, rngs=rngs)
+    self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+  def __call__(self, x):
+    return self.q(x) + self.drop(self.p(x))
+
+
+def linen_dropout_branch() -> LinenModel:
+  return LinenModel(LinenDropoutBranch(), X, train=False)
+
+
+def nnx_dropout_branch() -> nnx.Module:
+  return NNXDropoutBranch(nnx.Rngs(0))
+
+
+BRANCH_PATHS = PathMapping([PathRule('a/kernel', 'q/kernel'), PathRule('b/kernel', 'p/kernel')])
+#: The dropout moved to the other kernel: alike in eval mode only.
+SWAPPED_BRANCH_PATHS = PathMapping([PathRule('a/kernel', 'p/kernel'), PathRule('b/kernel', 'q/kernel')])

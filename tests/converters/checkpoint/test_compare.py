@@ -1,10 +1,21 @@
-"""Tests of `converters.checkpoint.compare`: the path correspondence of its rows."""
+"""Tests of `converters.checkpoint.compare`: the path correspondence of its
+rows, and the outputs of the models two checkpoints restore into."""
 
 from __future__ import annotations
 
-import pytest
+import os
 
-from converters.checkpoint.compare import nnx_path_of
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+import pytest
+from flax.training import train_state
+
+from converters import convert_checkpoint
+from converters.checkpoint.compare import compare_outputs, nnx_path_of
+from converters.checkpoint.models import UserModels
+from converters.errors import CheckpointError
+from tests.converters.checkpoint import small_models as small
 from linen_nnx_cli.kit_models import correspondence_of_name
 from converters.presets import KIT_PATHS
 
@@ -25,3 +36,55 @@ from converters.presets import KIT_PATHS
 ])
 def test_nnx_path_of_follows_the_converters_correspondence(linen_path, optimizer, nnx_path):
   assert nnx_path_of(linen_path, KIT_PATHS, correspondence_of_name(optimizer)) == nnx_path
+
+
+# -- compare_outputs: where a wrong conversion shows, not only at the example --
+
+
+def _linen_checkpoint(path, linen_model) -> None:
+  args = [jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x for x in linen_model.args]
+  variables = linen_model.module.init(jax.random.key(0), *args, **linen_model.kwargs)
+  state = train_state.TrainState.create(apply_fn=None, params=variables['params'], tx=small.make_tx())
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(os.fspath(path), state)
+
+
+def _compared(tmp_path, linen, port, paths, right_paths=None):
+  """`compare_outputs` of a Linen checkpoint and its conversion through `paths`."""
+  _linen_checkpoint(tmp_path / 'linen', linen())
+  models = UserModels(linen, port, paths=paths, optimizer=small.make_tx)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models)
+  return compare_outputs(tmp_path / 'linen', tmp_path / 'nnx', models=models)[0]
+
+
+def test_query_and_key_swapped_differ_on_tokens_other_than_the_constant_example(tmp_path):
+  # The example holds constant tokens (arrays, on the 8-device mesh the models run on).
+  rows = _compared(tmp_path / 'swapped', small.linen_token_attention, small.nnx_token_attention,
+                   small.SWAPPED_ATTENTION_PATHS)
+  differ = [r.linen_path for r in rows if not r.identical]
+  assert all(r.identical for r in rows if 'the example inputs' in r.linen_path)  # the trap
+  assert any('made generic' in name for name in differ), differ
+  rows = _compared(tmp_path / 'right', small.linen_token_attention, small.nnx_token_attention,
+                   small.ATTENTION_PATHS)
+  assert rows and all(r.identical for r in rows)
+
+
+def test_dropout_moved_to_the_other_kernel_differs_in_training(tmp_path):
+  rows = _compared(tmp_path / 'swapped', small.linen_dropout_branch, small.nnx_dropout_branch,
+                   small.SWAPPED_BRANCH_PATHS)
+  differ = {r.linen_path for r in rows if not r.identical}
+  assert differ and all('training' in name or 'gradient' in name for name in differ), differ
+  assert any('training' in name for name in differ)
+  rows = _compared(tmp_path / 'right', small.linen_dropout_branch, small.nnx_dropout_branch,
+                   small.BRANCH_PATHS)
+  assert rows and all(r.identical for r in rows)
+
+
+def test_a_model_that_fails_to_run_is_a_checkpoint_error_naming_the_checkpoint(tmp_path):
+  _linen_checkpoint(tmp_path / 'linen', small.linen_mlp())
+  models = UserModels(small.linen_mlp, small.nnx_mlp, paths=small.PATHS, optimizer=small.make_tx)
+  convert_checkpoint(tmp_path / 'linen', tmp_path / 'nnx', 'nnx', models=models)
+  failing = UserModels(small.linen_mlp, small.nnx_failing, paths=small.PATHS, optimizer=small.make_tx)
+  with pytest.raises(CheckpointError, match='running the NNX model restored from it failed') as info:
+    compare_outputs(tmp_path / 'linen', tmp_path / 'nnx', models=failing)
+  assert str(tmp_path / 'nnx') in str(info.value) and '\n' not in str(info.value)
