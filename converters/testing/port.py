@@ -253,8 +253,11 @@ def _compare_gradients(
   actual_grads = jax.jit(mapped(nnx_grads))(state, *arrays)
   # Gradients are compared bare and by path: where each side's compiler puts
   # them is not a property of the port.
+  # On the host: a transform of a rule then relays arrays of no annotation,
+  # which the conversion refuses for arrays placed sharded.
   converted = linen_to_nnx(
-      {'params': _bare(expected_grads)}, paths=options['paths'], collections=options['collections']
+      {'params': jax.device_get(_bare(expected_grads))}, paths=options['paths'],
+      collections=options['collections'],
   )
   expected = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(converted)).items()}
   actual = {k: np.asarray(v) for k, v in _leaves(nnx.to_pure_dict(actual_grads)).items()}

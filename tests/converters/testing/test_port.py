@@ -16,6 +16,7 @@ from flax import linen as nn
 from flax import nnx
 from flax.training import train_state
 
+from converters import PathMapping, PathRule, Rearrange
 from converters.testing import assert_port_equivalent, assert_training_equivalent
 
 IN, OUT = 3, 4
@@ -357,3 +358,30 @@ def test_where_dropout_acts_is_compared_by_its_effect_in_a_training_step(variant
   # The same rates as a set, alike in eval mode: only training tells.
   with pytest.raises(AssertionError, match='train-mode outputs'):
     check(NNXDropoutMLP(nnx.Rngs(3), variant))
+
+
+class LinenSharded(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    kernel = self.param('kernel', nn.with_partitioning(nn.initializers.normal(), ('data', 'model')), (8, 16))
+    return x @ kernel
+
+
+class NNXShardedOutIn(nnx.Module):
+  """The kernel stored `(out, in)`, sharded to match."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.w = nnx.Param(jax.random.normal(rngs.params(), (16, 8)), sharding_names=('model', 'data'))
+
+  def __call__(self, x):
+    return x @ self.w[...].T
+
+
+def test_a_rule_with_a_transform_is_checked_on_a_mesh():
+  mesh = jax.make_mesh((2, 4), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  paths = PathMapping([PathRule('kernel', 'w', transform=Rearrange('i o -> o i'))])
+  with jax.set_mesh(mesh):
+    x = jnp.sin(jnp.arange(32.0).reshape(4, 8))
+    linen_variables = jax.jit(LinenSharded().init)(jax.random.key(0), x)
+    # The gradients, bare and placed sharded, convert through the rule's transform too.
+    assert_port_equivalent(LinenSharded(), linen_variables, NNXShardedOutIn(nnx.Rngs(0)), x, paths=paths)
