@@ -371,7 +371,7 @@ class NNXShardedOutIn(nnx.Module):
   """The kernel stored `(out, in)`, sharded to match."""
 
   def __init__(self, rngs: nnx.Rngs):
-    self.w = nnx.Param(jax.random.normal(rngs.params(), (16, 8)), sharding_names=('model', 'data'))
+    self.w = nnx.Param(jax.random.normal(rngs.params(), (16, 8)), out_sharding=('model', 'data'))
 
   def __call__(self, x):
     return x @ self.w[...].T
