@@ -8,7 +8,9 @@ the Linen module and the abstract NNX port (`nnx.eval_shape`). Each model runs
 in a fresh process, which reports the wall time of `infer_paths` and its peak
 resident memory above what the process held before the call (JAX loaded, the
 abstract model built); the parameters' own size is the reference (goals:
-under 2 s, peak below 10% of the parameter bytes). The time includes the
+under 2 s, peak below 10% of the parameter bytes). Beside it, in fresh
+processes of the same run, the time of tracing both forward passes alone,
+the floor of any inference (goal: inference within 4x of it). The time includes the
 witness: both models run on the example input (one sequence of 16 tokens;
 a batch of 8 for the MLP) with every variable drawn, one at a time. Prints a table and writes
 JSON with `seconds`, `peak_rss_mib` and `param_mib` per model.
@@ -41,8 +43,10 @@ def _peak_bytes() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure(model: str, blocks: int, width: int) -> dict:
-  """One measurement in this (fresh) process."""
+def measure(model: str, blocks: int, width: int, what: str = 'infer') -> dict:
+  """One measurement in this (fresh) process: of `infer_paths`, or (`what
+  == 'trace'`) of tracing both forward passes alone, the floor any
+  inference pays."""
   sys.path.insert(0, ROOT)
   from linen_nnx_cli.devices import simulate_cpu_devices
 
@@ -89,11 +93,19 @@ def measure(model: str, blocks: int, width: int) -> dict:
     )
     baseline = _rss_bytes()
     start = time.perf_counter()
-    mapping = infer_paths(linen, abstract, inputs)
+    if what == 'trace':
+      from converters.inference.tracing import trace_linen, trace_nnx
+      from converters.variable_types import CollectionTable
+
+      trace_linen(linen, (inputs,), {})
+      trace_nnx(abstract, (inputs,), {}, CollectionTable(None))
+      rules = 0
+    else:
+      rules = len(infer_paths(linen, abstract, inputs).rules)
     seconds = time.perf_counter() - start
   return {
       'seconds': seconds, 'peak_above_start': max(0, _peak_bytes() - baseline),
-      'param_bytes': param_bytes, 'rules': len(mapping.rules),
+      'param_bytes': param_bytes, 'rules': rules,
   }
 
 
@@ -104,31 +116,42 @@ def main() -> None:
   parser.add_argument('--repeats', type=int, default=3)
   parser.add_argument('--json', default='benchmarks/results/infer_paths.json')
   parser.add_argument('--measure', metavar='MODEL', help=argparse.SUPPRESS)
+  parser.add_argument('--what', default='infer', choices=('infer', 'trace'), help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.measure:
-    print(json.dumps(measure(args.measure, args.blocks, args.width)))
+    print(json.dumps(measure(args.measure, args.blocks, args.width, args.what)))
     return
+
+  def fresh(model: str, what: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), '--measure', model, '--what', what,
+         '--blocks', str(args.blocks), '--width', str(args.width)],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
   results = {}
-  print(f'{"model":<20} {"s (median)":>10} {"peak MiB":>9} {"param MiB":>10} {"peak/params":>12} {"rules":>6}')
+  print(f'{"model":<20} {"s (median)":>10} {"trace s":>8} {"s/trace":>8} {"peak MiB":>9} '
+        f'{"param MiB":>10} {"peak/params":>12} {"rules":>6}')
   for model in ('transformer-loop', 'transformer-scan', 'transformer-across', 'mlp'):
-    runs = []
+    # Side by side in one run: inference, then tracing alone, each in a fresh process.
+    runs, traces = [], []
     for _ in range(args.repeats):
-      out = subprocess.run(
-          [sys.executable, os.path.abspath(__file__), '--measure', model,
-           '--blocks', str(args.blocks), '--width', str(args.width)],
-          check=True, capture_output=True, text=True,
-      ).stdout
-      runs.append(json.loads(out.strip().splitlines()[-1]))
+      runs.append(fresh(model, 'infer'))
+      traces.append(fresh(model, 'trace'))
     seconds = statistics.median(r['seconds'] for r in runs)
+    tracing = statistics.median(r['seconds'] for r in traces)
     peak = max(r['peak_above_start'] for r in runs)
     params = runs[0]['param_bytes']
     results[model] = {
-        'seconds': seconds, 'peak_rss_mib': peak / 2**20, 'param_mib': params / 2**20,
+        'seconds': seconds, 'trace_seconds': tracing, 'over_tracing': seconds / tracing,
+        'peak_rss_mib': peak / 2**20, 'param_mib': params / 2**20,
         'peak_over_params': peak / params, 'rules': runs[0]['rules'], 'runs': runs,
+        'trace_runs': traces,
     }
     print(
-        f'{model:<20} {seconds:>10.2f} {peak / 2**20:>9.0f} {params / 2**20:>10.0f} '
-        f'{peak / params:>11.1%} {runs[0]["rules"]:>6}'
+        f'{model:<20} {seconds:>10.2f} {tracing:>8.2f} {seconds / tracing:>7.1f}x '
+        f'{peak / 2**20:>9.0f} {params / 2**20:>10.0f} {peak / params:>11.1%} {runs[0]["rules"]:>6}'
     )
   os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
   with open(args.json, 'w') as f:
