@@ -43,12 +43,13 @@ _LINEN_TRAINING = (
 
 def linen_in_training(next_fun, args, kwargs, context):
   """An interceptor (`nn.intercept_methods`) that runs Flax's Linen layers
-  in training, whatever the model's own flags say: as `model.train()` puts
-  an NNX port's layers."""
+  in training whatever their built-in flag says, as `model.train()` puts an
+  NNX port's layers: a flag given at the call still wins, as it does in NNX
+  (`first_from`), and a subclass with a call of its own is left as it is."""
   if context.method_name != '__call__':
     return next_fun(*args, **kwargs)
   for kind, attribute, value in _LINEN_TRAINING:
-    if isinstance(context.module, kind):
+    if type(context.module).__call__ is kind.__call__ and kwargs.get(attribute) is None:
       # Linen takes the flag built in or at the call, never both
       # (`merge_param`): cleared on the module for this call, given here.
       built = getattr(context.module, attribute)
@@ -91,22 +92,29 @@ def linen_draws_in_order() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def nnx_draws_in_order(model: nnx.Module) -> Iterator[None]:
-  """Within the context, the n-th key any `RngStream` that `model` holds
-  draws (its `Rngs`', and the forks its layers keep) is
+def nnx_draws_in_order() -> Iterator[None]:
+  """Within the context, the n-th key any `RngStream` of the model draws
+  (its `Rngs`', the forks its layers keep, and their copies inside NNX's
+  transforms, which `nnx.remat` or `nnx.scan` merge anew) is
   `fold_in(key(DRAW_SEED), n)`, as `linen_draws_in_order` makes Linen draw.
-  A stream made during the call, with a seed of its own, draws its own keys:
-  a port that ignores the model's streams is not given the original's."""
-  held = {id(node) for _, node in nnx.iter_graph(model) if isinstance(node, nnx.RngStream)}
-  original = nnx.RngStream.__call__
+  A stream built during the call (`nnx.Rngs(dropout=0)`, a seed of its own)
+  draws its own keys: a port that ignores the model's streams is not given
+  the original's."""
+  original_call, original_init = nnx.RngStream.__call__, nnx.RngStream.__init__
+  built: set[int] = set()
   next_key = _counted_keys()
 
-  @functools.wraps(original)
-  def draw(stream):
-    return next_key() if id(stream) in held else original(stream)
+  @functools.wraps(original_init)
+  def init(stream, *args, **kwargs):
+    built.add(id(stream))
+    return original_init(stream, *args, **kwargs)
 
-  nnx.RngStream.__call__ = draw
+  @functools.wraps(original_call)
+  def draw(stream):
+    return original_call(stream) if id(stream) in built else next_key()
+
+  nnx.RngStream.__init__, nnx.RngStream.__call__ = init, draw
   try:
     yield
   finally:
-    nnx.RngStream.__call__ = original
+    nnx.RngStream.__init__, nnx.RngStream.__call__ = original_init, original_call

@@ -430,7 +430,7 @@ class _NNXRuns:
 
   @staticmethod
   def training(model, *xs):
-    with nnx_draws_in_order(model):
+    with nnx_draws_in_order():
       return model(*xs)
 
   @staticmethod

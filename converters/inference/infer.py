@@ -66,13 +66,18 @@ def infer_paths(
     linen_kwargs: keyword arguments for the Linen call only (`train=False`).
     nnx_kwargs: keyword arguments for the NNX call only (`decode=False`).
     linen_train_kwargs: keyword arguments for the Linen call in training
-      (`train=True`), where Flax's layers alone do not say it; default
-      `linen_kwargs`. Where the structure leaves a group whose assignments
-      agree at the example, the witness also runs both models in training
-      (Flax's Linen layers in training as `model.train()` puts the port's,
-      both drawing the same keys in call order) before calling the group
-      interchangeable.
-    **example_kwargs: keyword inputs of the forward pass, as `example_args`.
+      (`train=True`); without them the Linen call keeps `linen_kwargs` and
+      only Flax's own layers are put in training (a flag of the model's own
+      stays as given). Where the structure leaves a group whose assignments
+      agree at the example, the witness runs them on inputs with their
+      selectors drawn anew and backward, which may choose one, and in
+      training (Flax's Linen layers in training as `model.train()` puts the
+      port's, both drawing the same keys in call order), which may only
+      refuse: a group whose swap changes what training computes is refused,
+      never decided by the order of its draws.
+    **example_kwargs: keyword inputs of the forward pass, as `example_args`;
+      the traces hold them as constants, which the witness cannot vary: a
+      group they might tell apart is refused.
     paths: rules you already know (a fused or reshaped parameter); they take
       precedence, and the rest is inferred.
     collections: `{Linen collection: nnx.Variable subclass}` beyond `params`,
@@ -116,10 +121,10 @@ class _Traced:
   first asked (`unrolled`): every attempt of an inference reads the same.
   In training (`training`) they are traced when first asked."""
 
-  def __init__(self, linen_call: tuple, nnx_call: tuple, linen_training_kwargs: dict):
+  def __init__(self, linen_call: tuple, nnx_call: tuple, linen_train_kwargs: dict):
     self.calls = (linen_call, nnx_call)
     self.traces = tuple(traced(*call) for call in self.calls)
-    self.linen_training_kwargs = linen_training_kwargs
+    self.linen_train_kwargs = linen_train_kwargs
 
   @functools.cached_property
   def unrolled(self) -> tuple[Trace, Trace]:
@@ -129,7 +134,7 @@ class _Traced:
   def training(self) -> tuple[Trace, Trace]:
     (which, trace, module, args, _), nnx_call = self.calls
     linen = traced(f'{which} (in training)', functools.partial(trace, training=True),
-                   module, args, self.linen_training_kwargs)
+                   module, args, self.linen_train_kwargs)
     nnx_trace = traced(f'{nnx_call[0]} (in training)', functools.partial(nnx_call[1], training=True),
                        *nnx_call[2:])
     return linen, nnx_trace
@@ -434,12 +439,9 @@ def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: Pat
 
 def _fixed_inputs(example_args, example_kwargs) -> list[str]:
   """The example inputs the witness cannot vary: keyword inputs of both
-  calls that are Python values, which the trace holds as constants (a
-  positional one is an input of the trace, drawn anew)."""
-  return sorted(
-      name for name, value in example_kwargs.items()
-      if any(not hasattr(leaf, 'shape') for leaf in jax.tree.leaves(value))
-  )
+  calls, arrays or not, which the traces hold as constants (a positional
+  one is an input of the trace, drawn anew)."""
+  return sorted(example_kwargs)
 
 
 def _proven(traces, inputs: list, given, result: tuple, robust, training, fixed) -> PathMapping:
@@ -584,30 +586,40 @@ def _decide(witness: Witness, copies: dict, groups, blind: frozenset, fixed: lis
   if len(agreeing) == 1:
     return agreeing[0][0], agreeing[0][1], None
   # Several agree at the example: run each where a swap shows.
-  wider = [(witness.symmetric(t), v, t) for v, t in agreeing]
-  surviving = [(w, v, t) for w, v, t in wider if w.agree]
+  wider = [(*witness.symmetric(t), v, t) for v, t in agreeing]
+  surviving = [(c, trained, v, t) for c, trained, v, t in wider if c.agree]
   if not surviving:
-    worst = min((w for w, _, _ in wider), key=lambda w: w.difference)
+    worst = min((c for c, _, _, _ in wider), key=lambda c: c.difference)
     return None, copies, (
         f'{len(agreeing)} of their {runs} assignments agree on the example inputs, and none '
-        f'agrees beyond them ({worst.where}: {worst.difference:.3g} of the scale); if the port '
-        'draws its random keys in another order than the original, or computes otherwise in '
-        'training, no mapping is proven there'
+        f'beyond them ({worst.where}: {worst.difference:.3g} of the scale)'
     )
-  exact = [(w, v, t) for w, v, t in surviving if w.exact and v.exact]
+  exact = [w for w in surviving if w[0].exact and w[2].exact]
   if len(surviving) == 1 or len(exact) == 1:
-    _, v, t = surviving[0] if len(surviving) == 1 else exact[0]
+    _, _, v, t = surviving[0] if len(surviving) == 1 else exact[0]
     return v, t, None
   members = {a for group, _ in groups for a in group}
   if len(exact) == len(surviving) and not members & blind and not fixed:
-    return surviving[0][1], surviving[0][2], None  # interchangeable: any is right
+    # Alike in all they compute. Training, which rests on the order of
+    # draws, may only refuse: where no assignment agrees there, the modes
+    # or draws do not align and it tells nothing.
+    trained = [w[1] for w in surviving]
+    if all(tr is None or not tr.agree for tr in trained) or all(tr.agree and tr.exact for tr in trained):
+      return surviving[0][2], surviving[0][3], None  # interchangeable: any is right
+    differing = next(tr for tr in trained if not tr.agree)
+    return None, copies, (
+        f'{len(surviving)} of their {runs} assignments compute alike on the example inputs, '
+        'on inputs with their selectors drawn anew and backward, but not in training '
+        f'({differing.where}): one of them is behind dropout or a random draw of its own'
+    )
   return None, copies, (
       f'{len(surviving)} of their {runs} assignments agree on the example inputs, on inputs '
-      'with their selectors drawn anew, in training and backward'
+      'with their selectors drawn anew and backward'
       + ('' if exact else ', none bit for bit')
       + (', and some reach no output on the example inputs' if members & blind else '')
-      + (f'; keyword inputs the witness cannot vary ({", ".join(fixed)}: Python values, '
-         'constants of the trace) might tell them apart' if fixed and len(exact) == len(surviving) else '')
+      + (f'; keyword inputs of both calls ({", ".join(fixed)}) are constants of the trace, '
+         'which the witness cannot vary, and might tell them apart'
+         if fixed and len(exact) == len(surviving) else '')
   )
 
 
@@ -617,8 +629,8 @@ def _undecided(trace: Trace, groups, problem: str) -> PathMappingError:
       f'linen {shown}: the structure of the two computations cannot tell these apart, and '
       f'running the models cannot decide either: {problem}',
       [_describe(trace, a) for group, _ in groups for a in group],
-      fix='give example inputs that use each of them differently (arrays, not shapes), or '
-      'their rules (paths=[PathRule(...)]); the rest is inferred',
+      fix='give their rules (paths=Infer([PathRule(...)])), or example inputs that use each '
+      'of them differently (positional arrays, not shapes); the rest is inferred',
   )
 
 

@@ -147,7 +147,7 @@ def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable, training:
 
   def call(s, a):
     module = nnx.merge(graphdef, s)
-    with nnx_draws_in_order(module) if training else contextlib.nullcontext():
+    with nnx_draws_in_order() if training else contextlib.nullcontext():
       out = module(*a, **kwargs)
     after = dict(nnx.to_flat_state(nnx.state(module)))
     return out, [_value(after.get(path, v)) for path, v in nnx.to_flat_state(s)]

@@ -238,15 +238,15 @@ class Witness:
     if mode == 'eval':
       return (self.linen, self.nnx), self.programs
     if '_training_runs' not in self.__dict__:
-      traces = self._training()
-      for trace, eval_trace, side in zip(traces, (self.linen, self.nnx), ('Linen', 'NNX')):
-        if trace.variables != eval_trace.variables or trace.inputs != eval_trace.inputs:
-          raise PathMappingError(
-              f'the {side} model holds other variables or takes other inputs in training '
-              'than in eval mode, so the witness cannot run both modes through one mapping',
-              fix='give the rules of the variables listed (paths=[PathRule(...)])',
-          )
-      self._training_runs = traces, tuple(Program.of(t.closed) for t in traces)
+      self._training_runs = None
+      try:
+        traces = self._training()
+      except PathMappingError:  # a model that cannot run so (a flag of its own): no run in training
+        return None
+      # The slots are the eval traces' inputs: the same variables, in order.
+      if all(t.variables == e.variables and t.inputs == e.inputs
+             for t, e in zip(traces, (self.linen, self.nnx))):
+        self._training_runs = traces, tuple(Program.of(t.closed) for t in traces)
     return self._training_runs
 
   # -- values --------------------------------------------------------------
@@ -376,14 +376,18 @@ class Witness:
       self._gradients[side] = jax.jit(gradients)
     return self._gradients[side]
 
-  def _compare_gradients(self, copies, inputs) -> list:
+  def _compare_gradients(self, copies, inputs) -> list | None:
     """`(name, width, stats)` of the gradient of each NNX variable drawn as
     a Linen one against that one's (a variable a given rule's transform
-    makes is left out: its gradient is another array)."""
+    makes is left out: its gradient is another array); None where either
+    program cannot be differentiated (a `while_loop`)."""
     with outside_any_mesh():
       linen = [self._linen_input(k) for k in range(len(self.linen.variables))]
       nnx = [self._nnx_input(copies, k) for k in range(len(self.nnx.variables))]
-      a, b = self._gradient('linen')(linen, inputs), self._gradient('nnx')(nnx, inputs)
+      try:
+        a, b = self._gradient('linen')(linen, inputs), self._gradient('nnx')(nnx, inputs)
+      except Exception:  # JAX's refusal to differentiate a program: no run backward
+        return None
       compared = []
       for slot in self.nnx_slots:
         theirs = copies[slot]
@@ -403,28 +407,34 @@ class Witness:
 
   # -- public --------------------------------------------------------------
 
-  def symmetric(self, copies: Mapping[Hashable, Hashable]) -> Verdict:
+  def symmetric(self, copies: Mapping[Hashable, Hashable]) -> tuple[Verdict, Verdict | None]:
     """Both models through `copies` wherever an assignment that agrees at
-    the example may still be wrong: on the inputs with their selectors
-    drawn anew (booleans both ways, integer scalars; `selector_draws`), in
-    training (Flax's layers in training on both sides, the n-th random key
-    of the call drawn alike: dropout on the wrong kernel is seen) and
-    backward (the gradients: a custom derivative on one branch is seen).
+    the example may still be wrong. First, what both compute: on the
+    inputs with their selectors drawn anew (booleans both ways, integer
+    scalars; `selector_draws`) and backward (the gradients: a custom
+    derivative on one branch is seen; left out where a program cannot be
+    differentiated). Second, in training (Flax's layers in training on both
+    sides, the n-th random key of the call drawn alike: dropout on another
+    weight is seen), or None where the models cannot be traced so. A run
+    in training rests on a convention (the order of draws), not only on
+    what the models compute: it may refuse an assignment, never choose one.
     Elements that are NaN on both sides agree: a draw that overflows
-    decides nothing. The verdict of the worst run."""
+    decides nothing. Each verdict is the worst of its runs."""
     verdicts = [
         self._verdict(self._run(copies, inputs, nan_equal=True),
                       f' (on inputs with their selectors drawn anew, draw {d})')
         for d, inputs in enumerate(self.selector_draws)
     ]
     inputs = self.generic if self.generic is not None else self.inputs
-    if self._training is not None:
-      verdicts.append(self._verdict(
+    gradients = self._compare_gradients(copies, inputs)
+    if gradients is not None:
+      verdicts.append(self._verdict(gradients, ' (backward)'))
+    trained = None
+    if self._training is not None and self._mode('training') is not None:
+      trained = self._verdict(
           self._run(copies, inputs, 'training', nan_equal=True),
-          ' (in training, both sides drawing the same keys)'))
-    verdicts.append(self._verdict(self._compare_gradients(copies, inputs), ' (backward)'))
-    worst = max(verdicts, key=lambda v: (not v.agree, v.difference if v.difference == v.difference else math.inf))
-    return Verdict(all(v.agree for v in verdicts), all(v.exact for v in verdicts), worst.difference, worst.where)
+          ' (in training, both sides drawing the same keys in call order)')
+    return _worst(verdicts), trained
 
   def check(self, copies: Mapping[Hashable, Hashable]) -> Verdict:
     """Both models with each NNX slot drawn as `copies[slot]` (a Linen
@@ -466,6 +476,14 @@ class Witness:
       unseen = {slot for slot, value in reach.items() if not float(value) > REACH}
       idle = unseen if idle is None else idle & unseen
     return frozenset(idle)
+
+
+def _worst(verdicts: Sequence[Verdict]) -> Verdict:
+  """One verdict for several runs: agreeing and exact where all are, the
+  largest difference (NaN the largest) and where."""
+  worst = max(verdicts, key=lambda v: v.difference if v.difference == v.difference else math.inf)
+  return Verdict(all(v.agree for v in verdicts), all(v.exact for v in verdicts),
+                 worst.difference, worst.where)
 
 
 def _by_input(slots) -> dict[int, set]:

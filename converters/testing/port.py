@@ -448,7 +448,7 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
       return linen_call(variables, *xs)
 
   def nnx_in_order(held, *xs):
-    with nnx_draws_in_order(held):
+    with nnx_draws_in_order():
       return nnx_call(held, *xs, **nnx_kwargs)
 
   return _compare_call(

@@ -733,8 +733,10 @@ CASES = {
         LinenNestedWhere(), NNXNestedWhereInverted, (jax.ShapeDtypeStruct((2, 6), jnp.int32),),
         'refuses', ('rare_scale', 'special_scale', 'example inputs')),
     'integer_parameters': Case(LinenShuffles(), NNXShuffles, (_x(2, N),), 'maps'),
+    # training tells them apart only by the order of draws, a convention: refused
     'kernels_alike_in_eval_one_behind_dropout': Case(
-        LinenDropoutBranch(), NNXDropoutBranch, (_x(2, N),), 'maps'),
+        LinenDropoutBranch(), NNXDropoutBranch, (_x(2, N),), 'refuses',
+        ('a/kernel', 'b/kernel', 'not in training', 'PathRule')),
     'kernels_alike_forward_one_behind_a_gradient_reversal': Case(
         LinenGradientReversal(), NNXGradientReversal, (_x(2, N),), 'maps'),
     'kernels_alike_where_the_example_mask_keeps_everything': Case(

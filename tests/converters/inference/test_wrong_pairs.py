@@ -104,3 +104,43 @@ def test_a_port_maps_correctly_or_is_refused_never_wrong(name):
     port, original = outputs_through(mapping, case)
   for ported, expected in zip(port, original):
     np.testing.assert_allclose(ported, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_selector_given_as_a_keyword_input_is_a_constant_the_witness_cannot_vary():
+  from tests.converters.inference.ports import LinenKeep, NNXKeep
+
+  port = NNXKeep(nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(0), (2, 4))
+  # Given positionally the mask is drawn both ways; as a keyword it is part of the trace.
+  with pytest.raises(PathMappingError, match='keep'):
+    infer_paths(LinenKeep(), port, x, keep=jnp.ones((2, 4), bool))
+
+
+def test_a_port_that_cannot_be_differentiated_maps_or_is_refused_never_crashes():
+  from flax import linen as nn
+
+  class Linen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      y = nn.Dense(4, name='a')(x) + nn.Dense(4, name='b')(x)
+      for _ in range(3):
+        y = jnp.tanh(y)
+      return y
+
+  class Port(nnx.Module):
+    def __init__(self, rngs):
+      self.q, self.p = nnx.Linear(4, 4, rngs=rngs), nnx.Linear(4, 4, rngs=rngs)
+
+    def __call__(self, x):
+      y = self.q(x) + self.p(x)
+      return jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, jnp.tanh(c[1])), (0, y))[1]
+
+  x = jax.random.normal(jax.random.key(0), (2, 4))
+  try:  # no run backward through the port's while_loop: decided without it
+    mapping = infer_paths(Linen(), Port(nnx.Rngs(0)), x)
+  except PathMappingError as e:
+    assert 'a/kernel' in str(e)
+    return
+  variables = Linen().init(jax.random.key(1), x)
+  port = linen_to_nnx(variables, target=Port(nnx.Rngs(0)), paths=mapping)
+  np.testing.assert_allclose(port(-3 * x), Linen().apply(variables, -3 * x), rtol=1e-6, atol=1e-6)

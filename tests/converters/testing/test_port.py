@@ -385,3 +385,29 @@ def test_a_rule_with_a_transform_is_checked_on_a_mesh():
     linen_variables = jax.jit(LinenSharded().init)(jax.random.key(0), x)
     # The gradients, bare and placed sharded, convert through the rule's transform too.
     assert_port_equivalent(LinenSharded(), linen_variables, NNXShardedOutIn(nnx.Rngs(0)), x, paths=paths)
+
+
+class LinenDropoutBlock(nn.Module):
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    h = nn.Dropout(0.5, deterministic=not train)(nn.relu(nn.Dense(8, name='up')(x)))
+    return nn.Dense(OUT, name='down')(h)
+
+
+class NNXRematBlock(nnx.Module):
+  """The block under `nnx.remat`, which merges the model's streams anew inside."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.up = nnx.Linear(IN, 8, rngs=rngs)
+    self.drop = nnx.Dropout(0.5, rngs=rngs)
+    self.down = nnx.Linear(8, OUT, rngs=rngs)
+
+  def __call__(self, x):
+    return nnx.remat(lambda m, x: m.down(m.drop(nnx.relu(m.up(x)))))(self, x)
+
+
+def test_draws_inside_an_nnx_transform_are_the_models_own():
+  linen_variables = LinenDropoutBlock().init(jax.random.key(0), batch(0)[0])
+  assert_port_equivalent(
+      LinenDropoutBlock(), linen_variables, NNXRematBlock(nnx.Rngs(3)), batch(1)[0], paths='infer',
+      linen_kwargs={'train': False}, linen_train_kwargs={'train': True})
