@@ -12,7 +12,10 @@ parameters stored otherwise: kernels stored transposed (contracted by an
 einsum or as `x @ w.T`), two kernels fused into one `(N, 2N)` parameter
 sliced where each is used, a concatenation's `(2N, N)` kernel split in two
 halves, each contracting one operand. Those need a transform: inference
-must refuse them, or map them correctly.
+must refuse them, or map them correctly. With modes, programs gate on a
+boolean mask (which the example keeps all true), drop out in training and
+reverse gradients: the port's layers are alike at the example and differ
+only on other masks, in training or backward.
 
 `Layers` repeats such a program as the block of a stack of layers: Linen
 scans the block (`nn.scan`, its variables stacked) or loops over one
@@ -43,7 +46,10 @@ ACTIVATIONS = {'relu': jax.nn.relu, 'tanh': jnp.tanh, 'sigmoid': jax.nn.sigmoid}
 class Node:
   """`kind` over earlier nodes `args`: 'input' (arg: which), 'dense' (param),
   'bias' (param), 'row' (param, tiled over the batch), 'add', 'mul',
-  'act' (name), 'concat' (two nodes, then a (2N, N) kernel), 'choice'."""
+  'act' (name), 'concat' (two nodes, then a (2N, N) kernel), 'choice';
+  with modes: 'gate' (two nodes chosen elementwise by the boolean mask, the
+  program's last input), 'drop' (dropout in training), 'reverse' (the
+  identity whose gradient is negated)."""
 
   kind: str
   args: tuple[int, ...] = ()
@@ -56,6 +62,15 @@ class Program:
   inputs: int
   nodes: tuple[Node, ...]
   params: tuple[tuple[str, tuple[int, ...]], ...]  # name, shape
+  gated: bool = False  # a boolean mask follows the float inputs
+
+
+@jax.custom_vjp
+def reverse_gradient(x):
+  return x
+
+
+reverse_gradient.defvjp(lambda x: (x, None), lambda _, g: (-g,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,15 +102,19 @@ class Layers:
 
 
 @st.composite
-def programs(draw, inputs: st.SearchStrategy[int] = st.integers(1, 2)) -> Program:
+def programs(draw, inputs: st.SearchStrategy[int] = st.integers(1, 2), modes: bool = False) -> Program:
+  """Random programs; with `modes`, also gates on a boolean mask, dropout
+  and gradient reversals (what only other inputs, training or a pass
+  backward tell apart)."""
   inputs = draw(inputs)
   nodes = [Node('input', (), extra=str(i)) for i in range(inputs)]
   params: dict[str, tuple[int, ...]] = {}
   kernels: list[str] = []
+  kinds = ['dense', 'dense', 'bias', 'row', 'add', 'mul', 'act', 'concat', 'choice']
+  if modes:
+    kinds += ['gate', 'gate', 'drop', 'drop', 'reverse']
   for step in range(draw(st.integers(2, 7))):
-    kind = 'dense' if step == 0 else draw(
-        st.sampled_from(['dense', 'dense', 'bias', 'row', 'add', 'mul', 'act', 'concat', 'choice'])
-    )
+    kind = 'dense' if step == 0 else draw(st.sampled_from(kinds))
     pick = lambda: draw(st.integers(0, len(nodes) - 1))
     if kind == 'dense':
       if kernels and draw(st.booleans()) and draw(st.booleans()):
@@ -109,8 +128,10 @@ def programs(draw, inputs: st.SearchStrategy[int] = st.integers(1, 2)) -> Progra
       name = f'b{len(params)}'
       params[name] = (N,) if kind == 'bias' else (1, N)
       nodes.append(Node(kind, (pick(),), name))
-    elif kind in ('add', 'mul', 'choice'):
+    elif kind in ('add', 'mul', 'choice', 'gate'):
       nodes.append(Node(kind, (pick(), pick())))
+    elif kind in ('drop', 'reverse'):
+      nodes.append(Node(kind, (pick(),)))
     elif kind == 'act':
       nodes.append(Node('act', (pick(),), extra=draw(st.sampled_from(sorted(ACTIVATIONS)))))
     else:
@@ -122,7 +143,7 @@ def programs(draw, inputs: st.SearchStrategy[int] = st.integers(1, 2)) -> Progra
   leaves = [k for k in range(inputs, len(nodes)) if k not in used] or [len(nodes) - 1]
   for k in leaves[1:]:
     nodes.append(Node('add', (len(nodes) - 1 if len(nodes) - 1 != k else leaves[0], k)))
-  return Program(inputs, tuple(nodes), tuple(params.items()))
+  return Program(inputs, tuple(nodes), tuple(params.items()), any(n.kind == 'gate' for n in nodes))
 
 
 @st.composite
@@ -134,12 +155,16 @@ def rewrites(draw, program: Program, transposes: bool = True) -> Rewrite:
     names.append((name, nesting + (draw(st.sampled_from(['kernel', 'weight', 'p'])) + str(k),)))
   order = list(range(program.inputs))
   waiting = list(range(program.inputs, len(program.nodes)))
-  while waiting:  # a random topological order
-    ready = [k for k in waiting if all(a in order for a in program.nodes[k].args)]
+  drops = [k for k, n in enumerate(program.nodes) if n.kind == 'drop']
+  while waiting:  # a random topological order, drawing its dropout masks in the original's order
+    ready = [
+        k for k in waiting if all(a in order for a in program.nodes[k].args)
+        and all(d in order for d in drops if d < k and program.nodes[k].kind == 'drop')
+    ]
     k = draw(st.sampled_from(ready))
     order.append(k)
     waiting.remove(k)
-  commutative = [k for k, n in enumerate(program.nodes) if n.kind in ('add', 'mul')]
+  commutative = [k for k, n in enumerate(program.nodes) if n.kind in ('add', 'mul', 'gate')]
   scaled = [k for k, n in enumerate(program.nodes) if n.extra == 'scaled']
   kernels = [name for name, shape in program.params if shape == (N, N)]
   transposed = frozenset(draw(st.sets(st.sampled_from(kernels))) if kernels and transposes else ())
@@ -171,7 +196,9 @@ def layers() -> st.SearchStrategy[Layers]:
 
 def _evaluate(program: Program, order, inputs, get, *, swapped=frozenset(), scaled=frozenset(),
               constrained=frozenset(), transposed=frozenset(), in_call=frozenset(),
-              split=frozenset(), tile=True):
+              split=frozenset(), tile=True, drop=None):
+  if program.gated:
+    inputs, mask = inputs[:-1], inputs[-1]
   values = {}
   for k in order:
     node = program.nodes[k]
@@ -200,6 +227,12 @@ def _evaluate(program: Program, order, inputs, get, *, swapped=frozenset(), scal
       v = a[0] @ get(node.param + '/top') + a[1] @ get(node.param + '/bottom')
     elif node.kind == 'concat':
       v = jnp.concatenate([a[0], a[1]], axis=-1) @ get(node.param)
+    elif node.kind == 'gate':  # the port may write where(mask, a, b) as where(~mask, b, a)
+      v = jnp.where(~mask, a[1], a[0]) if k in swapped else jnp.where(mask, a[0], a[1])
+    elif node.kind == 'drop':
+      v = drop(a[0])
+    elif node.kind == 'reverse':
+      v = reverse_gradient(a[0])
     else:  # choice on the sign of the first input
       v = jnp.where(inputs[0] > 0, a[0], a[1])
     if k in constrained:
@@ -217,12 +250,13 @@ def _dense(x, w, transposed: bool, in_call: bool = False):
 def linen_model(program: Program, constrained: frozenset[int] = frozenset()) -> nn.Module:
   class RandomLinen(nn.Module):
     @nn.compact
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, train: bool = False):
       params = {
           name: self.param(name, nn.initializers.normal(1.0), shape) for name, shape in program.params
       }
       return _evaluate(
-          program, range(len(program.nodes)), inputs, params.__getitem__, constrained=constrained
+          program, range(len(program.nodes)), inputs, params.__getitem__, constrained=constrained,
+          drop=lambda v: nn.Dropout(0.5, deterministic=not train)(v),
       )
 
   return RandomLinen()
@@ -292,6 +326,8 @@ def _port_class(program: Program, rewrite: Rewrite) -> type[nnx.Module]:
               setattr(owner, key, _Holder())
             owner = getattr(owner, key)
           setattr(owner, path[-1], nnx.Param(jax.random.normal(rngs.params(), shape)))
+      if any(n.kind == 'drop' for n in program.nodes):
+        self.dropout = nnx.Dropout(0.5, rngs=rngs)
 
     def _read(self, path):
       owner = self
@@ -313,6 +349,7 @@ def _port_class(program: Program, rewrite: Rewrite) -> type[nnx.Module]:
           program, rewrite.order, inputs, self.get, swapped=rewrite.swapped,
           scaled=rewrite.scaled, constrained=rewrite.constrained,
           transposed=rewrite.transposed, in_call=rewrite.in_call, split=rewrite.split, tile=False,
+          drop=lambda v: self.dropout(v),
       )
 
   return RandomPort
@@ -350,7 +387,12 @@ def nnx_layers_port(program: Program, rewrite: Rewrite, layers: Layers, rngs: nn
   return RandomLayersPort(rngs)
 
 
-def example_inputs(program: Program, seed: int = 10) -> tuple:
-  return tuple(
+def example_inputs(program: Program, seed: int = 10, mask=None) -> tuple:
+  """Float inputs, and the mask of a gated program: all true unless given
+  (as an example keeps everything), which hides every gate's other branch."""
+  floats = tuple(
       jax.random.normal(jax.random.key(seed + i), (BATCH, N)) for i in range(program.inputs)
   )
+  if not program.gated:
+    return floats
+  return floats + (jnp.ones((BATCH, N), bool) if mask is None else mask,)

@@ -9,6 +9,11 @@ so, 1% are refused), so those ports may be refused, and so may ports that
 fuse two kernels into one parameter or split one in two (not inferred:
 their rules are the user's to give).
 
+Across modes (gates on a mask the example keeps all true, dropout, gradient
+reversals: layers alike at the example in eval mode), a mapping returned is
+right on other masks, in training and backward; a port may be refused only
+as one the structure and the witness cannot decide.
+
 The same holds for stacks of layers: a random block scanned or looped on
 either side, rematerialized or not. A port that runs its stack from the end
 (Linen's layer i is its layer count-1-i) may be refused, never mapped layer
@@ -16,7 +21,10 @@ i to layer i."""
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from hypothesis import HealthCheck, event, example, given, settings
@@ -113,6 +121,50 @@ def test_inference_never_returns_a_wrong_mapping(port):
 
 
 @st.composite
+def ports_with_modes(draw):
+  program = draw(rp.programs(modes=True))
+  return program, draw(rp.rewrites(program, transposes=False))
+
+
+# Two kernels summed, one behind dropout, the other behind a gradient
+# reversal, both gated by a mask the example keeps all true: alike at the
+# example in eval mode, told apart by other masks, training and gradients.
+KERNELS_ALIKE_BUT_IN_TRAINING_AND_BACKWARD = (
+    rp.Program(1, _INPUTS[:1] + (
+        rp.Node('dense', (0,), 'w0', ''), rp.Node('dense', (0,), 'w1', ''),
+        rp.Node('drop', (1,)), rp.Node('reverse', (2,)), rp.Node('add', (3, 4)),
+        rp.Node('gate', (5, 1)),
+    ), _KERNELS, gated=True),
+    _renamed('w1', 'w0', order=(0, 1, 2, 3, 4, 5, 6), swapped=frozenset({6})),
+)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(ports_with_modes())
+@example(KERNELS_ALIKE_BUT_IN_TRAINING_AND_BACKWARD)
+def test_inference_across_modes_never_returns_a_wrong_mapping(port):
+  """Gates on a mask the example keeps all true, dropout and gradient
+  reversals: a mapping returned is right on other masks, in training
+  (dropout masks drawn alike) and backward, or the port is refused; only
+  ports that draw alike in training yet differ there may be refused."""
+  program, rewrite = port
+  inputs = rp.example_inputs(program)
+  linen = rp.linen_model(program, rewrite.linen_constrained)
+  with jax.set_mesh(_mesh()):
+    model = rp.nnx_port(program, rewrite, nnx.Rngs(0))
+    model.eval()
+    try:
+      mapping = infer_paths(linen, model, *inputs)
+    except PathMappingError as error:
+      event('refused')
+      assert 'in training' in str(error) or 'cannot tell these apart' in str(error), str(error)
+      return
+    event('mapped')
+    _assert_computes_the_same(linen, model, mapping, program, inputs)
+    _assert_the_same_in_training_and_backward(linen, model, mapping, program)
+
+
+@st.composite
 def layer_ports(draw):
   program = draw(rp.programs(inputs=st.just(1)))
   return program, draw(rp.rewrites(program)), draw(rp.layers())
@@ -152,13 +204,58 @@ def _how_stored(rewrite) -> str:
   )
 
 
+def _unseen_mask(program):
+  """A mask both ways, drawn apart from anything inference draws."""
+  return jax.random.bernoulli(jax.random.key(77), 0.5, (rp.BATCH, rp.N)) if program.gated else None
+
+
 def _assert_computes_the_same(linen, model, mapping, program, inputs):
   variables = jax.jit(linen.init)(jax.random.key(1), *inputs)
   ported = linen_to_nnx(variables, target=model, paths=mapping)
-  for checked in (inputs, rp.example_inputs(program, seed=1_000)):  # and inputs inference never saw
+  unseen = rp.example_inputs(program, seed=1_000, mask=_unseen_mask(program))
+  for checked in (inputs, unseen):  # and inputs inference never saw
     got = nnx.jit(lambda m, *a: m(*a))(ported, *checked)
     want = np.asarray(jax.jit(linen.apply)(variables, *checked))
     # Another order of evaluation rounds otherwise, by float32 steps of the
     # largest terms summed, not of each result; a wrong pair moves the
     # outputs by their own scale.
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@contextlib.contextmanager
+def _masks_in_call_order():
+  """Both frameworks' dropout masks (`jax.random.bernoulli`) by call order
+  alone: a check of its own, not the kit's aligned keys."""
+  original, count = jax.random.bernoulli, [0]
+
+  def bernoulli(key, p=0.5, shape=None, **kwargs):
+    count[0] += 1
+    return original(jax.random.key(1_000 + count[0]), p, shape)
+
+  jax.random.bernoulli = bernoulli
+  try:
+    yield
+  finally:
+    jax.random.bernoulli = original
+
+
+def _assert_the_same_in_training_and_backward(linen, model, mapping, program):
+  inputs = rp.example_inputs(program, seed=2_000, mask=_unseen_mask(program))
+  variables = linen.init(jax.random.key(1), *inputs)
+  ported = linen_to_nnx(variables, target=model, paths=mapping)
+  ported.eval()
+  weights = jax.random.normal(jax.random.key(3), (rp.BATCH, rp.N))
+  # Backward: the gradient of a fixed projection with respect to the float inputs.
+  floats = inputs[:program.inputs]
+  rest = inputs[program.inputs:]
+  got = jax.grad(lambda xs: jnp.sum(ported(*xs, *rest) * weights))(floats)
+  want = jax.grad(lambda xs: jnp.sum(linen.apply(variables, *xs, *rest) * weights))(floats)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5 * np.abs(w).max())
+  # In training, the dropout masks drawn alike by call order.
+  ported.train()
+  with _masks_in_call_order():
+    got = np.asarray(ported(*inputs))
+  with _masks_in_call_order():
+    want = np.asarray(linen.apply(variables, *inputs, train=True, rngs={'dropout': jax.random.key(2)}))
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
