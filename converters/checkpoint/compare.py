@@ -305,7 +305,9 @@ def compare_outputs(
     with respect to each floating input (a custom derivative is seen);
   - in training: Flax's Linen layers in training as `.train()` puts NNX's,
     the n-th random key of the call the same on both sides
-    (`converters.training_mode`): dropout on the wrong weight is seen.
+    (`converters.training_mode`): dropout on the wrong weight is seen. Only
+    between checkpoints of one layout: a scan draws its layers' keys once,
+    a loop layer by layer.
 
   Inputs are placed replicated on the mesh the models run on. Everything
   compares bit for bit: a model and its port in one layout compile to one
@@ -333,6 +335,9 @@ def compare_outputs(
     sides = [models.source_layout(info, mesh) for info in infos]
     example = models.linen_model(models.layouts('linen')[0])  # its inputs serve both
     input_sets = _input_sets(example.args, mesh)
+    # A scan draws its layers' keys once, at its trace, a loop layer by
+    # layer: across layouts the draws cannot align, so training is not run.
+    training = sides[0][0] == sides[1][0]
     for path, info, (layout, side) in zip((a, b), infos, sides):
       state = checkpoints.restore(info, side.abstract_state)
       which = {'linen': 'Linen', 'nnx': 'NNX'}[side.framework]
@@ -341,10 +346,10 @@ def compare_outputs(
           linen = models.linen_model(layout)
           state = weights.runnable(side, state) if side.weights else state
           variables = input_collections(state, CollectionTable(models.collections))
-          results.append(_runs(_LinenRuns(linen.module, linen.kwargs), variables, input_sets))
+          results.append(_runs(_LinenRuns(linen.module, linen.kwargs), variables, input_sets, training))
         else:
           model = weights.runnable(side, state) if side.weights else side.objects(state)[0]
-          results.append(_runs(_NNXRuns(), model, input_sets))
+          results.append(_runs(_NNXRuns(), model, input_sets, training))
       except CheckpointError:
         raise
       except Exception as e:  # the user's model: any error of theirs
@@ -443,11 +448,11 @@ class _NNXRuns:
     return copy
 
 
-def _runs(side, held, input_sets) -> list[tuple[str, Any]]:
+def _runs(side, held, input_sets, training: bool) -> list[tuple[str, Any]]:
   """`[(what, results)]` of one side: outputs on each input set in eval
   mode, the gradients of a fixed projection of them with respect to the
-  floating inputs (on the last set), and outputs in training (on it too).
-  `what` holds `{}` where a leaf's path goes."""
+  floating inputs (on the last set), and, if `training`, outputs in
+  training (on it too). `what` holds `{}` where a leaf's path goes."""
   found = []
   model = side.prepared(held, training=False)
   run = side.jit(side.eval)
@@ -471,6 +476,7 @@ def _runs(side, held, input_sets) -> list[tuple[str, Any]]:
 
     grads = side.jit(gradients)(model, [leaves[k] for k in floats])
     found.append((f'the gradient of input {{}} on {what}', dict(zip(floats, grads))))
-  trained = side.prepared(held, training=True)
-  found.append((f'training-mode output{{}} on {what}', side.jit(side.training)(trained, *xs)))
+  if training:
+    trained = side.prepared(held, training=True)
+    found.append((f'training-mode output{{}} on {what}', side.jit(side.training)(trained, *xs)))
   return found

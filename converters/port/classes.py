@@ -1149,6 +1149,14 @@ class ClassWriter:
     if self.field_modes and self.modes:
       self.fail(self.cdef, f'the layers\' modes come from the call ({", ".join(self.modes)}) and from '
                 f'the configuration ({", ".join(self.field_modes)}); NNX has one mode: port it by hand')
+    flags = self.modes or self.field_modes
+    if len(flags) > 1:
+      # `train` for dropout beside `update_stats` for batch statistics: frozen
+      # statistics while fine-tuning is a state `model.train()` cannot give.
+      self.fail(self.cdef, f'the layers\' modes come from {len(flags)} flags ({", ".join(sorted(flags))}), '
+                'which Linen sets apart and NNX\'s one mode (`model.train()` / `.eval()`) would '
+                'set together: port it by hand, each layer\'s `deterministic` / '
+                '`use_running_average` set on its own')
     if not self.field_modes:
       return
     left = set()

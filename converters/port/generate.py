@@ -299,6 +299,11 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
         pairs.append((both, f'{decode_change}, {change}'))
   for description in result.refused_flags:
     result.checks.append((f'another configuration ({description})', 'not built by Linen', 'not proven'))
+  # Each field left None given a value: the branch the traced configuration skipped.
+  optional, unvaried = prove.optional_configurations(linen_model)
+  for name in unvaried:
+    result.checks.append((f'another configuration ({name} given a value)', 'no value Linen builds',
+                          'not proven'))
   # A flag of the call the port keeps as an argument (not its mode: it does
   # more than set layers' modes, `if deterministic: return ids`), turned
   # round: both sides called with it.
@@ -308,7 +313,7 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
       for k, v in linen_model.kwargs.items() if isinstance(v, bool) and k not in result.modes
   ]
   decoding_proven = 'cache' in result.variables
-  for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs, *calls]:
+  for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs, *calls, *optional]:
     start = time.perf_counter()
     try:
       root, variables = tracing.trace(other.module, *other.args, **other.kwargs)

@@ -13,8 +13,10 @@ import functools
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -714,6 +716,83 @@ def flag_configurations(linen_model: LinenModel, refused: list[str] | None = Non
         continue
       found.append((other, description))
   return found
+
+
+#: Values tried for a field left None, by its annotated type, until Linen
+#: builds the model (a width a multiple of a number of heads, a rate below one).
+_GIVEN_VALUES = {int: (16, 8, 3, 2, 1), float: (0.5, 0.25, 2.0), bool: (True, False)}
+
+
+def _annotated_type(owner: type, name: str) -> type | None:
+  """The one type of `int`, `float`, `bool` that the annotation of field
+  `name` of `owner` admits beside None (`int | None`, `Optional[float]`),
+  else None."""
+  try:
+    hint = typing.get_type_hints(owner).get(name)
+  except Exception:  # noqa: BLE001 - an annotation that names what it cannot resolve
+    hint = None
+  if hint is None:
+    text = str(getattr(owner, '__annotations__', {}).get(name, ''))
+    found = [t for t in (bool, int, float) if re.search(rf'\b{t.__name__}\b', text)]
+    return found[0] if len(found) == 1 else None
+  kinds = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+  found = [t for t in (bool, int, float) if t in kinds]
+  return found[0] if len(kinds) == 1 and found else None
+
+
+def _given_a_value(value, owner: type, prefix: str, depth: int = 0):
+  """`(changes, unvaried)`: `[(new value, 'name=given')]` for each field of
+  the configuration `value` (a module's fields, or a configuration
+  dataclass's, nested) left None, given a value of its annotated type, and
+  the fields left None no value can be given (a callable, a string)."""
+  if depth > 3 or not dataclasses.is_dataclass(value):
+    return [], []
+  changes, unvaried = [], []
+  for f in dataclasses.fields(value):
+    if not f.init or f.name in ('parent', 'name'):
+      continue
+    current = getattr(value, f.name)
+    name = f'{prefix}{f.name}'
+    if current is None:
+      kind = _annotated_type(owner, f.name)
+      if kind is None:
+        unvaried.append(name)
+        continue
+      changes.append(([(dataclasses.replace(value, **{f.name: v}) if not isinstance(value, nn.Module)
+                        else {f.name: v}) for v in _GIVEN_VALUES[kind]], [f'{name}={v!r}' for v in _GIVEN_VALUES[kind]]))
+    elif dataclasses.is_dataclass(current) and not isinstance(current, type):
+      inner, more = _given_a_value(current, type(current), f'{name}.', depth + 1)
+      unvaried += more
+      for news, descriptions in inner:
+        wrapped = [dataclasses.replace(value, **{f.name: n}) if not isinstance(value, nn.Module)
+                   else {f.name: n} for n in news]
+        changes.append((wrapped, descriptions))
+  return changes, unvaried
+
+
+def optional_configurations(linen_model: LinenModel) -> tuple[list[tuple[LinenModel, str]], list[str]]:
+  """The model with each field left None (`out_dim: int | None = None`, in
+  its configuration dataclasses too) given a value in turn, the first of
+  `_GIVEN_VALUES` of its annotated type that Linen builds: the branch the
+  traced configuration did not take is proven too, or the port fails
+  there. Also the fields no value is found for (their description), which
+  stay unproven."""
+  module = linen_model.module
+  changes, unvaried = _given_a_value(module, type(module), '')
+  found = []
+  for news, descriptions in changes:
+    for fields, description in zip(news, descriptions):
+      other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
+      try:
+        inputs, eval_kwargs, *_ = call_keywords(other, {})
+        jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
+      except Exception:  # noqa: BLE001 - Linen refuses that value: try the next
+        continue
+      found.append((other, description))
+      break
+    else:
+      unvaried.append(descriptions[0].split('=')[0])
+  return found, unvaried
 
 
 def other_configurations(linen_model: LinenModel, most: int = 1):

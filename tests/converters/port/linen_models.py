@@ -1348,3 +1348,34 @@ class FlagNamedAsAMode(nn.Module):
 
 def flag_named_as_a_mode() -> LinenModel:
   return LinenModel(FlagNamedAsAMode(), jnp.ones((2, 3)), deterministic=True)
+
+
+class OptionalOut(nn.Module):
+  """Flax nlp_seq's `MlpBlock`: the output as wide as the input unless
+  `out_dim` is given (the traced configuration leaves it None)."""
+
+  mlp_dim: int = 8
+  out_dim: int | None = None
+
+  @nn.compact
+  def __call__(self, x):
+    out_dim = x.shape[-1] if self.out_dim is None else self.out_dim
+    return nn.Dense(out_dim)(nn.relu(nn.Dense(self.mlp_dim)(x)))
+
+
+def optional_out() -> LinenModel:
+  return LinenModel(OptionalOut(), jax.ShapeDtypeStruct((2, 5, 6), jnp.float32))
+
+
+class TwoModeFlags(nn.Module):
+  """Dropout by `train`, batch statistics by `update_stats`: frozen
+  statistics while fine-tuning, a state NNX's one mode cannot give."""
+
+  @nn.compact
+  def __call__(self, x, train: bool = False, update_stats: bool = False):
+    x = nn.BatchNorm(use_running_average=not update_stats)(nn.Dense(4)(x))
+    return nn.Dropout(0.5, deterministic=not train)(x)
+
+
+def two_mode_flags() -> LinenModel:
+  return LinenModel(TwoModeFlags(), jnp.ones((2, 3)), train=False, update_stats=False)

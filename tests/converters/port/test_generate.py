@@ -393,6 +393,7 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('untraced_after_rebinding', "the shape of 'bias' is not known from the trace"),
     ('untraced_creation', 'Inner(...) is created where no traced configuration went'),
     ('mixed_modes', "modes come from the call (train) and from the configuration"),
+    ('two_mode_flags', "modes come from 2 flags (train, update_stats)"),
     ('dotted_mode_arithmetic', 'config.deterministic sets the layers\' modes and does more'),
     ('remat_alone', 'nn.remat of a module without nn.scan'),
     ('other_default', "the default of 'layer', nn.Conv, takes other arguments than the Dense"),
@@ -700,3 +701,12 @@ def test_the_written_header_names_the_module_as_imported_from_where_the_command_
   (tmp_path / 'link').symlink_to(tmp_path / 'work')
   monkeypatch.chdir(tmp_path / 'work')
   assert _import_name(str(tmp_path / 'link' / 'ports' / 'models_nnx.py')) == 'ports.models_nnx'
+
+
+def test_a_field_left_none_is_given_a_value_and_a_port_that_ignores_it_is_not_proven(tmp_path):
+  # nlp_seq's MlpBlock(out_dim=None): the port writes the traced branch (the
+  # input's width) and keeps `out_dim` unused; given a value, it fails.
+  result, _, _ = _port(tmp_path, 'optional_out', linen_models.optional_out())
+  assert not result.proven
+  assert result.failure.startswith('at out_dim=16:'), result.failure
+  assert _outcome(result, 'another configuration (out_dim=16)') == 'FAILED'
