@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from collections.abc import Callable, Iterator
 
 import jax
 from flax import linen as nn
 from flax import nnx
 from flax.core import scope as linen_scope
+from jax.extend import core as jcore
 
 #: Seed of the key the n-th draw of a call folds its n into, on both sides.
 DRAW_SEED = 0x5EED
@@ -43,21 +45,29 @@ _LINEN_TRAINING = (
 
 def linen_in_training(next_fun, args, kwargs, context):
   """An interceptor (`nn.intercept_methods`) that runs Flax's Linen layers
-  in training whatever their built-in flag says, as `model.train()` puts an
-  NNX port's layers: a flag given at the call still wins, as it does in NNX
-  (`first_from`), and a subclass with a call of its own is left as it is."""
+  in training whatever their flag says, built in or given at the call
+  (`nn.Dropout(...)(x, deterministic=not train)`): as `model.train()` puts
+  an NNX port's layers, where a flag is an attribute. Subclasses too
+  (`nn.SelfAttention`), where their call takes the flag; one with a call of
+  its own that does not is left as it is."""
   if context.method_name != '__call__':
     return next_fun(*args, **kwargs)
   for kind, attribute, value in _LINEN_TRAINING:
-    if type(context.module).__call__ is kind.__call__ and kwargs.get(attribute) is None:
-      # Linen takes the flag built in or at the call, never both
-      # (`merge_param`): cleared on the module for this call, given here.
-      built = getattr(context.module, attribute)
-      object.__setattr__(context.module, attribute, None)
-      try:
-        return next_fun(*args, **{**kwargs, attribute: value})
-      finally:
-        object.__setattr__(context.module, attribute, built)
+    if not isinstance(context.module, kind):
+      continue
+    signature = inspect.signature(type(context.module).__call__)
+    if attribute not in signature.parameters:
+      break
+    # Linen takes the flag built in or at the call, never both
+    # (`merge_param`): cleared on the module for this call, given here.
+    bound = signature.bind(context.module, *args, **kwargs)
+    bound.arguments[attribute] = value
+    built = getattr(context.module, attribute)
+    object.__setattr__(context.module, attribute, None)
+    try:
+      return next_fun(*bound.args[1:], **bound.kwargs)
+    finally:
+      object.__setattr__(context.module, attribute, built)
   return next_fun(*args, **kwargs)
 
 
@@ -101,12 +111,12 @@ def nnx_draws_in_order() -> Iterator[None]:
   draws its own keys: a port that ignores the model's streams is not given
   the original's."""
   original_call, original_init = nnx.RngStream.__call__, nnx.RngStream.__init__
-  built: set[int] = set()
+  built: dict[int, nnx.RngStream] = {}  # held, so that no other stream takes a freed id
   next_key = _counted_keys()
 
   @functools.wraps(original_init)
   def init(stream, *args, **kwargs):
-    built.add(id(stream))
+    built[id(stream)] = stream
     return original_init(stream, *args, **kwargs)
 
   @functools.wraps(original_call)
@@ -118,3 +128,20 @@ def nnx_draws_in_order() -> Iterator[None]:
     yield
   finally:
     nnx.RngStream.__init__, nnx.RngStream.__call__ = original_init, original_call
+
+
+def runs_a_scan(closed) -> bool:
+  """Whether a traced program (a closed jaxpr) runs a `scan`, in it or in a
+  call or branch it holds. Under a scan the draws cannot align: a scan
+  draws its layers' keys once, at its trace, and Linen's `nn.scan` traces
+  its body twice, counting each draw twice."""
+  for eqn in closed.jaxpr.eqns:
+    if eqn.primitive.name == 'scan':
+      return True
+    for value in eqn.params.values():
+      for inner in value if isinstance(value, (tuple, list)) else (value,):
+        if isinstance(inner, jcore.ClosedJaxpr) and runs_a_scan(inner):
+          return True
+        if isinstance(inner, jcore.Jaxpr) and runs_a_scan(jcore.ClosedJaxpr(inner, ())):
+          return True
+  return False

@@ -26,9 +26,10 @@ from jax.sharding import NamedSharding, PartitionSpec
 from converters import metadata as md
 from converters.comparison import as_key_data, leaf_difference
 from converters.checkpoint.inspect import string_path
+from converters.errors import CheckpointError
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import PathMapping, format_path
-from converters.training_mode import linen_draws_in_order, linen_in_training, nnx_draws_in_order
+from converters.training_mode import linen_draws_in_order, linen_in_training, nnx_draws_in_order, runs_a_scan
 from converters.variable_types import CollectionTable
 
 
@@ -302,12 +303,14 @@ def compare_outputs(
     (booleans both ways, integer scalars), as inference's witness runs
     them (`generic_inputs`, `selector_inputs`);
   - backward: the gradient of a fixed random projection of the outputs
-    with respect to each floating input (a custom derivative is seen);
+    with respect to each floating input (a custom derivative is seen),
+    where both programs can be differentiated;
   - in training: Flax's Linen layers in training as `.train()` puts NNX's,
     the n-th random key of the call the same on both sides
-    (`converters.training_mode`): dropout on the wrong weight is seen. Only
-    between checkpoints of one layout: a scan draws its layers' keys once,
-    a loop layer by layer.
+    (`converters.training_mode`): dropout on the wrong weight is seen.
+    Not where either model scans (a scan draws its layers' keys at its
+    trace, and Linen's traces its body twice) or cannot run in training
+    alone (a batch norm over a mapped axis): the rows say what ran.
 
   Inputs are placed replicated on the mesh the models run on. Everything
   compares bit for bit: a model and its port in one layout compile to one
@@ -321,7 +324,6 @@ def compare_outputs(
   from converters.checkpoint import inspect as checkpoints
   from converters.checkpoint import weights
   from converters.checkpoint.models import UserModels
-  from converters.errors import CheckpointError
 
   if not isinstance(models, UserModels):
     raise CheckpointError(
@@ -335,32 +337,43 @@ def compare_outputs(
     sides = [models.source_layout(info, mesh) for info in infos]
     example = models.linen_model(models.layouts('linen')[0])  # its inputs serve both
     input_sets = _input_sets(example.args, mesh)
-    # A scan draws its layers' keys once, at its trace, a loop layer by
-    # layer: across layouts the draws cannot align, so training is not run.
-    training = sides[0][0] == sides[1][0]
+    runners = []
     for path, info, (layout, side) in zip((a, b), infos, sides):
       state = checkpoints.restore(info, side.abstract_state)
       which = {'linen': 'Linen', 'nnx': 'NNX'}[side.framework]
-      try:
-        if side.framework == 'linen':
-          linen = models.linen_model(layout)
-          state = weights.runnable(side, state) if side.weights else state
-          variables = input_collections(state, CollectionTable(models.collections))
-          results.append(_runs(_LinenRuns(linen.module, linen.kwargs), variables, input_sets, training))
-        else:
-          model = weights.runnable(side, state) if side.weights else side.objects(state)[0]
-          results.append(_runs(_NNXRuns(), model, input_sets, training))
-      except CheckpointError:
-        raise
-      except Exception as e:  # the user's model: any error of theirs
-        text = str(e).strip().splitlines()
-        raise CheckpointError(
-            f'{path}: running the {which} model restored from it failed: '
-            f'{type(e).__name__}: {text[0] if text else ""}'
-        ) from e
+      if side.framework == 'linen':
+        linen = models.linen_model(layout)
+        state = weights.runnable(side, state) if side.weights else state
+        held = input_collections(state, CollectionTable(models.collections))
+        runner = _LinenRuns(linen.module, linen.kwargs)
+      else:
+        held = weights.runnable(side, state) if side.weights else side.objects(state)[0]
+        runner = _NNXRuns()
+      runners.append((path, which, runner, held))
       layouts.append(side.layout)
+    results = [_running(path, which, _runs, runner, held, input_sets)
+               for path, which, runner, held in runners]
+    # Training, where both sides can draw alike: not under a scan, which
+    # draws its layers' keys at its trace (Linen's `nn.scan` traces its body
+    # twice), nor where a model does not run in training on its own (a
+    # batch norm reducing over a mapped axis).
+    base_name, base = _base(input_sets)
+    if not any(_running(path, which, runner.scans, runner.prepared(held, training=False), base)
+               for path, which, runner, held in runners):
+      trained = []
+      for path, which, runner, held in runners:
+        try:
+          trained.append(runner.jit(runner.training)(runner.prepared(held, training=True), *base))
+        except Exception:  # noqa: BLE001 - no training run: what else it compares stands
+          break
+      else:
+        for found, out in zip(results, trained):
+          found[f'training-mode output{{}} on {base_name}'] = out
   rows = []
-  for (what, x_tree), (_, y_tree) in zip(*results):
+  # A run one side could not make (a program it cannot differentiate) is
+  # left out on both.
+  for what in [w for w in results[0] if w in results[1]]:
+    x_tree, y_tree = results[0][what], results[1][what]
     if jax.tree.structure(x_tree) != jax.tree.structure(y_tree):
       raise CheckpointError(
           f'the two models return {what} of different structures: '
@@ -405,6 +418,12 @@ def _input_sets(args, mesh) -> list[tuple[str, tuple]]:
   return sets
 
 
+def _base(input_sets) -> tuple[str, tuple]:
+  """The input set the gradients and training run on: the inputs made
+  generic, else the example's (selector draws may leave a model's range)."""
+  return next((s for s in input_sets if s[0] == 'the inputs made generic'), input_sets[0])
+
+
 class _LinenRuns:
   """A Linen module's calls in eval mode and in training, as `_runs` makes them."""
 
@@ -419,6 +438,16 @@ class _LinenRuns:
   def training(self, variables, *xs):
     with nn.intercept_methods(linen_in_training), linen_draws_in_order():
       return self.module.apply(variables, *xs, **self.kwargs, mutable=True)[0]
+
+  def gradients(self, inputs_of):
+    """`(variables, chosen) ->` the gradient of `_projection` of the outputs
+    with respect to `chosen`, the inputs being `inputs_of(chosen)`."""
+    def run(variables, chosen):
+      return jax.grad(lambda c: _projection(self.eval(variables, *inputs_of(c))))(chosen)
+    return run
+
+  def scans(self, variables, xs) -> bool:
+    return runs_a_scan(jax.make_jaxpr(lambda v: self.eval(v, *xs))(variables))
 
   def prepared(self, variables, training: bool):
     return variables
@@ -439,6 +468,19 @@ class _NNXRuns:
       return model(*xs)
 
   @staticmethod
+  def gradients(inputs_of):
+    """As `_LinenRuns.gradients`, by `nnx.grad`: the model an argument it
+    traces, so that the port's own transforms (`nnx.remat`) run inside."""
+    def run(model, chosen):
+      return nnx.grad(lambda m, c: _projection(m(*inputs_of(c))), argnums=1)(model, chosen)
+    return run
+
+  @staticmethod
+  def scans(model, xs) -> bool:
+    graphdef, state = nnx.split(model)
+    return runs_a_scan(jax.make_jaxpr(lambda s: nnx.merge(graphdef, s)(*xs))(state))
+
+  @staticmethod
   def prepared(model, training: bool):
     copy = nnx.merge(*nnx.split(model))  # a mode (and what training writes) of its own
     if training:
@@ -448,35 +490,56 @@ class _NNXRuns:
     return copy
 
 
-def _runs(side, held, input_sets, training: bool) -> list[tuple[str, Any]]:
-  """`[(what, results)]` of one side: outputs on each input set in eval
-  mode, the gradients of a fixed projection of them with respect to the
-  floating inputs (on the last set), and, if `training`, outputs in
-  training (on it too). `what` holds `{}` where a leaf's path goes."""
-  found = []
+def _running(path, which: str, run, *args):
+  """`run(*args)`, an error of the user's model a `CheckpointError` naming
+  the checkpoint, in one line."""
+  try:
+    return run(*args)
+  except CheckpointError:
+    raise
+  except Exception as e:  # noqa: BLE001 - the user's model: any error of theirs
+    text = str(e).strip().splitlines()
+    raise CheckpointError(
+        f'{path}: running the {which} model restored from it failed: '
+        f'{type(e).__name__}: {text[0] if text else ""}'
+    ) from e
+
+
+def _runs(side, held, input_sets) -> dict[str, Any]:
+  """`{what: results}` of one side in eval mode: outputs on each input
+  set, and the gradients of a fixed projection of them with respect to the
+  floating inputs on the inputs made generic (left out where the program
+  cannot be differentiated: a `while_loop`, integer outputs). `what` holds
+  `{}` where a leaf's path goes."""
+  found = {}
   model = side.prepared(held, training=False)
   run = side.jit(side.eval)
   for what, xs in input_sets:
-    found.append((f'output{{}} on {what}', run(model, *xs)))
-  what, xs = input_sets[-1]
+    found[f'output{{}} on {what}'] = run(model, *xs)
+  what, xs = _base(input_sets)
   leaves, tree = jax.tree.flatten(xs)
   floats = [k for k, x in enumerate(leaves) if hasattr(x, 'dtype') and jnp.issubdtype(x.dtype, jnp.floating)]
   if floats:
-    def gradients(held, chosen):
-      def projected(chosen):
-        given = list(leaves)
-        for k, v in zip(floats, chosen):
-          given[k] = v
-        outputs = side.eval(held, *jax.tree.unflatten(tree, given))
-        return sum(
-            jnp.sum(out.astype(jnp.float32) * jax.random.normal(jax.random.key(k), out.shape))
-            for k, out in enumerate(jax.tree.leaves(outputs)) if jnp.issubdtype(out.dtype, jnp.floating)
-        )
-      return jax.grad(projected)(chosen)
-
-    grads = side.jit(gradients)(model, [leaves[k] for k in floats])
-    found.append((f'the gradient of input {{}} on {what}', dict(zip(floats, grads))))
-  if training:
-    trained = side.prepared(held, training=True)
-    found.append((f'training-mode output{{}} on {what}', side.jit(side.training)(trained, *xs)))
+    try:
+      inputs_of = lambda chosen: _with(leaves, floats, chosen, tree)
+      grads = side.jit(side.gradients(inputs_of))(model, [leaves[k] for k in floats])
+    except Exception:  # noqa: BLE001 - JAX's refusal to differentiate the program: no run backward
+      return found
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(xs)[0]]
+    found[f'the gradient of input {{}} on {what}'] = {paths[k]: g for k, g in zip(floats, grads)}
   return found
+
+
+def _projection(outputs) -> jax.Array:
+  """A fixed random projection of the floating outputs (the same on both sides)."""
+  return sum(
+      jnp.sum(out.astype(jnp.float32) * jax.random.normal(jax.random.key(k), out.shape))
+      for k, out in enumerate(jax.tree.leaves(outputs)) if jnp.issubdtype(out.dtype, jnp.floating)
+  )
+
+
+def _with(leaves, floats, chosen, tree):
+  given = list(leaves)
+  for k, v in zip(floats, chosen):
+    given[k] = v
+  return jax.tree.unflatten(tree, given)

@@ -149,7 +149,8 @@ def selector_inputs(inputs: Sequence, draw: int) -> list:
   """The inputs with what may select a branch drawn anew (draw number
   `draw`): booleans both ways (an array drawn at random, a scalar negated
   on even draws), integer scalars and one-element integer arrays (a route,
-  a length) drawn between 0 and twice their value, other than it; integer
+  a length, a label) drawn between 0 and their value (1 for 0), other than
+  it; integer
   arrays drawn anew between their smallest and largest value and floats
   scaled elementwise, as `generic_inputs` does, with other seeds."""
   out = []
@@ -164,7 +165,7 @@ def selector_inputs(inputs: Sequence, draw: int) -> list:
         out.append(_hash_uniform(seed, tuple(x.shape), jnp.float32) > 0)
     elif jnp.issubdtype(x.dtype, jnp.integer) and x.size < 2:
       value = int(jnp.ravel(x)[0])
-      high = max(2 * abs(value), 1)
+      high = max(value, 1)  # below it: a label or a position within the model's range
       count = high if 0 <= value <= high else high + 1  # the values in [0, high] but `value`
       pick = min(int((float(_hash_uniform(seed, (), jnp.float32)) + 1.0) / 2.0 * count), count - 1)
       drawn = pick if not 0 <= value <= pick else pick + 1

@@ -300,10 +300,9 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   for description in result.refused_flags:
     result.checks.append((f'another configuration ({description})', 'not built by Linen', 'not proven'))
   # Each field left None given a value: the branch the traced configuration skipped.
-  optional, unvaried = prove.optional_configurations(linen_model)
-  for name in unvaried:
-    result.checks.append((f'another configuration ({name} given a value)', 'no value Linen builds',
-                          'not proven'))
+  optional, unproven = prove.optional_configurations(linen_model)
+  for name, why in unproven:
+    result.checks.append((f'another configuration ({name} given a value)', why, 'not proven'))
   # A flag of the call the port keeps as an argument (not its mode: it does
   # more than set layers' modes, `if deterministic: return ids`), turned
   # round: both sides called with it.

@@ -740,11 +740,24 @@ def _annotated_type(owner: type, name: str) -> type | None:
   return found[0] if len(kinds) == 1 and found else None
 
 
+def _replaced(value, name: str, new):
+  """`value` with field `name` set to `new` (a dict of it for a Linen
+  module, which `clone` takes), or None where the configuration refuses
+  it (its `__post_init__` checks)."""
+  if isinstance(value, nn.Module):
+    return {name: new}
+  try:
+    return dataclasses.replace(value, **{name: new})
+  except Exception:  # noqa: BLE001 - the configuration refuses the value
+    return None
+
+
 def _given_a_value(value, owner: type, prefix: str, depth: int = 0):
-  """`(changes, unvaried)`: `[(new value, 'name=given')]` for each field of
-  the configuration `value` (a module's fields, or a configuration
-  dataclass's, nested) left None, given a value of its annotated type, and
-  the fields left None no value can be given (a callable, a string)."""
+  """`(changes, unvaried)`: for each field of the configuration `value` (a
+  module's fields, or a configuration dataclass's, nested) left None,
+  `([(new value, 'name=given'), ...])` with each value of its annotated
+  type; and the fields left None that take no value the kit can give (a
+  callable, a string)."""
   if depth > 3 or not dataclasses.is_dataclass(value):
     return [], []
   changes, unvaried = [], []
@@ -758,15 +771,14 @@ def _given_a_value(value, owner: type, prefix: str, depth: int = 0):
       if kind is None:
         unvaried.append(name)
         continue
-      changes.append(([(dataclasses.replace(value, **{f.name: v}) if not isinstance(value, nn.Module)
-                        else {f.name: v}) for v in _GIVEN_VALUES[kind]], [f'{name}={v!r}' for v in _GIVEN_VALUES[kind]]))
+      tried = [(_replaced(value, f.name, v), f'{name}={v!r}') for v in _GIVEN_VALUES[kind]]
+      changes.append([(new, d) for new, d in tried if new is not None] or [(None, f'{name}=')])
     elif dataclasses.is_dataclass(current) and not isinstance(current, type):
       inner, more = _given_a_value(current, type(current), f'{name}.', depth + 1)
       unvaried += more
-      for news, descriptions in inner:
-        wrapped = [dataclasses.replace(value, **{f.name: n}) if not isinstance(value, nn.Module)
-                   else {f.name: n} for n in news]
-        changes.append((wrapped, descriptions))
+      for tried in inner:
+        wrapped = [(_replaced(value, f.name, new) if new is not None else None, d) for new, d in tried]
+        changes.append([(new, d) for new, d in wrapped if new is not None] or [(None, tried[0][1])])
   return changes, unvaried
 
 
@@ -775,24 +787,23 @@ def optional_configurations(linen_model: LinenModel) -> tuple[list[tuple[LinenMo
   its configuration dataclasses too) given a value in turn, the first of
   `_GIVEN_VALUES` of its annotated type that Linen builds: the branch the
   traced configuration did not take is proven too, or the port fails
-  there. Also the fields no value is found for (their description), which
-  stay unproven."""
+  there. Also the fields that stay unproven, each with why."""
   module = linen_model.module
   changes, unvaried = _given_a_value(module, type(module), '')
-  found = []
-  for news, descriptions in changes:
-    for fields, description in zip(news, descriptions):
-      other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
+  found, unproven = [], [(name, 'takes no value of a type the kit can give') for name in unvaried]
+  for tried in changes:
+    for fields, description in tried:
       try:
+        other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
         inputs, eval_kwargs, *_ = call_keywords(other, {})
         jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
-      except Exception:  # noqa: BLE001 - Linen refuses that value: try the next
+      except Exception:  # noqa: BLE001 - Linen (or the configuration) refuses that value: try the next
         continue
       found.append((other, description))
       break
     else:
-      unvaried.append(descriptions[0].split('=')[0])
-  return found, unvaried
+      unproven.append((tried[0][1].split('=')[0], 'no value Linen builds'))
+  return found, unproven
 
 
 def other_configurations(linen_model: LinenModel, most: int = 1):

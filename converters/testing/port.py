@@ -45,7 +45,7 @@ from converters.linen_model import LinenModel, split_arrays
 from converters.metadata import is_linen_box
 from converters.paths import Infer, PathMapping, as_infer
 from converters.testing.tables import format_table
-from converters.training_mode import linen_draws_in_order, nnx_draws_in_order
+from converters.training_mode import linen_draws_in_order, nnx_draws_in_order, runs_a_scan
 
 
 def mean_square_loss(outputs) -> jax.Array:
@@ -438,7 +438,10 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
   draw included, the n-th key of the call the same on both sides
   (`converters.training_mode`): outputs and the new values of every
   collection but the parameters. Where dropout acts, with which
-  `broadcast_dims` and how many times is compared by its effect."""
+  `broadcast_dims` and how many times is compared by its effect. Where
+  either side runs a scan, whose draws cannot align, dropout is left out
+  on both sides (`without_linen_dropout`, `without_nnx_dropout`) and the
+  rest of the step compared."""
   model = nnx.clone(model)
   model.train()
   linen_call = _linen_call(linen_module, linen_variables, linen_kwargs)
@@ -451,6 +454,17 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
     with nnx_draws_in_order():
       return nnx_call(held, *xs, **nnx_kwargs)
 
+  rebuild, arrays = split_arrays(inputs, {})
+  graphdef, state = nnx.split(model)
+  mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
+  traced = [
+      jax.make_jaxpr(mapped(lambda v, *xs: linen_in_order(v, *rebuild(*xs)[0])))(linen_variables, *arrays),
+      jax.make_jaxpr(mapped(lambda s, *xs: nnx_in_order(nnx.merge(graphdef, s), *rebuild(*xs)[0])))(state, *arrays),
+  ]
+  if any(runs_a_scan(t) for t in traced):
+    without_nnx_dropout(model)
+    linen_in_order = _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout)
+    nnx_in_order = lambda held, *xs: nnx_call(held, *xs, **nnx_kwargs)
   return _compare_call(
       ('train-mode outputs', 'what a training step writes'), linen_in_order,
       linen_variables, model, inputs, call=nnx_in_order, options=options, atol=atol,

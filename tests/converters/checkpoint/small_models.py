@@ -377,3 +377,48 @@ def nnx_dropout_branch() -> nnx.Module:
 BRANCH_PATHS = PathMapping([PathRule('a/kernel', 'q/kernel'), PathRule('b/kernel', 'p/kernel')])
 #: The dropout moved to the other kernel: alike in eval mode only.
 SWAPPED_BRANCH_PATHS = PathMapping([PathRule('a/kernel', 'p/kernel'), PathRule('b/kernel', 'q/kernel')])
+
+
+# -- dropout given its flag at the call, a port under nnx.remat ---------------
+
+
+class LinenCallFlag(nn.Module):
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    h = nn.Dropout(0.5)(nn.relu(nn.Dense(16)(x)), deterministic=not train)
+    return nn.Dense(4)(h)
+
+
+class NNXRematMLP(NNXMLP):
+  def __call__(self, x):
+    return nnx.remat(lambda m, x: m.down(m.dropout(nnx.relu(m.up(x)))))(self, x)
+
+
+def linen_call_flag() -> LinenModel:
+  return LinenModel(LinenCallFlag(), X, train=False)
+
+
+def nnx_remat_mlp() -> nnx.Module:
+  return NNXRematMLP(nnx.Rngs(0))
+
+
+class LinenArgmax(nn.Module):
+  """Integer outputs: nothing to differentiate."""
+
+  @nn.compact
+  def __call__(self, x):
+    h = nn.relu(nn.Dense(16)(x))
+    return jnp.argmax(nn.Dense(4)(h), axis=-1)
+
+
+class NNXArgmax(NNXMLP):
+  def __call__(self, x):  # no dropout, as the original
+    return jnp.argmax(self.down(nnx.relu(self.up(x))), axis=-1)
+
+
+def linen_argmax() -> LinenModel:
+  return LinenModel(LinenArgmax(), X)
+
+
+def nnx_argmax() -> nnx.Module:
+  return NNXArgmax(nnx.Rngs(0))

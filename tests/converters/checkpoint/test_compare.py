@@ -88,3 +88,16 @@ def test_a_model_that_fails_to_run_is_a_checkpoint_error_naming_the_checkpoint(t
   with pytest.raises(CheckpointError, match='running the NNX model restored from it failed') as info:
     compare_outputs(tmp_path / 'linen', tmp_path / 'nnx', models=failing)
   assert str(tmp_path / 'nnx') in str(info.value) and '\n' not in str(info.value)
+
+
+def test_a_call_time_dropout_flag_and_a_port_under_nnx_remat_compare_in_every_run(tmp_path):
+  rows = _compared(tmp_path, small.linen_call_flag, small.nnx_remat_mlp, small.PATHS)
+  names = [r.linen_path for r in rows]
+  assert any('training' in n for n in names) and any('gradient' in n for n in names), names
+  assert all(r.identical for r in rows), [(r.linen_path, r.max_abs_diff) for r in rows]
+
+
+def test_integer_outputs_compare_without_a_run_backward(tmp_path):
+  rows = _compared(tmp_path, small.linen_argmax, small.nnx_argmax, small.PATHS)
+  assert rows and all(r.identical for r in rows)
+  assert not any('gradient' in r.linen_path for r in rows)

@@ -1379,3 +1379,23 @@ class TwoModeFlags(nn.Module):
 
 def two_mode_flags() -> LinenModel:
   return LinenModel(TwoModeFlags(), jnp.ones((2, 3)), train=False, update_stats=False)
+
+
+class ValidatedOut(nn.Module):
+  """A field left None that its own `__post_init__` checks when given:
+  values it refuses are skipped, the first it takes proven."""
+
+  out_dim: int | None = None
+
+  def __post_init__(self):
+    if self.out_dim is not None and self.out_dim % 3:
+      raise ValueError('out_dim must be a multiple of 3')
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(x.shape[-1] if self.out_dim is None else self.out_dim)(x)
+
+
+def validated_out() -> LinenModel:
+  return LinenModel(ValidatedOut(), jax.ShapeDtypeStruct((2, 6), jnp.float32))

@@ -710,3 +710,11 @@ def test_a_field_left_none_is_given_a_value_and_a_port_that_ignores_it_is_not_pr
   assert not result.proven
   assert result.failure.startswith('at out_dim=16:'), result.failure
   assert _outcome(result, 'another configuration (out_dim=16)') == 'FAILED'
+
+
+def test_a_value_the_configuration_refuses_is_skipped_for_the_next(tmp_path):
+  # 16 and 8 are refused by the module's own check; 3 is taken (the port
+  # ignores it, as it does nlp_seq's out_dim, and is not proven there).
+  result, _, _ = _port(tmp_path, 'validated_out', linen_models.validated_out())
+  assert _outcome(result, 'another configuration (out_dim=3)') == 'FAILED'
+  assert not result.proven
