@@ -312,7 +312,8 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
       for k, v in linen_model.kwargs.items() if isinstance(v, bool) and k not in result.modes
   ]
   decoding_proven = 'cache' in result.variables
-  for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs, *calls, *optional]:
+  moved = prove.moved_configurations(linen_model)  # floats moved, tuples shorter
+  for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs, *calls, *optional, *moved]:
     start = time.perf_counter()
     try:
       root, variables = tracing.trace(other.module, *other.args, **other.kwargs)

@@ -806,6 +806,63 @@ def optional_configurations(linen_model: LinenModel) -> tuple[list[tuple[LinenMo
   return found, unproven
 
 
+def _moved(value, how: str, depth: int = 0):
+  """`(value, changes)` with every float moved (`how == 'floats'`) or every
+  tuple of two or more integers one shorter (`how == 'shorter'`), inside
+  configuration dataclasses too."""
+  if depth > 3:
+    return value, []
+  if how == 'floats' and isinstance(value, float):
+    # Doubled (an epsilon, a scale, a rate below one half), a rate from one
+    # half halfway to 1, 0.5 for 0: never a rate of 1 or more.
+    new = (value + 1) / 2 if 0.5 <= value < 1 else (value * 2 if value else 0.5)
+    return new, [f'{new!r}']
+  if (how == 'shorter' and isinstance(value, tuple) and len(value) >= 2
+      and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+    return value[:-1], [repr(value[:-1])]
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    changes, new = [], {}
+    for f in dataclasses.fields(value):
+      if f.init:
+        v, c = _moved(getattr(value, f.name), how, depth + 1)
+        if c:
+          new[f.name] = v
+          changes += [f'{f.name}={x}' for x in c]
+    if not new:
+      return value, []
+    try:
+      return dataclasses.replace(value, **new), changes
+    except Exception:  # noqa: BLE001 - the configuration refuses the change
+      return value, []
+  return value, []
+
+
+def moved_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]]:
+  """The model with every float of its configuration moved (a scale, an
+  epsilon, a rate: a traced float written into the port shows), and with
+  every tuple of integers one shorter (a loop over fewer entries), each
+  where Linen builds it: `(LinenModel, description)`."""
+  module = linen_model.module
+  found = []
+  for how in ('floats', 'shorter'):
+    fields, changes = {}, []
+    for name in shapes.module_fields(module):
+      new, change = _moved(getattr(module, name), how)
+      if change:
+        fields[name] = new
+        changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
+    if not fields:
+      continue
+    try:
+      other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
+      inputs, eval_kwargs, *_ = call_keywords(other, {})
+      jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
+    except Exception:  # noqa: BLE001 - Linen refuses that configuration
+      continue
+    found.append((other, ', '.join(changes)))
+  return found
+
+
 def other_configurations(linen_model: LinenModel, most: int = 1):
   """Up to `most` other configurations of the model that Linen builds:
   `(LinenModel, description)`. Every integer of the configuration one more

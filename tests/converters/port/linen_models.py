@@ -1399,3 +1399,18 @@ class ValidatedOut(nn.Module):
 
 def validated_out() -> LinenModel:
   return LinenModel(ValidatedOut(), jax.ShapeDtypeStruct((2, 6), jnp.float32))
+
+
+class FloatFields(nn.Module):
+  """Floats of the configuration: a scale and a normalisation's epsilon."""
+
+  scale: float = 0.5
+  epsilon: float = 1e-6
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.LayerNorm(epsilon=self.epsilon)(nn.Dense(4)(x)) * self.scale
+
+
+def float_fields() -> LinenModel:
+  return LinenModel(FloatFields(), jax.ShapeDtypeStruct((2, 3), jnp.float32))

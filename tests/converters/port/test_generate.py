@@ -718,3 +718,11 @@ def test_a_value_the_configuration_refuses_is_skipped_for_the_next(tmp_path):
   result, _, _ = _port(tmp_path, 'validated_out', linen_models.validated_out())
   assert _outcome(result, 'another configuration (out_dim=3)') == 'FAILED'
   assert not result.proven
+
+
+def test_the_floats_of_the_configuration_are_proven_moved_and_tuples_shorter(tmp_path):
+  result, _, _ = _port(tmp_path, 'float_fields', linen_models.float_fields())
+  assert result.proven, (result.failure, result.checks)
+  assert _outcome(result, 'another configuration (scale=0.75, epsilon=2e-06)') == 'passed'
+  result, _, _ = _port(tmp_path, 'stack', linen_models.stack())
+  assert _outcome(result, 'another configuration (config.widths=(8,))') == 'passed'
