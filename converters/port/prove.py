@@ -839,27 +839,39 @@ def _moved(value, how: str, depth: int = 0):
 
 def moved_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]]:
   """The model with every float of its configuration moved (a scale, an
-  epsilon, a rate: a traced float written into the port shows), and with
-  every tuple of integers one shorter (a loop over fewer entries), each
-  where Linen builds it: `(LinenModel, description)`."""
+  epsilon, a rate: a traced float written into the port shows) and every
+  tuple of integers one shorter (a loop over fewer entries), both in one
+  configuration where Linen builds it (one proof), else each alone:
+  `[(LinenModel, description)]`."""
   module = linen_model.module
-  found = []
-  for how in ('floats', 'shorter'):
+  names = shapes.module_fields(module)
+
+  def moved(hows):
     fields, changes = {}, []
-    for name in shapes.module_fields(module):
-      new, change = _moved(getattr(module, name), how)
+    for name in names:
+      value, change = getattr(module, name), []
+      for how in hows:
+        value, more = _moved(value, how)
+        change += more
       if change:
-        fields[name] = new
+        fields[name] = value
         changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
-    if not fields:
+    return fields, ', '.join(changes)
+
+  found = []
+  for hows in (('floats', 'shorter'), ('floats',), ('shorter',)):
+    fields, description = moved(hows)
+    if not fields or any(description == d for _, d in found):
       continue
     try:
       other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
       inputs, eval_kwargs, *_ = call_keywords(other, {})
       jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
-    except Exception:  # noqa: BLE001 - Linen refuses that configuration
+    except Exception:  # noqa: BLE001 - Linen refuses that configuration: each alone
       continue
-    found.append((other, ', '.join(changes)))
+    found.append((other, description))
+    if len(hows) == 2:
+      break  # both at once: one proof
   return found
 
 

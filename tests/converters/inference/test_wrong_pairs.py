@@ -73,11 +73,12 @@ def outputs_through(mapping, case):
       return jnp.sum(f(*given) * weights)
     return [np.asarray(g) for g in jax.grad(projected)([inputs[k] for k in floats])]
 
-  for inputs in drawn[1:]:
-    ported += input_gradients(lambda *xs: port(*xs), inputs)
-    original += input_gradients(lambda *xs: case.linen.apply(variables, *xs), inputs)
-  # In training: the port after .train(), Linen with its train flag where it has one.
-  train = {'train': True} if 'train' in inspect.signature(type(case.linen).__call__).parameters else {}
+  ported += input_gradients(lambda *xs: port(*xs), drawn[1])
+  original += input_gradients(lambda *xs: case.linen.apply(variables, *xs), drawn[1])
+  # In training, where the model has a mode: the port after .train(), Linen with its train flag.
+  if 'train' not in inspect.signature(type(case.linen).__call__).parameters:
+    return ported, original
+  train = {'train': True}
   port.train()
   for inputs in drawn[1:]:
     with masks_in_call_order():

@@ -725,4 +725,4 @@ def test_the_floats_of_the_configuration_are_proven_moved_and_tuples_shorter(tmp
   assert result.proven, (result.failure, result.checks)
   assert _outcome(result, 'another configuration (scale=0.75, epsilon=2e-06)') == 'passed'
   result, _, _ = _port(tmp_path, 'stack', linen_models.stack())
-  assert _outcome(result, 'another configuration (config.widths=(8,))') == 'passed'
+  assert _outcome(result, 'another configuration (config.rate=0.5, config.widths=(8,))') == 'passed'
