@@ -143,7 +143,10 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   flags = []
   made = {(c.cls, c.site, c.transform) for c in root.walk()}
   refused: list[str] = []
-  for other, description in prove.flag_configurations(linen_model, refused):
+  # Each field left None given a value, as a flag flipped: the branch it
+  # takes is traced, written and mapped too (a learned position table).
+  optional, unproven = prove.optional_configurations(linen_model)
+  for other, description in [*prove.flag_configurations(linen_model, refused), *optional]:
     other_root, other_variables = tracing.trace(other.module, *other.args, **other.kwargs)
     stops_decoding = 'cache' in variables and 'cache' not in other_variables
     if not stops_decoding and {(c.cls, c.site, c.transform) for c in other_root.walk()} <= made and _shapes(
@@ -213,6 +216,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   result.linen_classes = [w.cls if isinstance(w, classes.ClassPort) else w[0] for w in written]
   result.refused_flags = refused
   result.flags = [(other, description, other_variables) for other, description, _, other_variables in flags]
+  result.optional, result.unproven = optional, unproven
   return result, ports
 
 
@@ -300,9 +304,10 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   for description in result.refused_flags:
     result.checks.append((f'another configuration ({description})', 'not built by Linen', 'not proven'))
   # Each field left None given a value: the branch the traced configuration skipped.
-  optional, unproven = prove.optional_configurations(linen_model)
-  for name, why in unproven:
+  for name, why in result.unproven:
     result.checks.append((f'another configuration ({name} given a value)', why, 'not proven'))
+  written = {d for _, d, _ in result.flags}  # proven with the flags
+  optional = [(o, d) for o, d in result.optional if d not in written]
   # A flag of the call the port keeps as an argument (not its mode: it does
   # more than set layers' modes, `if deterministic: return ids`), turned
   # round: both sides called with it.

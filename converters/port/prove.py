@@ -7,6 +7,7 @@ modes), as the test file written beside it repeats in the user's CI.
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import dataclasses
 import functools
@@ -719,14 +720,51 @@ def flag_configurations(linen_model: LinenModel, refused: list[str] | None = Non
 
 
 #: Values tried for a field left None, by its annotated type, until Linen
-#: builds the model (a width a multiple of a number of heads, a rate below one).
-_GIVEN_VALUES = {int: (16, 8, 3, 2, 1), float: (0.5, 0.25, 2.0), bool: (True, False)}
+#: builds the model (a width a multiple of a number of heads, a rate below
+#: one); integers the model already holds are tried last (`_given_values`).
+_GIVEN_VALUES = {
+    int: (12, 16, 8, 24, 3, 2, 1), float: (0.5, 0.25, 2.0), bool: (True, False),
+    # an initializer (`posemb_init`, `bias_init`), else an activation
+    typing.Callable: (nn.initializers.normal(stddev=0.02), jax.nn.tanh),
+}
+
+
+def _shown(value) -> str:
+  """A value given to a field, as the report names it."""
+  if callable(value):
+    return 'an initializer' if value is _GIVEN_VALUES[typing.Callable][0] else getattr(value, '__name__', 'a function')
+  return repr(value)
+
+
+def _integers_held(value, depth: int = 0) -> set[int]:
+  """Every integer in a configuration (and its tuples and dataclasses)."""
+  if isinstance(value, bool) or depth > 3:
+    return set()
+  if isinstance(value, int):
+    return {value}
+  if isinstance(value, (tuple, list)):
+    return set().union(*(_integers_held(v, depth + 1) for v in value))
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    return set().union(*(_integers_held(getattr(value, f.name), depth + 1)
+                         for f in dataclasses.fields(value) if f.name not in ('parent', 'name')))
+  return set()
+
+
+def _given_values(kind: type, held: set[int]) -> tuple:
+  """The values tried for a field of type `kind` left None: for integers,
+  those no size of the model already is first (a width given as the
+  input's own would hide the branch that ignores it)."""
+  values = _GIVEN_VALUES[kind]
+  if kind is not int:
+    return values
+  return tuple(v for v in values if v not in held) + tuple(v for v in values if v in held)
 
 
 def _annotated_type(owner: type, name: str) -> type | None:
-  """The one type of `int`, `float`, `bool` that the annotation of field
-  `name` of `owner` admits beside None (`int | None`, `Optional[float]`),
-  else None."""
+  """The one type of `int`, `float`, `bool`, `typing.Callable` (for a
+  callable or `Any`: an initializer, as Flax's configurations hold them)
+  that the annotation of field `name` of `owner` admits beside None (`int |
+  None`, `Optional[float]`), else None."""
   try:
     hint = typing.get_type_hints(owner).get(name)
   except Exception:  # noqa: BLE001 - an annotation that names what it cannot resolve
@@ -734,8 +772,14 @@ def _annotated_type(owner: type, name: str) -> type | None:
   if hint is None:
     text = str(getattr(owner, '__annotations__', {}).get(name, ''))
     found = [t for t in (bool, int, float) if re.search(rf'\b{t.__name__}\b', text)]
+    if not found and re.search(r'\bCallable\b', text):
+      return typing.Callable
     return found[0] if len(found) == 1 else None
   kinds = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+  if kinds == [typing.Any]:  # what Flax's configurations hold initializers as
+    return typing.Callable
+  if len(kinds) == 1 and typing.get_origin(kinds[0]) is collections.abc.Callable or kinds == [collections.abc.Callable]:
+    return typing.Callable
   found = [t for t in (bool, int, float) if t in kinds]
   return found[0] if len(kinds) == 1 and found else None
 
@@ -752,7 +796,7 @@ def _replaced(value, name: str, new):
     return None
 
 
-def _given_a_value(value, owner: type, prefix: str, depth: int = 0):
+def _given_a_value(value, owner: type, prefix: str, depth: int = 0, held: frozenset = frozenset()):
   """`(changes, unvaried)`: for each field of the configuration `value` (a
   module's fields, or a configuration dataclass's, nested) left None,
   `([(new value, 'name=given'), ...])` with each value of its annotated
@@ -771,10 +815,10 @@ def _given_a_value(value, owner: type, prefix: str, depth: int = 0):
       if kind is None:
         unvaried.append(name)
         continue
-      tried = [(_replaced(value, f.name, v), f'{name}={v!r}') for v in _GIVEN_VALUES[kind]]
+      tried = [(_replaced(value, f.name, v), f'{name}={_shown(v)}') for v in _given_values(kind, held)]
       changes.append([(new, d) for new, d in tried if new is not None] or [(None, f'{name}=')])
     elif dataclasses.is_dataclass(current) and not isinstance(current, type):
-      inner, more = _given_a_value(current, type(current), f'{name}.', depth + 1)
+      inner, more = _given_a_value(current, type(current), f'{name}.', depth + 1, held)
       unvaried += more
       for tried in inner:
         wrapped = [(_replaced(value, f.name, new) if new is not None else None, d) for new, d in tried]
@@ -785,11 +829,15 @@ def _given_a_value(value, owner: type, prefix: str, depth: int = 0):
 def optional_configurations(linen_model: LinenModel) -> tuple[list[tuple[LinenModel, str]], list[str]]:
   """The model with each field left None (`out_dim: int | None = None`, in
   its configuration dataclasses too) given a value in turn, the first of
-  `_GIVEN_VALUES` of its annotated type that Linen builds: the branch the
+  `_GIVEN_VALUES` of its annotated type that Linen builds, integers no size
+  of the model already is first: the branch the
   traced configuration did not take is proven too, or the port fails
   there. Also the fields that stay unproven, each with why."""
   module = linen_model.module
-  changes, unvaried = _given_a_value(module, type(module), '')
+  shapes_given = [x.shape for x in jax.tree.leaves((linen_model.args, dict(linen_model.kwargs)))
+                  if hasattr(x, 'shape')]
+  held = frozenset(_integers_held(module) | _integers_held(shapes_given))
+  changes, unvaried = _given_a_value(module, type(module), '', held=held)
   found, unproven = [], [(name, 'takes no value of a type the kit can give') for name in unvaried]
   for tried in changes:
     for fields, description in tried:

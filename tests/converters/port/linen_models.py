@@ -1388,8 +1388,8 @@ class ValidatedOut(nn.Module):
   out_dim: int | None = None
 
   def __post_init__(self):
-    if self.out_dim is not None and self.out_dim % 3:
-      raise ValueError('out_dim must be a multiple of 3')
+    if self.out_dim is not None and self.out_dim % 8:
+      raise ValueError('out_dim must be a multiple of 8')
     super().__post_init__()
 
   @nn.compact

@@ -299,6 +299,10 @@ def test_numbered_names_configuration_modes_and_untraced_branches(tmp_path):
   written = '''    if config.bias_init is not None:
       self.bias = nnx.Param(config.bias_init(rngs.params(), (in_features,)))'''
   assert written in text
+  # The branch traced with `bias_init` given an initializer, written into
+  # PATHS and proven there: a checkpoint of that configuration converts.
+  assert "PathRule('bias', 'bias')" in text
+  assert _outcome(result, 'another configuration (config.bias_init=an initializer)') == 'passed'
   # Where that branch is taken, the same class is written (proven nightly).
   result, out = _written(tmp_path, 'numbered_bias', linen_models.numbered(nn.initializers.ones))
   assert written in out.read_text()
@@ -708,15 +712,15 @@ def test_a_field_left_none_is_given_a_value_and_a_port_that_ignores_it_is_not_pr
   # input's width) and keeps `out_dim` unused; given a value, it fails.
   result, _, _ = _port(tmp_path, 'optional_out', linen_models.optional_out())
   assert not result.proven
-  assert result.failure.startswith('at out_dim=16:'), result.failure
-  assert _outcome(result, 'another configuration (out_dim=16)') == 'FAILED'
+  assert result.failure.startswith('at out_dim=12:'), result.failure
+  assert _outcome(result, 'another configuration (out_dim=12)') == 'FAILED'
 
 
 def test_a_value_the_configuration_refuses_is_skipped_for_the_next(tmp_path):
-  # 16 and 8 are refused by the module's own check; 3 is taken (the port
-  # ignores it, as it does nlp_seq's out_dim, and is not proven there).
+  # 12, the first value tried, is refused by the module's own check; 16 is
+  # taken (the port ignores it, as it does nlp_seq's out_dim: not proven).
   result, _, _ = _port(tmp_path, 'validated_out', linen_models.validated_out())
-  assert _outcome(result, 'another configuration (out_dim=3)') == 'FAILED'
+  assert _outcome(result, 'another configuration (out_dim=16)') == 'FAILED'
   assert not result.proven
 
 
