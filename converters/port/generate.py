@@ -217,6 +217,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   result.refused_flags = refused
   result.flags = [(other, description, other_variables) for other, description, _, other_variables in flags]
   result.optional, result.unproven = optional, unproven
+  result.mapping = mapping
   return result, ports
 
 
@@ -318,11 +319,16 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   ]
   decoding_proven = 'cache' in result.variables
   moved = prove.moved_configurations(linen_model)  # floats moved, tuples shorter
+  written_rules = set(result.mapping.rules)
   for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs, *calls, *optional, *moved]:
     start = time.perf_counter()
     try:
       root, variables = tracing.trace(other.module, *other.args, **other.kwargs)
       paths = emit.mapping_of(emit.path_pairs(root, variables, ports))
+      # Through the written PATHS where they hold this configuration's
+      # rules; else through its own, and the report says PATHS does not.
+      uncovered = [r for r in paths.rules if r not in written_rules]
+      paths = result.mapping if not uncovered else paths
       prove_one = prove.assert_generated_decoding if 'cache' in variables else prove.assert_generated_port
       # The fused attention as written is checked by the first proof (and
       # decoding's first): its rounding is the kernel's, not the sizes'.
@@ -336,6 +342,10 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
       return result
     result.checks.append((f'another configuration ({changes})', 'passed',
                           f'{time.perf_counter() - start:.2f} s'))
+    if uncovered:
+      shown = ', '.join(f'{r.linen} -> {r.nnx}' for r in uncovered[:3]) + (', ...' if len(uncovered) > 3 else '')
+      result.checks.append((f'PATHS at that configuration ({changes})', 'NOT COVERED',
+                            f'it needs {shown} (layers numbered by the traced count)'))
   result.proven = not problems
   return result
 

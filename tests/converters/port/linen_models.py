@@ -1414,3 +1414,20 @@ class FloatFields(nn.Module):
 
 def float_fields() -> LinenModel:
   return LinenModel(FloatFields(), jax.ShapeDtypeStruct((2, 3), jnp.float32))
+
+
+class HeadAfterLoop(nn.Module):
+  """The port guide's MLP: Linen numbers the head after the loop's layers
+  (`Dense_{len(widths)}`), so no `{i}` template maps both."""
+
+  widths: tuple[int, ...] = (6, 6)
+
+  @nn.compact
+  def __call__(self, x):
+    for width in self.widths:
+      x = nn.relu(nn.Dense(width)(x))
+    return nn.Dense(3)(x)
+
+
+def head_after_loop() -> LinenModel:
+  return LinenModel(HeadAfterLoop(), jax.ShapeDtypeStruct((2, 4), jnp.float32))
