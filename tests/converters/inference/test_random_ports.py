@@ -34,6 +34,7 @@ from jax.sharding import AxisType
 from converters import infer_paths, linen_to_nnx
 from converters.errors import PathMappingError
 from tests.converters.inference import random_ports as rp
+from tests.hypothesis_profiles import compiling
 
 
 def _mesh():
@@ -139,7 +140,8 @@ KERNELS_ALIKE_BUT_IN_TRAINING_AND_BACKWARD = (
 )
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# Each example compiles its own programs: CI runs one (`compiling`), nightly all.
+@settings(compiling, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ports_with_modes())
 @example(KERNELS_ALIKE_BUT_IN_TRAINING_AND_BACKWARD)
 def test_inference_across_modes_never_returns_a_wrong_mapping(port):
