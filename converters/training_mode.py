@@ -83,6 +83,17 @@ def _counted_keys() -> Callable[[], jax.Array]:
 
 
 @contextlib.contextmanager
+def patched(owner, name: str, value) -> Iterator[None]:
+  """`owner.<name>` is `value` within the context, what it was after."""
+  original = getattr(owner, name)
+  setattr(owner, name, value)
+  try:
+    yield
+  finally:
+    setattr(owner, name, original)
+
+
+@contextlib.contextmanager
 def linen_draws_in_order() -> Iterator[None]:
   """Within the context, Linen's n-th `make_rng` of any stream but
   `params` (counted from its start) returns `fold_in(key(DRAW_SEED), n)`.
@@ -94,11 +105,8 @@ def linen_draws_in_order() -> Iterator[None]:
   def make_rng(scope, name: str = 'params'):
     return original(scope, name) if name == 'params' else next_key()
 
-  linen_scope.Scope.make_rng = make_rng
-  try:
+  with patched(linen_scope.Scope, 'make_rng', make_rng):
     yield
-  finally:
-    linen_scope.Scope.make_rng = original
 
 
 @contextlib.contextmanager
@@ -123,11 +131,8 @@ def nnx_draws_in_order() -> Iterator[None]:
   def draw(stream):
     return original_call(stream) if id(stream) in built else next_key()
 
-  nnx.RngStream.__init__, nnx.RngStream.__call__ = init, draw
-  try:
+  with patched(nnx.RngStream, '__init__', init), patched(nnx.RngStream, '__call__', draw):
     yield
-  finally:
-    nnx.RngStream.__init__, nnx.RngStream.__call__ = original_init, original_call
 
 
 def runs_a_scan(closed) -> bool:

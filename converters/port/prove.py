@@ -642,6 +642,25 @@ def _placement():
 
 
 
+def _in_fields(value, change):
+  """`(value, changes)` of a configuration dataclass with `change` (a field's
+  value -> `(new value, changes)`) applied to each of its fields; `value`
+  as it is where nothing changes or the configuration refuses the change."""
+  changes, new = [], {}
+  for f in dataclasses.fields(value):
+    if f.init:
+      v, c = change(getattr(value, f.name))
+      if c:
+        new[f.name] = v
+        changes += [f'{f.name}={x}' for x in c]
+  if not new:
+    return value, []
+  try:
+    return dataclasses.replace(value, **new), changes
+  except Exception:  # noqa: BLE001 - the configuration refuses the change
+    return value, []
+
+
 def _changed(value, depth: int = 0, scale: int | None = None):
   """Each integer one more (or `scale` times itself) and each tuple of
   integers one longer (its last entry again), inside configuration
@@ -657,19 +676,7 @@ def _changed(value, depth: int = 0, scale: int | None = None):
     longer = value + value[-1:]
     return longer, [repr(longer)]
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
-    changes, new = [], {}
-    for f in dataclasses.fields(value):
-      if f.init:
-        v, c = _changed(getattr(value, f.name), depth + 1, scale)
-        if c:
-          new[f.name] = v
-          changes += [f'{f.name}={x}' for x in c]
-    if not new:
-      return value, []
-    try:
-      return dataclasses.replace(value, **new), changes
-    except Exception:  # noqa: BLE001 - the configuration refuses the change
-      return value, []
+    return _in_fields(value, lambda v: _changed(v, depth + 1, scale))
   return value, []
 
 
@@ -869,19 +876,7 @@ def _moved(value, how: str, depth: int = 0):
       and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
     return value[:-1], [repr(value[:-1])]
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
-    changes, new = [], {}
-    for f in dataclasses.fields(value):
-      if f.init:
-        v, c = _moved(getattr(value, f.name), how, depth + 1)
-        if c:
-          new[f.name] = v
-          changes += [f'{f.name}={x}' for x in c]
-    if not new:
-      return value, []
-    try:
-      return dataclasses.replace(value, **new), changes
-    except Exception:  # noqa: BLE001 - the configuration refuses the change
-      return value, []
+    return _in_fields(value, lambda v: _moved(v, how, depth + 1))
   return value, []
 
 

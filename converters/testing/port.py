@@ -45,7 +45,7 @@ from converters.linen_model import LinenModel, split_arrays
 from converters.metadata import is_linen_box
 from converters.paths import Infer, PathMapping, as_infer
 from converters.testing.tables import format_table
-from converters.training_mode import linen_draws_in_order, nnx_draws_in_order, runs_a_scan
+from converters.training_mode import linen_draws_in_order, nnx_draws_in_order, patched, runs_a_scan
 
 
 def mean_square_loss(outputs) -> jax.Array:
@@ -326,11 +326,8 @@ def linen_draws(streams: Sequence[str]) -> Iterator[None]:
   def make_rng(scope, name: str = 'params'):
     return original(scope, name) if name not in streams else next_key(name)
 
-  linen_scope.Scope.make_rng = make_rng
-  try:
+  with patched(linen_scope.Scope, 'make_rng', make_rng):
     yield
-  finally:
-    linen_scope.Scope.make_rng = original
 
 
 @contextlib.contextmanager
@@ -349,11 +346,8 @@ def nnx_draws(model: nnx.Module, streams: Sequence[str]) -> Iterator[None]:
   def draw(stream):
     return original(stream) if stream.tag not in streams or id(stream) not in held else next_key(stream.tag)
 
-  nnx.RngStream.__call__ = draw
-  try:
+  with patched(nnx.RngStream, '__call__', draw):
     yield
-  finally:
-    nnx.RngStream.__call__ = original
 
 
 def on_one_replica(f: Callable, axis_name: str) -> Callable:

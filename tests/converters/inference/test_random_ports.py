@@ -21,8 +21,6 @@ i to layer i."""
 
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +32,7 @@ from jax.sharding import AxisType
 from converters import infer_paths, linen_to_nnx
 from converters.errors import PathMappingError
 from tests.converters.inference import random_ports as rp
+from tests.converters.inference.call_order_masks import masks_in_call_order
 from tests.hypothesis_profiles import compiling
 
 
@@ -224,23 +223,6 @@ def _assert_computes_the_same(linen, model, mapping, program, inputs):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
-@contextlib.contextmanager
-def _masks_in_call_order():
-  """Both frameworks' dropout masks (`jax.random.bernoulli`) by call order
-  alone: a check of its own, not the kit's aligned keys."""
-  original, count = jax.random.bernoulli, [0]
-
-  def bernoulli(key, p=0.5, shape=None, **kwargs):
-    count[0] += 1
-    return original(jax.random.key(1_000 + count[0]), p, shape)
-
-  jax.random.bernoulli = bernoulli
-  try:
-    yield
-  finally:
-    jax.random.bernoulli = original
-
-
 def _assert_the_same_in_training_and_backward(linen, model, mapping, program):
   inputs = rp.example_inputs(program, seed=2_000, mask=_unseen_mask(program))
   variables = linen.init(jax.random.key(1), *inputs)
@@ -256,8 +238,8 @@ def _assert_the_same_in_training_and_backward(linen, model, mapping, program):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5 * np.abs(w).max())
   # In training, the dropout masks drawn alike by call order.
   ported.train()
-  with _masks_in_call_order():
+  with masks_in_call_order():
     got = np.asarray(ported(*inputs))
-  with _masks_in_call_order():
+  with masks_in_call_order():
     want = np.asarray(linen.apply(variables, *inputs, train=True, rngs={'dropout': jax.random.key(2)}))
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

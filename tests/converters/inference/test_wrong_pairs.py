@@ -5,7 +5,6 @@ what to write; none converts wrongly."""
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 
 import jax
@@ -16,6 +15,7 @@ from flax import nnx
 
 from converters import infer_paths, linen_to_nnx
 from converters.errors import PathMappingError
+from tests.converters.inference.call_order_masks import masks_in_call_order
 from tests.converters.inference.ports import CASES
 
 
@@ -28,24 +28,6 @@ def unseen(case, draw: int) -> list:
       else x
       for k, x in enumerate(case.inputs)
   ]
-
-
-@contextlib.contextmanager
-def masks_in_call_order():
-  """Both frameworks' dropout masks (`jax.random.bernoulli`) drawn by call
-  order alone, whatever key a layer holds: the n-th mask of a call is the
-  same on both sides. A check of its own, not the kit's aligned keys."""
-  original, count = jax.random.bernoulli, [0]
-
-  def bernoulli(key, p=0.5, shape=None, **kwargs):
-    count[0] += 1
-    return original(jax.random.key(1_000 + count[0]), p, shape)
-
-  jax.random.bernoulli = bernoulli
-  try:
-    yield
-  finally:
-    jax.random.bernoulli = original
 
 
 def outputs_through(mapping, case):
