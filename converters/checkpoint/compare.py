@@ -336,7 +336,7 @@ def compare_outputs(
   with jax.set_mesh(mesh), nn.logical_axis_rules(models.rules or ()):
     sides = [models.source_layout(info, mesh) for info in infos]
     example = models.linen_model(models.layouts('linen')[0])  # its inputs serve both
-    input_sets = _input_sets(example.args, mesh)
+    input_sets, base_set = _input_sets(example.args, mesh)
     runners = []
     for path, info, (layout, side) in zip((a, b), infos, sides):
       state = checkpoints.restore(info, side.abstract_state)
@@ -351,13 +351,13 @@ def compare_outputs(
         runner = _NNXRuns()
       runners.append((path, which, runner, held))
       layouts.append(side.layout)
-    results = [_running(path, which, _runs, runner, held, input_sets)
+    results = [_running(path, which, _runs, runner, held, input_sets, base_set)
                for path, which, runner, held in runners]
     # Training, where both sides can draw alike: not under a scan, which
     # draws its layers' keys at its trace (Linen's `nn.scan` traces its body
     # twice), nor where a model does not run in training on its own (a
     # batch norm reducing over a mapped axis).
-    base_name, base = _base(input_sets)
+    base_name, base = input_sets[base_set]
     if not any(_running(path, which, runner.scans, runner.prepared(held, training=False), base)
                for path, which, runner, held in runners):
       trained = []
@@ -391,10 +391,12 @@ def compare_outputs(
   return rows, labels, {'a': summaries[0], 'b': summaries[1], 'outputs': True}
 
 
-def _input_sets(args, mesh) -> list[tuple[str, tuple]]:
-  """`[(what, inputs)]`: the example inputs (abstract ones drawn as
+def _input_sets(args, mesh) -> tuple[list[tuple[str, tuple]], int]:
+  """`([(what, inputs)], base)`: the example inputs (abstract ones drawn as
   inference's witness draws them), made generic, and with their selectors
-  drawn anew, each placed replicated on `mesh`."""
+  drawn anew, each placed replicated on `mesh`; `base` the index of the set
+  the gradients and training run on: the inputs made generic, else the
+  example's (selector draws may leave a model's range)."""
   from converters.inference.evaluation import outside_any_mesh
   from converters.inference.witness import SELECTOR_DRAWS, example_inputs, generic_inputs, selector_inputs
 
@@ -415,13 +417,7 @@ def _input_sets(args, mesh) -> list[tuple[str, tuple]]:
     for k, value in zip(arrays, values):
       placed[k] = jax.device_put(value, replicated)
     sets.append((what, tuple(jax.tree.unflatten(tree, placed))))
-  return sets
-
-
-def _base(input_sets) -> tuple[str, tuple]:
-  """The input set the gradients and training run on: the inputs made
-  generic, else the example's (selector draws may leave a model's range)."""
-  return next((s for s in input_sets if s[0] == 'the inputs made generic'), input_sets[0])
+  return sets, 1 if generic is not None else 0
 
 
 class _LinenRuns:
@@ -505,10 +501,10 @@ def _running(path, which: str, run, *args):
     ) from e
 
 
-def _runs(side, held, input_sets) -> dict[str, Any]:
+def _runs(side, held, input_sets, base: int) -> dict[str, Any]:
   """`{what: results}` of one side in eval mode: outputs on each input
   set, and the gradients of a fixed projection of them with respect to the
-  floating inputs on the inputs made generic (left out where the program
+  floating inputs on `input_sets[base]` (left out where the program
   cannot be differentiated: a `while_loop`, integer outputs). `what` holds
   `{}` where a leaf's path goes."""
   found = {}
@@ -516,7 +512,7 @@ def _runs(side, held, input_sets) -> dict[str, Any]:
   run = side.jit(side.eval)
   for what, xs in input_sets:
     found[f'output{{}} on {what}'] = run(model, *xs)
-  what, xs = _base(input_sets)
+  what, xs = input_sets[base]
   leaves, tree = jax.tree.flatten(xs)
   floats = [k for k, x in enumerate(leaves) if hasattr(x, 'dtype') and jnp.issubdtype(x.dtype, jnp.floating)]
   if floats:

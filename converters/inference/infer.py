@@ -168,7 +168,7 @@ def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
 
     try:
       return _proven(traces, inputs, given, result, robust, lambda: models.training,
-                     _fixed_inputs(example_args, example_kwargs))
+                     _fixed_inputs(example_kwargs))
     except PathMappingError as e:
       # Strict positions first; a port that stacks, concatenates or branches
       # in another order pairs with them relaxed, the witness deciding.
@@ -437,7 +437,7 @@ def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: Pat
   return anchors
 
 
-def _fixed_inputs(example_args, example_kwargs) -> list[str]:
+def _fixed_inputs(example_kwargs) -> list[str]:
   """The example inputs the witness cannot vary: keyword inputs of both
   calls, arrays or not, which the traces hold as constants (a positional
   one is an input of the trace, drawn anew)."""

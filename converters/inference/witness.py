@@ -150,9 +150,8 @@ def selector_inputs(inputs: Sequence, draw: int) -> list:
   `draw`): booleans both ways (an array drawn at random, a scalar negated
   on even draws), integer scalars and one-element integer arrays (a route,
   a length, a label) drawn between 0 and their value (1 for 0), other than
-  it; integer
-  arrays drawn anew between their smallest and largest value and floats
-  scaled elementwise, as `generic_inputs` does, with other seeds."""
+  it; integer arrays drawn anew between their smallest and largest value
+  and floats scaled elementwise, as `generic_inputs` does, other seeds."""
   out = []
   for k, x in enumerate(inputs):
     seed = 30_011 + 977 * draw + k
@@ -236,19 +235,21 @@ class Witness:
 
   def _mode(self, mode: str):
     """`((linen trace, nnx trace), (their programs))` of `mode`."""
-    if mode == 'eval':
-      return (self.linen, self.nnx), self.programs
-    if '_training_runs' not in self.__dict__:
-      self._training_runs = None
-      try:
-        traces = self._training()
-      except PathMappingError:  # a model that cannot run so (a flag of its own): no run in training
-        return None
-      # The slots are the eval traces' inputs: the same variables, in order.
-      if all(t.variables == e.variables and t.inputs == e.inputs
-             for t, e in zip(traces, (self.linen, self.nnx))):
-        self._training_runs = traces, tuple(Program.of(t.closed) for t in traces)
-    return self._training_runs
+    return ((self.linen, self.nnx), self.programs) if mode == 'eval' else self._training_runs
+
+  @functools.cached_property
+  def _training_runs(self):
+    """`((linen, nnx traces in training), (their programs))`, or None where
+    a model cannot be traced in training (a flag of its own) or holds other
+    variables there (the slots are the eval traces' inputs, in order)."""
+    try:
+      traces = self._training()
+    except PathMappingError:
+      return None
+    if all(t.variables == e.variables and t.inputs == e.inputs
+           for t, e in zip(traces, (self.linen, self.nnx))):
+      return traces, tuple(Program.of(t.closed) for t in traces)
+    return None
 
   # -- values --------------------------------------------------------------
 
@@ -333,13 +334,9 @@ class Witness:
       values = list(linen_values)
       for k, v in zip(floats, chosen):
         values[k] = v
-      total, scale = jnp.float32(0), jnp.float32(0)
       written = {out for out, _ in self.linen.updated}
-      for k, out in enumerate(jaxpr_as_fun(self.linen.closed)(*values, *inputs)):
-        if (k < self.linen.outputs or k in written) and jnp.issubdtype(out.dtype, jnp.floating):
-          weighted = out.astype(jnp.float32) * _hash_uniform(7_919 + k, out.shape, jnp.float32)
-          total, scale = total + jnp.sum(weighted), scale + jnp.sum(jnp.abs(weighted))
-      return total, scale
+      outs = jaxpr_as_fun(self.linen.closed)(*values, *inputs)
+      return _projection(outs, lambda k: k < self.linen.outputs or k in written)
 
     chosen = [linen_values[k] for k in floats]
     grads, scale = jax.grad(projection, has_aux=True)(chosen)
@@ -366,11 +363,7 @@ class Witness:
           given = list(values)
           for k, v in zip(floats, chosen):
             given[k] = v
-          total = jnp.float32(0)
-          for k, out in enumerate(run(*given, *inputs)[:trace.outputs]):
-            if jnp.issubdtype(out.dtype, jnp.floating):
-              total += jnp.sum(out.astype(jnp.float32) * _hash_uniform(7_919 + k, out.shape, jnp.float32))
-          return total
+          return _projection(run(*given, *inputs), lambda k: k < trace.outputs)[0]
 
         return dict(zip(floats, jax.grad(projection)([values[k] for k in floats])))
 
@@ -477,6 +470,18 @@ class Witness:
       unseen = {slot for slot, value in reach.items() if not float(value) > REACH}
       idle = unseen if idle is None else idle & unseen
     return frozenset(idle)
+
+
+def _projection(outputs, kept: Callable[[int], bool]):
+  """`(total, scale)` of a random projection of the floating `outputs` whose
+  index is `kept`: the same weights for output k on either side (a counter
+  hash), `total` their weighted sum, `scale` the sum of its terms' sizes."""
+  total, scale = jnp.float32(0), jnp.float32(0)
+  for k, out in enumerate(outputs):
+    if kept(k) and jnp.issubdtype(out.dtype, jnp.floating):
+      weighted = out.astype(jnp.float32) * _hash_uniform(7_919 + k, out.shape, jnp.float32)
+      total, scale = total + jnp.sum(weighted), scale + jnp.sum(jnp.abs(weighted))
+  return total, scale
 
 
 def _worst(verdicts: Sequence[Verdict]) -> Verdict:
