@@ -128,10 +128,11 @@ def linen_to_nnx(
   produced = {('model',) + p: leaf for flat in converted.values() for p, leaf in flat.items()}
   if optimizer is not None:
     produced.update(optimizer_state.linen_opt_to_nnx(linen, flats.get('params', {}), optimizer, conversion))
+  named = options.paths.bound('nnx', [p[1:] for p in template.leaves if p[0] == 'model'])
   filled = fill(
       'linen -> nnx', template.leaves, produced, options=options,
       mesh=options.mesh or mesh_of_tree(template.variables),
-      explain=lambda p, _: options.paths.describe('nnx', p[1:]) if p[0] == 'model' else None,
+      explain=lambda p, _: named.describe('nnx', p[1:]) if p[0] == 'model' else None,
       check_kind=template.check_kind(table, converted), check_metadata=template.check_metadata,
   )
   conversion.protect(_scalars(produced, filled))
@@ -212,7 +213,8 @@ def nnx_to_linen(
     produced = {**converted.get(c, {}), **linen_trees.kept_from_target(template, _only(options, 'linen'), c)}
     filled[c] = fill(
         f'nnx -> linen {c}', template, produced, options=options, prefix=f'{c}/',
-        explain=lambda p, _: options.paths.describe('linen', p), in_produced_order=True,
+        explain=lambda p, _, named=options.paths.bound('linen', list(template)): named.describe('linen', p),
+        in_produced_order=True,
     )
   if optimizer is None:
     conversion.run()

@@ -150,7 +150,9 @@ def _with_target_side(
 ) -> PathMappingError:
   """`error` (source paths no rule maps) with the target's `framework` paths
   that no rule maps either, so that both sides of a missing rule are named."""
-  unmapped = [format_path(p) for p in target_paths if not mapping.match_all(framework, p)]
+  target_paths = list(target_paths)
+  bound = mapping.bound(framework, target_paths)
+  unmapped = [format_path(p) for p in target_paths if not bound.match_all(framework, p)]
   if not unmapped:
     return error
   return PathMappingError(

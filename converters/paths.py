@@ -16,6 +16,14 @@ a table the NNX port holds and Linen computes on the fly): converting into
 that side keeps the target's own value, and converting from it leaves the
 state out.
 
+Linen numbers the layers of one class in the order it creates them, so a
+layer made after a loop's (`Dense_{n}` for `n` looped `Dense`s, the MLP's
+head) has a number that moves with the loop's length: its rule counts
+(`PathRule('Dense_{n}/kernel', 'head/kernel')`, `Dense_{n+1}` for the one
+after), against the loop's rule of the same key (`'Dense_{i}/kernel'`). A
+mapping with counted rules is bound to the paths of one model
+(`PathMapping.bound`), which `match` does itself.
+
 Paths are relative to the parameters' root: Linen paths start below the
 `params` collection (`Block_0/Dense_0/kernel`), NNX paths at the model
 (`blocks/0/linear/kernel`). Mappings of published models are in
@@ -37,6 +45,11 @@ from converters.transforms import Rearrange
 Framework = Literal['linen', 'nnx']
 Layout = Literal['loop', 'scan', 'plain']
 _INDEX = '{i}'
+#: The layer index in a template: `{i}`, or `{i+1}` on a side that numbers
+#: the loop's first layer 1 (a Linen `Dense_0` made before the loop's).
+_INDEX_TOKEN = re.compile(r'\{i(?:\+(?P<offset>[1-9]\d*))?\}')
+#: A Linen key numbered after a loop's layers: `Dense_{n}`, `Dense_{n+1}`.
+_COUNTED_KEY = re.compile(r'(?P<name>.+)_\{n(?:\+(?P<after>[1-9]\d*))?\}\Z')
 _SIDE_NAMES = {'linen': 'Linen', 'nnx': 'NNX'}
 #: How to fix paths that no rule maps.
 UNMAPPED_FIX = 'add a PathRule for each (mapping + [PathRule(linen=..., nnx=...)])'
@@ -237,8 +250,8 @@ class PathRule:
           "fuses them, e.g. transform=Rearrange('e h d -> e (qkv h d)')"
       )
     looped = [t for fw in ('linen', 'nnx') for t in self.templates(fw, 'loop') or ()]
-    indexed = [_INDEX in t for t in looped]
-    if len(set(indexed)) > 1 or any(t.count(_INDEX) > 1 for t in looped):
+    indexed = [bool(_INDEX_TOKEN.search(t)) for t in looped]
+    if len(set(indexed)) > 1 or any(len(_INDEX_TOKEN.findall(t)) > 1 for t in looped):
       raise PathMappingError(
           f'rule {self}: put {_INDEX} exactly once in every template (a layer '
           'parameter) or in none (a parameter outside the layers)'
@@ -251,16 +264,52 @@ class PathRule:
           "sides and looped on neither is a plain rule: PathRule('linen/path', 'nnx/path'))"
       )
     stacked = [t for fw in ('linen', 'nnx') for t in self.templates(fw, 'scan') or ()]
-    if any(_INDEX in t for t in stacked):
+    if any(_INDEX_TOKEN.search(t) for t in stacked):
       raise PathMappingError(
           f'rule {self}: stacked templates have no {_INDEX} (the layer index is '
           'axis 0 of the stacked array)'
       )
 
+    self._check_counted()
+
+  def _check_counted(self) -> None:
+    for field in ('nnx', 'nnx_stacked', 'linen_stacked'):
+      if any(_counted_key(t, 'nnx' if field.startswith('nnx') else 'linen')
+             for t in _as_templates(getattr(self, field)) or ()):
+        raise PathMappingError(
+            f'rule {self}: {{n}} numbers a Linen layer after a loop\'s (linen=\'Dense_{{n}}/kernel\'); '
+            f'{field} cannot hold it: write the path the {field.split("_")[0]} side has'
+        )
+    templates = _as_templates(self.linen) or ()
+    counted = [t for t in templates if _counted_key(t, 'linen')]
+    if not counted:
+      return
+    if self.layered or self.only is not None or len(templates) > 1 or any(
+        sum(bool(_COUNTED_KEY.match(k)) for k in parse_path(t, 'linen') if isinstance(k, str)) > 1
+        for t in templates):
+      raise PathMappingError(
+          f'rule {self}: a counted key (Dense_{{n}}, Dense_{{n+1}}) names one Linen layer after '
+          f'a loop\'s: give it in one linen template, once, in a rule of both sides without {_INDEX}'
+      )
+
+  @property
+  def counted(self) -> tuple[tuple, str, int] | None:
+    """`(keys before, name, after)` of a counted rule's Linen key
+    (`('Dense', 0)` for `Dense_{n}` at the top, `after` 1 for `Dense_{n+1}`); None else."""
+    templates = _as_templates(self.linen) or ()
+    return _counted_key(templates[0], 'linen') if len(templates) == 1 else None
+
+  def counting(self, count: int) -> PathRule:
+    """This counted rule with its key numbered for a loop of `count` layers."""
+    before, name, after = self.counted
+    keys = parse_path(self.linen, 'linen')
+    resolved = format_path((*before, f'{name}_{count + after}', *keys[len(before) + 1:]))
+    return dataclasses.replace(self, linen=resolved)
+
   @property
   def layered(self) -> bool:
     return any(
-        _INDEX in t for fw in ('linen', 'nnx') for t in self.templates(fw, 'loop') or ()
+        _INDEX_TOKEN.search(t) for fw in ('linen', 'nnx') for t in self.templates(fw, 'loop') or ()
     )
 
   def templates(self, framework: Framework, layout: Layout) -> tuple[str, ...] | None:
@@ -308,11 +357,20 @@ class PathRule:
           f'(with {_INDEX}) to convert to a looped layout'
       )
     template = templates[part]
-    text = template.replace(_INDEX, str(index)) if layout == 'loop' else template
+    text = _INDEX_TOKEN.sub(lambda m: str(index + int(m['offset'] or 0)), template) if layout == 'loop' else template
     return parse_path(text, framework)
 
 
 _INDEX_KEY = re.compile(r'(?:0|[1-9][0-9]*)\Z', re.ASCII)
+
+
+def _counted_key(template: str, framework: Framework) -> tuple[tuple, str, int] | None:
+  """`(keys before, name, after)` of the first counted key of `template`."""
+  keys = parse_path(template, framework)
+  for position, key in enumerate(keys):
+    if isinstance(key, str) and (m := _COUNTED_KEY.match(key)):
+      return keys[:position], m['name'], int(m['after'] or 0)
+  return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,9 +408,45 @@ class KeptPath(PathRule):
     return (format_path(self.keys),)
 
 
+def _count_families(rules: Sequence[PathRule]) -> list[tuple[set[PathRule], list[PathRule]]]:
+  """`(loop rules, counted rules)` of each key counted after a loop's
+  (`Dense_{n}` after `Dense_{i}` under the same keys); refuses a counted
+  rule with no loop to count."""
+  families: dict[tuple, tuple[dict, list]] = {}
+  for rule in rules:
+    if rule.counted is not None:
+      before, name, _ = rule.counted
+      families.setdefault((before, name), ({}, []))[1].append(rule)
+  for rule in rules:
+    for template in (rule.templates('linen', 'loop') or ()) if rule.layered else ():
+      keys = parse_path(template, 'linen')
+      for (before, name), (loops, _) in families.items():
+        if (keys[:len(before)] == before and len(keys) > len(before) and isinstance(keys[len(before)], str)
+            and (m := _INDEX_TOKEN.fullmatch(keys[len(before)].removeprefix(f'{name}_')))
+            and keys[len(before)].startswith(f'{name}_')):
+          loops[rule] = int(m['offset'] or 0)
+  lonely = [format_path((*before, f'{name}_{{n}}')) for (before, name), (loops, _) in families.items() if not loops]
+  if lonely:
+    raise PathMappingError(
+        f'{format_offenders(lonely)} count the layers of a loop no rule names; give the '
+        f"loop's rules (PathRule('{lonely[0].replace('{n}', _INDEX)}/...', ...)) or number the layer",
+        lonely,
+    )
+  return list(families.values())
+
+
 def _compile(template: str) -> re.Pattern:
-  pattern = re.escape(template).replace(re.escape(_INDEX), r'(?P<i>0|[1-9]\d*)')
-  return re.compile(pattern + r'\Z')
+  pieces, end = [], 0
+  for m in _INDEX_TOKEN.finditer(template):
+    pieces += [re.escape(template[end:m.start()]), r'(?P<i>0|[1-9]\d*)']
+    end = m.end()
+  return re.compile(''.join(pieces) + re.escape(template[end:]) + r'\Z')
+
+
+def _index_offset(template: str) -> int:
+  """What the template's index token adds to the layer index (`{i+1}`: 1)."""
+  m = _INDEX_TOKEN.search(template)
+  return int(m['offset'] or 0) if m else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,22 +466,28 @@ class PathMapping:
   in the other framework (NNX list indices are Linen's digit strings).
   """
 
-  def __init__(self, rules: Iterable[PathRule], *, keep_unmatched: bool = False):
+  def __init__(self, rules: Iterable[PathRule], *, keep_unmatched: bool = False,
+               _loop_lengths: dict[PathRule, int] | None = None):
     self.rules = tuple(rules)
     if not isinstance(keep_unmatched, bool):
       raise PathMappingError(f'keep_unmatched={keep_unmatched!r}: pass True or False')
     self.keep_unmatched = keep_unmatched
     self._one_sided = any(rule.only is not None for rule in self.rules)
+    # A bound mapping's loops: a Linen index at or past the length is a
+    # layer numbered after the loop's, which a counted rule names.
+    self._loop_lengths = dict(_loop_lengths or {})
+    self._families = _count_families(self.rules)
     self._patterns = [
-        (rule, layout, fw, part, template, _compile(template))
+        (rule, layout, fw, part, template, _compile(template), _index_offset(template))
         for rule in self.rules
+        if rule.counted is None
         for fw in ('linen', 'nnx')
         for layout in rule.layouts(fw)
         for part, template in enumerate(rule.templates(fw, layout))
     ]
     seen: dict[tuple, tuple] = {}
     duplicates = []
-    for rule, layout, fw, part, template, pattern in self._patterns:
+    for rule, layout, fw, part, template, pattern, _ in self._patterns:
       key = (fw, pattern.pattern)
       if key in seen and seen[key] != (rule, part):
         duplicates.append(f'{fw} {template!r}')
@@ -398,6 +498,35 @@ class PathMapping:
           f'{format_offenders(duplicates)}; keep one rule per template',
           duplicates,
       )
+
+  def bound(self, framework: Framework, paths: Iterable[Sequence]) -> PathMapping:
+    """This mapping for one model whose `framework` paths are `paths`: each
+    counted rule (`Dense_{n}/kernel`) numbered by the length of its loop
+    there, each loop's rule held below that length on the Linen side. The
+    same for both sides of a conversion; itself when no rule counts."""
+    if not self._families:
+      return self
+    paths = [tuple(p) for p in paths]
+    lengths, rules = {}, {}
+    for loops, counted in self._families:
+      indices = {
+          m.index for p in paths for m in self._matches(framework, p)
+          if m.rule in loops and m.layout == 'loop'
+      }
+      # Linen's loop indices run on into the counted layers; NNX's stop at the loop's.
+      extra = max(rule.counted[2] for rule in counted) + 1 if framework == 'linen' else 0
+      length = max(0, max(indices, default=-1) + 1 - extra)
+      first = set(loops.values())
+      if len(first) != 1:
+        raise PathMappingError(
+            f'the loop rules {format_offenders(sorted(r.linen for r in loops))} number the loop\'s '
+            f'first layer differently; give them one index ({_INDEX} or {{i+1}}, ...)'
+        )
+      lengths.update(dict.fromkeys(loops, length))
+      (first,) = first
+      rules.update({rule: rule.counting(first + length) for rule in counted})
+    return PathMapping([rules.get(rule, rule) for rule in self.rules], keep_unmatched=self.keep_unmatched,
+                       _loop_lengths=lengths)
 
   @classmethod
   def identity(cls) -> PathMapping:
@@ -447,12 +576,24 @@ class PathMapping:
     lines.append('], keep_unmatched=True)' if self.keep_unmatched else '])')
     return '\n'.join(lines) + '\n'
 
-  def match_all(self, framework: Framework, path: Sequence) -> list[Match]:
+  def _matches(self, framework: Framework, path: Sequence) -> list[Match]:
     text = format_path(path)
     found = []
-    for rule, layout, fw, part, _, pattern in self._patterns:
+    for rule, layout, fw, part, _, pattern, offset in self._patterns:
       if fw == framework and (m := pattern.match(text)):
-        found.append(Match(rule, layout, int(m['i']) if layout == 'loop' else None, part))
+        if layout != 'loop':
+          found.append(Match(rule, layout, None, part))
+        elif int(m['i']) >= offset:  # `Dense_0` is no layer of `Dense_{i+1}`
+          found.append(Match(rule, layout, int(m['i']) - offset, part))
+    return found
+
+  def match_all(self, framework: Framework, path: Sequence) -> list[Match]:
+    """Every rule that names `path`. A counted rule names nothing until the
+    mapping is bound to a model's paths (`bound`; `match` binds itself)."""
+    found = [
+        m for m in self._matches(framework, path)
+        if not (framework == 'linen' and m.layout == 'loop' and m.index >= self._loop_lengths.get(m.rule, m.index + 1))
+    ]
     if not found and self.keep_unmatched:
       found.append(Match(KeptPath.of(framework, path), 'plain', None))
     return found
@@ -483,10 +624,13 @@ class PathMapping:
     return len(found) == 1 and found[0].rule.only == framework
 
   def match(self, framework: Framework, paths: Iterable[Sequence]) -> dict[tuple, Match]:
-    """The one `Match` of every path; raises listing every unmapped or ambiguous path."""
+    """The one `Match` of every path (the mapping bound to them); raises
+    listing every unmapped or ambiguous path."""
+    paths = [tuple(p) for p in paths]
+    bound = self.bound(framework, paths)
     result, unmapped, ambiguous = {}, [], []
     for path in paths:
-      found = self.match_all(framework, path)
+      found = bound.match_all(framework, path)
       if not found:
         unmapped.append(format_path(path))
       elif len(found) > 1:

@@ -563,8 +563,10 @@ def _params_of(state: TrainState | dict) -> Any:
 
 def layout_of(paths: PathMapping, framework: Framework, param_paths) -> str | None:
   """'scan' or 'loop' as `paths` reads the parameters; None when no layer repeats."""
+  param_paths = list(param_paths)
+  bound = paths.bound(framework, param_paths)
   layouts = {
-      m.layout for p in param_paths for m in paths.match_all(framework, p)
+      m.layout for p in param_paths for m in bound.match_all(framework, p)
   } & set(LAYOUTS)
   if len(layouts) > 1:
     raise CheckpointError(

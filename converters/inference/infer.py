@@ -105,6 +105,8 @@ def infer_paths(
        CollectionTable(collections)),
       kwargs_of(example_kwargs, linen_train_kwargs if linen_train_kwargs is not None else linen_kwargs),
   )
+  if given is not None:  # its layers numbered after a loop's (`Dense_{n}`), at these models' length
+    given = given.bound('linen', [name[1] for name in models.traces[0].variables if name is not None])
   infer = functools.partial(_infer, models, example_args, example_kwargs)
   try:
     return infer(given)

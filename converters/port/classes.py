@@ -862,7 +862,12 @@ class ClassWriter:
         return None
       before = order[index - 1]
       if k == 0:
-        made_before = next((c for c in self.instance.children if c.name == before.name), None)
+        # Past layers that keep their input's size (a dropout, a norm after
+        # the loop): the loop's running size is theirs too.
+        made = index - 1
+        while made > 0 and self._keeps_size(order[made]):
+          made -= 1
+        made_before = next((c for c in self.instance.children if c.name == order[made].name), None)
         if made_before is not None and self.site_of(made_before) in self.sites:
           previous_loops = self._loops(self.sites[self.site_of(made_before)][0])
         # The first layer of the loop starts from what came before it; any
@@ -889,6 +894,13 @@ class ClassWriter:
     if previous_loops and id(previous_loops[-1]) in self.running:
       return self.running[id(previous_loops[-1])][1]
     return None
+
+  def _keeps_size(self, symbolic_child: tracing.Created) -> bool:
+    """Whether a Flax layer made outside any loop gives its input's size."""
+    spec = layers.layer_spec(type(symbolic_child.module))
+    made = next((c for c in self.instance.children if c.name == symbolic_child.name), None)
+    return (spec is not None and spec.out_features is None and made is not None
+            and self.site_of(made) in self.sites and not self._loops(self.sites[self.site_of(made)][0]))
 
   def _sites_in(self, loop) -> list:
     return [site for site, (n, _) in self.sites.items() if loop in self.file.ancestors(n)]

@@ -17,6 +17,7 @@ import tempfile
 
 import libcst as cst
 
+from converters.errors import PathMappingError
 from converters.paths import PathMapping, PathRule, format_path
 from converters.transforms import Rearrange
 from converters.port import classes, layers, references, source, syntax, tracing
@@ -237,12 +238,14 @@ def _import_order(code: str) -> tuple:
 
 def path_pairs(
     root: tracing.Created, variables: dict, ports: dict[type, classes.ClassPort]
-) -> list[tuple[tuple, tuple, tuple[int, int] | None]]:
+) -> list[tuple[tuple, tuple, tuple[int, int, int] | Counted | None, tuple | None]]:
   """`(linen path, nnx path, index, fused)` of every variable below a collection
-  (`('Conv_0', 'kernel')`), where `index` is `(linen position, nnx position)`
-  of a looped layer's index that `{i}` can stand for, and `fused` is
-  `(pattern, part)` for a part of a variable NNX holds fused (None else)."""
-  modules: dict[tuple, tuple[tuple, tuple[int, int] | None]] = {(): ((), None)}
+  (`('Conv_0', 'kernel')`), where `index` is `(linen position, nnx position,
+  number of the loop's first layer)` of a looped layer's index that `{i}`
+  (`{i+1}`) can stand for, or the `Counted` place of a layer Linen numbers
+  after a loop's, and `fused` is `(pattern, part)` for a part of a variable
+  NNX holds fused (None else)."""
+  modules: dict[tuple, tuple[tuple, tuple[int, int, int] | Counted | None]] = {(): ((), None)}
   renames: dict[tuple, dict[str, str]] = {(): {}}
   fused: dict[tuple, tuple[tuple, str, int]] = {}  # linen path -> (nnx name, pattern, part)
   for instance in root.walk():
@@ -250,20 +253,14 @@ def path_pairs(
     if port is None:
       continue
     parent_nnx, parent_index = modules[instance.path]
+    numbered = _loop_numbering(instance, port) if parent_index is None else {}
     for child in instance.children:
-      index = parent_index
-      site = port.writer.site_of(child)
-      _, is_list = port.attributes[site]
       nnx_path = parent_nnx + port.nnx_path(instance, child)
-      if index is None and is_list:
-        # `Dense_{i}` stands for every index: only if the list holds all the
-        # `Dense_k` there are, from 0 (no other Dense beside the loop).
-        siblings = [c for c in instance.children if port.writer.site_of(c) == site]
-        prefix = child.name.rsplit('_', 1)[0]
-        others = [c for c in instance.children if port.writer.site_of(c) != site
-                  and re.fullmatch(rf'{re.escape(prefix)}_\d+', c.name)]
-        if not others and all(c.name == f'{prefix}_{k}' for k, c in enumerate(siblings)):
-          index = (len(child.path) - 1, len(nnx_path) - 1)
+      index = parent_index
+      if isinstance(numbered.get(child.path), Counted):
+        index = numbered[child.path]
+      elif child.path in numbered:  # `(linen position, nnx position, first number)`
+        index = (len(child.path) - 1, len(nnx_path) - 1, numbered[child.path])
       modules[child.path] = (nnx_path, index)
       spec = layers.layer_spec(child.cls)
       renames[child.path] = dict(getattr(spec, 'variable_renames', ()))
@@ -292,6 +289,46 @@ def path_pairs(
   return list(dict.fromkeys(pairs))
 
 
+@dataclasses.dataclass(frozen=True)
+class Counted:
+  """A layer Linen numbers after a loop's: `after` layers past it
+  (`Dense_{n+after}`), its key at `position` of the Linen path."""
+
+  position: int
+  after: int
+
+
+def _loop_numbering(instance: tracing.Created, port) -> dict[tuple, int | Counted]:
+  """How the children of `instance` are numbered for any loop length: the
+  number of the loop's first layer for a looped layer (`Dense_{i}`,
+  `Dense_{i+1}` after one `Dense` made before the loop), a `Counted` for a
+  layer made after the loop (`Dense_{n}`). Only where every other `Dense`
+  is made once, before or after the loop; else all keep their numbers."""
+  sites: dict = {}
+  for child in instance.children:
+    sites.setdefault(port.writer.site_of(child), []).append(child)
+  numbered = {}
+  for site, siblings in sites.items():
+    if not port.attributes[site][1]:
+      continue
+    prefix, _, first = siblings[0].name.rpartition('_')
+    if not (first.isdigit() and all(c.name == f'{prefix}_{int(first) + k}' for k, c in enumerate(siblings))):
+      continue
+    first = int(first)
+    others = [c for c in instance.children if port.writer.site_of(c) != site
+              and re.fullmatch(rf'{re.escape(prefix)}_\d+', c.name)]
+    numbers = sorted(int(c.name.rpartition('_')[2]) for c in others)
+    once = all(len(sites[port.writer.site_of(c)]) == 1 and not port.attributes[port.writer.site_of(c)][1]
+               for c in others)
+    if not once or [k for k in numbers if k < first] != list(range(first)):
+      continue  # another loop of them, or a gap: numbered as traced
+    numbered.update(dict.fromkeys((c.path for c in siblings), first))
+    end = first + len(siblings)
+    numbered.update({c.path: Counted(len(c.path) - 1, int(c.name.rpartition('_')[2]) - end) for c in others
+                     if int(c.name.rpartition('_')[2]) >= end})
+  return numbered
+
+
 def _flatten(tree, prefix=()) -> list[tuple]:
   if isinstance(tree, dict) or hasattr(tree, 'items'):
     return [p for k, v in tree.items() for p in _flatten(v, prefix + (k,))]
@@ -305,9 +342,15 @@ def mapping_of(pairs) -> PathMapping:
   rules, seen = [], set()
   parts: dict[tuple, dict[int, str]] = {}  # (nnx template, pattern) -> part -> linen template
   for linen, nnx_path, index, fused in pairs:
-    if index is not None:
-      li, ni = index
-      linen_t = format_path(linen[:li] + (re.sub(r'_\d+$', '_{i}', linen[li]),) + linen[li + 1:])
+    if isinstance(index, Counted):
+      prefix = linen[index.position].rsplit('_', 1)[0]
+      count = '{n}' if not index.after else f'{{n+{index.after}}}'
+      linen_t = format_path(linen[:index.position] + (f'{prefix}_{count}',) + linen[index.position + 1:])
+      nnx_t = format_path(nnx_path)
+    elif index is not None:
+      li, ni, first = index
+      token = f'{{i+{first}}}' if first else '{i}'
+      linen_t = format_path(linen[:li] + (re.sub(r'_\d+$', f'_{token}', linen[li]),) + linen[li + 1:])
       nnx_t = format_path(nnx_path[:ni] + ('{i}',) + nnx_path[ni + 1:])
     else:
       linen_t, nnx_t = format_path(linen), format_path(nnx_path)
@@ -326,6 +369,25 @@ def mapping_of(pairs) -> PathMapping:
       found = parts[rule]
       rules[k] = PathRule(tuple(found[p] for p in sorted(found)), nnx_t, transform=Rearrange(pattern))
   return PathMapping(rules)
+
+
+def unmapped_pairs(mapping: PathMapping, pairs) -> list[tuple[tuple, tuple]]:
+  """The `(linen path, nnx path)` of `pairs` (`path_pairs` of one
+  configuration) that `mapping`, bound to that configuration's Linen paths,
+  does not map onto each other."""
+  linen_paths = [linen for linen, *_ in pairs]
+  try:
+    bound = mapping.bound('linen', linen_paths)
+  except PathMappingError:
+    return [(linen, nnx_path) for linen, nnx_path, *_ in pairs]
+  wrong = []
+  for linen, nnx_path, _, fused in pairs:
+    found = bound.match_all('linen', linen)
+    mapped = [format_path(m.rule.path('nnx', m.layout, m.index)) for m in found
+              if fused is None or m.part == fused[1]]
+    if mapped != [format_path(nnx_path)]:
+      wrong.append((linen, nnx_path))
+  return wrong
 
 
 _RUFF = [sys.executable, '-m', 'ruff', 'check', '--isolated', '--quiet', '--no-cache']

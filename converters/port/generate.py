@@ -19,6 +19,7 @@ import traceback
 import jax
 
 from converters.linen_model import LinenModel
+from converters.paths import format_path
 from converters.port import (
   classes,
   compact,
@@ -319,16 +320,16 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   ]
   decoding_proven = 'cache' in result.variables
   moved = prove.moved_configurations(linen_model)  # floats moved, tuples shorter
-  written_rules = set(result.mapping.rules)
   for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs, *calls, *optional, *moved]:
     start = time.perf_counter()
     try:
       root, variables = tracing.trace(other.module, *other.args, **other.kwargs)
-      paths = emit.mapping_of(emit.path_pairs(root, variables, ports))
-      # Through the written PATHS where they hold this configuration's
-      # rules; else through its own, and the report says PATHS does not.
-      uncovered = [r for r in paths.rules if r not in written_rules]
-      paths = result.mapping if not uncovered else paths
+      pairs = emit.path_pairs(root, variables, ports)
+      # Through the written PATHS where they map this configuration's
+      # variables as its classes hold them; else through its own mapping,
+      # and the port is not proven.
+      uncovered = emit.unmapped_pairs(result.mapping, pairs)
+      paths = result.mapping if not uncovered else emit.mapping_of(pairs)
       prove_one = prove.assert_generated_decoding if 'cache' in variables else prove.assert_generated_port
       # The fused attention as written is checked by the first proof (and
       # decoding's first): its rounding is the kernel's, not the sizes'.
@@ -343,9 +344,18 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
     result.checks.append((f'another configuration ({changes})', 'passed',
                           f'{time.perf_counter() - start:.2f} s'))
     if uncovered:
-      shown = ', '.join(f'{r.linen} -> {r.nnx}' for r in uncovered[:3]) + (', ...' if len(uncovered) > 3 else '')
-      result.checks.append((f'PATHS at that configuration ({changes})', 'NOT COVERED',
-                            f'it needs {shown} (layers numbered by the traced count)'))
+      # The classes hold there, the written PATHS does not: a checkpoint of
+      # that configuration would not convert. Not handed over as proven.
+      shown = ', '.join(f'{format_path(linen)} -> {format_path(nnx_path)}' for linen, nnx_path in uncovered[:3]) + (
+          ', ...' if len(uncovered) > 3 else '')
+      result.checks.append((f'PATHS at that configuration ({changes})', 'NOT COVERED', f'it needs {shown}'))
+      result.failure = (
+          f'at {changes}: the classes are proven, but PATHS does not map that configuration\'s '
+          f'variables ({shown}): Linen numbers these layers otherwise than any rule of PATHS '
+          '(a layer of the same class made before a loop, or between two loops); for such a '
+          'checkpoint, give PATHS + [the rules above] or --paths infer'
+      )
+      return result
   result.proven = not problems
   return result
 

@@ -862,8 +862,9 @@ def optional_configurations(linen_model: LinenModel) -> tuple[list[tuple[LinenMo
 
 
 def _moved(value, how: str, depth: int = 0):
-  """`(value, changes)` with every float moved (`how == 'floats'`) or every
-  tuple of two or more integers one shorter (`how == 'shorter'`), inside
+  """`(value, changes)` with every float moved (`how == 'floats'`), every
+  tuple of integers emptied (`how == 'empty'`: a loop over none of them) or
+  every tuple of two or more one shorter (`how == 'shorter'`), inside
   configuration dataclasses too."""
   if depth > 3:
     return value, []
@@ -875,6 +876,9 @@ def _moved(value, how: str, depth: int = 0):
   if (how == 'shorter' and isinstance(value, tuple) and len(value) >= 2
       and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
     return value[:-1], [repr(value[:-1])]
+  if (how == 'empty' and isinstance(value, tuple) and value
+      and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+    return (), ['()']
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
     return _in_fields(value, lambda v: _moved(v, how, depth + 1))
   return value, []
@@ -883,9 +887,9 @@ def _moved(value, how: str, depth: int = 0):
 def moved_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]]:
   """The model with every float of its configuration moved (a scale, an
   epsilon, a rate: a traced float written into the port shows) and every
-  tuple of integers one shorter (a loop over fewer entries), both in one
-  configuration where Linen builds it (one proof), else each alone:
-  `[(LinenModel, description)]`."""
+  tuple of integers empty (a loop over none: a size read from its last
+  entry shows), else one shorter, both in one configuration where Linen
+  builds it (one proof), else each alone: `[(LinenModel, description)]`."""
   module = linen_model.module
   names = shapes.module_fields(module)
 
@@ -901,21 +905,24 @@ def moved_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]
         changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
     return fields, ', '.join(changes)
 
-  found = []
-  for hows in (('floats', 'shorter'), ('floats',), ('shorter',)):
+  def built(hows) -> tuple[LinenModel, str] | None:
     fields, description = moved(hows)
-    if not fields or any(description == d for _, d in found):
-      continue
+    if not fields:
+      return None
     try:
       other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
       inputs, eval_kwargs, *_ = call_keywords(other, {})
       jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
-    except Exception:  # noqa: BLE001 - Linen refuses that configuration: each alone
-      continue
-    found.append((other, description))
-    if len(hows) == 2:
-      break  # both at once: one proof
-  return found
+    except Exception:  # noqa: BLE001 - Linen refuses that configuration: the next
+      return None
+    return other, description
+
+  # Both at once (one proof), else the floats, then the tuples, alone.
+  for together in (('floats', 'empty'), ('floats', 'shorter')):
+    if (found := built(together)) is not None:
+      return [found]
+  alone = [built(('floats',)), next((f for f in map(built, (('empty',), ('shorter',))) if f is not None), None)]
+  return [f for f in alone if f is not None]
 
 
 def other_configurations(linen_model: LinenModel, most: int = 1):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -298,3 +300,106 @@ def test_an_omitted_mapping_keeps_every_collections_paths():
   assert state['DotReluDot_0']['W2'].get_value() is params['DotReluDot_0']['W2'].value
 
 
+
+
+# --- layers Linen numbers around a loop's: `Dense_{i+1}`, `Dense_{n}`
+
+
+def _numbered_around_a_loop() -> PathMapping:
+  return PathMapping([
+      PathRule('Dense_0/kernel', 'proj/kernel'),
+      PathRule('Dense_{i+1}/kernel', 'denses/{i}/kernel', linen_stacked='Scan_0/kernel'),
+      PathRule('Dense_{n}/kernel', 'head/kernel'),
+      PathRule('Dense_{n+1}/kernel', 'out/kernel'),
+  ])
+
+
+@given(st.integers(0, 12))
+def test_layers_numbered_around_a_loop_map_both_ways_at_any_length(length):
+  mapping = _numbered_around_a_loop()
+  linen = [(f'Dense_{k}', 'kernel') for k in range(length + 3)]
+  nnx = [('proj', 'kernel'), *((('denses', k, 'kernel')) for k in range(length)), ('head', 'kernel'), ('out', 'kernel')]
+  # The k-th Linen Dense is the k-th NNX layer in the order the port makes them.
+  to_nnx = {p: m.rule.path('nnx', m.layout, m.index) for p, m in mapping.match('linen', linen).items()}
+  assert [to_nnx[p] for p in linen] == nnx
+  to_linen = {p: m.rule.path('linen', m.layout, m.index) for p, m in mapping.match('nnx', nnx).items()}
+  assert [to_linen[p] for p in nnx] == linen
+  # Bound to either side's paths, the mapping is the same.
+  assert mapping.bound('linen', linen) == mapping.bound('nnx', nnx)
+
+
+def test_an_unbound_counted_rule_names_nothing_and_the_written_form_reads_back():
+  mapping = _numbered_around_a_loop()
+  assert not mapping.match_all('nnx', ('head', 'kernel'))
+  namespace = {}
+  exec(mapping.to_python('PATHS'), namespace)
+  assert namespace['PATHS'] == mapping
+
+
+class _HeadAfterLoop(nn.Module):
+  widths: tuple = (4, 4)
+
+  @nn.compact
+  def __call__(self, x):
+    for width in self.widths:
+      x = nn.Dense(width)(x)
+    return nn.Dense(2)(x)
+
+
+class _HeadAfterLoopPort(nnx.Module):
+  def __init__(self, widths, in_features, rngs):
+    self.denses = nnx.List()
+    for width in widths:
+      self.denses.append(nnx.Linear(in_features, width, rngs=rngs))
+      in_features = width
+    self.head = nnx.Linear(in_features, 2, rngs=rngs)
+
+  def __call__(self, x):
+    for dense in self.denses:
+      x = dense(x)
+    return self.head(x)
+
+
+_HEAD_PATHS = PathMapping([
+    PathRule('Dense_{i}/kernel', 'denses/{i}/kernel'), PathRule('Dense_{i}/bias', 'denses/{i}/bias'),
+    PathRule('Dense_{n}/kernel', 'head/kernel'), PathRule('Dense_{n}/bias', 'head/bias'),
+])
+
+
+@pytest.mark.parametrize('widths', [(), (4,), (4, 5, 6)])
+def test_a_counted_mapping_converts_both_ways_by_outputs(widths):
+  x = jax.random.normal(jax.random.key(1), (3, 3))
+  variables = _HeadAfterLoop(widths).init(jax.random.key(0), x)
+  model = converters.linen_to_nnx(variables, target=_HeadAfterLoopPort(widths, 3, nnx.Rngs(0)), paths=_HEAD_PATHS)
+  np.testing.assert_array_equal(model(x), _HeadAfterLoop(widths).apply(variables, x))
+  back = converters.nnx_to_linen(model, paths=_HEAD_PATHS)
+  jax.tree.map(np.testing.assert_array_equal, dict(back['params']), dict(variables['params']))
+
+
+def test_a_checkpoint_of_another_length_is_refused_not_shifted():
+  # Three Linen Dense for a port of one looped layer and the head: the head
+  # would be read as the loop's second layer; the target's shapes refuse it.
+  variables = _HeadAfterLoop((4, 4)).init(jax.random.key(0), jnp.ones((3, 3)))
+  with pytest.raises(converters.ConversionError):
+    converters.linen_to_nnx(variables, target=_HeadAfterLoopPort((4,), 3, nnx.Rngs(0)), paths=_HEAD_PATHS)
+
+
+@pytest.mark.parametrize('rule, message', [
+    (lambda: PathRule('Dense_{n}/kernel', 'head_{n}/kernel'), 'nnx cannot hold it'),
+    (lambda: PathRule('Dense_{n}/kernel', 'head/kernel', linen_stacked='S/kernel'), 'stacked templates belong to layer rules'),
+    (lambda: PathRule('Block_{i}/Dense_{n}/kernel', 'blocks/{i}/head/kernel'), 'without {i}'),
+    (lambda: PathMapping([PathRule('Dense_{n}/kernel', 'head/kernel')]), 'a loop no rule names'),
+])
+def test_a_counted_key_is_refused_where_it_numbers_nothing(rule, message):
+  with pytest.raises(PathMappingError, match=re.escape(message)):
+    rule()
+
+
+def test_loop_rules_of_one_key_with_different_first_numbers_are_refused_when_bound():
+  mapping = PathMapping([
+      PathRule('Dense_{i}/kernel', 'denses/{i}/kernel'),
+      PathRule('Dense_{i+1}/bias', 'denses/{i}/bias'),
+      PathRule('Dense_{n}/kernel', 'head/kernel'),
+  ])
+  with pytest.raises(PathMappingError, match='number the loop'):
+    mapping.match('linen', [('Dense_0', 'kernel'), ('Dense_1', 'kernel')])

@@ -1431,3 +1431,42 @@ class HeadAfterLoop(nn.Module):
 
 def head_after_loop() -> LinenModel:
   return LinenModel(HeadAfterLoop(), jax.ShapeDtypeStruct((2, 4), jnp.float32))
+
+
+class LoopBetweenLayers(nn.Module):
+  """A `Dense` before the loop's and two after: Linen numbers the loop's
+  from 1 and the last two after it (`Dense_{i+1}`, `Dense_{n}`, `Dense_{n+1}`)."""
+
+  widths: tuple[int, ...] = (6, 6)
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(5)(x)
+    for width in self.widths:
+      x = nn.relu(nn.Dense(width)(x))
+    x = nn.Dense(4)(x)
+    return nn.Dense(3)(x)
+
+
+def loop_between_layers() -> LinenModel:
+  return LinenModel(LoopBetweenLayers(), jax.ShapeDtypeStruct((2, 4), jnp.float32))
+
+
+class TwoLoops(nn.Module):
+  """Two loops of `Dense`: Linen numbers the second loop's after the first's,
+  which no template follows."""
+
+  widths: tuple[int, ...] = (6, 6)
+  depths: tuple[int, ...] = (5,)
+
+  @nn.compact
+  def __call__(self, x):
+    for width in self.widths:
+      x = nn.relu(nn.Dense(width)(x))
+    for depth in self.depths:
+      x = nn.tanh(nn.Dense(depth)(x))
+    return x
+
+
+def two_loops() -> LinenModel:
+  return LinenModel(TwoLoops(), jax.ShapeDtypeStruct((2, 4), jnp.float32))

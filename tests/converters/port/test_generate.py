@@ -732,14 +732,32 @@ def test_the_floats_of_the_configuration_are_proven_moved_and_tuples_shorter(tmp
   # Every configuration keeps the traced layers: all go through the written PATHS.
   assert not [check for check in result.checks if check[1] == 'NOT COVERED']
   result, _, _ = _port(tmp_path, 'stack', linen_models.stack())
-  assert _outcome(result, 'another configuration (config.rate=0.5, config.widths=(8,))') == 'passed'
+  assert _outcome(result, 'another configuration (config.rate=0.5, config.widths=())') == 'passed'
 
 
-def test_a_configuration_the_written_paths_do_not_cover_is_reported(tmp_path):
-  # Proven through a mapping of its own; the report says the written PATHS
-  # does not hold it (layers numbered by the traced count: issue 60, open).
-  result, _, _ = _port(tmp_path, 'head_after_loop', linen_models.head_after_loop())
+def test_layers_linen_numbers_around_a_loop_are_mapped_for_any_length(tmp_path):
+  # The port guide's MLP: the head is `Dense_{len(widths)}`. PATHS counts it
+  # after the loop, and every other configuration converts through it.
+  result, out, _ = _port(tmp_path, 'head_after_loop', linen_models.head_after_loop())
+  assert result.proven, (result.failure, result.checks)
+  assert "PathRule('Dense_{i}/kernel', 'denses/{i}/kernel')" in result.text
+  assert "PathRule('Dense_{n}/kernel'," in result.text
+  assert not [check for check in result.checks if check[1] == 'NOT COVERED']
+  assert _outcome(result, 'another configuration (widths=())') == 'passed'
+  # One `Dense` before the loop's and two after: `Dense_{i+1}`, `Dense_{n}`, `Dense_{n+1}`.
+  result, _, _ = _port(tmp_path, 'loop_between_layers', linen_models.loop_between_layers())
+  assert result.proven, (result.failure, result.checks)
+  for template in ("'Dense_0/kernel'", "'Dense_{i+1}/kernel'", "'Dense_{n}/kernel'", "'Dense_{n+1}/kernel'"):
+    assert f'PathRule({template}' in result.text, result.text
+
+
+def test_layers_no_template_numbers_for_every_length_are_not_proven(tmp_path):
+  # Two loops of Dense: the second's numbers start after the first's length.
+  # The classes hold at every configuration, PATHS only at the traced one:
+  # not handed over as proven, and the report names the rules it lacks.
+  result, _, _ = _port(tmp_path, 'two_loops', linen_models.two_loops())
+  assert not result.proven
   rows = {name: (outcome, why) for name, outcome, why in result.checks}
-  uncovered = [name for name, (outcome, _) in rows.items() if outcome == 'NOT COVERED']
-  assert uncovered and all(name.startswith('PATHS at that configuration (') for name in uncovered)
-  assert any('Dense_2/kernel' in rows[name][1] for name in uncovered)
+  (uncovered,) = [name for name, (outcome, _) in rows.items() if outcome == 'NOT COVERED']
+  assert uncovered.startswith('PATHS at that configuration (')
+  assert 'PATHS does not map' in result.failure and '--paths infer' in result.failure

@@ -1,0 +1,178 @@
+"""The property of `linen-nnx port`: a port handed over as proven is right at
+configurations it never saw.
+
+Random Linen programs (`random_programs`) are written as module files and
+ported at one configuration. Where the port says proven, the test draws
+other configurations and checks the port there against Linen on its own:
+the written class built with that configuration, the Linen variables
+converted through the written `PATHS` (so `PATHS` is checked by what the
+models compute, not through itself), then outputs, input gradients, the
+outputs in training (dropout masks drawn alike by call order:
+`call_order_masks`, nothing of the kit's key alignment) and after one SGD
+step in training, all bit for bit: both sides run the same operations
+eagerly. A port not proven is counted (`event`), never checked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+
+from converters import LinenModel, linen_to_nnx
+from converters.port import port
+from converters.port.prove import import_file
+from tests.converters.inference.call_order_masks import masks_in_call_order
+from tests.converters.port import random_programs
+from tests.converters.port.random_programs import Program
+from tests.hypothesis_profiles import compiling
+
+_names = itertools.count()
+
+#: The port guide's MLP: a loop over widths, dropout, the head after the loop.
+GUIDE_MLP = Program(('loop', 'dropout'), 'nn.relu')
+#: A config object, flags (a layer's setting, a layer or none), a width read
+#: from the input.
+FLAGS_AND_CONFIG = Program(('config', 'norm', 'residual', 'dense'), 'nn.tanh')
+#: A layer before the loop's, Linen's numbers of the loop's moved by it.
+LAYER_BEFORE_THE_LOOP = Program(('dense', 'loop', 'dropout'), 'nn.gelu')
+
+
+def _linen_module(module, configuration: dict):
+  fields = {f: v for f, v in configuration.items() if f != 'in_features'}
+  if 'config' in fields:
+    fields['config'] = module.Config(**fields['config'])
+  return module.Model(**fields), fields
+
+
+def _nnx_model(generated, fields: dict, in_features: int, batch: int) -> nnx.Module:
+  """The written class at `fields`, its sizes given as the port's constructor names them."""
+  arguments = {}
+  for name, parameter in list(inspect.signature(generated.Model.__init__).parameters.items())[1:]:
+    if name in fields:
+      arguments[name] = fields[name]
+    elif name == 'in_features':
+      arguments[name] = in_features
+    elif name == 'x_shape':
+      arguments[name] = (batch, in_features)
+    elif name == 'rngs':
+      arguments[name] = nnx.Rngs(0)
+    elif parameter.default is inspect.Parameter.empty:
+      raise AssertionError(f'the port takes {name}=, which this test does not know how to give')
+  return generated.Model(**arguments)
+
+
+def _equal(what: str, nnx_value, linen_value, configuration: dict) -> None:
+  np.testing.assert_array_equal(
+      np.asarray(nnx_value), np.asarray(linen_value),
+      err_msg=f'proven port, wrong {what} at {configuration}',
+  )
+
+
+def check_port_at(program: Program, module, generated, configuration: dict) -> None:
+  """The port against Linen at `configuration`, on their own."""
+  linen, fields = _linen_module(module, configuration)
+  batch, in_features = 2, configuration['in_features']
+  x = jax.random.normal(jax.random.key(1), (batch, in_features))
+  other = jax.random.normal(jax.random.key(2), (batch, in_features))
+  evaluating = {'train': False} if program.trains else {}
+  variables = linen.init(jax.random.key(0), x, **evaluating)
+  model = linen_to_nnx(variables, target=_nnx_model(generated, fields, in_features, batch), paths=generated.PATHS)
+  model.eval()
+  expected = linen.apply(variables, x, **evaluating)
+  _equal('outputs', model(x), expected, configuration)
+  weights = jax.random.normal(jax.random.key(3), expected.shape)
+  _equal(
+      'input gradients',
+      jax.grad(lambda x: jnp.sum(model(x) * weights))(x),
+      jax.grad(lambda x: jnp.sum(linen.apply(variables, x, **evaluating) * weights))(x),
+      configuration,
+  )
+  training = {'train': True, 'rngs': {'dropout': jax.random.key(4)}} if program.trains else {}
+  model.train()
+  with masks_in_call_order():
+    linen_out = linen.apply(variables, x, **training)
+  with masks_in_call_order():
+    nnx_out = model(x)
+  _equal('outputs in training', nnx_out, linen_out, configuration)
+
+  # One SGD step in training on each side, then the outputs on another input.
+  tx = optax.sgd(0.1)
+  params = variables['params']
+
+  def linen_loss(params):
+    return jnp.sum(linen.apply({**variables, 'params': params}, x, **training) * weights)
+
+  with masks_in_call_order():
+    grads = jax.grad(linen_loss)(params)
+  updates, _ = tx.update(grads, tx.init(params), params)
+  stepped = {**variables, 'params': optax.apply_updates(params, updates)}
+  optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+  with masks_in_call_order():
+    nnx_grads = nnx.grad(lambda m: jnp.sum(m(x) * weights))(model)
+  optimizer.update(model, nnx_grads)
+  model.eval()
+  _equal('outputs after a training step', model(other), linen.apply(stepped, other, **evaluating), configuration)
+
+
+def _written_module(program: Program, directory) -> object:
+  name = f'random_linen_{next(_names)}'
+  (directory / f'{name}.py').write_text(program.source())
+  if str(directory) not in sys.path:
+    sys.path.insert(0, str(directory))
+  return importlib.import_module(name)
+
+
+@pytest.fixture(scope='module')
+def directory(tmp_path_factory):
+  path = tmp_path_factory.mktemp('random_programs')
+  yield path
+  if str(path) in sys.path:
+    sys.path.remove(str(path))
+
+
+@settings(compiling, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                            HealthCheck.data_too_large])
+@given(program=random_programs.programs(), data=st.data())
+@example(program=GUIDE_MLP, data=None).via('the port guide')
+@example(program=FLAGS_AND_CONFIG, data=None).via('flags and a config object')
+@example(program=LAYER_BEFORE_THE_LOOP, data=None).via('a layer before the loop')
+def test_a_proven_port_is_right_at_configurations_it_never_saw(program, data, directory):
+  module = _written_module(program, directory)
+  traced = {f: getattr(module.Model, f) for f in program.fields}
+  traced = {f: v if f != 'config' else {'hidden': v.hidden, 'scale': v.scale} for f, v in traced.items()}
+  in_features = 4
+  linen, _ = _linen_module(module, {**traced, 'in_features': in_features})
+  kwargs = {'train': False} if program.trains else {}
+  out = directory / f'{module.__name__}_nnx.py'
+  result = port(LinenModel(linen, jnp.ones((2, in_features)), **kwargs), str(out))
+  # The pinned programs are ones the port writes: the property checks them.
+  assert data is not None or result.proven, (result.failure, result.checks)
+  if not result.proven:
+    why = 'stubbed' if result.stubs else 'not proven'
+    event(f'{why}: {(result.failure or (result.stubs and result.stubs[0].reason) or "")[:60]}')
+    assert result.failure or result.stubs, result.checks
+    return
+  event('proven')
+  generated = import_file(str(out))
+  if data is None:  # a pinned example: the configurations every run checks
+    configurations = [
+        {**traced, f: v, 'in_features': 3}
+        for f, v in (('widths', (2, 5, 3)), ('widths', ()), ('config', {'hidden': 6, 'scale': 2.0}),
+                     ('norm', True), ('use_bias', False), ('rate', 0.25))
+        if f in program.fields
+    ]
+  else:
+    configurations = [data.draw(random_programs.configurations(program)) for _ in range(2)]
+  for configuration in configurations:
+    check_port_at(program, module, generated, configuration)
