@@ -147,6 +147,9 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   # Each field left None given a value, as a flag flipped: the branch it
   # takes is traced, written and mapped too (a learned position table).
   optional, unproven = prove.optional_configurations(linen_model)
+  # Each string or enum field at every other value the source switches on.
+  switched, unswitched = prove.switched_configurations(linen_model, {c.cls for c in root.walk()})
+  optional, unproven = [*optional, *switched], [*unproven, *unswitched]
   for other, description in [*prove.flag_configurations(linen_model, refused), *optional]:
     other_root, other_variables = tracing.trace(other.module, *other.args, **other.kwargs)
     stops_decoding = 'cache' in variables and 'cache' not in other_variables

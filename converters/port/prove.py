@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import dataclasses
+import enum
 import functools
 import importlib.util
 import inspect
@@ -29,7 +30,7 @@ from flax import nnx
 from flax.core import scope as linen_scope
 
 from converters.linen_model import LinenModel, split_arrays
-from converters.port import layers, shapes, tracing
+from converters.port import layers, shapes, switches, tracing
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.comparison import LeafRelative
 from converters.testing import assert_port_equivalent
@@ -133,6 +134,21 @@ def nnx_value(value, generated: types.ModuleType):
       raise TypeError(f'the model is configured with the Linen class {value.__name__}, which the port '
                       'has no class of the same name for')
     return ported
+  if isinstance(value, enum.Enum):
+    # The port's file defines the enum again: its members are the port's.
+    ported = getattr(generated, type(value).__name__, None)
+    if isinstance(ported, type) and issubclass(ported, enum.Enum) and value.name in ported.__members__:
+      return ported[value.name]
+    return value
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    # A configuration object: the port's class of that name where it has
+    # one, its fields as the port takes them.
+    fields = {f.name: nnx_value(getattr(value, f.name), generated) for f in dataclasses.fields(value) if f.init}
+    ported = getattr(generated, type(value).__name__, None)
+    if isinstance(ported, type) and dataclasses.is_dataclass(ported) and ported is not type(value):
+      return ported(**fields)
+    changed = {k: v for k, v in fields.items() if v is not getattr(value, k)}
+    return dataclasses.replace(value, **changed) if changed else value
   return value
 
 
@@ -858,6 +874,57 @@ def optional_configurations(linen_model: LinenModel) -> tuple[list[tuple[LinenMo
       break
     else:
       unproven.append((tried[0][1].split('=')[0], 'no value Linen builds'))
+  return found, unproven
+
+
+def _switched(value, prefix: str, strings: dict, depth: int = 0) -> tuple[list, list[str]]:
+  """`(changes, unknown)`: for each string or enum field of the
+  configuration `value` (a module's fields, or a configuration dataclass's,
+  nested), `(new value, 'name=other')` for every other value the sources
+  switch on; and the string fields whose values no source names."""
+  if depth > 3 or not dataclasses.is_dataclass(value):
+    return [], []
+  changes, unknown = [], []
+  for f in dataclasses.fields(value):
+    if not f.init or f.name in ('parent', 'name'):
+      continue
+    current, name = getattr(value, f.name), f'{prefix}{f.name}'
+    if dataclasses.is_dataclass(current) and not isinstance(current, type):
+      inner, more = _switched(current, f'{name}.', strings, depth + 1)
+      unknown += more
+      changes += [(new, d) for inner_new, d in inner
+                  if (new := _replaced(value, f.name, inner_new)) is not None]
+      continue
+    others = switches.alternatives(current, f.name, strings)
+    if others is None:
+      unknown.append(name)
+    for other in others or ():
+      if (new := _replaced(value, f.name, other)) is not None:
+        changes.append((new, f'{name}={other!r}' if isinstance(other, str) else f'{name}={other}'))
+  return changes, unknown
+
+
+def switched_configurations(linen_model: LinenModel, classes) -> tuple[list[tuple[LinenModel, str]], list]:
+  """The model with each string or enum field of its configuration (in its
+  configuration dataclasses too) set in turn to every other value the
+  sources of `classes` switch on (`if self.activation == 'gelu'`, every
+  member of an enum), where Linen builds it: each branch is traced, written
+  and proven. Also `(field, why)` of the string fields left unproven."""
+  module = linen_model.module
+  strings = switches.named_strings(switches.source_paths(classes))
+  changes, unknown = _switched(module, '', strings)
+  found = []
+  unproven = [(name, 'a string no source compares: its other values are unknown') for name in unknown
+              if name.split('.')[-1] not in ('dtype', 'param_dtype', 'precision')]
+  for fields, description in changes:
+    try:
+      other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
+      inputs, eval_kwargs, *_ = call_keywords(other, {})
+      jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
+    except Exception:  # noqa: BLE001 - Linen (or the configuration) refuses that value
+      unproven.append((description, 'not built by Linen'))
+      continue
+    found.append((other, description))
   return found, unproven
 
 

@@ -6,6 +6,7 @@ a condition on the inputs)."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 from typing import Any
 
@@ -1470,3 +1471,34 @@ class TwoLoops(nn.Module):
 
 def two_loops() -> LinenModel:
   return LinenModel(TwoLoops(), jax.ShapeDtypeStruct((2, 4), jnp.float32))
+
+
+class NormKind(enum.Enum):
+  LAYER = 'layer'
+  RMS = 'rms'
+
+
+class SwitchedByStrings(nn.Module):
+  """Code picked by a string and an enum field: every value the source
+  names is a branch to trace, write and prove."""
+
+  features: int = 6
+  activation: str = 'relu'
+  norm: NormKind = NormKind.LAYER
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(self.features)(x)
+    if self.norm == NormKind.RMS:
+      x = nn.RMSNorm()(x)
+    else:
+      x = nn.LayerNorm()(x)
+    if self.activation in ('tanh', 'scaled_tanh'):
+      x = jnp.tanh(x) * (2.0 if self.activation == 'scaled_tanh' else 1.0)
+    else:
+      x = {'relu': nn.relu, 'gelu': nn.gelu}[self.activation](x)
+    return nn.Dense(3)(x)
+
+
+def switched_by_strings() -> LinenModel:
+  return LinenModel(SwitchedByStrings(), jax.ShapeDtypeStruct((2, 4), jnp.float32))

@@ -3,9 +3,9 @@ composed by configuration fields, as the source of a module file.
 
 A program is a sequence of steps, each reading fields of the module (a loop
 over a tuple of widths, a width and a flag, a flag that adds a layer, an
-optional width, a rate under the call's `train` flag, a config dataclass),
-then a head. `configurations` draws values for every field, so a port
-written at one configuration is checked at others.
+optional width, a rate under the call's `train` flag, a config dataclass, a
+string picking code), then a head. `configurations` draws values for every
+field, so a port written at one configuration is checked at others.
 """
 
 from __future__ import annotations
@@ -42,6 +42,12 @@ STEPS = {
     'residual': ((), """
         x = x + {act}(nn.Dense(x.shape[-1])(x))
     """),
+    'switch': (('kind',), """
+        if self.kind == 'tanh':
+          x = nn.tanh(x)
+        elif self.kind == 'scaled':
+          x = x * 0.5
+    """),
     'second_loop': (('depths',), """
         for depth in self.depths:
           x = nn.Dense(depth)(x)
@@ -58,6 +64,7 @@ FIELDS = {
     'out_dim': 'out_dim: int | None = None',
     'config': 'config: Config = Config()',
     'depths': 'depths: tuple[int, ...] = (3,)',
+    'kind': "kind: str = 'plain'",
     'num_classes': 'num_classes: int = 3',
 }
 
@@ -127,6 +134,7 @@ def values(field: str) -> st.SearchStrategy:
       'out_dim': st.none() | _SIZES,
       'config': st.fixed_dictionaries({'hidden': _SIZES, 'scale': st.sampled_from((0.5, 1.0, 2.0, 3.0))}),
       'num_classes': _SIZES,
+      'kind': st.sampled_from(('plain', 'tanh', 'scaled')),
   }[field]
 
 

@@ -761,3 +761,13 @@ def test_layers_no_template_numbers_for_every_length_are_not_proven(tmp_path):
   (uncovered,) = [name for name, (outcome, _) in rows.items() if outcome == 'NOT COVERED']
   assert uncovered.startswith('PATHS at that configuration (')
   assert 'PATHS does not map' in result.failure and '--paths infer' in result.failure
+
+
+def test_every_value_a_string_or_enum_field_switches_on_is_written_and_proven(tmp_path):
+  # Before: the RMSNorm branch stubbed the class ("created where no traced
+  # configuration went") and the tanh branches were copied untried.
+  result, _, _ = _port(tmp_path, 'switched_by_strings', linen_models.switched_by_strings())
+  assert result.proven, (result.failure, result.checks)
+  for change in ('norm=NormKind.RMS', "activation='gelu'", "activation='scaled_tanh'", "activation='tanh'"):
+    assert _outcome(result, f'another configuration ({change})') == 'passed'
+  assert "PathRule('RMSNorm_0/scale'" in result.text

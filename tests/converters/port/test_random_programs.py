@@ -42,8 +42,8 @@ _names = itertools.count()
 #: The port guide's MLP: a loop over widths, dropout, the head after the loop.
 GUIDE_MLP = Program(('loop', 'dropout'), 'nn.relu')
 #: A config object, flags (a layer's setting, a layer or none), a width read
-#: from the input.
-FLAGS_AND_CONFIG = Program(('config', 'norm', 'residual', 'dense'), 'nn.tanh')
+#: from the input, a string picking code.
+FLAGS_AND_CONFIG = Program(('config', 'norm', 'residual', 'dense', 'switch'), 'nn.tanh')
 #: A layer before the loop's, Linen's numbers of the loop's moved by it.
 LAYER_BEFORE_THE_LOOP = Program(('dense', 'loop', 'dropout'), 'nn.gelu')
 
@@ -169,7 +169,7 @@ def test_a_proven_port_is_right_at_configurations_it_never_saw(program, data, di
     configurations = [
         {**traced, f: v, 'in_features': 3}
         for f, v in (('widths', (2, 5, 3)), ('widths', ()), ('config', {'hidden': 6, 'scale': 2.0}),
-                     ('norm', True), ('use_bias', False), ('rate', 0.25))
+                     ('norm', True), ('use_bias', False), ('rate', 0.25), ('kind', 'scaled'))
         if f in program.fields
     ]
   else:
