@@ -117,6 +117,7 @@ def linen_to_nnx(
   converted = conversion.add_collections(
       flats, 'linen', 'nnx',
       target_paths=None if model is None else lambda: nnx_trees.model_param_paths(model),
+      target_leaves=None if model is None else lambda: nnx_trees.model_variable_shapes(model),
   )
   if model is None:
     conversion.run()
@@ -128,7 +129,7 @@ def linen_to_nnx(
   produced = {('model',) + p: leaf for flat in converted.values() for p, leaf in flat.items()}
   if optimizer is not None:
     produced.update(optimizer_state.linen_opt_to_nnx(linen, flats.get('params', {}), optimizer, conversion))
-  named = options.paths.bound('nnx', [p[1:] for p in template.leaves if p[0] == 'model'])
+  named = conversion.options.paths
   filled = fill(
       'linen -> nnx', template.leaves, produced, options=options,
       mesh=options.mesh or mesh_of_tree(template.variables),
@@ -199,6 +200,7 @@ def nnx_to_linen(
   converted = conversion.add_collections(
       groups, 'nnx', 'linen',
       target_paths=None if params is None else lambda: linen_trees.tree_param_paths(params),
+      target_leaves=None if target is None else lambda: linen_trees.variable_shapes(target),
   )
   if target is None:
     conversion.run()
@@ -213,7 +215,7 @@ def nnx_to_linen(
     produced = {**converted.get(c, {}), **linen_trees.kept_from_target(template, _only(options, 'linen'), c)}
     filled[c] = fill(
         f'nnx -> linen {c}', template, produced, options=options, prefix=f'{c}/',
-        explain=lambda p, _, named=options.paths.bound('linen', list(template)): named.describe('linen', p),
+        explain=lambda p, _: conversion.options.paths.describe('linen', p),
         in_produced_order=True,
     )
   if optimizer is None:

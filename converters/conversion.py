@@ -109,12 +109,17 @@ class Conversion:
       target: Framework,
       *,
       target_paths: Callable[[], Iterable[tuple]] | None = None,
+      target_leaves: Callable[[], Mapping[tuple, tuple]] | None = None,
   ) -> dict[str, Planned]:
     """`add` of every collection, whose target paths must be distinct.
 
     `target_paths`, when given, lists the paths of the target's parameters:
     a refusal for source paths no rule maps then also names the target's.
+    `target_leaves`, when given, gives `{path: shape}` of every variable of
+    the target: the mapping is bound to it (a loop's length, for rules
+    counted after it: `Dense_{n}`), else to every collection of the source.
     """
+    self.bind(flats, source, target, target_leaves)
     try:
       planned = {name: self.add(flat, source, target) for name, flat in flats.items()}
     except PathMappingError as e:
@@ -123,6 +128,20 @@ class Conversion:
       raise _with_target_side(e, self.options.paths, target, target_paths()) from None
     checks.check_distinct_targets({name: list(tree) for name, tree in planned.items()})
     return planned
+
+  def bind(self, flats: Mapping[str, Any], source: Framework, target: Framework,
+           target_leaves: Callable[[], Mapping[tuple, tuple]] | None = None) -> None:
+    """The conversion's mapping bound to one model for all its collections
+    (and the optimizer state converted after them): to the target's
+    variables where known, else to the source's."""
+    if self.options.paths.is_bound:
+      return
+    if target_leaves is not None and source != target:
+      paths = self.options.paths.bound(target, target_leaves())
+    else:
+      paths = self.options.paths.bound(
+          source, {p: getattr(v[0], 'shape', ()) for flat in flats.values() for p, v in flat.items()})
+    self.options = dataclasses.replace(self.options, paths=paths)
 
   def protect(self, values: Iterable[Any]) -> None:
     """Input arrays used outside the planned trees (steps, counts): never deleted."""
@@ -150,9 +169,7 @@ def _with_target_side(
 ) -> PathMappingError:
   """`error` (source paths no rule maps) with the target's `framework` paths
   that no rule maps either, so that both sides of a missing rule are named."""
-  target_paths = list(target_paths)
-  bound = mapping.bound(framework, target_paths)
-  unmapped = [format_path(p) for p in target_paths if not bound.match_all(framework, p)]
+  unmapped = [format_path(p) for p in target_paths if not mapping.match_all(framework, p)]
   if not unmapped:
     return error
   return PathMappingError(

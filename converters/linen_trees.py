@@ -217,6 +217,18 @@ def opt_state_template(target: TrainState) -> tuple[dict[tuple, tuple[Any, Any]]
   return template, treedef
 
 
+def variable_shapes(target) -> dict[tuple, tuple]:
+  """`{path: shape}` of every variable of a Linen target (variables, or a
+  `TrainState`'s parameters and collection fields), collections merged:
+  what binds a path mapping to the target model."""
+  if isinstance(target, TrainState):
+    trees = [target.params, *(tree for _, tree in _extra_fields(target) if isinstance(tree, Mapping))]
+  else:
+    trees = [tree for tree in (target or {}).values() if isinstance(tree, Mapping)]
+  return {p: tuple(getattr(leaf.value if md.is_linen_box(leaf) else leaf, 'shape', ()))
+          for tree in trees for p, leaf in _boxed_leaves(tree)[0]}
+
+
 def tree_param_paths(tree) -> list[tuple]:
   """The paths of a Linen tree's parameters (boxes are leaves)."""
   return [p for p, _ in _boxed_leaves(tree)[0]]

@@ -144,6 +144,12 @@ def model_param_paths(model) -> list[tuple]:
   return [p for p, _ in nnx.to_flat_state(nnx.state(model, nnx.Not(nnx.RngState)))]
 
 
+def model_variable_shapes(model) -> dict[tuple, tuple]:
+  """`{path: shape}` of a model's Variables, RNG state left out."""
+  return {p: tuple(getattr(v.get_value() if hasattr(v, 'get_value') else v, 'shape', ()))
+          for p, v in nnx.to_flat_state(nnx.state(model, nnx.Not(nnx.RngState)))}
+
+
 def write_state(
     groups: Mapping[str, Mapping[tuple, tuple[Any, md.Annotation]]],
     types: Mapping[str, type],

@@ -36,8 +36,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from collections.abc import Iterable, Sequence
-from typing import Literal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 from converters.errors import PathMappingError, format_offenders
 from converters.transforms import Rearrange
@@ -48,6 +48,8 @@ _INDEX = '{i}'
 #: The layer index in a template: `{i}`, or `{i+1}` on a side that numbers
 #: the loop's first layer 1 (a Linen `Dense_0` made before the loop's).
 _INDEX_TOKEN = re.compile(r'\{i(?:\+(?P<offset>[1-9]\d*))?\}')
+#: Every `{...}` a template may hold.
+_VALID_TOKEN = re.compile(r'\{[in](?:\+[1-9]\d*)?\}')
 #: A Linen key numbered after a loop's layers: `Dense_{n}`, `Dense_{n+1}`.
 _COUNTED_KEY = re.compile(r'(?P<name>.+)_\{n(?:\+(?P<after>[1-9]\d*))?\}\Z')
 _SIDE_NAMES = {'linen': 'Linen', 'nnx': 'NNX'}
@@ -193,6 +195,7 @@ class PathRule:
         fw = 'nnx' if field.startswith('nnx') else 'linen'
         normal = tuple(_normal_template(t, fw) for t in _as_templates(value))
         object.__setattr__(self, field, normal[0] if isinstance(value, str) else normal)
+    self._check_tokens()
     absent = [fw for fw in ('linen', 'nnx') if getattr(self, fw) is None and getattr(self, f'{fw}_stacked') is None]
     if self.only not in (None, 'linen', 'nnx'):
       raise PathMappingError(f"rule {self}: only={self.only!r}; pass 'linen', 'nnx' or None")
@@ -271,6 +274,17 @@ class PathRule:
       )
 
     self._check_counted()
+
+  def _check_tokens(self) -> None:
+    for field in ('linen', 'nnx', 'linen_stacked', 'nnx_stacked'):
+      for template in _as_templates(getattr(self, field)) or ():
+        wrong = [t for t in re.findall(r'\{[^{}]*\}', template) if not _VALID_TOKEN.fullmatch(t)]
+        if wrong:
+          raise PathMappingError(
+              f'rule {self}: {wrong[0]} in {field}={template!r} is no index: write {_INDEX} for a '
+              "loop's layer ({i+1} where its first is numbered 1), {n} for the layer numbered "
+              'after the loop ({n+1} for the one after it)'
+          )
 
   def _check_counted(self) -> None:
     for field in ('nnx', 'nnx_stacked', 'linen_stacked'):
@@ -408,10 +422,19 @@ class KeptPath(PathRule):
     return (format_path(self.keys),)
 
 
-def _count_families(rules: Sequence[PathRule]) -> list[tuple[set[PathRule], list[PathRule]]]:
-  """`(loop rules, counted rules)` of each key counted after a loop's
-  (`Dense_{n}` after `Dense_{i}` under the same keys); refuses a counted
-  rule with no loop to count."""
+@dataclasses.dataclass(frozen=True)
+class _Binding:
+  """A mapping bound to one model: each counted rule numbered (`resolved`),
+  each loop rule's length (`lengths`)."""
+
+  resolved: dict
+  lengths: dict
+
+
+def _count_families(rules: Sequence[PathRule]) -> dict[tuple, tuple[dict[PathRule, int], list[PathRule]]]:
+  """`{(keys before, name): ({loop rule: its first number}, counted rules)}`
+  of each key counted after a loop's (`Dense_{n}` after `Dense_{i}` under
+  the same keys); refuses a counted rule with no loop to count."""
   families: dict[tuple, tuple[dict, list]] = {}
   for rule in rules:
     if rule.counted is not None:
@@ -432,7 +455,7 @@ def _count_families(rules: Sequence[PathRule]) -> list[tuple[set[PathRule], list
         f"loop's rules (PathRule('{lonely[0].replace('{n}', _INDEX)}/...', ...)) or number the layer",
         lonely,
     )
-  return list(families.values())
+  return families
 
 
 def _compile(template: str) -> re.Pattern:
@@ -467,20 +490,21 @@ class PathMapping:
   """
 
   def __init__(self, rules: Iterable[PathRule], *, keep_unmatched: bool = False,
-               _loop_lengths: dict[PathRule, int] | None = None):
+               _binding: _Binding | None = None):
     self.rules = tuple(rules)
     if not isinstance(keep_unmatched, bool):
       raise PathMappingError(f'keep_unmatched={keep_unmatched!r}: pass True or False')
     self.keep_unmatched = keep_unmatched
     self._one_sided = any(rule.only is not None for rule in self.rules)
-    # A bound mapping's loops: a Linen index at or past the length is a
-    # layer numbered after the loop's, which a counted rule names.
-    self._loop_lengths = dict(_loop_lengths or {})
     self._families = _count_families(self.rules)
+    # Bound to one model (`bound`): its counted rules numbered, its loops'
+    # lengths known. Unbound, a counted rule names nothing.
+    self._binding = _binding
+    resolved = _binding.resolved if _binding is not None else {}
     self._patterns = [
         (rule, layout, fw, part, template, _compile(template), _index_offset(template))
-        for rule in self.rules
-        if rule.counted is None
+        for given in self.rules
+        if (rule := resolved.get(given, given)).counted is None
         for fw in ('linen', 'nnx')
         for layout in rule.layouts(fw)
         for part, template in enumerate(rule.templates(fw, layout))
@@ -499,34 +523,85 @@ class PathMapping:
           duplicates,
       )
 
-  def bound(self, framework: Framework, paths: Iterable[Sequence]) -> PathMapping:
-    """This mapping for one model whose `framework` paths are `paths`: each
-    counted rule (`Dense_{n}/kernel`) numbered by the length of its loop
-    there, each loop's rule held below that length on the Linen side. The
-    same for both sides of a conversion; itself when no rule counts."""
+  @property
+  def resolved_rules(self) -> tuple[PathRule, ...]:
+    """The rules as they match: a bound mapping's counted rules numbered."""
+    resolved = self._binding.resolved if self._binding is not None else {}
+    return tuple(resolved.get(rule, rule) for rule in self.rules)
+
+  @property
+  def is_bound(self) -> bool:
+    """Whether every rule names its paths: no rule counts, or the mapping is bound."""
+    return not self._families or self._binding is not None
+
+  def bound(self, framework: Framework, leaves: Iterable[Sequence] | Mapping[tuple, Any]) -> PathMapping:
+    """This mapping bound to one model, given the paths of its variables on
+    the `framework` side (every collection; a mapping to their arrays or
+    shapes also reads a stacked loop's length from axis 0): each counted
+    rule (`Dense_{n}/kernel`) numbered by its loop's length there, each
+    loop rule held below that length on the Linen side. The rules stay as
+    given (`rules`, `to_python`, `+`); bind again for another model. Itself
+    when no rule counts.
+
+    Raises:
+      PathMappingError: a counted rule beside a loop Linen stacks, or loop
+        rules of one key numbering the loop's first layer differently.
+    """
     if not self._families:
       return self
-    paths = [tuple(p) for p in paths]
-    lengths, rules = {}, {}
-    for loops, counted in self._families:
-      indices = {
-          m.index for p in paths for m in self._matches(framework, p)
-          if m.rule in loops and m.layout == 'loop'
-      }
-      # Linen's loop indices run on into the counted layers; NNX's stop at the loop's.
-      extra = max(rule.counted[2] for rule in counted) + 1 if framework == 'linen' else 0
-      length = max(0, max(indices, default=-1) + 1 - extra)
+    shapes = {tuple(p): getattr(v, 'shape', v) for p, v in leaves.items()} if isinstance(leaves, Mapping) else {}
+    paths = list(shapes) if shapes else [tuple(p) for p in leaves]
+    lengths, resolved = {}, {}
+    for (before, name), (loops, counted) in self._families.items():
       first = set(loops.values())
       if len(first) != 1:
         raise PathMappingError(
-            f'the loop rules {format_offenders(sorted(r.linen for r in loops))} number the loop\'s '
+            f'the loop rules {format_offenders(sorted(str(r.linen) for r in loops))} number the loop\'s '
             f'first layer differently; give them one index ({_INDEX} or {{i+1}}, ...)'
         )
-      lengths.update(dict.fromkeys(loops, length))
       (first,) = first
-      rules.update({rule: rule.counting(first + length) for rule in counted})
-    return PathMapping([rules.get(rule, rule) for rule in self.rules], keep_unmatched=self.keep_unmatched,
-                       _loop_lengths=lengths)
+      matches = [(p, m) for p in paths for m in self._matches(framework, p) if m.rule in loops]
+      if framework == 'linen':
+        if any(m.layout == 'scan' for _, m in matches):
+          raise PathMappingError(
+              f'{format_path((*before, name + "_{n}"))} numbers a layer after a loop Linen runs, but '
+              'this Linen model stacks that loop (nn.scan), which Linen numbers as one module: '
+              'write that layer\'s rule with its own number for the stacked model'
+          )
+        length = self._linen_length(paths, before, name, first, loops, counted)
+      else:
+        length = max([m.index + 1 for _, m in matches if m.layout == 'loop']
+                     + [int(shapes[p][0]) for p, m in matches if m.layout == 'scan' and len(shapes.get(p, ())) > 0]
+                     + [0])
+      lengths.update(dict.fromkeys(loops, length))
+      resolved.update({rule: rule.counting(first + length) for rule in counted})
+    return PathMapping(self.rules, keep_unmatched=self.keep_unmatched, _binding=_Binding(resolved, lengths))
+
+  def _linen_length(self, paths, before: tuple, name: str, first: int, loops, counted) -> int:
+    """The length of a loop in a Linen model's `paths`: Linen numbers every
+    layer of the class, the counted ones right after the loop's, so with
+    them all present it is the count less theirs. A tree that lacks some
+    (gradients of the parameters, where a counted layer has only batch
+    statistics) takes the next length at which every path of the class
+    has its rule."""
+    numbered = {}
+    for p in paths:
+      if len(p) > len(before) and p[:len(before)] == before and isinstance(p[len(before)], str) and (
+          m := re.fullmatch(rf'{re.escape(name)}_(0|[1-9]\d*)', p[len(before)])):
+        numbered[p] = int(m[1])
+    total = max(numbered.values(), default=-1) + 1
+    after = max(rule.counted[2] for rule in counted) + 1
+    looped = {p for p in numbered for m in self._matches('linen', p) if m.rule in loops and m.layout == 'loop'}
+
+    def holds(length: int) -> bool:
+      patterns = [_compile(rule.counting(first + length).linen) for rule in counted]
+      return all(
+          k < first or (p in looped if k < first + length else any(t.match(format_path(p)) for t in patterns))
+          for p, k in numbered.items()
+      )
+
+    start = max(0, total - first - after)
+    return next((n for n in range(start, max(start, total - first) + 1) if holds(n)), start)
 
   @classmethod
   def identity(cls) -> PathMapping:
@@ -537,7 +612,8 @@ class PathMapping:
     return PathMapping(self.rules + tuple(rules), keep_unmatched=self.keep_unmatched)
 
   def _key(self) -> tuple:
-    return self.rules, self.keep_unmatched
+    lengths = None if self._binding is None else frozenset(self._binding.lengths.items())
+    return self.rules, self.keep_unmatched, lengths
 
   def __eq__(self, other) -> bool:
     return self._key() == other._key() if isinstance(other, PathMapping) else NotImplemented
@@ -590,9 +666,10 @@ class PathMapping:
   def match_all(self, framework: Framework, path: Sequence) -> list[Match]:
     """Every rule that names `path`. A counted rule names nothing until the
     mapping is bound to a model's paths (`bound`; `match` binds itself)."""
+    lengths = self._binding.lengths if self._binding is not None else {}
     found = [
         m for m in self._matches(framework, path)
-        if not (framework == 'linen' and m.layout == 'loop' and m.index >= self._loop_lengths.get(m.rule, m.index + 1))
+        if not (framework == 'linen' and m.layout == 'loop' and m.index >= lengths.get(m.rule, m.index + 1))
     ]
     if not found and self.keep_unmatched:
       found.append(Match(KeptPath.of(framework, path), 'plain', None))
@@ -627,7 +704,7 @@ class PathMapping:
     """The one `Match` of every path (the mapping bound to them); raises
     listing every unmapped or ambiguous path."""
     paths = [tuple(p) for p in paths]
-    bound = self.bound(framework, paths)
+    bound = self if self.is_bound else self.bound(framework, paths)
     result, unmapped, ambiguous = {}, [], []
     for path in paths:
       found = bound.match_all(framework, path)

@@ -419,6 +419,7 @@ def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: Pat
   if given is None:
     return {}
   found = ({}, {})
+  rules = given.resolved_rules  # a counted rule (`Dense_{n}`) at these models' number
   for side, (trace, graph, framework) in enumerate(zip(traces, graphs, ('linen', 'nnx'))):
     for slot, node in list(graph.variables.items()):
       path = trace.variables[slot[0]][1]
@@ -427,7 +428,7 @@ def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: Pat
         continue
       m = matches[0]
       layer = m.index if m.layout == 'loop' else slot[1]
-      rule = given.rules.index(m.rule)
+      rule = rules.index(m.rule)
       graph.labels[node] = ('given', rule, layer)
       del graph.variables[slot]
       found[side].setdefault((rule, layer), []).append((m.part, slot, m))
@@ -435,7 +436,7 @@ def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: Pat
   for (rule, layer), members in found[1].items():
     sources = [slot for _, slot, _ in sorted(found[0].get((rule, layer), []), key=lambda x: x[0])]
     for part, slot, m in members:
-      anchors[slot] = (tuple(sources), given.rules[rule], part)
+      anchors[slot] = (tuple(sources), rules[rule], part)
   return anchors
 
 

@@ -373,20 +373,23 @@ def mapping_of(pairs) -> PathMapping:
 
 def unmapped_pairs(mapping: PathMapping, pairs) -> list[tuple[tuple, tuple]]:
   """The `(linen path, nnx path)` of `pairs` (`path_pairs` of one
-  configuration) that `mapping`, bound to that configuration's Linen paths,
-  does not map onto each other."""
-  linen_paths = [linen for linen, *_ in pairs]
-  try:
-    bound = mapping.bound('linen', linen_paths)
-  except PathMappingError:
-    return [(linen, nnx_path) for linen, nnx_path, *_ in pairs]
+  configuration) that `mapping` does not map onto each other, either way,
+  bound to that configuration's paths on the side converted from."""
   wrong = []
-  for linen, nnx_path, _, fused in pairs:
-    found = bound.match_all('linen', linen)
-    mapped = [format_path(m.rule.path('nnx', m.layout, m.index)) for m in found
-              if fused is None or m.part == fused[1]]
-    if mapped != [format_path(nnx_path)]:
-      wrong.append((linen, nnx_path))
+  for side, framework in enumerate(('linen', 'nnx')):
+    try:
+      bound = mapping.bound(framework, [pair[side] for pair in pairs])
+    except PathMappingError:
+      return [(linen, nnx_path) for linen, nnx_path, *_ in pairs]
+    for pair in pairs:
+      part = pair[3][1] if pair[3] is not None else 0  # a part of a variable NNX holds fused
+      found = bound.match_all(framework, pair[side])
+      if framework == 'linen':
+        mapped = [format_path(m.rule.path('nnx', m.layout, m.index)) for m in found if m.part == part]
+      else:
+        mapped = [format_path(m.rule.path('linen', m.layout, m.index, part)) for m in found]
+      if mapped != [format_path(pair[1 - side])] and (pair[0], pair[1]) not in wrong:
+        wrong.append((pair[0], pair[1]))
   return wrong
 
 

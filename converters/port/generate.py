@@ -80,6 +80,10 @@ class PortResult:
   #: The flags whose flip Linen does not build (`decode=True` of a scan
   #: that carries no cache): the code they switch on is not proven.
   refused_flags: list = dataclasses.field(default_factory=list)
+  #: The other configurations (flags flipped, fields given a value) that
+  #: make nothing the traced one does not (`use_bias=False`): nothing new
+  #: to write, proven all the same, `(model, what)`.
+  within: list = dataclasses.field(default_factory=list)
 
 
 def _call_parameters(cls: type) -> list[str]:
@@ -150,12 +154,14 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   # Each string or enum field at every other value the source switches on.
   switched, unswitched = prove.switched_configurations(linen_model, {c.cls for c in root.walk()})
   optional, unproven = [*optional, *switched], [*unproven, *unswitched]
+  within = []  # flags that make nothing the model does not: proven, not written from
   for other, description in [*prove.flag_configurations(linen_model, refused), *optional]:
     other_root, other_variables = tracing.trace(other.module, *other.args, **other.kwargs)
     stops_decoding = 'cache' in variables and 'cache' not in other_variables
     if not stops_decoding and {(c.cls, c.site, c.transform) for c in other_root.walk()} <= made and _shapes(
         other_variables) <= _shapes(variables):
-      continue  # nothing made or sized that the model does not: nothing new to write or prove
+      within.append((other, description))  # nothing made or sized that the model does not
+      continue
     flags.append((other, description, other_root, other_variables))
     for instance in other_root.walk():
       instances.setdefault(instance.cls, []).append(instance)
@@ -221,6 +227,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   result.refused_flags = refused
   result.flags = [(other, description, other_variables) for other, description, _, other_variables in flags]
   result.optional, result.unproven = optional, unproven
+  result.within = within
   result.mapping = mapping
   return result, ports
 
@@ -312,7 +319,8 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   for name, why in result.unproven:
     result.checks.append((f'another configuration ({name} given a value)', why, 'not proven'))
   written = {d for _, d, _ in result.flags}  # proven with the flags
-  optional = [(o, d) for o, d in result.optional if d not in written]
+  optional = [(o, d) for o, d in [*result.optional, *result.within] if d not in written]
+  optional = list({d: (o, d) for o, d in optional}.values())
   # A flag of the call the port keeps as an argument (not its mode: it does
   # more than set layers' modes, `if deterministic: return ids`), turned
   # round: both sides called with it.
@@ -322,7 +330,16 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
       for k, v in linen_model.kwargs.items() if isinstance(v, bool) and k not in result.modes
   ]
   decoding_proven = 'cache' in result.variables
-  moved = prove.moved_configurations(linen_model)  # floats moved, tuples shorter
+  moved = prove.moved_configurations(linen_model)  # floats moved, tuples emptied
+  # The branches the flags and given values wrote, taken together, at other
+  # sizes and tuples too: a branch's sizes are proven beyond the traced ones.
+  branches, taken = linen_model, []
+  for other, change in [*((o, d) for o, d, _ in result.flags if 'cache' not in _), *optional]:
+    if (both := prove.combined(linen_model, branches, other)) is not None:
+      branches, taken = both, [*taken, change]
+  if taken:
+    moved += [(o, f'{", ".join(taken)}; {d}')
+              for o, d in [*prove.other_configurations(branches), *prove.moved_configurations(branches)]]
   for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs, *calls, *optional, *moved]:
     start = time.perf_counter()
     try:

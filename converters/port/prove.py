@@ -452,8 +452,8 @@ def combined(linen_model: LinenModel, first: LinenModel, second: LinenModel) -> 
     if merged is None:
       return None
     changes[name] = merged
-  other = LinenModel(module.clone(parent=None, **changes), *linen_model.args, **linen_model.kwargs)
   try:
+    other = LinenModel(module.clone(parent=None, **changes), *linen_model.args, **linen_model.kwargs)
     inputs, eval_kwargs, *_ = call_keywords(other, {})
     jax.eval_shape(lambda: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
   except Exception:  # noqa: BLE001 - Linen refuses that configuration
@@ -730,8 +730,8 @@ def flag_configurations(linen_model: LinenModel, refused: list[str] | None = Non
     variants = ([(not value, f'{name}={not value}')] if isinstance(value, bool)
                 else [(v, f'{name}.{c}') for v, c in _flipped(value)])
     for new, description in variants:
-      other = LinenModel(module.clone(parent=None, **{name: new}), *linen_model.args, **linen_model.kwargs)
       try:
+        other = LinenModel(module.clone(parent=None, **{name: new}), *linen_model.args, **linen_model.kwargs)
         inputs, eval_kwargs, *_ = call_keywords(other, {})
         jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
       except Exception:  # noqa: BLE001 - Linen refuses that configuration
@@ -1042,11 +1042,11 @@ def other_configurations(linen_model: LinenModel, most: int = 1):
     description = ', '.join(c for c in [changes, *args_changes] if c)
     if any(description == d for _, d in found):
       continue  # the same changes by another road (tuples alone, when they are all)
-    other = LinenModel(module.clone(parent=None, **fields), *args, **linen_model.kwargs)
     try:
+      other = LinenModel(module.clone(parent=None, **fields), *args, **linen_model.kwargs)
       inputs, eval_kwargs, *_ = call_keywords(other, {})
       jax.eval_shape(lambda: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
-    except Exception:  # noqa: BLE001 - Linen refuses that configuration: try the next
+    except Exception:  # noqa: BLE001 - Linen (or the configuration's checks) refuses it: try the next
       continue
     found.append((other, description))
     if len(found) == most:

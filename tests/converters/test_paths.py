@@ -403,3 +403,95 @@ def test_loop_rules_of_one_key_with_different_first_numbers_are_refused_when_bou
   ])
   with pytest.raises(PathMappingError, match='number the loop'):
     mapping.match('linen', [('Dense_0', 'kernel'), ('Dense_1', 'kernel')])
+
+
+class _NormsAfterLoop(nn.Module):
+  """The loop's norms hold a scale and bias, the last norm statistics alone."""
+
+  widths: tuple = (4, 4)
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    for width in self.widths:
+      x = nn.BatchNorm(use_running_average=not train)(nn.Dense(width)(x))
+    return nn.BatchNorm(use_running_average=not train, use_scale=False, use_bias=False)(nn.Dense(4)(x))
+
+
+class _NormsAfterLoopPort(nnx.Module):
+  def __init__(self, widths, in_features, rngs):
+    self.denses, self.norms = nnx.List(), nnx.List()
+    for width in widths:
+      self.denses.append(nnx.Linear(in_features, width, rngs=rngs))
+      self.norms.append(nnx.BatchNorm(width, rngs=rngs))
+      in_features = width
+    self.dense = nnx.Linear(in_features, 4, rngs=rngs)
+    self.norm = nnx.BatchNorm(4, use_scale=False, use_bias=False, rngs=rngs)
+
+  def __call__(self, x):
+    for dense, norm in zip(self.denses, self.norms):
+      x = norm(dense(x))
+    return self.norm(self.dense(x))
+
+
+_NORM_PATHS = PathMapping([
+    *(PathRule(f'Dense_{{i}}/{v}', f'denses/{{i}}/{v}') for v in ('kernel', 'bias')),
+    *(PathRule(f'Dense_{{n}}/{v}', f'dense/{v}') for v in ('kernel', 'bias')),
+    *(PathRule(f'BatchNorm_{{i}}/{v}', f'norms/{{i}}/{v}') for v in ('scale', 'bias', 'mean', 'var')),
+    *(PathRule(f'BatchNorm_{{n}}/{v}', f'norm/{v}') for v in ('mean', 'var')),
+])
+
+
+@pytest.mark.parametrize('widths', [(), (4,), (4, 5, 3)])
+def test_a_loop_length_is_the_models_in_every_collection_and_either_way(widths):
+  # The parameters alone tell no length (the last norm has none): bound
+  # over every collection, or the target's, each layer goes where it is.
+  x = jax.random.normal(jax.random.key(1), (3, 3))
+  variables = _NormsAfterLoop(widths).init(jax.random.key(0), x)
+  variables = {'params': variables['params'], 'batch_stats': jax.tree.map(
+      lambda v: v + jax.random.uniform(jax.random.key(2), v.shape), variables['batch_stats'])}
+  model = converters.linen_to_nnx(variables, target=_NormsAfterLoopPort(widths, 3, nnx.Rngs(0)), paths=_NORM_PATHS)
+  model.eval()
+  np.testing.assert_array_equal(model(x), _NormsAfterLoop(widths).apply(variables, x))
+  # Back without a target, and the parameters alone (their gradients, say).
+  back = converters.nnx_to_linen(model, paths=_NORM_PATHS)
+  jax.tree.map(np.testing.assert_array_equal, back, variables)
+  only_params = converters.linen_to_nnx({'params': variables['params']}, paths=_NORM_PATHS)
+  assert {p[:2] for p, _ in nnx.to_flat_state(only_params)} >= {('norms', k) for k in range(len(widths))}
+
+
+def test_a_stacked_port_converts_back_to_a_loop_and_a_counted_head():
+  mapping = PathMapping([
+      PathRule('Dense_{i}/kernel', 'denses/{i}/kernel', nnx_stacked='stack/kernel'),
+      PathRule('Dense_{n}/kernel', 'head/kernel'),
+  ])
+  linen = {'params': {f'Dense_{k}': {'kernel': jnp.full((2, 2), float(k))} for k in range(4)}}
+  stacked = converters.linen_to_nnx(linen, paths=mapping, scan=True)
+  np.testing.assert_array_equal(stacked['stack']['kernel'][...], jnp.stack([jnp.full((2, 2), float(k)) for k in range(3)]))
+  back = converters.nnx_to_linen(stacked, paths=mapping, scan=False)
+  assert {k: float(v['kernel'][0, 0]) for k, v in back['params'].items()} == {f'Dense_{k}': float(k) for k in range(4)}
+
+
+def test_a_bound_mapping_keeps_its_rules_and_compares_by_its_binding():
+  mapping = _numbered_around_a_loop()
+  three = mapping.bound('linen', [(f'Dense_{k}', 'kernel') for k in range(5)])
+  one = mapping.bound('linen', [(f'Dense_{k}', 'kernel') for k in range(3)])
+  assert three.rules == one.rules == mapping.rules  # written back as given
+  assert three != one and three != mapping and three.bound('linen', [(f'Dense_{k}', 'kernel') for k in range(5)]) == three
+  assert (three + []) == mapping  # a new mapping: unbound
+
+
+@pytest.mark.parametrize('template', ['Dense_{n+0}/kernel', 'Dense_{n-1}/kernel', 'Dense_{ n }/kernel', 'Dense_{i+0}/kernel'])
+def test_a_brace_that_is_no_index_is_refused(template):
+  with pytest.raises(PathMappingError, match='is no index'):
+    PathRule(template, 'head/kernel')
+
+
+def test_inference_keeps_a_given_counted_rule_as_given():
+  x = jax.random.normal(jax.random.key(1), (3, 3))
+  widths = (4, 5, 6)
+  found = converters.infer_paths(_HeadAfterLoop(widths), _HeadAfterLoopPort(widths, 3, nnx.Rngs(0)), x, paths=_HEAD_PATHS)
+  assert set(_HEAD_PATHS.rules) <= set(found.rules)
+  # And it converts another length.
+  variables = _HeadAfterLoop((4,)).init(jax.random.key(0), x)
+  model = converters.linen_to_nnx(variables, target=_HeadAfterLoopPort((4,), 3, nnx.Rngs(0)), paths=found)
+  np.testing.assert_array_equal(model(x), _HeadAfterLoop((4,)).apply(variables, x))
