@@ -1417,23 +1417,6 @@ def float_fields() -> LinenModel:
   return LinenModel(FloatFields(), jax.ShapeDtypeStruct((2, 3), jnp.float32))
 
 
-class HeadAfterLoop(nn.Module):
-  """The port guide's MLP: Linen numbers the head after the loop's layers
-  (`Dense_{len(widths)}`), so no `{i}` template maps both."""
-
-  widths: tuple[int, ...] = (6, 6)
-
-  @nn.compact
-  def __call__(self, x):
-    for width in self.widths:
-      x = nn.relu(nn.Dense(width)(x))
-    return nn.Dense(3)(x)
-
-
-def head_after_loop() -> LinenModel:
-  return LinenModel(HeadAfterLoop(), jax.ShapeDtypeStruct((2, 4), jnp.float32))
-
-
 class LoopBetweenLayers(nn.Module):
   """A `Dense` before the loop's and two after: Linen numbers the loop's
   from 1 and the last two after it (`Dense_{i+1}`, `Dense_{n}`, `Dense_{n+1}`)."""
