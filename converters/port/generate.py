@@ -82,7 +82,7 @@ class PortResult:
   refused_flags: list = dataclasses.field(default_factory=list)
   #: The other configurations (flags flipped, fields given a value) that
   #: make nothing the traced one does not (`use_bias=False`): nothing new
-  #: to write, proven all the same, `(model, what)`.
+  #: to write, proven with the written branches together, `(model, what)`.
   within: list = dataclasses.field(default_factory=list)
 
 
@@ -319,8 +319,7 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   for name, why in result.unproven:
     result.checks.append((f'another configuration ({name} given a value)', why, 'not proven'))
   written = {d for _, d, _ in result.flags}  # proven with the flags
-  optional = [(o, d) for o, d in [*result.optional, *result.within] if d not in written]
-  optional = list({d: (o, d) for o, d in optional}.values())
+  optional = [(o, d) for o, d in result.optional if d not in written]
   # A flag of the call the port keeps as an argument (not its mode: it does
   # more than set layers' modes, `if deterministic: return ids`), turned
   # round: both sides called with it.
@@ -331,10 +330,12 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   ]
   decoding_proven = 'cache' in result.variables
   moved = prove.moved_configurations(linen_model)  # floats moved, tuples emptied
-  # The branches the flags and given values wrote, taken together, at other
-  # sizes and tuples too: a branch's sizes are proven beyond the traced ones.
+  # The branches the flags and given values wrote, taken together with the
+  # flags that make nothing new (`use_bias=False`), at other sizes and
+  # tuples: each branch's sizes and each flag are proven beyond the traced ones.
   branches, taken = linen_model, []
-  for other, change in [*((o, d) for o, d, _ in result.flags if 'cache' not in _), *optional]:
+  within = [(o, d) for o, d in result.within if d not in written]
+  for other, change in [*((o, d) for o, d, _ in result.flags if 'cache' not in _), *optional, *within]:
     if (both := prove.combined(linen_model, branches, other)) is not None:
       branches, taken = both, [*taken, change]
   if taken:

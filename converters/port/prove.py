@@ -677,6 +677,11 @@ def _in_fields(value, change):
     return value, []
 
 
+def _is_sizes(value) -> bool:
+  """A tuple or list of integers (`widths`, ResNet's `stage_sizes=[2, 2]`)."""
+  return isinstance(value, (tuple, list)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
 def _changed(value, depth: int = 0, scale: int | None = None):
   """Each integer one more (or `scale` times itself) and each tuple of
   integers one longer (its last entry again), inside configuration
@@ -686,7 +691,7 @@ def _changed(value, depth: int = 0, scale: int | None = None):
   if isinstance(value, int):
     new = value * scale if scale else value + 1
     return new, [f'{new}']
-  if isinstance(value, tuple) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+  if _is_sizes(value) and value:
     if scale:
       return value, []
     longer = value + value[-1:]
@@ -940,12 +945,10 @@ def _moved(value, how: str, depth: int = 0):
     # half halfway to 1, 0.5 for 0: never a rate of 1 or more.
     new = (value + 1) / 2 if 0.5 <= value < 1 else (value * 2 if value else 0.5)
     return new, [f'{new!r}']
-  if (how == 'shorter' and isinstance(value, tuple) and len(value) >= 2
-      and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+  if how == 'shorter' and _is_sizes(value) and len(value) >= 2:
     return value[:-1], [repr(value[:-1])]
-  if (how == 'empty' and isinstance(value, tuple) and value
-      and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
-    return (), ['()']
+  if how == 'empty' and _is_sizes(value) and value:
+    return type(value)(), [repr(type(value)())]
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
     return _in_fields(value, lambda v: _moved(v, how, depth + 1))
   return value, []
@@ -1006,7 +1009,7 @@ def other_configurations(linen_model: LinenModel, most: int = 1):
     for name in names:
       value = getattr(module, name)
       new, change = _changed(value)
-      is_tuple = isinstance(value, tuple)
+      is_tuple = isinstance(value, (tuple, list))
       if change and (keep == 'both' or (keep == 'tuples') == (is_tuple or dataclasses.is_dataclass(value))):
         fields[name] = new
         changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
