@@ -64,7 +64,7 @@ CI_EVERY_NTH = {
     'tests/converters/test_zoo_ports.py::test_transformer_port_is_equivalent': 3,
     'tests/converters/test_api.py::test_linen_k_steps_then_nnx_j_steps_equal_linen_k_plus_j': 8,
     'tests/converters/test_api.py::test_nnx_k_steps_then_linen_j_steps_equal_nnx_k_plus_j': 2,
-    'tests/converters/port/test_generate.py::test_ports_are_proven_at_the_traced_and_another_configuration': 2,
+    'tests/converters/port/test_generate.py::test_ports_are_proven_at_the_traced_and_another_configuration': 3,
     'tests/converters/testing/test_port.py::test_where_dropout_acts_is_compared_by_its_effect_in_a_training_step': 3,
     'tests/linen_impl/test_train.py::test_every_param_and_moment_is_sharded_as_annotated': 5,
     'tests/linen_impl/test_train.py::test_creation_never_materialises_a_whole_array_on_one_device': 5,

@@ -421,6 +421,20 @@ def _attention_variants(model: nnx.Module, as_written: bool = True) -> list[tupl
   return [(swapped, 0.0)] + ([(model, _fused_atol(fused))] if as_written else [])
 
 
+def built(linen_model: LinenModel, fields: Mapping[str, Any], args: Sequence | None = None) -> LinenModel | None:
+  """The model with `fields` changed (and `args` for its inputs), where
+  Linen builds it on them (its `init` traced abstractly); None where Linen,
+  or the configuration's own checks, refuse it."""
+  try:
+    other = LinenModel(linen_model.module.clone(parent=None, **fields),
+                       *(linen_model.args if args is None else args), **linen_model.kwargs)
+    inputs, eval_kwargs, *_ = call_keywords(other, {})
+    jax.eval_shape(lambda: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
+  except Exception:  # noqa: BLE001 - the user's model refuses that configuration, with any error
+    return None
+  return other
+
+
 def _merged(base, first, second):
   """`first` with what `second` changes from `base` changed too (inside
   configuration dataclasses as well), or None where both change one value."""
@@ -452,13 +466,7 @@ def combined(linen_model: LinenModel, first: LinenModel, second: LinenModel) -> 
     if merged is None:
       return None
     changes[name] = merged
-  try:
-    other = LinenModel(module.clone(parent=None, **changes), *linen_model.args, **linen_model.kwargs)
-    inputs, eval_kwargs, *_ = call_keywords(other, {})
-    jax.eval_shape(lambda: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
-  except Exception:  # noqa: BLE001 - Linen refuses that configuration
-    return None
-  return other
+  return built(linen_model, changes)
 
 
 def decoding_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]]:
@@ -735,11 +743,7 @@ def flag_configurations(linen_model: LinenModel, refused: list[str] | None = Non
     variants = ([(not value, f'{name}={not value}')] if isinstance(value, bool)
                 else [(v, f'{name}.{c}') for v, c in _flipped(value)])
     for new, description in variants:
-      try:
-        other = LinenModel(module.clone(parent=None, **{name: new}), *linen_model.args, **linen_model.kwargs)
-        inputs, eval_kwargs, *_ = call_keywords(other, {})
-        jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
-      except Exception:  # noqa: BLE001 - Linen refuses that configuration
+      if (other := built(linen_model, {name: new})) is None:
         if refused is not None:
           refused.append(description)
         continue
@@ -869,12 +873,8 @@ def optional_configurations(linen_model: LinenModel) -> tuple[list[tuple[LinenMo
   found, unproven = [], [(name, 'takes no value of a type the kit can give') for name in unvaried]
   for tried in changes:
     for fields, description in tried:
-      try:
-        other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
-        inputs, eval_kwargs, *_ = call_keywords(other, {})
-        jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
-      except Exception:  # noqa: BLE001 - Linen (or the configuration) refuses that value: try the next
-        continue
+      if (other := built(linen_model, fields)) is None:
+        continue  # refused: the next value
       found.append((other, description))
       break
     else:
@@ -922,11 +922,7 @@ def switched_configurations(linen_model: LinenModel, classes) -> tuple[list[tupl
   unproven = [(name, 'a string no source compares: its other values are unknown') for name in unknown
               if name.split('.')[-1] not in ('dtype', 'param_dtype', 'precision')]
   for fields, description in changes:
-    try:
-      other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
-      inputs, eval_kwargs, *_ = call_keywords(other, {})
-      jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
-    except Exception:  # noqa: BLE001 - Linen (or the configuration) refuses that value
+    if (other := built(linen_model, fields)) is None:
       unproven.append((description, 'not built by Linen'))
       continue
     found.append((other, description))
@@ -975,23 +971,17 @@ def moved_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]
         changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
     return fields, ', '.join(changes)
 
-  def built(hows) -> tuple[LinenModel, str] | None:
+  def moved_model(hows) -> tuple[LinenModel, str] | None:
     fields, description = moved(hows)
-    if not fields:
-      return None
-    try:
-      other = LinenModel(module.clone(parent=None, **fields), *linen_model.args, **linen_model.kwargs)
-      inputs, eval_kwargs, *_ = call_keywords(other, {})
-      jax.eval_shape(lambda m=other.module, xs=inputs, kw=eval_kwargs: m.init(jax.random.key(0), *xs, **kw))
-    except Exception:  # noqa: BLE001 - Linen refuses that configuration: the next
-      return None
-    return other, description
+    other = built(linen_model, fields) if fields else None
+    return None if other is None else (other, description)
 
   # Both at once (one proof), else the floats, then the tuples, alone.
   for together in (('floats', 'empty'), ('floats', 'shorter')):
-    if (found := built(together)) is not None:
+    if (found := moved_model(together)) is not None:
       return [found]
-  alone = [built(('floats',)), next((f for f in map(built, (('empty',), ('shorter',))) if f is not None), None)]
+  alone = [moved_model(('floats',)),
+           next((f for f in map(moved_model, (('empty',), ('shorter',))) if f is not None), None)]
   return [f for f in alone if f is not None]
 
 
@@ -1045,12 +1035,8 @@ def other_configurations(linen_model: LinenModel, most: int = 1):
     description = ', '.join(c for c in [changes, *args_changes] if c)
     if any(description == d for _, d in found):
       continue  # the same changes by another road (tuples alone, when they are all)
-    try:
-      other = LinenModel(module.clone(parent=None, **fields), *args, **linen_model.kwargs)
-      inputs, eval_kwargs, *_ = call_keywords(other, {})
-      jax.eval_shape(lambda: other.module.init(jax.random.key(0), *inputs, **eval_kwargs))
-    except Exception:  # noqa: BLE001 - Linen (or the configuration's checks) refuses it: try the next
-      continue
+    if (other := built(linen_model, fields, args)) is None:
+      continue  # refused: the next
     found.append((other, description))
     if len(found) == most:
       break

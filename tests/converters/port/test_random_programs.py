@@ -39,10 +39,12 @@ from tests.hypothesis_profiles import PROFILE, compiling
 
 _names = itertools.count()
 
-#: The port guide's MLP: a loop over widths, dropout, the head after the loop.
+#: A loop over widths, dropout, a config object, a layer's flag, a string
+#: picking code, layers Linen numbers after the loop's: what CI checks.
+EVERY_KIND_OF_FIELD = Program(('loop', 'dropout', 'config', 'dense', 'switch'), 'nn.tanh')
+#: Nightly besides: the port guide's MLP (the head after the loop), and a
+#: flag that adds a layer with a width read from the input.
 GUIDE_MLP = Program(('loop', 'dropout'), 'nn.relu')
-#: A config object, flags (a layer's setting, a layer or none), a width read
-#: from the input, a string picking code.
 FLAGS_AND_CONFIG = Program(('config', 'norm', 'residual', 'dense', 'switch'), 'nn.tanh')
 
 
@@ -139,16 +141,20 @@ def directory(tmp_path_factory):
     sys.path.remove(str(path))
 
 
-#: CI runs the pinned programs alone (each is ported and proven, some ten
-#: seconds); `nightly` adds the random ones, which is where it explores.
-_PHASES = {'phases': [Phase.explicit]} if PROFILE == 'ci' else {}
+def _pinned(test):
+  """CI runs one pinned program alone (ported and proven, some fifteen
+  seconds); `nightly` the others and the random ones, where it explores."""
+  pinned = [EVERY_KIND_OF_FIELD] if PROFILE == 'ci' else [EVERY_KIND_OF_FIELD, GUIDE_MLP, FLAGS_AND_CONFIG]
+  for program in reversed(pinned):
+    test = example(program=program, data=None)(test)
+  return test
 
 
+@_pinned
 @settings(compiling, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                            HealthCheck.data_too_large], **_PHASES)
+                                            HealthCheck.data_too_large],
+          **({'phases': [Phase.explicit]} if PROFILE == 'ci' else {}))
 @given(program=random_programs.programs(), data=st.data())
-@example(program=GUIDE_MLP, data=None).via('the port guide')
-@example(program=FLAGS_AND_CONFIG, data=None).via('flags and a config object')
 def test_a_proven_port_is_right_at_configurations_it_never_saw(program, data, directory):
   module = _written_module(program, directory)
   traced = {f: getattr(module.Model, f) for f in program.fields}
