@@ -331,16 +331,15 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   decoding_proven = 'cache' in result.variables
   moved = prove.moved_configurations(linen_model)  # floats moved, tuples emptied
   # The branches the flags and given values wrote, taken together with the
-  # flags that make nothing new (`use_bias=False`), at other sizes and
-  # tuples: each branch's sizes and each flag are proven beyond the traced ones.
+  # flags that make nothing new (`use_bias=False`), with floats moved and
+  # tuples emptied: each branch and flag proven beyond the traced sizes.
   branches, taken = linen_model, []
   within = [(o, d) for o, d in result.within if d not in written]
   for other, change in [*((o, d) for o, d, _ in result.flags if 'cache' not in _), *optional, *within]:
     if (both := prove.combined(linen_model, branches, other)) is not None:
       branches, taken = both, [*taken, change]
-  if taken:
-    moved += [(o, f'{", ".join(taken)}; {d}')
-              for o, d in [*prove.other_configurations(branches), *prove.moved_configurations(branches)]]
+  if taken:  # one proof: floats moved and tuples emptied (the sizes a branch reads off a loop)
+    moved += [(o, f'{", ".join(taken)}; {d}') for o, d in prove.moved_configurations(branches)[:1]]
   for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs, *calls, *optional, *moved]:
     start = time.perf_counter()
     try:
