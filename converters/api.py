@@ -129,11 +129,10 @@ def linen_to_nnx(
   produced = {('model',) + p: leaf for flat in converted.values() for p, leaf in flat.items()}
   if optimizer is not None:
     produced.update(optimizer_state.linen_opt_to_nnx(linen, flats.get('params', {}), optimizer, conversion))
-  named = conversion.options.paths
   filled = fill(
       'linen -> nnx', template.leaves, produced, options=options,
       mesh=options.mesh or mesh_of_tree(template.variables),
-      explain=lambda p, _: named.describe('nnx', p[1:]) if p[0] == 'model' else None,
+      explain=lambda p, _: conversion.options.paths.describe('nnx', p[1:]) if p[0] == 'model' else None,
       check_kind=template.check_kind(table, converted), check_metadata=template.check_metadata,
   )
   conversion.protect(_scalars(produced, filled))

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -306,7 +307,7 @@ class PathRule:
           f'a loop\'s: give it in one linen template, once, in a rule of both sides without {_INDEX}'
       )
 
-  @property
+  @functools.cached_property
   def counted(self) -> tuple[tuple, str, int] | None:
     """`(keys before, name, after)` of a counted rule's Linen key
     (`('Dense', 0)` for `Dense_{n}` at the top, `after` 1 for `Dense_{n+1}`); None else."""
@@ -440,6 +441,8 @@ def _count_families(rules: Sequence[PathRule]) -> dict[tuple, tuple[dict[PathRul
     if rule.counted is not None:
       before, name, _ = rule.counted
       families.setdefault((before, name), ({}, []))[1].append(rule)
+  if not families:  # most mappings: nothing counts
+    return families
   for rule in rules:
     for template in (rule.templates('linen', 'loop') or ()) if rule.layered else ():
       keys = parse_path(template, 'linen')

@@ -335,7 +335,7 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   # tuples emptied: each branch and flag proven beyond the traced sizes.
   branches, taken = linen_model, []
   within = [(o, d) for o, d in result.within if d not in written]
-  for other, change in [*((o, d) for o, d, _ in result.flags if 'cache' not in _), *optional, *within]:
+  for other, change in [*((o, d) for o, d, v in result.flags if 'cache' not in v), *optional, *within]:
     if (both := prove.combined(linen_model, branches, other)) is not None:
       branches, taken = both, [*taken, change]
   if taken:  # one proof: floats moved and tuples emptied (the sizes a branch reads off a loop)
