@@ -1,7 +1,8 @@
 """Running a traced program operation by operation, its variables made on demand.
 
-`evaluate` runs a closed jaxpr (flattened once into a `Program`) one operation at a time (each compiled once
-and cached by JAX, not the whole program), so a variable input is made when
+`evaluate` runs a closed jaxpr (flattened once into a `Program`) one
+operation at a time (each distinct one compiled once, all before the run
+starts, on every core: `operations`), not the whole program, so a variable input is made when
 first read and let go after its last use: the run holds the values in
 flight, never every variable at once. Calls (jit, remat, custom
 derivatives) are inlined first, so a call's operands are not all made
@@ -18,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -26,6 +27,7 @@ import jax.numpy as jnp
 from jax.extend import core as jcore
 
 from converters.inference.dataflow import WHOLE_ARRAY_CALLS
+from converters.inference.operations import OPERATIONS, Literal, run_operation
 
 #: Operations that only place a value: the run is on one device.
 PLACING = frozenset({'sharding_constraint', 'mesh_cast', 'reshard', 'device_put'})
@@ -34,15 +36,10 @@ PLACING = frozenset({'sharding_constraint', 'mesh_cast', 'reshard', 'device_put'
 VariableSource = Callable[[int, 'int | None'], Any]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Literal:
-  value: Any
-
-
 @dataclasses.dataclass
 class Program:
   """A jaxpr flattened: `steps` of `(eqn, operands, results)` over numbered
-  values, operands numbers or `_Literal`s; calls inlined, placing aliased."""
+  values, operands numbers or `Literal`s; calls inlined, placing aliased."""
 
   inputs: list[int]
   outputs: list[Any]
@@ -77,7 +74,7 @@ class Program:
 
   @staticmethod
   def _atom(names, v):
-    return _Literal(v.val) if isinstance(v, jcore.Literal) else names[v]
+    return Literal(v.val) if isinstance(v, jcore.Literal) else names[v]
 
   def _inline(self, jaxpr, consts, names) -> None:
     for var, value in zip(jaxpr.constvars, consts):
@@ -102,6 +99,17 @@ class Program:
         for j, k in _passed_through(eqn, self.body(eqn)).items():
           names[eqn.outvars[j]], results[j] = operands[k], None
       self.steps.append((eqn, operands, results))
+
+  def operations(self, variables=frozenset()) -> Iterator[tuple]:
+    """`(eqn, operands)` of each operation a run applies: a `scan` over one
+    of `variables` (inputs made on demand) by those of its body, any other
+    as a whole."""
+    for eqn, operands, _ in self.steps:
+      first = eqn.params['num_consts'] + eqn.params['num_carry'] if eqn.primitive.name == 'scan' else None
+      if first is not None and any(isinstance(o, int) and o in variables for o in operands[first:]):
+        yield from self.body(eqn).operations()
+      else:
+        yield eqn, operands
 
   def body(self, eqn) -> 'Program':
     """The flattened body of a `scan` step (made once)."""
@@ -135,6 +143,7 @@ def evaluate(program: Program, n_variables: int, variable: VariableSource, input
   the first `n_results` (the call's own results), which are always values.
   """
   pending = {r: k for k, r in enumerate(program.inputs[:n_variables])}
+  OPERATIONS.prepare(program.operations(pending))
   values = dict(program.constants)
   values.update(zip(program.inputs[n_variables:], inputs))
   outputs = _run(program, values, pending, variable)
@@ -151,7 +160,7 @@ def _run(program: Program, values: dict, pending: dict, variable: VariableSource
     if eqn.primitive.name == 'scan' and _lazy_operands(eqn, operands, values, pending):
       outs = _scan(program, eqn, operands, results, values=values, pending=pending, variable=variable)
     else:
-      outs = _apply(eqn, [_read(o, values, pending, variable) for o in operands])
+      outs = run_operation(eqn, operands, lambda o: _read(o, values, pending, variable))
     values.update((r, out) for r, out in zip(results, outs) if r is not None)
     for o in operands:
       if isinstance(o, int) and last.get(o) == i and o not in keep:
@@ -160,17 +169,11 @@ def _run(program: Program, values: dict, pending: dict, variable: VariableSource
 
 
 def _read(atom, values: dict, pending: dict, variable: VariableSource):
-  if isinstance(atom, _Literal):
+  if isinstance(atom, Literal):
     return atom.value
   if atom not in values:
     values[atom] = variable(pending[atom], None)
   return values[atom]
-
-
-def _apply(eqn, operands) -> list:
-  with eqn.ctx.manager:
-    outs = eqn.primitive.bind(*operands, **eqn.primitive.get_bind_params(eqn.params))
-  return list(outs) if eqn.primitive.multiple_results else [outs]
 
 
 def _lazy_operands(eqn, operands, values, pending) -> bool:

@@ -1,0 +1,137 @@
+"""Each distinct operation of a traced program compiled once, ahead of a run, on every core.
+
+Running a program operation by operation (`evaluation`) pays one XLA
+compilation per distinct operation (primitive, parameters, operand shapes
+and dtypes), and on a CPU that, not the arithmetic, is most of a witness
+run. `Operations` compiles the operations a run will need before it starts:
+each is lowered here (in the calling thread: lowering reads JAX's
+thread-local configuration, set from the operation's own context) and
+compiled on a pool of threads, one per core (XLA compiles without holding
+the interpreter lock). What it compiles is what `primitive.bind` compiles
+eagerly, one primitive jitted alone, so a run computes the same bits as
+before, only sooner.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import threading
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+#: How many compiled operations the process keeps (least recently used go first).
+CAPACITY = 4096
+
+
+class Literal:
+  """A constant operand written into the program (a jaxpr `Literal`'s value)."""
+
+  __slots__ = ('value',)
+
+  def __init__(self, value: Any):
+    self.value = value
+
+
+def signature(eqn, operands: Sequence) -> Hashable | None:
+  """What makes two operations compile alike: the primitive, its
+  parameters, its context, the shape, dtype and weak type of each operand
+  read at run time and the value of each `Literal` one. None where a
+  parameter cannot be compared (the operation then runs as `bind` runs it)."""
+  try:
+    params = tuple(sorted(eqn.params.items()))
+    hash(params)
+  except TypeError:
+    return None
+  shapes = []
+  for var, operand in zip(eqn.invars, operands):
+    if isinstance(operand, Literal):
+      value = np.asarray(operand.value)
+      shapes.append(('literal', value.dtype.str, value.shape, value.tobytes()))
+    else:
+      aval = var.aval
+      shapes.append((tuple(aval.shape), str(aval.dtype), bool(getattr(aval, 'weak_type', False))))
+  return (eqn.primitive, params, eqn.ctx, tuple(shapes))
+
+
+def _lowered(eqn, operands: Sequence):
+  """The operation jitted alone and lowered for its operands' shapes."""
+  literals = {k: o.value for k, o in enumerate(operands) if isinstance(o, Literal)}
+  params = eqn.primitive.get_bind_params(eqn.params)
+
+  def operation(*read):
+    values, it = [], iter(read)
+    for k in range(len(operands)):
+      values.append(literals[k] if k in literals else next(it))
+    return eqn.primitive.bind(*values, **params)
+
+  avals = [
+      jax.ShapeDtypeStruct(var.aval.shape, var.aval.dtype,
+                           weak_type=bool(getattr(var.aval, 'weak_type', False)))
+      for var, o in zip(eqn.invars, operands) if not isinstance(o, Literal)
+  ]
+  with eqn.ctx.manager:
+    return jax.jit(operation).lower(*avals)
+
+
+class Operations:
+  """Compiled operations by `signature`, shared by every run in the process."""
+
+  def __init__(self, capacity: int = CAPACITY):
+    self._compiled: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
+    self._capacity = capacity
+    self._lock = threading.Lock()
+
+  def prepare(self, operations: Iterable[tuple[Any, Sequence]]) -> None:
+    """Compile every `(eqn, operands)` not compiled yet, on one thread per core."""
+    wanted: dict[Hashable, tuple] = {}
+    for eqn, operands in operations:
+      key = signature(eqn, operands)
+      if key is not None and key not in self._compiled and key not in wanted:
+        wanted[key] = (eqn, operands)
+    if not wanted:
+      return
+    workers = max(1, min(len(wanted), os.cpu_count() or 1))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      futures = {key: pool.submit(_lowered(*operation).compile) for key, operation in wanted.items()}
+      for key, future in futures.items():
+        self._keep(key, future.result())
+
+  def apply(self, eqn, operands: Sequence, values: Sequence) -> list:
+    """The operation's results on `values` (the operands read at run time,
+    `Literal`s left out), compiled if no `prepare` did."""
+    key = signature(eqn, operands)
+    if key is None:
+      it = iter(values)
+      full = [o.value if isinstance(o, Literal) else next(it) for o in operands]
+      with eqn.ctx.manager:
+        outs = eqn.primitive.bind(*full, **eqn.primitive.get_bind_params(eqn.params))
+    else:
+      with self._lock:
+        compiled = self._compiled.get(key)
+        if compiled is not None:
+          self._compiled.move_to_end(key)
+      if compiled is None:
+        compiled = _lowered(eqn, operands).compile()
+        self._keep(key, compiled)
+      outs = compiled(*values)
+    return list(outs) if eqn.primitive.multiple_results else [outs]
+
+  def _keep(self, key: Hashable, compiled) -> None:
+    with self._lock:
+      self._compiled[key] = compiled
+      while len(self._compiled) > self._capacity:
+        self._compiled.popitem(last=False)
+
+
+#: The process's compiled operations.
+OPERATIONS = Operations()
+
+
+def run_operation(eqn, operands: Sequence, read: Callable[[Any], Any]) -> list:
+  """`eqn` applied to its operands (`read` gives the value of each non-literal one)."""
+  return OPERATIONS.apply(eqn, operands, [read(o) for o in operands if not isinstance(o, Literal)])

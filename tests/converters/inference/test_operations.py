@@ -1,0 +1,88 @@
+"""Operations compiled ahead: the bits of `primitive.bind`, one compilation per
+distinct operation (primitive, parameters, operand shapes, literal values),
+whatever the thread that compiled it."""
+
+from __future__ import annotations
+
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from converters.inference.evaluation import Program
+from converters.inference.operations import Literal, Operations, signature
+
+
+def steps(f, *avals):
+  program = Program.of(jax.make_jaxpr(f)(*avals))
+  return [(eqn, operands) for eqn, operands, _ in program.steps]
+
+
+def bound(eqn, operands, values):
+  it = iter(values)
+  full = [o.value if isinstance(o, Literal) else next(it) for o in operands]
+  outs = eqn.primitive.bind(*full, **eqn.primitive.get_bind_params(eqn.params))
+  return list(outs) if eqn.primitive.multiple_results else [outs]
+
+
+X = jax.ShapeDtypeStruct((8, 16), jnp.float32)
+W = jax.ShapeDtypeStruct((16, 32), jnp.float32)
+
+
+def block(x, w):
+  h = jnp.tanh(x @ w * 0.5 + 1.0)
+  top, where = jax.lax.top_k(h, 3)  # several results
+  return jnp.sum(h, axis=-1), top, where, jnp.argmax(h, axis=0)
+
+
+def test_each_operation_computes_the_bits_bind_computes():
+  operations = Operations()
+  program = steps(block, X, W)
+  operations.prepare(program)
+  rng = np.random.default_rng(0)
+  for eqn, operands in program:
+    values = [
+        jnp.asarray(rng.standard_normal(v.aval.shape), v.aval.dtype)
+        for v, o in zip(eqn.invars, operands) if not isinstance(o, Literal)
+    ]
+    for got, expected in zip(operations.apply(eqn, operands, values), bound(eqn, operands, values),
+                             strict=True):
+      assert got.dtype == expected.dtype and got.shape == expected.shape
+      np.testing.assert_array_equal(got, expected)
+
+
+def test_an_operation_is_compiled_once_however_often_it_appears():
+  operations = Operations()
+  program = steps(lambda x, w: jnp.tanh(jnp.tanh(x @ w) @ w.T) @ w, X, W)
+  operations.prepare(program)
+  # dot (8,16)x(16,32) twice, (8,32)x(32,16) once, the transpose, tanh at two shapes
+  assert len(operations._compiled) == len({signature(e, o) for e, o in program}) == 5
+  operations.prepare(program)
+  assert len(operations._compiled) == 5
+
+
+def test_literals_of_other_values_are_other_operations():
+  a = steps(lambda x: x * 2.0, X)
+  b = steps(lambda x: x * 3.0, X)
+  assert signature(*a[0]) != signature(*b[0])
+  operations = Operations()
+  x = jnp.ones(X.shape)
+  assert float(operations.apply(*a[0], [x])[0][0, 0]) == 2.0
+  assert float(operations.apply(*b[0], [x])[0][0, 0]) == 3.0
+
+
+def test_the_least_recently_used_go_first():
+  operations = Operations(capacity=2)
+  program = steps(lambda x: (x + 1.0, x * 2.0, x - 3.0), X)
+  x = jnp.ones(X.shape)
+  for eqn, operands in program:
+    operations.apply(eqn, operands, [x])
+  assert list(operations._compiled) == [signature(*program[1]), signature(*program[2])]
+
+
+def test_an_operation_whose_parameters_cannot_be_compared_has_no_signature():
+  eqn, operands = steps(lambda x: jnp.sum(x, axis=0), X)[0]
+  listed = types.SimpleNamespace(**{k: getattr(eqn, k) for k in ('primitive', 'invars', 'ctx')},
+                                 params={**eqn.params, 'axes': list(eqn.params['axes'])})
+  assert signature(listed, operands) is None
