@@ -94,11 +94,11 @@ def measure(model: str, blocks: int, width: int, what: str = 'infer') -> dict:
     baseline = _rss_bytes()
     start = time.perf_counter()
     if what == 'trace':
-      from converters.inference.tracing import trace_linen, trace_nnx
+      from converters.inference.tracing import Call, trace_linen, trace_nnx
       from converters.variable_types import CollectionTable
 
-      trace_linen(linen, (inputs,), {})
-      trace_nnx(abstract, (inputs,), {}, CollectionTable(None))
+      trace_linen(linen, Call((inputs,)))
+      trace_nnx(abstract, Call((inputs,)), CollectionTable(None))
       rules = 0
     else:
       rules = len(infer_paths(linen, abstract, inputs).rules)

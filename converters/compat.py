@@ -16,6 +16,9 @@ fails, and the workaround goes.
   read fails, and TensorStore reads still in flight print `RuntimeError('Event
   loop is closed')` as unraisable, tens of tracebacks around one error (not
   reported upstream yet; a race, so its test checks the guard, not the defect).
+- `source_line(eqn)`: JAX has no public accessor of where a jaxpr equation
+  was traced from (its `source_info` traceback is internal); the line of the
+  model's own code is what a refusal names.
 - `distributed_client()`: JAX has no public accessor of the coordination
   service client that `jax.distributed.initialize` starts (Orbax reaches it
   the same way).
@@ -25,10 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import sys
 import threading
 from typing import Any
 
+import flax
+import jax
 from jax._src.interpreters import partial_eval
 
 # JAX internals: if a later JAX renames them, the guard does nothing (and its
@@ -103,3 +109,24 @@ def distributed_client():
   from jax._src import distributed
 
   return distributed.global_state.client
+
+
+#: Frames of these packages are the libraries' own, not the model's code.
+_LIBRARY_DIRECTORIES = tuple(
+    os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (jax, flax)
+) + (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+
+
+def source_line(eqn, own_only: bool = False) -> str | None:
+  """`file:line (function)` of the model's own code that traced `eqn` (the
+  innermost frame outside JAX, Flax and the kit), else (unless `own_only`)
+  of Flax's (a layer of theirs), else None (JAX 0.10.2:
+  `eqn.source_info.traceback.frames`, innermost first)."""
+  traceback = getattr(getattr(eqn, 'source_info', None), 'traceback', None)
+  frames = list(getattr(traceback, 'frames', None) or ())
+  jax_directory = _LIBRARY_DIRECTORIES[0]
+  ours = [f for f in frames if not f.file_name.startswith(_LIBRARY_DIRECTORIES)]
+  theirs = [] if own_only else [f for f in frames if not f.file_name.startswith(jax_directory)]
+  for frame in (ours or theirs)[:1]:
+    return f'{frame.file_name}:{frame.line_num} ({frame.function_name})'
+  return None

@@ -31,7 +31,11 @@ class LinenModel:
 
   `LinenModel(module, *args, **kwargs)` stands for `module.init(rngs, *args,
   **kwargs)` and `module.apply(variables, *args, **kwargs)`; the inputs may
-  be arrays or `jax.ShapeDtypeStruct`s (nothing is computed). `train_state`
+  be arrays or `jax.ShapeDtypeStruct`s (nothing is computed). A keyword
+  argument holding arrays (`inputs=tokens`, as Flax's examples call their
+  models) is an input of both models, the NNX port called with it too
+  (`keyword_inputs`); any other (`train=False`) is a setting of the Linen
+  call alone (`settings`). `train_state`
   is the `TrainState` class a training loop saves (default: `TrainState` with
   a field per collection beside `params`).
   """
@@ -48,8 +52,19 @@ class LinenModel:
       raise TypeError(f'train_state must be a TrainState subclass, got {train_state!r}')
     self.module, self.args, self.kwargs, self.train_state = module, args, kwargs, train_state
 
+  @property
+  def keyword_inputs(self) -> dict:
+    """The keyword arguments holding arrays: inputs of both models."""
+    return {k: v for k, v in self.kwargs.items() if any(map(is_array, jax.tree.leaves(v)))}
+
+  @property
+  def settings(self) -> dict:
+    """The other keyword arguments: settings of the Linen call alone."""
+    return {k: v for k, v in self.kwargs.items() if k not in self.keyword_inputs}
+
   def __repr__(self) -> str:
-    return f'LinenModel({type(self.module).__name__}, {len(self.args)} example inputs)'
+    inputs = len(self.args) + len(self.keyword_inputs)
+    return f'LinenModel({type(self.module).__name__}, {inputs} example inputs)'
 
 
 def split_arrays(args: tuple, kwargs: dict) -> tuple[Callable[..., tuple[tuple, dict]], list]:

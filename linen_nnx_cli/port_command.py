@@ -12,6 +12,7 @@ the package being read or existing without `--force`).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -129,11 +130,24 @@ def _shown(path: str) -> str:
   return os.path.relpath(real, here) if _inside(real, here) else path
 
 
+def _installed(name: str) -> bool:
+  try:
+    return importlib.util.find_spec(name) is not None
+  except ImportError:
+    return False
+
+
 def run(args, fail) -> int:
   """The command; `fail(args, line, code)` reports a refusal."""
   from converters.linen_model import LinenModel
-  from converters.port import PortInputError, PortOutputError, port, source
+  from converters.port import PORT_INSTALL_HINT, PortInputError, PortOutputError, PortToolError
   from linen_nnx_cli.user_models import UserObjectError, load
+
+  missing = [name for name in ('libcst', 'ruff') if not _installed(name)]
+  if missing:
+    return fail(args, f'port needs {" and ".join(missing)}, which the kit installs only with its '
+                f'port extra: {PORT_INSTALL_HINT}', 2)
+  from converters.port import port, source
 
   stem = os.path.splitext(os.path.basename(args.out))[0]
   if args.test_out is None:
@@ -157,7 +171,7 @@ def run(args, fail) -> int:
     return fail(args, problem, 2)
   try:
     result = port(linen_model, args.out, factory=args.factory, test_out=args.test_out)
-  except (PortInputError, PortOutputError) as e:
+  except (PortInputError, PortOutputError, PortToolError) as e:
     return fail(args, str(e), 2)
   code = 0 if result.proven else 1
   if args.side_by_side is not None:

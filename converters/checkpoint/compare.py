@@ -336,7 +336,7 @@ def compare_outputs(
   with jax.set_mesh(mesh), nn.logical_axis_rules(models.rules or ()):
     sides = [models.source_layout(info, mesh) for info in infos]
     example = models.linen_model(models.layouts('linen')[0])  # its inputs serve both
-    input_sets, base_set = _input_sets(example.args, mesh)
+    input_sets, base_set = _input_sets((example.args, example.keyword_inputs), mesh)
     runners = []
     for path, info, (layout, side) in zip((a, b), infos, sides):
       state = checkpoints.restore(info, side.abstract_state)
@@ -345,7 +345,7 @@ def compare_outputs(
         linen = models.linen_model(layout)
         state = weights.runnable(side, state) if side.weights else state
         held = input_collections(state, CollectionTable(models.collections))
-        runner = _LinenRuns(linen.module, linen.kwargs)
+        runner = _LinenRuns(linen.module, linen.settings)
       else:
         held = weights.runnable(side, state) if side.weights else side.objects(state)[0]
         runner = _NNXRuns()
@@ -392,7 +392,8 @@ def compare_outputs(
 
 
 def _input_sets(args, mesh) -> tuple[list[tuple[str, tuple]], int]:
-  """`([(what, inputs)], base)`: the example inputs (abstract ones drawn as
+  """`([(what, inputs)], base)`: the example inputs `args` (a tuple of the
+  call's arguments, here `(positional, keyword)`; abstract ones drawn as
   inference's witness draws them), made generic, and with their selectors
   drawn anew, each placed replicated on `mesh`; `base` the index of the set
   the gradients and training run on: the inputs made generic, else the
@@ -421,19 +422,21 @@ def _input_sets(args, mesh) -> tuple[list[tuple[str, tuple]], int]:
 
 
 class _LinenRuns:
-  """A Linen module's calls in eval mode and in training, as `_runs` makes them."""
+  """A Linen module's calls in eval mode and in training, as `_runs` makes
+  them: on `(args, kwargs)`, the inputs of both models, with the Linen
+  call's own `settings` (`train=False`)."""
 
   jit = staticmethod(jax.jit)
 
-  def __init__(self, module: nn.Module, kwargs):
-    self.module, self.kwargs = module, dict(kwargs)
+  def __init__(self, module: nn.Module, settings):
+    self.module, self.settings = module, dict(settings)
 
-  def eval(self, variables, *xs):
-    return self.module.apply(variables, *xs, **self.kwargs)
+  def eval(self, variables, args, kwargs):
+    return self.module.apply(variables, *args, **kwargs, **self.settings)
 
-  def training(self, variables, *xs):
+  def training(self, variables, args, kwargs):
     with nn.intercept_methods(linen_in_training), linen_draws_in_order():
-      return self.module.apply(variables, *xs, **self.kwargs, mutable=True)[0]
+      return self.module.apply(variables, *args, **kwargs, **self.settings, mutable=True)[0]
 
   def gradients(self, inputs_of):
     """`(variables, chosen) ->` the gradient of `_projection` of the outputs
@@ -455,26 +458,26 @@ class _NNXRuns:
   jit = staticmethod(nnx.jit)
 
   @staticmethod
-  def eval(model, *xs):
-    return model(*xs)
+  def eval(model, args, kwargs):
+    return model(*args, **kwargs)
 
   @staticmethod
-  def training(model, *xs):
+  def training(model, args, kwargs):
     with nnx_draws_in_order():
-      return model(*xs)
+      return model(*args, **kwargs)
 
   @staticmethod
   def gradients(inputs_of):
     """As `_LinenRuns.gradients`, by `nnx.grad`: the model an argument it
     traces, so that the port's own transforms (`nnx.remat`) run inside."""
     def run(model, chosen):
-      return nnx.grad(lambda m, c: _projection(m(*inputs_of(c))), argnums=1)(model, chosen)
+      return nnx.grad(lambda m, c: _projection(_NNXRuns.eval(m, *inputs_of(c))), argnums=1)(model, chosen)
     return run
 
   @staticmethod
   def scans(model, xs) -> bool:
     graphdef, state = nnx.split(model)
-    return runs_a_scan(jax.make_jaxpr(lambda s: nnx.merge(graphdef, s)(*xs))(state))
+    return runs_a_scan(jax.make_jaxpr(lambda s: _NNXRuns.eval(nnx.merge(graphdef, s), *xs))(state))
 
   @staticmethod
   def prepared(model, training: bool):

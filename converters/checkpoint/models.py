@@ -43,8 +43,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from converters import abstract_models
 from converters.errors import CheckpointError, StructureError, format_offenders
-from converters.inference import abstract_port, infer_paths, merge_layouts
-from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
+from converters.inference import abstract_port, infer_linen_model, merge_layouts
+from converters.linen_model import LAYOUTS, LinenModel, accepts_layout, split_arrays
 from converters.linen_trees import TRAIN_STATE_FIELDS
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.flat_trees import key_of, keys_of
@@ -383,14 +383,10 @@ def linen_side(
         f'{type(model).__name__}; wrap the module and the inputs its init takes'
     )
   # Array inputs (and ShapeDtypeStructs) are traced; the rest (train=False) stays static.
-  leaves, treedef = jax.tree.flatten((model.args, model.kwargs))
-  traced = [i for i, x in enumerate(leaves) if hasattr(x, 'shape') and hasattr(x, 'dtype')]
+  rebuild, inputs = split_arrays(model.args, model.kwargs)
 
   def create(rngs, inputs):
-    filled = list(leaves)
-    for i, x in zip(traced, inputs):
-      filled[i] = x
-    args, kwargs = jax.tree.unflatten(treedef, filled)
+    args, kwargs = rebuild(*inputs)
     variables = dict(model.module.init(rngs, *args, **kwargs))
     if tx is None:  # weights only
       return variables
@@ -402,7 +398,6 @@ def linen_side(
     )
 
   rngs = {'params': jax.random.key(0), 'dropout': jax.random.key(1)}
-  inputs = [leaves[i] for i in traced]
   try:
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
       abstract = jax.eval_shape(create, rngs, inputs)
@@ -668,10 +663,7 @@ class UserModels:
     with jax.set_mesh(mesh), nn.logical_axis_rules(self.rules or ()):
       model = abstract_port(make, self.collections)
       model.eval()  # the mapping of the computation without dropout
-      return infer_paths(
-          linen.module, model, *linen.args, linen_kwargs=linen.kwargs, paths=paths,
-          collections=self.collections,
-      )
+      return infer_linen_model(linen, model, paths=paths, collections=self.collections)
 
   def make_mesh(self) -> Mesh:
     if len(self.mesh_shape) != len(self.mesh_axes):

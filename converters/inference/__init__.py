@@ -9,7 +9,7 @@ on the example inputs with random variables converted through them
 (`witness`) before it returns the rules (`folding`: layers of a loop fold
 into `{i}` templates). What the structure cannot tell apart is decided by
 the witness, or refused. `infer_models` is what `paths='infer'` of the
-conversions runs; `merge_layouts` joins the mappings of both layouts.
+conversions runs (`infer_linen_model` of one `LinenModel`); `merge_layouts` joins the mappings of both layouts.
 
 Modules: `tracing`, `unrolling` (a trace with its scans unrolled),
 `dataflow`, `refinement`, `witness`, `folding`, and `infer` (the two entry
@@ -17,6 +17,6 @@ points).
 """
 
 from converters.inference.folding import fold, merge_layouts
-from converters.inference.infer import abstract_port, infer_models, infer_paths
+from converters.inference.infer import abstract_port, infer_linen_model, infer_models, infer_paths
 
-__all__ = ['abstract_port', 'fold', 'infer_models', 'infer_paths', 'merge_layouts']
+__all__ = ['abstract_port', 'fold', 'infer_linen_model', 'infer_models', 'infer_paths', 'merge_layouts']

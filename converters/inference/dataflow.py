@@ -112,12 +112,30 @@ class Graph:
   scanned: frozenset = frozenset()
   #: Whether the computation runs a loop (`scan` or `while`).
   loops: bool = False
+  #: The equations each node was made for, innermost first: the equation,
+  #: then the calls (`jit`, `remat`) it was inlined from; `()` for an input
+  #: or an output. Where a refusal points in the model's source (`parting`).
+  origins: list = dataclasses.field(default_factory=list, repr=False, compare=False)
+  #: The equations being read while the graph is built.
+  origin: tuple = dataclasses.field(default=(), repr=False, compare=False)
+  #: `(label, operands) -> node` of the operations made so far (`node(shared=True)`).
+  _computed: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
-  def node(self, label: Hashable, *operands: tuple[int, Hashable]) -> int:
+  def node(self, label: Hashable, *operands: tuple[int, Hashable], shared: bool = False) -> int:
+    """A new node, or with `shared` the node of the same operation on the
+    same operands if there is one: a value a port computes twice (a layer
+    called again for its shape) is one value."""
+    if shared:
+      key = (label, tuple(sorted(operands, key=repr)))
+      if key in self._computed:
+        return self._computed[key]
     self.labels.append(label)
+    self.origins.append(self.origin)
     n = len(self.labels) - 1
     for source, edge in operands:
       self.edges.append((source, edge, n))
+    if shared:
+      self._computed[key] = n
     return n
 
   @classmethod
@@ -155,6 +173,30 @@ def _is_index(v) -> bool:
     return np.issubdtype(np.dtype(dtype), np.integer) or np.dtype(dtype) == np.bool_
   except TypeError:
     return False
+
+
+def _rows_taken(eqn, ins: list[int], constant: set[int]) -> int | None:
+  """The table whose leading rows `eqn` takes at indices fixed by the
+  program (`pos[:L]`, a `dynamic_slice` at a constant start, `take` or
+  `Embed` of `arange(L)`): one form, whichever a port writes (which rows,
+  the witness checks). None for any other operation."""
+  name, params = eqn.primitive.name, eqn.params
+  if not ins or ins[0] in constant:
+    return None
+  shape = _shape(eqn.invars[0])
+  if name == 'slice':
+    strides = params.get('strides') or (1,) * len(shape)
+    whole = tuple(params['limit_indices'][1:]) == shape[1:] and not any(params['start_indices'][1:])
+    return ins[0] if whole and all(s == 1 for s in strides) else None
+  if name == 'dynamic_slice':
+    whole = tuple(params['slice_sizes'][1:]) == shape[1:]
+    return ins[0] if whole and all(n in constant for n in ins[1:]) else None
+  if name == 'gather' and len(ins) == 2 and ins[1] in constant:
+    numbers = params['dimension_numbers']
+    rows = (tuple(numbers.collapsed_slice_dims) == (0,) and tuple(numbers.start_index_map) == (0,)
+            and tuple(params['slice_sizes'][1:]) == shape[1:])
+    return ins[0] if rows else None
+  return None
 
 
 def _roles(shape: tuple[int, ...], contracting, batch) -> str:
@@ -224,6 +266,7 @@ class _Builder:
     for var, value in zip(jaxpr.constvars, trace.closed.consts):
       env[var] = self._constant(value)
     outs = [self.plain(v) for v in self.run(jaxpr, env)]
+    g.origin = ()
     g.scanned = frozenset(self.scanned)
     for k, n in enumerate(outs[:trace.outputs]):
       g.node(('output', k), (n, 'output'))
@@ -286,7 +329,9 @@ class _Builder:
   def run(self, jaxpr: jcore.Jaxpr, env: dict) -> list[int | _Transposed]:
     """The values of `jaxpr`'s outputs (a transposed one as `_Transposed`)."""
     g = self.graph
+    enclosing = g.origin[1:] if g.origin else ()
     for eqn in jaxpr.eqns:
+      g.origin = (eqn, *enclosing)
       values = [self.read(env, v) for v in eqn.invars]
       name = eqn.primitive.name
       called = eqn.params.get(CALLS.get(name, ''))
@@ -294,6 +339,7 @@ class _Builder:
         inner, consts = (called.jaxpr, called.consts) if isinstance(called, jcore.ClosedJaxpr) else (called, ())
         sub = {v: self._constant(c) for v, c in zip(inner.constvars, consts)}
         sub.update(zip(inner.invars, values[len(values) - len(inner.invars):]))
+        g.origin = (None, eqn, *enclosing)  # the call's equations, inlined
         outs = self.run(inner, sub)
         env.update(zip(eqn.outvars, outs))
         continue
@@ -313,7 +359,7 @@ class _Builder:
       else:
         outs = [self._operation(eqn, ins)]
         if len(eqn.outvars) > 1:
-          outs = [g.node(('part', k), (outs[0], 'part')) for k in range(len(eqn.outvars))]
+          outs = [g.node(('part', k), (outs[0], 'part'), shared=True) for k in range(len(eqn.outvars))]
       env.update(zip(eqn.outvars, outs))
     return [self.read(env, v) for v in jaxpr.outvars]
 
@@ -369,6 +415,9 @@ class _Builder:
         g.index_sources[n] = union
         self.indices[union] = n
       return self.indices[union]
+    table = _rows_taken(eqn, ins, g.constant)
+    if table is not None:
+      return g.node(('rows',), (table, 'table'), shared=True)
     label: tuple = (name,)
     if name in REDUCTIONS:
       label += (len(eqn.params.get('axes', ())),)
@@ -378,7 +427,7 @@ class _Builder:
     if name == 'conv_general_dilated':
       label += (repr(eqn.params['dimension_numbers']),)
     edges = ((n, self._position(name, k)) for k, n in enumerate(ins))
-    n = g.node(label, *edges)
+    n = g.node(label, *edges, shared=not eqn.effects)
     if _along_axis_0(eqn):
       self.concatenated[n] = list(ins)
     return n
@@ -405,7 +454,7 @@ class _Builder:
     sides = ['lhs', 'rhs']
     if self.any_axis_order:  # and either operand first: the output's axes move too
       roles, sides = [''.join(sorted(set(r))) for r in roles], ['operand', 'operand']
-    return g.node(label, (nodes[0], (sides[0], roles[0])), (nodes[1], (sides[1], roles[1])))
+    return g.node(label, (nodes[0], (sides[0], roles[0])), (nodes[1], (sides[1], roles[1])), shared=True)
 
   def _layer(self, k: int, layer: int, stacked_var) -> int:
     """The node of layer `layer` of stacked input `k`."""

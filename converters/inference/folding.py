@@ -62,6 +62,32 @@ def fold(
     barred |= overlapping
 
 
+def fold_paths(paths: Iterable[tuple], others: Iterable[tuple] = ()) -> list[str]:
+  """One side's paths (a port's own tables, `blocks/0/pos`, `blocks/1/pos`)
+  as templates where the layers of a loop share the rest of their path
+  (`blocks/{i}/pos`), in first-seen order; a template that would also name
+  one of `others` (paths other rules hold) is not written."""
+  paths = list(dict.fromkeys(tuple(p) for p in paths))
+  families: dict[tuple, list[tuple]] = defaultdict(list)
+  for path in paths:
+    for position, prefix, _ in _indices(path):
+      families[position, prefix, path[:position], path[position + 1:]].append(path)
+  taken = {tuple(p) for p in others}
+  written: dict[tuple, str] = {}
+  for (position, prefix, head, tail), members in families.items():
+    if len(members) < 2 or any(p in written for p in members):
+      continue
+    clash = any(
+        len(p) == len(members[0]) and p[:position] == head and p[position + 1:] == tail
+        and any(q == position and r == prefix for q, r, _ in _indices(p))
+        for p in taken
+    )
+    if not clash:
+      template = _template(members[0], position, prefix)
+      written.update(dict.fromkeys(members, template))
+  return list(dict.fromkeys(written.get(p) or format_path(p) for p in paths))
+
+
 def _overlapping(pairs, rules: list[PathRule], reserved) -> set[tuple[str, str]]:
   """The folded rules that name a path some other rule's pair holds or a
   reserved one, or that map a path to anything but its partner."""

@@ -28,15 +28,16 @@ from flax import nnx
 from converters import abstract_models
 from converters.errors import ConversionError, PathMappingError, format_offenders
 from converters.inference.dataflow import Graph
-from converters.inference.folding import REVERSED, fold, merge_layouts, stacked_rules
+from converters.inference.folding import REVERSED, fold, fold_paths, merge_layouts, stacked_rules
+from converters.inference.parting import parting_words
 from converters.inference.refinement import Pairing, pair
-from converters.inference.tracing import Trace, kwargs_of, trace_linen, trace_nnx, traced
+from converters.inference.tracing import Call, Trace, trace_linen, trace_nnx, traced
 from converters.inference.unrolling import unrolled
 from converters.inference.witness import Fused, Witness
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout
 from converters.paths import PathMapping, PathRule, as_mapping, format_path
 from converters.transforms import Rearrange
-from converters.variable_types import CollectionTable
+from converters.variable_types import DEFAULT_COLLECTIONS, CollectionTable
 
 #: How many assignments of groups the structure cannot split the witness
 #: tries (each is one run of both models; they compile once).
@@ -44,7 +45,7 @@ MAX_WITNESS_RUNS = 24
 
 
 def infer_paths(
-    linen_module: nn.Module,
+    linen_module: nn.Module | LinenModel,
     nnx_model: nnx.Module,
     *example_args,
     linen_kwargs: Mapping[str, Any] | None = None,
@@ -57,7 +58,8 @@ def infer_paths(
   """The Linen <-> NNX path mapping of a model and its port, from what they compute.
 
   Args:
-    linen_module: the Linen module (not initialised: its variables are traced).
+    linen_module: the Linen module (not initialised: its variables are traced),
+      or a `LinenModel` holding it with its example inputs (then give none here).
     nnx_model: its NNX port, real or abstract (`nnx.eval_shape`), in the mode
       to compare (`model.eval()` for dropout).
     *example_args: inputs of one forward pass, arrays or
@@ -75,9 +77,12 @@ def infer_paths(
       port's, both drawing the same keys in call order), which may only
       refuse: a group whose swap changes what training computes is refused,
       never decided by the order of its draws.
-    **example_kwargs: keyword inputs of the forward pass, as `example_args`;
-      the traces hold them as constants, which the witness cannot vary: a
-      group they might tell apart is refused.
+    **example_kwargs: keyword inputs of the forward pass, the same for both
+      models (Flax's examples call `model.apply(v, inputs=tokens)`): arrays
+      and `ShapeDtypeStruct`s are inputs as `example_args` are, drawn and
+      varied alike; other values (a flag, a count) are constants of both
+      traces, which the witness cannot vary: a group they might tell apart
+      is refused.
     paths: rules you already know (a fused or reshaped parameter); they take
       precedence, and the rest is inferred.
     collections: `{Linen collection: nnx.Variable subclass}` beyond `params`,
@@ -97,21 +102,52 @@ def infer_paths(
       counterpart computed the same way, every group the structure cannot
       split and the witness could not decide, or the outputs that differ.
   """
+  if isinstance(linen_module, LinenModel):  # the module with its inputs: those of both calls
+    if example_args or example_kwargs:
+      raise PathMappingError(
+          'infer_paths: the example inputs are given twice, in the LinenModel and after it; '
+          'give them in one place'
+      )
+    example_args, example_kwargs = linen_module.args, linen_module.keyword_inputs
+    linen_kwargs = {**linen_module.settings, **(linen_kwargs or {})}
+    linen_module = linen_module.module
+  call = functools.partial(Call, example_args, example_kwargs)
+  return _infer_calls(
+      linen_module, nnx_model, call(linen_kwargs or {}), call(nnx_kwargs or {}),
+      call(linen_train_kwargs if linen_train_kwargs is not None else linen_kwargs or {}),
+      paths=paths, collections=collections, arguments_fix=_INFER_PATHS_ARGUMENTS,
+  )
+
+
+#: How to give a call's arguments, by entry point (a hint names only options it has).
+_INFER_PATHS_ARGUMENTS = (
+    'give inputs the model takes (positional or keyword: arrays go to both calls), and '
+    "keyword arguments of one side only as linen_kwargs= / nnx_kwargs= (Linen's train=False)"
+)
+_LINEN_MODEL_ARGUMENTS = (
+    'give LinenModel(module, *inputs, **keywords) the inputs the model takes: keyword '
+    'arguments holding arrays (inputs=tokens) go to both calls, the others (train=False) '
+    'to the Linen call alone'
+)
+
+
+def _infer_calls(linen_module, nnx_model, linen_call: Call, nnx_call: Call, linen_training: Call,
+                 *, paths, collections, arguments_fix: str) -> PathMapping:
   given = as_mapping(paths) if paths is not None else None
   abstract_models.without_tracers(nnx_model)
+  fix = arguments_fix + '; an NNX model runs as it is given (model.eval(), and any attribute its call needs set)'
   models = _Traced(
-      ('Linen', trace_linen, linen_module, example_args, kwargs_of(example_kwargs, linen_kwargs)),
-      ('NNX', trace_nnx, nnx_model, example_args, kwargs_of(example_kwargs, nnx_kwargs),
-       CollectionTable(collections)),
-      kwargs_of(example_kwargs, linen_train_kwargs if linen_train_kwargs is not None else linen_kwargs),
+      ('Linen', trace_linen, linen_module, linen_call),
+      ('NNX', trace_nnx, nnx_model, nnx_call, CollectionTable(collections)),
+      linen_training, fix,
   )
   if given is not None:  # its layers numbered after a loop's (`Dense_{n}`), at these models' length
     given = given.bound('linen', [name[1] for name in models.traces[0].variables if name is not None])
-  infer = functools.partial(_infer, models, example_args, example_kwargs)
+  infer = functools.partial(_infer, models)
   try:
     return infer(given)
   except PathMappingError:
-    inputs = jax.tree.leaves((example_args, example_kwargs))
+    inputs = models.call.inputs
     found = _stored_otherwise(infer, given, models.traces, lambda: _idle(models.traces, inputs))
     if found is None:
       raise
@@ -123,28 +159,34 @@ class _Traced:
   first asked (`unrolled`): every attempt of an inference reads the same.
   In training (`training`) they are traced when first asked."""
 
-  def __init__(self, linen_call: tuple, nnx_call: tuple, linen_train_kwargs: dict):
+  def __init__(self, linen_call: tuple, nnx_call: tuple, linen_training: Call, fix: str):
     self.calls = (linen_call, nnx_call)
-    self.traces = tuple(traced(*call) for call in self.calls)
-    self.linen_train_kwargs = linen_train_kwargs
+    self.fix = fix
+    self.traces = tuple(traced(*call, fix=fix) for call in self.calls)
+    self.linen_training = linen_training
+
+  @property
+  def call(self) -> Call:
+    """The Linen side's call (its inputs are both sides')."""
+    return self.calls[0][3]
 
   @functools.cached_property
   def unrolled(self) -> tuple[Trace, Trace]:
-    return tuple(traced(call[0], unrolled, t) for call, t in zip(self.calls, self.traces))
+    return tuple(traced(call[0], unrolled, t, fix=self.fix) for call, t in zip(self.calls, self.traces))
 
   @functools.cached_property
   def training(self) -> tuple[Trace, Trace]:
-    (which, trace, module, args, _), nnx_call = self.calls
+    (which, trace, module, _), nnx_call = self.calls
     linen = traced(f'{which} (in training)', functools.partial(trace, training=True),
-                   module, args, self.linen_train_kwargs)
+                   module, self.linen_training, fix=self.fix)
     nnx_trace = traced(f'{nnx_call[0]} (in training)', functools.partial(nnx_call[1], training=True),
-                       *nnx_call[2:])
+                       *nnx_call[2:], fix=self.fix)
     return linen, nnx_trace
 
 
-def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
+def _infer(models: _Traced, given) -> PathMapping:
   traces = models.traces
-  inputs = jax.tree.leaves((example_args, example_kwargs))[:traces[0].inputs]
+  inputs = models.call.inputs
   first_error = None
   for relaxed in (False, True):
     graphs = (Graph.of(traces[0], relaxed=relaxed), Graph.of(traces[1], relaxed=relaxed))
@@ -170,7 +212,7 @@ def _infer(models: _Traced, example_args, example_kwargs, given) -> PathMapping:
 
     try:
       return _proven(traces, inputs, given, result, robust, lambda: models.training,
-                     _fixed_inputs(example_kwargs))
+                     models.call.fixed())
     except PathMappingError as e:
       # Strict positions first; a port that stacks, concatenates or branches
       # in another order pairs with them relaxed, the witness deciding.
@@ -225,6 +267,8 @@ def _stored_otherwise(infer, given, traces, idle: Callable[[], frozenset]) -> Pa
     if shapes[0] == shapes[1] and roles[0] == roles[1]:
       continue
     paths = tuple(t.variables[s[0]][1] for t, s in zip(traces, (a, b)))
+    if given is not None and (given.match_all('linen', paths[0]) or given.match_all('nnx', paths[1])):
+      continue  # a variable the user's rules name: theirs wins, nothing is proposed for it
     family = tuple(_family(format_path(p))[0] for p in paths) + shapes
     families.setdefault(family, []).append((a, paths))
   options = [
@@ -240,8 +284,8 @@ def _stored_otherwise(infer, given, traces, idle: Callable[[], frozenset]) -> Pa
   proven = []
   for combination in itertools.product(*options):
     chosen = [choice for family in combination for choice in family]
-    known = PathMapping([*(given.rules if given is not None else ()), *_folded_rules(chosen, traces)])
     try:
+      known = PathMapping([*(given.rules if given is not None else ()), *_folded_rules(chosen, traces)])
       proven.append((_moves(chosen), infer(known)))
     except PathMappingError:
       continue
@@ -440,13 +484,6 @@ def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: Pat
   return anchors
 
 
-def _fixed_inputs(example_kwargs) -> list[str]:
-  """The example inputs the witness cannot vary: keyword inputs of both
-  calls, arrays or not, which the traces hold as constants (a positional
-  one is an input of the trace, drawn anew)."""
-  return sorted(example_kwargs)
-
-
 def _proven(traces, inputs: list, given, result: tuple, robust, training, fixed) -> PathMapping:
   """The mapping of `result` (`(pairing, anchors, graphs)`), once the witness
   proves it on `inputs`; else the refusal that says why. `training()`: both
@@ -507,6 +544,19 @@ def _refuse_unmatched(traces, graphs, pairing: Pairing) -> None:
   problems = _unmatched(traces, graphs, pairing)
   if problems:
     hints = []
+    linen_trace, nnx_trace = traces
+    unknown = sorted({
+        linen_trace.variables[a[0]][0] for a in pairing.unmatched[0]
+        if linen_trace.variables[a[0]][0] not in DEFAULT_COLLECTIONS
+    })
+    if unknown and nnx_trace.own:
+      # Linen keeps in a collection of its own what the port holds as a
+      # plain nnx.Variable (a constant of the port's, by default).
+      hints.append(
+          f'Linen keeps {", ".join(repr(c) for c in unknown)} in a collection the port holds '
+          'as plain nnx.Variable (read as constants of its own); if they are one, pass '
+          + ', '.join(f'collections={{{c!r}: nnx.Variable}}' for c in unknown)
+      )
     if not all(problems.values()):
       hints.append(
           'a variable with no counterpart of its size was dropped or added by the port, '
@@ -522,8 +572,10 @@ def _refuse_unmatched(traces, graphs, pairing: Pairing) -> None:
           'there or in what feeds it (another pooling, activation or operation before the '
           'variables named)'
       )
+    parted = parting_words(*graphs)
     raise PathMappingError(
-        'the two models do not compute with the same variables: ' + format_offenders(problems),
+        'the two models do not compute with the same variables'
+        + (f' ({parted})' if parted else '') + ': ' + format_offenders(problems),
         [p.split(' (')[0] for p in problems],
         fix='; '.join(hints) + '. The rest is inferred',
     )
@@ -620,8 +672,8 @@ def _decide(witness: Witness, copies: dict, groups, blind: frozenset, fixed: lis
       'with their selectors drawn anew and backward'
       + ('' if exact else ', none bit for bit')
       + (', and some reach no output on the example inputs' if members & blind else '')
-      + (f'; keyword inputs of both calls ({", ".join(fixed)}) are constants of the trace, '
-         'which the witness cannot vary, and might tell them apart'
+      + (f'; keyword arguments of both calls ({", ".join(fixed)}) are not arrays but constants '
+         'of the trace, which the witness cannot vary, and might tell them apart'
          if fixed and len(exact) == len(surviving) else '')
   )
 
@@ -793,10 +845,9 @@ def _rules(traces, given, copies: dict, fused, first_use: dict) -> PathMapping:
   # A template never names a path a given (or inferred transform) rule maps.
   claimed = [v for v in _variable_paths(traces) if given is not None and given.match_all(*v)]
   # The port's own constants, which the witness ran at their values: kept from a target.
-  own = [
-      PathRule.nnx_only(format_path(p)) for p in nnx_trace.own.values()
-      if not (given is not None and given.match_all('nnx', p))
-  ]
+  own_paths = [p for p in nnx_trace.own.values() if not (given is not None and given.match_all('nnx', p))]
+  held = [name[1] for name in nnx_trace.variables if name is not None]
+  own = [PathRule.nnx_only(template) for template in fold_paths(own_paths, held)]
   return PathMapping(rules + fold(dict.fromkeys(flat), claimed) + layer_rules + own)
 
 
@@ -902,9 +953,19 @@ def _infer_layout(linen_model, nnx_model, layout, *, paths, collections) -> Path
         f'nnx_model: its function returned {type(model).__name__}, not an nnx.Module'
     )
   model.eval()  # the computation without dropout, as Linen's example inputs ask
-  return infer_paths(
-      linen.module, model, *linen.args, linen_kwargs=linen.kwargs, paths=paths,
-      collections=collections,
+  return infer_linen_model(linen, model, paths=paths, collections=collections)
+
+
+def infer_linen_model(
+    linen: LinenModel, nnx_model: nnx.Module, *, paths=None, collections=None,
+) -> PathMapping:
+  """`infer_paths` of a `LinenModel` and its port: its positional inputs and
+  keyword inputs (arrays) those of both calls, its other keywords the
+  Linen call's settings."""
+  call = functools.partial(Call, linen.args, linen.keyword_inputs)
+  return _infer_calls(
+      linen.module, nnx_model, call(linen.settings), call(), call(linen.settings),
+      paths=paths, collections=collections, arguments_fix=_LINEN_MODEL_ARGUMENTS,
   )
 
 

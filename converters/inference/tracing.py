@@ -26,9 +26,39 @@ from flax import nnx
 from jax.extend import core as jcore
 
 from converters.errors import ConversionError, PathMappingError
+from converters.linen_model import is_array, split_arrays
 from converters.paths import format_path
 from converters.training_mode import linen_draws_in_order, linen_in_training, nnx_draws_in_order
 from converters.variable_types import CollectionTable
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+  """The arguments of one side's forward pass.
+
+  `args` and `kwargs` are the inputs both models take: their arrays (or
+  `ShapeDtypeStruct`s) are the trace's inputs, in `inputs` order, drawn and
+  varied by the witness; anything else in them (a flag, a count) and
+  `settings` (this side's own keywords: Linen's `train=False`) are
+  constants of the trace.
+  """
+
+  args: tuple = ()
+  kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  @property
+  def inputs(self) -> list:
+    return split_arrays(self.args, self.kwargs)[1]
+
+  def arguments(self, inputs) -> tuple[tuple, dict]:
+    """`(args, kwargs)` of the call with `inputs` in place of the arrays."""
+    args, kwargs = split_arrays(self.args, self.kwargs)[0](*inputs)
+    return args, {**kwargs, **self.settings}
+
+  def fixed(self) -> list[str]:
+    """The keyword inputs that are not arrays: constants of the trace."""
+    return sorted(k for k, v in self.kwargs.items() if not all(map(is_array, jax.tree.leaves(v))))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,45 +112,57 @@ def _named_leaves(tree) -> list[tuple[tuple, Any]]:
   ]
 
 
-def trace_linen(module: nn.Module, args, kwargs, rngs=None, training: bool = False) -> Trace:
-  """`module.apply(variables, *args, **kwargs)` over abstract variables
-  (`training`: Flax's layers in training, draws in call order).
+def trace_linen(module: nn.Module, call: Call, rngs=None, training: bool = False) -> Trace:
+  """`module.apply(variables, *args, **kwargs)` of `call` over abstract
+  variables (`training`: Flax's layers in training, draws in call order).
 
   A call that writes a collection (a decode cache, batch statistics in
   training) is traced with `mutable=True`, its new values as outputs."""
   with nn.intercept_methods(linen_in_training) if training else contextlib.nullcontext():
-    return _trace_linen(module, args, kwargs, rngs, training)
+    return _trace_linen(module, call, rngs, training)
 
 
-def _trace_linen(module: nn.Module, args, kwargs, rngs, training: bool) -> Trace:
+def _trace_linen(module: nn.Module, call: Call, rngs, training: bool) -> Trace:
+  # Every stream but `params` draws the n-th key of the call alike on both
+  # sides (`training_mode`), in eval mode too: a model drawing noise of its
+  # own (`self.make_rng('noise')`) has its stream, and the port the same keys.
   # Keys counted from each trace of the call (not from `init`'s).
-  draws = linen_draws_in_order if training else contextlib.nullcontext
+  draws = linen_draws_in_order
   rngs = rngs if rngs is not None else {'params': jax.random.key(0), 'dropout': jax.random.key(1)}
-  variables = jax.eval_shape(lambda r, a: module.init(r, *a, **kwargs), rngs, args)
+  inputs = call.inputs
+
+  def init(r, a):
+    args, kwargs = call.arguments(a)
+    return module.init(r, *args, **kwargs)
+
+  with draws():
+    variables = jax.eval_shape(init, rngs, inputs)
   bare = jax.tree.map(lambda b: _abstract(b.value if _is_box(b) else b), variables, is_leaf=_is_box)
   named = _named_leaves(bare)
   names = [name for name, _ in named]
 
   def apply(v, a):
-    return module.apply(v, *a, **kwargs), [x for _, x in _named_leaves(v)]
+    args, kwargs = call.arguments(a)
+    return module.apply(v, *args, **kwargs), [x for _, x in _named_leaves(v)]
 
   def apply_mutable(v, a):
-    out, new = module.apply(v, *a, **kwargs, mutable=True)
+    args, kwargs = call.arguments(a)
+    out, new = module.apply(v, *args, **kwargs, mutable=True)
     written = {name: (x.value if _is_box(x) else x) for name, x in _named_leaves(new)}
     return out, [written.get(name, x) for name, x in _named_leaves(v)]
 
   try:
     with draws():
-      closed, shape = jax.make_jaxpr(apply, return_shape=True)(bare, args)
+      closed, shape = jax.make_jaxpr(apply, return_shape=True)(bare, inputs)
   except flax.errors.ModifyScopeVariableError:
     # traced anew, so no operation of the failed trace remains
     with draws():
-      closed, shape = jax.make_jaxpr(apply_mutable, return_shape=True)(bare, args)
+      closed, shape = jax.make_jaxpr(apply_mutable, return_shape=True)(bare, inputs)
   return _trace(closed, names, shape)
 
 
-def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable, training: bool = False) -> Trace:
-  """`model(*args, **kwargs)` over its abstract state; state the call writes
+def trace_nnx(model: nnx.Module, call: Call, table: CollectionTable, training: bool = False) -> Trace:
+  """`model(*args, **kwargs)` of `call` over its abstract state; state the call writes
   (a decode cache, batch statistics) is an output. `training`: a copy of
   `model` after `.train()`, drawing in call order."""
   if training:
@@ -145,14 +187,15 @@ def trace_nnx(model: nnx.Module, args, kwargs, table: CollectionTable, training:
     names.append(None if collection is None else (collection, tuple(path)))
   abstract = jax.tree.map(_abstract, state)
 
-  def call(s, a):
+  def forward(s, a):
     module = nnx.merge(graphdef, s)
-    with nnx_draws_in_order() if training else contextlib.nullcontext():
-      out = module(*a, **kwargs)
+    args, kwargs = call.arguments(a)
+    with nnx_draws_in_order():  # as Linen's (`_trace_linen`)
+      out = module(*args, **kwargs)
     after = dict(nnx.to_flat_state(nnx.state(module)))
     return out, [_value(after.get(path, v)) for path, v in nnx.to_flat_state(s)]
 
-  closed, shape = jax.make_jaxpr(call, return_shape=True)(abstract, args)
+  closed, shape = jax.make_jaxpr(forward, return_shape=True)(abstract, call.inputs)
   trace = dataclasses.replace(_trace(closed, names, shape), constants=constants, own=own)
   for _, k in trace.updated:
     if k in own and isinstance(flat[k][1], nnx.Variable):
@@ -171,8 +214,9 @@ def _trace(closed: jcore.ClosedJaxpr, names: list, shape) -> Trace:
   return Trace(closed, tuple(names), n_in, n_out)
 
 
-def traced(which: str, trace: Callable[..., Trace], *args) -> Trace:
-  """`trace(*args)`, any error of the user's model raised as `PathMappingError`."""
+def traced(which: str, trace: Callable[..., Trace], *args, fix: str) -> Trace:
+  """`trace(*args)`, any error of the user's model raised as `PathMappingError`
+  (`fix`: how to give the call's arguments, in the caller's own terms)."""
   try:
     return trace(*args)
   except ConversionError:
@@ -182,13 +226,5 @@ def traced(which: str, trace: Callable[..., Trace], *args) -> Trace:
     raise PathMappingError(
         f'the {which} model: tracing its forward pass on the example inputs failed: '
         f'{type(e).__name__}: {text[0] if text else ""}',
-        fix='give inputs the model takes, and the keyword arguments of one side only as '
-        "linen_kwargs= / nnx_kwargs= (Linen's train=False); an NNX model runs as it is "
-        'given (model.eval(), and any attribute its call needs set)',
+        fix=fix,
     ) from e
-
-
-def kwargs_of(example: Mapping[str, Any], side: Mapping[str, Any] | None) -> dict[str, Any]:
-  return {**example, **(side or {})}
-
-

@@ -17,6 +17,8 @@ import importlib
 _WHERE = {
     'PortInputError': 'converters.port.errors',
     'PortOutputError': 'converters.port.errors',
+    'PortToolError': 'converters.port.errors',
+    'PORT_INSTALL_HINT': 'converters.port.errors',
     'Untranslatable': 'converters.port.errors',
     'PortResult': 'converters.port.generate',
     'Stub': 'converters.port.generate',

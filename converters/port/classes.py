@@ -181,6 +181,9 @@ class ClassWriter:
     #: Module statements the class reads (its fields' computed defaults).
     self.constants: list[cst.SimpleStatementLine] = []
     self.draws: set[str] = set()  # the streams `self.make_rng` draws from
+    #: Linen collections other than `intermediates` the class sows into ->
+    #: the `nnx.Intermediate` subclass the file defines for each.
+    self.sown: dict[str, str] = {}
     self._refuse_linen_api()
     for name in self.field_names:
       if isinstance(getattr(instance.module, name), nn.Module):

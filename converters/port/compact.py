@@ -566,7 +566,7 @@ class CompactWriter(classes.ClassWriter):
         if original in writer.own:
           return writer.own[original].read
         if variables.is_sow_call(original):
-          return variables.sow(updated, writer)
+          return variables.sow(original, updated, writer)
         if classes.drawn_stream(original) is not None:
           return classes.draw(original)
         if original.func in writer.node_sites:

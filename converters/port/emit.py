@@ -20,7 +20,8 @@ import libcst as cst
 from converters.errors import PathMappingError
 from converters.paths import PathMapping, PathRule, format_path
 from converters.transforms import Rearrange
-from converters.port import classes, layers, references, source, syntax, tracing
+from converters.port import classes, layers, references, source, syntax, tracing, variables
+from converters.port.errors import PORT_INSTALL_HINT, PortToolError
 
 _HEADER = '''"""NNX port of `{origin}`, written by `linen-nnx port {factory}`.
 
@@ -184,6 +185,12 @@ def write_file(
   parts.append('\n' + ''.join(sorted(set(imports), key=_import_order)))
   for _, code in helpers:
     parts.append(code)
+  sown: dict[str, str] = {}
+  for port in ports:
+    if isinstance(port, classes.ClassPort):
+      sown.update(port.writer.sown)
+  for collection, name in sown.items():
+    parts.append('\n\n' + variables.sown_type(collection, name, files[0].module.default_indent))
   for file, node in nodes:  # in the file's own indentation, with the comments above it
     parts.append('\n\n' + file.module.code_for_node(node.with_changes(leading_lines=_comments(node))))
   if mapping.rules:
@@ -396,9 +403,19 @@ def unmapped_pairs(mapping: PathMapping, pairs) -> list[tuple[tuple, tuple]]:
 _RUFF = [sys.executable, '-m', 'ruff', 'check', '--isolated', '--quiet', '--no-cache']
 
 
+def _ruff(arguments: list[str]) -> subprocess.CompletedProcess:
+  """ruff run on `arguments`; exit 0 (clean) and 1 with findings are its
+  answers, anything else (not installed: Python's own exit 1, a crash)
+  refused: a check that did not run never passes."""
+  result = subprocess.run(_RUFF + arguments, capture_output=True, text=True, check=False)
+  if not (result.returncode == 0 or result.returncode == 1 and result.stdout.strip()):
+    said = (result.stderr.strip() or result.stdout.strip() or f'exit {result.returncode}').splitlines()[-1]
+    raise PortToolError(f'ruff could not check the port ({said}); install it: {PORT_INSTALL_HINT}')
+  return result
+
+
 def _findings(paths: list[str]) -> list[str]:
-  result = subprocess.run(_RUFF + ['--output-format', 'concise', *paths], capture_output=True, text=True,
-                          check=False)
+  result = _ruff(['--output-format', 'concise', *paths])
   return [line for line in result.stdout.splitlines() if line.strip()]
 
 
@@ -413,7 +430,7 @@ def ruff_check(path: str, sources: list[str] = ()) -> tuple[list[str], list[str]
   each: `(findings, kept)`, where `kept` are findings of a kind the Linen
   `sources` have too (the user's own code, copied as it is; reported, not
   the port's doing). The sources are read, never fixed."""
-  subprocess.run(_RUFF + ['--fix', '--select', 'F401,I', path], capture_output=True, check=False)
+  _ruff(['--fix', '--select', 'F401,I', path])
   findings = _findings([path])
   theirs = {_finding_kind(line) for line in _findings(list(sources))} if sources and findings else set()
   return ([f for f in findings if _finding_kind(f) not in theirs],

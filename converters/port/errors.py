@@ -1,5 +1,6 @@
 """What the port refuses: a construct it cannot write (which becomes a stub),
-an output it must not write (a file it reads), and a model it cannot trace."""
+an output it must not write (a file it reads), a model it cannot trace, and
+a tool it cannot run."""
 
 from __future__ import annotations
 
@@ -20,3 +21,12 @@ class PortOutputError(ValueError):
 class PortInputError(ValueError):
   """The model cannot be traced on its example inputs (Linen's own `init`
   fails): nothing to port."""
+
+
+#: How to install what `linen-nnx port` runs beside the kit (libcst, ruff).
+PORT_INSTALL_HINT = "pip install -e '.[port]'  (the port extra: libcst and ruff)"
+
+
+class PortToolError(RuntimeError):
+  """A tool the port runs on what it writes (ruff) could not run: the file
+  is written, but unchecked."""

@@ -27,14 +27,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 from flax import nnx
-from flax.core import scope as linen_scope
 
 from converters.linen_model import LinenModel, split_arrays
 from converters.port import layers, shapes, switches, tracing
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.comparison import LeafRelative
 from converters.testing import assert_port_equivalent
-from converters.testing.port import linen_draws, nnx_call
+from converters.testing.port import linen_draws, nnx_call, streams_recorded
 
 
 def import_file(path: str) -> types.ModuleType:
@@ -180,18 +179,9 @@ def drawn_streams(linen_model: LinenModel) -> tuple[str, ...]:
   flag of its call turned round (a `train=True` draws what `train=False`
   does not): `params` left out."""
   seen: set[str] = set()
-  original = linen_scope.Scope.make_rng
-
-  def make_rng(scope, name: str = 'params'):
-    if name == 'params':
-      return original(scope, name)
-    seen.add(name)
-    return jax.random.key(0)
-
   kwargs = dict(linen_model.kwargs)
   flips = [kwargs] + [{**kwargs, k: not v} for k, v in kwargs.items() if isinstance(v, bool)]
-  linen_scope.Scope.make_rng = make_rng
-  try:
+  with streams_recorded(seen):
     for given in flips:
       rebuild, arrays = split_arrays(linen_model.args, given)
 
@@ -200,11 +190,10 @@ def drawn_streams(linen_model: LinenModel) -> tuple[str, ...]:
         return linen_model.module.init(jax.random.key(0), *args, **keywords)
 
       try:
-        jax.eval_shape(init, *(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in arrays))
+        with tracing.nothing_sown():
+          jax.eval_shape(init, *(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in arrays))
       except Exception:  # noqa: BLE001 - a flag Linen refuses turned round: nothing drawn there
         continue
-  finally:
-    linen_scope.Scope.make_rng = original
   return tuple(sorted(seen))
 
 
@@ -287,7 +276,7 @@ def linen_variables(linen_model: LinenModel, inputs: tuple, kwargs: Mapping,
 
   rngs = {'params': jax.random.key(1), 'dropout': jax.random.key(2)}
   streams = drawn_streams(linen_model) if streams is None else streams
-  with linen_draws(streams):  # what the model draws itself, as the checks draw it
+  with linen_draws(streams), tracing.nothing_sown():  # its draws as the checks draw them; no sown values
     return jax.jit(init)(rngs, *arrays)
 
 

@@ -193,7 +193,7 @@ class _MethodBody(cst.CSTTransformer):
     if original in self.call_nodes:
       return self.writer._without_mode_arguments(original, updated, self.call_nodes[original])
     if variables.is_sow_call(original):
-      return variables.sow(updated, self.writer)
+      return variables.sow(original, updated, self.writer)
     return updated
 
   def leave_Attribute(self, original, updated):

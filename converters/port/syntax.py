@@ -67,8 +67,28 @@ class _SimpleAssignments(cst.CSTVisitor):
       calls: list[cst.Call] = []
       assign.value.visit(_CallFinder(calls))
       replayed = bool(calls) and code_of(node) in self.replayed
-      if (not calls or replayed) and all(isinstance(t.target, cst.Name) for t in assign.targets):
+      if (not calls or replayed) and all(_names(t.target) for t in assign.targets):
         self.found.append(node)
+
+
+def _names(target: cst.BaseExpression) -> bool:
+  """A name, or names unpacked (`b, _, d = x.shape`)."""
+  if isinstance(target, (cst.Tuple, cst.List)):
+    return all(isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements)
+  return isinstance(target, cst.Name)
+
+
+def _unread_as_underscore(node: cst.SimpleStatementLine, read: set[str]) -> cst.SimpleStatementLine:
+  """`node` with each name it unpacks that nothing reads written `_`."""
+  assign = node.body[0]
+  targets = []
+  for t in assign.targets:
+    if isinstance(t.target, (cst.Tuple, cst.List)):
+      elements = [e.with_changes(value=cst.Name('_')) if e.value.value not in read else e
+                  for e in t.target.elements]
+      t = t.with_changes(target=t.target.with_changes(elements=elements))
+    targets.append(t)
+  return node.with_changes(body=[assign.with_changes(targets=targets)])
 
 
 def without_leading_blank_lines(method: cst.FunctionDef) -> cst.FunctionDef:
@@ -91,13 +111,21 @@ def without_unused_locals(method: cst.FunctionDef, replayed: frozenset[str] = fr
   while True:
     finder = _SimpleAssignments(replayed)
     method.body.visit(finder)
-    unused = {
-        node for node in finder.found
-        if not {t.target.value for t in node.body[0].targets} & reads(method.body, exclude=node)
-    }
-    if not unused:
+    unused, unpacked = set(), {}
+    for node in finder.found:
+      names = {n for t in node.body[0].targets for n in target_names(t.target)} - {'_'}
+      read = names & reads(method.body, exclude=node)
+      if not read:
+        unused.add(node)
+      elif names - read - {n for n in names if n.startswith('_')}:
+        unpacked[node] = _unread_as_underscore(node, read)  # ruff's RUF059
+    if unused:
+      method = method.visit(Remove(unused))
+    elif unpacked:
+      old, new = next(iter(unpacked.items()))
+      method = method.deep_replace(old, new)
+    else:
       return method
-    method = method.visit(Remove(unused))
 
 
 def code_of(node: cst.CSTNode) -> str:
@@ -105,6 +133,13 @@ def code_of(node: cst.CSTNode) -> str:
   if hasattr(node, 'leading_lines'):
     node = node.with_changes(leading_lines=[])
   return cst.Module([]).code_for_node(node).strip()
+
+
+def calls_in(node: cst.CSTNode) -> bool:
+  """Whether `node` calls anything (its value may differ each time it runs)."""
+  found: list[cst.Call] = []
+  node.visit(_CallFinder(found))
+  return bool(found)
 
 
 class _CallFinder(cst.CSTVisitor):
@@ -188,7 +223,7 @@ def reads(node: cst.CSTNode, exclude: cst.CSTNode) -> set[str]:
       return True
 
     def visit_AssignTarget(self, n):
-      if not isinstance(n.target, cst.Name):
+      if not _names(n.target):
         n.target.visit(self)
       return False
 

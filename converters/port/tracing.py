@@ -14,6 +14,7 @@ finds the expression by.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -241,6 +242,25 @@ class _Recorder:
     return record
 
 
+@contextlib.contextmanager
+def nothing_sown() -> Iterator[None]:
+  """Linen's `self.sow` keeps nothing within the context, as in a call that
+  does not ask for the collection: `init` makes the model's state, not the
+  values it sows (Flax leaves `intermediates` out of `init` itself, but
+  keeps an auxiliary loss sown into `losses`); the port's sown values are
+  outputs of a call (`nnx.Intermediate`)."""
+  original = nn.Module.sow
+
+  def sow(self, col, name, value, *args, **kwargs):
+    return False
+
+  nn.Module.sow = sow
+  try:
+    yield
+  finally:
+    nn.Module.sow = original
+
+
 def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'dropout'), **kwargs):
   """`(root, variables)`: the record of `module.init(*args, **kwargs)` (its
   root is the model) and the abstract variables it made."""
@@ -256,7 +276,7 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
       rngs = {name: jax.random.key(i) for i, name in enumerate(rng_streams)}
       return bound.init(rngs, *call_args, **call_kwargs)
 
-    with nn.intercept_methods(recorder.intercept):
+    with nn.intercept_methods(recorder.intercept), nothing_sown():
       variables = jax.eval_shape(init, *arrays)
   finally:
     nn.Module.__post_init__ = original

@@ -130,19 +130,19 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
     written.append(arg.with_changes(value=value, comma=cst.MaybeSentinel.DEFAULT,
                                     whitespace_after_arg=cst.SimpleWhitespace('')))
   function = init.value
+  key = [cst.Arg(syntax.expression('rngs.params()'))] if kind == 'param' else []
+  arguments = syntax.normalised(key + written)
+  value = cst.Call(function, arguments)
   if isinstance(function, cst.Lambda):
-    if not function.params.params and not written:
-      function = None  # `lambda: jnp.array(0)`: its body is the value
-    else:
-      function = function.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    # Its body with the arguments in place (ruff's PLC3002 refuses a lambda
+    # called where it is written), or, where that would draw a key twice,
+    # the lambda called.
+    value = _applied(function, [a.value for a in arguments]) or cst.Call(
+        function.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]), arguments)
   if kind == 'param':
-    key = cst.Arg(syntax.expression('rngs.params()'))
-    creation = syntax.expression('nnx.Param(__init__())').with_changes(
-        args=[cst.Arg(cst.Call(function or init.value, syntax.normalised([key] + written)))]
-    )
+    creation = syntax.expression('nnx.Param(__init__())').with_changes(args=[cst.Arg(value)])
     read = syntax.expression(f'self.{name}[...]')
   else:
-    value = init.value.body if function is None else cst.Call(function, syntax.normalised(written))
     creation = syntax.expression(f'{VARIABLE_TYPES[collection]}(__init__())').with_changes(
         args=[cst.Arg(value)]
     )
@@ -150,13 +150,81 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
   return OwnVariable(name, collection, creation, read)
 
 
-def sow(call: cst.Call, writer) -> cst.Call:
-  """`self.sow(nnx.Intermediate, ...)` for Linen's `self.sow('intermediates', ...)`."""
-  collection = _literal(call.args[0] if call.args else None)
-  if collection not in SOWN_TYPES:
-    writer.fail(call, 'self.sow into a collection other than intermediates; port it by hand')
-  first = call.args[0].with_changes(value=syntax.expression(SOWN_TYPES[collection]))
-  return call.with_changes(args=[first, *call.args[1:]])
+def _applied(function: cst.Lambda, values: list[cst.BaseExpression]) -> cst.BaseExpression | None:
+  """`function`'s body with each parameter replaced by its value; None
+  where its parameters are not plain (defaults, `*args`), its body holds a
+  lambda, or a value that calls something (a key drawn) would be read more
+  than once."""
+  params = function.params
+  if (params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params or params.star_kwarg
+      or params.posonly_params or any(p.default is not None for p in params.params)
+      or len(params.params) != len(values)):
+    return None
+  names = {p.name.value: v for p, v in zip(params.params, values)}
+  counts = dict.fromkeys(names, 0)
+  nested = []
+
+  class Count(cst.CSTVisitor):
+    def visit_Lambda(self, node):
+      nested.append(node)
+
+    def visit_Attribute(self, node):
+      node.value.visit(self)
+      return False
+
+    def visit_Arg(self, node):
+      node.value.visit(self)
+      return False
+
+    def visit_Name(self, node):
+      if node.value in counts:
+        counts[node.value] += 1
+
+  function.body.visit(Count())
+  if nested or any(counts[n] > 1 and syntax.calls_in(v) for n, v in names.items()):
+    return None
+
+  class Substitute(cst.CSTTransformer):
+    def leave_Attribute(self, original, updated):
+      return updated.with_changes(attr=original.attr)
+
+    def leave_Arg(self, original, updated):
+      return updated.with_changes(keyword=original.keyword)
+
+    def leave_Name(self, original, updated):
+      return names.get(original.value, updated)
+
+  return function.body.visit(Substitute())
+
+
+def sow(original: cst.Call, updated: cst.Call, writer) -> cst.Call:
+  """`self.sow(nnx.Intermediate, ...)` for Linen's `self.sow('intermediates',
+  ...)`; into another collection (`'losses'`, an auxiliary loss), a subclass
+  of `nnx.Intermediate` the file defines for it (`writer.sown`): what is sown
+  is an output of the call, kept only where asked (`nnx.capture(model,
+  Losses)`), as Linen keeps it only in a mutable collection."""
+  collection = _literal(original.args[0] if original.args else None)
+  if collection is None:
+    writer.fail(original, 'self.sow into a collection named by an expression; port it by hand')
+  if collection in SOWN_TYPES:
+    kind = SOWN_TYPES[collection]
+  else:
+    kind = writer.sown.setdefault(collection, sown_type_name(collection))
+  first = updated.args[0].with_changes(value=syntax.expression(kind))
+  return updated.with_changes(args=[first, *updated.args[1:]])
+
+
+def sown_type_name(collection: str) -> str:
+  """The NNX type of a Linen collection sown into: `'losses'` -> `Losses`."""
+  name = ''.join(part[:1].upper() + part[1:] for part in collection.replace('-', '_').split('_'))
+  return name if name.isidentifier() and name[:1].isupper() else 'Sown' + name.capitalize()
+
+
+def sown_type(collection: str, name: str, indent: str = '    ') -> str:
+  """The class statement of `sown_type_name(collection)`."""
+  return (f'class {name}(nnx.Intermediate):\n'
+          f'{indent}"""What the model sows into Linen\'s {collection!r} collection (read it with\n'
+          f'{indent}`nnx.capture(model, {name})`, as Linen with `mutable=[{collection!r}]`)."""\n')
 
 
 class ValueReads(cst.CSTTransformer):

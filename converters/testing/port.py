@@ -40,7 +40,7 @@ from flax.core import scope as linen_scope
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.comparison import describe_difference, differs
 from converters.errors import PathMappingError
-from converters.inference import infer_paths
+from converters.inference import infer_linen_model, infer_paths
 from converters.linen_model import LinenModel, split_arrays
 from converters.metadata import is_linen_box
 from converters.paths import Infer, PathMapping, as_infer
@@ -134,7 +134,8 @@ def assert_port_equivalent(
     loss: Callable[[Any], jax.Array] | None = None,
     atol: float = 0.0,
     axis_name: str | None = None,
-    drawn_streams: Sequence[str] = (),
+    drawn_streams: Sequence[str] | None = None,
+    **keyword_inputs: Any,
 ) -> None:
   """The NNX port `nnx_model` is the Linen `linen_module`: see the module docstring.
 
@@ -145,6 +146,10 @@ def assert_port_equivalent(
     nnx_model: the port (real, any values; used as the conversion target and
       never modified).
     inputs: example inputs, passed to both calls.
+    keyword_inputs: example inputs passed to both calls by name
+      (`inputs=tokens`, as Flax's examples call their models): arrays,
+      traced and varied like positional ones; a keyword of one side only
+      goes in `linen_kwargs` or `nnx_kwargs`.
     paths: as in `converters.linen_to_nnx`; `paths='infer'` derives the
       mapping from what the two models compute (`converters.infer_paths`).
     rules: as in `converters.linen_to_nnx`.
@@ -170,7 +175,8 @@ def assert_port_equivalent(
       `self.make_rng('noise')`, the port's `self.rngs.noise()` from the
       `nnx.Rngs` it keeps): both sides draw the same keys, in the order
       they draw them (`linen_draws`, `nnx_draws`), so that what is drawn is
-      compared too.
+      compared too. Default: every stream but `params` the Linen call
+      draws in eval mode (`streams_drawn`).
   """
   linen_kwargs, nnx_kwargs = dict(linen_kwargs or {}), dict(nnx_kwargs or {})
   infer = as_infer(paths)
@@ -180,6 +186,7 @@ def assert_port_equivalent(
     paths = infer_paths(
         linen_module, probe, *inputs, linen_kwargs=linen_kwargs, nnx_kwargs=nnx_kwargs,
         linen_train_kwargs=linen_train_kwargs, paths=infer.known, collections=collections,
+        **keyword_inputs,
     )
   options = dict(paths=paths, rules=rules, collections=collections)
   loss = loss or mean_square_loss
@@ -190,9 +197,11 @@ def assert_port_equivalent(
   gradient_model = nnx.clone(model)  # before the call below writes any state
   # Every collection but the parameters may be written by the call (a decode
   # step's cache): Linen's new values are compared with the port's after its call.
-  streams = tuple(drawn_streams)
+  streams = (tuple(drawn_streams) if drawn_streams is not None
+             else streams_drawn(linen_module, linen_variables, inputs, {**keyword_inputs, **linen_kwargs}))
   linen_apply = _linen_call(linen_module, linen_variables, linen_kwargs, streams=streams)
-  call = lambda m, *xs: nnx_call(m, *xs, drawn_streams=streams, **nnx_kwargs)
+  call = lambda m, *xs, **kw: nnx_call(m, *xs, drawn_streams=streams, **kw, **nnx_kwargs)
+  inputs = (tuple(inputs), dict(keyword_inputs))  # the arguments of both calls
   rows = _compare_call(
       ('outputs', 'variables the call writes'), linen_apply, linen_variables, model, inputs,
       call=call, options=options, atol=atol, axis_name=axis_name,
@@ -203,12 +212,19 @@ def assert_port_equivalent(
       axis_name=axis_name,
   )
   rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model, streams)
-  if linen_train_kwargs is not None:
-    rows += _training_step(
-        linen_module, linen_variables, gradient_model, inputs, linen_kwargs=linen_train_kwargs,
-        nnx_kwargs=nnx_kwargs, options=options, atol=atol, axis_name=axis_name,
-    )
-  _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).', rows)
+  trained = [] if linen_train_kwargs is None else _training_step(
+      linen_module, linen_variables, gradient_model, inputs, linen_kwargs=linen_train_kwargs,
+      nnx_kwargs=nnx_kwargs, options=options, atol=atol, axis_name=axis_name,
+  )
+  _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).',
+        rows + trained if rows else [])
+  if trained:
+    _fail(f'Linen and NNX agree in eval mode but not in a training step (atol={atol}), where '
+          'dropout and every other random draw act, both sides drawing the n-th key of the call '
+          'alike: a port that draws its keys in another order or number (one key split in two '
+          'where Linen draws two, a draw of its own before Linen\'s) differs here though it may '
+          'compute the same; draw as Linen does, one key per make_rng in its order (the port\'s '
+          '`rngs.<stream>()`), or the rest of the port differs in training.', trained)
 
 
 def _assert_round_trips(linen_variables, nnx_model: nnx.Module, options: dict) -> nnx.Module:
@@ -236,17 +252,20 @@ def _compare_gradients(
   # Both sides take every variable and input array as an argument: one
   # closed over would be a constant that XLA folds (rsqrt of batch
   # statistics, say) or fuses with other rounding than the runtime's.
-  rebuild, arrays = split_arrays(inputs, {})
+  rebuild, arrays = split_arrays(*inputs)
 
   def linen_grads(variables, *xs):
+    args, kwargs = rebuild(*xs)
+
     def linen_loss(params):
-      return loss(linen_apply({**variables, 'params': params}, *rebuild(*xs)[0])[0])
+      return loss(linen_apply({**variables, 'params': params}, *args, **kwargs)[0])
     return jax.grad(linen_loss)(variables['params'])
 
   graphdef, state = nnx.split(gradient_model)
 
   def nnx_grads(state, *xs):
-    return nnx.grad(lambda model: loss(call(model, *rebuild(*xs)[0])))(nnx.merge(graphdef, state))
+    args, kwargs = rebuild(*xs)
+    return nnx.grad(lambda model: loss(call(model, *args, **kwargs)))(nnx.merge(graphdef, state))
 
   mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
   expected_grads = jax.jit(mapped(linen_grads))(linen_variables, *arrays)
@@ -265,20 +284,21 @@ def _compare_gradients(
 
 
 def _linen_call(linen_module, linen_variables, kwargs, interceptor=None, streams: Sequence[str] = ()) -> Callable:
-  """`(variables, *inputs) -> (outputs, new values of every collection but
-  the parameters)` of the Linen module, under `interceptor` if given, its
-  draws from `streams` as `linen_draws` makes them."""
+  """`(variables, *inputs, **keyword_inputs) -> (outputs, new values of
+  every collection but the parameters)` of the Linen module with its own
+  `kwargs` (`train=False`), under `interceptor` if given, its draws from
+  `streams` as `linen_draws` makes them."""
   written = [c for c in linen_variables if c != 'params']
 
-  def call(variables, *xs):
+  def call(variables, *xs, **keyword_inputs):
     with contextlib.ExitStack() as stack:
       if interceptor:
         stack.enter_context(nn.intercept_methods(interceptor))
       if streams:
         stack.enter_context(linen_draws(streams))
       if not written:
-        return linen_module.apply(variables, *xs, **kwargs), {}
-      return linen_module.apply(variables, *xs, mutable=written, **kwargs)
+        return linen_module.apply(variables, *xs, **keyword_inputs, **kwargs), {}
+      return linen_module.apply(variables, *xs, mutable=written, **keyword_inputs, **kwargs)
 
   return call
 
@@ -292,6 +312,38 @@ def nnx_call(model: nnx.Module, *xs, drawn_streams: Sequence[str] = (), **kwargs
   with nnx_draws(model, drawn_streams) if drawn_streams else contextlib.nullcontext():
     outputs, _ = nnx.capture(model, nnx.Intermediate)(*xs, **kwargs)
   return outputs
+
+
+def streams_drawn(linen_module: nn.Module, linen_variables, args: Sequence, kwargs: Mapping) -> tuple[str, ...]:
+  """The RNG streams but `params` that `linen_module.apply(variables, *args,
+  **kwargs)` draws from (`self.make_rng`, Flax's layers'), found by tracing
+  the call once."""
+  seen: set[str] = set()
+  rebuild, arrays = split_arrays(tuple(args), dict(kwargs))
+
+  def call(variables, *xs):
+    xs_args, xs_kwargs = rebuild(*xs)
+    return linen_module.apply(variables, *xs_args, **xs_kwargs, mutable=True)  # a cache it writes too
+
+  with streams_recorded(seen):
+    jax.eval_shape(call, linen_variables, *arrays)
+  return tuple(sorted(seen))
+
+
+@contextlib.contextmanager
+def streams_recorded(seen: set[str]) -> Iterator[None]:
+  """Within the context, Linen's `make_rng` of any stream but `params` adds
+  the stream to `seen` and returns one fixed key (for a trace)."""
+  original = linen_scope.Scope.make_rng
+
+  def make_rng(scope, name: str = 'params'):
+    if name == 'params':
+      return original(scope, name)
+    seen.add(name)
+    return jax.random.key(0)
+
+  with patched(linen_scope.Scope, 'make_rng', make_rng):
+    yield
 
 
 def _stream_key(stream: str) -> jax.Array:
@@ -370,16 +422,19 @@ def _compare_call(labels, linen_call, linen_variables, model, inputs, *, call, o
   """Rows comparing one call of each side: the outputs (`labels[0]`) and the
   new values of what the call writes (`labels[1]`), the port's read after
   its call of `model` (which it updates); as one replica of `axis_name`
-  where given. Inputs that are not arrays (a count) stay Python values."""
-  rebuild, arrays = split_arrays(inputs, {})
+  where given. `inputs`: `(args, kwargs)` of both calls; what is not an
+  array in them (a count) stays a Python value."""
+  rebuild, arrays = split_arrays(*inputs)
   graphdef, state = nnx.split(model)
 
   def linen_side(variables, *xs):
-    return linen_call(variables, *rebuild(*xs)[0])
+    args, kwargs = rebuild(*xs)
+    return linen_call(variables, *args, **kwargs)
 
   def nnx_side(state, *xs):
     held = nnx.merge(graphdef, state)
-    return call(held, *rebuild(*xs)[0]), nnx.state(held)
+    args, kwargs = rebuild(*xs)
+    return call(held, *args, **kwargs), nnx.state(held)
 
   mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
   linen_out, linen_new = jax.jit(mapped(linen_side))(linen_variables, *arrays)
@@ -440,25 +495,26 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
   model.train()
   linen_call = _linen_call(linen_module, linen_variables, linen_kwargs)
 
-  def linen_in_order(variables, *xs):
+  def linen_in_order(variables, *xs, **kw):
     with linen_draws_in_order():
-      return linen_call(variables, *xs)
+      return linen_call(variables, *xs, **kw)
 
-  def nnx_in_order(held, *xs):
+  def nnx_in_order(held, *xs, **kw):
     with nnx_draws_in_order():
-      return nnx_call(held, *xs, **nnx_kwargs)
+      return nnx_call(held, *xs, **kw, **nnx_kwargs)
 
-  rebuild, arrays = split_arrays(inputs, {})
+  rebuild, arrays = split_arrays(*inputs)
   graphdef, state = nnx.split(model)
   mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
+  on = lambda side: lambda held, *xs: side(held, *rebuild(*xs)[0], **rebuild(*xs)[1])
   traced = [
-      jax.make_jaxpr(mapped(lambda v, *xs: linen_in_order(v, *rebuild(*xs)[0])))(linen_variables, *arrays),
-      jax.make_jaxpr(mapped(lambda s, *xs: nnx_in_order(nnx.merge(graphdef, s), *rebuild(*xs)[0])))(state, *arrays),
+      jax.make_jaxpr(mapped(on(linen_in_order)))(linen_variables, *arrays),
+      jax.make_jaxpr(mapped(lambda s, *xs: on(nnx_in_order)(nnx.merge(graphdef, s), *xs)))(state, *arrays),
   ]
   if any(runs_a_scan(t) for t in traced):
     without_nnx_dropout(model)
     linen_in_order = _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout)
-    nnx_in_order = lambda held, *xs: nnx_call(held, *xs, **nnx_kwargs)
+    nnx_in_order = lambda held, *xs, **kw: nnx_call(held, *xs, **kw, **nnx_kwargs)
   return _compare_call(
       ('train-mode outputs', 'what a training step writes'), linen_in_order,
       linen_variables, model, inputs, call=nnx_in_order, options=options, atol=atol,
@@ -485,9 +541,10 @@ def _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_
       linen[('BatchNorm', module.path)] = (module.momentum, module.axis_name)
     return next_fun(*args, **kwargs)
 
-  rebuild, arrays = split_arrays(inputs, {})
+  rebuild, arrays = split_arrays(*inputs)
   linen_call = _linen_call(linen_module, linen_variables, linen_kwargs, record, streams)
-  jax.eval_shape(lambda variables, *xs: linen_call(variables, *rebuild(*xs)[0]), linen_variables, *arrays)
+  jax.eval_shape(lambda variables, *xs: linen_call(variables, *rebuild(*xs)[0], **rebuild(*xs)[1]),
+                 linen_variables, *arrays)
   ported: dict[str, list] = {'Dropout': [], 'BatchNorm': [], 'attention': []}
   for _, module in nnx.iter_modules(nnx_model):
     if isinstance(module, nnx.Dropout):
@@ -565,10 +622,7 @@ def assert_training_equivalent(
       )
     probe = nnx.merge(*nnx.split(nnx_target[0]))  # the same arrays, in eval mode
     probe.eval()
-    paths = infer_paths(
-        linen_model.module, probe, *linen_model.args, linen_kwargs=linen_model.kwargs,
-        paths=infer.known, collections=collections,
-    )
+    paths = infer_linen_model(linen_model, probe, paths=infer.known, collections=collections)
   elif linen_model is not None:
     raise PathMappingError(
         f"linen_model given with paths={paths!r}: it is read only to infer the mapping; "

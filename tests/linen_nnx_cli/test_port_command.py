@@ -108,3 +108,14 @@ def test_force_replaces_a_symlink_at_an_output_never_what_it_points_to(tmp_path)
   assert not out.is_symlink() and 'class Stack(nnx.Module)' in out.read_text()
   assert not page.is_symlink() and page.read_text().startswith('<!DOCTYPE html>')
   assert not [p for p in os.listdir(tmp_path) if p.startswith('.linen-nnx-')]  # no temporary left
+
+
+def test_without_the_port_extra_one_line_names_the_install_command(tmp_path, monkeypatch):
+  from linen_nnx_cli import port_command
+
+  monkeypatch.setattr(port_command, '_installed', lambda name: name != 'libcst')
+  result = run('port', f'{FACTORIES}:stack', '--out', tmp_path / 's.py')
+  assert result.code == 2 and not (tmp_path / 's.py').exists()
+  assert ' '.join(result.stderr.split()) == (
+      "linen-nnx port: port needs libcst, which the kit installs only with its port extra: "
+      "pip install -e '.[port]' (the port extra: libcst and ruff)")

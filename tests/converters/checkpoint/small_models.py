@@ -321,6 +321,30 @@ def nnx_token_attention() -> nnx.Module:
   return NNXTokenAttention(nnx.Rngs(0))
 
 
+class LinenKeywordAttention(LinenTokenAttention):
+  """Called as Flax's examples call their models: `apply(v, tokens=..., train=False)`."""
+
+  def __call__(self, *, tokens, train: bool):
+    return super().__call__(tokens)
+
+
+class NNXKeywordAttention(NNXTokenAttention):
+  def __call__(self, *, tokens):
+    return super().__call__(tokens)
+
+
+def linen_keyword_attention() -> LinenModel:
+  return LinenModel(LinenKeywordAttention(), tokens=jnp.zeros((2, 6), jnp.int32), train=False)
+
+
+def linen_abstract_keyword_attention() -> LinenModel:
+  return LinenModel(LinenKeywordAttention(), tokens=jax.ShapeDtypeStruct((2, 6), jnp.int32), train=False)
+
+
+def nnx_keyword_attention() -> nnx.Module:
+  return NNXKeywordAttention(nnx.Rngs(0))
+
+
 def _attention_paths(query: str, key: str) -> PathMapping:
   return PathMapping([
       PathRule('embed/embedding', 'embed/embedding'),

@@ -42,8 +42,9 @@ def test_nnx_path_of_follows_the_converters_correspondence(linen_path, optimizer
 
 
 def _linen_checkpoint(path, linen_model) -> None:
-  args = [jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x for x in linen_model.args]
-  variables = linen_model.module.init(jax.random.key(0), *args, **linen_model.kwargs)
+  concrete = lambda x: jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x
+  args, kwargs = jax.tree.map(concrete, (linen_model.args, linen_model.kwargs))
+  variables = linen_model.module.init(jax.random.key(0), *args, **kwargs)
   state = train_state.TrainState.create(apply_fn=None, params=variables['params'], tx=small.make_tx())
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(os.fspath(path), state)
@@ -66,6 +67,14 @@ def test_query_and_key_swapped_differ_on_tokens_other_than_the_constant_example(
   assert any('made generic' in name for name in differ), differ
   rows = _compared(tmp_path / 'right', small.linen_token_attention, small.nnx_token_attention,
                    small.ATTENTION_PATHS)
+  assert rows and all(r.identical for r in rows)
+
+
+@pytest.mark.parametrize('linen', [small.linen_keyword_attention, small.linen_abstract_keyword_attention])
+def test_keyword_inputs_are_inputs_of_both_models_made_generic_like_positional_ones(tmp_path, linen):
+  rows = _compared(tmp_path / 'swapped', linen, small.nnx_keyword_attention, small.SWAPPED_ATTENTION_PATHS)
+  assert any('made generic' in r.linen_path for r in rows if not r.identical)
+  rows = _compared(tmp_path / 'inferred', linen, small.nnx_keyword_attention, 'infer')
   assert rows and all(r.identical for r in rows)
 
 

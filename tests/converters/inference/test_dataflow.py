@@ -124,3 +124,25 @@ def test_a_scan_that_returns_its_state_as_it_is_is_alike():
   labels, edges = scanned(carried)
   assert labels[('scan', 3, False, 'final')] == 1
   assert not [e for e in edges if e[1] == 'next' and e[0] == e[2]]
+
+
+def test_leading_rows_of_a_table_are_one_form_however_taken():
+  table = jax.ShapeDtypeStruct((16, 4), jnp.float32)
+  forms = [
+      lambda w, x: x + w[:8],
+      lambda w, x: x + jnp.take(w, jnp.arange(8), axis=0),
+      lambda w, x: x + w[jnp.arange(8)],
+      lambda w, x: x + jax.lax.dynamic_slice_in_dim(w, 0, 8),
+  ]
+  first = summary(graph(forms[0], table, X))
+  for form in forms[1:]:
+    assert summary(graph(form, table, X)) == first
+  # Rows picked by the inputs are a lookup, not the program's own rows.
+  tokens = jax.ShapeDtypeStruct((8,), jnp.int32)
+  assert summary(graph(lambda w, t: w[t], table, tokens)) != summary(graph(lambda w, t: w[:8] + 0 * t[:, None], table, tokens))
+
+
+def test_a_value_computed_twice_is_one_value():
+  plain = summary(graph(lambda w, x: jnp.tanh(x @ w) + x @ w, W, X))
+  twice = summary(graph(lambda w, x: (jnp.tanh(x @ w).shape, jnp.tanh(x @ w) + x @ w)[1], W, X))
+  assert twice == plain

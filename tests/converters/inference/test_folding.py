@@ -3,7 +3,7 @@ also names a path paired otherwise."""
 
 from __future__ import annotations
 
-from converters.inference.folding import REVERSED, fold, stacked_rules
+from converters.inference.folding import REVERSED, fold, fold_paths, stacked_rules
 from converters.paths import PathMapping, PathRule
 
 
@@ -75,3 +75,11 @@ def test_a_partial_crossing_of_stacked_layers_is_not_called_a_reversal():
   rules, plain, problems = stacked_rules(pairs)
   assert rules == [] and plain == [] and problems
   assert not any(REVERSED in p for p in problems)
+
+
+def test_one_sides_paths_fold_into_a_template_that_names_nothing_else():
+  own = [('blocks', '0', 'pos'), ('blocks', '1', 'pos'), ('head', 'table')]
+  assert fold_paths(own) == ['blocks/{i}/pos', 'head/table']
+  # A template that would name a path another rule holds is not written.
+  assert fold_paths(own, [('blocks', '2', 'pos')]) == ['blocks/0/pos', 'blocks/1/pos', 'head/table']
+  assert fold_paths([('blocks', '0', 'pos')]) == ['blocks/0/pos']

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -814,3 +816,234 @@ def test_a_model_that_returns_a_parameter_as_it_is_is_witnessed():
 
   mapping = infer_paths(Linen(), Port(nnx.Rngs(0)), jnp.ones((2, 4)))
   assert [(r.linen, r.nnx) for r in mapping.rules] == [('w', 'w')]
+
+
+# -- inputs by keyword, as Flax's examples call their models ------------------
+
+
+class KeywordTagger(nn.Module):
+  @nn.compact
+  def __call__(self, *, inputs, train: bool):
+    x = nn.relu(nn.Dense(8, name='hidden')(nn.Embed(11, 8, name='embed')(inputs)))
+    return nn.Dense(4, name='head')(nn.Dropout(0.5, deterministic=not train)(x))
+
+
+class NNXKeywordTagger(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.embedder = nnx.Embed(11, 8, rngs=rngs)
+    self.mlp = nnx.Linear(8, 8, rngs=rngs)
+    self.dropout = nnx.Dropout(0.5, rngs=rngs)
+    self.out = nnx.Linear(8, 4, rngs=rngs)
+
+  def __call__(self, *, inputs):
+    return self.out(self.dropout(nnx.relu(self.mlp(self.embedder(inputs)))))
+
+
+TAGGER_PAIRS = {('embed/embedding', 'embedder/embedding'), ('hidden/kernel', 'mlp/kernel'),
+                ('hidden/bias', 'mlp/bias'), ('head/kernel', 'out/kernel'), ('head/bias', 'out/bias')}
+
+
+@pytest.mark.parametrize('tokens', [jnp.zeros((2, 5), jnp.int32), jax.ShapeDtypeStruct((2, 5), jnp.int32)],
+                         ids=['array', 'abstract'])
+def test_keyword_inputs_of_a_linen_model_are_inputs_of_both_models(tokens):
+  linen = LinenModel(KeywordTagger(), inputs=tokens, train=False)
+  assert linen.keyword_inputs == {'inputs': tokens} and linen.settings == {'train': False}
+  by_factories = infer_models(lambda: linen, lambda: NNXKeywordTagger(nnx.Rngs(0)))
+  port = nnx.eval_shape(lambda: NNXKeywordTagger(nnx.Rngs(0)))
+  port.eval()
+  given_whole = infer_paths(linen, port)
+  by_keyword = infer_paths(KeywordTagger(), port, inputs=tokens, linen_kwargs={'train': False})
+  for mapping in (by_factories, given_whole, by_keyword):
+    assert {(r.linen, r.nnx) for r in mapping.rules} == TAGGER_PAIRS
+
+
+def test_example_inputs_given_in_a_linen_model_and_again_are_refused():
+  tokens = jnp.zeros((2, 5), jnp.int32)
+  with pytest.raises(PathMappingError, match='given twice'):
+    infer_paths(LinenModel(KeywordTagger(), inputs=tokens, train=False),
+                NNXKeywordTagger(nnx.Rngs(0)), inputs=tokens)
+
+
+def test_a_failing_trace_says_how_to_give_arguments_in_the_terms_of_its_entry_point():
+  tokens = jnp.zeros((2, 5), jnp.int32)
+  port = NNXKeywordTagger(nnx.Rngs(0))
+  with pytest.raises(PathMappingError, match='linen_kwargs=') as direct:
+    infer_paths(KeywordTagger(), port, tokens, linen_kwargs={'train': False})
+  with pytest.raises(PathMappingError, match=r'LinenModel\(module') as wrapped:
+    infer_models(LinenModel(KeywordTagger(), tokens, train=False), port)
+  assert 'linen_kwargs' not in str(wrapped.value) and 'LinenModel(' not in str(direct.value)
+
+
+# -- given rules beside inference ---------------------------------------------
+
+
+class TwoLayers(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(4, name='down')(nn.relu(nn.Dense(16, name='up')(x)))
+
+
+class OutInLinear(nnx.Module):
+  """A linear layer whose kernel is stored `(out, in)`."""
+
+  def __init__(self, fan_in: int, fan_out: int, rngs: nnx.Rngs):
+    self.w = nnx.Param(jax.random.normal(rngs.params(), (fan_out, fan_in)))
+    self.b = nnx.Param(jnp.zeros((fan_out,)))
+
+  def __call__(self, x):
+    return x @ self.w[...].T + self.b[...]
+
+
+class OutInLayers(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.first, self.second = OutInLinear(8, 16, rngs), OutInLinear(16, 4, rngs)
+
+  def __call__(self, x):
+    return self.second(nnx.relu(self.first(x)))
+
+
+@pytest.mark.parametrize('spelling', ['i o -> o i', 'a b -> b a'])
+def test_a_given_rule_wins_and_inference_fills_only_what_it_leaves(spelling):
+  # Inference would write the first kernel's rule too, spelled 'a b -> b a'.
+  given = PathRule('up/kernel', 'first/w', transform=Rearrange(spelling))
+  x = jax.random.normal(jax.random.key(0), (2, 8))
+  mapping = infer_paths(TwoLayers(), OutInLayers(nnx.Rngs(0)), x, paths=[given])
+  assert [r for r in mapping.rules if r.linen == 'up/kernel'] == [given]
+  assert len(set(mapping.rules)) == len(mapping.rules) == 4
+  variables = TwoLayers().init(jax.random.key(1), x)
+  port = linen_to_nnx(variables, target=OutInLayers(nnx.Rngs(0)), paths=mapping)
+  np.testing.assert_allclose(np.asarray(port(x)), np.asarray(TwoLayers().apply(variables, x)), rtol=1e-6, atol=1e-6)
+
+
+# -- forms two ports write alike, and where two programs part ----------------
+
+
+class LearnedPositions(nn.Module):
+  """Positions as a table sliced to the sequence (`pos[:L]`)."""
+
+  @nn.compact
+  def __call__(self, x):
+    pos = self.param('pos', nn.initializers.normal(0.02), (16, 8))
+    h = nn.Dense(8, name='fc')(x) + pos[:x.shape[1]]
+    return nn.Dense(3, name='out')(h)
+
+
+class EmbeddedPositions(nnx.Module):
+  """The same positions as an `nnx.Embed` looked up at `arange(L)`, and a
+  value computed and dropped (`self.fc(x).shape` traces the layer again)."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.fc = nnx.Linear(4, 8, rngs=rngs)
+    self.positions = nnx.Embed(16, 8, rngs=rngs)
+    self.out = nnx.Linear(8, 3, rngs=rngs)
+
+  def __call__(self, x):
+    length = self.fc(x).shape[1]
+    return self.out(self.fc(x) + self.positions(jnp.arange(length)))
+
+
+def test_a_table_sliced_or_looked_up_at_a_range_and_dead_code_map_alike():
+  x = jax.random.normal(jax.random.key(0), (2, 5, 4))
+  mapping = infer_paths(LearnedPositions(), EmbeddedPositions(nnx.Rngs(0)), x)
+  assert ('pos', 'positions/embedding') in {(r.linen, r.nnx) for r in mapping.rules}
+  variables = LearnedPositions().init(jax.random.key(1), x)
+  port = linen_to_nnx(variables, target=EmbeddedPositions(nnx.Rngs(0)), paths=mapping)
+  np.testing.assert_array_equal(port(x), LearnedPositions().apply(variables, x))
+
+
+class NoisyLinen(nn.Module):
+  """Noise of its own on every call, eval mode included."""
+
+  @nn.compact
+  def __call__(self, x):
+    h = nn.Dense(8, name='fc')(x)
+    return nn.Dense(3, name='out')(h + 0.1 * jax.random.normal(self.make_rng('noise'), h.shape))
+
+
+class NoisyPort(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.fc, self.out, self.rngs = nnx.Linear(4, 8, rngs=rngs), nnx.Linear(8, 3, rngs=rngs), rngs
+
+  def __call__(self, x):
+    h = self.fc(x)
+    return self.out(h + 0.1 * jax.random.normal(self.rngs.noise(), h.shape))
+
+
+def test_a_stream_the_model_draws_itself_is_drawn_alike_on_both_sides():
+  x = jax.random.normal(jax.random.key(0), (2, 4))
+  mapping = infer_paths(NoisyLinen(), NoisyPort(nnx.Rngs(0, noise=7)), x)
+  assert {(r.linen, r.nnx) for r in mapping.rules} == {
+      ('fc/kernel', 'fc/kernel'), ('fc/bias', 'fc/bias'), ('out/kernel', 'out/kernel'), ('out/bias', 'out/bias')}
+
+
+class Elu(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(3, name='out')(nn.elu(nn.Dense(8, name='fc')(x)))
+
+
+class Gelu(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.fc, self.out = nnx.Linear(4, 8, rngs=rngs), nnx.Linear(8, 3, rngs=rngs)
+
+  def __call__(self, x):
+    return self.out(nnx.gelu(self.fc(x)))
+
+
+def test_a_port_computing_otherwise_is_refused_naming_where_the_programs_part():
+  with pytest.raises(PathMappingError) as info:
+    infer_paths(Elu(), Gelu(nnx.Rngs(0)), jnp.ones((2, 4)))
+  here = os.path.basename(__file__)
+  found = re.search(r'part first at Linen `(\w+)` at (\S+):(\d+) \(Elu.__call__\) and NNX `(\w+)` at (\S+):(\d+) '
+                    r'\(Gelu.__call__\)', str(info.value))
+  assert found, str(info.value)
+  assert os.path.basename(found[2]) == here and os.path.basename(found[5]) == here
+
+
+def _sinusoid(length: int, width: int) -> jax.Array:
+  position = jnp.arange(length)[:, None] / 10_000 ** (jnp.arange(width)[None, :] / width)
+  return jnp.sin(position)
+
+
+class SinusoidBlocks(nn.Module):
+  """Positions computed in every block's call; or, `kept`, kept in each
+  block's `constants` collection."""
+
+  kept: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    for i in range(2):
+      if self.kept:
+        table = self.variable('constants', f'pos_{i}', lambda: _sinusoid(6, 4)).value
+      else:
+        table = _sinusoid(6, 4)
+      x = nn.Dense(4, name=f'block_{i}')(x + table[:x.shape[1]])
+    return x
+
+
+class TableBlock(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.dense = nnx.Linear(4, 4, rngs=rngs)
+    self.pos = nnx.Variable(_sinusoid(6, 4))  # read only: a constant of the port's own
+
+  def __call__(self, x):
+    return self.dense(x + self.pos[...][:x.shape[1]])
+
+
+class TableBlocks(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.blocks = nnx.List([TableBlock(rngs) for _ in range(2)])
+
+  def __call__(self, x):
+    for block in self.blocks:
+      x = block(x)
+    return x
+
+
+def test_a_table_each_block_of_the_port_keeps_is_one_folded_rule():
+  x = jax.random.normal(jax.random.key(0), (2, 5, 4))
+  mapping = infer_paths(SinusoidBlocks(), TableBlocks(nnx.Rngs(0)), x)
+  assert [r for r in mapping.rules if r.only] == [PathRule.nnx_only('blocks/{i}/pos')]
+  with pytest.raises(PathMappingError, match=r"pass collections=\{'constants': nnx.Variable\}"):
+    infer_paths(SinusoidBlocks(kept=True), TableBlocks(nnx.Rngs(0)), x)

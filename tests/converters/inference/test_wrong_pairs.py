@@ -89,14 +89,23 @@ def test_a_port_maps_correctly_or_is_refused_never_wrong(name):
     np.testing.assert_allclose(ported, expected, rtol=1e-6, atol=1e-6)
 
 
-def test_a_selector_given_as_a_keyword_input_is_a_constant_the_witness_cannot_vary():
+def test_a_selector_given_as_a_keyword_input_is_drawn_both_ways_as_a_positional_one():
   from tests.converters.inference.ports import LinenKeep, NNXKeep
 
   port = NNXKeep(nnx.Rngs(0))
   x = jax.random.normal(jax.random.key(0), (2, 4))
-  # Given positionally the mask is drawn both ways; as a keyword it is part of the trace.
-  with pytest.raises(PathMappingError, match='keep'):
-    infer_paths(LinenKeep(), port, x, keep=jnp.ones((2, 4), bool))
+  # An all-true mask makes the two kernels alike; drawn anew, it tells them apart.
+  mapping = infer_paths(LinenKeep(), port, x, keep=jnp.ones((2, 4), bool))
+  assert {(r.linen, r.nnx) for r in mapping.rules} == {('main/kernel', 'a/kernel'), ('branch/kernel', 'b/kernel')}
+
+
+def test_a_selector_that_is_no_array_is_a_constant_the_witness_cannot_vary():
+  from tests.converters.inference.ports import LinenKeep, NNXKeep
+
+  port = NNXKeep(nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(0), (2, 4))
+  with pytest.raises(PathMappingError, match=r'keyword arguments of both calls \(keep\) are not arrays'):
+    infer_paths(LinenKeep(), port, x, keep=True)
 
 
 def test_a_port_that_cannot_be_differentiated_maps_or_is_refused_never_crashes():

@@ -1485,3 +1485,41 @@ class SwitchedByStrings(nn.Module):
 
 def switched_by_strings() -> LinenModel:
   return LinenModel(SwitchedByStrings(), jax.ShapeDtypeStruct((2, 4), jnp.float32))
+
+
+class InitializedInPlace(nn.Module):
+  """An initializer written as a lambda, sizes unpacked from the input's
+  shape and one of them read only by a parameter's shape: what the port
+  writes of them must pass its own lint (no lambda called where it is
+  written, no name unpacked and never read)."""
+
+  features: int = 6
+
+  @nn.compact
+  def __call__(self, x):
+    _, _, width = x.shape
+    scale = self.param('scale', nn.initializers.ones, (width,))
+    w = self.param('w', lambda key, shape: jax.random.normal(key, shape) * 0.02, (width, self.features))
+    b = self.param('b', lambda key, shape: jnp.zeros(shape), (self.features,))
+    return (x * scale) @ w + b
+
+
+def initialized_in_place() -> LinenModel:
+  return LinenModel(InitializedInPlace(), jax.ShapeDtypeStruct((2, 3, 5), jnp.float32))
+
+
+class SowsALoss(nn.Module):
+  """An auxiliary loss sown into a collection of its own, and an intermediate."""
+
+  features: int = 6
+
+  @nn.compact
+  def __call__(self, x):
+    h = nn.Dense(self.features)(x)
+    self.sow('losses', 'activity', jnp.mean(h ** 2))
+    self.sow('intermediates', 'hidden', h)
+    return nn.Dense(2)(nn.relu(h))
+
+
+def sows_a_loss() -> LinenModel:
+  return LinenModel(SowsALoss(), jax.ShapeDtypeStruct((4, 3), jnp.float32))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -450,7 +451,7 @@ def test_a_port_drawing_otherwise_is_not_proven(tmp_path):
     wrong = tmp_path / 'wrong_nnx.py'
     wrong.write_text(text.replace(*edit))
     model = linen_models.noisy_embedder()
-    with pytest.raises(AssertionError, match='disagree in eval mode'):
+    with pytest.raises(AssertionError, match='disagree in eval mode|not in a training step'):
       assert_generated_port(LinenModel(model.module, *model.args, **kwargs), import_file(str(wrong)))
 
 
@@ -768,3 +769,44 @@ def test_every_value_a_string_or_enum_field_switches_on_is_written_and_proven(tm
   for change in ('norm=NormKind.RMS', "activation='gelu'", "activation='scaled_tanh'", "activation='tanh'"):
     assert _outcome(result, f'another configuration ({change})') == 'passed'
   assert "PathRule('RMSNorm_0/scale'" in result.text
+
+
+def test_what_the_port_writes_passes_its_own_lint(tmp_path):
+  result, out, _ = _port(tmp_path, 'initialized_in_place', linen_models.initialized_in_place())
+  assert result.proven and _outcome(result, 'ruff check') == 'passed', result.checks
+  text = out.read_text()
+  assert 'self.w = nnx.Param(jax.random.normal(rngs.params(), (in_features, features)) * 0.02)' in text
+  assert '(lambda' not in text and 'x.shape' not in text, text
+
+
+def test_values_sown_into_any_collection_are_outputs_of_the_call_as_in_linen(tmp_path):
+  model = linen_models.sows_a_loss()
+  result, out, _ = _port(tmp_path, 'sows_a_loss', model)
+  assert result.proven, result.checks
+  text = out.read_text()
+  assert 'class Losses(nnx.Intermediate):' in text and "self.sow(Losses, 'activity'" in text, text
+  written = import_file(str(out))
+  # What is sown, compared through the written PATHS: the checks compare outputs, not sown values.
+  x = jax.random.normal(jax.random.key(0), (4, 3))
+  variables = model.module.init(jax.random.key(1), x)
+  assert set(variables) == {'params', 'losses'}  # Linen's init keeps what it sows but intermediates
+  linen_out, sown = model.module.apply({'params': variables['params']}, x, mutable=['losses', 'intermediates'])
+  from converters import linen_to_nnx
+  from flax import nnx
+  port = linen_to_nnx({'params': variables['params']}, target=written.SowsALoss(in_features=3, rngs=nnx.Rngs(0)),
+                      paths=written.PATHS)
+  nnx_out, losses = nnx.capture(port, written.Losses)(x)
+  _, hidden = nnx.capture(port, nnx.Intermediate)(x)
+  assert (nnx_out == linen_out).all()
+  for written_values, linen_values in ((losses, sown['losses']), (hidden, sown['intermediates'])):
+    assert jax.tree.structure(nnx.to_pure_dict(written_values)) == jax.tree.structure(linen_values)
+    for a, b in zip(jax.tree.leaves(nnx.to_pure_dict(written_values)), jax.tree.leaves(linen_values)):
+      assert (a == b).all()
+
+
+def test_a_lint_that_cannot_run_fails_the_port_never_passes_it(tmp_path, monkeypatch):
+  from converters.port import PortToolError, emit
+
+  monkeypatch.setattr(emit, '_RUFF', [sys.executable, '-m', 'no_such_ruff_module'])
+  with pytest.raises(PortToolError, match=r"ruff could not check the port .*pip install -e '\.\[port\]'"):
+    emit.ruff_check(str(tmp_path / 'any.py'))

@@ -81,6 +81,30 @@ def test_a_tolerance_admits_what_it_says_and_no_more():
   assert_port_equivalent(*args, linen_kwargs={'train': False}, atol=1e-2)
 
 
+class LinenKeywordNet(LinenNet):
+  """Called with keywords, as Flax's examples call their models."""
+
+  def __call__(self, *, x, train: bool = False):
+    return super().__call__(x, train)
+
+
+class NNXKeywordNet(NNXNet):
+  def __call__(self, *, x):
+    return super().__call__(x)
+
+
+def test_keyword_inputs_are_inputs_of_both_calls():
+  assert_port_equivalent(
+      LinenKeywordNet(train_dropout=True), variables(), NNXKeywordNet(nnx.Rngs(3)), x=batch(1)[0], paths='infer',
+      linen_kwargs={'train': False}, linen_train_kwargs={'train': True},
+  )
+  with pytest.raises(AssertionError, match='outputs'):
+    assert_port_equivalent(
+        LinenKeywordNet(), variables(), NNXKeywordNet(nnx.Rngs(3), epsilon=1e-2), x=batch(1)[0],
+        linen_kwargs={'train': False},
+    )
+
+
 def linen_step(state, b):
   x, y = b
 
@@ -206,9 +230,11 @@ def test_what_a_model_draws_itself_is_compared_from_the_same_keys():
   # A port that draws its second key where Linen draws its first differs.
   with pytest.raises(AssertionError, match='outputs'):
     check(NNXNoisy(nnx.Rngs(0, noise=5), draws=2), drawn_streams=['noise'])
-  # Without the streams, Linen has no key to draw (as its apply without rngs).
+  # Unnamed, the streams the Linen call draws are found; named none, Linen
+  # has no key to draw (as its apply without rngs).
+  check(NNXNoisy(nnx.Rngs(0, noise=5)))
   with pytest.raises(Exception, match='needs PRNG for "noise"'):
-    check(NNXNoisy(nnx.Rngs(0, noise=5)))
+    check(NNXNoisy(nnx.Rngs(0, noise=5)), drawn_streams=())
 
 
 class LinenTwoDropouts(nn.Module):
@@ -411,3 +437,56 @@ def test_draws_inside_an_nnx_transform_are_the_models_own():
   assert_port_equivalent(
       LinenDropoutBlock(), linen_variables, NNXRematBlock(nnx.Rngs(3)), batch(1)[0], paths='infer',
       linen_kwargs={'train': False}, linen_train_kwargs={'train': True})
+
+
+class LinenNoiseEveryCall(nn.Module):
+  """Noise of its own on every call, eval mode included."""
+
+  @nn.compact
+  def __call__(self, x):
+    h = nn.Dense(OUT, name='dense')(x)
+    return h + 0.1 * jax.random.normal(self.make_rng('noise'), h.shape)
+
+
+class NNXNoiseEveryCall(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.dense, self.rngs = nnx.Linear(IN, OUT, rngs=rngs), rngs
+
+  def __call__(self, x):
+    h = self.dense(x)
+    return h + 0.1 * jax.random.normal(self.rngs.noise(), h.shape)
+
+
+def test_every_stream_the_linen_call_draws_is_drawn_alike_without_being_named():
+  x = batch(1)[0]
+  variables = LinenNoiseEveryCall().init({'params': jax.random.key(0), 'noise': jax.random.key(1)}, x)
+  assert_port_equivalent(LinenNoiseEveryCall(), variables, NNXNoiseEveryCall(nnx.Rngs(0, noise=5)), x)
+  assert_port_equivalent(LinenNoiseEveryCall(), variables, NNXNoiseEveryCall(nnx.Rngs(0, noise=5)), x, paths='infer')
+
+
+class LinenDropoutsTwice(nn.Module):
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    h = nn.Dropout(0.5, deterministic=not train)(nn.Dense(OUT, name='dense')(x))
+    return nn.Dropout(0.5, deterministic=not train)(h)
+
+
+class NNXOneKeySplit(nnx.Module):
+  """Both dropouts from one key split in two: Linen draws a key for each."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.dense, self.rngs = nnx.Linear(IN, OUT, rngs=rngs), rngs
+    self.first, self.second = nnx.Dropout(0.5, rngs=rngs), nnx.Dropout(0.5, rngs=rngs)
+
+  def __call__(self, x):
+    first, second = jax.random.split(self.rngs.dropout())
+    return self.second(self.first(self.dense(x), rngs=first), rngs=second)
+
+
+def test_a_port_drawing_its_keys_otherwise_fails_the_training_step_saying_so():
+  x = batch(1)[0]
+  variables = LinenDropoutsTwice().init(jax.random.key(0), x)
+  with pytest.raises(AssertionError, match='agree in eval mode but not in a training step') as info:
+    assert_port_equivalent(LinenDropoutsTwice(), variables, NNXOneKeySplit(nnx.Rngs(0)), x,
+                           linen_kwargs={'train': False}, linen_train_kwargs={'train': True})
+  assert 'one key split in two' in str(info.value) and 'train-mode outputs' in str(info.value)
