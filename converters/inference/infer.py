@@ -490,7 +490,17 @@ def _proven(traces, inputs: list, given, result: tuple, robust, training, fixed)
   traces in training; `fixed`: the inputs the witness cannot vary."""
   linen_trace, nnx_trace = traces
   pairing, anchors, graphs = result
-  _refuse_unmatched(traces, graphs, pairing)
+  if any(pairing.unmatched):
+    # What the structure leaves unmatched may be one computation written
+    # another way (a norm written by hand beside Flax's): variables alike
+    # in collection, shape and dtype are tried every way by the witness.
+    regrouped = _unmatched_as_groups(traces, graphs, pairing)
+    if regrouped is not None:
+      try:
+        return _proven(traces, inputs, given, (regrouped, anchors, graphs), robust, training, fixed)
+      except PathMappingError:
+        pass  # no assignment agrees: the structure's word, where the programs part
+    _refuse_unmatched(traces, graphs, pairing)
   copies, fused = _copies_and_fused(traces, pairing, anchors)
   slots = sorted({*copies.values(), *(s for f in fused.values() for s in f.sources)}, key=repr)
   slots += sorted({
@@ -537,6 +547,29 @@ def _proven(traces, inputs: list, given, result: tuple, robust, training, fixed)
         '{0, 1}), or its rule (paths=[PathRule(...)]); the rest is inferred',
     )
   return _rules(traces, given, copies, fused, _first_use(graphs[0]))
+
+
+def _unmatched_as_groups(traces, graphs, pairing: Pairing) -> Pairing | None:
+  """`pairing` with its unmatched variables as groups the witness decides:
+  those of one collection, shape and dtype, as many on each side; None
+  where they do not fall so, or trying every assignment would take more
+  than `MAX_WITNESS_RUNS` runs."""
+  kinds: list[dict] = [{}, {}]
+  for side, graph in enumerate(graphs):
+    for slot in pairing.unmatched[side]:
+      kinds[side].setdefault(graph.labels[graph.variables[slot]][1:], []).append(slot)
+  if kinds[0].keys() != kinds[1].keys() or any(len(kinds[0][k]) != len(kinds[1][k]) for k in kinds[0]):
+    return None
+  runs = math.prod(math.factorial(len(members)) for members in kinds[0].values())
+  if runs > MAX_WITNESS_RUNS:
+    return None
+  groups = tuple((tuple(kinds[0][k]), tuple(kinds[1][k])) for k in kinds[0])
+  singles = tuple((g[0][0], g[1][0]) for g in groups if len(g[0]) == 1)
+  return Pairing(
+      pairs=pairing.pairs + singles,
+      groups=pairing.groups + tuple(g for g in groups if len(g[0]) > 1),
+      unmatched=((), ()),
+  )
 
 
 def _refuse_unmatched(traces, graphs, pairing: Pairing) -> None:

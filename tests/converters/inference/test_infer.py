@@ -1047,3 +1047,64 @@ def test_a_table_each_block_of_the_port_keeps_is_one_folded_rule():
   assert [r for r in mapping.rules if r.only] == [PathRule.nnx_only('blocks/{i}/pos')]
   with pytest.raises(PathMappingError, match=r"pass collections=\{'constants': nnx.Variable\}"):
     infer_paths(SinusoidBlocks(kept=True), TableBlocks(nnx.Rngs(0)), x)
+
+
+class FlaxNorms(nn.Module):
+  norm: str = 'rms'
+
+  @nn.compact
+  def __call__(self, x):
+    h = nn.Dense(8, name='fc')(x)
+    h = nn.RMSNorm(name='norm')(h) if self.norm == 'rms' else nn.LayerNorm(name='norm')(h)
+    return nn.Dense(3, name='out')(h)
+
+
+class NormsByHand(nnx.Module):
+  """The norms written out (`jnp.var`, `/ jnp.sqrt`, `lax.rsqrt`): the same
+  function in other operations, so alike only within rounding."""
+
+  def __init__(self, norm: str, rngs: nnx.Rngs):
+    self.norm = norm
+    self.up = nnx.Linear(4, 8, rngs=rngs)
+    self.scale = nnx.Param(jnp.ones(8))
+    self.shift = nnx.Param(jnp.zeros(8)) if norm == 'layer' else None
+    self.down = nnx.Linear(8, 3, rngs=rngs)
+
+  def __call__(self, x):
+    h = self.up(x)
+    if self.norm == 'rms':
+      h = h * jax.lax.rsqrt(jnp.mean(h ** 2, -1, keepdims=True) + 1e-6) * self.scale[...]
+    else:
+      centred = h - jnp.mean(h, -1, keepdims=True)
+      h = centred / jnp.sqrt(jnp.var(h, -1, keepdims=True) + 1e-6) * self.scale[...] + self.shift[...]
+    return self.down(h)
+
+
+@pytest.mark.parametrize('norm', ['rms', 'layer'])
+def test_a_norm_written_by_hand_maps_onto_flaxs(norm):
+  x = jax.random.normal(jax.random.key(0), (2, 4))
+  mapping = infer_paths(FlaxNorms(norm), NormsByHand(norm, nnx.Rngs(0)), x)
+  pairs = {(r.linen, r.nnx) for r in mapping.rules}
+  assert ('norm/scale', 'scale') in pairs and ('fc/bias', 'up/bias') in pairs
+  assert norm == 'rms' or ('norm/bias', 'shift') in pairs
+  variables = FlaxNorms(norm).init(jax.random.key(1), x)
+  port = linen_to_nnx(variables, target=NormsByHand(norm, nnx.Rngs(0)), paths=mapping)
+  # Another order of float operations: equal within rounding, not bit for bit.
+  np.testing.assert_allclose(port(x), FlaxNorms(norm).apply(variables, x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_norm_by_hand_that_names_its_scale_shift_maps_them_crossed():
+  class Crossed(NormsByHand):
+    def __call__(self, x):
+      h = self.up(x)
+      centred = h - jnp.mean(h, -1, keepdims=True)
+      return self.down(centred / jnp.sqrt(jnp.var(h, -1, keepdims=True) + 1e-6) * self.shift[...] + self.scale[...])
+
+  x = jax.random.normal(jax.random.key(0), (2, 4))
+  mapping = infer_paths(FlaxNorms('layer'), Crossed('layer', nnx.Rngs(0)), x)
+  pairs = {(r.linen, r.nnx) for r in mapping.rules}
+  assert ('norm/scale', 'shift') in pairs and ('norm/bias', 'scale') in pairs
+  variables = FlaxNorms('layer').init(jax.random.key(1), x)
+  variables = jax.tree.map(lambda v: v + jax.random.uniform(jax.random.key(2), v.shape), variables)
+  port = linen_to_nnx(variables, target=Crossed('layer', nnx.Rngs(0)), paths=mapping)
+  np.testing.assert_allclose(port(x), FlaxNorms('layer').apply(variables, x), rtol=1e-5, atol=1e-6)
