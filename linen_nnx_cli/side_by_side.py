@@ -512,6 +512,12 @@ def render_markdown(root: pathlib.Path = ROOT) -> str:
       '',
       _INTRO,
       '',
+      '```{contents} On this page',
+      ':local:',
+      ':depth: 2',
+      ':backlinks: none',
+      '```',
+      '',
   ]
   for part, heading in PARTS.items():
     out += [f'## {heading}', '']
@@ -525,11 +531,11 @@ def render_markdown(root: pathlib.Path = ROOT) -> str:
         out += ['\n\n'.join(r.code for r in regions_), '```', ':::', '']
       out += ['::::', '']
   out += ['(api-mapping)=', '## API mapping, Linen -> NNX', '',
-          '| Linen | NNX | what differs | used in Linen | used in NNX |', '| --- | --- | --- | --- | --- |']
+          '| Linen | NNX | what differs | used in Linen, then NNX |', '| --- | --- | --- | --- |']
   for row, linen_place, nnx_place in api_locations(concepts, root):
     out.append(
         f'| `{row.linen}` | `{row.nnx}` | {row.note} '
-        f'| `{linen_place[0]}:{linen_place[1]}` | `{nnx_place[0]}:{nnx_place[1]}` |')
+        f'| `{linen_place[0]}:{linen_place[1]}` `{nnx_place[0]}:{nnx_place[1]}` |')
   return '\n'.join(out) + '\n'
 
 

@@ -108,3 +108,17 @@ def test_the_page_shows_each_claim_once():
   page = side_by_side.render_markdown()
   for claim in side_by_side.claims():
     assert page.count(claim.text) == 1, claim.name
+
+
+def test_the_docs_page_lists_its_contents_and_stacks_what_two_columns_cannot_hold():
+  # Seen in headless Chromium at 700, 1280 and 1920 px (the note of issue 61):
+  # a contents list, code one column below 1800 px, names in the API table unbroken.
+  page = side_by_side.render_markdown()
+  assert '```{contents} On this page' in page
+  css = (ROOT / 'docs' / '_static' / 'custom.css').read_text()
+  assert '@media (max-width: 1799.98px)' in css and '.side-by-side > .sd-row > .sd-col { flex: 0 0 100%' in css
+  table_rule = re.search(r'\.bd-article:has\(\.side-by-side\) table\.table td code,[^}]*\}', css)
+  assert table_rule and 'overflow-wrap: normal' in table_rule[0] and 'anywhere' not in table_rule[0]
+  longest = max(len(line) for concept in side_by_side.collect().values() for side in concept.values()
+                for region in side for line in region.code.splitlines())
+  assert longest <= 110, f'a line of {longest} characters no longer fits one column at 1280 px'
