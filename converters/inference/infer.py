@@ -148,7 +148,10 @@ def _infer_calls(linen_module, nnx_model, linen_call: Call, nnx_call: Call, line
     return infer(given)
   except PathMappingError:
     inputs = models.call.inputs
-    found = _stored_otherwise(infer, given, models.traces, lambda: _idle(models.traces, inputs))
+    idle = functools.cache(lambda: _idle(models.traces, inputs))
+    found = _stored_otherwise(infer, given, models.traces, idle)
+    if found is None:
+      found = _fused_or_split(infer, given, models.traces, idle)
     if found is None:
       raise
     return found
@@ -259,7 +262,7 @@ def _stored_otherwise(infer, given, traces, idle: Callable[[], frozenset]) -> Pa
   loose = tuple(Graph.of(t, any_axis_order=True) for t in traces)
   uses = tuple(_uses(g) for g in strict)
   families: dict[tuple, list] = {}  # layers of one loop stored alike: tried together
-  for a, b in pair(*loose).pairs:
+  for a, b in [*pair(*loose).pairs, *_last_of_their_size(strict, traces, given)]:
     if a[1] is not None or b[1] is not None:
       continue
     shapes = tuple(tuple(t.closed.jaxpr.invars[s[0]].aval.shape) for t, s in zip(traces, (a, b)))
@@ -303,6 +306,154 @@ def _stored_otherwise(infer, given, traces, idle: Callable[[], frozenset]) -> Pa
   least = min(m for m, _ in proven)
   fewest = [mapping for m, mapping in proven if m == least]
   return fewest[0] if len(fewest) == 1 else None
+
+
+def _fused_or_split(infer, given, traces, idle: Callable[[], frozenset]) -> PathMapping | None:
+  """The mapping with rules that fuse or split parameters (query, key and
+  value kernels as one `Linear`; a `kv` einsum's kernel as two), when one
+  combination of them is proven by the witness; None when there is no
+  candidate, more than `MAX_TRANSFORM_TRIALS` would have to be tried, or
+  none or several are proven.
+
+  Candidates come from what the structure leaves unmatched: a variable of
+  one side whose size is that of k >= 2 unmatched variables of the other,
+  of one shape, collection and dtype, and exactly k of them, taken in the
+  order the computation first uses them; each way of laying the parts along
+  one axis of the whole (`Rearrange('e h d -> e (qkv h d)')`) is a
+  candidate. Each combination runs the whole inference with them as given
+  rules, so the rest is paired by structure (or stored otherwise:
+  `_stored_otherwise`, an output projection kept `(N*H, E)` beside the fused
+  input one) and everything is witnessed."""
+  graphs = tuple(Graph.of(t) for t in traces)
+  unmatched = pair(*graphs).unmatched
+  first = [_first_use(g) for g in graphs]
+  options = []
+  for whole_side in (0, 1):
+    parted_side = 1 - whole_side
+    kinds: dict[tuple, list] = {}
+    for slot in unmatched[parted_side]:
+      if slot[1] is None:
+        kinds.setdefault(graphs[parted_side].labels[graphs[parted_side].variables[slot]][1:], []).append(slot)
+    for slot in unmatched[whole_side]:
+      if slot[1] is not None:
+        continue
+      collection, shape, dtype = graphs[whole_side].labels[graphs[whole_side].variables[slot]][1:]
+      for (part_collection, part_shape, part_dtype), members in kinds.items():
+        count = math.prod(shape) // max(math.prod(part_shape), 1)
+        if ((part_collection, part_dtype) != (collection, dtype) or count < 2 or len(members) != count
+            or count * math.prod(part_shape) != math.prod(shape)):
+          continue
+        parts = sorted(members, key=lambda m: (first[parted_side].get(m, 0), m))
+        part_paths = tuple(format_path(traces[parted_side].variables[m[0]][1]) for m in parts)
+        whole_path = format_path(traces[whole_side].variables[slot[0]][1])
+        fused_side = ('linen', 'nnx')[whole_side]
+        rules = [
+            PathRule(part_paths, whole_path, transform=t) if fused_side == 'nnx'
+            else PathRule(whole_path, part_paths, transform=t)
+            for t in _parted_rearrangements(tuple(shape), tuple(part_shape), count, fused_side)
+        ]
+        if rules:
+          options.append(rules)
+  if not options:
+    return None
+  # Fewest moves first (the parts' axes in their own order, the parts
+  # outermost): at most `MAX_TRANSFORM_TRIALS` runs, and the first proven
+  # wins only where nothing else as simple is proven too.
+  combinations = sorted(itertools.product(*options), key=lambda c: sum(_part_moves(r.transform) for r in c))
+  proven, trials = [], 0
+  for combination in combinations:
+    cost = sum(_part_moves(r.transform) for r in combination)
+    if proven and cost > proven[0][0]:
+      break
+    trials += 1
+    if trials > MAX_TRANSFORM_TRIALS:
+      return None
+    try:
+      known = PathMapping([*(given.rules if given is not None else ()), *combination])
+    except PathMappingError:
+      continue  # a candidate naming what a given rule names
+    try:
+      proven.append((cost, infer(known)))
+    except PathMappingError:
+      found = _stored_otherwise(infer, known, traces, idle)
+      if found is not None:
+        proven.append((cost, found))
+  return proven[0][1] if len(proven) == 1 else None
+
+
+def _part_moves(transform: Rearrange) -> int:
+  """How far a fusing or splitting `transform` moves axes: pairs of the
+  parts' own axes it swaps, and how deep in its group the part axis sits."""
+  whole = transform.groups(transform.fused_side)
+  parted = [a for g in transform.groups('nnx' if transform.fused_side == 'linen' else 'linen') for a in g]
+  order = [a for g in whole for a in g if a != transform.part_axis]
+  swaps = sum(1 for i, x in enumerate(order) for y in order[i + 1:] if parted.index(x) > parted.index(y))
+  depth = next(g.index(transform.part_axis) for g in whole if transform.part_axis in g)
+  return swaps + depth
+
+
+def _parted_rearrangements(whole: tuple, part: tuple, count: int, fused_side: str) -> list[Rearrange]:
+  """`Rearrange`s laying `count` parts of shape `part` along one axis of an
+  array of shape `whole` (on `fused_side`), the parts' own axes moved and
+  merged as `_rearrangements` does; the part axis named `parts`."""
+  stacked = (count, *part)
+  candidates = _rearrangements(stacked, whole) if fused_side == 'nnx' else _rearrangements(whole, stacked)
+  text = lambda groups: ' '.join(g[0] if len(g) == 1 else f'({" ".join(g)})' for g in groups)
+  found = []
+  for transform in candidates:
+    if transform is None:
+      continue
+    stacked_groups = transform.linen_groups if fused_side == 'nnx' else transform.nnx_groups
+    whole_groups = transform.nnx_groups if fused_side == 'nnx' else transform.linen_groups
+    if len(stacked_groups[0]) != 1:
+      continue  # the parts' axis is merged with another on their own side
+    axis = stacked_groups[0][0]
+    whole_text = text(tuple(tuple('parts' if a == axis else a for a in g) for g in whole_groups))
+    rest = text(stacked_groups[1:])
+    pattern = f'{rest} -> {whole_text}' if fused_side == 'nnx' else f'{whole_text} -> {rest}'
+    try:
+      found.append(Rearrange(pattern, **{k: v for k, v in transform.sizes if k != axis}))
+    except PathMappingError:
+      continue
+  return found
+
+
+def _last_of_their_size(graphs, traces, given) -> list[tuple]:
+  """`(linen slot, nnx slot)` of variables the structure and the rules
+  given leave unmatched, one on each side of their collection, dtype and
+  size: a query kernel `(N, D, H)` left beside a `Linear`'s `(D, N*H)` once
+  the user's rules name every other projection of that size."""
+  unmatched = pair(*graphs).unmatched
+  kinds: list[dict] = [{}, {}]
+  for side, (graph, trace) in enumerate(zip(graphs, traces)):
+    for slot in unmatched[side]:
+      path = trace.variables[slot[0]][1]
+      if slot[1] is not None or (given is not None and given.match_all(('linen', 'nnx')[side], path)):
+        continue
+      collection, shape, dtype = graph.labels[graph.variables[slot]][1:]
+      kinds[side].setdefault((collection, dtype, math.prod(shape)), []).append(slot)
+  found = []
+  for kind, linen_slots in kinds[0].items():
+    nnx_slots = kinds[1].get(kind, [])
+    if len(linen_slots) != len(nnx_slots):
+      continue
+    if len(linen_slots) == 1:
+      found.append((linen_slots[0], nnx_slots[0]))
+      continue
+    # One per layer of a loop on each side (`layer_{i}/q` beside
+    # `layers/{i}/q_proj`): paired layer by layer.
+    by_layer = [
+        {_family(format_path(trace.variables[slot[0]][1])): slot for slot in slots}
+        for trace, slots in zip(traces, (linen_slots, nnx_slots))
+    ]
+    templates = [{template for template, _ in layers} for layers in by_layer]
+    indices = [[index for _, index in layers] for layers in by_layer]
+    if any(None in found_indices for found_indices in indices):
+      continue  # not the layers of a loop
+    if all(len(t) == 1 for t in templates) and sorted(indices[0]) == sorted(indices[1]):
+      linen_of = {index: slot for (_, index), slot in by_layer[0].items()}
+      found += [(linen_of[index], slot) for (_, index), slot in by_layer[1].items()]
+  return found
 
 
 def _moves(combination) -> int:

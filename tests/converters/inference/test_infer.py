@@ -1108,3 +1108,73 @@ def test_a_norm_by_hand_that_names_its_scale_shift_maps_them_crossed():
   variables = jax.tree.map(lambda v: v + jax.random.uniform(jax.random.key(2), v.shape), variables)
   port = linen_to_nnx(variables, target=Crossed('layer', nnx.Rngs(0)), paths=mapping)
   np.testing.assert_allclose(port(x), FlaxNorms('layer').apply(variables, x), rtol=1e-5, atol=1e-6)
+
+
+# -- parameters fused or split by the port -----------------------------------
+
+
+class SeparateProjections(nn.Module):
+  """Query, key and value as three `DenseGeneral`s (heads `(2, 4)`), as a
+  vision transformer writes them."""
+
+  @nn.compact
+  def __call__(self, x):
+    q, k, v = (nn.DenseGeneral((2, 4), name=name)(x) for name in ('query', 'key', 'value'))
+    weights = jax.nn.softmax(jnp.einsum('bqnh,bknh->bnqk', q, k) / 2.0, axis=-1)
+    return nn.DenseGeneral(8, axis=(-2, -1), name='out')(jnp.einsum('bnqk,bknh->bqnh', weights, v))
+
+
+class FusedProjection(nnx.Module):
+  """The port's one `Linear` for the three (`(8, 3 * 2 * 4)`), its output
+  projection a `Linear` of the heads merged."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.qkv = nnx.Linear(8, 24, rngs=rngs)
+    self.out = nnx.Linear(8, 8, rngs=rngs)
+
+  def __call__(self, x):
+    b, length, _ = x.shape
+    q, k, v = jnp.moveaxis(self.qkv(x).reshape(b, length, 3, 2, 4), 2, 0)
+    weights = jax.nn.softmax(jnp.einsum('bqnh,bknh->bnqk', q, k) / 2.0, axis=-1)
+    return self.out(jnp.einsum('bnqk,bknh->bqnh', weights, v).reshape(b, length, 8))
+
+
+class GatedFeedForward(nn.Module):
+  """A gate and an up projection in one kernel `(2, F, D)`, as Gemma writes it."""
+
+  @nn.compact
+  def __call__(self, x):
+    gating = self.param('gating_einsum', nn.initializers.normal(0.2), (2, 12, 8))
+    gate = jnp.einsum('...d,gfd->...gf', x, gating)
+    return nn.gelu(gate[..., 0, :]) * gate[..., 1, :]
+
+
+class GateAndUp(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.gate = nnx.Linear(8, 12, use_bias=False, rngs=rngs)
+    self.up = nnx.Linear(8, 12, use_bias=False, rngs=rngs)
+
+  def __call__(self, x):
+    return nnx.gelu(self.gate(x)) * self.up(x)
+
+
+@pytest.mark.parametrize('linen, port, expected', [
+    (SeparateProjections, FusedProjection, [
+        PathRule(('query/kernel', 'key/kernel', 'value/kernel'), 'qkv/kernel',
+                 transform=Rearrange('b c d -> b (parts c d)', c=2)),
+        PathRule(('query/bias', 'key/bias', 'value/bias'), 'qkv/bias', transform=Rearrange('b c -> (parts b c)', b=2)),
+    ]),
+    (GatedFeedForward, GateAndUp, [
+        PathRule('gating_einsum', ('gate/kernel', 'up/kernel'), transform=Rearrange('parts b c -> c b')),
+    ]),
+], ids=['fused', 'split'])
+def test_parameters_fused_or_split_by_the_port_are_inferred_and_witnessed(linen, port, expected):
+  x = jax.random.normal(jax.random.key(0), (2, 5, 8))
+  mapping = infer_paths(linen(), port(nnx.Rngs(0)), x)
+  assert all(rule in mapping.rules for rule in expected), mapping.to_python()
+  variables = linen().init(jax.random.key(1), x)
+  ported = linen_to_nnx(variables, target=port(nnx.Rngs(0)), paths=mapping)
+  # The fused product sums in another order than three separate ones: alike within rounding.
+  np.testing.assert_allclose(ported(x), linen().apply(variables, x), rtol=1e-5, atol=1e-6)
+  back = nnx_to_linen(ported, paths=mapping)
+  jax.tree.map(np.testing.assert_array_equal, back['params'], variables['params'])
