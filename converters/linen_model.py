@@ -14,8 +14,9 @@ loop conversions need to infer both layouts' paths.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import jax
 from flax import linen as nn
@@ -65,6 +66,25 @@ class LinenModel:
   def __repr__(self) -> str:
     inputs = len(self.args) + len(self.keyword_inputs)
     return f'LinenModel({type(self.module).__name__}, {inputs} example inputs)'
+
+
+@contextlib.contextmanager
+def nothing_sown() -> Iterator[None]:
+  """Linen's `self.sow` keeps nothing within the context, as in a call that
+  does not ask for the collection: `init` makes the model's state, not the
+  values it sows (Flax leaves `intermediates` out of `init` itself, but
+  keeps an auxiliary loss sown into `losses`); an NNX port's sown values
+  are outputs of a call (`nnx.Intermediate`)."""
+  original = nn.Module.sow
+
+  def sow(self, col, name, value, *args, **kwargs):
+    return False
+
+  nn.Module.sow = sow
+  try:
+    yield
+  finally:
+    nn.Module.sow = original
 
 
 def split_arrays(args: tuple, kwargs: dict) -> tuple[Callable[..., tuple[tuple, dict]], list]:

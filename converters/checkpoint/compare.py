@@ -432,7 +432,8 @@ class _LinenRuns:
     self.module, self.settings = module, dict(settings)
 
   def eval(self, variables, args, kwargs):
-    return self.module.apply(variables, *args, **kwargs, **self.settings)
+    with linen_draws_in_order():  # a stream the model draws itself, as inference draws it
+      return self.module.apply(variables, *args, **kwargs, **self.settings)
 
   def training(self, variables, args, kwargs):
     with nn.intercept_methods(linen_in_training), linen_draws_in_order():
@@ -459,7 +460,8 @@ class _NNXRuns:
 
   @staticmethod
   def eval(model, args, kwargs):
-    return model(*args, **kwargs)
+    with nnx_draws_in_order():
+      return model(*args, **kwargs)
 
   @staticmethod
   def training(model, args, kwargs):

@@ -173,6 +173,13 @@ class _Traced:
     """The Linen side's call (its inputs are both sides')."""
     return self.calls[0][3]
 
+  def fixed(self) -> list[str]:
+    """The keywords of either call that no run varies: those not arrays,
+    but a mode the training run flips (`train=False` beside `train=True`)."""
+    linen, nnx_call = self.calls[0][3], self.calls[1][3]
+    modes = {k for k, v in self.linen_training.settings.items() if linen.settings.get(k, v) != v}
+    return sorted((set(linen.fixed()) | set(nnx_call.fixed())) - modes)
+
   @functools.cached_property
   def unrolled(self) -> tuple[Trace, Trace]:
     return tuple(traced(call[0], unrolled, t, fix=self.fix) for call, t in zip(self.calls, self.traces))
@@ -215,7 +222,7 @@ def _infer(models: _Traced, given) -> PathMapping:
 
     try:
       return _proven(traces, inputs, given, result, robust, lambda: models.training,
-                     models.call.fixed())
+                     models.fixed())
     except PathMappingError as e:
       # Strict positions first; a port that stacks, concatenates or branches
       # in another order pairs with them relaxed, the witness deciding.
@@ -856,7 +863,7 @@ def _decide(witness: Witness, copies: dict, groups, blind: frozenset, fixed: lis
       'with their selectors drawn anew and backward'
       + ('' if exact else ', none bit for bit')
       + (', and some reach no output on the example inputs' if members & blind else '')
-      + (f'; keyword arguments of both calls ({", ".join(fixed)}) are not arrays but constants '
+      + (f'; keyword arguments ({", ".join(fixed)}) are not arrays but constants '
          'of the trace, which the witness cannot vary, and might tell them apart'
          if fixed and len(exact) == len(surviving) else '')
   )

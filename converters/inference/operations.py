@@ -22,7 +22,6 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 
 #: How many compiled operations the process keeps (least recently used go first).
 CAPACITY = 4096
@@ -39,40 +38,30 @@ class Literal:
 
 def signature(eqn, operands: Sequence) -> Hashable | None:
   """What makes two operations compile alike: the primitive, its
-  parameters, its context, the shape, dtype and weak type of each operand
-  read at run time and the value of each `Literal` one. None where a
-  parameter cannot be compared (the operation then runs as `bind` runs it)."""
+  parameters, its context, and the shape, dtype and weak type of each
+  operand (a `Literal`'s too: as eager `bind` does, its value is an argument
+  at run time, not a constant XLA could fold). None where a parameter
+  cannot be compared (the operation then runs as `bind` runs it)."""
   try:
     params = tuple(sorted(eqn.params.items()))
     hash(params)
   except TypeError:
     return None
-  shapes = []
-  for var, operand in zip(eqn.invars, operands):
-    if isinstance(operand, Literal):
-      value = np.asarray(operand.value)
-      shapes.append(('literal', value.dtype.str, value.shape, value.tobytes()))
-    else:
-      aval = var.aval
-      shapes.append((tuple(aval.shape), str(aval.dtype), bool(getattr(aval, 'weak_type', False))))
-  return (eqn.primitive, params, eqn.ctx, tuple(shapes))
+  avals = (var.aval for var in eqn.invars)
+  shapes = tuple((tuple(a.shape), str(a.dtype), bool(getattr(a, 'weak_type', False))) for a in avals)
+  return (eqn.primitive, params, eqn.ctx, shapes)
 
 
 def _lowered(eqn, operands: Sequence):
   """The operation jitted alone and lowered for its operands' shapes."""
-  literals = {k: o.value for k, o in enumerate(operands) if isinstance(o, Literal)}
   params = eqn.primitive.get_bind_params(eqn.params)
 
-  def operation(*read):
-    values, it = [], iter(read)
-    for k in range(len(operands)):
-      values.append(literals[k] if k in literals else next(it))
+  def operation(*values):
     return eqn.primitive.bind(*values, **params)
 
   avals = [
-      jax.ShapeDtypeStruct(var.aval.shape, var.aval.dtype,
-                           weak_type=bool(getattr(var.aval, 'weak_type', False)))
-      for var, o in zip(eqn.invars, operands) if not isinstance(o, Literal)
+      jax.ShapeDtypeStruct(var.aval.shape, var.aval.dtype, weak_type=bool(getattr(var.aval, 'weak_type', False)))
+      for var in eqn.invars
   ]
   with eqn.ctx.manager:
     return jax.jit(operation).lower(*avals)
@@ -102,14 +91,12 @@ class Operations:
         self._keep(key, future.result())
 
   def apply(self, eqn, operands: Sequence, values: Sequence) -> list:
-    """The operation's results on `values` (the operands read at run time,
-    `Literal`s left out), compiled if no `prepare` did."""
+    """The operation's results on `values` (every operand's value, a
+    `Literal`'s included), compiled if no `prepare` did."""
     key = signature(eqn, operands)
     if key is None:
-      it = iter(values)
-      full = [o.value if isinstance(o, Literal) else next(it) for o in operands]
       with eqn.ctx.manager:
-        outs = eqn.primitive.bind(*full, **eqn.primitive.get_bind_params(eqn.params))
+        outs = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))
     else:
       with self._lock:
         compiled = self._compiled.get(key)
@@ -133,5 +120,5 @@ OPERATIONS = Operations()
 
 
 def run_operation(eqn, operands: Sequence, read: Callable[[Any], Any]) -> list:
-  """`eqn` applied to its operands (`read` gives the value of each non-literal one)."""
-  return OPERATIONS.apply(eqn, operands, [read(o) for o in operands if not isinstance(o, Literal)])
+  """`eqn` applied to its operands (`read` gives the value of each; a `Literal` is its value)."""
+  return OPERATIONS.apply(eqn, operands, [o.value if isinstance(o, Literal) else read(o) for o in operands])

@@ -26,7 +26,7 @@ from flax import nnx
 from jax.extend import core as jcore
 
 from converters.errors import ConversionError, PathMappingError
-from converters.linen_model import is_array, split_arrays
+from converters.linen_model import is_array, nothing_sown, split_arrays
 from converters.paths import format_path
 from converters.training_mode import linen_draws_in_order, linen_in_training, nnx_draws_in_order
 from converters.variable_types import CollectionTable
@@ -57,8 +57,10 @@ class Call:
     return args, {**kwargs, **self.settings}
 
   def fixed(self) -> list[str]:
-    """The keyword inputs that are not arrays: constants of the trace."""
-    return sorted(k for k, v in self.kwargs.items() if not all(map(is_array, jax.tree.leaves(v))))
+    """The keywords that are not arrays (inputs of both calls, or this
+    side's settings): constants of the trace, which no draw varies."""
+    inputs = [k for k, v in self.kwargs.items() if not all(map(is_array, jax.tree.leaves(v)))]
+    return sorted({*inputs, *self.settings})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,9 +107,15 @@ def _abstract(x):
   return jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, 'shape') else x
 
 
+def _key_name(key) -> str:
+  """A path key's name: a dict's key, or a sequence's index (a value sown
+  into a collection is a tuple of them)."""
+  return str(key.key) if hasattr(key, 'key') else str(getattr(key, 'idx', key))
+
+
 def _named_leaves(tree) -> list[tuple[tuple, Any]]:
   return [
-      ((str(k[0].key), tuple(str(x.key) for x in k[1:])), v)
+      ((_key_name(k[0]), tuple(_key_name(x) for x in k[1:])), v)
       for k, v in jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_box)[0]
   ]
 
@@ -135,7 +143,7 @@ def _trace_linen(module: nn.Module, call: Call, rngs, training: bool) -> Trace:
     args, kwargs = call.arguments(a)
     return module.init(r, *args, **kwargs)
 
-  with draws():
+  with draws(), nothing_sown():  # the model's state, not what it sows (an auxiliary loss)
     variables = jax.eval_shape(init, rngs, inputs)
   bare = jax.tree.map(lambda b: _abstract(b.value if _is_box(b) else b), variables, is_leaf=_is_box)
   named = _named_leaves(bare)

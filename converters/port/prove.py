@@ -28,7 +28,7 @@ import numpy as np
 from flax import linen as nn
 from flax import nnx
 
-from converters.linen_model import LinenModel, split_arrays
+from converters.linen_model import LinenModel, nothing_sown, split_arrays
 from converters.port import layers, shapes, switches, tracing
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.comparison import LeafRelative
@@ -190,7 +190,7 @@ def drawn_streams(linen_model: LinenModel) -> tuple[str, ...]:
         return linen_model.module.init(jax.random.key(0), *args, **keywords)
 
       try:
-        with tracing.nothing_sown():
+        with nothing_sown():
           jax.eval_shape(init, *(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in arrays))
       except Exception:  # noqa: BLE001 - a flag Linen refuses turned round: nothing drawn there
         continue
@@ -276,7 +276,7 @@ def linen_variables(linen_model: LinenModel, inputs: tuple, kwargs: Mapping,
 
   rngs = {'params': jax.random.key(1), 'dropout': jax.random.key(2)}
   streams = drawn_streams(linen_model) if streams is None else streams
-  with linen_draws(streams), tracing.nothing_sown():  # its draws as the checks draw them; no sown values
+  with linen_draws(streams), nothing_sown():  # its draws as the checks draw them; no sown values
     return jax.jit(init)(rngs, *arrays)
 
 

@@ -14,7 +14,6 @@ finds the expression by.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import os
@@ -26,7 +25,7 @@ import flax
 import jax
 from flax import linen as nn
 
-from converters.linen_model import is_array, split_arrays
+from converters.linen_model import is_array, nothing_sown, split_arrays
 
 # Frames inside these are the machinery between the user's code and the event:
 # Flax, JAX, this package, and Python's standard library (dataclasses'
@@ -240,25 +239,6 @@ class _Recorder:
     if record.parent is not None:
       record.parent.children.append(record)
     return record
-
-
-@contextlib.contextmanager
-def nothing_sown() -> Iterator[None]:
-  """Linen's `self.sow` keeps nothing within the context, as in a call that
-  does not ask for the collection: `init` makes the model's state, not the
-  values it sows (Flax leaves `intermediates` out of `init` itself, but
-  keeps an auxiliary loss sown into `losses`); the port's sown values are
-  outputs of a call (`nnx.Intermediate`)."""
-  original = nn.Module.sow
-
-  def sow(self, col, name, value, *args, **kwargs):
-    return False
-
-  nn.Module.sow = sow
-  try:
-    yield
-  finally:
-    nn.Module.sow = original
 
 
 def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'dropout'), **kwargs):

@@ -192,9 +192,20 @@ def _applied(function: cst.Lambda, values: list[cst.BaseExpression]) -> cst.Base
       return updated.with_changes(keyword=original.keyword)
 
     def leave_Name(self, original, updated):
-      return names.get(original.value, updated)
+      value = names.get(original.value)
+      if value is None:
+        return updated
+      # In brackets unless it binds tighter than any operator (`v * s` with
+      # `v = a + 0.5` is `(a + 0.5) * s`).
+      return value if isinstance(value, _ATOMS) or value.lpar else value.with_changes(
+          lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
   return function.body.visit(Substitute())
+
+
+#: Expressions that need no brackets wherever they are put.
+_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString,
+          cst.Tuple, cst.List, cst.Dict)
 
 
 def sow(original: cst.Call, updated: cst.Call, writer) -> cst.Call:
@@ -209,15 +220,21 @@ def sow(original: cst.Call, updated: cst.Call, writer) -> cst.Call:
   if collection in SOWN_TYPES:
     kind = SOWN_TYPES[collection]
   else:
-    kind = writer.sown.setdefault(collection, sown_type_name(collection))
+    defined = {n for statement in writer.file.module.body for n in syntax.bound_names(statement)}
+    kind = writer.sown.setdefault(collection, sown_type_name(collection, defined))
   first = updated.args[0].with_changes(value=syntax.expression(kind))
   return updated.with_changes(args=[first, *updated.args[1:]])
 
 
-def sown_type_name(collection: str) -> str:
-  """The NNX type of a Linen collection sown into: `'losses'` -> `Losses`."""
-  name = ''.join(part[:1].upper() + part[1:] for part in collection.replace('-', '_').split('_'))
-  return name if name.isidentifier() and name[:1].isupper() else 'Sown' + name.capitalize()
+def sown_type_name(collection: str, taken: set[str] = frozenset()) -> str:
+  """The NNX type of a Linen collection sown into: `'losses'` -> `Losses`;
+  `SownInto_<collection>` where that is no identifier, is not the
+  collection's alone (`'my-stats'` beside `'my_stats'`) or names something
+  of the model's file (`'aux'` beside a class `Aux`)."""
+  name = ''.join(part[:1].upper() + part[1:] for part in collection.split('_'))
+  if name.isidentifier() and name[:1].isupper() and collection.islower() and name not in taken:
+    return name
+  return 'SownInto_' + ''.join(c if c.isalnum() else '_' for c in collection)
 
 
 def sown_type(collection: str, name: str, indent: str = '    ') -> str:

@@ -179,6 +179,13 @@ def assert_port_equivalent(
       draws in eval mode (`streams_drawn`).
   """
   linen_kwargs, nnx_kwargs = dict(linen_kwargs or {}), dict(nnx_kwargs or {})
+  abstract = [x for x in jax.tree.leaves((inputs, keyword_inputs)) if isinstance(x, jax.ShapeDtypeStruct)]
+  if abstract:
+    raise TypeError(
+        f'assert_port_equivalent runs both models: give arrays as inputs, not {len(abstract)} '
+        f'jax.ShapeDtypeStruct ({abstract[0].shape} {abstract[0].dtype}); shapes alone serve '
+        'infer_paths and LinenModel, which draw them'
+    )
   infer = as_infer(paths)
   if infer is not None:
     probe = nnx.merge(*nnx.split(nnx_model))  # the same arrays, in eval mode

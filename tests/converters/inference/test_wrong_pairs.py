@@ -100,12 +100,24 @@ def test_a_selector_given_as_a_keyword_input_is_drawn_both_ways_as_a_positional_
 
 
 def test_a_selector_that_is_no_array_is_a_constant_the_witness_cannot_vary():
+  from converters import LinenModel
   from tests.converters.inference.ports import LinenKeep, NNXKeep
 
-  port = NNXKeep(nnx.Rngs(0))
+  class KeepByDefault(NNXKeep):
+    def __call__(self, x, keep=True):
+      return super().__call__(x, keep)
+
   x = jax.random.normal(jax.random.key(0), (2, 4))
-  with pytest.raises(PathMappingError, match=r'keyword arguments of both calls \(keep\) are not arrays'):
-    infer_paths(LinenKeep(), port, x, keep=True)
+  # Given to both calls, as a LinenModel's setting (the port's default), or as each side's own.
+  attempts = [
+      lambda: infer_paths(LinenKeep(), NNXKeep(nnx.Rngs(0)), x, keep=True),
+      lambda: infer_paths(LinenModel(LinenKeep(), x, keep=True), KeepByDefault(nnx.Rngs(0))),
+      lambda: infer_paths(LinenKeep(), NNXKeep(nnx.Rngs(0)), x, linen_kwargs={'keep': True},
+                          nnx_kwargs={'keep': True}),
+  ]
+  for attempt in attempts:
+    with pytest.raises(PathMappingError, match=r'keyword arguments \(keep\) are not arrays'):
+      attempt()
 
 
 def test_a_port_that_cannot_be_differentiated_maps_or_is_refused_never_crashes():

@@ -1501,7 +1501,8 @@ class InitializedInPlace(nn.Module):
     scale = self.param('scale', nn.initializers.ones, (width,))
     w = self.param('w', lambda key, shape: jax.random.normal(key, shape) * 0.02, (width, self.features))
     b = self.param('b', lambda key, shape: jnp.zeros(shape), (self.features,))
-    return (x * scale) @ w + b
+    offset = self.param('offset', lambda key, shape, v: -v * jnp.ones(shape), (self.features,), self.features - 2.0)
+    return (x * scale) @ w + b + offset
 
 
 def initialized_in_place() -> LinenModel:

@@ -777,6 +777,14 @@ def test_what_the_port_writes_passes_its_own_lint(tmp_path):
   text = out.read_text()
   assert 'self.w = nnx.Param(jax.random.normal(rngs.params(), (in_features, features)) * 0.02)' in text
   assert '(lambda' not in text and 'x.shape' not in text, text
+  # An argument put in the lambda's body keeps its own precedence: the
+  # initial value is Linen's (the proofs overwrite parameters, so say it here).
+  assert 'nnx.Param(-(features - 2.0) * jnp.ones((features,)))' in text, text
+  from flax import nnx
+  written = import_file(str(out)).InitializedInPlace(in_features=5, rngs=nnx.Rngs(0))
+  model = linen_models.initialized_in_place()
+  linen_offset = model.module.init(jax.random.key(0), jnp.ones((2, 3, 5)))['params']['offset']
+  assert (written.offset[...] == linen_offset).all()
 
 
 def test_values_sown_into_any_collection_are_outputs_of_the_call_as_in_linen(tmp_path):
