@@ -549,6 +549,8 @@ body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;
 h1{font-size:1.6rem}h2{font-size:1.25rem;margin-top:2.5rem;border-bottom:1px solid #d0d7de}
 nav>ol{columns:2}nav>ol>li{break-inside:avoid}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:1rem}.pair>div{min-width:0}
+@media (max-width:1600px){.pair{grid-template-columns:1fr}}
+td code{white-space:normal;overflow-wrap:normal;word-break:normal}
 .pair h3{font-size:.95rem;margin:.4rem 0}.where{color:#59636e;font-weight:normal;font-size:.85rem}
 pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.75rem;overflow-x:auto;font:13px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 table{border-collapse:collapse}td,th{border:1px solid #d0d7de;padding:.3rem .6rem;text-align:left}
