@@ -689,7 +689,7 @@ def _proven(traces, inputs: list, given, result: tuple, robust, training, fixed)
   if problem is not None:
     raise _undecided(linen_trace, pairing.groups, problem)
   if not verdict.agree:
-    raise _disagreement(traces, pairing, verdict)
+    raise _disagreement(traces, pairing, verdict, parting_words(*graphs))
   # A pair whose variable reaches no output is not witnessed: it stands on
   # the structure alone, so only when no position decides it.
   grouped = {a for group, _ in pairing.groups for a in group}  # decided by `_decide`
@@ -962,7 +962,7 @@ def _first_use_text(graph: Graph, node: int) -> str:
   return f'{graph.labels[target][0]}{operand}'
 
 
-def _disagreement(traces, pairing: Pairing, verdict) -> PathMappingError:
+def _disagreement(traces, pairing: Pairing, verdict, parted: str = '') -> PathMappingError:
   groups = '; '.join(
       'linen ' + ', '.join(_describe(traces[0], a) for a in ga)
       + ' with nnx ' + ', '.join(_describe(traces[1], b) for b in gb)
@@ -984,7 +984,8 @@ def _disagreement(traces, pairing: Pairing, verdict) -> PathMappingError:
   return PathMappingError(
       'the variables pair by the structure of the two computations, but the models '
       f'disagree when run through that pairing ({verdict.where}: largest difference '
-      f'{verdict.difference:.3g} of the outputs\' scale){tried}',
+      f'{verdict.difference:.3g} of the outputs\' scale){tried}'
+      + (f'; {parted}' if parted else ''),
       fix='the port computes differently from the original, or stores a parameter in '
       'another layout (transposed, reshaped, fused): give the rule of each such '
       "parameter (paths=Infer([PathRule('linen/path', 'nnx/path', transform=Rearrange(...))])); "
