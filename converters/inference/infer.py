@@ -363,6 +363,33 @@ def _fused_or_split(infer, given, traces, idle: Callable[[], frozenset]) -> Path
           options.append(rules)
   if not options:
     return None
+  runs = [0]
+
+  def budgeted(known):
+    """`infer(known)`, each run counted: with the layouts of what is stored
+    otherwise tried inside each combination, at most `MAX_FUSED_RUNS`."""
+    runs[0] += 1
+    if runs[0] > MAX_FUSED_RUNS:
+      raise _OutOfRuns()
+    return infer(known)
+
+  try:
+    return _first_fused(budgeted, given, traces, idle, options)
+  except _OutOfRuns:
+    return None
+
+
+#: Most inference runs the search for fused or split parameters makes, those
+#: for what is stored otherwise beside them included.
+MAX_FUSED_RUNS = 2 * MAX_TRANSFORM_TRIALS
+
+
+class _OutOfRuns(Exception):
+  """The search spent its runs (`MAX_FUSED_RUNS`)."""
+
+
+def _first_fused(infer, given, traces, idle, options) -> PathMapping | None:
+  """The one proven combination of `options` (lists of candidate rules), the simplest first."""
   # Fewest moves first (the parts' axes in their own order, the parts
   # outermost): at most `MAX_TRANSFORM_TRIALS` runs, and the first proven
   # wins only where nothing else as simple is proven too.
