@@ -100,8 +100,8 @@ class Program:
           names[eqn.outvars[j]], results[j] = operands[k], None
       self.steps.append((eqn, operands, results))
 
-  def operations(self, variables=frozenset()) -> Iterator[tuple]:
-    """`(eqn, operands)` of each operation a run applies: a `scan` over one
+  def operations(self, variables=frozenset()) -> Iterator:
+    """The equation of each operation a run applies: a `scan` over one
     of `variables` (inputs made on demand) by those of its body, any other
     as a whole."""
     for eqn, operands, _ in self.steps:
@@ -109,7 +109,7 @@ class Program:
       if first is not None and any(isinstance(o, int) and o in variables for o in operands[first:]):
         yield from self.body(eqn).operations()
       else:
-        yield eqn, operands
+        yield eqn
 
   def body(self, eqn) -> 'Program':
     """The flattened body of a `scan` step (made once)."""

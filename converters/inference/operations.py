@@ -36,7 +36,7 @@ class Literal:
     self.value = value
 
 
-def signature(eqn, operands: Sequence) -> Hashable | None:
+def signature(eqn) -> Hashable | None:
   """What makes two operations compile alike: the primitive, its
   parameters, its context, and the shape, dtype and weak type of each
   operand (a `Literal`'s too: as eager `bind` does, its value is an argument
@@ -52,7 +52,7 @@ def signature(eqn, operands: Sequence) -> Hashable | None:
   return (eqn.primitive, params, eqn.ctx, shapes)
 
 
-def _lowered(eqn, operands: Sequence):
+def _lowered(eqn):
   """The operation jitted alone and lowered for its operands' shapes."""
   params = eqn.primitive.get_bind_params(eqn.params)
 
@@ -75,25 +75,25 @@ class Operations:
     self._capacity = capacity
     self._lock = threading.Lock()
 
-  def prepare(self, operations: Iterable[tuple[Any, Sequence]]) -> None:
-    """Compile every `(eqn, operands)` not compiled yet, on one thread per core."""
-    wanted: dict[Hashable, tuple] = {}
-    for eqn, operands in operations:
-      key = signature(eqn, operands)
+  def prepare(self, eqns: Iterable[Any]) -> None:
+    """Compile every operation of `eqns` not compiled yet, on one thread per core."""
+    wanted: dict[Hashable, Any] = {}
+    for eqn in eqns:
+      key = signature(eqn)
       if key is not None and key not in self._compiled and key not in wanted:
-        wanted[key] = (eqn, operands)
+        wanted[key] = eqn
     if not wanted:
       return
     workers = max(1, min(len(wanted), os.cpu_count() or 1))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      futures = {key: pool.submit(_lowered(*operation).compile) for key, operation in wanted.items()}
+      futures = {key: pool.submit(_lowered(eqn).compile) for key, eqn in wanted.items()}
       for key, future in futures.items():
         self._keep(key, future.result())
 
-  def apply(self, eqn, operands: Sequence, values: Sequence) -> list:
+  def apply(self, eqn, values: Sequence) -> list:
     """The operation's results on `values` (every operand's value, a
     `Literal`'s included), compiled if no `prepare` did."""
-    key = signature(eqn, operands)
+    key = signature(eqn)
     if key is None:
       with eqn.ctx.manager:
         outs = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))
@@ -103,7 +103,7 @@ class Operations:
         if compiled is not None:
           self._compiled.move_to_end(key)
       if compiled is None:
-        compiled = _lowered(eqn, operands).compile()
+        compiled = _lowered(eqn).compile()
         self._keep(key, compiled)
       outs = compiled(*values)
     return list(outs) if eqn.primitive.multiple_results else [outs]
@@ -121,4 +121,4 @@ OPERATIONS = Operations()
 
 def run_operation(eqn, operands: Sequence, read: Callable[[Any], Any]) -> list:
   """`eqn` applied to its operands (`read` gives the value of each; a `Literal` is its value)."""
-  return OPERATIONS.apply(eqn, operands, [o.value if isinstance(o, Literal) else read(o) for o in operands])
+  return OPERATIONS.apply(eqn, [o.value if isinstance(o, Literal) else read(o) for o in operands])
