@@ -269,7 +269,9 @@ def _stored_otherwise(infer, given, traces, idle: Callable[[], frozenset]) -> Pa
   loose = tuple(Graph.of(t, any_axis_order=True) for t in traces)
   uses = tuple(_uses(g) for g in strict)
   families: dict[tuple, list] = {}  # layers of one loop stored alike: tried together
-  for a, b in [*pair(*loose).pairs, *_last_of_their_size(strict, traces, given)]:
+  loose_pairs = pair(*loose).pairs
+  taken = (frozenset(a for a, _ in loose_pairs), frozenset(b for _, b in loose_pairs))
+  for a, b in [*loose_pairs, *_last_of_their_size(strict, traces, given, taken)]:
     if a[1] is not None or b[1] is not None:
       continue
     shapes = tuple(tuple(t.closed.jaxpr.invars[s[0]].aval.shape) for t, s in zip(traces, (a, b)))
@@ -324,44 +326,57 @@ def _fused_or_split(infer, given, traces, idle: Callable[[], frozenset]) -> Path
 
   Candidates come from what the structure leaves unmatched: a variable of
   one side whose size is that of k >= 2 unmatched variables of the other,
-  of one shape, collection and dtype, and exactly k of them, taken in the
-  order the computation first uses them; each way of laying the parts along
-  one axis of the whole (`Rearrange('e h d -> e (qkv h d)')`) is a
-  candidate. Each combination runs the whole inference with them as given
-  rules, so the rest is paired by structure (or stored otherwise:
-  `_stored_otherwise`, an output projection kept `(N*H, E)` beside the fused
-  input one) and everything is witnessed."""
+  of one shape, collection and dtype (`_parts_of`), and each way of laying
+  the parts along one axis of the whole (`Rearrange('e h d -> e (qkv h d)')`).
+  The layers of a loop take one candidate together, as one `{i}` rule. Each
+  combination runs the whole inference with them as given rules, so the
+  rest is paired by structure (or stored otherwise: `_stored_otherwise`,
+  an output projection kept `(N*H, E)` beside the fused input one) and
+  everything is witnessed."""
   graphs = tuple(Graph.of(t) for t in traces)
   unmatched = pair(*graphs).unmatched
   first = [_first_use(g) for g in graphs]
+  paths = [{slot: format_path(t.variables[slot[0]][1]) for slot in u} for t, u in zip(traces, unmatched)]
+  labels = [{slot: g.labels[g.variables[slot]][1:] for slot in u} for g, u in zip(graphs, unmatched)]
+  everything = [[format_path(name[1]) for name in t.variables if name is not None] for t in traces]
   options = []
   for whole_side in (0, 1):
     parted_side = 1 - whole_side
-    kinds: dict[tuple, list] = {}
-    for slot in unmatched[parted_side]:
-      if slot[1] is None:
-        kinds.setdefault(graphs[parted_side].labels[graphs[parted_side].variables[slot]][1:], []).append(slot)
-    for slot in unmatched[whole_side]:
-      if slot[1] is not None:
+    fused_side = ('linen', 'nnx')[whole_side]
+    # Each whole of a family of layers with its candidate parts, by the
+    # templates they fill: {(whole template, part templates, shapes): {layer: ...}}.
+    by_template: dict[str, dict[tuple, dict]] = {}
+    for whole in unmatched[whole_side]:
+      if whole[1] is not None:
         continue
-      collection, shape, dtype = graphs[whole_side].labels[graphs[whole_side].variables[slot]][1:]
-      for (part_collection, part_shape, part_dtype), members in kinds.items():
-        count = math.prod(shape) // max(math.prod(part_shape), 1)
-        if ((part_collection, part_dtype) != (collection, dtype) or count < 2 or len(members) != count
-            or count * math.prod(part_shape) != math.prod(shape)):
-          continue
-        parts = sorted(members, key=lambda m: (first[parted_side].get(m, 0), m))
-        part_paths = tuple(format_path(traces[parted_side].variables[m[0]][1]) for m in parts)
-        whole_path = format_path(traces[whole_side].variables[slot[0]][1])
-        fused_side = ('linen', 'nnx')[whole_side]
-        rules = [
-            PathRule(part_paths, whole_path, transform=t) if fused_side == 'nnx'
-            else PathRule(whole_path, part_paths, transform=t)
-            for t in _parted_rearrangements(tuple(shape), tuple(part_shape), count, fused_side)
-        ]
-        if rules:
-          options.append(rules)
-  if not options:
+      template, index = _family(paths[whole_side][whole])
+      for parts, distance in _parts_of(whole, whole_side, unmatched, labels, first, paths):
+        shapes = (labels[whole_side][whole][1], labels[parted_side][parts[0]][1])
+        key = (tuple(_family(paths[parted_side][p])[0] for p in parts), *shapes)
+        members = by_template.setdefault(template, {}).setdefault(key, {})
+        members[index] = (paths[whole_side][whole], tuple(paths[parted_side][p] for p in parts), distance)
+    for template, candidates in by_template.items():
+      option = []
+      for (part_templates, whole_shape, part_shape), members in candidates.items():
+        named = [template, *part_templates]
+        # One `{i}` rule for every layer when the templates name nothing else.
+        folded = (None not in members and len(members) > 1 and all(
+            {_family(p)[1] for p in side_paths if _family(p)[0] == t} <= set(members)
+            for t in named for side_paths in everything
+        ))
+        cases = [(template, part_templates)] if folded else [(w, p) for w, p, _ in members.values()]
+        distance = max(d for _, _, d in members.values())
+        for t in _parted_rearrangements(tuple(whole_shape), tuple(part_shape), len(part_templates), fused_side):
+          rules = tuple(
+              PathRule(parts, whole, transform=t) if fused_side == 'nnx' else PathRule(whole, parts, transform=t)
+              for whole, parts in cases
+          )
+          option.append(((0, distance, _part_moves(t)), rules))
+      if option:
+        # Left whole too (an output projection of a part's size, stored
+        # otherwise): most wholes fused first.
+        options.append([*option, ((1, 0, 0), ())])
+  if not options or math.prod(map(len, options)) > MAX_FUSED_COMBINATIONS:
     return None
   runs = [0]
 
@@ -379,9 +394,61 @@ def _fused_or_split(infer, given, traces, idle: Callable[[], frozenset]) -> Path
     return None
 
 
+def _parts_of(whole, whole_side: int, unmatched, labels, first, paths) -> list[tuple[tuple, int]]:
+  """`(parts, distance)`: unmatched variables of the other side that `whole`
+  may hold side by side (k >= 2 of one collection, dtype and shape whose
+  sizes add up to its size), in the order the computation first uses them,
+  with how far they sit from where the whole's parts are expected.
+
+  Where more variables of that kind are left than the whole holds (four
+  `(D, D)` projections beside a `kv` einsum's `(2, K, D, H)`), each run of
+  k used one after another is a candidate, those at the whole's place in
+  its own program first: the parts of the variables its side uses before
+  it (a query einsum of one part's size: the key and value come second).
+  Within a layer of a loop, only that layer's variables are counted."""
+  parted_side = 1 - whole_side
+  collection, shape, dtype = labels[whole_side][whole]
+  index = _family(paths[whole_side][whole])[1]
+  kinds: dict[tuple, list] = {}
+  for slot in unmatched[parted_side]:
+    if slot[1] is None:
+      kinds.setdefault(labels[parted_side][slot], []).append(slot)
+  found = []
+  for (part_collection, part_shape, part_dtype), members in kinds.items():
+    size = max(math.prod(part_shape), 1)
+    count = math.prod(shape) // size
+    if (part_collection, part_dtype) != (collection, dtype) or count < 2 or count * size != math.prod(shape):
+      continue
+    in_layer = lambda side, slot: index is None or _family(paths[side][slot])[1] == index
+    pool = [m for m in members if in_layer(parted_side, m)]
+    if len(pool) < count:
+      pool = members
+      in_layer = lambda side, slot: True
+    pool = sorted(pool, key=lambda m: (first[parted_side].get(m, 0), m))
+    if len(pool) > count + 2:
+      continue  # too many ways to choose them: the user's rule is needed
+    before = [
+        v for v in unmatched[whole_side]
+        if v[1] is None and in_layer(whole_side, v) and first[whole_side].get(v, 0) < first[whole_side].get(whole, 0)
+        and labels[whole_side][v][0] == collection and labels[whole_side][v][2] == dtype
+        and math.prod(labels[whole_side][v][1]) % size == 0
+    ]
+    expected = sum(math.prod(labels[whole_side][v][1]) // size for v in before)
+    if len(pool) == count:
+      found.append((tuple(pool), 0))
+      continue
+    found += [(tuple(pool[s:s + count]), abs(s - expected)) for s in range(len(pool) - count + 1)]
+  return found
+
+
 #: Most inference runs the search for fused or split parameters makes, those
 #: for what is stored otherwise beside them included.
-MAX_FUSED_RUNS = 2 * MAX_TRANSFORM_TRIALS
+MAX_FUSED_RUNS = 4 * MAX_TRANSFORM_TRIALS
+
+
+#: Most combinations of candidates (each whole fused one way, or left) the
+#: search orders before it tries the simplest.
+MAX_FUSED_COMBINATIONS = 4096
 
 
 class _OutOfRuns(Exception):
@@ -389,29 +456,35 @@ class _OutOfRuns(Exception):
 
 
 def _first_fused(infer, given, traces, idle, options) -> PathMapping | None:
-  """The one proven combination of `options` (lists of candidate rules), the simplest first."""
-  # Fewest moves first (the parts' axes in their own order, the parts
-  # outermost): at most `MAX_TRANSFORM_TRIALS` runs, and the first proven
-  # wins only where nothing else as simple is proven too.
-  combinations = sorted(itertools.product(*options), key=lambda c: sum(_part_moves(r.transform) for r in c))
+  """The one proven combination of `options` (lists of `(cost, rules)`
+  candidates, one list per whole, the whole left as it is among them), the
+  simplest first."""
+  # Most wholes fused first, then parts nearest their place, then fewest
+  # moves (the parts' axes in their own order, the parts outermost): at most
+  # `MAX_TRANSFORM_TRIALS` runs, and the first proven wins only where
+  # nothing else as simple is proven too.
+  def cost(combination):
+    return tuple(map(sum, zip(*(c for c, _ in combination))))
+
   proven, trials = [], 0
-  for combination in combinations:
-    cost = sum(_part_moves(r.transform) for r in combination)
-    if proven and cost > proven[0][0]:
+  for combination in sorted(itertools.product(*options), key=cost):
+    if proven and cost(combination) > proven[0][0]:
       break
+    if not any(rules for _, rules in combination):
+      continue  # nothing fused: what the search began from
+    try:
+      known = PathMapping([*(given.rules if given is not None else ()), *(r for _, rules in combination for r in rules)])
+    except PathMappingError:
+      continue  # candidates naming one variable twice, or what a given rule names
     trials += 1
     if trials > MAX_TRANSFORM_TRIALS:
       return None
     try:
-      known = PathMapping([*(given.rules if given is not None else ()), *combination])
-    except PathMappingError:
-      continue  # a candidate naming what a given rule names
-    try:
-      proven.append((cost, infer(known)))
+      proven.append((cost(combination), infer(known)))
     except PathMappingError:
       found = _stored_otherwise(infer, known, traces, idle)
       if found is not None:
-        proven.append((cost, found))
+        proven.append((cost(combination), found))
   return proven[0][1] if len(proven) == 1 else None
 
 
@@ -452,17 +525,20 @@ def _parted_rearrangements(whole: tuple, part: tuple, count: int, fused_side: st
   return found
 
 
-def _last_of_their_size(graphs, traces, given) -> list[tuple]:
-  """`(linen slot, nnx slot)` of variables the structure and the rules
-  given leave unmatched, one on each side of their collection, dtype and
-  size: a query kernel `(N, D, H)` left beside a `Linear`'s `(D, N*H)` once
-  the user's rules name every other projection of that size."""
+def _last_of_their_size(graphs, traces, given, taken=(frozenset(), frozenset())) -> list[tuple]:
+  """`(linen slot, nnx slot)` of variables the structure, the rules given
+  and the pairs `taken` already (each side's slots) leave unmatched, one on
+  each side of their collection, dtype and size: a query kernel `(N, D, H)`
+  left beside a `Linear`'s `(D, N*H)` once the user's rules name every
+  other projection of that size (or a fused key and value kernel's rule,
+  and its output projection is paired in any axis order)."""
   unmatched = pair(*graphs).unmatched
   kinds: list[dict] = [{}, {}]
   for side, (graph, trace) in enumerate(zip(graphs, traces)):
     for slot in unmatched[side]:
       path = trace.variables[slot[0]][1]
-      if slot[1] is not None or (given is not None and given.match_all(('linen', 'nnx')[side], path)):
+      if (slot[1] is not None or slot in taken[side]
+          or (given is not None and given.match_all(('linen', 'nnx')[side], path))):
         continue
       collection, shape, dtype = graph.labels[graph.variables[slot]][1:]
       kinds[side].setdefault((collection, dtype, math.prod(shape)), []).append(slot)
@@ -564,13 +640,13 @@ def _rearrangements(linen: tuple, nnx: tuple) -> list:
     return []
   found: dict = {}
   for order in itertools.permutations(range(len(linen))):  # moved, then merged
-    groups = _grouped([linen[k] for k in order], nnx)
-    if groups is not None:
+    for groups in _groupings([linen[k] for k in order], nnx):
       names, grouped = _written(len(linen), order, groups)
       _candidate(found, names, grouped, {n: linen[k] for k, n in enumerate(names.split())}, linen)
   for order in itertools.permutations(range(len(nnx))):  # split, then moved
-    groups = _grouped([nnx[k] for k in order], linen)
-    if groups is not None and any(size > 1 for size in groups):
+    for groups in _groupings([nnx[k] for k in order], linen):
+      if not any(size > 1 for size in groups):
+        continue
       names, grouped = _written(len(nnx), order, groups)
       _candidate(found, grouped, names, {n: nnx[k] for k, n in enumerate(names.split())}, linen)
   return list(found.values())
@@ -588,20 +664,20 @@ def _written(rank: int, order: tuple, groups: list[int]) -> tuple[str, str]:
   return ' '.join(names), ' '.join(parts)
 
 
-def _grouped(sizes: list[int], target: tuple) -> list[int] | None:
-  """How many neighbouring `sizes` make each axis of `target`, or None."""
-  groups, at = [], 0
-  for want in target:
-    product, count = 1, 0
-    while at + count < len(sizes) and product * sizes[at + count] <= want and (
-        product < want or sizes[at + count] == 1):
-      product *= sizes[at + count]
-      count += 1
-    if product != want or count == 0:
-      return None
-    groups.append(count)
-    at += count
-  return groups if at == len(sizes) else None
+def _groupings(sizes: list[int], target: tuple) -> list[list[int]]:
+  """Each way neighbouring `sizes` make the axes of `target` (how many make
+  each): one, but where an axis of size 1 may join the group before it or
+  the one after (`(2, 1, 8, 4)` as `(2, 8, 4)`: `(a b) c d` or `a (b c) d`)."""
+  if not target:
+    return [[]] if not sizes else []
+  found, product = [], 1
+  for count in range(1, len(sizes) + 1):
+    product *= sizes[count - 1]
+    if product > target[0]:
+      break
+    if product == target[0]:
+      found += [[count, *rest] for rest in _groupings(sizes[count:], target[1:])]
+  return found
 
 
 def _candidate(found: dict, left: str, right: str, sizes: dict, linen: tuple) -> None:

@@ -230,7 +230,6 @@ class Witness:
       given = any(not isinstance(v, jax.ShapeDtypeStruct) and hasattr(v, 'shape') for v in inputs)
       self.generic = generic_inputs(self.inputs) if given else None
     self.programs = (Program.of(linen.closed), Program.of(nnx.closed))  # for every run
-    self._idle = jax.jit(self._influence)
     self._gradients = {}
 
   def _mode(self, mode: str):
@@ -329,20 +328,12 @@ class Witness:
     the projection's own scale (the sum of |output x weight|)."""
     linen_values = self._linen_values()
     floats = [k for k, v in enumerate(linen_values) if jnp.issubdtype(v.dtype, jnp.floating)]
-
-    def projection(chosen):
-      values = list(linen_values)
-      for k, v in zip(floats, chosen):
-        values[k] = v
-      written = {out for out, _ in self.linen.updated}
-      outs = jaxpr_as_fun(self.linen.closed)(*values, *inputs)
-      return _projection(outs, lambda k: k < self.linen.outputs or k in written)
-
-    chosen = [linen_values[k] for k in floats]
-    grads, scale = jax.grad(projection, has_aux=True)(chosen)
+    written = frozenset(out for out, _ in self.linen.updated)
+    grads, scale = _influence_of(self.linen.closed, self.linen.outputs, written, tuple(floats))(
+        linen_values, inputs)
     reach = {}
-    for k, g, v in zip(floats, grads, chosen):
-      effect = jnp.abs(g.astype(jnp.float32) * v.astype(jnp.float32))
+    for k, g in zip(floats, grads):
+      effect = jnp.abs(g.astype(jnp.float32) * linen_values[k].astype(jnp.float32))
       for slot in self.linen_keys.get(k, ()):
         part = effect if slot[1] is None else effect[slot[1]]
         reach[slot] = jnp.sum(part) / jnp.maximum(scale, 1e-30)
@@ -466,10 +457,30 @@ class Witness:
       if inputs is None:
         continue
       with outside_any_mesh():
-        reach = jax.device_get(self._idle(inputs))
+        reach = jax.device_get(self._influence(inputs))
       unseen = {slot for slot, value in reach.items() if not float(value) > REACH}
       idle = unseen if idle is None else idle & unseen
     return frozenset(idle)
+
+
+@functools.lru_cache(maxsize=32)
+def _influence_of(closed, outputs: int, written: frozenset, floats: tuple) -> Callable:
+  """`(values, inputs) -> (gradients of the floating values, scale)` of a
+  random projection of `closed`'s outputs (the first `outputs`, and those
+  in `written`), compiled once per program: every witness of one Linen
+  trace (each inference run of a search) takes its values as arguments."""
+  run = jaxpr_as_fun(closed)
+
+  def projection(chosen, values, inputs):
+    values = list(values)
+    for k, v in zip(floats, chosen):
+      values[k] = v
+    return _projection(run(*values, *inputs), lambda k: k < outputs or k in written)
+
+  def influence(values, inputs):
+    return jax.grad(projection, has_aux=True)([values[k] for k in floats], values, inputs)
+
+  return jax.jit(influence)
 
 
 def _projection(outputs, kept: Callable[[int], bool]):

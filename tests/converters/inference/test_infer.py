@@ -40,6 +40,8 @@ from model_zoo.nnx import cnn as nnx_cnn, resnet as nnx_resnet, rnn as nnx_rnn
 from model_zoo.nnx import transformer as nnx_transformer
 from nnx_impl import model as nnx_kit
 from tests.converters.conversion_cases import description
+from tests.converters.inference import gemma_style
+from tests.helpers import assert_trees_bit_equal
 from tests.model_zoo.strategies import transformer_configs
 
 TOKENS = jax.ShapeDtypeStruct((2, 8), jnp.int32)
@@ -445,24 +447,31 @@ def test_refusals_are_folded_by_layer_one_line_for_a_family():
   assert message.count('no NNX variable') == 1
 
 
-def test_rules_given_for_a_reshaped_port_take_precedence_and_the_rest_is_inferred():
+def test_query_key_value_fused_in_every_layer_are_inferred_and_given_rules_take_precedence():
   config = TransformerConfig()
   fused = zoo_paths.transformer_fused_attention(config.num_heads)['params']
   given = [
       PathRule(row.linen, row.nnx, transform=Rearrange(row.pattern, **dict(row.sizes)))
       for row in fused if row.pattern
   ]
+  linen = linen_transformer.TransformerLM(config)
   with in_mesh(RULES):
     model = nnx.eval_shape(lambda: nnx_transformer.TransformerLM(
         config, idiom='rules_metadata', attention='fused_qkv', rngs=nnx.Rngs(0)))
     model.eval()
-    with pytest.raises(PathMappingError, match='query/kernel'):
-      infer_paths(linen_transformer.TransformerLM(config), model, TOKENS)
-    mapping = infer_paths(linen_transformer.TransformerLM(config), model, TOKENS, paths=given)
+    inferred = infer_paths(linen, model, TOKENS)
+    mapping = infer_paths(linen, model, TOKENS, paths=given)
+    variables = linen.init(jax.random.key(1), jnp.zeros(TOKENS.shape, TOKENS.dtype))
   assert mapping.rules[:len(given)] == tuple(given)
   assert {(r.linen, r.nnx) for r in mapping.rules[len(given):]} == {
       (row.linen, row.nnx) for row in fused if not row.pattern
   }
+  # Inferred alone, the fused kernel of every layer is one `{i}` rule that
+  # lays the arrays out as the hand-written one does.
+  assert {(r.linen, r.nnx) for r in inferred.rules} == {(row.linen, row.nnx) for row in fused}
+  bare = nn.meta.unbox(variables)
+  assert_trees_bit_equal(
+      nnx.to_pure_dict(linen_to_nnx(bare, paths=inferred)), nnx.to_pure_dict(linen_to_nnx(bare, paths=mapping)))
 
 
 def test_a_linen_call_that_writes_a_collection_is_traced_once_mutable():
@@ -1178,3 +1187,44 @@ def test_parameters_fused_or_split_by_the_port_are_inferred_and_witnessed(linen,
   np.testing.assert_allclose(ported(x), linen().apply(variables, x), rtol=1e-5, atol=1e-6)
   back = nnx_to_linen(ported, paths=mapping)
   jax.tree.map(np.testing.assert_array_equal, back['params'], variables['params'])
+
+
+@pytest.mark.parametrize('layers, kv_heads', [
+    (1, 2),  # four (D, D) projections beside a kv part (D, D)
+    (2, 1),  # grouped queries, in every layer of a loop
+    pytest.param(2, 2, marks=pytest.mark.nightly),  # some twenty seconds
+], ids=['four-projections-of-a-part-size', 'grouped-queries-in-every-layer', 'four-projections-in-every-layer'])
+def test_a_gemma_style_decoder_split_and_merged_as_hugging_face_writes_it_needs_no_rule(layers, kv_heads):
+  """Key and value split from one einsum, gate and up too, heads merged,
+  in every layer, with no rule given: where four `(D, D)` projections share
+  a part's size, the run of two the program uses where Linen uses its
+  `kv_einsum` is taken, the witness proving it."""
+  linen = gemma_style.Decoder(num_layers=layers, num_kv_heads=kv_heads)
+  port = lambda: gemma_style.PortDecoder(num_layers=layers, num_kv_heads=kv_heads, rngs=nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(0), (2, 5, 8))
+  mapping = infer_paths(linen, port(), x)
+  fused = {(r.linen, r.nnx) for r in mapping.rules if isinstance(r.nnx, tuple)}
+  layer = 'layer_{i}' if layers > 1 else 'layer_0'  # one rule for every layer
+  assert fused == {
+      (f'{layer}/attn/kv_einsum/w', tuple(f'{layer.replace("layer_", "layers/")}/self_attn/{p}_proj/kernel' for p in 'kv')),
+      (f'{layer}/mlp/gating_einsum', tuple(f'{layer.replace("layer_", "layers/")}/mlp/{p}_proj/kernel' for p in ('gate', 'up'))),
+  }, mapping.to_python()
+  variables = linen.init(jax.random.key(1), x)
+  variables = jax.tree.map(lambda v: v + jax.random.normal(jax.random.key(2), v.shape), variables)  # norms' scales off zero
+  ported = linen_to_nnx(variables, target=port(), paths=mapping)
+  # One einsum for key and value against two products: alike within rounding.
+  for inputs in (x, jax.random.normal(jax.random.key(3), (3, 7, 8))):
+    np.testing.assert_allclose(ported(inputs), linen.apply(variables, inputs), rtol=1e-5, atol=1e-5)
+  assert_trees_bit_equal(nnx_to_linen(ported, paths=mapping)['params'], variables['params'])
+
+
+def test_a_gemma_style_port_that_computes_otherwise_is_refused_not_split():
+  class SiluMLP(gemma_style.PortMLP):
+    def __call__(self, x):
+      return self.down_proj(nnx.silu(self.gate_proj(x)) * self.up_proj(x))
+
+  port = gemma_style.PortDecoder(num_layers=2, rngs=nnx.Rngs(0))
+  for layer in port.layers:
+    layer.mlp = SiluMLP(8, 12, nnx.Rngs(1))
+  with pytest.raises(PathMappingError, match='do not compute with the same variables'):
+    infer_paths(gemma_style.Decoder(num_layers=2), port, jax.random.normal(jax.random.key(0), (2, 5, 8)))
