@@ -25,8 +25,9 @@ def add_parser(commands) -> argparse.ArgumentParser:
       help='write the NNX port of your Linen model, proven equivalent',
       description=(
           'Trace the Linen model FACTORY returns (LinenModel(module, *example_inputs, '
-          '**kwargs)), write one NNX class per Linen class it uses with the path '
-          'mapping PATHS beside them, and prove the file: the Linen variables, '
+          '**kwargs)), write one NNX class per Linen class it uses to --out (a module '
+          'importing only Flax, JAX and your modules), the path mapping PATHS to '
+          '<out>_paths.py beside it, and prove the port: the Linen variables, '
           'converted through PATHS, give the same outputs, gradients and training '
           'step. A test file repeating the proof is written beside it.'
       ),
@@ -37,7 +38,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                     help='the pytest file to write (default: test_<out>_port.py beside --out)')
   port.add_argument('--side-by-side', metavar='PATH',
                     help='also write an HTML page: each Linen class beside the NNX class written from it')
-  port.add_argument('--force', action='store_true', help='overwrite --out, the test file and the page')
+  port.add_argument('--force', action='store_true',
+                    help='overwrite --out, its _paths.py, the test file and the page')
   port.add_argument('--json', action='store_true', help='print the report as JSON on stdout')
   port.add_argument(
       '--devices', type=int, default=8, help='simulated CPU devices (ignored unless JAX runs on CPU)'
@@ -64,7 +66,9 @@ def _inside(path: str, directory: str) -> bool:
 
 def refusal(args, factory_module: str, read_files: list[str]) -> str | None:
   """Why `--out` (or the test file) cannot be written, or None."""
-  outputs = [('--out', args.out), ('--test-out', args.test_out)]
+  from converters.port.prove import paths_file
+
+  outputs = [('--out', args.out), ("--out's mapping", paths_file(args.out)), ('--test-out', args.test_out)]
   if args.side_by_side is not None:
     outputs.append(('--side-by-side', args.side_by_side))
   root = _package_root(factory_module)
@@ -148,6 +152,7 @@ def run(args, fail) -> int:
     return fail(args, f'port needs {" and ".join(missing)}, which the kit installs only with its '
                 f'port extra: {PORT_INSTALL_HINT}', 2)
   from converters.port import port, source
+  from converters.port.prove import paths_file
 
   stem = os.path.splitext(os.path.basename(args.out))[0]
   if args.test_out is None:
@@ -180,7 +185,8 @@ def run(args, fail) -> int:
     write_text(args.side_by_side, side_by_side_page(result, args.out, args.factory))
   if args.json:
     print(json.dumps({
-        'ok': code == 0, 'exit_code': code, 'out': args.out, 'test': args.test_out,
+        'ok': code == 0, 'exit_code': code, 'out': args.out, 'paths': paths_file(args.out),
+        'test': args.test_out,
         'side_by_side': args.side_by_side,
         'classes': result.classes, 'modes': result.modes,
         'stubs': [{'class': s.cls, 'file': s.file, 'line': s.line, 'reason': s.reason} for s in result.stubs],
@@ -189,7 +195,7 @@ def run(args, fail) -> int:
     }, indent=2))
   else:
     page = f' and {args.side_by_side}' if args.side_by_side else ''
-    print(f'wrote {args.out} ({", ".join(result.classes)}), {args.test_out}{page}')
+    print(f'wrote {args.out} ({", ".join(result.classes)}), {paths_file(args.out)}, {args.test_out}{page}')
     for check, outcome, figure in result.checks:
       print(f'  {check}: {outcome}' + (f' ({figure})' if figure else ''))
     for stub in result.stubs:

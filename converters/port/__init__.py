@@ -1,14 +1,15 @@
 """`linen-nnx port`: the NNX source of a Linen model, written and proven.
 
 `port(linen_model, out)` traces the model, writes one NNX class per Linen
-class it uses (Flax's layers become their NNX counterparts), the path
-mapping beside them (`PATHS`), and proves the file with
+class it uses (Flax's layers become their NNX counterparts) into a module
+that imports only Flax, JAX and the user's modules, the path mapping into
+a module beside it (`PATHS` of `models_nnx_paths.py`), and proves the port with
 `converters.testing.assert_port_equivalent`. What it cannot write it writes
 as a stub that raises, and says so.
 
 Names are imported when first used: the test file a port writes needs only
 `assert_generated_port` (`assert_generated_decoding`, `decoding_configurations`
-for a model that decodes), `assert_checkpoint_trains_on` and `import_file`,
+for a model that decodes), `assert_checkpoint_trains_on`, `import_file` and `port_paths`,
 which run without the `port` extra (libcst, ruff) installed.
 """
 
@@ -30,6 +31,7 @@ _WHERE = {
     'configurations_without_decoding': 'converters.port.prove',
     'decoding_configurations': 'converters.port.prove',
     'import_file': 'converters.port.prove',
+    'port_paths': 'converters.port.prove',
 }
 
 __all__ = sorted(_WHERE)

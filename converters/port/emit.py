@@ -25,10 +25,19 @@ from converters.port.errors import PORT_INSTALL_HINT, PortToolError
 
 _HEADER = '''"""NNX port of `{origin}`, written by `linen-nnx port {factory}`.
 
-Each class is the NNX counterpart of the Linen class of the same name; `PATHS`
-maps the Linen variables onto these modules (`linen-nnx convert --paths
-{module}:PATHS`). Proven equivalent when written: see `{test}`.
+Each class is the NNX counterpart of the Linen class of the same name;
+`{module}_paths.PATHS`, written beside this file, maps the Linen variables
+onto these modules (`linen-nnx convert --paths {module}_paths:PATHS`).
+Proven equivalent when written: see `{test}`.
 """
+'''
+
+_PATHS_HEADER = '''"""How the Linen variables of `{origin}` map onto the NNX port `{module}`
+(`linen-nnx convert --paths {module}_paths:PATHS`), written by `linen-nnx
+port {factory}`. Kept apart from the port, which imports only Flax, JAX and
+your own modules; this file is the kit's to read.
+"""
+
 '''
 
 
@@ -56,8 +65,11 @@ def _only_aliases(statement: cst.SimpleStatementLine, names: set[str]) -> cst.Si
 
 @dataclasses.dataclass
 class GeneratedFile:
+  """The port module's text, its classes, and the text of its mapping's module."""
+
   text: str
   classes: list[str]
+  paths_text: str
 
 
 def write_file(
@@ -163,8 +175,6 @@ def write_file(
             line.comment is None for line in statement.leading_lines)
         helpers.append((is_def, ('\n\n' if is_def or (helpers and helpers[-1][0]) else '' if together else '\n') + code))
   imports.append('from flax import nnx\n')
-  imports.append('from converters import PathMapping, PathRule'
-                 + (', Rearrange' if any(r.transform is not None for r in mapping.rules) else '') + '\n')
   if any('first_from' in source.names_in(n) for _, n in nodes):
     imports.append('from flax.nnx.module import first_from\n')
   # What the port writes itself reads `jnp` (`init_cache`'s dtype), which
@@ -193,16 +203,16 @@ def write_file(
     parts.append('\n\n' + variables.sown_type(collection, name, files[0].module.default_indent))
   for file, node in nodes:  # in the file's own indentation, with the comments above it
     parts.append('\n\n' + file.module.code_for_node(node.with_changes(leading_lines=_comments(node))))
+  paths_header = _PATHS_HEADER.format(origin=origin, factory=factory, module=module_name)
   if mapping.rules:
-    paths = mapping.to_python('PATHS').split('\n', 2)[2]  # its own import line is above
-    parts.append('\n\n# How the Linen variables map onto the modules above.\n' + paths)
+    paths_text = paths_header + mapping.to_python('PATHS')
   else:
-    parts.append(
-        '\n\n# Not written while classes above are stubs: port them, then run `linen-nnx map`.\n'
+    paths_text = paths_header + (
+        'from converters import PathMapping\n\n'
+        '# Not written while classes of the port are stubs: port them, then run `linen-nnx map`.\n'
         'PATHS = PathMapping([])\n'
     )
-  text = ''.join(parts)
-  return GeneratedFile(text, [c.__name__ for c in ported])
+  return GeneratedFile(''.join(parts), [c.__name__ for c in ported], paths_text)
 
 
 def write_text(path: str, text: str) -> None:
@@ -215,10 +225,18 @@ def write_text(path: str, text: str) -> None:
   try:
     with os.fdopen(fd, 'w', encoding='utf-8') as f:
       f.write(text)
+    os.chmod(temporary, 0o666 & ~_umask())  # as `open` would make it, not mkstemp's 0600
     os.replace(temporary, path)
   except BaseException:
     os.unlink(temporary)
     raise
+
+
+def _umask() -> int:
+  """The process's umask (read by setting it, then set back)."""
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
 
 
 def _comments(node) -> list:

@@ -53,7 +53,8 @@ class PortResult:
   """What `port` wrote and found.
 
   Attributes:
-    text: the generated file.
+    text: the generated port module (Flax, JAX and the user's imports only).
+    paths_text: the module of its mapping, `PATHS` (`prove.paths_file`).
     classes: the classes written (stubs included), innermost first.
     stubs: the classes written as stubs, with why.
     modes: the call flags (and fields) the model's port takes as its mode,
@@ -66,6 +67,7 @@ class PortResult:
   classes: list[str]
   stubs: list[Stub]
   modes: dict[str, bool]
+  paths_text: str = ''
   checks: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
   proven: bool = False
   failure: str | None = None
@@ -221,7 +223,8 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
       written, mapping, factory=factory, module_name=module_name, test_name=test_name, modes=modes,
   )
   files = {source.file_of(c).path for c in [type(module), *ports, *(s[0] for s in written if isinstance(s, tuple))]}
-  result = PortResult(generated.text, generated.classes, stubs, dict(modes), sources=sorted(files))
+  result = PortResult(generated.text, generated.classes, stubs, dict(modes), generated.paths_text,
+                      sources=sorted(files))
   result.variables = variables
   result.linen_classes = [w.cls if isinstance(w, classes.ClassPort) else w[0] for w in written]
   result.refused_flags = refused
@@ -250,11 +253,14 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   module_name = _import_name(out)
   test_name = os.path.basename(test_out) if test_out else ''
   result, ports = write(linen_model, factory=factory, module_name=module_name, test_name=test_name)
-  for path in (out, test_out):
+  paths_out = prove.paths_file(out)
+  for path in (out, paths_out, test_out):
     if path is not None and os.path.realpath(path) in result.sources:
       raise PortOutputError(f'{path} is a file the model is read from; write the port elsewhere')
   emit.write_text(out, result.text)
+  emit.write_text(paths_out, result.paths_text)
   problems, kept = emit.ruff_check(out, result.sources)
+  problems += emit.ruff_check(paths_out)[0]
   with open(out, encoding='utf-8') as f:
     result.text = f.read()
   result.checks.append(('generated', f'{len(result.classes)} classes, {len(result.stubs)} stubs',
@@ -384,7 +390,7 @@ def test_file(factory: str, out: str, modes: dict[str, bool], *, decoding: bool 
               decodes_only: bool = False) -> str:
   """The pytest file repeating the proof in the user's CI, and showing that
   a checkpoint of the Linen model converts for the port (`linen-nnx
-  convert --paths <port>:PATHS`) and training goes on alike. `decoding`:
+  convert --paths <port>_paths:PATHS`) and training goes on alike. `decoding`:
   the model or a configuration of it decodes, proven too; `decodes_only`:
   the model as given decodes (its every call is a decoding step)."""
   module, _, function = factory.partition(':')

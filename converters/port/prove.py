@@ -1,6 +1,6 @@
 """The proof a port is handed over with: the written file imported, built at
-the Linen model's configuration, given the Linen variables through its own
-`PATHS`, and checked with `converters.testing.assert_port_equivalent` (eval
+the Linen model's configuration, given the Linen variables through the
+`PATHS` written beside it, and checked with `converters.testing.assert_port_equivalent` (eval
 outputs and gradients bit for bit, and a training step where the model has
 modes), as the test file written beside it repeats in the user's CI.
 """
@@ -44,6 +44,19 @@ def import_file(path: str) -> types.ModuleType:
   sys.modules[name] = module
   spec.loader.exec_module(module)
   return module
+
+
+def paths_file(out: str) -> str:
+  """The file the mapping of the port written to `out` goes to: beside it,
+  `models_nnx_paths.py` for `models_nnx.py`."""
+  stem, _ = os.path.splitext(out)
+  return f'{stem}_paths.py'
+
+
+def port_paths(generated: types.ModuleType):
+  """The mapping written beside the port module `generated`: `PATHS` of
+  its `paths_file` (`models_nnx_paths.py` beside `models_nnx.py`)."""
+  return import_file(paths_file(generated.__file__)).PATHS
 
 
 def _vocabulary(linen_model: LinenModel) -> int:
@@ -285,13 +298,14 @@ def assert_generated_port(
     paths=None, as_written: bool = True,
 ) -> float:
   """The generated module's class for `linen_model` is its port: built at
-  the same configuration and given the Linen variables through the module's
-  `PATHS`, it computes the same outputs, gradients and training step.
+  the same configuration and given the Linen variables through the `PATHS`
+  written beside it (`port_paths`), it computes the same outputs, gradients
+  and training step.
 
   `modes`: the Linen call's flags the port turned into its mode, with their
   value in training (`{'train': True}`); the test file written with the port
   passes them. `paths`: the mapping to convert with (default: the module's
-  `PATHS`, written for the traced configuration). `as_written=False`:
+  `PATHS` beside it, written for the traced configuration). `as_written=False`:
   attention layers are checked with Linen's attention function only (see
   `_attention_variants`). Returns the largest tolerance a check used (0:
   every check bit for bit).
@@ -317,7 +331,7 @@ def assert_generated_port(
     if mesh is not None:  # whole on the mesh's one device, as NNX's arrays are
       replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
       variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
-    paths = generated.PATHS if paths is None else paths
+    paths = port_paths(generated) if paths is None else paths
     model = holding(nnx_class, linen_model, variables, paths, streams=streams)
     variants = _attention_variants(model, as_written)
     if holds_fused_cells(model):
@@ -527,7 +541,7 @@ def assert_generated_decoding(
   whole-sequence proof's, `assert_generated_port`.)
   `as_written` and the return value: as `assert_generated_port`'s."""
   nnx_class = getattr(generated, type(linen_model.module).__name__)
-  paths = generated.PATHS if paths is None else paths
+  paths = port_paths(generated) if paths is None else paths
   modes = dict(modes or {})
   fields = mode_fields(linen_model, modes)
   if fields:

@@ -5,7 +5,7 @@
 1. Linen trains `k` steps (a `TrainState` with a field per collection
    besides `params`, as `linen-nnx convert` reads one; Adam) and saves the
    state with Orbax;
-2. `linen-nnx convert --to nnx --paths <port module>:PATHS`, run as a user
+2. `linen-nnx convert --to nnx --paths <port module>_paths:PATHS`, run as a user
    runs it (its own process), converts the checkpoint for the port;
 3. the port restores it as NNX restores any checkpoint, and the restored
    state is checked equal to Linen's converted in memory; then it trains on
@@ -164,7 +164,7 @@ def convert(source: str, destination: str, *, factory: str, port_path: str, cls:
   command = [
       sys.executable, '-m', 'linen_nnx_cli.main', 'convert', source, destination, '--to', 'nnx',
       '--linen-model', factory, '--nnx-model', f'{models}:nnx_model',
-      '--paths', f'{port_module}:PATHS', '--optimizer', f'{__name__}:make_tx',
+      '--paths', f'{port_module}_paths:PATHS', '--optimizer', f'{__name__}:make_tx',
       '--devices', str(devices), '--mesh', 'x'.join(map(str, sizes)), '--mesh-axes', ','.join(names),
   ] + (['--rules', f'{models}:RULES'] if rules else [])
   path = os.pathsep.join([directory, os.path.dirname(os.path.abspath(port_path)), *sys.path])
@@ -242,7 +242,7 @@ def assert_checkpoint_trains_on(
     # changes it), then the start it trains on from.
     assert_training_equivalent(
         state, linen_step, (model, optimizer), _nnx_step(nnx_kwargs, rebuild, axis_name, streams),
-        batches, k=k, paths=generated.PATHS, start=(model, optimizer), atol=atol,
+        batches, k=k, paths=prove.port_paths(generated), start=(model, optimizer), atol=atol,
     )
     # The final models, each in its own framework, on the inputs (what the
     # write of the state through PATHS cannot share).

@@ -2,24 +2,47 @@
 
 from __future__ import annotations
 
+import ast
 import html
 import os
 import re
+import stat
+import sys
 
 from tests.linen_nnx_cli.runner import assert_refused, run
 
 FACTORIES = 'tests.converters.port.linen_models'
 
 
+def _imported(path) -> set[str]:
+  """The top-level packages a Python file imports, Python's own left out."""
+  tree = ast.parse(path.read_text())
+  names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+  names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
+  return {name.split('.')[0] for name in names} - set(sys.stdlib_module_names)
+
+
 def test_writes_proves_and_reports(tmp_path):
   out = tmp_path / 'stack_nnx.py'
-  result = run('port', f'{FACTORIES}:stack', '--out', out, '--json')
+  mask = os.umask(0o027)  # the user's: files are made as `open` makes them, not 0600
+  try:
+    result = run('port', f'{FACTORIES}:stack', '--out', out, '--json')
+  finally:
+    os.umask(mask)
   assert result.code == 0, result.stderr
   report = result.json
   assert report['ok'] and report['classes'] == ['Stack'] and report['modes'] == {'train': True}
   assert {c['check']: c['outcome'] for c in report['checks']}['assert_port_equivalent'] == 'passed'
   assert (tmp_path / 'test_stack_nnx_port.py').exists()
   assert report['test'] == str(tmp_path / 'test_stack_nnx_port.py')
+  # The model module depends on Flax, JAX and the user's modules alone; the
+  # mapping, the kit's to read, is the module beside it.
+  paths = tmp_path / 'stack_nnx_paths.py'
+  assert report['paths'] == str(paths)
+  assert _imported(out) <= {'flax', 'jax', 'tests'}, _imported(out)
+  assert _imported(paths) == {'converters'} and 'PATHS = PathMapping([' in paths.read_text()
+  for written in (out, paths, tmp_path / 'test_stack_nnx_port.py'):
+    assert stat.S_IMODE(written.stat().st_mode) == 0o640, written
 
 
 def test_stubs_exit_1_naming_them_and_the_page_shows_them(tmp_path):
@@ -81,6 +104,10 @@ def test_refusals_write_nothing(tmp_path):
   out.write_text('mine\n')
   assert_refused(run('port', f'{FACTORIES}:stack', '--out', out), 'exists; pass --force')
   assert out.read_text() == 'mine\n'
+  out.unlink()
+  (tmp_path / 'm_paths.py').write_text('mine\n')  # where the mapping would go
+  assert_refused(run('port', f'{FACTORIES}:stack', '--out', out), "--out's mapping", 'exists; pass --force')
+  assert (tmp_path / 'm_paths.py').read_text() == 'mine\n' and not out.exists()
 
 
 def test_an_out_inside_the_package_read_is_refused_however_spelled(tmp_path):

@@ -22,7 +22,7 @@ from converters.port import (
   prove,
 )
 from tests.converters.port import linen_models
-from tests.converters.port.test_generate import _port, _written
+from tests.converters.port.test_generate import _edited, _port, _written
 
 
 @pytest.fixture(scope='module')
@@ -81,9 +81,7 @@ def test_decoding_is_proven_position_by_position(decoder_file):
 def _planted(decoder_file, tmp_path, old: str, new: str):
   text = decoder_file.read_text()
   assert old in text
-  planted = tmp_path / 'planted_nnx.py'
-  planted.write_text(text.replace(old, new))
-  return import_file(str(planted))
+  return import_file(str(_edited(decoder_file, tmp_path / 'planted_nnx.py', text.replace(old, new))))
 
 
 def test_a_port_reading_the_first_position_at_every_step_fails_at_the_second(decoder_file, tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import pathlib
 import sys
 
 import jax
@@ -21,7 +22,8 @@ import pytest
 
 from converters import LinenModel
 from converters.errors import AnnotationError
-from converters.port import assert_generated_port, import_file, port
+from converters.port import assert_generated_port, import_file, port, port_paths
+from converters.port.prove import paths_file
 from converters.port.emit import ruff_check
 from model_zoo import configs
 from model_zoo.linen import cnn
@@ -45,8 +47,17 @@ def _written(tmp_path, name: str, model: LinenModel):
   result, _ = generate.write(model, factory=f'{FACTORIES}:{name}', module_name=f'{name}_nnx')
   out = tmp_path / f'{name}_nnx.py'
   out.write_text(result.text)
+  pathlib.Path(paths_file(str(out))).write_text(result.paths_text)
   ruff_check(str(out))  # its safe fixes, as `port` makes them
   return result, out
+
+
+def _edited(out, path, text: str):
+  """The port at `out` written to `path` as `text` (a planted bug), its
+  mapping copied beside it as it was written."""
+  path.write_text(text)
+  pathlib.Path(paths_file(str(path))).write_text(pathlib.Path(paths_file(str(out))).read_text())
+  return path
 
 
 def _outcome(result, check: str) -> str:
@@ -111,7 +122,7 @@ def test_the_kit_writes_loops_and_names_as_a_person_would(tmp_path):
   assert 'x = dense(x)  # the input size comes from the previous layer' in text  # comments kept
   # After the loop, the size the loop left: any number of widths.
   assert 'self.norm = nnx.LayerNorm(in_features, rngs=rngs)' in text
-  assert "PathRule('Dense_{i}/kernel', 'denses/{i}/kernel')" in text
+  assert "PathRule('Dense_{i}/kernel', 'denses/{i}/kernel')" in result.paths_text
   # `train` only set the dropout's mode: NNX's model.train() / .eval() does.
   assert result.modes == {'train': True}
   assert 'def __call__(self, x: jax.Array) -> jax.Array:' in text
@@ -138,7 +149,7 @@ def test_setup_modules_keep_their_attributes_and_lists_become_nnx_lists(tmp_path
   assert 'return self.head(x) + self.bias[...]' in text
   assert 'x = self.dropout(self.norm(x))' in text and 'def __call__(self, x):' in text
   assert 'def first_head(self, x):' in text
-  assert "PathRule('heads_{i}/kernel', 'heads/{i}/kernel')" in text
+  assert "PathRule('heads_{i}/kernel', 'heads/{i}/kernel')" in result.paths_text
   assert result.modes == {'deterministic': False}
 
 
@@ -208,8 +219,7 @@ def test_a_port_annotated_otherwise_is_not_proven(tmp_path, edit):
   result, out = _written(tmp_path, 'encoder', linen_models.encoder())
   text = out.read_text()
   assert edit[0] in text
-  changed = tmp_path / 'encoder_changed.py'
-  changed.write_text(text.replace(edit[0], edit[1]))
+  changed = _edited(out, tmp_path / 'encoder_changed.py', text.replace(edit[0], edit[1]))
   # The conversion refuses it, or the round trips show it: never proven.
   with pytest.raises((AssertionError, AnnotationError), match='annotation'):
     assert_generated_port(linen_models.encoder(), import_file(str(changed)), modes=result.modes)
@@ -235,8 +245,8 @@ def test_scanned_layers_are_a_vmapped_stack_run_by_nnx_scan(tmp_path):
 
       x, _ = layers(x, self.layers)''' in text
   assert 'for layer in self.layers:' in text  # the looped branch, the same name
-  assert "PathRule('ScanCheckpointResidualLayer_0/Dense_0/kernel', 'layers/dense_0/kernel')" in text
-  assert "PathRule('ResidualLayer_{i}/Dense_0/kernel', 'layers/{i}/dense_0/kernel')" in text
+  assert "PathRule('ScanCheckpointResidualLayer_0/Dense_0/kernel', 'layers/dense_0/kernel')" in result.paths_text
+  assert "PathRule('ResidualLayer_{i}/Dense_0/kernel', 'layers/{i}/dense_0/kernel')" in result.paths_text
 
 
 def test_the_kits_mlp_is_written_with_its_annotations_and_helpers(tmp_path):
@@ -250,7 +260,7 @@ def test_the_kits_mlp_is_written_with_its_annotations_and_helpers(tmp_path):
   assert not result.stubs
   assert [description for _, description, _ in result.flags] == ['desc.use_scan=True']
   text = out.read_text()
-  assert "PathRule('ScanDotReluDot_0/W2', 'dot_relu_dots/W2')" in text
+  assert "PathRule('ScanDotReluDot_0/W2', 'dot_relu_dots/W2')" in result.paths_text
   assert '_annotate_init(desc, axes.w2)(rngs.params(), (desc.depth, in_features), desc.jnp_dtype),' in text
   # Linen's constraint helper kept as it is (it runs in NNX code alike).
   assert 'return nn.with_logical_constraint(x, names, rules=desc.rules)' in text
@@ -295,7 +305,7 @@ def test_numbered_names_configuration_modes_and_untraced_branches(tmp_path):
   assert result.proven, (result.failure, result.checks)
   text = out.read_text()
   assert result.modes == {'config.deterministic': False}  # a flag inside the configuration
-  assert "PathRule('layer_{i}/kernel', 'layers/{i}/kernel')" in text  # name=f'layer_{i}'
+  assert "PathRule('layer_{i}/kernel', 'layers/{i}/kernel')" in result.paths_text  # name=f'layer_{i}'
   # The branch this configuration skips, its shape from the source (the
   # input's size the constructor takes), and the condition turned round.
   written = '''    if config.bias_init is not None:
@@ -303,7 +313,7 @@ def test_numbered_names_configuration_modes_and_untraced_branches(tmp_path):
   assert written in text
   # The branch traced with `bias_init` given an initializer, written into
   # PATHS and proven there: a checkpoint of that configuration converts.
-  assert "PathRule('bias', 'bias')" in text
+  assert "PathRule('bias', 'bias')" in result.paths_text
   assert _outcome(result, 'another configuration (config.bias_init=an initializer)') == 'passed'
   # Where that branch is taken, the same class is written (proven nightly).
   result, out = _written(tmp_path, 'numbered_bias', linen_models.numbered(nn.initializers.ones))
@@ -328,7 +338,7 @@ def test_flax_lm1b_is_written_whole_and_proven_decoding_too(tmp_path):
   assert [o for c, o in outcomes.items() if c.startswith('another configuration (config.vocab_size')] == ['passed']
   text = out.read_text()
   assert 'self.encoderdecoderblocks = nnx.List()' in text
-  assert "PathRule('decoder/encoderdecoderblock_{i}/MlpBlock_0/Dense_0/kernel'," in text
+  assert "PathRule('decoder/encoderdecoderblock_{i}/MlpBlock_0/Dense_0/kernel'," in result.paths_text
   assert '    self.posembed_output.init_cache(input_shape, dtype)\n' in text
   _run_written_test(test_out, tmp_path)
 
@@ -359,7 +369,7 @@ def test_zoo_lstm_cell_goes_into_the_nnx_rnn_with_its_gate_renamed(tmp_path):
   text = out.read_text()
   # The cell, called only inside Linen's scan, takes the size its kernel has.
   assert 'self.rnn = nnx.RNN(nnx.LSTMCell(config.embed_dim, config.hidden, rngs=rngs), rngs=rngs)' in text
-  assert "PathRule('LSTMCell_0/if/kernel', 'rnn/cell/if_/kernel')" in text
+  assert "PathRule('LSTMCell_0/if/kernel', 'rnn/cell/if_/kernel')" in result.paths_text
 
 
 @pytest.mark.nightly
@@ -448,8 +458,7 @@ def test_a_port_drawing_otherwise_is_not_proven(tmp_path):
   # A port drawing otherwise (another distribution; another rate, in training only) is not proven.
   for edit, kwargs in [(('jax.random.normal(', 'jax.random.uniform('), {'train': False}),
                        (('p=self.rate', 'p=1 - self.rate'), {'train': True})]:
-    wrong = tmp_path / 'wrong_nnx.py'
-    wrong.write_text(text.replace(*edit))
+    wrong = _edited(out, tmp_path / 'wrong_nnx.py', text.replace(*edit))
     model = linen_models.noisy_embedder()
     with pytest.raises(AssertionError, match='disagree in eval mode|not in a training step'):
       assert_generated_port(LinenModel(model.module, *model.args, **kwargs), import_file(str(wrong)))
@@ -540,7 +549,7 @@ def test_flax_sst2_lstm_is_written_with_nnx_s_fused_cell_and_its_carry(tmp_path)
   assert 'self.forward_lstm = SimpleLSTM(hidden_size, in_features=in_features, rngs=rngs)' in text
   # Linen's eight gate variables are NNX's two kernels and one bias, side by side.
   assert ("'forward_lstm/optimized_lstm_cell_0/dense_i/kernel',\n"
-          "        transform=Rearrange('i h -> i (gate h)'),") in text
+          "        transform=Rearrange('i h -> i (gate h)'),") in result.paths_text
   assert 'functools' not in text and 'nn.' not in text.replace('nnx.', '')
 
 
@@ -659,7 +668,7 @@ def test_awkward_names_arguments_and_loops_are_written_right(tmp_path):
   assert result.proven, (result.failure, result.checks)
   text = out.read_text()
   assert 'self.class_ = nnx.Linear(in_features, 4, use_bias=False, rngs=rngs)' in text
-  assert "PathRule('class/kernel', 'class_/kernel')" in text
+  assert "PathRule('class/kernel', 'class_/kernel')" in result.paths_text
   assert 'for (i, w), dense in zip(enumerate(self.widths), self.denses):' in text
   assert 'def __init__(self, widths: tuple[int, ...] = (4, 4), *,' in text
 
@@ -744,7 +753,7 @@ def test_layers_linen_numbers_around_a_loop_are_mapped_for_any_length(tmp_path):
   result, _, _ = _port(tmp_path, 'loop_between_layers', linen_models.loop_between_layers())
   assert result.proven, (result.failure, result.checks)
   for template in ("'Dense_0/kernel'", "'Dense_{i+1}/kernel'", "'Dense_{n}/kernel'", "'Dense_{n+1}/kernel'"):
-    assert f'PathRule({template}' in result.text, result.text
+    assert f'PathRule({template}' in result.paths_text
   assert not [check for check in result.checks if check[1] == 'NOT COVERED']
   assert _outcome(result, 'another configuration (widths=())') == 'passed'
 
@@ -768,7 +777,7 @@ def test_every_value_a_string_or_enum_field_switches_on_is_written_and_proven(tm
   assert result.proven, (result.failure, result.checks)
   for change in ('norm=NormKind.RMS', "activation='gelu'", "activation='scaled_tanh'", "activation='tanh'"):
     assert _outcome(result, f'another configuration ({change})') == 'passed'
-  assert "PathRule('RMSNorm_0/scale'" in result.text
+  assert "PathRule('RMSNorm_0/scale'" in result.paths_text
 
 
 def test_what_the_port_writes_passes_its_own_lint(tmp_path):
@@ -802,7 +811,7 @@ def test_values_sown_into_any_collection_are_outputs_of_the_call_as_in_linen(tmp
   from converters import linen_to_nnx
   from flax import nnx
   port = linen_to_nnx({'params': variables['params']}, target=written.SowsALoss(in_features=3, rngs=nnx.Rngs(0)),
-                      paths=written.PATHS)
+                      paths=port_paths(written))
   nnx_out, losses = nnx.capture(port, written.Losses)(x)
   _, hidden = nnx.capture(port, nnx.Intermediate)(x)
   assert (nnx_out == linen_out).all()

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from converters import LinenModel, linen_to_nnx
 from converters.port import port
-from converters.port.prove import import_file
+from converters.port.prove import import_file, port_paths
 from tests.converters.inference.call_order_masks import masks_in_call_order
 from tests.converters.port import random_programs
 from tests.converters.port.random_programs import Program
@@ -87,7 +87,7 @@ def check_port_at(program: Program, module, generated, configuration: dict) -> N
   other = jax.random.normal(jax.random.key(2), (batch, in_features))
   evaluating = {'train': False} if program.trains else {}
   variables = linen.init(jax.random.key(0), x, **evaluating)
-  model = linen_to_nnx(variables, target=_nnx_model(generated, fields, in_features, batch), paths=generated.PATHS)
+  model = linen_to_nnx(variables, target=_nnx_model(generated, fields, in_features, batch), paths=port_paths(generated))
   model.eval()
   expected = linen.apply(variables, x, **evaluating)
   _equal('outputs', model(x), expected, configuration)

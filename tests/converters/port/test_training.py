@@ -1,5 +1,5 @@
 """`converters.port.training`: a checkpoint of the Linen model, converted by
-`linen-nnx convert --paths <port>:PATHS`, restored into the written port,
+`linen-nnx convert --paths <port>_paths:PATHS`, restored into the written port,
 and training goes on as in Linen.
 
 Each test converts with the command in a process of its own (as the test
@@ -10,9 +10,12 @@ it nightly, through the test files their ports write
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from converters.port import assert_checkpoint_trains_on
+from converters.port.prove import paths_file
 from tests.converters.port import linen_models
 from tests.converters.port.test_generate import FACTORIES, _written
 
@@ -31,30 +34,35 @@ def test_a_converted_checkpoint_trains_on_as_in_linen(port_file, tmp_path):
                               modes={'train': True})
 
 
+def _planted(port_file, tmp_path, paths_text: str):
+  """A copy of the port beside a mapping of our own."""
+  planted = tmp_path / 'planted' / 'batch_normed_nnx.py'
+  planted.parent.mkdir()
+  planted.write_text(port_file.read_text())
+  pathlib.Path(paths_file(str(planted))).write_text(paths_text)
+  return planted
+
+
 def test_a_mapping_that_swaps_two_parameters_of_one_shape_fails(port_file, tmp_path):
   # The conversion and the comparison of states both read PATHS: the
   # swap shows in the training that follows and in the final outputs.
-  text = port_file.read_text()
+  text = pathlib.Path(paths_file(str(port_file))).read_text()
   scale = "PathRule('BatchNorm_0/scale', 'batch_norm_0/scale')"
   bias = "PathRule('BatchNorm_0/bias', 'batch_norm_0/bias')"
   assert scale in text and bias in text
   swapped = text.replace(scale, '@').replace(bias, "PathRule('BatchNorm_0/bias', 'batch_norm_0/scale')").replace(
       '@', "PathRule('BatchNorm_0/scale', 'batch_norm_0/bias')")
-  planted = tmp_path / 'planted' / 'batch_normed_nnx.py'
-  planted.parent.mkdir()
-  planted.write_text(swapped)
+  planted = _planted(port_file, tmp_path, swapped)
   with pytest.raises(AssertionError, match='NNX steps differ'):
     assert_checkpoint_trains_on(linen_models.batch_normed(), str(planted), str(tmp_path / 'run'),
                                 factory=FACTORY, modes={'train': True})
 
 
 def test_a_mapping_the_command_refuses_fails_with_its_reason(port_file, tmp_path):
-  text = port_file.read_text()
+  text = pathlib.Path(paths_file(str(port_file))).read_text()
   row = "    PathRule('Dense_1/kernel', 'dense_1/kernel'),\n"
   assert row in text
-  planted = tmp_path / 'planted' / 'batch_normed_nnx.py'
-  planted.parent.mkdir()
-  planted.write_text(text.replace(row, ''))
+  planted = _planted(port_file, tmp_path, text.replace(row, ''))
   with pytest.raises(AssertionError, match=r'linen-nnx convert failed \(exit 2\).*Dense_1/kernel'):
     assert_checkpoint_trains_on(linen_models.batch_normed(), str(planted), str(tmp_path / 'run'),
                                 factory=FACTORY, modes={'train': True})
