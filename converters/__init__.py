@@ -54,6 +54,7 @@ _EXPORTS = {
     'register_optimizer': 'converters.optimizer_state',
     'ConversionError': 'converters.errors',
     'PathMappingError': 'converters.errors',
+    'DisagreementError': 'converters.errors',
     'StructureError': 'converters.errors',
     'ShapeError': 'converters.errors',
     'AnnotationError': 'converters.errors',

@@ -33,6 +33,12 @@ class PathMappingError(ConversionError):
   """Paths that no rule maps, that several rules map, or that collide."""
 
 
+class DisagreementError(PathMappingError):
+  """Variables paired by the structure of the two computations (and the
+  rules given or tried), but the models disagree when run through that
+  pairing: the port computes otherwise."""
+
+
 class StructureError(ConversionError):
   """Parameters missing from, or unexpected in, the source or the target."""
 

@@ -166,6 +166,24 @@ class PathRule:
   transform: Rearrange | None = None
   only: Framework | None = None
 
+  def to_python(self, indent: str = '') -> str:
+    """The rule as the Python that makes it, its default fields left out
+    (a fused parameter's parts one per line, `indent` deeper than the rule)."""
+    if self.only is not None:
+      stacked = getattr(self, f'{self.only}_stacked')
+      extra = '' if stacked is None else f', {self.only}_stacked={stacked!r}'
+      return f'PathRule.{self.only}_only({getattr(self, self.only)!r}{extra})'
+    args = [repr(self.linen), repr(self.nnx)]
+    args += [
+        f'{field}={getattr(self, field)!r}' for field in ('linen_stacked', 'nnx_stacked')
+        if getattr(self, field) is not None
+    ]
+    if self.transform is not None:
+      args.append(f'transform={self.transform!r}')
+    if indent and (isinstance(self.linen, tuple) or isinstance(self.nnx, tuple)):  # a fused parameter's parts
+      return 'PathRule(\n' + ''.join(f'{indent}    {a},\n' for a in args) + f'{indent})'
+    return f'PathRule({", ".join(args)})'
+
   @classmethod
   def nnx_only(cls, nnx: Templates, *, nnx_stacked: Templates | None = None) -> PathRule:
     """State only the NNX port has, at `nnx` (and `nnx_stacked`): kept from an
@@ -636,22 +654,7 @@ class PathMapping:
     )
     lines = [f'from converters import {", ".join(names)}', '', f'{name} = PathMapping([']
     for rule in self.rules:
-      if rule.only is not None:
-        stacked = getattr(rule, f'{rule.only}_stacked')
-        extra = '' if stacked is None else f', {rule.only}_stacked={stacked!r}'
-        lines.append(f'    PathRule.{rule.only}_only({getattr(rule, rule.only)!r}{extra}),')
-        continue
-      args = [repr(rule.linen), repr(rule.nnx)]
-      args += [
-          f'{field}={getattr(rule, field)!r}' for field in ('linen_stacked', 'nnx_stacked')
-          if getattr(rule, field) is not None
-      ]
-      if rule.transform is not None:
-        args.append(f'transform={rule.transform!r}')
-      line = f'    PathRule({", ".join(args)}),'
-      if isinstance(rule.linen, tuple) or isinstance(rule.nnx, tuple):  # a fused parameter's parts
-        line = '    PathRule(\n' + ''.join(f'        {a},\n' for a in args) + '    ),'
-      lines.append(line)
+      lines.append(f'    {rule.to_python(indent="    ")},')
     lines.append('], keep_unmatched=True)' if self.keep_unmatched else '])')
     return '\n'.join(lines) + '\n'
 

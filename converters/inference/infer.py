@@ -26,7 +26,7 @@ from flax import linen as nn
 from flax import nnx
 
 from converters import abstract_models
-from converters.errors import ConversionError, PathMappingError, format_offenders
+from converters.errors import ConversionError, DisagreementError, PathMappingError, format_offenders
 from converters.inference.dataflow import Graph
 from converters.inference.folding import REVERSED, fold, fold_paths, merge_layouts, stacked_rules
 from converters.inference.parting import parting_words
@@ -146,15 +146,47 @@ def _infer_calls(linen_module, nnx_model, linen_call: Call, nnx_call: Call, line
   infer = functools.partial(_infer, models)
   try:
     return infer(given)
-  except PathMappingError:
+  except PathMappingError as refusal:
     inputs = models.call.inputs
     idle = functools.cache(lambda: _idle(models.traces, inputs))
-    found = _stored_otherwise(infer, given, models.traces, idle)
+    disagreements: list[tuple[PathMapping, DisagreementError]] = []
+
+    def searched(known):
+      """`infer(known)`, the first run the structure pairs whole but the
+      models disagree kept: where the port computes otherwise, under the
+      simplest rules that make the two structures agree."""
+      try:
+        return infer(known)
+      except DisagreementError as e:
+        if not disagreements:
+          disagreements.append((known, e))
+        raise
+
+    found = _stored_otherwise(searched, given, models.traces, idle)
     if found is None:
-      found = _fused_or_split(infer, given, models.traces, idle)
-    if found is None:
-      raise
-    return found
+      found = _fused_or_split(searched, given, models.traces, idle)
+    if found is not None:
+      return found
+    if disagreements and not isinstance(refusal, DisagreementError):
+      raise _disagreement_under(given, *disagreements[0]) from refusal
+    raise
+
+
+def _disagreement_under(given: PathMapping | None, known: PathMapping, e: DisagreementError) -> DisagreementError:
+  """`e`, said of the rules a search tried (those in `known` beyond
+  `given`): the refusal of a port that computes otherwise, where its
+  structure differs in layouts too (a fused or transposed kernel), names
+  the operations where the programs part, not the layouts."""
+  tried = [r for r in known.rules if given is None or r not in given.rules]
+  rules = ', '.join(r.to_python() for r in tried[:4]) + (', ...' if len(tried) > 4 else '')
+  return DisagreementError(
+      f'with the layouts that make the two structures agree ({rules}), {e.problem}',
+      e.paths,
+      fix='the port computes otherwise where the programs part: make it compute as the '
+      'Linen model does there. If those layouts are not the port\'s, give its rules '
+      "(paths=Infer([PathRule('linen/path', 'nnx/path', transform=Rearrange(...))])); "
+      'the rest is inferred',
+  )
 
 
 class _Traced:
@@ -1066,6 +1098,8 @@ def _first_use_text(graph: Graph, node: int) -> str:
 
 
 def _disagreement(traces, pairing: Pairing, verdict, parted: str = '') -> PathMappingError:
+  """The refusal of a pairing the witness disproves (`DisagreementError`),
+  or of outputs it cannot compare (non-finite)."""
   groups = '; '.join(
       'linen ' + ', '.join(_describe(traces[0], a) for a in ga)
       + ' with nnx ' + ', '.join(_describe(traces[1], b) for b in gb)
@@ -1084,7 +1118,7 @@ def _disagreement(traces, pairing: Pairing, verdict, parted: str = '') -> PathMa
         'its mapping (PathMapping([...])) and check it with assert_port_equivalent on '
         'real values',
     )
-  return PathMappingError(
+  return DisagreementError(
       'the variables pair by the structure of the two computations, but the models '
       f'disagree when run through that pairing ({verdict.where}: largest difference '
       f'{verdict.difference:.3g} of the outputs\' scale){tried}'

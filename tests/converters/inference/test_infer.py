@@ -28,7 +28,7 @@ from converters import (
     Infer, LinenModel, PathMapping, PathRule, Rearrange, infer_paths, linen_to_nnx, nnx_to_linen, relayout,
 )
 import converters
-from converters.errors import PathMappingError
+from converters.errors import DisagreementError, PathMappingError
 from converters.inference import infer_models, merge_layouts
 from converters.presets import KIT_PATHS
 from linen_impl import model as linen_kit
@@ -1216,6 +1216,23 @@ def test_a_gemma_style_decoder_split_and_merged_as_hugging_face_writes_it_needs_
   for inputs in (x, jax.random.normal(jax.random.key(3), (3, 7, 8))):
     np.testing.assert_allclose(ported(inputs), linen.apply(variables, inputs), rtol=1e-5, atol=1e-5)
   assert_trees_bit_equal(nnx_to_linen(ported, paths=mapping)['params'], variables['params'])
+
+
+def test_a_fused_port_that_swaps_key_and_value_is_refused_where_it_splits_them():
+  class Swapped(FusedProjection):
+    def __call__(self, x):
+      b, length, _ = x.shape
+      q, v, k = jnp.moveaxis(self.qkv(x).reshape(b, length, 3, 2, 4), 2, 0)  # key and value swapped
+      weights = jax.nn.softmax(jnp.einsum('bqnh,bknh->bnqk', q, k) / 2.0, axis=-1)
+      return self.out(jnp.einsum('bnqk,bknh->bqnh', weights, v).reshape(b, length, 8))
+
+  x = jax.random.normal(jax.random.key(0), (2, 5, 8))
+  # Said under the fused layout that makes the structures agree, where the
+  # two programs part: not as variables "used otherwise" at the attention.
+  with pytest.raises(DisagreementError, match=(
+      r"with the layouts that make the two structures agree \(PathRule\(\('query/.*"
+      r"the models disagree.*part first at .* and NNX `\w+` at .*test_infer\.py")):
+    infer_paths(SeparateProjections(), Swapped(nnx.Rngs(0)), x)
 
 
 def test_a_gemma_style_port_that_computes_otherwise_is_refused_not_split():
