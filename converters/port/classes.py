@@ -967,12 +967,13 @@ class ClassWriter:
                       through: cst.BaseExpression | None = None) -> cst.BaseExpression:
     nnx_params = spec.nnx_parameters()
     args: list[cst.Arg] = []
+    kv_size = None
     if spec.in_features is not None:
       in_size = self._in_size(site, node, self._feature_axis_of(node))
       if spec.in_features_first():
         args.append(cst.Arg(syntax.expression(in_size)))
-      if spec.one_input:
-        self._check_one_input(site, node, spec)
+      if spec.kv_features is not None:
+        kv_size = self._kv_size(site, node, spec)
     positional = True
     expected = [p for p in spec.nnx_positional() if p != spec.in_features]
     for i, (field, arg) in enumerate(arguments):
@@ -1009,6 +1010,8 @@ class ClassWriter:
       )
     if spec.in_features is not None and not spec.in_features_first():
       args.append(syntax.keyword(spec.in_features, syntax.expression(in_size)))
+    if kv_size is not None and kv_size != in_size:  # cross-attention: keys of another width
+      args.append(syntax.keyword(spec.kv_features, syntax.expression(kv_size)))
     given = {f for f, _ in arguments} | self._given_by_factory(node)
     from_field = through is not None and not isinstance(through, cst.Name)
     for field in spec.linen_defaults:
@@ -1019,16 +1022,25 @@ class ClassWriter:
       args.append(syntax.keyword('rngs', cst.Name('rngs')))
     return cst.Call(through if through is not None else syntax.expression(spec.nnx), syntax.normalised(args))
 
-  def _check_one_input(self, site, node, spec: layers.LayerSpec) -> None:
-    """Every call gives the layer one array besides its mask (self-attention):
-    NNX's layer is built for the first input's size only."""
+  def _kv_size(self, site, node, spec: layers.LayerSpec) -> str | None:
+    """The size of the key and value inputs where calls give the layer
+    them besides the query, positionally as NNX takes them (`attn(x,
+    context)`; `attn(x, x)`, self-attention as ViT writes it): for NNX's
+    `kv_features` argument. None where no call does."""
+    given = False
     for child in self.sites[site][1]:
       for call in child.calls:
-        others = [name for name, a in call.kwargs.items() if hasattr(a, 'shape') and name != 'mask']
-        others += [f'argument {i}' for i, a in enumerate(call.args[1:], 1) if hasattr(a, 'shape')]
-        if others:
-          self.fail(node, f'{spec.nnx} is called with {", ".join(others)} besides the query '
-                    '(cross-attention); port it by hand')
+        named = [name for name, a in call.kwargs.items() if hasattr(a, 'shape') and name != 'mask']
+        if named:
+          self.fail(node, f'{spec.nnx} is called with {", ".join(f"{n}=" for n in named)} besides the '
+                    'query; pass the keys and values positionally (attn(x, context)), as both Linen '
+                    'and NNX take them, or port it by hand')
+        arrays = [a for a in call.args[1:] if hasattr(a, 'shape')]
+        if len({a.shape[-1] for a in arrays}) > 1:
+          self.fail(node, f'{spec.nnx} is called with keys and values of different widths, which NNX '
+                    'takes to be one size; port it by hand')
+        given = given or bool(arrays)
+    return self._in_size(site, node, lambda child: -1, 1) if given else None
 
   def _input_size_argument(self, site, node, field: str, arg: cst.Arg) -> str:
     """The source of a layer's size argument computed from the call's inputs."""

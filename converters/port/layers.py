@@ -57,9 +57,10 @@ class LayerSpec:
   variable_renames: tuple[tuple[str, str], ...] = ()
   #: Linen fields holding a module, and the NNX attribute that holds its port.
   module_fields: tuple[tuple[str, str], ...] = ()
-  #: Whether NNX takes the size of the first input only (attention's query:
-  #: its keys and values are taken to be the same size).
-  one_input: bool = False
+  #: The NNX argument taking the size of the key and value inputs where a
+  #: call gives them besides the query (attention's `in_kv_features`: NNX
+  #: takes them to be the query's size otherwise); None: one input.
+  kv_features: str | None = None
   #: Linen fields whose default NNX does not share (attention's `decode`:
   #: False in Linen, None in NNX, which then wants it at every call):
   #: written out with Linen's default where the creation leaves them.
@@ -124,7 +125,7 @@ LAYERS: tuple[LayerSpec, ...] = (
     LayerSpec(nn.RNN, 'nnx.RNN', out_features=None, module_fields=(('cell', 'cell'),)),
     LayerSpec(
         nn.MultiHeadDotProductAttention, 'nnx.MultiHeadAttention', 'in_features',
-        mode=(('deterministic', True),), out_features='out_features', one_input=True,
+        mode=(('deterministic', True),), out_features='out_features', kv_features='in_kv_features',
         linen_defaults=('decode',),
     ),
 )

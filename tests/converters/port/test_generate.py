@@ -401,11 +401,21 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
                         modes=result.modes)
 
 
+@pytest.mark.parametrize('name, written', [
+    ('vit_stack', 'x = x + self.multi_head_dot_product_attention_0(y, y)'),  # attn(y, y), in a loop
+    ('cross_decoder_block', 'in_kv_features=encoded_shape[-1]'),  # keys of another width
+])
+def test_self_attention_written_twice_and_cross_attention_are_written_and_proven(tmp_path, name, written):
+  result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())
+  assert result.proven and not result.stubs, (result.failure, result.checks)
+  assert written in out.read_text(), out.read_text()
+
+
 @pytest.mark.parametrize('name, reason', [
     ('uses_unknown_layer', "Flax's SpectralNorm has no NNX counterpart"),
     ('depends_on_inputs', 'no condition on the configuration and input size agrees with when Linen creates the modules under `if x.shape[-1] > 2`'),
     ('reads_its_mode_field', "the field 'deterministic' sets the layers' modes and does more"),
-    ('cross_attention', 'nnx.MultiHeadAttention is called with argument 1 besides the query'),
+    ('kv_by_keyword', 'nnx.MultiHeadAttention is called with inputs_kv= besides the query'),
     ('untraced_after_rebinding', "the shape of 'bias' is not known from the trace"),
     ('untraced_creation', 'Inner(...) is created where no traced configuration went'),
     ('mixed_modes', "modes come from the call (train) and from the configuration"),
