@@ -64,25 +64,30 @@ def _inside(path: str, directory: str) -> bool:
   return os.path.commonpath([os.path.realpath(path), directory]) == directory
 
 
-def refusal(args, factory_module: str, read_files: list[str]) -> str | None:
-  """Why `--out` (or the test file) cannot be written, or None."""
+def refusal(args, read_modules: list[str], read_files: list[str]) -> str | None:
+  """Why `--out` (or the test file) cannot be written, or None:
+  `read_modules` are the modules read (the factory's, the model's), whose
+  packages are inputs whole; `read_files` the files read."""
   from converters.port.prove import paths_file
 
   outputs = [('--out', args.out), ("--out's mapping", paths_file(args.out)), ('--test-out', args.test_out)]
   if args.side_by_side is not None:
     outputs.append(('--side-by-side', args.side_by_side))
-  root = _package_root(factory_module)
+  roots = sorted({root for name in read_modules if (root := _package_root(name)) is not None})
   for option, path in outputs:
     real = os.path.realpath(path)
     suffix = '.html' if option == '--side-by-side' else '.py'
     if not path.endswith(suffix):
       kind = 'an HTML page (name it *.html)' if suffix == '.html' else 'a Python file (name it *.py)'
       return f'{option} {path}: write {kind}'
-    if root is not None and _inside(real, root):
-      return (
-          f'{option} {path} is inside the package being read ({root}); write the port '
-          'outside it, e.g. --out ports/models_nnx.py'
-      )
+    if suffix == '.py' and not os.path.basename(path)[:-3].isidentifier():
+      return f'{option} {path}: name it as a Python module is named (models_nnx.py), so that it imports'
+    for root in roots:
+      if _inside(real, root):
+        return (
+            f'{option} {path} is inside the package being read ({root}); write the port '
+            'outside it, e.g. --out ports/models_nnx.py'
+        )
     if real in read_files:
       return f'{option} {path} is a file the model is read from; choose another path'
     if os.path.isdir(real):
@@ -170,8 +175,14 @@ def run(args, fail) -> int:
         args, f'port {args.factory}: returned {type(linen_model).__name__}; return '
         'LinenModel(module, *example_inputs, **kwargs)', 2,
     )
+  # The factory's module and the model's are inputs (their packages whole);
+  # the files the port is written from are refused again by `port`.
+  factory_module = args.factory.partition(':')[0]
+  model_module = type(linen_model.module).__module__
   read = [source.file_of(type(linen_model.module)).path]
-  problem = refusal(args, args.factory.partition(':')[0], read)
+  read += [os.path.realpath(f) for name in (factory_module, model_module)
+           if (f := getattr(sys.modules.get(name), '__file__', None))]
+  problem = refusal(args, [factory_module, model_module], read)
   if problem:
     return fail(args, problem, 2)
   try:

@@ -164,7 +164,7 @@ def _infer_calls(linen_module, nnx_model, linen_call: Call, nnx_call: Call, line
 
     found = _stored_otherwise(searched, given, models.traces, idle)
     if found is None:
-      found = _fused_or_split(searched, given, models.traces, idle)
+      found = _fused_or_split(searched, given, models.traces, inputs, idle)
     if found is not None:
       return found
     if disagreements and not isinstance(refusal, DisagreementError):
@@ -182,10 +182,10 @@ def _disagreement_under(given: PathMapping | None, known: PathMapping, e: Disagr
   return DisagreementError(
       f'with the layouts that make the two structures agree ({rules}), {e.problem}',
       e.paths,
-      fix='the port computes otherwise where the programs part: make it compute as the '
-      'Linen model does there. If those layouts are not the port\'s, give its rules '
-      "(paths=Infer([PathRule('linen/path', 'nnx/path', transform=Rearrange(...))])); "
-      'the rest is inferred',
+      fix='either those layouts are not the port\'s (give its rules, '
+      "paths=Infer([PathRule('linen/path', 'nnx/path', transform=Rearrange(...))]), and the "
+      'rest is inferred), or the port computes otherwise where the programs part: make it '
+      'compute as the Linen model does there',
   )
 
 
@@ -270,7 +270,8 @@ MAX_TRANSFORM_TRIALS = 24
 
 
 def _idle(traces, inputs) -> frozenset:
-  """The Linen variables that reach no output on the example inputs."""
+  """The variables of `traces[0]` (Linen's, or NNX's given the traces the
+  other way round) that reach no output on the example inputs."""
   linen = traces[0]
   slots = [(k, None) for k, name in enumerate(linen.variables) if name is not None]
   return Witness(linen, traces[1], inputs[:linen.inputs], slots, [], {}).idle()
@@ -349,7 +350,7 @@ def _stored_otherwise(infer, given, traces, idle: Callable[[], frozenset]) -> Pa
   return fewest[0] if len(fewest) == 1 else None
 
 
-def _fused_or_split(infer, given, traces, idle: Callable[[], frozenset]) -> PathMapping | None:
+def _fused_or_split(infer, given, traces, inputs, idle: Callable[[], frozenset]) -> PathMapping | None:
   """The mapping with rules that fuse or split parameters (query, key and
   value kernels as one `Linear`; a `kv` einsum's kernel as two), when one
   combination of them is proven by the witness; None when there is no
@@ -386,7 +387,8 @@ def _fused_or_split(infer, given, traces, idle: Callable[[], frozenset]) -> Path
         shapes = (labels[whole_side][whole][1], labels[parted_side][parts[0]][1])
         key = (tuple(_family(paths[parted_side][p])[0] for p in parts), *shapes)
         members = by_template.setdefault(template, {}).setdefault(key, {})
-        members[index] = (paths[whole_side][whole], tuple(paths[parted_side][p] for p in parts), distance)
+        members[index] = (paths[whole_side][whole], tuple(paths[parted_side][p] for p in parts), distance,
+                          frozenset((parted_side, p) for p in parts))
     for template, candidates in by_template.items():
       option = []
       for (part_templates, whole_shape, part_shape), members in candidates.items():
@@ -396,18 +398,19 @@ def _fused_or_split(infer, given, traces, idle: Callable[[], frozenset]) -> Path
             {_family(p)[1] for p in side_paths if _family(p)[0] == t} <= set(members)
             for t in named for side_paths in everything
         ))
-        cases = [(template, part_templates)] if folded else [(w, p) for w, p, _ in members.values()]
-        distance = max(d for _, _, d in members.values())
+        cases = [(template, part_templates)] if folded else [(w, p) for w, p, _, _ in members.values()]
+        distance = max(m[2] for m in members.values())
+        parted = frozenset().union(*(m[3] for m in members.values()))
         for t in _parted_rearrangements(tuple(whole_shape), tuple(part_shape), len(part_templates), fused_side):
           rules = tuple(
               PathRule(parts, whole, transform=t) if fused_side == 'nnx' else PathRule(whole, parts, transform=t)
               for whole, parts in cases
           )
-          option.append(((0, distance, _part_moves(t)), rules))
+          option.append(((0, distance, _part_moves(t)), rules, parted))
       if option:
         # Left whole too (an output projection of a part's size, stored
         # otherwise): most wholes fused first.
-        options.append([*option, ((1, 0, 0), ())])
+        options.append([*option, ((1, 0, 0), (), frozenset())])
   if not options or math.prod(map(len, options)) > MAX_FUSED_COMBINATIONS:
     return None
   runs = [0]
@@ -421,7 +424,11 @@ def _fused_or_split(infer, given, traces, idle: Callable[[], frozenset]) -> Path
     return infer(known)
 
   try:
-    return _first_fused(budgeted, given, traces, idle, options)
+    # Each part must reach an output, on its own side: a search's layout of
+    # parts the runs cannot see (a query and a key over one position) is
+    # one no run proves.
+    blind = functools.cache(lambda: (idle(), _idle(traces[::-1], inputs)))
+    return _first_fused(budgeted, given, traces, blind, idle, options)
   except _OutOfRuns:
     return None
 
@@ -487,37 +494,46 @@ class _OutOfRuns(Exception):
   """The search spent its runs (`MAX_FUSED_RUNS`)."""
 
 
-def _first_fused(infer, given, traces, idle, options) -> PathMapping | None:
-  """The one proven combination of `options` (lists of `(cost, rules)`
-  candidates, one list per whole, the whole left as it is among them), the
-  simplest first."""
+def _first_fused(infer, given, traces, blind, idle, options) -> PathMapping | None:
+  """The one proven combination of `options` (lists of `(cost, rules,
+  parts)` candidates, one list per whole, the whole left as it is among
+  them), the simplest first; None where none or several are, or where a
+  proven one's parts (`(side, slot)`) reach no output (`blind()`: the idle
+  slots of each side)."""
   # Most wholes fused first, then parts nearest their place, then fewest
   # moves (the parts' axes in their own order, the parts outermost): at most
   # `MAX_TRANSFORM_TRIALS` runs, and the first proven wins only where
   # nothing else as simple is proven too.
   def cost(combination):
-    return tuple(map(sum, zip(*(c for c, _ in combination))))
+    return tuple(map(sum, zip(*(c for c, _, _ in combination))))
 
   proven, trials = [], 0
   for combination in sorted(itertools.product(*options), key=cost):
     if proven and cost(combination) > proven[0][0]:
       break
-    if not any(rules for _, rules in combination):
+    rules = [r for _, group, _ in combination for r in group]
+    if not rules:
       continue  # nothing fused: what the search began from
     try:
-      known = PathMapping([*(given.rules if given is not None else ()), *(r for _, rules in combination for r in rules)])
+      known = PathMapping([*(given.rules if given is not None else ()), *rules])
     except PathMappingError:
       continue  # candidates naming one variable twice, or what a given rule names
     trials += 1
     if trials > MAX_TRANSFORM_TRIALS:
       return None
+    parts = frozenset().union(*(p for _, _, p in combination))
     try:
-      proven.append((cost(combination), infer(known)))
+      proven.append((cost(combination), parts, infer(known)))
     except PathMappingError:
       found = _stored_otherwise(infer, known, traces, idle)
       if found is not None:
-        proven.append((cost(combination), found))
-  return proven[0][1] if len(proven) == 1 else None
+        proven.append((cost(combination), parts, found))
+  if len(proven) != 1:
+    return None
+  _, parts, mapping = proven[0]
+  if any(slot in blind()[side] for side, slot in parts):
+    return None
+  return mapping
 
 
 def _part_moves(transform: Rearrange) -> int:
@@ -539,6 +555,9 @@ def _parted_rearrangements(whole: tuple, part: tuple, count: int, fused_side: st
   candidates = _rearrangements(stacked, whole) if fused_side == 'nnx' else _rearrangements(whole, stacked)
   text = lambda groups: ' '.join(g[0] if len(g) == 1 else f'({" ".join(g)})' for g in groups)
   found = []
+  if stacked == tuple(whole):  # the parts outermost, each as it is: `w[i]`
+    names = ' '.join(chr(ord('a') + k) for k in range(len(part)))
+    found.append(Rearrange(f'{names} -> parts {names}' if fused_side == 'nnx' else f'parts {names} -> {names}'))
   for transform in candidates:
     if transform is None:
       continue

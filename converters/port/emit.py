@@ -233,10 +233,15 @@ def write_text(path: str, text: str) -> None:
 
 
 def _umask() -> int:
-  """The process's umask (read by setting it, then set back)."""
-  mask = os.umask(0o022)
-  os.umask(mask)
-  return mask
+  """The process's umask: Linux says it (`/proc/self/status`); elsewhere it
+  is read by setting it and setting it back (a moment another thread could see)."""
+  try:
+    with open('/proc/self/status', encoding='ascii') as f:
+      return next(int(line.split()[1], 8) for line in f if line.startswith('Umask:'))
+  except (OSError, StopIteration, ValueError):
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _comments(node) -> list:

@@ -121,6 +121,24 @@ def test_an_out_inside_the_package_read_is_refused_however_spelled(tmp_path):
   assert not os.path.exists(inside)
 
 
+def test_the_factory_and_the_models_package_are_inputs_even_with_force(tmp_path, monkeypatch):
+  # A lone factory module, beside where the port goes, making a model of a package.
+  factory = tmp_path / 'make_paths.py'
+  text = f'from {FACTORIES} import stack\n\n\ndef make():\n  return stack()\n'
+  factory.write_text(text)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, the model's
+  for out, words in [
+      (factory, 'is a file the model is read from'),  # --out is the factory
+      (tmp_path / 'make.py', "--out's mapping"),  # its mapping, make_paths.py, would be
+      (os.path.join(package, 'converters', 'port', 'made_nnx.py'), 'inside the package being read'),
+  ]:
+    assert_refused(run('port', 'make_paths:make', '--out', out, '--force'), words)
+  assert factory.read_text() == text and [p for p in os.listdir(tmp_path) if p != '__pycache__'] == ['make_paths.py']
+  assert not os.path.exists(os.path.join(package, 'converters', 'port', 'made_nnx.py'))
+  assert_refused(run('port', f'{FACTORIES}:stack', '--out', tmp_path / '.py'), 'name it as a Python module')
+
+
 def test_force_replaces_a_symlink_at_an_output_never_what_it_points_to(tmp_path):
   victim = tmp_path / 'mine.py'
   victim.write_text('mine\n')

@@ -1235,6 +1235,49 @@ def test_a_fused_port_that_swaps_key_and_value_is_refused_where_it_splits_them()
     infer_paths(SeparateProjections(), Swapped(nnx.Rngs(0)), x)
 
 
+def test_fused_parts_no_run_can_see_are_refused_not_guessed():
+  """Over one position, attention's softmax is 1 whatever the query and
+  key: a port laying them out `(k, q, v)` agrees with the simplest layout
+  there, and nowhere else. Refused, never that layout."""
+  class KeyFirst(FusedProjection):
+    def __call__(self, x):
+      b, length, _ = x.shape
+      k, q, v = jnp.moveaxis(self.qkv(x).reshape(b, length, 3, 2, 4), 2, 0)
+      weights = jax.nn.softmax(jnp.einsum('bqnh,bknh->bnqk', q, k) / 2.0, axis=-1)
+      return self.out(jnp.einsum('bnqk,bknh->bqnh', weights, v).reshape(b, length, 8))
+
+  with pytest.raises(PathMappingError):
+    infer_paths(SeparateProjections(), KeyFirst(nnx.Rngs(0)), jax.random.normal(jax.random.key(0), (2, 1, 8)))
+
+
+class StackedExperts(nn.Module):
+  """Three kernels in one parameter `(3, D, F)`, each read as `w[i]`."""
+
+  @nn.compact
+  def __call__(self, x):
+    w = self.param('w', nn.initializers.normal(0.5), (3, 8, 6))
+    return jnp.tanh(x @ w[0]) * (x @ w[1]) + jnp.sin(x @ w[2])
+
+
+class ThreeLinears(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.a, self.b, self.c = (nnx.Linear(8, 6, use_bias=False, rngs=rngs) for _ in range(3))
+
+  def __call__(self, x):
+    return jnp.tanh(self.a(x)) * self.b(x) + jnp.sin(self.c(x))
+
+
+def test_parts_stored_each_as_it_is_are_split_with_no_axis_moved():
+  x = jax.random.normal(jax.random.key(0), (4, 8))
+  mapping = infer_paths(StackedExperts(), ThreeLinears(nnx.Rngs(0)), x)
+  assert mapping.rules == (
+      PathRule('w', ('a/kernel', 'b/kernel', 'c/kernel'), transform=Rearrange('parts a b -> a b')),)
+  variables = StackedExperts().init(jax.random.key(1), x)
+  ported = linen_to_nnx(variables, target=ThreeLinears(nnx.Rngs(0)), paths=mapping)
+  other = jax.random.normal(jax.random.key(2), (5, 8))
+  np.testing.assert_array_equal(ported(other), StackedExperts().apply(variables, other))
+
+
 def test_a_gemma_style_port_that_computes_otherwise_is_refused_not_split():
   class SiluMLP(gemma_style.PortMLP):
     def __call__(self, x):
