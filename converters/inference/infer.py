@@ -400,7 +400,7 @@ def _fused_or_split(infer, given, traces, inputs, idle: Callable[[], frozenset])
         ))
         cases = [(template, part_templates)] if folded else [(w, p) for w, p, _, _ in members.values()]
         distance = max(m[2] for m in members.values())
-        parted = frozenset().union(*(m[3] for m in members.values()))
+        parted = tuple(m[3] for m in members.values())  # each whole's parts
         for t in _parted_rearrangements(tuple(whole_shape), tuple(part_shape), len(part_templates), fused_side):
           rules = tuple(
               PathRule(parts, whole, transform=t) if fused_side == 'nnx' else PathRule(whole, parts, transform=t)
@@ -410,7 +410,7 @@ def _fused_or_split(infer, given, traces, inputs, idle: Callable[[], frozenset])
       if option:
         # Left whole too (an output projection of a part's size, stored
         # otherwise): most wholes fused first.
-        options.append([*option, ((1, 0, 0), (), frozenset())])
+        options.append([*option, ((1, 0, 0), (), ())])
   if not options or math.prod(map(len, options)) > MAX_FUSED_COMBINATIONS:
     return None
   runs = [0]
@@ -424,9 +424,10 @@ def _fused_or_split(infer, given, traces, inputs, idle: Callable[[], frozenset])
     return infer(known)
 
   try:
-    # Each part must reach an output, on its own side: a search's layout of
-    # parts the runs cannot see (a query and a key over one position) is
-    # one no run proves.
+    # The parts of a whole must reach an output, on their own side, but
+    # one: a layout of two parts the runs cannot see (a query and a key
+    # over one position) is one no run proves, where one part no run sees
+    # (a key's bias, which a softmax cancels) sits where the others leave it.
     blind = functools.cache(lambda: (idle(), _idle(traces[::-1], inputs)))
     return _first_fused(budgeted, given, traces, blind, idle, options)
   except _OutOfRuns:
@@ -497,9 +498,9 @@ class _OutOfRuns(Exception):
 def _first_fused(infer, given, traces, blind, idle, options) -> PathMapping | None:
   """The one proven combination of `options` (lists of `(cost, rules,
   parts)` candidates, one list per whole, the whole left as it is among
-  them), the simplest first; None where none or several are, or where a
-  proven one's parts (`(side, slot)`) reach no output (`blind()`: the idle
-  slots of each side)."""
+  them; `parts`, the `(side, slot)`s of each whole), the simplest first;
+  None where none or several are, or where two parts of one whole of the
+  proven one reach no output (`blind()`: the idle slots of each side)."""
   # Most wholes fused first, then parts nearest their place, then fewest
   # moves (the parts' axes in their own order, the parts outermost): at most
   # `MAX_TRANSFORM_TRIALS` runs, and the first proven wins only where
@@ -521,7 +522,7 @@ def _first_fused(infer, given, traces, blind, idle, options) -> PathMapping | No
     trials += 1
     if trials > MAX_TRANSFORM_TRIALS:
       return None
-    parts = frozenset().union(*(p for _, _, p in combination))
+    parts = [whole for _, _, wholes in combination for whole in wholes]
     try:
       proven.append((cost(combination), parts, infer(known)))
     except PathMappingError:
@@ -531,7 +532,7 @@ def _first_fused(infer, given, traces, blind, idle, options) -> PathMapping | No
   if len(proven) != 1:
     return None
   _, parts, mapping = proven[0]
-  if any(slot in blind()[side] for side, slot in parts):
+  if any(sum(slot in blind()[side] for side, slot in whole) > 1 for whole in parts):
     return None
   return mapping
 
