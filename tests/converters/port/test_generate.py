@@ -415,7 +415,8 @@ def test_self_attention_written_twice_and_cross_attention_are_written_and_proven
     ('uses_unknown_layer', "Flax's SpectralNorm has no NNX counterpart"),
     ('depends_on_inputs', 'no condition on the configuration and input size agrees with when Linen creates the modules under `if x.shape[-1] > 2`'),
     ('reads_its_mode_field', "the field 'deterministic' sets the layers' modes and does more"),
-    ('kv_by_keyword', 'nnx.MultiHeadAttention is called with inputs_kv= besides the query'),
+    pytest.param('kv_by_keyword', 'nnx.MultiHeadAttention is called with inputs_kv= besides the query',
+                 marks=pytest.mark.filterwarnings('ignore:The inputs_kv arg:DeprecationWarning')),  # legacy, as users write it
     ('untraced_after_rebinding', "the shape of 'bias' is not known from the trace"),
     ('untraced_creation', 'Inner(...) is created where no traced configuration went'),
     ('mixed_modes', "modes come from the call (train) and from the configuration"),
