@@ -371,6 +371,8 @@ def _fused_or_split(infer, given, traces, inputs, idle: Callable[[], frozenset])
   first = [_first_use(g) for g in graphs]
   paths = [{slot: format_path(t.variables[slot[0]][1]) for slot in u} for t, u in zip(traces, unmatched)]
   labels = [{slot: g.labels[g.variables[slot]][1:] for slot in u} for g, u in zip(graphs, unmatched)]
+  # Each side's unmatched variables of one layer (not stacked) by collection, shape and dtype.
+  kinds = [_by_kind([v for v in u if v[1] is None], label.get) for u, label in zip(unmatched, labels)]
   everything = [[format_path(name[1]) for name in t.variables if name is not None] for t in traces]
   options = []
   for whole_side in (0, 1):
@@ -383,7 +385,8 @@ def _fused_or_split(infer, given, traces, inputs, idle: Callable[[], frozenset])
       if whole[1] is not None:
         continue
       template, index = _family(paths[whole_side][whole])
-      for parts, distance in _parts_of(whole, whole_side, unmatched, labels, first, paths):
+      for parts, distance in _parts_of(whole, whole_side, unmatched=unmatched, kinds=kinds[parted_side],
+                                       labels=labels, first=first, paths=paths):
         shapes = (labels[whole_side][whole][1], labels[parted_side][parts[0]][1])
         key = (tuple(_family(paths[parted_side][p])[0] for p in parts), *shapes)
         members = by_template.setdefault(template, {}).setdefault(key, {})
@@ -434,8 +437,18 @@ def _fused_or_split(infer, given, traces, inputs, idle: Callable[[], frozenset])
     return None
 
 
-def _parts_of(whole, whole_side: int, unmatched, labels, first, paths) -> list[tuple[tuple, int]]:
-  """`(parts, distance)`: unmatched variables of the other side that `whole`
+def _by_kind(slots, kind: Callable) -> dict:
+  """`{kind(slot): [slots of that kind, in order]}`: variables the structure
+  leaves unmatched, told apart by what a search may pair them by."""
+  found: dict = {}
+  for slot in slots:
+    found.setdefault(kind(slot), []).append(slot)
+  return found
+
+
+def _parts_of(whole, whole_side: int, *, unmatched, kinds: dict, labels, first, paths) -> list[tuple[tuple, int]]:
+  """`(parts, distance)`: unmatched variables of the other side (`kinds`,
+  those of one layer by collection, shape and dtype) that `whole`
   may hold side by side (k >= 2 of one collection, dtype and shape whose
   sizes add up to its size), in the order the computation first uses them,
   with how far they sit from where the whole's parts are expected.
@@ -449,10 +462,6 @@ def _parts_of(whole, whole_side: int, unmatched, labels, first, paths) -> list[t
   parted_side = 1 - whole_side
   collection, shape, dtype = labels[whole_side][whole]
   index = _family(paths[whole_side][whole])[1]
-  kinds: dict[tuple, list] = {}
-  for slot in unmatched[parted_side]:
-    if slot[1] is None:
-      kinds.setdefault(labels[parted_side][slot], []).append(slot)
   found = []
   for (part_collection, part_shape, part_dtype), members in kinds.items():
     size = max(math.prod(part_shape), 1)
@@ -585,15 +594,19 @@ def _last_of_their_size(graphs, traces, given, taken=(frozenset(), frozenset()))
   other projection of that size (or a fused key and value kernel's rule,
   and its output projection is paired in any axis order)."""
   unmatched = pair(*graphs).unmatched
-  kinds: list[dict] = [{}, {}]
-  for side, (graph, trace) in enumerate(zip(graphs, traces)):
-    for slot in unmatched[side]:
-      path = trace.variables[slot[0]][1]
-      if (slot[1] is not None or slot in taken[side]
-          or (given is not None and given.match_all(('linen', 'nnx')[side], path))):
-        continue
+
+  def left(side, slot) -> bool:
+    path = traces[side].variables[slot[0]][1]
+    return not (slot[1] is not None or slot in taken[side]
+                or (given is not None and given.match_all(('linen', 'nnx')[side], path)))
+
+  def kind(graph):
+    def of(slot):
       collection, shape, dtype = graph.labels[graph.variables[slot]][1:]
-      kinds[side].setdefault((collection, dtype, math.prod(shape)), []).append(slot)
+      return collection, dtype, math.prod(shape)
+    return of
+
+  kinds = [_by_kind([v for v in unmatched[side] if left(side, v)], kind(graph)) for side, graph in enumerate(graphs)]
   found = []
   for kind, linen_slots in kinds[0].items():
     nnx_slots = kinds[1].get(kind, [])
@@ -867,10 +880,8 @@ def _unmatched_as_groups(traces, graphs, pairing: Pairing) -> Pairing | None:
   those of one collection, shape and dtype, as many on each side; None
   where they do not fall so, or trying every assignment would take more
   than `MAX_WITNESS_RUNS` runs."""
-  kinds: list[dict] = [{}, {}]
-  for side, graph in enumerate(graphs):
-    for slot in pairing.unmatched[side]:
-      kinds[side].setdefault(graph.labels[graph.variables[slot]][1:], []).append(slot)
+  kinds = [_by_kind(pairing.unmatched[side], lambda v, g=graph: g.labels[g.variables[v]][1:])
+           for side, graph in enumerate(graphs)]
   if kinds[0].keys() != kinds[1].keys() or any(len(kinds[0][k]) != len(kinds[1][k]) for k in kinds[0]):
     return None
   runs = math.prod(math.factorial(len(members)) for members in kinds[0].values())
