@@ -22,7 +22,7 @@ _WHERE = {
     'PORT_INSTALL_HINT': 'converters.port.errors',
     'Untranslatable': 'converters.port.errors',
     'PortResult': 'converters.port.generate',
-    'Stub': 'converters.port.generate',
+    'Stub': 'converters.port.stubs',
     'port': 'converters.port.generate',
     'write': 'converters.port.generate',
     'assert_checkpoint_trains_on': 'converters.port.training',

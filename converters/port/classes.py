@@ -91,7 +91,7 @@ class ClassPort:
     return self.writer.nnx_path(child)
 
 
-def _fields(cdef: cst.ClassDef, cls: type, file: source.SourceFile, names: Sequence[str]) -> list[cst.AnnAssign]:
+def declared_fields(cdef: cst.ClassDef, cls: type, file: source.SourceFile, names: Sequence[str]) -> list[cst.AnnAssign]:
   """The class body's field declarations, in the dataclass's order."""
   declared = {
       s.body[0].target.value: s.body[0]
@@ -190,7 +190,7 @@ class ClassWriter:
         self.fail(self.cdef, f'the field {name!r} holds a Linen module; NNX modules are built in '
                   '__init__, from arguments: port it by hand')
     for decorator in self.cdef.decorators:
-      if (references.dotted(decorator.decorator) or [''])[0] in self.file.linen_names:
+      if self.file.linen_path(decorator.decorator) is not None:
         self.fail(decorator, f'the class is decorated with {self.file.code(decorator.decorator)}; '
                   'port it by hand')
     # The locals the creating method binds once (`norm = partial(...)`).
@@ -447,8 +447,7 @@ class ClassWriter:
           head = value.args[0].value
         else:
           head = value
-        names = references.dotted(head)
-        if names and names[0] in self.file.linen_names and not arg.star:
+        if self.file.linen_path(head) and not arg.star:
           if layers.layer_spec(helpers.layer_class(self.file, head)) is not None:
             handed[head] = value
     return handed
@@ -983,6 +982,10 @@ class ClassWriter:
         self._mode_argument(arg.value, dict(spec.mode)[field], node)
         positional = False
         continue
+      if field == spec.sequence_field:
+        args += self._sequence_arguments(site, node, arg)
+        positional = False
+        continue
       name = spec.nnx_argument(field)
       if name not in nnx_params:
         self.fail(node, f'{spec.nnx} has no argument {name!r} for Linen\'s {field!r}; port it by hand')
@@ -990,7 +993,7 @@ class ClassWriter:
         inner = arg.value
         if inner not in self.node_sites:
           self.fail(node, f'{field}= of {spec.nnx} takes a module created in place; port it by hand')
-        self.inlined[self.node_sites[inner]] = (site, dict(spec.module_fields)[field])
+        self.inlined[self.node_sites[inner]] = (site, (dict(spec.module_fields)[field],))
         arg = arg.with_changes(value=self._creation(self.node_sites[inner]))
         keep_position = positional and arg.keyword is None and i < len(expected) and expected[i] == name
         positional = positional and keep_position
@@ -1021,6 +1024,74 @@ class ClassWriter:
     if spec.rngs:
       args.append(syntax.keyword('rngs', cst.Name('rngs')))
     return cst.Call(through if through is not None else syntax.expression(spec.nnx), syntax.normalised(args))
+
+  def _sequence_arguments(self, site, node, arg: cst.Arg) -> list[cst.Arg]:
+    """`nn.Sequential([nn.Dense(8), nn.relu, Block()])`'s list as NNX takes
+    it, one argument each: modules created in place (written here, held at
+    `layers/<position>`), and functions as NNX spells them."""
+    if not isinstance(arg.value, (cst.List, cst.Tuple)) or any(
+        isinstance(e, cst.StarredElement) for e in arg.value.elements):
+      self.fail(node, f'{self.file.code(arg.value)}: the port writes a Sequential of a list written out '
+                '(nn.Sequential([nn.Dense(8), nn.relu])); write it so, or port it by hand')
+    args = []
+    for position, element in enumerate(arg.value.elements):
+      value = element.value
+      if value in self.node_sites:
+        self.inlined[self.node_sites[value]] = (site, ('layers', position))
+        args.append(cst.Arg(self._creation(self.node_sites[value])))
+      elif isinstance(value, cst.Call) and self._calls_a_module(value):
+        self.fail(value, f'{self.file.code(value)} in a Sequential makes a module the trace did not see '
+                  'made there; port it by hand')
+      else:
+        args.append(cst.Arg(value.visit(references.LinenReferences(self.file, self.cls, strict=True))))
+    return args
+
+  def inlined_path(self, child: tracing.Created) -> tuple:
+    """Where `child`, made as an argument of another creation (an RNN's
+    cell, a Sequential's layer), is in the port: the k-th module made at
+    its site is an argument of the k-th made at the other's."""
+    site = self.site_of(child)
+    outer_site, attribute = self.inlined[site]
+    inner = [c for c in child.parent.children if self.site_of(c) == site]
+    outers = [c for c in child.parent.children if self.site_of(c) == outer_site]
+    return self.nnx_path(outers[inner.index(child)]) + attribute
+
+  def made_in_loop(self, site: tracing.Site) -> bool:
+    """Whether the port holds the modules made at `site` in a list (made
+    in a loop, or as arguments of creations in a loop)."""
+    if site in self.inlined:
+      return self.made_in_loop(self.inlined[site][0])
+    return self.attributes[site][1]
+
+  def loop_index_at(self, child: tracing.Created) -> int:
+    """Where in `nnx_path(child)` the index of a looped module is: last,
+    or, for one made as another creation's argument, the other's."""
+    if self.site_of(child) not in self.inlined:
+      return len(self.nnx_path(child)) - 1
+    outer_site, attribute = self.inlined[self.site_of(child)]
+    return len(self.nnx_path(child)) - len(attribute) - 1
+
+  def sequence_of(self, node: cst.Call) -> cst.Call | None:
+    """The creation of a Sequential (a layer with a `sequence_field`)
+    whose list `node` is an element of as written, else None."""
+    element = self.file.parents.get(node)
+    sequence = self.file.parents.get(element)
+    arg = self.file.parents.get(sequence)
+    outer = self.file.parents.get(arg)
+    if not (isinstance(element, cst.Element) and isinstance(sequence, (cst.List, cst.Tuple))
+            and isinstance(arg, cst.Arg) and isinstance(outer, cst.Call)):
+      return None
+    made = helpers.layer_class(self.file, outer.func)
+    spec = layers.layer_spec(made) if isinstance(made, type) else None
+    if spec is None or spec.sequence_field is None:
+      return None
+    field = arg.keyword.value if arg.keyword else (
+        [f.name for f in dataclasses.fields(made) if f.init][outer.args.index(arg)])
+    return outer if field == spec.sequence_field else None
+
+  def _calls_a_module(self, call: cst.Call) -> bool:
+    made = helpers.layer_class(self.file, call.func)
+    return isinstance(made, type) and issubclass(made, nn.Module)
 
   def _kv_size(self, site, node, spec: layers.LayerSpec) -> str | None:
     """The size of the key and value inputs where calls give the layer
@@ -1119,7 +1190,7 @@ class ClassWriter:
     was, then the class's other statements, `methods` rewritten."""
     inputs = self._input_parameters()
     fields = [
-        f for f in _fields(self.cdef, self.cls, self.file, self.field_names)
+        f for f in declared_fields(self.cdef, self.cls, self.file, self.field_names)
         if f.target.value not in self.field_modes  # a flag inside a field leaves the field
     ]
     init = self._init_method(fields, inputs, init_body)

@@ -125,6 +125,8 @@ class CompactWriter(classes.ClassWriter):
     })
     attributes = {}
     for site, (node, children) in self.sites.items():
+      if self.sequence_of(node) is not None:
+        continue  # a Sequential's layer: held by it (`layers/0`), not by an attribute
       explicit = self._argument(node, 'name')
       if site in self.helpers:
         helper = self.helpers[site]
@@ -134,7 +136,7 @@ class CompactWriter(classes.ClassWriter):
       )
       prefix = self._numbered_name(node, explicit, children) if explicit is not None and is_list else None
       if prefix is not None:
-        attribute = prefix + 's'  # `name=f'block_{i}'` in a loop: the list `blocks`
+        attribute = prefix  # `name=f'block_{i}'` in a loop: the list `blocks`
       elif explicit is not None:
         if not isinstance(explicit, cst.SimpleString) or is_list:
           self.fail(node, 'a module named by an expression, or named in a loop; port it by hand')
@@ -170,22 +172,26 @@ class CompactWriter(classes.ClassWriter):
     return attributes
 
   def _numbered_name(self, node, explicit, children) -> str | None:
-    """`prefix` of `name=f'prefix_{i}'` in a loop whose modules are named
-    `prefix_0`, `prefix_1`, ... in order in every instance, else None."""
+    """The list's name for `name=f'block_{i}'` (`f'block{i + 1}'`) in a
+    loop whose modules are named `block_0`, `block_1`, ... (`block1`,
+    `block2`, ...) in order in every instance, each counting from one
+    number: `blocks`. Else None."""
     if not (isinstance(explicit, cst.FormattedString) and len(explicit.parts) == 2
             and isinstance(explicit.parts[0], cst.FormattedStringText)
             and isinstance(explicit.parts[1], cst.FormattedStringExpression)
-            and explicit.parts[1].format_spec is None and explicit.parts[1].conversion is None
-            and explicit.parts[0].value.endswith('_')):
+            and explicit.parts[1].format_spec is None and explicit.parts[1].conversion is None):
       return None
-    prefix = explicit.parts[0].value[:-1]
+    text = explicit.parts[0].value
+    prefix = text.removesuffix('_')
     if not prefix.isidentifier():
       return None
     for instance in self.instances:
       names = [c.name for c in children if c.parent is instance]
-      if names != [f'{prefix}_{k}' for k in range(len(names))]:
+      first = names[0].removeprefix(text) if names and names[0].startswith(text) else ''
+      if not first.isdigit() or names != [f'{text}{int(first) + k}' for k in range(len(names))]:
         return None
-    return source.snake_case(prefix)
+    name = source.snake_case(prefix)
+    return name if name.endswith('s') else name + 's'
 
   def _exclusive(self, node, others) -> bool:
     """Whether `node` and the creation `others` are in two branches of one `if`."""
@@ -238,9 +244,7 @@ class CompactWriter(classes.ClassWriter):
     """Where `child` (created by the traced instance) is in the port."""
     site = self.site_of(child)
     if site in self.inlined:
-      outer_site, attribute = self.inlined[site]
-      outer = next(c for c in child.parent.children if self.site_of(c) == outer_site)
-      return self.nnx_path(outer) + (attribute,)
+      return self.inlined_path(child)
     attribute, is_list = self.attributes[site]
     if not is_list:
       return (attribute,)
@@ -262,7 +266,7 @@ class CompactWriter(classes.ClassWriter):
         prelude = [
             syntax.statement(f'self.{self.attributes[site][0]} = nnx.List()\n')
             for site, (node, _) in self.sites.items()
-            if self.attributes[site][1] and self._loops(node)[-1] is statement
+            if site in self.attributes and self.attributes[site][1] and self._loops(node)[-1] is statement
         ]
         if id(statement) in self.running:
           initial, name = self.running[id(statement)]
@@ -365,15 +369,26 @@ class CompactWriter(classes.ClassWriter):
 
   def _read_outside(self, loop: cst.For) -> set[str]:
     """Names the compact method reads outside `loop` (a loop variable used
-    after it keeps its name)."""
+    after it keeps its name), but for another loop's own variables inside it."""
     found: set[str] = set()
+    bound: list[set[str]] = []
+    targets: set[cst.CSTNode] = set()
 
     class Visitor(cst.CSTVisitor):
       def visit_For(self, node):
-        return node is not loop
+        if node is loop:
+          return False
+        targets.update(syntax.descendants(node.target))
+        bound.append(source.names_in(node.target))
+        return True
+
+      def leave_For(self, node):
+        if node is not loop:
+          bound.pop()
 
       def visit_Name(self, node):
-        found.add(node.value)
+        if node not in targets and not any(node.value in names for names in bound):
+          found.add(node.value)
 
     self.method.body.visit(Visitor())
     return found - {'_'}  # `_` is never read
@@ -506,6 +521,8 @@ class CompactWriter(classes.ClassWriter):
     replacements: dict[cst.CSTNode, cst.CSTNode] = {}
     lists_by_loop: dict[int, list] = {}
     for site, (node, _) in self.sites.items():
+      if site not in self.attributes:
+        continue  # written inside the creation it is an argument of
       attribute, is_list = self.attributes[site]
       if not is_list:
         replacements[node] = syntax.expression(f'self.{attribute}')
@@ -515,7 +532,7 @@ class CompactWriter(classes.ClassWriter):
     loop_rewrites: dict[int, tuple] = {}
     prelude: dict[int, list[str]] = {}
     for site, (node, _) in self.sites.items():
-      attribute, is_list = self.attributes[site]
+      attribute, is_list = self.attributes.get(site, (None, False))
       if not is_list:
         continue
       loops = self._loops(node)
@@ -582,9 +599,11 @@ class CompactWriter(classes.ClassWriter):
           name, attribute = loop_rewrites[id(original)]
           targets = source.names_in(updated.target) - {'_'}
           if targets & (source.names_in(updated.body) | writer._read_outside(original)):
+            target = writer.file.code(original.target)
+            if not isinstance(original.target, cst.Name):
+              target = f'({target})'  # `for (i, width), layer in zip(...)`
             updated = updated.with_changes(
-                target=syntax.expression(f'(({writer.file.code(original.target)}), {name})').with_changes(
-                    lpar=[], rpar=[]),
+                target=syntax.expression(f'({target}, {name})').with_changes(lpar=[], rpar=[]),
                 iter=cst.Call(cst.Name('zip'), [
                     cst.Arg(updated.iter, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(' '))),
                     cst.Arg(syntax.expression(f'self.{attribute}')),

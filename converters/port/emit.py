@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 
 import libcst as cst
 
@@ -22,23 +23,38 @@ from converters.paths import PathMapping, PathRule, format_path
 from converters.transforms import Rearrange
 from converters.port import classes, layers, references, source, syntax, tracing, variables
 from converters.port.errors import PORT_INSTALL_HINT, PortToolError
+from converters.port.stubs import StubPort
 
-_HEADER = '''"""NNX port of `{origin}`, written by `linen-nnx port {factory}`.
+#: How many of the variables left out under stubs the mapping's file lists.
+_UNMAPPED_SHOWN = 20
 
-Each class is the NNX counterpart of the Linen class of the same name;
-`{module}_paths.PATHS`, written beside this file, maps the Linen variables
-onto these modules (`linen-nnx convert --paths {module}_paths:PATHS`).
-Proven equivalent when written: see `{test}`.
-"""
-'''
 
-_PATHS_HEADER = '''"""How the Linen variables of `{origin}` map onto the NNX port `{module}`
-(`linen-nnx convert --paths {module}_paths:PATHS`), written by `linen-nnx
-port {factory}`. Kept apart from the port, which imports only Flax, JAX and
-your own modules; this file is the kit's to read.
-"""
+def _docstring(*paragraphs: str) -> str:
+  """A module docstring of `paragraphs`, each filled to 79 columns."""
+  filled = [
+      textwrap.fill(p, 79, break_long_words=False, break_on_hyphens=False) for p in paragraphs if p
+  ]
+  return '"""' + '\n\n'.join(filled) + '\n"""\n'
 
-'''
+
+def _header(origin: str, factory: str, module: str, test: str, mode: str) -> str:
+  return _docstring(
+      f'NNX port of `{origin}`, written by `linen-nnx port {factory}`.',
+      f'Each class is the NNX counterpart of the Linen class of the same name; '
+      f'`{module}_paths.PATHS`, written beside this file, maps the Linen variables onto these '
+      f'modules (`linen-nnx convert --paths {module}_paths:PATHS`).'
+      + (f' Proven equivalent when written: see `{test}`.' if test else ''),
+      mode,
+  )
+
+
+def _paths_header(origin: str, factory: str, module: str) -> str:
+  return _docstring(
+      f'How the Linen variables of `{origin}` map onto the NNX port `{module}` (`linen-nnx '
+      f'convert --paths {module}_paths:PATHS`), written by `linen-nnx port {factory}`. Kept apart '
+      'from the port, which imports only Flax, JAX and your own modules; this file is the kit\'s '
+      'to read.',
+  ) + '\n'
 
 
 def _is_import(statement) -> bool:
@@ -80,9 +96,11 @@ def write_file(
     module_name: str,
     test_name: str,
     modes: dict[str, bool] | None = None,
+    unmapped: list[tuple] = (),
 ) -> GeneratedFile:
   """The generated file's text: `ports` (written classes, or `(cls, stub
-  source)` for classes that could not be written), in their files' order."""
+  source)` for classes that could not be written), in their files' order;
+  `unmapped` are the variables under stubs, which `PATHS` leaves out."""
   nodes: list[tuple[source.SourceFile, cst.CSTNode]] = []
   constants: dict[str, str] = {}  # module constants written (fields' defaults): name -> value's code
   for port in ports:
@@ -136,9 +154,10 @@ def write_file(
     # one that still needs Linen keeps its import.
     # A class or helper still calling Linen (`nn.with_logical_constraint`,
     # which NNX code calls as it is) keeps the Linen import.
+    linen_names = file.linen_names | file.linen_bound.keys()
     needs_linen = any(
-        source.names_in(n) & file.linen_names for f, n in nodes if f is file
-    ) or any(source.names_in(n) & file.linen_names for n in rewritten.values())
+        source.names_in(n) & linen_names for f, n in nodes if f is file
+    ) or any(source.names_in(n) & linen_names for n in rewritten.values())
     for key, statement in list(chosen.items()):
       if isinstance(statement, cst.FunctionDef) and statement.name.value in rewritten:
         chosen[key] = rewritten[statement.name.value]
@@ -183,13 +202,12 @@ def write_file(
       re.search(r'\bas jnp\b', i) for i in imports):
     imports.append('import jax.numpy as jnp\n')
   origin = ', '.join(sorted({f.python_module.__name__ for f in files}))
-  header = _HEADER.format(origin=origin, factory=factory, module=module_name, test=test_name)
+  mode = ''
   if modes:
     flags = ', '.join(f'`{flag}={not train}`' for flag, train in modes.items())
-    header = header.rstrip().removesuffix('"""') + (
-        f'\nA new model is in training mode, as every NNX module is: call `model.eval()`\n'
-        f'where Linen ran with {flags}, `model.train()` to train.\n"""\n'
-    )
+    mode = (f'A new model is in training mode, as every NNX module is: call `model.eval()` where '
+            f'Linen ran with {flags}, `model.train()` to train.')
+  header = _header(origin, factory, module_name, test_name, mode)
   parts.append(header)
   parts.append(future)
   parts.append('\n' + ''.join(sorted(set(imports), key=_import_order)))
@@ -203,15 +221,20 @@ def write_file(
     parts.append('\n\n' + variables.sown_type(collection, name, files[0].module.default_indent))
   for file, node in nodes:  # in the file's own indentation, with the comments above it
     parts.append('\n\n' + file.module.code_for_node(node.with_changes(leading_lines=_comments(node))))
-  paths_header = _PATHS_HEADER.format(origin=origin, factory=factory, module=module_name)
-  if mapping.rules:
-    paths_text = paths_header + mapping.to_python('PATHS')
-  else:
-    paths_text = paths_header + (
-        'from converters import PathMapping\n\n'
-        '# Not written while classes of the port are stubs: port them, then run `linen-nnx map`.\n'
-        'PATHS = PathMapping([])\n'
+  paths_text = _paths_header(origin, factory, module_name)
+  if unmapped:
+    shown = [format_path(p) for p in unmapped[:_UNMAPPED_SHOWN]]
+    more = len(unmapped) - len(shown)
+    paths_text += (
+        f'# Left out while classes of the port are stubs: the {len(unmapped)} variables under them\n'
+        + ''.join(f'#   {p}\n' for p in shown) + (f'#   ... and {more} more\n' if more else '')
+        + '# Port the stubs, then map the whole model with `linen-nnx map`.\n'
     )
+  if mapping.rules:
+    paths_text += mapping.to_python('PATHS')
+  else:
+    paths_text += 'from converters import PathMapping\n\nPATHS = PathMapping([])\n'
+  
   return GeneratedFile(''.join(parts), [c.__name__ for c in ported], paths_text)
 
 
@@ -278,10 +301,11 @@ def path_pairs(
   modules: dict[tuple, tuple[tuple, tuple[int, int, int] | Counted | None]] = {(): ((), None)}
   renames: dict[tuple, dict[str, str]] = {(): {}}
   fused: dict[tuple, tuple[tuple, str, int]] = {}  # linen path -> (nnx name, pattern, part)
+  stubbed = _stubbed(root, ports)
   for instance in root.walk():
     port = ports.get(instance.cls)
-    if port is None:
-      continue
+    if port is None or isinstance(port, StubPort) or instance.path not in modules:
+      continue  # a Flax layer; a stub, or a module under one: not mapped
     parent_nnx, parent_index = modules[instance.path]
     numbered = _loop_numbering(instance, port) if parent_index is None else {}
     for child in instance.children:
@@ -290,7 +314,7 @@ def path_pairs(
       if isinstance(numbered.get(child.path), Counted):
         index = numbered[child.path]
       elif child.path in numbered:  # `(linen position, nnx position, first number)`
-        index = (len(child.path) - 1, len(nnx_path) - 1, numbered[child.path])
+        index = (len(child.path) - 1, len(parent_nnx) + port.writer.loop_index_at(child), numbered[child.path])
       modules[child.path] = (nnx_path, index)
       spec = layers.layer_spec(child.cls)
       renames[child.path] = dict(getattr(spec, 'variable_renames', ()))
@@ -301,6 +325,8 @@ def path_pairs(
   for collection, tree in variables.items():
     flat = _flatten(tree)
     for path in flat:
+      if any(path[:k] in stubbed for k in range(len(path))):
+        continue
       for cut in range(len(path), -1, -1):
         if path[:cut] in modules:
           nnx_prefix, index = modules[path[:cut]]
@@ -328,6 +354,25 @@ class Counted:
   after: int
 
 
+#: A numbered name, Linen's (`Dense_3`) or the user's (`block3`): its prefix and number.
+_NUMBERED = re.compile(r'(.*?)(\d+)')
+
+
+def _stubbed(root: tracing.Created, ports) -> set[tuple]:
+  """The paths of the modules the port holds as stubs."""
+  return {i.path for i in root.walk() if isinstance(ports.get(i.cls), StubPort)}
+
+
+def under_stubs(root: tracing.Created, variables: dict, ports) -> list[tuple]:
+  """The paths of the variables under a stub (its own and its modules'):
+  what `PATHS` leaves out until the stub is ported."""
+  stubbed = _stubbed(root, ports)
+  return [
+      path for tree in variables.values() for path in _flatten(tree)
+      if any(path[:k] in stubbed for k in range(len(path)))
+  ]
+
+
 def _loop_numbering(instance: tracing.Created, port) -> dict[tuple, int | Counted]:
   """How the children of `instance` are numbered for any loop length: the
   number of the loop's first layer for a looped layer (`Dense_{i}`,
@@ -339,23 +384,28 @@ def _loop_numbering(instance: tracing.Created, port) -> dict[tuple, int | Counte
     sites.setdefault(port.writer.site_of(child), []).append(child)
   numbered = {}
   for site, siblings in sites.items():
-    if not port.attributes[site][1]:
+    if not port.writer.made_in_loop(site):
       continue
-    prefix, _, first = siblings[0].name.rpartition('_')
-    if not (first.isdigit() and all(c.name == f'{prefix}_{int(first) + k}' for k, c in enumerate(siblings))):
+    numbered_name = _NUMBERED.fullmatch(siblings[0].name)
+    if numbered_name is None:
       continue
-    first = int(first)
+    prefix, first = numbered_name[1], int(numbered_name[2])
+    if not all(c.name == f'{prefix}{first + k}' for k, c in enumerate(siblings)):
+      continue
     others = [c for c in instance.children if port.writer.site_of(c) != site
-              and re.fullmatch(rf'{re.escape(prefix)}_\d+', c.name)]
-    numbers = sorted(int(c.name.rpartition('_')[2]) for c in others)
-    once = all(len(sites[port.writer.site_of(c)]) == 1 and not port.attributes[port.writer.site_of(c)][1]
+              and re.fullmatch(rf'{re.escape(prefix)}\d+', c.name)]
+    numbers = sorted(int(_NUMBERED.fullmatch(c.name)[2]) for c in others)
+    once = all(len(sites[port.writer.site_of(c)]) == 1 and not port.writer.made_in_loop(port.writer.site_of(c))
                for c in others)
-    if not once or [k for k in numbers if k < first] != list(range(first)):
+    # Linen counts a class's modules from 0 in each scope (`Dense_1` in the
+    # loop after `Dense_0` before it); a user's names count from their own
+    # first number (`block1`).
+    if not once or numbers and [k for k in numbers if k < first] != list(range(first)):
       continue  # another loop of them, or a gap: numbered as traced
     numbered.update(dict.fromkeys((c.path for c in siblings), first))
     end = first + len(siblings)
-    numbered.update({c.path: Counted(len(c.path) - 1, int(c.name.rpartition('_')[2]) - end) for c in others
-                     if int(c.name.rpartition('_')[2]) >= end})
+    numbered.update({c.path: Counted(len(c.path) - 1, int(_NUMBERED.fullmatch(c.name)[2]) - end)
+                     for c in others if int(_NUMBERED.fullmatch(c.name)[2]) >= end})
   return numbered
 
 
@@ -373,14 +423,14 @@ def mapping_of(pairs) -> PathMapping:
   parts: dict[tuple, dict[int, str]] = {}  # (nnx template, pattern) -> part -> linen template
   for linen, nnx_path, index, fused in pairs:
     if isinstance(index, Counted):
-      prefix = linen[index.position].rsplit('_', 1)[0]
+      prefix = _NUMBERED.fullmatch(linen[index.position])[1]
       count = '{n}' if not index.after else f'{{n+{index.after}}}'
-      linen_t = format_path(linen[:index.position] + (f'{prefix}_{count}',) + linen[index.position + 1:])
+      linen_t = format_path(linen[:index.position] + (f'{prefix}{count}',) + linen[index.position + 1:])
       nnx_t = format_path(nnx_path)
     elif index is not None:
       li, ni, first = index
       token = f'{{i+{first}}}' if first else '{i}'
-      linen_t = format_path(linen[:li] + (re.sub(r'_\d+$', f'_{token}', linen[li]),) + linen[li + 1:])
+      linen_t = format_path(linen[:li] + (re.sub(r'\d+$', token, linen[li]),) + linen[li + 1:])
       nnx_t = format_path(nnx_path[:ni] + ('{i}',) + nnx_path[ni + 1:])
     else:
       linen_t, nnx_t = format_path(linen), format_path(nnx_path)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import textwrap
 import time
 import traceback
 
@@ -32,20 +31,7 @@ from converters.port import (
   tracing,
 )
 from converters.port.errors import PortInputError, PortOutputError, Untranslatable
-
-
-@dataclasses.dataclass
-class Stub:
-  """A class the port could not write: where and why."""
-
-  cls: str
-  line: int | None
-  reason: str
-  file: str
-
-  def __str__(self) -> str:
-    where = f'{self.file}:{self.line}' if self.line else self.file
-    return f'{self.cls} ({where}): {self.reason}'
+from converters.port.stubs import Stub, StubPort, stub_port, stub_source
 
 
 @dataclasses.dataclass
@@ -107,23 +93,6 @@ def _is_unreadable(cls: type) -> bool:
   return False
 
 
-def _stub_source(cls: type, stub: Stub) -> str:
-  try:
-    lines, _ = inspect.getsourcelines(cls)
-  except (OSError, TypeError):
-    lines = []
-  quoted = ''.join(f'# | {line.rstrip()}\n' if line.strip() else '# |\n' for line in lines)
-  message = f'{cls.__name__}: {stub.reason}'
-  where = f'{os.path.basename(stub.file)}:{stub.line}' if stub.line else os.path.basename(stub.file)
-  return (
-      f'# STUB: not ported ({where}). The Linen class, to port by hand:\n{quoted}'
-      f'class {cls.__name__}(nnx.Module):\n'
-      f'  """STUB, not ported: {textwrap.shorten(stub.reason, 200)}"""\n\n'
-      f'  def __init__(self, *args, **kwargs):\n'
-      f'    raise NotImplementedError({message!r})\n'
-  )
-
-
 def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'models_nnx',
           test_name: str = '') -> tuple[PortResult, dict]:
   """The generated file for `linen_model`, not yet proven."""
@@ -172,7 +141,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
     for child in instance.children:
       visit(child)
     cls = instance.cls
-    if layers.is_flax_class(cls) or cls in ports or any(s.cls == cls.__name__ for s in stubs):
+    if layers.is_flax_class(cls) or cls in ports:
       return
     # The class's whole subtree first: another instance may create more.
     for other in instances[cls][1:]:
@@ -200,27 +169,30 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
         path = getattr(inspect.getmodule(cls), '__file__', None) or '<unknown>'
       stub = Stub(cls.__name__, line, reason, path)
       stubs.append(stub)
-      written.append((cls, _stub_source(cls, stub)))
+      # The classes around it build and call it through this interface.
+      ports[cls] = stub_port(cls, instances[cls], stub)
+      written.append((cls, stub_source(ports[cls], instances[cls], variables)))
       return
     ports[cls] = port
     written.append(port)
 
   visit(root)
-  mapping = emit.PathMapping([])
-  if not stubs:
-    # The variables of every flag's configuration too (the scanned layers'),
-    # where they do not contradict the traced configuration's.
-    pairs = emit.path_pairs(root, variables, ports)
-    for _, _, other_root, other_variables in flags:
-      known = {linen: nnx_path for linen, nnx_path, *_ in pairs}
-      more = emit.path_pairs(other_root, other_variables, ports)
-      if all(known.get(linen, nnx_path) == nnx_path for linen, nnx_path, *_ in more):
-        pairs += [p for p in more if p[0] not in known]
-    mapping = emit.mapping_of(pairs)
+  # The variables of every flag's configuration too (the scanned layers'),
+  # where they do not contradict the traced configuration's; none under a
+  # stub, whose port is not written (`unmapped`).
+  pairs = emit.path_pairs(root, variables, ports)
+  for _, _, other_root, other_variables in flags:
+    known = {linen: nnx_path for linen, nnx_path, *_ in pairs}
+    more = emit.path_pairs(other_root, other_variables, ports)
+    if all(known.get(linen, nnx_path) == nnx_path for linen, nnx_path, *_ in more):
+      pairs += [p for p in more if p[0] not in known]
+  mapping = emit.mapping_of(pairs)
+  unmapped = emit.under_stubs(root, variables, ports)
   # The model's mode: its call's flags and its fields that the mode replaced.
-  modes = {**ports[type(module)].modes, **ports[type(module)].field_modes} if type(module) in ports else {}
+  modes = {**ports[type(module)].modes, **ports[type(module)].field_modes}
   generated = emit.write_file(
       written, mapping, factory=factory, module_name=module_name, test_name=test_name, modes=modes,
+      unmapped=unmapped,
   )
   files = {source.file_of(c).path for c in [type(module), *ports, *(s[0] for s in written if isinstance(s, tuple))]}
   result = PortResult(generated.text, generated.classes, stubs, dict(modes), generated.paths_text,
@@ -233,6 +205,54 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   result.within = within
   result.mapping = mapping
   return result, ports
+
+
+def _prove_around_stubs(linen_model: LinenModel, out: str, result: PortResult, ports) -> None:
+  """Each written class with no stub below it, proven on its own where the
+  model first calls it (its traced inputs, its configuration), with the
+  mapping written for it; none inside another proven so. The model itself,
+  holding a stub, is not proven (`result.proven` stays False)."""
+  root, _ = tracing.trace(linen_model.module, *linen_model.args, **linen_model.kwargs)
+  holds_stub: dict[int, bool] = {}
+
+  def stubbed(instance) -> bool:
+    if id(instance) not in holds_stub:
+      holds_stub[id(instance)] = isinstance(ports.get(instance.cls), StubPort) or any(
+          [stubbed(c) for c in instance.children])
+    return holds_stub[id(instance)]
+
+  chosen, seen = [], set()
+
+  def visit(instance):
+    if not stubbed(instance):
+      if instance.cls in ports and instance.cls not in seen and instance.calls:
+        seen.add(instance.cls)
+        chosen.append(instance)
+      return
+    for child in instance.children:
+      visit(child)
+
+  visit(root)
+  if not chosen:
+    return
+  generated = prove.import_file(out)
+  for instance in chosen:
+    start = time.perf_counter()
+    name = instance.cls.__name__
+    try:
+      call = instance.calls[0]
+      alone = LinenModel(instance.module.clone(parent=None, name=None), *call.args, **call.kwargs)
+      alone_root, alone_variables = tracing.trace(alone.module, *alone.args, **alone.kwargs)
+      paths = emit.mapping_of(emit.path_pairs(alone_root, alone_variables, ports))
+      port_of = ports[instance.cls]
+      prove.assert_generated_port(alone, generated, modes={**port_of.modes}, paths=paths)
+    except Exception as e:  # noqa: BLE001 - a failed proof is the result, reported
+      why = ''.join(traceback.format_exception_only(e)).strip().splitlines()[0]
+      result.checks.append((f'{name} alone, around the stubs', f'FAILED: {why}',
+                            f'{time.perf_counter() - start:.2f} s'))
+      continue
+    result.checks.append((f'{name} alone, around the stubs (as {format_path(instance.path)}, traced '
+                          'configuration)', 'passed', f'{time.perf_counter() - start:.2f} s'))
 
 
 def _import_name(out: str) -> str:
@@ -273,6 +293,7 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
     emit.write_text(test_out, test_file(factory, out, result.modes, decoding=decoding,
                                         decodes_only='cache' in result.variables))
   if result.stubs:
+    _prove_around_stubs(linen_model, out, result, ports)
     return result
   start = time.perf_counter()
   try:

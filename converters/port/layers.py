@@ -57,6 +57,10 @@ class LayerSpec:
   variable_renames: tuple[tuple[str, str], ...] = ()
   #: Linen fields holding a module, and the NNX attribute that holds its port.
   module_fields: tuple[tuple[str, str], ...] = ()
+  #: The Linen field holding a list of modules and functions that NNX takes
+  #: one by one as its positional arguments and holds in the list of that
+  #: name (`nn.Sequential([...])` is `nnx.Sequential(...)`, `layers`).
+  sequence_field: str | None = None
   #: The NNX argument taking the size of the key and value inputs where a
   #: call gives them besides the query (attention's `in_kv_features`: NNX
   #: takes them to be the query's size otherwise); None: one input.
@@ -123,6 +127,7 @@ LAYERS: tuple[LayerSpec, ...] = (
         ),
     ),
     LayerSpec(nn.RNN, 'nnx.RNN', out_features=None, module_fields=(('cell', 'cell'),)),
+    LayerSpec(nn.Sequential, 'nnx.Sequential', out_features=None, rngs=False, sequence_field='layers'),
     LayerSpec(
         nn.MultiHeadDotProductAttention, 'nnx.MultiHeadAttention', 'in_features',
         mode=(('deterministic', True),), out_features='out_features', kv_features='in_kv_features',

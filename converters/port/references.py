@@ -18,6 +18,7 @@ from flax import linen as nn
 from flax import nnx
 
 from converters.port import source, syntax
+from converters.port.source import dotted  # noqa: F401 - where the port's modules read it
 from converters.port.errors import Untranslatable
 
 #: Linen `Module` methods and properties NNX modules do not have (or have
@@ -25,16 +26,6 @@ from converters.port.errors import Untranslatable
 LINEN_MODULE_API = frozenset(
     n for n in dir(nn.Module) if not n.startswith('_') and n not in ('setup',)
 )
-
-
-def dotted(node: cst.BaseExpression) -> list[str] | None:
-  """`['nn', 'initializers', 'zeros']` of `nn.initializers.zeros`, or None."""
-  if isinstance(node, cst.Name):
-    return [node.value]
-  if isinstance(node, cst.Attribute):
-    head = dotted(node.value)
-    return None if head is None else head + [node.attr.value]
-  return None
 
 
 def same_function(a, b, depth: int = 4) -> bool:
@@ -141,9 +132,9 @@ class LinenReferences(cst.CSTTransformer):
   def visit_Call(self, node):
     if node in self.skip:
       return False
-    names = dotted(node.func)
-    if names and names[0] in self.file.linen_names:
-      function = _resolve(nn, names[1:])
+    path = self.file.linen_path(node.func)
+    if path is not None:
+      function = _resolve(nn, path)
       if any(function is f for f in RESPELLED):
         self.respelled[node] = function
         self.skip.add(node.func)
@@ -154,31 +145,52 @@ class LinenReferences(cst.CSTTransformer):
     return updated
 
   def visit_Attribute(self, node):
-    names = dotted(node)
     if node in self.skip:
       return False
-    if names is None or names[0] not in self.file.linen_names:
+    self.skip.add(node.attr)  # `x.relu`: not Linen's `relu` imported bare
+    return self._visit_reference(node)
+
+  def visit_Name(self, node):
+    return None if node in self.skip else self._visit_reference(node)
+
+  def visit_Arg(self, node):
+    if node.keyword is not None:
+      self.skip.add(node.keyword)
+
+  def visit_Param(self, node):
+    self.skip.add(node.name)
+
+  def visit_FunctionDef(self, node):
+    self.skip.add(node.name)
+
+  def _visit_reference(self, node) -> bool:
+    path = self.file.linen_path(node)
+    if not path:  # not Linen's, or `nn` itself (`getattr(nn, name)`)
       return True
-    linen_object = _resolve(nn, names[1:])
+    code = cst.Module([]).code_for_node(node)
+    linen_object = _resolve(nn, path)
     twin = next((t for f, t in SAME_FOR_VALID_INPUTS.items() if f is linen_object), None)
-    if linen_object is not _MISSING and same_function(linen_object, _resolve(nnx, names[1:])):
-      self.replaced[node] = syntax.expression('.'.join(['nnx'] + names[1:]))
+    if path and linen_object is not _MISSING and same_function(linen_object, _resolve(nnx, path)):
+      self.replaced[node] = syntax.expression('.'.join(('nnx',) + path))
     elif twin is not None:
       self.replaced[node] = syntax.expression(twin)
     elif any(linen_object is f for f in FRAMEWORK_FREE):
-      self.left.append('.'.join(names))  # kept, with Linen's import
+      self.left.append(code)  # kept, with Linen's import
     elif self.strict:
       line = self.file.positions[node].start.line if node in self.file.positions else None
       raise Untranslatable(
           self.cls, line,
-          f'{".".join(names)} is used beyond creating a layer, and NNX has no '
-          f'nnx.{".".join(names[1:])} that is the same; port it by hand',
+          f'{code} is used beyond creating a layer, and NNX has no '
+          f'nnx.{".".join(path)} that is the same; port it by hand',
       )
     else:
-      self.left.append('.'.join(names))
+      self.left.append(code)
     return False
 
   def leave_Attribute(self, original, updated):
+    return self.replaced.get(original, updated)
+
+  def leave_Name(self, original, updated):
     return self.replaced.get(original, updated)
 
 
@@ -196,10 +208,7 @@ def linen_transform(node: cst.BaseExpression, file: source.SourceFile) -> str | 
   return next((name for name in LINEN_TRANSFORMS if is_linen(func, file, name)), None)
 
 
-def is_linen(node: cst.BaseExpression, file: source.SourceFile, attribute: str) -> bool:
-  return (
-      isinstance(node, cst.Attribute)
-      and isinstance(node.value, cst.Name)
-      and node.value.value in file.linen_names
-      and node.attr.value == attribute
-  )
+def is_linen(node: cst.BaseExpression, file: source.SourceFile, *path: str) -> bool:
+  """Whether `node` names Linen's `path` (`nn.compact`, or `compact`
+  imported bare, for `is_linen(node, file, 'compact')`)."""
+  return file.linen_path(node) == path

@@ -55,6 +55,9 @@ class SetupWriter(classes.ClassWriter):
       self._loops(node)
       assign, is_list = self._assignment(node)
       attribute = assign.targets[0].target.attr.value
+      if self.sequence_of(node) is not None:
+        attributes[site] = (attribute, False)  # a Sequential's: written inside it, `body/layers/0`
+        continue
       for child in children:
         if child.name != attribute and not (is_list and re.fullmatch(rf'{attribute}_\d+', child.name)):
           self.fail(node, f'{child.name} is assigned to self.{attribute}; port it by hand')
@@ -86,6 +89,8 @@ class SetupWriter(classes.ClassWriter):
 
   def nnx_path(self, child: tracing.Created) -> tuple:
     """`dense` -> `dense`, `layers_2` -> `layers/2`."""
+    if self.site_of(child) in self.inlined:
+      return self.inlined_path(child)
     attribute, is_list = self.attributes[self.site_of(child)]
     if not is_list:
       return (attribute,)
@@ -163,23 +168,11 @@ class _SetupBody(cst.CSTTransformer):
   def leave_Assign(self, original, updated):
     # A list of modules is an `nnx.List` (a list attribute would be data).
     if isinstance(original.value, (cst.List, cst.ListComp, cst.Tuple)) and any(
-        self.writer.attributes[s][1] and n in _descendants(original.value)
+        self.writer.attributes[s][1] and n in syntax.descendants(original.value)
         for n, s in self.writer.node_sites.items()
     ):
       return updated.with_changes(value=cst.Call(syntax.expression('nnx.List'), [cst.Arg(updated.value)]))
     return updated
-
-
-def _descendants(node):
-  found = []
-
-  class Visitor(cst.CSTVisitor):
-    def on_visit(self, n):
-      found.append(n)
-      return True
-
-  node.visit(Visitor())
-  return found
 
 
 class _MethodBody(cst.CSTTransformer):

@@ -68,6 +68,78 @@ class SourceFile:
     """The names the file binds to `flax.linen` (`nn`, usually)."""
     return frozenset(k for k, v in vars(self.python_module).items() if v is nn)
 
+  @functools.cached_property
+  def linen_bound(self) -> dict[str, tuple[str, ...]]:
+    """The names the file imports bare from Linen (`from flax.linen import
+    compact, Dense`, `from flax.linen.initializers import zeros as z`) ->
+    where each is in `flax.linen` (`('initializers', 'zeros')`)."""
+    bound = {}
+    for statement in self.module.body:
+      for line in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+        if not isinstance(line, cst.ImportFrom) or isinstance(line.names, cst.ImportStar) or line.relative:
+          continue
+        module = dotted(line.module) or []
+        if module[:2] != ['flax', 'linen']:
+          continue
+        for alias in line.names:
+          name = alias.evaluated_alias or alias.evaluated_name
+          value = vars(self.python_module).get(name)
+          path = tuple(module[2:]) + (alias.evaluated_name,)
+          if value is None or value is nn:
+            continue
+          if _resolve(path) is not value:  # `from flax.linen.linear import Dense`
+            path = _LINEN_OBJECTS.get(id(value), path)
+          bound[name] = path
+    return bound
+
+  def linen_path(self, node: cst.BaseExpression) -> tuple[str, ...] | None:
+    """Where in `flax.linen` the name or attribute `node` is, however the
+    file imports it: `('Dense',)` of `nn.Dense`, of `linen.Dense` and of
+    `Dense` imported bare; None for anything else."""
+    names = dotted(node)
+    if not names:
+      return None
+    if names[0] in self.linen_names:
+      return tuple(names[1:])
+    if names[0] in self.linen_bound:
+      return self.linen_bound[names[0]] + tuple(names[1:])
+    return None
+
+
+def _linen_objects() -> dict[int, tuple[str, ...]]:
+  """id -> path in `flax.linen` of its public classes, functions and
+  submodules, and of `nn.initializers`' (the first name of each)."""
+  found: dict[int, tuple[str, ...]] = {}
+  for prefix, namespace in (((), nn), (('initializers',), nn.initializers)):
+    for name in dir(namespace):
+      value = getattr(namespace, name)
+      if name.startswith('_') or not (callable(value) or isinstance(value, types.ModuleType)):
+        continue
+      if isinstance(value, type) and value.__module__ == 'builtins':
+        continue  # `nn.Any`-like re-exports of Python's own
+      found.setdefault(id(value), prefix + (name,))
+  return found
+
+
+_LINEN_OBJECTS = _linen_objects()
+
+
+def _resolve(path: tuple[str, ...]):
+  value = nn
+  for name in path:
+    value = getattr(value, name, None)
+  return value
+
+
+def dotted(node: cst.BaseExpression) -> list[str] | None:
+  """`['nn', 'initializers', 'zeros']` of `nn.initializers.zeros`, or None."""
+  if isinstance(node, cst.Name):
+    return [node.value]
+  if isinstance(node, cst.Attribute):
+    head = dotted(node.value)
+    return None if head is None else head + [node.attr.value]
+  return None
+
 
 @functools.cache
 def source_file(path: str) -> SourceFile:

@@ -471,3 +471,16 @@ def alias_name(alias: cst.ImportAlias) -> str:
   if alias.asname is not None:
     return alias.asname.name.value
   return cst.Module([]).code_for_node(alias.name).split('.')[0]
+
+
+def descendants(node: cst.CSTNode) -> list[cst.CSTNode]:
+  """`node` and every node below it."""
+  found = []
+
+  class Visitor(cst.CSTVisitor):
+    def on_visit(self, n):
+      found.append(n)
+      return True
+
+  node.visit(Visitor())
+  return found

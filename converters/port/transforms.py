@@ -228,9 +228,7 @@ def is_method_scan(decorator: cst.Decorator, file: source.SourceFile) -> bool:
           and node.args and node.args[0].keyword is None):
     return False
   target = node.args[0].value
-  names = references.dotted(target)
-  return references.is_linen(target, file, 'scan') or (
-      len(names) == 3 and names[0] in file.linen_names and names[1:] == ['transforms', 'scan'])
+  return file.linen_path(target) in (('scan',), ('transforms', 'scan'))
 
 
 def method_scan(decorator: cst.Decorator, method: cst.FunctionDef, file: source.SourceFile) -> cst.Decorator:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import inspect
 import os
 import pathlib
 import sys
@@ -19,6 +20,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import pytest
+from flax import nnx
 
 from converters import LinenModel
 from converters.errors import AnnotationError
@@ -443,8 +445,11 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
   (stub,) = result.stubs
   assert reason in stub.reason and stub.line is not None
   generated = import_file(str(out))
+  stub_class = getattr(generated, stub.cls)
+  required = [n for n, p in list(inspect.signature(stub_class.__init__).parameters.items())[1:]
+              if p.default is p.empty]
   with pytest.raises(NotImplementedError, match='port it by hand'):
-    getattr(generated, stub.cls)()
+    stub_class(**dict.fromkeys(required))  # the interface the classes around it build it through
   assert '# STUB: not ported' in out.read_text()
   assert ruff_check(str(out)) == ([], [])
 
@@ -838,3 +843,25 @@ def test_a_lint_that_cannot_run_fails_the_port_never_passes_it(tmp_path, monkeyp
   monkeypatch.setattr(emit, '_RUFF', [sys.executable, '-m', 'no_such_ruff_module'])
   with pytest.raises(PortToolError, match=r"ruff could not check the port .*pip install -e '\.\[port\]'"):
     emit.ruff_check(str(tmp_path / 'any.py'))
+
+
+def test_one_stub_is_that_class_alone_the_rest_written_mapped_and_proven_around_it(tmp_path):
+  from tests.converters.port.golden import stub_in_a_branch
+
+  out = tmp_path / 'stub_in_a_branch_nnx.py'
+  result = port(stub_in_a_branch.model(), str(out), factory='tests.converters.port.golden.stub_in_a_branch:model')
+  assert [s.cls for s in result.stubs] == ['PoolingHead'] and not result.proven
+  assert _outcome(result, 'Encoder alone, around the stubs (as Encoder_0, traced configuration)') == 'passed'
+  generated = import_file(str(out))
+  # The parent builds the stub through the interface it states, and fails there only.
+  with pytest.raises(NotImplementedError, match='PoolingHead is a stub'):
+    generated.Classifier(8, in_features=5, rngs=nnx.Rngs(0))
+  paths = port_paths(generated)
+  variables = jax.eval_shape(lambda: stub_in_a_branch.model().module.init(
+      jax.random.key(0), jnp.ones((2, 4, 5))))['params']
+  linen = [tuple(k.key for k in p) for p, _ in jax.tree_util.tree_flatten_with_path(variables)[0]]
+  bound = paths.bound('linen', linen)
+  mapped = {p for p in linen if bound.match_all('linen', p)}
+  assert {p for p in linen if p not in mapped} == {
+      ('PoolingHead_0', 'Dense_0', 'bias'), ('PoolingHead_0', 'Dense_0', 'kernel'), ('PoolingHead_0', 'probe')}
+  assert '#   PoolingHead_0/probe\n' in pathlib.Path(paths_file(str(out))).read_text()

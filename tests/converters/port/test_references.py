@@ -55,3 +55,33 @@ def test_framework_free_linen_functions_are_kept_and_the_rest_refused():
 
 def test_twins_that_differ_only_on_bad_input_are_written_as_nnx():
   assert _rewritten('nn.combine_masks(a, b)') == 'nnx.combine_masks(a, b)'
+
+
+def _rewritten_bare(code: str) -> str:
+  from tests.converters.port.golden import bare_imports  # imports Linen's names bare
+
+  file = source.file_of(bare_imports.Net)
+  return cst.Module([]).code_for_node(cst.parse_module(code).visit(
+      references.LinenReferences(file, bare_imports.Net)))
+
+
+def test_names_imported_bare_are_where_they_are_in_linen():
+  from tests.converters.port.golden import bare_imports
+
+  file = source.file_of(bare_imports.Net)
+  path = lambda code: file.linen_path(cst.parse_expression(code))  # noqa: E731
+  assert path('Dense') == path('linen.Dense') == ('Dense',)
+  assert path('zeros_init') == ('initializers', 'zeros')  # `from flax.linen.initializers import zeros as ...`
+  assert path('linen.initializers.zeros') == ('initializers', 'zeros')
+  assert path('jnp.tanh') is None and path('x') is None
+  assert references.is_linen(cst.parse_expression('compact'), file, 'compact')
+
+
+def test_names_imported_bare_are_written_as_nnx_and_only_where_they_are_read():
+  assert _rewritten_bare('y = relu(x)\n') == 'y = nnx.relu(x)\n'
+  assert _rewritten_bare('y = f(x, init=zeros_init)\n') == 'y = f(x, init=nnx.initializers.zeros)\n'
+  # An attribute, a keyword or a parameter spelled as a Linen name is not one.
+  assert _rewritten_bare('y = x.relu(relu=1)\n') == 'y = x.relu(relu=1)\n'
+  assert _rewritten_bare('def f(relu):\n    return 1\n') == 'def f(relu):\n    return 1\n'
+  with pytest.raises(Untranslatable, match='LayerNorm is used beyond creating a layer'):
+    _rewritten_bare('y = LayerNorm\n')
