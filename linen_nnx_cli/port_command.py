@@ -189,7 +189,7 @@ def run(args, fail) -> int:
     result = port(linen_model, args.out, factory=args.factory, test_out=args.test_out)
   except (PortInputError, PortOutputError, PortToolError) as e:
     return fail(args, str(e), 2)
-  code = 0 if result.proven else 1
+  code = 0 if result.proven and not result.branches else 1
   if args.side_by_side is not None:
     from converters.port.emit import write_text
 
@@ -201,6 +201,8 @@ def run(args, fail) -> int:
         'side_by_side': args.side_by_side,
         'classes': result.classes, 'modes': result.modes,
         'stubs': [{'class': s.cls, 'file': s.file, 'line': s.line, 'reason': s.reason} for s in result.stubs],
+        'branches': [{'class': b.cls, 'file': b.file, 'line': b.line, 'branch': b.branch}
+                     for b in result.branches],
         'checks': [{'check': c, 'outcome': o, 'figure': f} for c, o, f in result.checks],
         'failure': result.failure,
     }, indent=2))
@@ -211,11 +213,16 @@ def run(args, fail) -> int:
       print(f'  {check}: {outcome}' + (f' ({figure})' if figure else ''))
     for stub in result.stubs:
       print(f'  stub: {stub}')
+    for branch in result.branches:
+      print(f'  branch not written: {branch}')
     if result.failure:
       print(f'  {result.failure}')
   if result.stubs:
     names = ', '.join(s.cls for s in result.stubs)
     print(f'linen-nnx port: {names} written as stubs: port them by hand (see above)', file=sys.stderr)
+  elif result.branches and result.proven:
+    print('linen-nnx port: proven where traced; branches no configuration took raise NotImplementedError: '
+          'trace a configuration that takes them, or port them by hand (see above)', file=sys.stderr)
   elif code:
     print('linen-nnx port: the port was written but not proven (see above)', file=sys.stderr)
   return code

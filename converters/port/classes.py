@@ -211,7 +211,7 @@ class ClassWriter:
         self.file, cls, strict=True,
         skip=[node.func for node, _ in self.sites.values()]
         + [partial.args[0].value for partial in self.factories.values()] + self.lift_calls
-        + list(self.handed),
+        + list(self.handed) + list(self.untraced_branches),
     ))
     self.attributes = self._attributes()
     self.used_dims: set[shapes.InputDim] = set()
@@ -357,7 +357,10 @@ class ClassWriter:
 
   def _check_untraced_creations(self) -> None:
     """A module class called in the method where no trace went (a branch no
-    configuration tried) is refused: it would stay a Linen creation."""
+    configuration tried) is refused, it would stay a Linen creation; but
+    for a branch of an `if` on the configuration that creates nothing
+    traced (a hybrid model's ResNet root, the trace without it), which the
+    port writes to raise (`untraced_branches`)."""
     made = {node for node, _ in self.sites.values()} | set(self.lift_calls)
     made |= {p for p in self.factories.values()}
     module = self.instance.module
@@ -375,13 +378,50 @@ class ClassWriter:
         value = value.func
       return isinstance(value, type) and issubclass(value, nn.Module)
 
+    untraced = []
+
     class Visitor(cst.CSTVisitor):
       def visit_Call(self, node):
         if node not in made and module_class(node.func):
-          writer.fail(node, f'{writer.file.code(node.func)}(...) is created where no traced '
-                      'configuration went; port it by hand (or trace a configuration that takes it)')
+          untraced.append(node)
 
     self.method.body.visit(Visitor())
+    #: Blocks of an `if` on the configuration creating only what no trace
+    #: made: `__init__` and `__call__` raise there (`untraced_raise`).
+    self.untraced_branches: dict[cst.CSTNode, cst.If] = {}
+    for node in untraced:
+      branch = self._untraced_branch(node, made)
+      if branch is None:
+        self.fail(node, f'{self.file.code(node.func)}(...) is created where no traced '
+                  'configuration went; port it by hand (or trace a configuration that takes it)')
+      self.untraced_branches[branch[0]] = branch[1]
+
+  def _untraced_branch(self, node: cst.Call, made: set) -> tuple[cst.CSTNode, cst.If] | None:
+    """The block (an `if`'s body, or its `else`) around `node` that creates
+    nothing traced, where the `if` tests the configuration only; else None."""
+    child = node
+    for ancestor in self.file.ancestors(node):
+      if ancestor is self.method:
+        return None
+      if isinstance(ancestor, cst.If) and child in (ancestor.body, ancestor.orelse):
+        block = child
+        inside = syntax.descendants(block)
+        if (not self.call_time & source.names_in(ancestor.test) and not any(n in made for n in inside)
+                and isinstance(block, (cst.IndentedBlock, cst.Else))):
+          return block, ancestor
+        return None
+      child = ancestor
+    return None
+
+  def untraced_raise(self, block: cst.CSTNode) -> cst.BaseSuite:
+    """What an untraced branch is written as: it raises, saying why."""
+    statement = self.untraced_branches[block]
+    branch = 'else' if isinstance(block, cst.Else) else 'if'
+    where = f'the {branch} branch of `if {self.file.code(statement.test)}`'
+    message = (f'{self.cls.__name__}: {where} was not traced, so the port does not write it: trace a '
+               'configuration that takes it, or port it by hand')
+    body = block.body if isinstance(block, cst.Else) else block
+    return body.with_changes(body=[syntax.statement(f'raise NotImplementedError({message!r})\n')])
 
   def _factories(self) -> dict[str, cst.Call]:
     """Locals that make modules, `norm = functools.partial(nn.BatchNorm,

@@ -275,9 +275,13 @@ class CompactWriter(classes.ClassWriter):
         emitted += [(s, False) for s in prelude] + [(loop, False)]
       elif isinstance(statement, cst.If):
         inner = self._init_block(list(statement.body.body))
+        if statement.body in self.untraced_branches:
+          inner = list(self.untraced_raise(statement.body).body)
         orelse = statement.orelse
         inner_else = []
-        if orelse is not None:
+        if orelse in self.untraced_branches:
+          inner_else = list(self.untraced_raise(orelse).body)
+        elif orelse is not None:
           block = orelse.body.body if isinstance(orelse, cst.Else) else [orelse]
           inner_else = self._init_block(list(block))
           if inner_else and not isinstance(orelse, cst.Else):
@@ -563,6 +567,17 @@ class CompactWriter(classes.ClassWriter):
     pending: list[cst.FunctionDef] = []  # functions the statement being rewritten calls
 
     class Rewrite(cst.CSTTransformer):
+      def on_visit(self, node) -> bool:
+        return node not in writer.untraced_branches and super().on_visit(node)
+
+      def leave_If(self, original, updated):
+        if original.body in writer.untraced_branches:
+          updated = updated.with_changes(body=writer.untraced_raise(original.body))
+        if original.orelse in writer.untraced_branches:
+          updated = updated.with_changes(orelse=updated.orelse.with_changes(
+              body=writer.untraced_raise(original.orelse)))
+        return updated
+
       def leave_SimpleStatementLine(self, original, updated):
         # `norm = partial(nn.BatchNorm, ...)`, `blocks = nn.scan(...)`: their
         # creations are in __init__.

@@ -16,6 +16,7 @@ import time
 import traceback
 
 import jax
+import libcst as cst
 
 from converters.linen_model import LinenModel
 from converters.paths import format_path
@@ -31,7 +32,7 @@ from converters.port import (
   tracing,
 )
 from converters.port.errors import PortInputError, PortOutputError, Untranslatable
-from converters.port.stubs import Stub, StubPort, stub_port, stub_source
+from converters.port.stubs import Stub, StubPort, UnportedBranch, stub_port, stub_source
 
 
 @dataclasses.dataclass
@@ -47,6 +48,8 @@ class PortResult:
       with their value in training (`{'train': True}`).
     checks: `(check, outcome, figure)` rows: the proof, ruff, timings.
     proven: whether the proof held (False with stubs: nothing was run).
+    branches: the branches of written classes no traced configuration
+      took, written to raise (the proof holds for the rest).
   """
 
   text: str
@@ -63,6 +66,7 @@ class PortResult:
   flags: list = dataclasses.field(default_factory=list)
   #: The traced model's abstract variables.
   variables: dict = dataclasses.field(default_factory=dict)
+  branches: list[UnportedBranch] = dataclasses.field(default_factory=list)
   #: The Linen classes written, in the order of `classes`.
   linen_classes: list = dataclasses.field(default_factory=list)
   #: The flags whose flip Linen does not build (`decode=True` of a scan
@@ -110,6 +114,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   ports: dict[type, classes.ClassPort] = {}
   written: list = []
   stubs: list[Stub] = []
+  branches: list[UnportedBranch] = []
 
   instances: dict[type, list[tracing.Created]] = {}
   for instance in root.walk():
@@ -175,6 +180,12 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
       return
     ports[cls] = port
     written.append(port)
+    for block, statement in port.writer.untraced_branches.items():
+      condition = f'if {port.writer.file.code(statement.test)}'
+      branches.append(UnportedBranch(
+          cls.__name__, port.writer.file.line_of(block if isinstance(block, cst.Else) else statement),
+          f'the else branch of `{condition}`' if isinstance(block, cst.Else) else f'`{condition}`',
+          port.writer.file.path))
 
   visit(root)
   # The variables of every flag's configuration too (the scanned layers'),
@@ -204,6 +215,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   result.optional, result.unproven = optional, unproven
   result.within = within
   result.mapping = mapping
+  result.branches = branches
   return result, ports
 
 

@@ -129,9 +129,10 @@ class LinenReferences(cst.CSTTransformer):
     self.respelled: dict[cst.Call, object] = {}
     self.left: list[str] = []
 
+  def on_visit(self, node) -> bool:
+    return node not in self.skip and super().on_visit(node)
+
   def visit_Call(self, node):
-    if node in self.skip:
-      return False
     path = self.file.linen_path(node.func)
     if path is not None:
       function = _resolve(nn, path)
@@ -145,13 +146,11 @@ class LinenReferences(cst.CSTTransformer):
     return updated
 
   def visit_Attribute(self, node):
-    if node in self.skip:
-      return False
     self.skip.add(node.attr)  # `x.relu`: not Linen's `relu` imported bare
     return self._visit_reference(node)
 
   def visit_Name(self, node):
-    return None if node in self.skip else self._visit_reference(node)
+    return self._visit_reference(node)
 
   def visit_Arg(self, node):
     if node.keyword is not None:

@@ -40,6 +40,20 @@ class Stub:
 
 
 @dataclasses.dataclass
+class UnportedBranch:
+  """A branch of a written class no traced configuration took (`if
+  self.resnet is not None:`), written to raise: where, and its condition."""
+
+  cls: str
+  line: int
+  branch: str
+  file: str
+
+  def __str__(self) -> str:
+    return f'{self.cls} ({self.file}:{self.line}): {self.branch} was not traced; it raises NotImplementedError'
+
+
+@dataclasses.dataclass
 class StubPort:
   """How the classes around a stub build and call it, as they would a
   written class (`classes.ClassPort`): no mode (its call keeps every

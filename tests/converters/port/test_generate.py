@@ -420,7 +420,6 @@ def test_self_attention_written_twice_and_cross_attention_are_written_and_proven
     pytest.param('kv_by_keyword', 'nnx.MultiHeadAttention is called with inputs_kv= besides the query',
                  marks=pytest.mark.filterwarnings('ignore:The inputs_kv arg:DeprecationWarning')),  # legacy, as users write it
     ('untraced_after_rebinding', "the shape of 'bias' is not known from the trace"),
-    ('untraced_creation', 'Inner(...) is created where no traced configuration went'),
     ('mixed_modes', "modes come from the call (train) and from the configuration"),
     ('two_mode_flags', "modes come from 2 flags (train, update_stats)"),
     ('dotted_mode_arithmetic', 'config.deterministic sets the layers\' modes and does more'),
@@ -865,3 +864,15 @@ def test_one_stub_is_that_class_alone_the_rest_written_mapped_and_proven_around_
   assert {p for p in linen if p not in mapped} == {
       ('PoolingHead_0', 'Dense_0', 'bias'), ('PoolingHead_0', 'Dense_0', 'kernel'), ('PoolingHead_0', 'probe')}
   assert '#   PoolingHead_0/probe\n' in pathlib.Path(paths_file(str(out))).read_text()
+
+
+def test_a_branch_no_configuration_takes_is_written_to_raise_and_the_rest_proven(tmp_path):
+  result, out, _ = _port(tmp_path, 'untraced_creation', linen_models.untraced_creation())
+  assert result.proven, (result.failure, result.checks)
+  (branch,) = result.branches
+  assert (branch.cls, branch.branch) == ('UntracedCreation', '`if self.config.extra and self.config.deep`')
+  generated = import_file(str(out))
+  config = generated.HostileConfig if hasattr(generated, 'HostileConfig') else linen_models.HostileConfig
+  with pytest.raises(NotImplementedError, match='was not traced, so the port does not write it'):
+    generated.UntracedCreation(config(extra=True, deep=True), in_features=3, rngs=nnx.Rngs(0))
+  generated.UntracedCreation(config(extra=True), in_features=3, rngs=nnx.Rngs(0))  # the traced branch
