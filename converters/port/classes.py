@@ -42,12 +42,15 @@ from converters.port.errors import Untranslatable
 @dataclasses.dataclass
 class InputParameter:
   """A constructor argument made of input sizes: `in_features` (one size) or
-  `<argument>_shape` (the shape of the argument at `index`)."""
+  `<argument>_shape` (the shape of one example of the argument at `index`,
+  its first axis, the batch, left out, as Keras's `input_shape`), or, where
+  a size depends on that axis too, `<argument>_shape_with_batch`."""
 
   name: str
   index: int
   ndim: int
   whole_shape: bool
+  with_batch: bool = False
 
 
 @dataclasses.dataclass
@@ -1214,6 +1217,7 @@ class ClassWriter:
       for child in children:
         symbolic = self._symbolic_child(child)
         shape = symbolic.calls[0].args[parameter.index].shape
+        shape = shape if parameter.with_batch else shape[1:]
         if parameter.whole_shape:
           texts.add('(' + ', '.join(self._child_size(symbolic, d) for d in shape) + ',)')
         else:
@@ -1237,10 +1241,9 @@ class ClassWriter:
     placeholders = {}
     for parameter in inputs:
       for dim in range(parameter.ndim):
+        axis = dim - parameter.ndim if dim == parameter.ndim - 1 else dim - (not parameter.with_batch)
         placeholders[f'__input_{parameter.index}_{dim}'] = (
-            f'{parameter.name}[{dim - parameter.ndim if dim == parameter.ndim - 1 else dim}]'
-            if parameter.whole_shape else parameter.name
-        )
+            f'{parameter.name}[{axis}]' if parameter.whole_shape else parameter.name)
     init = init.visit(syntax.Substitute(placeholders)).visit(syntax.DropSelfAssignments())
     init = init.with_changes(body=init.body.with_changes(
         body=syntax.through_aliases(list(init.body.body), set(self.field_names))))
@@ -1273,12 +1276,28 @@ class ClassWriter:
     if self.merged_flags:
       node = node.visit(_FirstFrom(self.merged_flags))
     node = node.visit(references.LinenReferences(self.file, self.cls, strict=False))
+    node = _without_dead_fields(
+        node, [n for n in self.field_names if n not in self.field_modes and n not in self._read_elsewhere()])
     self._check_mode_fields_gone(node, init)
     return ClassPort(self.cls, node, self.attributes, inputs, self.modes, self.params, self,
                      dict(self.field_modes),
                      {h.node.name.value: h.node for h in self.helpers.values()}, init_cache is not None,
                      [c.visit(references.LinenReferences(self.file, self.cls, strict=False))
                       for c in self.constants])
+
+  def _read_elsewhere(self) -> set[str]:
+    """The class's fields the file reads off something else than `self`
+    (`self.encoder.config`, `model.features`): kept on the port."""
+    fields = set(self.field_names)
+    found: set[str] = set()
+
+    class Visitor(cst.CSTVisitor):
+      def visit_Attribute(self, n):
+        if n.attr.value in fields and not (isinstance(n.value, cst.Name) and n.value.value == 'self'):
+          found.add(n.attr.value)
+
+    self.file.module.visit(Visitor())
+    return found
 
   def _check_mode_fields_gone(self, node: cst.ClassDef, init: cst.FunctionDef) -> None:
     """A field taken as the mode is read nowhere else: NNX's mode replaces it.
@@ -1349,10 +1368,12 @@ class ClassWriter:
       axes = {(d.dim, d.ndim) for d in dims}
       if len(axes) == 1 and next(iter(dims)).dim == next(iter(dims)).ndim - 1:
         return [InputParameter('in_features', index, next(iter(dims)).ndim, False)]
-    return [
-        InputParameter(f'{next(iter(dims)).name}_shape', index, next(iter(dims)).ndim, True)
-        for index, dims in sorted(by_index.items())
-    ]
+    parameters = []
+    for index, dims in sorted(by_index.items()):
+      with_batch = any(d.dim == 0 for d in dims)
+      name = f'{next(iter(dims)).name}_shape' + ('_with_batch' if with_batch else '')
+      parameters.append(InputParameter(name, index, next(iter(dims)).ndim, True, with_batch))
+    return parameters
 
   def _field_default(self, field: cst.AnnAssign):
     """A field's default: `x: int = 3` -> `3`; `dataclasses.field(default=3)`
@@ -1592,6 +1613,47 @@ class _CarryOfOwnCell(cst.CSTTransformer):
     rng, shape = updated.args
     return syntax.expression(
         f'self.{self.writer.attributes[same[0]][0]}.initialize_carry({code(shape.value)}, nnx.Rngs({code(rng.value)}))')
+
+
+def _without_dead_fields(node: cst.ClassDef, fields: list[str]) -> cst.ClassDef:
+  """The class without `self.<field> = <field>` in `__init__` for a field
+  nothing reads (`self.features` where only `__init__` used `features`);
+  all kept where the class reads its attributes by name (`getattr(self, ...)`)."""
+  read: set[str] = set()
+  kept: set[cst.CSTNode] = set()  # the assignments `self.x = x` themselves
+
+  class Reads(cst.CSTVisitor):
+    def visit_Assign(self, n):
+      if _is_field_assignment(n, fields):
+        kept.add(n.targets[0].target)
+
+    def visit_Attribute(self, n):
+      if isinstance(n.value, cst.Name) and n.value.value == 'self' and n not in kept:
+        read.update(fields if n.attr.value == '__dict__' else {n.attr.value})
+
+    def visit_Call(self, n):
+      if isinstance(n.func, cst.Name) and n.func.value in ('getattr', 'vars', 'setattr'):
+        read.update(fields)
+
+  node.visit(Reads())
+  dead = set(fields) - read
+
+  class Drop(cst.CSTTransformer):
+    def leave_SimpleStatementLine(self, original, updated):
+      if (len(original.body) == 1 and isinstance(original.body[0], cst.Assign)
+              and _is_field_assignment(original.body[0], dead)):
+        return cst.RemoveFromParent()
+      return updated
+
+  return node.visit(Drop()) if dead else node
+
+
+def _is_field_assignment(assign: cst.Assign, fields) -> bool:
+  """`self.x = x` for a field `x`."""
+  target = assign.targets[0].target if len(assign.targets) == 1 else None
+  return (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == 'self'
+          and target.attr.value in fields and isinstance(assign.value, cst.Name)
+          and assign.value.value == target.attr.value)
 
 
 def _merged_name(node: cst.CSTNode) -> str | None:

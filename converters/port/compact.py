@@ -26,6 +26,7 @@ into a marked stub.
 from __future__ import annotations
 
 import keyword
+import re
 from collections.abc import Sequence
 
 import libcst as cst
@@ -159,7 +160,7 @@ class CompactWriter(classes.ClassWriter):
       elif site in self.lifts and self.lifts[site][0].scan:
         attribute = source.snake_case(children[0].cls.__name__) + 's'  # a stack of them
       else:
-        attribute = source.snake_case(children[0].name)
+        attribute = self._auto_name(children)
       # Not a keyword (`class`), nor a name NNX modules or the class have
       # (`eval`, `train`, a method): the mapping records the name written.
       # Sites in the two branches of one `if` may share a name (the scanned
@@ -170,6 +171,22 @@ class CompactWriter(classes.ClassWriter):
       taken[attribute] = node
       attributes[site] = (attribute, is_list)
     return attributes
+
+  def _auto_name(self, children) -> str:
+    """The attribute of modules Linen names itself: `dense` for the class's
+    one `Dense` (`Dense_0`), `dense_0`, `dense_1` where it makes several."""
+    prefix = children[0].cls.__name__
+    numbered = re.compile(rf'{re.escape(prefix)}_\d+')
+    alone = all(c.name == f'{prefix}_0' for c in children) and not any(
+        numbered.fullmatch(c.name) and c not in children for i in self.instances for c in i.children)
+    name = source.snake_case(children[0].name)
+    if alone and not self._taken_name(source.snake_case(prefix)):
+      return source.snake_case(prefix)
+    return name
+
+  def _taken_name(self, name: str) -> bool:
+    return name in self.field_names or keyword.iskeyword(name) or hasattr(nnx.Module, name) or any(
+        isinstance(s, cst.FunctionDef) and s.name.value == name for s in self.cdef.body.body)
 
   def _numbered_name(self, node, explicit, children) -> str | None:
     """The list's name for `name=f'block_{i}'` (`f'block{i + 1}'`) in a

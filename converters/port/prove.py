@@ -109,8 +109,10 @@ def nnx_arguments(nnx_class: type, linen_model: LinenModel) -> dict[str, Any]:
     elif name == 'in_features':
       arrays = [a for a in linen_model.args if hasattr(a, 'shape')]
       arguments[name] = arrays[0].shape[-1]
-    elif name.endswith('_shape'):
-      arguments[name] = _input_named(linen_model, name.removesuffix('_shape')).shape
+    elif name.endswith('_shape_with_batch'):
+      arguments[name] = _input_named(linen_model, name.removesuffix('_shape_with_batch')).shape
+    elif name.endswith('_shape'):  # one example's: the batch left out
+      arguments[name] = _input_named(linen_model, name.removesuffix('_shape')).shape[1:]
     elif parameter.default is inspect.Parameter.empty:
       raise TypeError(f'{nnx_class.__name__}({name}=...) is neither a field of the Linen model nor an input size')
   return arguments

@@ -74,6 +74,11 @@ def _floordiv(inner: Poly, k: int, atoms: _Atoms) -> Poly:
   """`inner // k`, exactly, for integer values of the symbols."""
   if all(c % k == 0 for c in inner.values()):
     return {m: c // k for m, c in inner.items()}
+  if any(m for m in inner) and all(c < 0 for m, c in inner.items() if m):
+    # A ceiling, as `jax.export` writes one (`-floordiv(-h, 8)`): `-p // k`
+    # is `-((p + k - 1) // k)`, which a person writes `(h + 7) // 8`.
+    ceiling = _floordiv(_add({m: -c for m, c in inner.items()}, {(): k - 1}), k, atoms)
+    return {m: -c for m, c in ceiling.items()}
   constant = inner.get((), 0)
   rest = {m: c for m, c in inner.items() if m}
   shift = constant // k  # (x + c) // k == (x + c % k) // k + c // k
@@ -122,19 +127,27 @@ def _expression(poly: Poly, atoms: _Atoms) -> ast.expr:
 
 
 def _product(factors: list[ast.expr]) -> ast.expr:
+  # A negative constant factor is a sign in front: `-(h // 4 + 1)`, not `(h // 4 + 1) * -1`.
+  factors = [ast.Constant(-f.operand.value) if isinstance(f, ast.UnaryOp) and isinstance(f.op, ast.USub)
+             and isinstance(f.operand, ast.Constant) else f for f in factors]
+  negative = sum(isinstance(f, ast.Constant) and f.value < 0 for f in factors) % 2
+  factors = [ast.Constant(-f.value) if isinstance(f, ast.Constant) and f.value < 0 else f for f in factors]
   factors = [f for f in factors if not (isinstance(f, ast.Constant) and f.value == 1)] or [ast.Constant(1)]
   node = factors[0]
   for f in factors[1:]:
     node = ast.BinOp(node, ast.Mult(), f)
-  return node
+  return ast.UnaryOp(ast.USub(), node) if negative else node
 
 
 def _sum(poly: Poly, atoms: _Atoms) -> ast.expr:
-  terms = sorted(poly.items(), key=lambda mc: (-len(mc[0]), mc[0]))
+  # Highest degree first, a positive term leading where there is one (`3 - 2 * h`).
+  terms = sorted(poly.items(), key=lambda mc: (mc[1] < 0, -len(mc[0]), mc[0]))
   node = None
   for m, c in terms:
     term = _product(([ast.Constant(abs(c))] if abs(c) != 1 or not m else []) + [atoms.nodes[a] for a in m])
-    if node is None:
+    if node is None and c < 0 and abs(c) != 1 and m:
+      node = ast.BinOp(ast.Constant(c), ast.Mult(), _product([atoms.nodes[a] for a in m]))  # `-2 * h`
+    elif node is None:
       node = term if c > 0 else ast.UnaryOp(ast.USub(), term)
     else:
       node = ast.BinOp(node, ast.Add() if c > 0 else ast.Sub(), term)

@@ -84,10 +84,13 @@ class SourceFile:
         for alias in line.names:
           name = alias.evaluated_alias or alias.evaluated_name
           value = vars(self.python_module).get(name)
-          path = tuple(module[2:]) + (alias.evaluated_name,)
           if value is None or value is nn:
             continue
-          if _resolve(path) is not value:  # `from flax.linen.linear import Dense`
+          # As imported from `flax.linen` or its initializers; else where
+          # `flax.linen` has it (`from flax.linen.module import compact` is
+          # `('compact',)`).
+          path = tuple(module[2:]) + (alias.evaluated_name,)
+          if not (module[2:] in ([], ['initializers']) and _resolve(path) is value):
             path = _LINEN_OBJECTS.get(id(value), path)
           bound[name] = path
     return bound

@@ -109,7 +109,10 @@ def stub_source(port: StubPort, instances: list[tracing.Created], variables: dic
   message = f'{cls.__name__} is a stub: {stub.reason}'
   keywords = [f'{p.name}: int' for p in port.inputs] + ['rngs: nnx.Rngs']
   init, call = _signatures(cls, port.fields)
-  init += ', *, ' + ', '.join(keywords)
+  if init is None:  # its fields unread: by position or by name, as the classes around it give them
+    init = ', '.join(['self', '*args', *keywords, '**kwargs'])
+  else:
+    init += ', *, ' + ', '.join(keywords)
   made = _made(instances[0], variables)
   sizes = f', {port.inputs[0].name} (the last axis of its first input)' if port.inputs else ''
   docstring = textwrap.fill(
@@ -135,16 +138,17 @@ def stub_source(port: StubPort, instances: list[tracing.Created], variables: dic
   )
 
 
-def _signatures(cls: type, fields: list[str]) -> tuple[str, str]:
+def _signatures(cls: type, fields: list[str]) -> tuple[str | None, str]:
   """The stub's `__init__` parameters before its keywords (`self` and the
-  fields, as the Linen class declares them) and its `__call__`'s (Linen's,
-  as written); `*args` where the source cannot be read."""
+  fields, as the Linen class declares them; None where they cannot be read
+  from it, inherited or its source unreadable) and its `__call__`'s
+  (Linen's, as written; `*args, **kwargs` where it cannot be read)."""
   try:
     file = source.file_of(cls)
     cdef = file.class_def(cls)
     declared = classes.declared_fields(cdef, cls, file, fields)
   except (LookupError, OSError, TypeError, Untranslatable):
-    return 'self, *args', 'self, *args, **kwargs'
+    return None, 'self, *args, **kwargs'
   module = cst.Module([])
   init = ['self']
   for field in declared:

@@ -43,10 +43,10 @@ def test_init_cache_makes_each_cache_under_the_conditions_the_layers_are_built_u
   assert text.count('nnx.Cache(') == 1
   # An attention layer's cache, NNX's own init_cache, where it decodes (NNX's
   # makes a cache either way), of its own dtype unless told.
-  assert '''    if self.multi_head_dot_product_attention_0.decode:
-      self.multi_head_dot_product_attention_0.init_cache(
+  assert '''    if self.multi_head_dot_product_attention.decode:
+      self.multi_head_dot_product_attention.init_cache(
           input_shape,
-          dtype or self.multi_head_dot_product_attention_0.dtype,
+          dtype or self.multi_head_dot_product_attention.dtype,
       )
 ''' in text
   # The looped blocks one by one, the scanned stack by the vmap that made it.

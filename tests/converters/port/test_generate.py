@@ -390,7 +390,7 @@ def test_zoo_cnn_with_its_input_shape_and_another_configuration(tmp_path):
   assert not result.stubs
   text = out.read_text()
   # Two poolings per entry of `features`: any number of them.
-  assert 'x_shape[1] // 2 ** len(config.features) * (x_shape[2] // 2 ** len(config.features))' in text
+  assert 'x_shape[0] // 2 ** len(config.features) * (x_shape[1] // 2 ** len(config.features))' in text
 
 
 @pytest.mark.nightly
@@ -404,7 +404,7 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
 
 
 @pytest.mark.parametrize('name, written', [
-    ('vit_stack', 'x = x + self.multi_head_dot_product_attention_0(y, y)'),  # attn(y, y), in a loop
+    ('vit_stack', 'x = x + self.multi_head_dot_product_attention(y, y)'),  # attn(y, y), in a loop
     ('cross_decoder_block', 'in_kv_features=encoded_shape[-1]'),  # keys of another width
 ])
 def test_self_attention_written_twice_and_cross_attention_are_written_and_proven(tmp_path, name, written):
@@ -526,7 +526,7 @@ def test_partials_handed_on_are_nnx_partials_and_blocks_widen_their_shortcut(tmp
   assert "norm = functools.partial(nnx.BatchNorm, momentum=0.8, axis_name='batch')\n" in text
   assert 'block(width, dense=dense, norm=norm, in_features=in_features, rngs=rngs)' in text
   assert 'in_features = width * 4\n' in text and 'if in_features != width * 4:' in text
-  assert 'self.batch_norm_0 = norm(width, rngs=rngs)' in text
+  assert 'self.batch_norm = norm(width, rngs=rngs)' in text
 
 
 def test_a_block_with_strides_is_given_its_shortcut_from_strides_and_widths(tmp_path):
@@ -543,7 +543,7 @@ def test_a_call_scanned_over_time_is_nnx_scan_over_the_method(tmp_path):
   assert (
       '  @nnx.scan(in_axes=(None, nnx.Carry, 1), out_axes=(nnx.Carry, 1))\n'
       '  def __call__(self, carry, x):\n'
-      '    return self.lstm_cell_0(carry, x)\n'
+      '    return self.lstm_cell(carry, x)\n'
   ) in text
   assert 'def __init__(self, features: int, *, in_features: int, rngs: nnx.Rngs):' in text
   # An output Linen does not scan is NNX's broadcast one.
@@ -558,12 +558,12 @@ def test_flax_sst2_lstm_is_written_with_nnx_s_fused_cell_and_its_carry(tmp_path)
   result, out = _written(tmp_path, 'flax_sst2_bilstm', linen_models.flax_sst2_bilstm())
   assert not result.stubs
   text = out.read_text()
-  assert 'self.optimized_lstm_cell_0 = nnx.OptimizedLSTMCell(in_features, hidden_size, rngs=rngs)' in text
+  assert 'self.optimized_lstm_cell = nnx.OptimizedLSTMCell(in_features, hidden_size, rngs=rngs)' in text
   # The throwaway cell asked for its (zero) carry: the cell the module holds.
-  assert 'return self.optimized_lstm_cell_0.initialize_carry(input_shape, nnx.Rngs(jax.random.key(0)))' in text
+  assert 'return self.optimized_lstm_cell.initialize_carry(input_shape, nnx.Rngs(jax.random.key(0)))' in text
   assert 'self.forward_lstm = SimpleLSTM(hidden_size, in_features=in_features, rngs=rngs)' in text
   # Linen's eight gate variables are NNX's two kernels and one bias, side by side.
-  assert ("'forward_lstm/optimized_lstm_cell_0/dense_i/kernel',\n"
+  assert ("'forward_lstm/optimized_lstm_cell/dense_i/kernel',\n"
           "        transform=Rearrange('i h -> i (gate h)'),") in result.paths_text
   assert 'functools' not in text and 'nn.' not in text.replace('nnx.', '')
 

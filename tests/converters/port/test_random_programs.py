@@ -63,7 +63,9 @@ def _nnx_model(generated, fields: dict, in_features: int, batch: int) -> nnx.Mod
       arguments[name] = fields[name]
     elif name == 'in_features':
       arguments[name] = in_features
-    elif name == 'x_shape':
+    elif name == 'x_shape':  # one example's shape
+      arguments[name] = (in_features,)
+    elif name == 'x_shape_with_batch':
       arguments[name] = (batch, in_features)
     elif name == 'rngs':
       arguments[name] = nnx.Rngs(0)

@@ -49,3 +49,11 @@ def test_common_factors_and_constants():
   assert ast.unparse(readable('3*a*b - 3*b')) == '3 * b * (a - 1)'
   assert ast.unparse(readable('floordiv(4*a + 8, 4)')) == 'a + 2'
   assert ast.unparse(readable('a')) == 'a'
+
+
+def test_ceilings_and_signs_read_as_a_person_writes_them():
+  # SAME padding with stride 8: jax.export's ceiling is `-floordiv(-h, 8)`.
+  assert ast.unparse(readable('f*floordiv(-h, 8)*floordiv(-w, 8)')) == 'f * ((h + 7) // 8) * ((w + 7) // 8)'
+  assert ast.unparse(readable('-floordiv(-h - 3, 4)')) == '(h + 2) // 4 + 1'
+  assert ast.unparse(readable('3 - 2*a')) == '3 - 2 * a'
+  assert ast.unparse(readable('-a*b')) == '-(a * b)'

@@ -47,11 +47,11 @@ def test_a_mapping_that_swaps_two_parameters_of_one_shape_fails(port_file, tmp_p
   # The conversion and the comparison of states both read PATHS: the
   # swap shows in the training that follows and in the final outputs.
   text = pathlib.Path(paths_file(str(port_file))).read_text()
-  scale = "PathRule('BatchNorm_0/scale', 'batch_norm_0/scale')"
-  bias = "PathRule('BatchNorm_0/bias', 'batch_norm_0/bias')"
+  scale = "PathRule('BatchNorm_0/scale', 'batch_norm/scale')"
+  bias = "PathRule('BatchNorm_0/bias', 'batch_norm/bias')"
   assert scale in text and bias in text
-  swapped = text.replace(scale, '@').replace(bias, "PathRule('BatchNorm_0/bias', 'batch_norm_0/scale')").replace(
-      '@', "PathRule('BatchNorm_0/scale', 'batch_norm_0/bias')")
+  swapped = text.replace(scale, '@').replace(bias, "PathRule('BatchNorm_0/bias', 'batch_norm/scale')").replace(
+      '@', "PathRule('BatchNorm_0/scale', 'batch_norm/bias')")
   planted = _planted(port_file, tmp_path, swapped)
   with pytest.raises(AssertionError, match='NNX steps differ'):
     assert_checkpoint_trains_on(linen_models.batch_normed(), str(planted), str(tmp_path / 'run'),

@@ -16,27 +16,24 @@ class Block(nnx.Module):
   """A convolution and a norm around a residual, initialised at zero."""
 
   def __init__(self, features: int = 8, *, rngs: nnx.Rngs):
-    self.features = features
-    self.conv_0 = nnx.Conv(features, features, (3, 3), bias_init=nnx.initializers.zeros, rngs=rngs)
-    self.layer_norm_0 = nnx.LayerNorm(features, rngs=rngs)
+    self.conv = nnx.Conv(features, features, (3, 3), bias_init=nnx.initializers.zeros, rngs=rngs)
+    self.layer_norm = nnx.LayerNorm(features, rngs=rngs)
 
   def __call__(self, x):
-    y = self.conv_0(x)
-    y = self.layer_norm_0(nnx.relu(y))
+    y = self.conv(x)
+    y = self.layer_norm(nnx.relu(y))
     return x + nnx.gelu(y)
 
 
 class Net(nnx.Module):
 
   def __init__(self, features: int = 8, classes: int = 10, *, x_shape: tuple[int, ...], rngs: nnx.Rngs):
-    self.features = features
-    self.classes = classes
-    self.conv_0 = nnx.Conv(x_shape[-1], features, (3, 3), rngs=rngs)
-    self.block_0 = Block(features, rngs=rngs)
-    self.dense_0 = nnx.Linear(features * x_shape[1] * x_shape[2], classes, rngs=rngs)
+    self.conv = nnx.Conv(x_shape[-1], features, (3, 3), rngs=rngs)
+    self.block = Block(features, rngs=rngs)
+    self.dense = nnx.Linear(features * x_shape[0] * x_shape[1], classes, rngs=rngs)
 
   def __call__(self, x):
-    x = self.conv_0(x)
-    x = self.block_0(x)
+    x = self.conv(x)
+    x = self.block(x)
     x = x.reshape((x.shape[0], -1))
-    return self.dense_0(x)
+    return self.dense(x)

@@ -9,12 +9,12 @@ read.
 from converters import PathMapping, PathRule
 
 PATHS = PathMapping([
-    PathRule('Block_0/Conv_0/bias', 'block_0/conv_0/bias'),
-    PathRule('Block_0/Conv_0/kernel', 'block_0/conv_0/kernel'),
-    PathRule('Block_0/LayerNorm_0/bias', 'block_0/layer_norm_0/bias'),
-    PathRule('Block_0/LayerNorm_0/scale', 'block_0/layer_norm_0/scale'),
-    PathRule('Conv_0/bias', 'conv_0/bias'),
-    PathRule('Conv_0/kernel', 'conv_0/kernel'),
-    PathRule('Dense_0/bias', 'dense_0/bias'),
-    PathRule('Dense_0/kernel', 'dense_0/kernel'),
+    PathRule('Block_0/Conv_0/bias', 'block/conv/bias'),
+    PathRule('Block_0/Conv_0/kernel', 'block/conv/kernel'),
+    PathRule('Block_0/LayerNorm_0/bias', 'block/layer_norm/bias'),
+    PathRule('Block_0/LayerNorm_0/scale', 'block/layer_norm/scale'),
+    PathRule('Conv_0/bias', 'conv/bias'),
+    PathRule('Conv_0/kernel', 'conv/kernel'),
+    PathRule('Dense_0/bias', 'dense/bias'),
+    PathRule('Dense_0/kernel', 'dense/kernel'),
 ])

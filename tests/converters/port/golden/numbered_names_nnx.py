@@ -15,7 +15,6 @@ from flax import nnx
 class Block(nnx.Module):
 
   def __init__(self, width: int, *, rngs: nnx.Rngs):
-    self.width = width
     self.proj = nnx.Linear(width, width, rngs=rngs)
 
   def __call__(self, x):
@@ -25,8 +24,6 @@ class Block(nnx.Module):
 class Net(nnx.Module):
 
   def __init__(self, depth: int = 3, width: int = 8, *, in_features: int, rngs: nnx.Rngs):
-    self.depth = depth
-    self.width = width
     self.stem = nnx.Linear(in_features, width, rngs=rngs)
     self.blocks = nnx.List()
     for i in range(depth):

@@ -18,20 +18,16 @@ from flax import nnx
 class Block(nnx.Module):
 
   def __init__(self, features: int, *, rngs: nnx.Rngs):
-    self.features = features
-    self.dense_0 = nnx.Linear(features, features, rngs=rngs)
-    self.layer_norm_0 = nnx.LayerNorm(features, rngs=rngs)
+    self.dense = nnx.Linear(features, features, rngs=rngs)
+    self.layer_norm = nnx.LayerNorm(features, rngs=rngs)
 
   def __call__(self, x):
-    return x + self.dense_0(self.layer_norm_0(x))
+    return x + self.dense(self.layer_norm(x))
 
 
 class Tower(nnx.Module):
 
   def __init__(self, depth: int = 2, width: int = 8, rate: float = 0.1, *, in_features: int, rngs: nnx.Rngs):
-    self.depth = depth
-    self.width = width
-    self.rate = rate
     self.dense_0 = nnx.Linear(in_features, width, rngs=rngs)
     self.sequentials = nnx.List()
     for _ in range(depth):

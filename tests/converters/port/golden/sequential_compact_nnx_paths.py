@@ -9,10 +9,10 @@ to read.
 from converters import PathMapping, PathRule
 
 PATHS = PathMapping([
-    PathRule('Block_{i}/Dense_0/bias', 'sequentials/{i}/layers/0/dense_0/bias'),
-    PathRule('Block_{i}/Dense_0/kernel', 'sequentials/{i}/layers/0/dense_0/kernel'),
-    PathRule('Block_{i}/LayerNorm_0/bias', 'sequentials/{i}/layers/0/layer_norm_0/bias'),
-    PathRule('Block_{i}/LayerNorm_0/scale', 'sequentials/{i}/layers/0/layer_norm_0/scale'),
+    PathRule('Block_{i}/Dense_0/bias', 'sequentials/{i}/layers/0/dense/bias'),
+    PathRule('Block_{i}/Dense_0/kernel', 'sequentials/{i}/layers/0/dense/kernel'),
+    PathRule('Block_{i}/LayerNorm_0/bias', 'sequentials/{i}/layers/0/layer_norm/bias'),
+    PathRule('Block_{i}/LayerNorm_0/scale', 'sequentials/{i}/layers/0/layer_norm/scale'),
     PathRule('Dense_0/bias', 'dense_0/bias'),
     PathRule('Dense_0/kernel', 'dense_0/kernel'),
     PathRule('Dense_1/bias', 'head/layers/0/bias'),

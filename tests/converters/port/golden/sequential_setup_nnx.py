@@ -15,8 +15,6 @@ from flax import nnx
 class Head(nnx.Module):
 
   def __init__(self, hidden: int = 16, classes: int = 4, *, in_features: int, rngs: nnx.Rngs):
-    self.hidden = hidden
-    self.classes = classes
     self.body = nnx.Sequential(
         nnx.Linear(in_features, hidden, rngs=rngs),
         nnx.tanh,

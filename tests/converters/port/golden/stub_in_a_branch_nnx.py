@@ -19,8 +19,6 @@ class Encoder(nnx.Module):
 
   def __init__(self, depth: int = 2, width: int = 8, rate: float = 0.1, *, rngs: nnx.Rngs):
     self.depth = depth
-    self.width = width
-    self.rate = rate
     self.denses = nnx.List()
     self.layer_norms = nnx.List()
     self.dropouts = nnx.List()
@@ -74,14 +72,12 @@ class PoolingHead(nnx.Module):
 class Classifier(nnx.Module):
 
   def __init__(self, width: int = 8, classes: int = 3, *, in_features: int, rngs: nnx.Rngs):
-    self.width = width
-    self.classes = classes
     self.dense_0 = nnx.Linear(in_features, width, rngs=rngs)
-    self.encoder_0 = Encoder(2, width, rngs=rngs)
+    self.encoder = Encoder(2, width, rngs=rngs)
     self.dense_1 = nnx.Linear(width, classes, rngs=rngs)
-    self.pooling_head_0 = PoolingHead(width, in_features=width, rngs=rngs)
+    self.pooling_head = PoolingHead(width, in_features=width, rngs=rngs)
 
   def __call__(self, x):
     x = self.dense_0(x)
-    x = self.encoder_0(x)
-    return self.dense_1(self.pooling_head_0(x))
+    x = self.encoder(x)
+    return self.dense_1(self.pooling_head(x))

@@ -18,8 +18,8 @@ PATHS = PathMapping([
     PathRule('Dense_0/kernel', 'dense_0/kernel'),
     PathRule('Dense_1/bias', 'dense_1/bias'),
     PathRule('Dense_1/kernel', 'dense_1/kernel'),
-    PathRule('Encoder_0/Dense_{i}/bias', 'encoder_0/denses/{i}/bias'),
-    PathRule('Encoder_0/Dense_{i}/kernel', 'encoder_0/denses/{i}/kernel'),
-    PathRule('Encoder_0/LayerNorm_{i}/bias', 'encoder_0/layer_norms/{i}/bias'),
-    PathRule('Encoder_0/LayerNorm_{i}/scale', 'encoder_0/layer_norms/{i}/scale'),
+    PathRule('Encoder_0/Dense_{i}/bias', 'encoder/denses/{i}/bias'),
+    PathRule('Encoder_0/Dense_{i}/kernel', 'encoder/denses/{i}/kernel'),
+    PathRule('Encoder_0/LayerNorm_{i}/bias', 'encoder/layer_norms/{i}/bias'),
+    PathRule('Encoder_0/LayerNorm_{i}/scale', 'encoder/layer_norms/{i}/scale'),
 ])

@@ -17,17 +17,16 @@ from flax import nnx
 class Hybrid(nnx.Module):
 
   def __init__(self, width: int = 8, resnet: Any = None, *, in_features: int, rngs: nnx.Rngs):
-    self.width = width
     self.resnet = resnet
     if resnet is not None:
       raise NotImplementedError('Hybrid: the if branch of `if self.resnet is not None` was not traced, so the port does not write it: trace a configuration that takes it, or port it by hand')
-    self.conv_0 = nnx.Conv(in_features, width, (2, 2), strides=(2, 2), rngs=rngs)
-    self.dense_0 = nnx.Linear(width, 3, rngs=rngs)
+    self.conv = nnx.Conv(in_features, width, (2, 2), strides=(2, 2), rngs=rngs)
+    self.dense = nnx.Linear(width, 3, rngs=rngs)
 
   def __call__(self, x):
     if self.resnet is not None:
       raise NotImplementedError('Hybrid: the if branch of `if self.resnet is not None` was not traced, so the port does not write it: trace a configuration that takes it, or port it by hand')
     else:
       x = x * 2
-    x = self.conv_0(x)
-    return self.dense_0(x.mean(axis=(1, 2)))
+    x = self.conv(x)
+    return self.dense(x.mean(axis=(1, 2)))

@@ -9,8 +9,8 @@ read.
 from converters import PathMapping, PathRule
 
 PATHS = PathMapping([
-    PathRule('Conv_0/bias', 'conv_0/bias'),
-    PathRule('Conv_0/kernel', 'conv_0/kernel'),
-    PathRule('Dense_0/bias', 'dense_0/bias'),
-    PathRule('Dense_0/kernel', 'dense_0/kernel'),
+    PathRule('Conv_0/bias', 'conv/bias'),
+    PathRule('Conv_0/kernel', 'conv/kernel'),
+    PathRule('Dense_0/bias', 'dense/bias'),
+    PathRule('Dense_0/kernel', 'dense/kernel'),
 ])
