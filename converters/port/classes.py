@@ -694,6 +694,11 @@ class ClassWriter:
     node = self.expanded(node)
     out = []
     for i, arg in enumerate(node.args):
+      if arg.star == '**' and not layers.is_flax_class(cls) and not self.call_time & source.names_in(arg.value):
+        # `Encoder(**self.transformer)`: a user's class takes its fields by
+        # name in NNX too (`_module_creation` checks none is its mode).
+        out.append(('**', arg))
+        continue
       if arg.star:
         self.fail(node, f'*args or **kwargs in the creation of {cls.__name__}; port it by hand')
       out.append((arg.keyword.value if arg.keyword else fields[i], arg))
@@ -776,8 +781,13 @@ class ClassWriter:
             return cst.Name(f'__input_{position}_{dim}')
         return updated
 
+      def visit_Attribute(self, node):
+        attributes.add(node.attr)  # `self.out_dim`: not the local `out_dim`
+
       def leave_Name(self, original, updated):
         alias = writer.locals.get(updated.value)
+        if original in attributes:
+          return updated
         if updated.value in writer.call_time and alias is not None and updated.value not in writer.params:
           inlined = alias.visit(Rewrite())
           atomic = (cst.Name, cst.Tuple, cst.List, cst.Call, cst.Attribute, cst.Subscript, cst.Integer)
@@ -785,6 +795,7 @@ class ClassWriter:
               lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return updated
 
+    attributes: set[cst.Name] = set()
     rewritten = expression.visit(Rewrite())
     if source.names_in(rewritten) & self.call_time:
       return None
@@ -885,8 +896,29 @@ class ClassWriter:
     texts = {self._child_size(symbolic, value) for symbolic, value in sizes}
     if len(texts) == 1:
       return texts.pop()
+    switched = self._switched_by_none(children, [self._child_size(s, v) for s, v in sizes])
+    if switched is not None:
+      return switched
     self.fail(node, f'the input size of {children[0].cls.__name__} changes from one creation to the '
               'next in a way the port cannot write; port it by hand')
+
+  def _switched_by_none(self, children, texts: list[str]) -> str | None:
+    """`representation_size if representation_size is not None else
+    hidden_size`: the size of a layer after one a field left None skips (a
+    ViT's `pre_logits`), where the instances of this class that have that
+    field None give one size and the rest the other, which is the field."""
+    by_instance: dict[int, set[str]] = {}
+    for child, text in zip(children, texts):
+      by_instance.setdefault(id(child.parent), set()).add(text)
+    if len(set(texts)) != 2 or any(len(t) != 1 for t in by_instance.values()):
+      return None
+    parents = {id(c.parent): c.parent for c in children}
+    for field in self.field_names:
+      none = {next(iter(by_instance[i])) for i, p in parents.items() if getattr(p.module, field, 0) is None}
+      given = {next(iter(by_instance[i])) for i, p in parents.items() if getattr(p.module, field, 0) is not None}
+      if len(none) == 1 and given == {field}:
+        return f'{field} if {field} is not None else {none.pop()}'
+    return None
 
   def _running_size(self, node, children, values, uniform: bool) -> str | None:
     """A running variable for the input size, when each layer of a loop
@@ -1045,8 +1077,14 @@ class ClassWriter:
         continue
       if self.call_time & source.names_in(arg.value):
         # A size read from the inputs (`x.shape[-1]`) is one NNX knows when it
-        # builds: the inputs' sizes are arguments of the constructor.
-        arg = arg.with_changes(value=syntax.expression(self._input_size_argument(site, node, field, arg)))
+        # builds: the inputs' sizes are arguments of the constructor. As
+        # written where it reads them plainly (`in_features if out_dim is None
+        # else out_dim`: right for every value of `out_dim`), else as traced.
+        rewritten = self.without_input_reads(arg.value)
+        if rewritten is not None and getattr(rewritten, 'lpar', None):
+          rewritten = rewritten.with_changes(lpar=[], rpar=[])  # a whole argument needs none
+        arg = arg.with_changes(value=rewritten if rewritten is not None else syntax.expression(
+            self._input_size_argument(site, node, field, arg)))
       keep_position = positional and arg.keyword is None and i < len(expected) and expected[i] == name
       if not keep_position:
         positional = False
@@ -1181,11 +1219,28 @@ class ClassWriter:
     # order, as the port's constructor keeps the fields'.
     args = []
     handed = set(self.handed.values())
+    from_inputs = set()  # the arguments computed from the inputs' sizes, as `__init__` has them
     for field, arg in arguments:
-      if field in port.field_modes:
+      if field == '**':
+        if port.field_modes:
+          self.fail(node, f'{self.file.code(arg.value)} hands {port.cls.__name__} its fields by name, and the '
+                    f'NNX mode replaces its {", ".join(port.field_modes)}; port it by hand')
+        args.append(arg)
+      elif field in port.field_modes:
         self._mode_argument(arg.value, not port.field_modes[field], node)
       elif arg.value in handed:
         args.append(arg.with_changes(value=self._nnx_handed(arg.value)))  # `nn.Dense` -> `nnx.Linear`
+      elif field != 'name' and self.call_time & source.names_in(arg.value):
+        # `FinalLayer(patch, out_channels)` with `out_channels = x.shape[-1]
+        # * 2`: the inputs' sizes it reads are the constructor's.
+        rewritten = self.without_input_reads(arg.value)
+        if rewritten is not None:
+          from_inputs.add(field)
+          if getattr(rewritten, 'lpar', None):
+            rewritten = rewritten.with_changes(lpar=[], rpar=[])
+          args.append(arg.with_changes(value=rewritten))
+        else:
+          args.append(arg)
       elif field != 'name':
         args.append(arg)
     # A flag inside a field the child takes (`config.deterministic`): the
@@ -1203,7 +1258,7 @@ class ClassWriter:
         self.fail(node, f'{path}.{rest} sets modes both ways; port it by hand')
     for field, arg in arguments:
       if field != 'name' and field not in port.field_modes and arg.value not in handed and (
-          self.call_time & source.names_in(arg.value)):
+          field not in from_inputs) and (self.call_time & source.names_in(arg.value)):
         self.fail(
             node,
             f'{field}={self.file.code(arg.value)} depends on the inputs of the call; port it by hand',
@@ -1227,6 +1282,8 @@ class ClassWriter:
       args.append(syntax.keyword(parameter.name, syntax.expression(texts.pop())))
     args.append(syntax.keyword('rngs', cst.Name('rngs')))
     func = self.lifts[site][0].target if site in self.lifts else self.expanded(node).func
+    if isinstance(func, cst.Attribute) and helpers.layer_class(self.file, func) is port.cls:
+      func = cst.Name(port.cls.__name__)  # `layers.Block(...)`: the port written beside this one
     return cst.Call(func, syntax.normalised(args))
 
   def _assemble(self, init_body, methods: dict) -> ClassPort:
@@ -1264,9 +1321,14 @@ class ClassWriter:
       elif isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.AnnAssign):
         continue  # a field: the constructor takes it
       elif isinstance(statement, cst.FunctionDef):
-        body.append(statement.visit(_CarryOfOwnCell(self)))
+        body.append(statement.visit(_CarryOfOwnCell(self)).visit(_Draws()))
       else:
         body.append(statement)
+    # `__init__` (and `init_cache`) before the other methods, as NNX classes are read.
+    made = [init] + ([init_cache] if init_cache is not None else [])
+    first = next((k for k, s in enumerate(body) if isinstance(s, cst.FunctionDef)), len(body))
+    if body[first:first + len(made)] != made:
+      body = body[:first] + made + [s for s in body[first:] if all(s is not m for m in made)]
     bases = [
         b.with_changes(value=syntax.expression('nnx.Module'))
         if references.is_linen(b.value, self.file, 'Module') else b
@@ -1426,7 +1488,7 @@ class ClassWriter:
         self.constants.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], default)]))
         default = cst.Name(name)
       params.append(cst.Param(
-          field.target, annotation=field.annotation,
+          field.target, annotation=_optional_if_none(field.annotation, default),
           default=default, equal=cst.AssignEqual() if default is not None else cst.MaybeSentinel.DEFAULT,
       ))
     kwonly = [
@@ -1683,6 +1745,30 @@ def first_from(node: cst.Call) -> cst.Call:
 
 #: The attributes NNX's `model.train()` / `.eval()` set on every module.
 NNX_MODE_ATTRIBUTES = ('deterministic', 'use_running_average')
+
+
+def _optional_if_none(annotation: cst.Annotation, default) -> cst.Annotation:
+  """A field's annotation as a parameter's: `X | None` where its default is
+  None and `X` does not say so (a dataclass field may; a parameter, PEP 484
+  says, may not)."""
+  if not (isinstance(default, cst.Name) and default.value == 'None'):
+    return annotation
+  code = cst.Module([]).code_for_node(annotation.annotation)
+  if code in ('None', 'Any', 'typing.Any', 'object') or code.startswith(('Optional[', 'typing.Optional[')) or (
+      'None' in {n.strip() for n in code.split('|')}):
+    return annotation
+  inner = annotation.annotation
+  if isinstance(inner, cst.BinaryOperation) or isinstance(inner, cst.SimpleString):
+    return annotation  # `a | b`, or a string: left as written
+  return annotation.with_changes(annotation=cst.BinaryOperation(inner, cst.BitOr(), cst.Name('None')))
+
+
+class _Draws(cst.CSTTransformer):
+  """`self.make_rng('noise')` in a method of the class other than the one
+  `__call__` is written from (a `token_drop` helper) as NNX draws it."""
+
+  def leave_Call(self, original, updated):
+    return draw(original) if drawn_stream(original) is not None else updated
 
 
 def drawn_stream(node: cst.CSTNode) -> str | None:

@@ -104,7 +104,15 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
     value = arg.value
     if source.names_in(value) & writer.call_time:
       if i != 0:
-        writer.fail(call, f'argument {i + 2} of {name!r} depends on the call; port it by hand')
+        # Not the shape (`get_2d_sincos_pos_embed(key, width, num_patches)`):
+        # its sizes of the inputs written as sizes, as `__init__` knows them.
+        rewritten = writer.without_input_reads(value)
+        if rewritten is None:
+          writer.fail(call, f'argument {i + 2} of {name!r} depends on the call otherwise than through '
+                      'its inputs\' sizes; port it by hand')
+        written.append(arg.with_changes(value=rewritten, comma=cst.MaybeSentinel.DEFAULT,
+                                        whitespace_after_arg=cst.SimpleWhitespace('')))
+        continue
       # The shape, from the inputs' sizes: the variable's own shape.
       shape = writer.symbolic.variables.get(collection, {}).get(name)
       if isinstance(shape, meta.AxisMetadata):

@@ -733,21 +733,30 @@ def test_the_written_header_names_the_module_as_imported_from_where_the_command_
   assert _import_name(str(tmp_path / 'link' / 'ports' / 'models_nnx.py')) == 'ports.models_nnx'
 
 
-def test_a_field_left_none_is_given_a_value_and_a_port_that_ignores_it_is_not_proven(tmp_path):
-  # nlp_seq's MlpBlock(out_dim=None): the port writes the traced branch (the
-  # input's width) and keeps `out_dim` unused; given a value, it fails.
-  result, _, _ = _port(tmp_path, 'optional_out', linen_models.optional_out())
-  assert not result.proven
-  assert result.failure.startswith('at out_dim=12:'), result.failure
-  assert _outcome(result, 'another configuration (out_dim=12)') == 'FAILED'
+def test_a_field_left_none_is_written_as_the_source_reads_it_and_a_port_ignoring_it_is_not_proven(tmp_path):
+  # nlp_seq's MlpBlock: `x.shape[-1] if self.out_dim is None else self.out_dim`
+  # is written as the source reads it, right for every `out_dim`, and
+  # proven with it given a value.
+  result, out, _ = _port(tmp_path, 'optional_out', linen_models.optional_out())
+  assert result.proven, (result.failure, result.checks)
+  assert _outcome(result, 'another configuration (out_dim=12)') == 'passed'
+  text = out.read_text()
+  written = 'nnx.Linear(mlp_dim, in_features if out_dim is None else out_dim, rngs=rngs)'
+  assert written in text
+  # A port writing the traced branch only (the input's width) is not proven there.
+  planted = import_file(str(_edited(out, tmp_path / 'ignoring_nnx.py',
+                                    text.replace(written, 'nnx.Linear(mlp_dim, in_features, rngs=rngs)'))))
+  given = LinenModel(linen_models.OptionalOut(out_dim=12), *linen_models.optional_out().args)
+  with pytest.raises(Exception, match='shape'):
+    assert_generated_port(given, planted)
 
 
 def test_a_value_the_configuration_refuses_is_skipped_for_the_next(tmp_path):
-  # 12, the first value tried, is refused by the module's own check; 16 is
-  # taken (the port ignores it, as it does nlp_seq's out_dim: not proven).
+  # 12, the first value tried, is refused by the module's own check; 16 is taken.
   result, _, _ = _port(tmp_path, 'validated_out', linen_models.validated_out())
-  assert _outcome(result, 'another configuration (out_dim=16)') == 'FAILED'
-  assert not result.proven
+  assert _outcome(result, 'another configuration (out_dim=16)') == 'passed'
+  assert 'another configuration (out_dim=12)' not in {check for check, _, _ in result.checks}
+  assert result.proven, (result.failure, result.checks)
 
 
 def test_the_floats_of_the_configuration_are_proven_moved_and_tuples_shorter(tmp_path):
