@@ -76,6 +76,13 @@ def _literal(arg: cst.Arg | None) -> str | None:
   return None
 
 
+def _one_line(arg: cst.Arg, value: cst.BaseExpression) -> cst.Arg:
+  """`arg` with `value`, on one line, as NNX's call lays it out (the Linen
+  call's commas and line breaks were around other arguments)."""
+  return arg.with_changes(value=value, comma=cst.MaybeSentinel.DEFAULT,
+                          whitespace_after_arg=cst.SimpleWhitespace(''))
+
+
 def own_variable(call: cst.Call, writer) -> OwnVariable:
   """The NNX form of a `self.param(...)` or `self.variable(...)` call of
   `writer`'s class (`writer.fail` refuses; `writer.symbolic` has the
@@ -106,12 +113,11 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
       if i != 0:
         # Not the shape (`get_2d_sincos_pos_embed(key, width, num_patches)`):
         # its sizes of the inputs written as sizes, as `__init__` knows them.
-        rewritten = writer.without_input_reads(value)
-        if rewritten is None:
+        value = writer.without_input_reads(value)
+        if value is None:
           writer.fail(call, f'argument {i + 2} of {name!r} depends on the call otherwise than through '
                       'its inputs\' sizes; port it by hand')
-        written.append(arg.with_changes(value=rewritten, comma=cst.MaybeSentinel.DEFAULT,
-                                        whitespace_after_arg=cst.SimpleWhitespace('')))
+        written.append(_one_line(arg, value))
         continue
       # The shape, from the inputs' sizes: the variable's own shape.
       shape = writer.symbolic.variables.get(collection, {}).get(name)
@@ -122,21 +128,17 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
       if shape is None:
         # Not made in the trace (a branch the configuration skips): the
         # shape's source, with the inputs' sizes it reads written as sizes.
-        rewritten = writer.without_input_reads(value)
-        if rewritten is None:
+        value = writer.without_input_reads(value)
+        if value is None:
           writer.fail(call, f'the shape of {name!r} is not known from the trace (not made at this '
                       'configuration) and reads the call; port it by hand')
-        written.append(arg.with_changes(value=rewritten, comma=cst.MaybeSentinel.DEFAULT,
-                                        whitespace_after_arg=cst.SimpleWhitespace('')))
+        written.append(_one_line(arg, value))
         continue
       if not hasattr(shape, 'shape'):
         writer.fail(call, f'the shape of {name!r} is not known from the trace; port it by hand')
       sizes = [writer.size_source(d) for d in shape.shape]
       value = syntax.expression(f'({sizes[0]},)' if len(sizes) == 1 else '(' + ', '.join(sizes) + ')')
-    # One line, as NNX's call lays it out (the Linen call's commas and line
-    # breaks were around other arguments).
-    written.append(arg.with_changes(value=value, comma=cst.MaybeSentinel.DEFAULT,
-                                    whitespace_after_arg=cst.SimpleWhitespace('')))
+    written.append(_one_line(arg, value))
   function = init.value
   key = [cst.Arg(syntax.expression('rngs.params()'))] if kind == 'param' else []
   arguments = syntax.normalised(key + written)
