@@ -1350,16 +1350,7 @@ class ClassWriter:
   def _read_elsewhere(self) -> set[str]:
     """The class's fields the file reads off something else than `self`
     (`self.encoder.config`, `model.features`): kept on the port."""
-    fields = set(self.field_names)
-    found: set[str] = set()
-
-    class Visitor(cst.CSTVisitor):
-      def visit_Attribute(self, n):
-        if n.attr.value in fields and not (isinstance(n.value, cst.Name) and n.value.value == 'self'):
-          found.add(n.attr.value)
-
-    self.file.module.visit(Visitor())
-    return found
+    return set(self.field_names) & self.file.attributes_read_off_others
 
   def _check_mode_fields_gone(self, node: cst.ClassDef, init: cst.FunctionDef) -> None:
     """A field taken as the mode is read nowhere else: NNX's mode replaces it.
@@ -1473,7 +1464,7 @@ class ClassWriter:
 
   def _init_method(self, fields, inputs, body) -> cst.FunctionDef:
     params = [cst.Param(cst.Name('self'))]
-    taken = source.names_in(self.file.module)
+    taken = set(self.file.names)
     # (A default reading the class's own names, `constant(SCALE)`, is left in place.)
     class_names = {n for statement in self.cdef.body.body for n in syntax.bound_names(statement)}
     for field in fields:

@@ -64,6 +64,25 @@ class SourceFile:
     return self.positions[node].start.line
 
   @functools.cached_property
+  def names(self) -> frozenset[str]:
+    """Every bare name the file mentions (`names_in` of the whole file)."""
+    return frozenset(names_in(self.module))
+
+  @functools.cached_property
+  def attributes_read_off_others(self) -> frozenset[str]:
+    """The attribute names the file reads off something other than `self`
+    (`config` of `self.encoder.config`, `features` of `model.features`)."""
+    found = set()
+
+    class Visitor(cst.CSTVisitor):
+      def visit_Attribute(self, n):
+        if not (isinstance(n.value, cst.Name) and n.value.value == 'self'):
+          found.add(n.attr.value)
+
+    self.module.visit(Visitor())
+    return frozenset(found)
+
+  @functools.cached_property
   def linen_names(self) -> frozenset[str]:
     """The names the file binds to `flax.linen` (`nn`, usually)."""
     return frozenset(k for k, v in vars(self.python_module).items() if v is nn)
