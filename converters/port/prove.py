@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 from flax import nnx
+from flax.core import FrozenDict
 
 from converters.linen_model import LinenModel, nothing_sown, split_arrays
 from converters.port import layers, shapes, switches, tracing
@@ -695,10 +696,12 @@ def _is_sizes(value) -> bool:
   return isinstance(value, (tuple, list)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
 
 
-def _changed(value, depth: int = 0, scale: int | None = None):
+def _changed(value, depth: int = 0, scale: int | None = None, entries: bool = False):
   """Each integer one more (or `scale` times itself) and each tuple of
-  integers one longer (its last entry again), inside configuration
-  dataclasses too; `(value, changes)`."""
+  integers one longer (its last entry again; or, `entries`, each entry one
+  more: a patch size `(8, 8)` as `(9, 9)`), inside configuration
+  dataclasses, namespaces and dicts too (vit_jax's `patches.size`);
+  `(value, changes)`."""
   if isinstance(value, bool) or depth > 3:
     return value, []
   if isinstance(value, int):
@@ -707,11 +710,35 @@ def _changed(value, depth: int = 0, scale: int | None = None):
   if _is_sizes(value) and value:
     if scale:
       return value, []
-    longer = value + value[-1:]
-    return longer, [repr(longer)]
+    new = type(value)(v + 1 for v in value) if entries else value + value[-1:]
+    return new, [repr(new)]
+  inner = lambda v: _changed(v, depth + 1, scale, entries)  # noqa: E731
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
-    return _in_fields(value, lambda v: _changed(v, depth + 1, scale))
+    return _in_fields(value, inner)
+  if isinstance(value, types.SimpleNamespace):
+    new, changes = _in_members(vars(value), inner)
+    return (types.SimpleNamespace(**new), changes) if changes else (value, [])
+  if type(value) in (dict, FrozenDict) and all(isinstance(k, str) for k in value):
+    new, changes = _in_members(dict(value), inner)
+    return (type(value)(new), changes) if changes else (value, [])
   return value, []
+
+
+def _in_members(members: dict, change) -> tuple[dict, list[str]]:
+  """`members` with `change` applied to each, and what changed (`size=(9, 9)`)."""
+  new, changes = dict(members), []
+  for name, member in members.items():
+    v, c = change(member)
+    if c:
+      new[name] = v
+      changes += [f'{name}={x}' if '=' not in x else f'{name}.{x}' for x in c]
+  return new, changes
+
+
+def _is_configuration(value) -> bool:
+  """A value holding fields of its own: a dataclass, a namespace, a dict."""
+  return (dataclasses.is_dataclass(value) and not isinstance(value, type)) or isinstance(
+      value, (types.SimpleNamespace, dict, FrozenDict))
 
 
 def _flipped(value, depth: int = 0):
@@ -999,13 +1026,15 @@ def other_configurations(linen_model: LinenModel, most: int = 1):
   module = linen_model.module
   names = shapes.module_fields(module)
   attempts = []
-  for keep in ('both', 'tuples', 'integers'):
+  # `entries`: the tuples as long, each entry one more, where a longer one
+  # does not build (a patch or kernel size of two axes).
+  for keep in ('both', 'entries', 'tuples', 'integers'):
     fields, changes = {}, []
     for name in names:
       value = getattr(module, name)
-      new, change = _changed(value)
+      new, change = _changed(value, entries=keep == 'entries')
       is_tuple = isinstance(value, (tuple, list))
-      if change and (keep == 'both' or (keep == 'tuples') == (is_tuple or dataclasses.is_dataclass(value))):
+      if change and (keep in ('both', 'entries') or (keep == 'tuples') == (is_tuple or _is_configuration(value))):
         fields[name] = new
         changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
     if fields:

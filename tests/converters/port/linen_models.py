@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import types
 from typing import Any
 
 import jax
@@ -1578,3 +1579,20 @@ class SowsALoss(nn.Module):
 
 def sows_a_loss() -> LinenModel:
   return LinenModel(SowsALoss(), jax.ShapeDtypeStruct((4, 3), jnp.float32))
+
+
+class Patchify(nn.Module):
+  """A stem whose patch size lives in a namespace, as vit_jax's
+  `patches.size`: the port reads the traced size, so it holds there only."""
+
+  patches: types.SimpleNamespace
+  hidden: int = 8
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Conv(self.hidden, self.patches.size, strides=self.patches.size, padding='VALID')(x)
+    return nn.Dense(3)(x.reshape((x.shape[0], -1)))
+
+
+def patchify() -> LinenModel:
+  return LinenModel(Patchify(types.SimpleNamespace(size=(4, 4))), jnp.ones((2, 16, 16, 3)))

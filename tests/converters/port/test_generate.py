@@ -885,3 +885,12 @@ def test_a_branch_no_configuration_takes_is_written_to_raise_and_the_rest_proven
   with pytest.raises(NotImplementedError, match='was not traced, so the port does not write it'):
     generated.UntracedCreation(config(extra=True, deep=True), in_features=3, rngs=nnx.Rngs(0))
   generated.UntracedCreation(config(extra=True), in_features=3, rngs=nnx.Rngs(0))  # the traced branch
+
+
+def test_a_size_inside_a_namespace_or_dict_is_varied_too(tmp_path):
+  # The patch size in `patches.size` is proven at (5, 5) as well (a tuple
+  # one longer does not build): the port reads the traced 4, so it is not
+  # proven, where before nothing varied it and it was.
+  result, _, _ = _port(tmp_path, 'patchify', linen_models.patchify())
+  assert not result.proven
+  assert result.failure.startswith('at patches.size=(5, 5)'), result.failure
