@@ -215,6 +215,7 @@ class ClassWriter:
         skip=[node.func for node, _ in self.sites.values()]
         + [partial.args[0].value for partial in self.factories.values()] + self.lift_calls
         + list(self.handed) + list(self.untraced_branches),
+        bound=syntax.bound_in(self.method),
     ))
     self.attributes = self._attributes()
     self.used_dims: set[shapes.InputDim] = set()
@@ -410,11 +411,27 @@ class ClassWriter:
         block = child
         inside = syntax.descendants(block)
         if (not self.call_time & source.names_in(ancestor.test) and not any(n in made for n in inside)
-                and isinstance(block, (cst.IndentedBlock, cst.Else))):
+                and isinstance(block, (cst.IndentedBlock, cst.Else))
+                and self._never_taken(ancestor, block is ancestor.body)):
           return block, ancestor
         return None
       child = ancestor
     return None
+
+  def _never_taken(self, statement: cst.If, body: bool) -> bool:
+    """Whether no traced instance takes that side of `statement` (its test
+    read with each instance as `self`, in the file's globals): a side taken
+    that created nothing (a loop of none) is not untraced. False where the
+    test cannot be read so."""
+    for instance in self.instances:
+      try:
+        value = eval(self.file.code(statement.test), vars(self.file.python_module),  # noqa: S307
+                     {'self': instance.module})
+      except Exception:  # noqa: BLE001 - not a test of the configuration alone: not known
+        return False
+      if bool(value) == body:
+        return False
+    return True
 
   def untraced_raise(self, block: cst.CSTNode) -> cst.BaseSuite:
     """What an untraced branch is written as: it raises, saying why."""
@@ -748,18 +765,34 @@ class ClassWriter:
     # the input any more where the shape is read: refused, not guessed.
     first_bound: dict[str, int] = {}  # argument -> the first line binding it again
 
+    rebinding: dict[str, list] = {}  # argument -> the statements binding it again
+
     class Bindings(cst.CSTVisitor):
-      def visit_AssignTarget(self, node):
-        for name in syntax.target_names(node.target):
+      def bind(self, node, target):
+        for name in syntax.target_names(target):
           if name in writer.params and node in writer.file.positions:
             line = writer.file.positions[node].start.line
             first_bound[name] = min(first_bound.get(name, line), line)
+            rebinding.setdefault(name, []).append(node)
+
+      def visit_AssignTarget(self, node):
+        self.bind(node, node.target)
+
+      def visit_AnnAssign(self, node):  # `x: jax.Array = nn.Dense(w)(x)`
+        self.bind(node, node.target)
+
+      def visit_AugAssign(self, node):
+        self.bind(node, node.target)
 
     self.call.body.visit(Bindings())
 
     def rebound_before(name: str, node) -> bool:
       line = self.file.positions[node].start.line if node in self.file.positions else None
-      return name in first_bound and (line is None or first_bound[name] <= line)
+      if name in first_bound and (line is None or first_bound[name] <= line):
+        return True
+      # In a loop that binds it again, a later turn reads another value.
+      loops = [a for a in self.file.ancestors(node) if isinstance(a, (cst.For, cst.While))] if line else []
+      return any(loop in self.file.ancestors(b) for loop in loops for b in rebinding.get(name, ()))
 
     class Rewrite(cst.CSTTransformer):
       def leave_Subscript(self, original, updated):
@@ -902,6 +935,25 @@ class ClassWriter:
     self.fail(node, f'the input size of {children[0].cls.__name__} changes from one creation to the '
               'next in a way the port cannot write; port it by hand')
 
+  def _none_tested_fields(self) -> list[str]:
+    """The fields an `if self.<field> is (not) None:` of the method tests
+    around a creation: what may switch a layer on (not a field that merely
+    happens to be None where the layer is missing)."""
+    created = {node for node, _ in self.sites.values()}
+    found = []
+    for node in syntax.descendants(self.method):
+      if not (isinstance(node, cst.If) and isinstance(node.test, cst.Comparison)
+              and len(node.test.comparisons) == 1
+              and isinstance(node.test.comparisons[0].operator, (cst.IsNot, cst.Is))
+              and isinstance(node.test.comparisons[0].comparator, cst.Name)
+              and node.test.comparisons[0].comparator.value == 'None'):
+        continue
+      names = references.dotted(node.test.left) or []
+      if (len(names) == 2 and names[0] == 'self' and names[1] in self.field_names
+              and any(n in created for n in syntax.descendants(node))):
+        found.append(names[1])
+    return found
+
   def _switched_by_none(self, children, texts: list[str]) -> str | None:
     """`representation_size if representation_size is not None else
     hidden_size`: the size of a layer after one a field left None skips (a
@@ -913,7 +965,7 @@ class ClassWriter:
     if len(set(texts)) != 2 or any(len(t) != 1 for t in by_instance.values()):
       return None
     parents = {id(c.parent): c.parent for c in children}
-    for field in self.field_names:
+    for field in self._none_tested_fields():
       none = {next(iter(by_instance[i])) for i, p in parents.items() if getattr(p.module, field, 0) is None}
       given = {next(iter(by_instance[i])) for i, p in parents.items() if getattr(p.module, field, 0) is not None}
       if len(none) == 1 and given == {field}:
@@ -976,7 +1028,7 @@ class ClassWriter:
     """Whether a Flax layer made outside any loop gives its input's size."""
     spec = layers.layer_spec(type(symbolic_child.module))
     made = next((c for c in self.instance.children if c.name == symbolic_child.name), None)
-    return (spec is not None and spec.out_features is None and made is not None
+    return (spec is not None and spec.out_features is None and spec.sequence_field is None and made is not None
             and self.site_of(made) in self.sites and not self._loops(self.sites[self.site_of(made)][0]))
 
   def _sites_in(self, loop) -> list:
@@ -991,6 +1043,8 @@ class ClassWriter:
     if site in self.helpers:
       return '' if spec is not None and spec.out_features is None else None
     arguments = dict(self._linen_arguments(node, child.cls))
+    if spec is not None and spec.sequence_field is not None:
+      return None  # a Sequential's: its last layer's, not written yet
     if spec is not None:
       if spec.out_features is None:
         return ''
@@ -1080,11 +1134,12 @@ class ClassWriter:
         # builds: the inputs' sizes are arguments of the constructor. As
         # written where it reads them plainly (`in_features if out_dim is None
         # else out_dim`: right for every value of `out_dim`), else as traced.
+        traced = syntax.expression(self._input_size_argument(site, node, field, arg))
         rewritten = self.without_input_reads(arg.value)
-        if rewritten is not None and getattr(rewritten, 'lpar', None):
-          rewritten = rewritten.with_changes(lpar=[], rpar=[])  # a whole argument needs none
-        arg = arg.with_changes(value=rewritten if rewritten is not None else syntax.expression(
-            self._input_size_argument(site, node, field, arg)))
+        if rewritten is not None and any(isinstance(n, cst.IfExp) for n in syntax.descendants(rewritten)):
+          # A choice on the configuration the trace took one side of: as written.
+          traced = rewritten.with_changes(lpar=[], rpar=[]) if getattr(rewritten, 'lpar', None) else rewritten
+        arg = arg.with_changes(value=traced)
       keep_position = positional and arg.keyword is None and i < len(expected) and expected[i] == name
       if not keep_position:
         positional = False
@@ -1123,8 +1178,15 @@ class ClassWriter:
       elif isinstance(value, cst.Call) and self._calls_a_module(value):
         self.fail(value, f'{self.file.code(value)} in a Sequential makes a module the trace did not see '
                   'made there; port it by hand')
+      elif local := (source.names_in(value) - syntax.bound_in(value)) & syntax.bound_in(self.method):
+        # `d` made before the list, a lambda reading a local of the call:
+        # NNX builds the Sequential in `__init__`, where neither is.
+        self.fail(value, f'{self.file.code(value)} in a Sequential reads {", ".join(sorted(local))}, a local '
+                  'of the method (write each module in the list where it is made, and functions of '
+                  'their inputs only); port it by hand')
       else:
-        args.append(cst.Arg(value.visit(references.LinenReferences(self.file, self.cls, strict=True))))
+        args.append(cst.Arg(value.visit(references.LinenReferences(
+            self.file, self.cls, strict=True, bound=syntax.bound_in(self.method)))))
     return args
 
   def inlined_path(self, child: tracing.Created) -> tuple:

@@ -185,8 +185,10 @@ class CompactWriter(classes.ClassWriter):
     return name
 
   def _taken_name(self, name: str) -> bool:
+    """Whether `name` is a field, a keyword, NNX's, or bound in the class body
+    (a method, a constant `dropout = 0.25` the methods read)."""
     return name in self.field_names or keyword.iskeyword(name) or hasattr(nnx.Module, name) or any(
-        isinstance(s, cst.FunctionDef) and s.name.value == name for s in self.cdef.body.body)
+        name in syntax.bound_names(s) for s in self.cdef.body.body)
 
   def _numbered_name(self, node, explicit, children) -> str | None:
     """The list's name for `name=f'block_{i}'` (`f'block{i + 1}'`) in a
@@ -399,13 +401,14 @@ class CompactWriter(classes.ClassWriter):
       def visit_For(self, node):
         if node is loop:
           return False
+        node.iter.visit(self)  # read before the loop binds its variable: `for i in range(i, 5)`
         targets.update(syntax.descendants(node.target))
         bound.append(source.names_in(node.target))
-        return True
-
-      def leave_For(self, node):
-        if node is not loop:
-          bound.pop()
+        node.body.visit(self)
+        if node.orelse is not None:
+          node.orelse.visit(self)
+        bound.pop()
+        return False
 
       def visit_Name(self, node):
         if node not in targets and not any(node.value in names for names in bound):

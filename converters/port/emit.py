@@ -137,7 +137,7 @@ def write_file(
     defined = {}
     for statement in file.module.body:
       for name in syntax.bound_names(statement):
-        defined.setdefault(name, statement)
+        defined[name] = statement  # the last binding: what the module holds
     wanted = set().union(*(source.names_in(n) for f, n in nodes if f is file))
     seen: set[str] = set()
     while wanted - seen:

@@ -178,7 +178,7 @@ def port_helper(file: source.SourceFile, function: cst.FunctionDef, cls: type) -
   body = function.body.visit(Rewrite())
   dropped = {name_parameter} if name_parameter is not None and name_parameter not in source.names_in(body) else set()
   # Linen names left that NNX spells as the same objects; anything else refused.
-  body = body.visit(references.LinenReferences(file, cls, strict=True))
+  body = body.visit(references.LinenReferences(file, cls, strict=True, bound=syntax.bound_in(function)))
   kept = [p for p in params.params if p.name.value not in dropped]
   kwonly = [p for p in params.kwonly_params if p.name.value not in dropped]
   if size_parameter is not None:

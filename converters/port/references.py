@@ -123,8 +123,13 @@ class LinenReferences(cst.CSTTransformer):
   is refused (`strict`, in a class) or left (in a helper, which then keeps
   the Linen import)."""
 
-  def __init__(self, file: source.SourceFile, cls: type | None, strict: bool = True, skip=()):
+  def __init__(self, file: source.SourceFile, cls: type | None, strict: bool = True, skip=(),
+               bound=()):
     self.file, self.cls, self.strict, self.skip = file, cls, strict, set(skip)
+    #: The names each enclosing function or lambda binds (`bound`: those of
+    #: the function whose body is visited alone): a Linen name imported bare
+    #: is not Linen's there (`def f(self, x, softmax=True): if softmax:`).
+    self.scopes: list[set[str]] = [set(bound)]
     self.replaced: dict[cst.Attribute, cst.BaseExpression] = {}
     self.respelled: dict[cst.Call, object] = {}
     self.left: list[str] = []
@@ -150,6 +155,8 @@ class LinenReferences(cst.CSTTransformer):
     return self._visit_reference(node)
 
   def visit_Name(self, node):
+    if any(node.value in scope for scope in self.scopes):
+      return False  # bound here: the function's own, not Linen's
     return self._visit_reference(node)
 
   def visit_Arg(self, node):
@@ -161,6 +168,18 @@ class LinenReferences(cst.CSTTransformer):
 
   def visit_FunctionDef(self, node):
     self.skip.add(node.name)
+    self.scopes.append(syntax.bound_in(node))
+
+  def leave_FunctionDef(self, original, updated):
+    self.scopes.pop()
+    return updated
+
+  def visit_Lambda(self, node):
+    self.scopes.append(syntax.bound_in(node))
+
+  def leave_Lambda(self, original, updated):
+    self.scopes.pop()
+    return updated
 
   def _visit_reference(self, node) -> bool:
     path = self.file.linen_path(node)

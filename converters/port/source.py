@@ -110,6 +110,8 @@ class SourceFile:
           # `('compact',)`).
           path = tuple(module[2:]) + (alias.evaluated_name,)
           if not (module[2:] in ([], ['initializers']) and _resolve(path) is value):
+            if id(value) not in _LINEN_OBJECTS and _resolve(path) is not value:
+              continue  # bound again since (`gelu = partial(jax.nn.gelu, ...)`): not Linen's
             path = _LINEN_OBJECTS.get(id(value), path)
           bound[name] = path
     return bound

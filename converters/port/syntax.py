@@ -484,3 +484,49 @@ def descendants(node: cst.CSTNode) -> list[cst.CSTNode]:
 
   node.visit(Visitor())
   return found
+
+
+def bound_in(node: cst.CSTNode) -> set[str]:
+  """Every name `node` (a function, a lambda, a body) binds anywhere in it:
+  parameters, assignment, loop, `with`, `except` and comprehension targets,
+  walrus targets, imports, nested definitions. A name bound anywhere in a
+  function is its local throughout (over-counting a nested scope's only
+  leaves such a name as written, which is safe)."""
+  found: set[str] = set()
+
+  class Visitor(cst.CSTVisitor):
+    def visit_Param(self, n):
+      found.add(n.name.value)
+
+    def visit_AssignTarget(self, n):
+      found.update(target_names(n.target))
+
+    def visit_AnnAssign(self, n):
+      found.update(target_names(n.target))
+
+    def visit_AugAssign(self, n):
+      found.update(target_names(n.target))
+
+    def visit_For(self, n):
+      found.update(target_names(n.target))
+
+    def visit_CompFor(self, n):
+      found.update(target_names(n.target))
+
+    def visit_NamedExpr(self, n):
+      found.update(target_names(n.target))
+
+    def visit_AsName(self, n):
+      found.update(target_names(n.name))
+
+    def visit_FunctionDef(self, n):
+      found.add(n.name.value)
+
+    def visit_ClassDef(self, n):
+      found.add(n.name.value)
+
+    def visit_ImportAlias(self, n):
+      found.add(alias_name(n))
+
+  node.visit(Visitor())
+  return found

@@ -1596,3 +1596,29 @@ class Patchify(nn.Module):
 
 def patchify() -> LinenModel:
   return LinenModel(Patchify(types.SimpleNamespace(size=(4, 4))), jnp.ones((2, 16, 16, 3)))
+
+
+class FlaggedHead(nn.Module):
+  """A layer a flag switches on, whose width a field left None in the
+  instance without it gives: the field is not what switches it."""
+
+  hidden: int
+  rep: int | None = None
+  pre: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(self.hidden)(x)
+    if self.pre:
+      x = nn.Dense(self.rep if self.rep is not None else 7)(x)
+    return nn.Dense(3)(x)
+
+
+class TwoFlaggedHeads(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return FlaggedHead(8, None, False)(x) + FlaggedHead(8, 5, True)(x)
+
+
+def two_flagged_heads() -> LinenModel:
+  return LinenModel(TwoFlaggedHeads(), jnp.ones((2, 5)))

@@ -85,3 +85,14 @@ def test_names_imported_bare_are_written_as_nnx_and_only_where_they_are_read():
   assert _rewritten_bare('def f(relu):\n    return 1\n') == 'def f(relu):\n    return 1\n'
   with pytest.raises(Untranslatable, match='LayerNorm is used beyond creating a layer'):
     _rewritten_bare('y = LayerNorm\n')
+
+
+def test_a_name_a_function_binds_is_its_own_not_linen_s():
+  # `softmax` a parameter, `relu` a local, `gelu` a lambda's parameter: not Linen's there.
+  code = ('def f(self, x, softmax=True):\n'
+          '    relu = lambda gelu: gelu * 2\n'
+          '    if softmax:\n'
+          '        return relu(x)\n'
+          '    return nnx_free(x)\n')
+  assert _rewritten_bare(code) == code
+  assert _rewritten_bare('def f(self, x):\n    return relu(x)\n') == 'def f(self, x):\n    return nnx.relu(x)\n'
