@@ -20,7 +20,7 @@ import jax
 import libcst as cst
 
 from converters.paths import format_path
-from converters.port import classes, layers, references, source, tracing
+from converters.port import classes, layers, references, shapes, source, tracing
 from converters.port.classes import InputParameter
 from converters.port.errors import Untranslatable
 
@@ -79,7 +79,7 @@ class StubPort:
 
 
 def stub_port(cls: type, instances: list[tracing.Created], stub: Stub) -> StubPort:
-  fields = _fields(instances[0].module)
+  fields = shapes.module_fields(instances[0].module)
   call = instances[0].calls[0] if instances[0].calls else None
   inputs = []
   if call is not None and call.args and getattr(call.args[0], 'ndim', 0):
@@ -89,10 +89,6 @@ def stub_port(cls: type, instances: list[tracing.Created], stub: Stub) -> StubPo
     inputs.append(InputParameter(name, 0, 1, False))
   parameters = list(inspect.signature(cls.__call__).parameters)[1:]
   return StubPort(cls, stub, fields, inputs, parameters)
-
-
-def _fields(module) -> list[str]:
-  return [f.name for f in dataclasses.fields(module) if f.init and f.name not in ('parent', 'name')]
 
 
 def stub_source(port: StubPort, instances: list[tracing.Created], variables: dict) -> str:
