@@ -184,12 +184,18 @@ def file_of(cls: type) -> SourceFile:
 
 def snake_case(name: str) -> str:
   """`Dense_0` -> `dense_0`, `MultiHeadDotProductAttention` ->
-  `multi_head_dot_product_attention`, `ResNetBlock` -> `res_net_block`."""
+  `multi_head_dot_product_attention`, `LSTMCell` -> `lstm_cell`, `ConvBNBlock`
+  -> `conv_bn_block`; one capital after a word belongs to it (`ViTBlock` ->
+  `vit_block`, `Conv2D` -> `conv2d`)."""
   out = []
   for i, ch in enumerate(name):
-    if ch.isupper() and i and (name[i - 1].islower() or (i + 1 < len(name) and name[i + 1].islower())):
-      if out and out[-1] != '_':
-        out.append('_')
+    before = name[i - 1] if i else ''
+    after = name[i + 1] if i + 1 < len(name) else ''
+    if ch.isupper() and i:
+      single = not after.islower() and (not after.isupper() or name[i + 2:i + 3].islower())
+      if (before.islower() or before.isdigit()) and not single or before.isupper() and after.islower():
+        if out and out[-1] != '_':
+          out.append('_')
     out.append(ch.lower())
   return ''.join(out)
 

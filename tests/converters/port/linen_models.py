@@ -481,54 +481,10 @@ class CrossAttention(nn.Module):
     return nn.MultiHeadDotProductAttention(num_heads=2)(x, context)
 
 
-class ViTBlock(nn.Module):
-  """Self-attention written with its input twice, as ViT and big_vision write it."""
-
-  heads: int = 2
-  mlp: int = 12
-
-  @nn.compact
-  def __call__(self, x):
-    y = nn.LayerNorm()(x)
-    x = x + nn.MultiHeadDotProductAttention(num_heads=self.heads)(y, y)
-    return x + nn.Dense(x.shape[-1])(nn.gelu(nn.Dense(self.mlp)(nn.LayerNorm()(x))))
-
-
-class ViTStack(nn.Module):
-  depth: int = 2
-  heads: int = 2
-
-  @nn.compact
-  def __call__(self, x):
-    for _ in range(self.depth):
-      x = ViTBlock(self.heads)(x)
-    return x
-
-
-class CrossDecoderBlock(nn.Module):
-  """Self-attention, then cross-attention over an encoder's outputs of
-  another width (NNX's `in_kv_features`)."""
-
-  heads: int = 2
-
-  @nn.compact
-  def __call__(self, x, encoded):
-    x = x + nn.MultiHeadDotProductAttention(num_heads=self.heads)(x)
-    return x + nn.MultiHeadDotProductAttention(num_heads=self.heads, name='cross')(nn.LayerNorm()(x), encoded)
-
-
 class KvByKeyword(nn.Module):
   @nn.compact
   def __call__(self, x, context):
     return nn.MultiHeadDotProductAttention(num_heads=2)(x, inputs_kv=context)
-
-
-def vit_stack(depth: int = 2) -> LinenModel:
-  return LinenModel(ViTStack(depth), jnp.ones((2, 5, 8)))
-
-
-def cross_decoder_block(heads: int = 2) -> LinenModel:
-  return LinenModel(CrossDecoderBlock(heads), jnp.ones((2, 3, 8)), jnp.ones((2, 6, 12)))
 
 
 def kv_by_keyword() -> LinenModel:
