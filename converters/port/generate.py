@@ -67,6 +67,10 @@ class PortResult:
   #: The traced model's abstract variables.
   variables: dict = dataclasses.field(default_factory=dict)
   branches: list[UnportedBranch] = dataclasses.field(default_factory=list)
+  #: Input sizes of the model the code ties to a field (`inputs - y`, y of
+  #: `channels` features), which the port takes to be that field: proven
+  #: with inputs so (`shapes.SymbolicTrace.ties`).
+  ties: dict = dataclasses.field(default_factory=dict)
   #: The Linen classes written, in the order of `classes`.
   linen_classes: list = dataclasses.field(default_factory=list)
   #: The flags whose flip Linen does not build (`decode=True` of a scan
@@ -209,6 +213,8 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   result = PortResult(generated.text, generated.classes, stubs, dict(modes), generated.paths_text,
                       sources=sorted(files))
   result.variables = variables
+  root_writer = getattr(ports.get(type(module)), 'writer', None)
+  result.ties = dict(root_writer.symbolic.ties) if root_writer is not None else {}
   result.linen_classes = [w.cls if isinstance(w, classes.ClassPort) else w[0] for w in written]
   result.refused_flags = refused
   result.flags = [(other, description, other_variables) for other, description, _, other_variables in flags]
@@ -334,7 +340,9 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   # The classes are written for any configuration: proven at others too, with
   # the mapping the writer gives for them (the traced one's may name layers
   # by a count that changed).
-  others = prove.other_configurations(linen_model, most=2)
+  for tie in prove.tie_descriptions(result.ties):
+    result.checks.append(('assumed of the inputs (the code ties them)', tie, 'proven with inputs so'))
+  others = prove.other_configurations(linen_model, most=2, ties=result.ties)
   if not others:
     # Nothing shows the sizes are not the traced numbers: not handed over as proven.
     result.failure = ('no other configuration of the model builds in Linen (every integer one more, '

@@ -1017,12 +1017,41 @@ def moved_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]
   return [f for f in alone if f is not None]
 
 
-def other_configurations(linen_model: LinenModel, most: int = 1):
+def _tied(args: Sequence, ties: Mapping[shapes.InputDim, shapes.FieldValue], module, fields: Mapping) -> list:
+  """`args` with each input size tied to a field (`ties`) set to that
+  field's value where `fields` changes it (else as traced): the inputs the
+  port is written for."""
+  args = list(args)
+  for dim, field in ties.items():
+    name, *access = field.access
+    value = fields.get(name, getattr(module, name))
+    for key in access:
+      value = value[key] if isinstance(key, int) else getattr(value, key)
+    x = args[dim.index]
+    if hasattr(x, 'shape') and len(x.shape) == dim.ndim and x.shape[dim.dim] != value:
+      shape = tuple(value if d == dim.dim else n for d, n in enumerate(x.shape))
+      args[dim.index] = jax.ShapeDtypeStruct(shape, x.dtype)
+  return args
+
+
+def tie_descriptions(ties: Mapping[shapes.InputDim, shapes.FieldValue]) -> list[str]:
+  """What the port assumes of its inputs, one line a tie: `inputs.shape[-1]
+  == self.channels`."""
+  return [
+      f'{dim.name}.shape[{dim.dim - dim.ndim}] == self.{shapes.access_source(field.access, field.last)}'
+      for dim, field in ties.items()
+  ]
+
+
+def other_configurations(linen_model: LinenModel, most: int = 1,
+                         ties: Mapping[shapes.InputDim, shapes.FieldValue] | None = None):
   """Up to `most` other configurations of the model that Linen builds:
   `(LinenModel, description)`. Every integer of the configuration one more
   and every tuple one longer (or the tuples alone, or the integers alone),
   with every floating input one wider, else on the same inputs; else the
-  wider inputs alone."""
+  wider inputs alone. An input size the port takes to be a field (`ties`)
+  is that field's value in each."""
+  ties = ties or {}
   module = linen_model.module
   names = shapes.module_fields(module)
   attempts = []
@@ -1066,8 +1095,11 @@ def other_configurations(linen_model: LinenModel, most: int = 1):
     tried.insert(1 if most > 1 and tried else len(tried), (doubled, ', '.join(changes), list(linen_model.args), []))
   found = []
   for fields, changes, args, args_changes in tried:
+    args = _tied(args, ties, module, fields)
+    args_changes = [f'input {i} {tuple(x.shape)} -> {tuple(a.shape)}' for i, (x, a) in enumerate(zip(linen_model.args, args))
+                    if hasattr(x, 'shape') and tuple(x.shape) != tuple(a.shape)]
     description = ', '.join(c for c in [changes, *args_changes] if c)
-    if any(description == d for _, d in found):
+    if not description or any(description == d for _, d in found):
       continue  # the same changes by another road (tuples alone, when they are all)
     if (other := built(linen_model, fields, args)) is None:
       continue  # refused: the next

@@ -193,6 +193,10 @@ class SymbolicTrace:
   root: tracing.Created
   table: SymbolTable
   variables: dict = dataclasses.field(default_factory=dict)
+  #: Input sizes the code ties to a field (`inputs - y`, y of `channels`
+  #: features): traced as that field, so the port is written for inputs
+  #: whose size is the field's value only (`prove` keeps them so).
+  ties: dict[InputDim, FieldValue] = dataclasses.field(default_factory=dict)
 
 
 def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> SymbolicTrace:
@@ -291,6 +295,10 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
   features = [dim for dim in refused if dim[1][2] == len(dim[1][3].shape) - 1]
   table, symbols = symbols_for(kept + counts + features)
   traced = attempt(table, symbols, set(kept))
+  traced.ties = {
+      InputDim(i, arg, d, len(a.shape), a.shape[d]): FieldValue((name,) + access, _is_last(getattr(module, name), access))
+      for (_, (i, arg, d, a)), (_, (name, access, _)) in ties.items()
+  }
   alone: dict = {}  # input dim -> the step it can change by alone, or None
 
   def step_alone(dim):

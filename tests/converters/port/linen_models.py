@@ -1578,3 +1578,23 @@ class TwoFlaggedHeads(nn.Module):
 
 def two_flagged_heads() -> LinenModel:
   return LinenModel(TwoFlaggedHeads(), jnp.ones((2, 5)))
+
+
+class ResidualDenoiser(nn.Module):
+  """DnCNN's shape (scico): the output is `x - y`, y of `channels`
+  features, which ties the input's channels to that field."""
+
+  channels: int = 1
+  features: int = 4
+  depth: int = 3
+
+  @nn.compact
+  def __call__(self, x):
+    y = nn.relu(nn.Conv(self.features, (3, 3))(x))
+    for _ in range(self.depth - 2):
+      y = nn.relu(nn.Conv(self.features, (3, 3))(y))
+    return x - nn.Conv(self.channels, (3, 3))(y)
+
+
+def residual_denoiser() -> LinenModel:
+  return LinenModel(ResidualDenoiser(), jnp.ones((2, 8, 8, 1)))

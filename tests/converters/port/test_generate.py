@@ -855,6 +855,19 @@ def test_a_lint_that_cannot_run_fails_the_port_never_passes_it(tmp_path, monkeyp
     emit.ruff_check(str(tmp_path / 'any.py'))
 
 
+def test_an_input_size_the_code_ties_to_a_field_is_stated_and_proven_as_tied(tmp_path):
+  # scico's DnCNN: `x - y`, y of `channels` features. The port takes x's
+  # channels to be `channels` (no `in_features`), says so, and is proven on
+  # inputs so: before, proven at channels=2 on a 1-channel input (Linen
+  # broadcasts), it failed.
+  result, out, _ = _port(tmp_path, 'residual_denoiser', linen_models.residual_denoiser())
+  assert result.proven, (result.failure, result.checks)
+  assert _outcome(result, 'assumed of the inputs (the code ties them)') == 'x.shape[-1] == self.channels'
+  assert 'self.conv_0 = nnx.Conv(channels, features' in out.read_text()
+  others = [check for check, *_ in result.checks if check.startswith('another configuration')]
+  assert any('channels=2' in c and '(2, 8, 8, 1) -> (2, 8, 8, 2)' in c for c in others), others
+
+
 def test_one_stub_is_that_class_alone_the_rest_written_mapped_and_proven_around_it(tmp_path):
   from tests.converters.port.golden import stub_in_a_branch
 

@@ -87,3 +87,26 @@ class Draws(nn.Module):
 def test_the_streams_a_model_draws_are_read_with_its_flags_turned_round():
   assert prove.drawn_streams(LinenModel(Draws(), jnp.ones((2, 3)), train=False)) == ('dropout', 'noise')
   assert prove.drawn_streams(LinenModel(Block(), jnp.ones((2, 5, 5, 3)))) == ()
+
+
+class _Residual(nn.Module):
+  channels: int = 1
+
+  @nn.compact
+  def __call__(self, x):
+    return x - nn.Dense(self.channels)(nn.Dense(3)(x))
+
+
+def test_inputs_the_port_ties_to_a_field_take_its_value_in_every_other_configuration():
+  from converters.port import shapes
+
+  model = LinenModel(_Residual(), jnp.ones((2, 1)))
+  tie = {shapes.InputDim(0, 'x', 1, 2, 1): shapes.FieldValue(('channels',))}
+  assert prove.tie_descriptions(tie) == ['x.shape[-1] == self.channels']
+  for other, description in prove.other_configurations(model, most=2, ties=tie):
+    assert other.args[0].shape[-1] == other.module.channels, description
+  # Untied, Linen also builds the configurations that broadcast a 1-wide
+  # input against more channels (which a port taking the input's width to
+  # be `channels` is not written for).
+  untied = prove.other_configurations(model, most=2)
+  assert any(o.args[0].shape[-1] != o.module.channels for o, _ in untied)
