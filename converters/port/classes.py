@@ -25,7 +25,9 @@ import libcst as cst
 from flax import linen as nn
 
 from converters.port import (
+  branches,
   caches,
+  factories,
   helpers,
   layers,
   references,
@@ -199,10 +201,12 @@ class ClassWriter:
     # The locals the creating method binds once (`norm = partial(...)`).
     self.method_locals = self.locals if self.method is self.call else syntax.assigned_once(self.method.body)
     self.sites = self._sites()
-    self.factories = self._factories()
+    self.callees = factories.Callees(self.file, instance.module, tuple(self.field_names), self.method_locals)
+    found = factories.read(self.sites, self.callees, self.keeps_factories, self.fail)
+    self.factories, self.lifts, self.lift_calls = found.partials, found.lifts, found.lift_calls
     self.kept_factories = self._kept_factories()
     # Flax layer classes (or partials of them) handed to the user's blocks.
-    self.handed = self._handed_classes()
+    self.handed = factories.handed_classes(self.sites, self.file)
     # Fields the model is configured with a module class or partial in
     # (`conv: ModuleDef`): field -> the Flax layer (its spec) or the user's
     # class the traced configuration makes through it.
@@ -392,128 +396,20 @@ class ClassWriter:
     self.method.body.visit(Visitor())
     #: Blocks of an `if` on the configuration creating only what no trace
     #: made: `__init__` and `__call__` raise there (`untraced_raise`).
-    self.untraced_branches: dict[cst.CSTNode, cst.If] = {}
+    self.untraced_branches: dict[cst.CSTNode, branches.UntracedBranch] = {}
     for node in untraced:
-      branch = self._untraced_branch(node, made)
+      branch = branches.untraced_branch(node, self.method, self.file, self.instances, self.call_time, made)
       if branch is None:
         self.fail(node, f'{self.file.code(node.func)}(...) is created where no traced '
                   'configuration went; port it by hand (or trace a configuration that takes it)')
-      self.untraced_branches[branch[0]] = branch[1]
-
-  def _untraced_branch(self, node: cst.Call, made: set) -> tuple[cst.CSTNode, cst.If] | None:
-    """The block (an `if`'s body, or its `else`) around `node` that creates
-    nothing traced, where the `if` tests the configuration only; else None."""
-    child = node
-    for ancestor in self.file.ancestors(node):
-      if ancestor is self.method:
-        return None
-      if isinstance(ancestor, cst.If) and child in (ancestor.body, ancestor.orelse):
-        block = child
-        inside = syntax.descendants(block)
-        if (not self.call_time & source.names_in(ancestor.test) and not any(n in made for n in inside)
-                and isinstance(block, (cst.IndentedBlock, cst.Else))
-                and self._never_taken(ancestor, block is ancestor.body)):
-          return block, ancestor
-        return None
-      child = ancestor
-    return None
-
-  def _never_taken(self, statement: cst.If, body: bool) -> bool:
-    """Whether no traced instance takes that side of `statement` (its test
-    read with each instance as `self`, in the file's globals): a side taken
-    that created nothing (a loop of none) is not untraced. False where the
-    test cannot be read so."""
-    for instance in self.instances:
-      try:
-        value = eval(self.file.code(statement.test), vars(self.file.python_module),  # noqa: S307
-                     {'self': instance.module})
-      except Exception:  # noqa: BLE001 - not a test of the configuration alone: not known
-        return False
-      if bool(value) == body:
-        return False
-    return True
+      self.untraced_branches[branch.block] = branch
 
   def untraced_raise(self, block: cst.CSTNode) -> cst.BaseSuite:
     """What an untraced branch is written as: it raises, saying why."""
-    statement = self.untraced_branches[block]
-    branch = 'else' if isinstance(block, cst.Else) else 'if'
-    where = f'the {branch} branch of `if {self.file.code(statement.test)}`'
-    message = (f'{self.cls.__name__}: {where} was not traced, so the port does not write it: trace a '
-               'configuration that takes it, or port it by hand')
-    body = block.body if isinstance(block, cst.Else) else block
-    return body.with_changes(body=[syntax.statement(f'raise NotImplementedError({message!r})\n')])
-
-  def _factories(self) -> dict[str, cst.Call]:
-    """Locals that make modules, `norm = functools.partial(nn.BatchNorm,
-    momentum=0.9)`: name -> the `partial` call. A creation through one is
-    written with the partial's arguments and its own, as one NNX creation."""
-    bound = self.method_locals
-    factories = {}
-    # Sites creating through Linen's lifted transforms (`blocks =
-    # nn.scan(Block, ...)`, or `nn.scan(...)(config)` in place): site ->
-    # (the transform read, the local holding it or None).
-    self.lifts: dict[tracing.Site, tuple[transforms.Lifted, str | None]] = {}
-    self.lift_calls: list[cst.Call] = []
-    for site, (node, children) in self.sites.items():
-      local = node.func.value if isinstance(node.func, cst.Name) and node.func.value in bound else None
-      value = bound[local] if local is not None else node.func
-      if any(c.transform for c in children) and not isinstance(value, cst.Call):
-        self.fail(node, f'{children[0].name} is made by a transform bound outside the method '
-                  f'({self.file.code(node.func)}); port it by hand')
-      if isinstance(value, cst.Call) and any(c.transform for c in children):
-        try:
-          lift = transforms.lifted(value, self.file)
-        except transforms.Refused as e:
-          self.fail(value, f'{e}: not written yet; port it by hand')
-        if lift is None:
-          self.fail(node, f'{children[0].name} is made by a transform the port does not know; port it by hand')
-        self.lifts[site] = (lift, local)
-        self.lift_calls.append(value)
-        continue
-      if local is not None:
-        if not (isinstance(value, cst.Call) and self._is_partial(value.func) and value.args
-                and value.args[0].keyword is None and not value.args[0].star):
-          self.fail(node, f'a module created through {node.func.value}, which is not a '
-                    'functools.partial of a module class; port it by hand')
-        factories[node.func.value] = value
-    # A partial of a module class only handed on (`norm=norm` to a block),
-    # never called here: a factory too (where the writer keeps such).
-    for name, value in bound.items() if self.keeps_factories else ():
-      if (name not in factories and isinstance(value, cst.Call) and self._is_partial(value.func)
-          and value.args and value.args[0].keyword is None and not value.args[0].star
-          and self._factory_class(self._factory_target(value.args[0].value)) is not None):
-        factories[name] = value
-    return factories
-
-  def _is_partial(self, func: cst.BaseExpression) -> bool:
-    value = self.file.python_module
-    for name in references.dotted(func) or ['']:
-      value = getattr(value, name, None)
-    return value is functools.partial
-
-  def _handed_classes(self) -> dict[cst.BaseExpression, cst.BaseExpression]:
-    """Flax layer classes handed to the user's modules as they are
-    (`Inner(dense=nn.Dense)`), or as a partial written in place
-    (`Inner(dense=partial(nn.Dense, use_bias=False))`): the Linen class
-    (what the check of Linen's names skips) -> the argument's value."""
-    handed = {}
-    for node, children in self.sites.values():
-      if layers.layer_spec(children[0].cls) is not None:
-        continue
-      for arg in node.args:
-        value = arg.value
-        if (isinstance(value, cst.Call) and self._is_partial(value.func) and value.args
-                and value.args[0].keyword is None and not value.args[0].star):
-          head = value.args[0].value
-        else:
-          head = value
-        if self.file.linen_path(head) and not arg.star:
-          if layers.layer_spec(helpers.layer_class(self.file, head)) is not None:
-            handed[head] = value
-    return handed
+    return self.untraced_branches[block].raising(self.cls.__name__, self.file)
 
   def _nnx_handed(self, value: cst.BaseExpression) -> cst.BaseExpression:
-    """A value `_handed_classes` found, as NNX's: `nnx.Linear`, or the
+    """A value `factories.handed_classes` found, as NNX's: `nnx.Linear`, or the
     partial as `nnx_factory` writes one."""
     if isinstance(value, cst.Call):
       return self._nnx_partial(value, self.file.code(value))
@@ -527,7 +423,7 @@ class ClassWriter:
     them. Their mode arguments (`use_running_average=not train`) leave
     them for the NNX mode, so they are not of the call."""
     callees = {node.func for node, _ in self.sites.values()}
-    factories = self.factories
+    partials = self.factories
     read: set[str] = set()
 
     class Reads(cst.CSTVisitor):
@@ -535,25 +431,25 @@ class ClassWriter:
         return False
 
       def visit_Name(self, node):
-        if node.value in factories and node not in callees:
+        if node.value in partials and node not in callees:
           read.add(node.value)
 
     if not self.keeps_factories:
       return set()
     self.method.body.visit(Reads())
-    pending = [name for name in factories if name in read]
+    pending = [name for name in partials if name in read]
     for name in pending:
-      head = factories[name].args[0].value
-      if isinstance(head, cst.Name) and head.value in factories:
-        self.fail(factories[name], f'{name} is a partial of the partial {head.value}; write it as one '
+      head = partials[name].args[0].value
+      if isinstance(head, cst.Name) and head.value in partials:
+        self.fail(partials[name], f'{name} is a partial of the partial {head.value}; write it as one '
                   'partial, or port it by hand')
     # A partial may hand on another (`block = partial(Block, norm=norm)`):
     # repeated until none is left of the call, whatever their order.
     while True:
       leave = [
           name for name in pending
-          if not any(self.call_time & source.names_in(a.value) for a in factories[name].args
-                     if not (a.keyword is not None and a.keyword.value in self._factory_modes(factories[name])))
+          if not any(self.call_time & source.names_in(a.value) for a in partials[name].args
+                     if not (a.keyword is not None and a.keyword.value in self._factory_modes(partials[name])))
       ]
       if not leave:
         return read
@@ -561,29 +457,10 @@ class ClassWriter:
         self.call_time.discard(name)
         pending.remove(name)
 
-  def _factory_target(self, func: cst.BaseExpression):
-    """What a partial's first argument (or a creation's callee) names: the
-    traced value of a field (`self.conv`) or the file's object (`nn.BatchNorm`)."""
-    names = references.dotted(func)
-    if names and names[0] == 'self' and len(names) == 2 and names[1] in self.field_names:
-      return getattr(self.instance.module, names[1], None)
-    local = self.method_locals.get(func.value) if isinstance(func, cst.Name) else None
-    if isinstance(local, cst.Call) and self._is_partial(local.func) and local.args:
-      inner = self._factory_target(local.args[0].value)  # a partial of a local partial
-      return functools.partial(inner) if callable(inner) else None
-    return helpers.layer_class(self.file, func)
-
-  @staticmethod
-  def _factory_class(value):
-    """The module class a factory makes (a partial's, recursively), or None."""
-    while isinstance(value, functools.partial):
-      value = value.func
-    return value if isinstance(value, type) and issubclass(value, nn.Module) else None
-
   def _factory_modes(self, partial: cst.Call) -> dict[str, bool]:
     """The fields of a factory's class its mode sets: field -> whether True
     is the eval mode (`use_running_average` of a BatchNorm)."""
-    cls = self._factory_class(self._factory_target(partial.args[0].value))
+    cls = factories.factory_class(self.callees.target(partial.args[0].value))
     spec = layers.layer_spec(cls) if cls is not None else None
     if spec is not None:
       return dict(spec.mode)
@@ -600,8 +477,8 @@ class ClassWriter:
   def _nnx_partial(self, partial: cst.Call, name: str) -> cst.Call:
     """`partial` (`name` says what it is in messages) as NNX's: see `nnx_factory`."""
     head = partial.args[0].value
-    target = self._factory_target(head)
-    cls = self._factory_class(target)
+    target = self.callees.target(head)
+    cls = factories.factory_class(target)
     spec = layers.layer_spec(cls) if cls is not None else None
     names = references.dotted(head)
     from_field = bool(names) and names[0] == 'self'
@@ -677,7 +554,7 @@ class ClassWriter:
     sets modes for every layer, `model.train()`), no argument NNX's class
     has not."""
     while isinstance(value, functools.partial):
-      cls = self._factory_class(value)
+      cls = factories.factory_class(value)
       spec = layers.layer_spec(cls)
       port = self.child_ports.get(cls)
       modes = dict(spec.mode) if spec is not None else dict(port.field_modes) if port is not None else {}
@@ -875,7 +752,7 @@ class ClassWriter:
       # a module class the configuration holds, `self.config.norm`, nor one
       # computed, `getattr(nn, self.kind)`), or the port is right for the
       # traced configuration only.
-      named = self._factory_class(self._factory_target(func))
+      named = factories.factory_class(self.callees.target(func))
       if named is not child.cls:
         self.fail(node, f'{self.file.code(func)}(...) makes {child.cls.__name__} in the traced configuration '
                   'only (a module class the configuration holds, or one computed); port it by hand')
@@ -1505,11 +1382,11 @@ class ClassWriter:
         return None
     name = field.target.value
     default = next((f.default for f in dataclasses.fields(self.cls) if f.name == name), None)
-    if isinstance(default, functools.partial) and self._factory_class(default) is not None:
+    if isinstance(default, functools.partial) and factories.factory_class(default) is not None:
       # (Its settings would have to be NNX's: written by hand.)
       self.fail(field, f'the default of {name!r}, {self.file.code(value)}, is a partial of a module class; '
                 'port it by hand')
-    cls = self._factory_class(helpers.layer_class(self.file, value)) if value is not None else None
+    cls = factories.factory_class(helpers.layer_class(self.file, value)) if value is not None else None
     if cls is None:
       return value
     made = self.factory_fields.get(name)

@@ -16,7 +16,6 @@ import time
 import traceback
 
 import jax
-import libcst as cst
 
 from converters.linen_model import LinenModel
 from converters.paths import format_path
@@ -184,12 +183,9 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
       return
     ports[cls] = port
     written.append(port)
-    for block, statement in port.writer.untraced_branches.items():
-      condition = f'if {port.writer.file.code(statement.test)}'
-      branches.append(UnportedBranch(
-          cls.__name__, port.writer.file.line_of(block if isinstance(block, cst.Else) else statement),
-          f'the else branch of `{condition}`' if isinstance(block, cst.Else) else f'`{condition}`',
-          port.writer.file.path))
+    for branch in port.writer.untraced_branches.values():
+      file = port.writer.file
+      branches.append(UnportedBranch(cls.__name__, branch.line(file), branch.condition(file), file.path))
 
   visit(root)
   # The variables of every flag's configuration too (the scanned layers'),

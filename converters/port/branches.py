@@ -1,0 +1,88 @@
+"""Branches of a class's creating method that no traced configuration took.
+
+A side of an `if` on the configuration alone (`if self.resnet is not None:`,
+a hybrid ViT's ResNet root) that no traced instance takes, and that makes
+only modules no trace made, cannot be written: the trace saw nothing of
+it. The rest of the class can, so that side is written to raise
+`NotImplementedError`, in `__init__` and in the call, and reported
+(`stubs.UnportedBranch`); `untraced_branch` finds it, `UntracedBranch.raising`
+is what replaces it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Sequence
+
+import libcst as cst
+
+from converters.port import source, syntax, tracing
+
+
+@dataclasses.dataclass(frozen=True)
+class UntracedBranch:
+  """`block`, the body of `statement` or its `else`, which no traced
+  instance takes."""
+
+  block: cst.BaseSuite | cst.Else
+  statement: cst.If
+
+  @property
+  def is_else(self) -> bool:
+    return isinstance(self.block, cst.Else)
+
+  def condition(self, file: source.SourceFile) -> str:
+    """`the else branch of `if self.resnet is not None``, or the `if`'s own."""
+    condition = f'if {file.code(self.statement.test)}'
+    return f'the else branch of `{condition}`' if self.is_else else f'`{condition}`'
+
+  def line(self, file: source.SourceFile) -> int:
+    return file.line_of(self.block if self.is_else else self.statement)
+
+  def raising(self, class_name: str, file: source.SourceFile) -> cst.BaseSuite:
+    """The block written to raise, saying why."""
+    branch = 'else' if self.is_else else 'if'
+    where = f'the {branch} branch of `if {file.code(self.statement.test)}`'
+    message = (f'{class_name}: {where} was not traced, so the port does not write it: trace a '
+               'configuration that takes it, or port it by hand')
+    body = self.block.body if self.is_else else self.block
+    return body.with_changes(body=[syntax.statement(f'raise NotImplementedError({message!r})\n')])
+
+
+def untraced_branch(node: cst.CSTNode, method: cst.FunctionDef, file: source.SourceFile,
+                    instances: Sequence[tracing.Created], call_time: Collection[str],
+                    made: Collection[cst.CSTNode]) -> UntracedBranch | None:
+  """The side of the innermost `if` around `node` (in `method`) if it tests
+  the configuration only (no name of the call, `call_time`), makes nothing
+  traced (`made`: the creations the trace saw) and no traced instance
+  takes it; else None."""
+  child = node
+  for ancestor in file.ancestors(node):
+    if ancestor is method:
+      return None
+    if isinstance(ancestor, cst.If) and child in (ancestor.body, ancestor.orelse):
+      inside = syntax.descendants(child)
+      if (not set(call_time) & source.names_in(ancestor.test) and not any(n in made for n in inside)
+              and isinstance(child, (cst.IndentedBlock, cst.Else))
+              and never_taken(ancestor, child is ancestor.body, file, instances)):
+        return UntracedBranch(child, ancestor)
+      return None
+    child = ancestor
+  return None
+
+
+def never_taken(statement: cst.If, body: bool, file: source.SourceFile,
+                instances: Sequence[tracing.Created]) -> bool:
+  """Whether no instance takes that side of `statement` (its test read
+  with each instance's module as `self`, in the file's globals): a side
+  taken that created nothing (a loop over none) is not untraced. False
+  where the test cannot be read so."""
+  for instance in instances:
+    try:
+      value = eval(file.code(statement.test), vars(file.python_module),  # noqa: S307
+                   {'self': instance.module})
+    except Exception:  # noqa: BLE001 - not a test of the configuration alone: not known
+      return False
+    if bool(value) == body:
+      return False
+  return True
