@@ -1213,7 +1213,8 @@ class ClassWriter:
         shape = symbolic.calls[0].args[parameter.index].shape
         shape = shape if parameter.with_batch else shape[1:]
         if parameter.whole_shape:
-          texts.add('(' + ', '.join(self._child_size(symbolic, d) for d in shape) + ',)')
+          sizes = [self._child_size(symbolic, d) for d in shape]
+          texts.add(f'({sizes[0]},)' if len(sizes) == 1 else '(' + ', '.join(sizes) + ')')
         else:
           texts.add(self._child_size(symbolic, shape[-1]))
       if len(texts) != 1:

@@ -18,6 +18,7 @@ import ast
 import copy as copy_module
 import dataclasses
 import itertools
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -140,6 +141,8 @@ def _field_leaves(value, access: tuple) -> list[tuple[tuple, int]]:
         if f.init
         for leaf in _field_leaves(getattr(value, f.name), access + (f.name,))
     ]
+  if isinstance(value, types.SimpleNamespace):  # vit_jax's `patches.size`
+    return [leaf for name, v in vars(value).items() for leaf in _field_leaves(v, access + (name,))]
   return []
 
 
@@ -386,6 +389,12 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
     except Exception:  # noqa: BLE001 - the code takes no other length
       continue
     order, start = ((1, 0, 2), len(value) - 1) if shorter else ((0, 1, 2), len(value))
+
+    if all(len(o.root.children) == len(traced.root.children) for o in others):
+      # Not a count of layers (a kernel's or a patch's axes, `patches.size`:
+      # another length is another program, not more layers): its length is
+      # kept as traced, and the proof tries the entries changed instead.
+      continue
 
     def fit(v, length=length, order=order, start=start, what=f'len({access_source((name,) + access)})'):
       fitted = _fit_length(tuple(v[i] for i in order), length, start)

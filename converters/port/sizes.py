@@ -61,9 +61,58 @@ def _poly(node: ast.expr, atoms: _Atoms) -> Poly:
   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
     if node.func.id == 'floordiv' and _positive_int(node.args[1]):
       return _floordiv(_poly(node.args[0], atoms), node.args[1].value, atoms)
+    if node.func.id == 'floordiv' and isinstance(node.args[1], ast.Name):
+      return _floordiv_by_symbol(_poly(node.args[0], atoms), _poly(node.args[1], atoms), atoms)
+    # `max(x, 0)` (`non_negative(x)`) of an `x` never negative: `x`.
+    bound = (node.args[:1] if node.func.id == 'non_negative' and len(node.args) == 1 else
+             [a for a in node.args if not _is_zero(a)] if node.func.id == 'max' and len(node.args) == 2
+             and any(_is_zero(a) for a in node.args) else [])
+    if len(bound) == 1 and _never_negative(inner := _poly(bound[0], atoms), atoms):
+      return inner
     args = [_expression(_poly(a, atoms), atoms) for a in node.args]
     return atoms.atom(ast.Call(node.func, args, []))
   return atoms.atom(node)
+
+
+def _floordiv_by_symbol(inner: Poly, divisor: Poly, atoms: _Atoms) -> Poly:
+  """`inner // d` for a size `d` (a patch size, at least 1): the terms of
+  `inner` that are multiples of `d` taken out (`(h - p) // p` is `h // p -
+  1`), exactly, for integer values of the symbols."""
+  ((key,),) = divisor  # one symbol, of coefficient 1
+  quotient = {tuple(a for i, a in enumerate(m) if i != m.index(key)): c for m, c in inner.items() if key in m}
+  rest = {m: c for m, c in inner.items() if key not in m}
+  if not rest:
+    return quotient
+  if any(m for m in rest) and all(c < 0 for m, c in rest.items() if m):
+    # A ceiling (`-floordiv(-h, p)`, a 'SAME' convolution's): `-x // d` is
+    # `-((x + d - 1) // d)`, which a person writes `(h + p - 1) // p`.
+    up = _add(_add({m: -c for m, c in rest.items()}, divisor), {(): -1})
+    ceiling = atoms.atom(ast.Call(ast.Name('floordiv'), [_expression(up, atoms), atoms.nodes[key]], []))
+    return _add({m: -c for m, c in ceiling.items()}, quotient)
+  node = ast.Call(ast.Name('floordiv'), [_expression(rest, atoms), atoms.nodes[key]], [])
+  return _add(atoms.atom(node), quotient)
+
+
+def _never_negative(poly: Poly, atoms: _Atoms) -> bool:
+  """Whether `poly` is at least 0 for every value of its symbols, all sizes
+  (at least 0): a sum of positive terms of sizes and of their floor
+  divisions by positive sizes."""
+  def size(key: str) -> bool:
+    node = atoms.nodes[key]
+    if isinstance(node, ast.Name):
+      return True
+    if isinstance(node, ast.Call) and getattr(node.func, 'id', None) == 'floordiv':
+      numerator, denominator = node.args
+      return (_positive_int(denominator) or isinstance(denominator, ast.Name)) and _never_negative(
+          _poly(numerator, atoms), atoms)
+    return isinstance(node, ast.Call) and getattr(node.func, 'id', None) in ('non_negative', 'max') and any(
+        _is_zero(a) for a in node.args)
+
+  return all(c > 0 for c in poly.values()) and all(size(a) for m in poly for a in m)
+
+
+def _is_zero(node) -> bool:
+  return isinstance(node, ast.Constant) and node.value == 0
 
 
 def _positive_int(node) -> bool:
@@ -88,7 +137,7 @@ def _floordiv(inner: Poly, k: int, atoms: _Atoms) -> Poly:
   if len(base) == 1 and list(base.values()) == [1] and len(next(iter(base))) == 1:
     (key,) = next(iter(base))
     node = atoms.nodes.get(key)
-    if isinstance(node, ast.Call) and getattr(node.func, 'id', None) == 'floordiv':
+    if isinstance(node, ast.Call) and getattr(node.func, 'id', None) == 'floordiv' and _positive_int(node.args[1]):
       merged = ast.Call(ast.Name('floordiv'), [node.args[0], ast.Constant(node.args[1].value * k)], [])
       return _add(atoms.atom(merged), {(): shift} if shift else {})
   node = ast.Call(ast.Name('floordiv'), [_expression(base, atoms), ast.Constant(k)], [])

@@ -1539,7 +1539,7 @@ def sows_a_loss() -> LinenModel:
 
 class Patchify(nn.Module):
   """A stem whose patch size lives in a namespace, as vit_jax's
-  `patches.size`: the port reads the traced size, so it holds there only."""
+  `patches.size`: the Dense after it takes the count of patches."""
 
   patches: types.SimpleNamespace
   hidden: int = 8

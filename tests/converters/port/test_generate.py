@@ -16,6 +16,7 @@ import inspect
 import os
 import pathlib
 import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -902,10 +903,18 @@ def test_a_branch_no_configuration_takes_is_written_to_raise_and_the_rest_proven
   generated.UntracedCreation(config(extra=True), in_features=3, rngs=nnx.Rngs(0))  # the traced branch
 
 
-def test_a_size_inside_a_namespace_or_dict_is_varied_too(tmp_path):
-  # The patch size in `patches.size` is proven at (5, 5) as well (a tuple
-  # one longer does not build): the port reads the traced 4, so it is not
-  # proven, where before nothing varied it and it was.
-  result, _, _ = _port(tmp_path, 'patchify', linen_models.patchify())
-  assert not result.proven
-  assert result.failure.startswith('at patches.size=(5, 5)'), result.failure
+def test_a_size_inside_a_namespace_is_written_with_it_and_proven_varied(tmp_path):
+  # vit_jax's `patches.size`: the Dense after the patches takes the patch
+  # count as the source computes it, and the port is proven at
+  # patches.size=(5, 5) too. Before, it read the traced 4: not proven.
+  result, out, _ = _port(tmp_path, 'patchify', linen_models.patchify())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  assert 'x_shape[0] // patches.size[0] * (x_shape[1] // patches.size[-1]) * hidden,' in text
+  assert any('patches.size=(5, 5)' in check for check, *_ in result.checks), result.checks
+  # The traced patch size written in: right at the traced one only.
+  baked = _edited(out, tmp_path / 'baked_nnx.py', text.replace('patches.size[0]', '4').replace('patches.size[-1]', '4'))
+  other = LinenModel(linen_models.Patchify(types.SimpleNamespace(size=(5, 5))), jnp.ones((2, 16, 16, 3)))
+  assert_generated_port(linen_models.patchify(), import_file(str(baked)))
+  with pytest.raises(Exception, match='shape'):
+    assert_generated_port(other, import_file(str(baked)))

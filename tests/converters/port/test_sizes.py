@@ -57,3 +57,34 @@ def test_ceilings_and_signs_read_as_a_person_writes_them():
   assert ast.unparse(readable('-floordiv(-h - 3, 4)')) == '(h + 2) // 4 + 1'
   assert ast.unparse(readable('3 - 2*a')) == '3 - 2 * a'
   assert ast.unparse(readable('-a*b')) == '-(a * b)'
+
+
+# Sizes divided by a size of the configuration (a patch size `p`, at least 1)
+# and `max(x, 0)` as jax.export bounds a convolution's output: every symbol
+# a size (at least 0), as the port's are.
+sized_expressions = st.recursive(
+    st.sampled_from(SYMBOLS) | st.integers(-5, 9).map(str),
+    lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(['+', '-', '*']), inner).map(lambda t: f'({t[0]} {t[1]} {t[2]})'),
+        st.tuples(inner, st.integers(1, 6)).map(lambda t: f'floordiv({t[0]}, {t[1]})'),
+        inner.map(lambda e: f'floordiv({e}, p)'),
+        inner.map(lambda e: f'-floordiv(-{e}, p)'),
+        inner.map(lambda e: f'max({e}, 0)'),
+    ),
+    max_leaves=8,
+)
+
+
+@given(sized_expressions, st.fixed_dictionaries({**{s: st.integers(0, 200) for s in SYMBOLS}, 'p': st.integers(1, 9)}))
+def test_readable_divides_by_sizes_exactly(text, values):
+  assert _value(ast.unparse(readable(text)), {**values, 'max': max}) == _value(text, {**values, 'max': max})
+
+
+def test_patches_read_as_a_person_writes_them():
+  # A VALID convolution of patch size p over h x w, f features; a SAME one.
+  valid = 'f*max(floordiv(h - p, p) + 1, 0)*max(floordiv(w - q, q) + 1, 0)'
+  assert ast.unparse(readable(valid)) == 'f * (h // p) * (w // q)'
+  assert ast.unparse(readable('floordiv(-h, p)*floordiv(-w, p)')) == '(h + p - 1) // p * ((p + w - 1) // p)'
+  assert ast.unparse(readable('floordiv(h - 2*p, p)')) == 'h // p - 2'
+  # Not a size at least 0 for every value: the bound stays.
+  assert ast.unparse(readable('max(floordiv(h, p) - 3, 0)')) == 'max(h // p - 3, 0)'
