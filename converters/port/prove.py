@@ -699,9 +699,9 @@ def _is_sizes(value) -> bool:
 def _changed(value, depth: int = 0, scale: int | None = None, entries: bool = False):
   """Each integer one more (or `scale` times itself) and each tuple of
   integers one longer (its last entry again; or, `entries`, each entry one
-  more: a patch size `(8, 8)` as `(9, 9)`), inside configuration
-  dataclasses, namespaces and dicts too (vit_jax's `patches.size`);
-  `(value, changes)`."""
+  more: a patch size `(8, 8)` as `(9, 9)`; with `scale`, each entry scaled),
+  inside configuration dataclasses, namespaces and dicts too (vit_jax's
+  `patches.size`); `(value, changes)`."""
   if isinstance(value, bool) or depth > 3:
     return value, []
   if isinstance(value, int):
@@ -709,8 +709,9 @@ def _changed(value, depth: int = 0, scale: int | None = None, entries: bool = Fa
     return new, [f'{new}']
   if _is_sizes(value) and value:
     if scale:
-      return value, []
-    new = type(value)(v + 1 for v in value) if entries else value + value[-1:]
+      new = type(value)(v * scale for v in value)
+    else:
+      new = type(value)(v + 1 for v in value) if entries else value + value[-1:]
     return new, [repr(new)]
   inner = lambda v: _changed(v, depth + 1, scale, entries)  # noqa: E731
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
