@@ -52,10 +52,12 @@ class UntracedBranch:
 def untraced_branch(node: cst.CSTNode, method: cst.FunctionDef, file: source.SourceFile,
                     instances: Sequence[tracing.Created], call_time: Collection[str],
                     made: Collection[cst.CSTNode]) -> UntracedBranch | None:
-  """The side of the innermost `if` around `node` (in `method`) if it tests
+  """The side of the innermost `if` around `node` (in `method`) that tests
   the configuration only (no name of the call, `call_time`), makes nothing
-  traced (`made`: the creations the trace saw) and no traced instance
-  takes it; else None."""
+  traced (`made`: the creations the trace saw) and that no traced instance
+  takes; else None. An `if` whose test cannot be read for the traced
+  instances (`if self.resnet.num_layers:` where `resnet` is None) hands on
+  to the `if` around it: no instance went inside one never taken."""
   child = node
   for ancestor in file.ancestors(node):
     if ancestor is method:
@@ -66,7 +68,6 @@ def untraced_branch(node: cst.CSTNode, method: cst.FunctionDef, file: source.Sou
               and isinstance(child, (cst.IndentedBlock, cst.Else))
               and never_taken(ancestor, child is ancestor.body, file, instances)):
         return UntracedBranch(child, ancestor)
-      return None
     child = ancestor
   return None
 
