@@ -33,6 +33,7 @@ from converters.port import (
   references,
   shapes,
   source,
+  switched_sizes,
   syntax,
   tracing,
   transforms,
@@ -319,8 +320,11 @@ class ClassWriter:
 
   def symbolic_of(self, instance: tracing.Created) -> shapes.SymbolicTrace:
     """The symbolic trace of `instance`, one per set of submodules made (the
-    blocks of a ResNet that have a shortcut, those that do not)."""
-    key = frozenset((c.site, c.name) for c in instance.children)
+    blocks of a ResNet that have a shortcut, those that do not) and per
+    configuration beyond its sizes (a ViT's `classifier='gap'`, which adds
+    no class token: its sizes are not the symbolic ones of `'token'`)."""
+    key = (frozenset((c.site, c.name) for c in instance.children),
+           tuple(shapes.beyond_sizes(getattr(instance.module, f)) for f in shapes.module_fields(instance.module)))
     if key not in self._symbolic:
       self._symbolic[key] = self._symbolic_trace(instance)
     return self._symbolic[key]
@@ -809,6 +813,12 @@ class ClassWriter:
     switched = self._switched_by_none(children, [self._child_size(s, v) for s, v in sizes])
     if switched is not None:
       return switched
+    by_size: dict[str, list[tracing.Created]] = {}
+    for child, (symbolic, value) in zip(children, sizes):
+      by_size.setdefault(self._child_size(symbolic, value), []).append(child.parent)
+    switched = self._switched_size(node, by_size)
+    if switched is not None:
+      return switched
     self.fail(node, f'the input size of {children[0].cls.__name__} changes from one creation to the '
               'next in a way the port cannot write; port it by hand')
 
@@ -848,6 +858,15 @@ class ClassWriter:
       if len(none) == 1 and given == {field}:
         return f'{field} if {field} is not None else {none.pop()}'
     return None
+
+  def _switched_size(self, node, sizes: dict[str, list[tracing.Created]]) -> str | None:
+    """The size an `if` on the configuration before `node` switches
+    (`switched_sizes`); None where none does, or where one instance gives
+    both sizes (a loop)."""
+    groups = [{id(i) for i in instances} for instances in sizes.values()]
+    if len(groups) == 2 and groups[0] & groups[1]:
+      return None
+    return switched_sizes.switched_size(self.file, self.method, node, sizes, self.call_time, self.field_names)
 
   def _running_size(self, node, children, values, uniform: bool) -> str | None:
     """A running variable for the input size, when each layer of a loop
@@ -1207,19 +1226,18 @@ class ClassWriter:
         size = self._in_size(site, node, lambda child: -1, parameter.index)
         args.append(syntax.keyword(parameter.name, syntax.expression(size)))
         continue
-      texts = set()
+      texts: dict[str, list[tracing.Created]] = {}  # the shape -> the instances that give it
       for child in children:
         symbolic = self._symbolic_child(child)
         shape = symbolic.calls[0].args[parameter.index].shape
         shape = shape if parameter.with_batch else shape[1:]
-        if parameter.whole_shape:
-          sizes = [self._child_size(symbolic, d) for d in shape]
-          texts.add(f'({sizes[0]},)' if len(sizes) == 1 else '(' + ', '.join(sizes) + ')')
-        else:
-          texts.add(self._child_size(symbolic, shape[-1]))
-      if len(texts) != 1:
+        sizes = [self._child_size(symbolic, d) for d in shape]
+        text = f'({sizes[0]},)' if len(sizes) == 1 else '(' + ', '.join(sizes) + ')'
+        texts.setdefault(text, []).append(child.parent)
+      text = next(iter(texts)) if len(texts) == 1 else self._switched_size(node, texts)
+      if text is None:
         self.fail(node, f'the input sizes of {port.cls.__name__} change over the loop; port it by hand')
-      args.append(syntax.keyword(parameter.name, syntax.expression(texts.pop())))
+      args.append(syntax.keyword(parameter.name, syntax.expression(text)))
     args.append(syntax.keyword('rngs', cst.Name('rngs')))
     func = self.lifts[site][0].target if site in self.lifts else self.expanded(node).func
     if isinstance(func, cst.Attribute) and helpers.layer_class(self.file, func) is port.cls:

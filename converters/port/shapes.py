@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import copy as copy_module
 import dataclasses
+import enum
 import itertools
 import types
 from collections.abc import Sequence
@@ -144,6 +145,23 @@ def _field_leaves(value, access: tuple) -> list[tuple[tuple, int]]:
   if isinstance(value, types.SimpleNamespace):  # vit_jax's `patches.size`
     return [leaf for name, v in vars(value).items() for leaf in _field_leaves(v, access + (name,))]
   return []
+
+
+def beyond_sizes(value):
+  """What of `value` the symbolic trace cannot make a symbol of and that
+  switches code: its strings, enum members and flags (inside tuples,
+  configuration dataclasses and namespaces too). Two instances that differ
+  there take other branches (a ViT's `classifier='gap'` adds no class
+  token), so their sizes are not each other's symbolic ones."""
+  if isinstance(value, (str, bool, enum.Enum)):
+    return value
+  if isinstance(value, tuple) and not hasattr(value, '_fields'):
+    return tuple(beyond_sizes(v) for v in value)
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    return tuple(beyond_sizes(getattr(value, f.name)) for f in dataclasses.fields(value))
+  if isinstance(value, types.SimpleNamespace):
+    return tuple((k, beyond_sizes(v)) for k, v in vars(value).items())
+  return None
 
 
 def _is_last(value, access: tuple) -> bool:

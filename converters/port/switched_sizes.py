@@ -1,0 +1,107 @@
+"""A size an `if` on the configuration switches.
+
+vit_jax's ViT adds a class token `if self.classifier in ['token',
+'token_unpooled']`, so its encoder's sequence is one longer in those
+configurations: the configurations the port traces (each value the source
+switches on) give the encoder two input sizes. `switched_size` finds the
+`if`, before the creation in the method, whose test takes one side for the
+instances of one size and the other for the rest, and writes the size as
+the source decides it: `h // p * (w // p) + 1 if classifier in ['token',
+'token_unpooled'] else h // p * (w // p)`. No such `if`, or a test that
+reads more than the fields, is refused by the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
+
+import libcst as cst
+
+from converters.port import references, shapes, source, syntax, tracing
+
+
+def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CSTNode,
+                  sizes: Mapping[str, Sequence[tracing.Created]], call_time: Collection[str],
+                  fields: Collection[str]) -> str | None:
+  """`<a> if <test> else <b>` for the two sizes `sizes` gives (size source
+  -> the instances of the class that give it), where an `if` of `method`
+  ending before `node` tests the configuration only and takes its body for
+  the instances of `a` and not for those of `b`; the closest such `if`.
+  None where there is none."""
+  if len(sizes) != 2:
+    return None
+  (first, first_instances), (second, second_instances) = sizes.items()
+  start = file.positions[node].start.line
+  ancestors = set(file.ancestors(node))
+  found = None
+  for statement in syntax.descendants(method):
+    if (not isinstance(statement, cst.If) or statement in ancestors
+            or file.positions[statement].end.line >= start or set(call_time) & source.names_in(statement.test)):
+      continue
+    taken = [_value(file, statement.test, i) for i in (*first_instances, *second_instances)]
+    if None in taken:
+      continue
+    ones, others = taken[:len(first_instances)], taken[len(first_instances):]
+    if (len(set(ones)) == 1 and len(set(others)) == 1 and ones[0] != others[0]
+            and _only_difference(statement.test, (first_instances, second_instances), fields)):
+      test = init_test(statement.test, file, fields)
+      if test is not None:
+        found = f'{first} if {test} else {second}' if ones[0] else f'{second} if {test} else {first}'
+  return found
+
+
+def _only_difference(test: cst.BaseExpression, groups: Sequence[Sequence[tracing.Created]],
+                     fields: Collection[str]) -> bool:
+  """Whether no field `test` does not read parts the instances as `groups`
+  do (each group one kind of value of it, beyond sizes, the groups two):
+  else that field may be what switches the size (a width a field left None
+  gives), and the test would be a guess."""
+  read = {names[1] for node in syntax.descendants(test) if isinstance(node, cst.Attribute)
+          and (names := references.dotted(node)) and names[0] == 'self' and len(names) >= 2}
+  for field in fields:
+    if field in read:
+      continue
+    kinds = [{_kind(getattr(i.module, field, None)) for i in group} for group in groups]
+    if all(len(k) == 1 for k in kinds) and len(set.union(*kinds)) == len(groups):
+      return False
+  return True
+
+
+def _kind(value) -> str:
+  """`value` with its sizes left out, None kept: `shapes.beyond_sizes`, and
+  whether each value is None (a field left None switches code too)."""
+  if value is None:
+    return 'None'
+  if isinstance(value, int) and not isinstance(value, bool):
+    return 'int'
+  if isinstance(value, tuple) and not hasattr(value, '_fields'):
+    return repr(tuple(_kind(v) for v in value))
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    return repr(tuple(_kind(getattr(value, f.name)) for f in dataclasses.fields(value)))
+  return repr(shapes.beyond_sizes(value))
+
+
+def _value(file: source.SourceFile, test: cst.BaseExpression, instance: tracing.Created) -> bool | None:
+  """`test` read with `instance`'s module as `self`, in the file's globals;
+  None where it cannot be read so."""
+  try:
+    return bool(eval(file.code(test), vars(file.python_module), {'self': instance.module}))  # noqa: S307
+  except Exception:  # noqa: BLE001 - not a test of the configuration alone
+    return None
+
+
+def init_test(test: cst.BaseExpression, file: source.SourceFile, fields: Collection[str]) -> str | None:
+  """`test` as `__init__` reads it, its fields by their argument names
+  (`self.classifier in [...]` -> `classifier in [...]`); None where it
+  reads `self` otherwise."""
+  class Fields(cst.CSTTransformer):
+    def leave_Attribute(self, original, updated):
+      names = references.dotted(original)
+      if names and names[0] == 'self' and len(names) >= 2 and names[1] in fields:
+        rest = '.'.join(names[2:])
+        return syntax.expression(names[1] + ('.' + rest if rest else ''))
+      return updated
+
+  rewritten = test.visit(Fields())
+  return None if 'self' in source.names_in(rewritten) else cst.Module([]).code_for_node(rewritten)

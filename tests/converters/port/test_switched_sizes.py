@@ -1,0 +1,83 @@
+"""`converters.port.switched_sizes`: the `if` on the configuration that
+switches a size, and its test as `__init__` reads it."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import libcst as cst
+from flax import linen as nn
+
+from converters.port import source, switched_sizes, syntax, tracing
+
+
+class Head(nn.Module):
+  width: int = 4
+  classifier: str = 'token'
+  extra: int | None = None
+
+  @nn.compact
+  def __call__(self, x):
+    if self.classifier in ('token', 'both'):
+      x = jnp.concatenate([x[:, :1], x], axis=1)
+    if self.extra is not None:  # never switches the Dense below in these configurations
+      x = x * self.extra
+    y = nn.Dense(self.width)(x)
+    if self.width > 100:  # after the creation: cannot switch its input
+      y = y * 2
+    return y
+
+
+def _instances(*classifiers):
+  file = source.file_of(Head)
+  method = next(s for s in file.class_def(Head).body.body if isinstance(s, cst.FunctionDef))
+  dense = next(n for n in syntax.descendants(method) if isinstance(n, cst.Call) and file.code(n.func) == 'nn.Dense')
+  roots = [tracing.trace(Head(classifier=c), jax.ShapeDtypeStruct((2, 3, 5), jnp.float32))[0] for c in classifiers]
+  return file, method, dense, roots
+
+
+def test_the_if_whose_sides_part_the_instances_as_their_sizes_do_is_written():
+  file, method, dense, (token, gap, both) = _instances('token', 'gap', 'both')
+  written = switched_sizes.switched_size(file, method, dense, {'n + 1': [token, both], 'n': [gap]}, {'x'},
+                                         ('width', 'classifier', 'extra'))
+  assert written == "n + 1 if classifier in ('token', 'both') else n"
+  # The sizes the other way round: the same test, the sides swapped.
+  written = switched_sizes.switched_size(file, method, dense, {'n': [gap], 'n + 1': [token, both]}, {'x'},
+                                         ('width', 'classifier', 'extra'))
+  assert written == "n + 1 if classifier in ('token', 'both') else n"
+
+
+def test_no_if_parts_instances_of_one_configuration_or_three_sizes():
+  file, method, dense, (token, other_token, gap) = _instances('token', 'token', 'gap')
+  fields = ('width', 'classifier', 'extra')
+  assert switched_sizes.switched_size(file, method, dense, {'a': [token], 'b': [other_token, gap]}, {'x'}, fields) is None
+  assert switched_sizes.switched_size(file, method, dense, {'a': [token], 'b': [gap], 'c': [other_token]},
+                                      {'x'}, fields) is None
+
+
+def test_a_test_reads_the_fields_as_init_arguments_or_is_not_written():
+  file = source.file_of(Head)
+  fields = ('classifier', 'config')
+  assert switched_sizes.init_test(syntax.expression("self.classifier == 'gap'"), file, fields) == "classifier == 'gap'"
+  assert switched_sizes.init_test(syntax.expression('self.config.pool and not self.classifier'), file,
+                                  fields) == 'config.pool and not classifier'
+  assert switched_sizes.init_test(syntax.expression('self.is_initializing()'), file, fields) is None
+
+
+def test_a_field_the_test_does_not_read_that_parts_the_instances_alike_makes_it_a_guess():
+  file = source.file_of(Head)
+  method = next(s for s in file.class_def(Head).body.body if isinstance(s, cst.FunctionDef))
+  dense = next(n for n in syntax.descendants(method) if isinstance(n, cst.Call) and file.code(n.func) == 'nn.Dense')
+  x = jax.ShapeDtypeStruct((2, 3, 5), jnp.float32)
+  fields = ('width', 'classifier', 'extra')
+
+  def traced(**config):
+    return tracing.trace(Head(**config), x)[0]
+
+  # `extra` given exactly where the classifier adds a token: either may be what switches the size.
+  token, gap = traced(classifier='token', extra=2), traced(classifier='gap')
+  assert switched_sizes.switched_size(file, method, dense, {'n + 1': [token], 'n': [gap]}, {'x'}, fields) is None
+  # Given on both sides of the classifier's split: not what switches it.
+  other = traced(classifier='gap', extra=3)
+  written = switched_sizes.switched_size(file, method, dense, {'n + 1': [token], 'n': [gap, other]}, {'x'}, fields)
+  assert written == "n + 1 if classifier in ('token', 'both') else n"
