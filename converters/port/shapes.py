@@ -149,11 +149,16 @@ def _field_leaves(value, access: tuple) -> list[tuple[tuple, int]]:
 
 def beyond_sizes(value):
   """What of `value` the symbolic trace cannot make a symbol of and that
-  switches code: its strings, enum members and flags (inside tuples,
-  configuration dataclasses and namespaces too). Two instances that differ
-  there take other branches (a ViT's `classifier='gap'` adds no class
-  token), so their sizes are not each other's symbolic ones."""
-  if isinstance(value, (str, bool, enum.Enum)):
+  switches code: its strings and enum members (inside tuples, configuration
+  dataclasses and namespaces too). Two instances that differ there take
+  other branches (a ViT's `classifier='gap'` adds no class token), so their
+  sizes are not each other's symbolic ones. (Not flags: a flag that makes
+  other modules is told apart by them, and tracing each flag's instances
+  alone costs a decoder its write time twice over; a size a flag alone
+  switches is not proven, and so not handed over.)"""
+  if isinstance(value, bool):
+    return None
+  if isinstance(value, (str, enum.Enum)):
     return value
   if isinstance(value, tuple) and not hasattr(value, '_fields'):
     return tuple(beyond_sizes(v) for v in value)
