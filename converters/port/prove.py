@@ -1097,8 +1097,10 @@ def other_configurations(linen_model: LinenModel, most: int = 1,
   found = []
   for fields, changes, args, args_changes in tried:
     args = _tied(args, ties, module, fields)
-    args_changes = [f'input {i} {tuple(x.shape)} -> {tuple(a.shape)}' for i, (x, a) in enumerate(zip(linen_model.args, args))
-                    if hasattr(x, 'shape') and tuple(x.shape) != tuple(a.shape)]
+    args_changes = [
+        f'input {i} {tuple(x.shape)} -> {tuple(a.shape)}' for i, (x, a) in enumerate(zip(linen_model.args, args))
+        if hasattr(x, 'shape') and tuple(x.shape) != tuple(a.shape)
+    ]
     description = ', '.join(c for c in [changes, *args_changes] if c)
     if not description or any(description == d for _, d in found):
       continue  # the same changes by another road (tuples alone, when they are all)

@@ -322,7 +322,8 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
   table, symbols = symbols_for(kept + counts + features)
   traced = attempt(table, symbols, set(kept))
   traced.ties = {
-      InputDim(i, arg, d, len(a.shape), a.shape[d]): FieldValue((name,) + access, _is_last(getattr(module, name), access))
+      InputDim(i, arg, d, len(a.shape), a.shape[d]):
+          FieldValue((name,) + access, _is_last(getattr(module, name), access))
       for (_, (i, arg, d, a)), (_, (name, access, _)) in ties.items()
   }
   alone: dict = {}  # input dim -> the step it can change by alone, or None
