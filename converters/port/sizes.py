@@ -63,12 +63,9 @@ def _poly(node: ast.expr, atoms: _Atoms) -> Poly:
       return _floordiv(_poly(node.args[0], atoms), node.args[1].value, atoms)
     if node.func.id == 'floordiv' and isinstance(node.args[1], ast.Name):
       return _floordiv_by_symbol(_poly(node.args[0], atoms), _poly(node.args[1], atoms), atoms)
-    # `max(x, 0)` (`non_negative(x)`) of an `x` never negative: `x`.
-    bound = (node.args[:1] if node.func.id == 'non_negative' and len(node.args) == 1 else
-             [a for a in node.args if not _is_zero(a)] if node.func.id == 'max' and len(node.args) == 2
-             and any(_is_zero(a) for a in node.args) else [])
-    if len(bound) == 1 and _never_negative(inner := _poly(bound[0], atoms), atoms):
-      return inner
+    bounded = _bounded_at_zero(node)
+    if bounded is not None and _never_negative(inner := _poly(bounded, atoms), atoms):
+      return inner  # `max(x, 0)` of an `x` never negative: `x`
     args = [_expression(_poly(a, atoms), atoms) for a in node.args]
     return atoms.atom(ast.Call(node.func, args, []))
   return atoms.atom(node)
@@ -105,14 +102,22 @@ def _never_negative(poly: Poly, atoms: _Atoms) -> bool:
       numerator, denominator = node.args
       return (_positive_int(denominator) or isinstance(denominator, ast.Name)) and _never_negative(
           _poly(numerator, atoms), atoms)
-    return isinstance(node, ast.Call) and getattr(node.func, 'id', None) in ('non_negative', 'max') and any(
-        _is_zero(a) for a in node.args)
+    return _bounded_at_zero(node) is not None
 
   return all(c > 0 for c in poly.values()) and all(size(a) for m in poly for a in m)
 
 
-def _is_zero(node) -> bool:
-  return isinstance(node, ast.Constant) and node.value == 0
+def _bounded_at_zero(node: ast.expr) -> ast.expr | None:
+  """`x` of `max(x, 0)`, `max(0, x)` or `non_negative(x)` (as jax.export
+  bounds a convolution's output size), else None."""
+  if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+    return None
+  if node.func.id == 'non_negative' and len(node.args) == 1:
+    return node.args[0]
+  zero = [isinstance(a, ast.Constant) and a.value == 0 for a in node.args]
+  if node.func.id == 'max' and len(node.args) == 2 and any(zero):
+    return node.args[zero.index(False)] if not all(zero) else node.args[0]
+  return None
 
 
 def _positive_int(node) -> bool:

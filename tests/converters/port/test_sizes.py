@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from converters.port.sizes import readable
@@ -63,7 +63,8 @@ def test_ceilings_and_signs_read_as_a_person_writes_them():
 # and `max(x, 0)` as jax.export bounds a convolution's output: every symbol
 # a size (at least 0), as the port's are.
 sized_expressions = st.recursive(
-    st.sampled_from(SYMBOLS) | st.integers(-5, 9).map(str),
+    # `p` a term too: `(h - p) // p`, the divisor's multiples taken out.
+    st.sampled_from(SYMBOLS + ('p',)) | st.integers(-5, 9).map(str),
     lambda inner: st.one_of(
         st.tuples(inner, st.sampled_from(['+', '-', '*']), inner).map(lambda t: f'({t[0]} {t[1]} {t[2]})'),
         st.tuples(inner, st.integers(1, 6)).map(lambda t: f'floordiv({t[0]}, {t[1]})'),
@@ -75,6 +76,9 @@ sized_expressions = st.recursive(
 )
 
 
+# What a VALID and a SAME convolution of patch size p give, every CI run.
+@example('max(floordiv(a - p, p) + 1, 0)', {'a': 7, 'b': 0, 'c': 0, 'p': 3})
+@example('floordiv(-a + 2*p*b, p)', {'a': 10, 'b': 2, 'c': 0, 'p': 4})
 @given(sized_expressions, st.fixed_dictionaries({**{s: st.integers(0, 200) for s in SYMBOLS}, 'p': st.integers(1, 9)}))
 def test_readable_divides_by_sizes_exactly(text, values):
   assert _value(ast.unparse(readable(text)), {**values, 'max': max}) == _value(text, {**values, 'max': max})
