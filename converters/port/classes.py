@@ -810,9 +810,6 @@ class ClassWriter:
     texts = {self._child_size(symbolic, value) for symbolic, value in sizes}
     if len(texts) == 1:
       return texts.pop()
-    switched = self._switched_by_none(children, [self._child_size(s, v) for s, v in sizes])
-    if switched is not None:
-      return switched
     by_size: dict[str, list[tracing.Created]] = {}
     for child, (symbolic, value) in zip(children, sizes):
       by_size.setdefault(self._child_size(symbolic, value), []).append(child.parent)
@@ -822,50 +819,9 @@ class ClassWriter:
     self.fail(node, f'the input size of {children[0].cls.__name__} changes from one creation to the '
               'next in a way the port cannot write; port it by hand')
 
-  def _none_tested_fields(self) -> list[str]:
-    """The fields an `if self.<field> is (not) None:` of the method tests
-    around a creation: what may switch a layer on (not a field that merely
-    happens to be None where the layer is missing)."""
-    created = {node for node, _ in self.sites.values()}
-    found = []
-    for node in syntax.descendants(self.method):
-      if not (isinstance(node, cst.If) and isinstance(node.test, cst.Comparison)
-              and len(node.test.comparisons) == 1
-              and isinstance(node.test.comparisons[0].operator, (cst.IsNot, cst.Is))
-              and isinstance(node.test.comparisons[0].comparator, cst.Name)
-              and node.test.comparisons[0].comparator.value == 'None'):
-        continue
-      names = references.dotted(node.test.left) or []
-      if (len(names) == 2 and names[0] == 'self' and names[1] in self.field_names
-              and any(n in created for n in syntax.descendants(node))):
-        found.append(names[1])
-    return found
-
-  def _switched_by_none(self, children, texts: list[str]) -> str | None:
-    """`representation_size if representation_size is not None else
-    hidden_size`: the size of a layer after one a field left None skips (a
-    ViT's `pre_logits`), where the instances of this class that have that
-    field None give one size and the rest the other, which is the field."""
-    by_instance: dict[int, set[str]] = {}
-    for child, text in zip(children, texts):
-      by_instance.setdefault(id(child.parent), set()).add(text)
-    if len(set(texts)) != 2 or any(len(t) != 1 for t in by_instance.values()):
-      return None
-    parents = {id(c.parent): c.parent for c in children}
-    for field in self._none_tested_fields():
-      none = {next(iter(by_instance[i])) for i, p in parents.items() if getattr(p.module, field, 0) is None}
-      given = {next(iter(by_instance[i])) for i, p in parents.items() if getattr(p.module, field, 0) is not None}
-      if len(none) == 1 and given == {field}:
-        return f'{field} if {field} is not None else {none.pop()}'
-    return None
-
   def _switched_size(self, node, sizes: dict[str, list[tracing.Created]]) -> str | None:
     """The size an `if` on the configuration before `node` switches
-    (`switched_sizes`); None where none does, or where one instance gives
-    both sizes (a loop)."""
-    groups = [{id(i) for i in instances} for instances in sizes.values()]
-    if len(groups) == 2 and groups[0] & groups[1]:
-      return None
+    (`switched_sizes`); None where none does."""
     return switched_sizes.switched_size(self.file, self.method, node, sizes, self.call_time, self.field_names)
 
   def _running_size(self, node, children, values, uniform: bool) -> str | None:
@@ -1231,8 +1187,7 @@ class ClassWriter:
         symbolic = self._symbolic_child(child)
         shape = symbolic.calls[0].args[parameter.index].shape
         shape = shape if parameter.with_batch else shape[1:]
-        sizes = [self._child_size(symbolic, d) for d in shape]
-        text = f'({sizes[0]},)' if len(sizes) == 1 else '(' + ', '.join(sizes) + ')'
+        text = syntax.tuple_source(self._child_size(symbolic, d) for d in shape)
         texts.setdefault(text, []).append(child.parent)
       text = next(iter(texts)) if len(texts) == 1 else self._switched_size(node, texts)
       if text is None:

@@ -682,7 +682,7 @@ def _in_fields(value, change):
       v, c = change(getattr(value, f.name))
       if c:
         new[f.name] = v
-        changes += [f'{f.name}={x}' for x in c]
+        changes += [_named(f.name, x) for x in c]
   if not new:
     return value, []
   try:
@@ -725,6 +725,12 @@ def _changed(value, depth: int = 0, scale: int | None = None, entries: bool = Fa
   return value, []
 
 
+def _named(name: str, change: str) -> str:
+  """A change of the field or member `name` as the report says it:
+  `hidden=9`, or `config.hidden=9` for a change inside it."""
+  return f'{name}={change}' if '=' not in change else f'{name}.{change}'
+
+
 def _in_members(members: dict, change) -> tuple[dict, list[str]]:
   """`members` with `change` applied to each, and what changed (`size=(9, 9)`)."""
   new, changes = dict(members), []
@@ -732,7 +738,7 @@ def _in_members(members: dict, change) -> tuple[dict, list[str]]:
     v, c = change(member)
     if c:
       new[name] = v
-      changes += [f'{name}={x}' if '=' not in x else f'{name}.{x}' for x in c]
+      changes += [_named(name, x) for x in c]
   return new, changes
 
 
@@ -1001,7 +1007,7 @@ def moved_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]
         change += more
       if change:
         fields[name] = value
-        changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
+        changes += [_named(name, c) for c in change]
     return fields, ', '.join(changes)
 
   def moved_model(hows) -> tuple[LinenModel, str] | None:
@@ -1025,9 +1031,7 @@ def _tied(args: Sequence, ties: Mapping[shapes.InputDim, shapes.FieldValue], mod
   args = list(args)
   for dim, field in ties.items():
     name, *access = field.access
-    value = fields.get(name, getattr(module, name))
-    for key in access:
-      value = value[key] if isinstance(key, int) else getattr(value, key)
+    value = shapes.value_at(fields.get(name, getattr(module, name)), access)
     x = args[dim.index]
     if hasattr(x, 'shape') and len(x.shape) == dim.ndim and x.shape[dim.dim] != value:
       shape = tuple(value if d == dim.dim else n for d, n in enumerate(x.shape))
@@ -1066,22 +1070,18 @@ def other_configurations(linen_model: LinenModel, most: int = 1,
       is_tuple = isinstance(value, (tuple, list))
       if change and (keep in ('both', 'entries') or (keep == 'tuples') == (is_tuple or _is_configuration(value))):
         fields[name] = new
-        changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
+        changes += [_named(name, c) for c in change]
     if fields:
       attempts.append((fields, ', '.join(changes)))
   # The inputs too: each floating array one wider (its last axis), which the
   # sizes read from the inputs must follow.
-  wider, widened = [], []
-  for i, x in enumerate(linen_model.args):
-    if hasattr(x, 'shape') and x.shape and jnp.issubdtype(x.dtype, jnp.floating):
-      wider.append(jax.ShapeDtypeStruct(x.shape[:-1] + (x.shape[-1] + 1,), x.dtype))
-      widened.append(f'input {i} {tuple(x.shape)} -> {tuple(wider[-1].shape)}')
-    else:
-      wider.append(x)
-  tried = [(fields, changes, wider, widened) for fields, changes in attempts] if widened else []
-  tried += [(fields, changes, list(linen_model.args), []) for fields, changes in attempts]
-  if widened:
-    tried.append(({}, '', wider, widened))
+  floating = [hasattr(x, 'shape') and x.shape and jnp.issubdtype(x.dtype, jnp.floating) for x in linen_model.args]
+  wider = [jax.ShapeDtypeStruct(x.shape[:-1] + (x.shape[-1] + 1,), x.dtype) if f else x
+           for x, f in zip(linen_model.args, floating)]
+  tried = [(fields, changes, wider) for fields, changes in attempts] if any(floating) else []
+  tried += [(fields, changes, list(linen_model.args)) for fields, changes in attempts]
+  if any(floating):
+    tried.append(({}, '', wider))
   # Every integer doubled keeps what +1 may break (a width a multiple of the
   # number of heads).
   doubled, changes = {}, []
@@ -1089,14 +1089,14 @@ def other_configurations(linen_model: LinenModel, most: int = 1,
     new, change = _changed(getattr(module, name), scale=2)
     if change:
       doubled[name] = new
-      changes += [f'{name}={c}' if not c.count('=') else f'{name}.{c}' for c in change]
+      changes += [_named(name, c) for c in change]
   if doubled:
     # Tried before the rest when two are wanted: it breaks other coincidences
     # than +1 does (a layer's width equal to the input's).
-    tried.insert(1 if most > 1 and tried else len(tried), (doubled, ', '.join(changes), list(linen_model.args), []))
+    tried.insert(1 if most > 1 and tried else len(tried), (doubled, ', '.join(changes), list(linen_model.args)))
   found = []
-  for fields, changes, args, args_changes in tried:
-    args = _tied(args, ties, module, fields)
+  for fields, changes, args in tried:
+    args = _tied(args, ties, module, fields)  # the inputs the port is written for, described as given
     args_changes = [
         f'input {i} {tuple(x.shape)} -> {tuple(a.shape)}' for i, (x, a) in enumerate(zip(linen_model.args, args))
         if hasattr(x, 'shape') and tuple(x.shape) != tuple(a.shape)

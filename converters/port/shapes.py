@@ -169,10 +169,16 @@ def beyond_sizes(value):
   return None
 
 
+def value_at(value, access: Sequence):
+  """What `access` reaches from `value`: `('size', 0)` is `value.size[0]`."""
+  for a in access:
+    value = value[a] if isinstance(a, int) else getattr(value, a)
+  return value
+
+
 def _is_last(value, access: tuple) -> bool:
   """Whether `access` ends at the last element of a tuple of several."""
-  for a in access[:-1]:
-    value = value[a] if isinstance(a, int) else getattr(value, a)
+  value = value_at(value, access[:-1])
   return bool(access) and isinstance(access[-1], int) and len(value) > 1 and access[-1] == len(value) - 1
 
 
@@ -480,9 +486,7 @@ def _tuples(module, kept) -> list[tuple[str, tuple, tuple]]:
       found.setdefault((name, access[:-1]), None)
   out = []
   for name, access in found:
-    value = getattr(module, name)
-    for a in access:
-      value = value[a] if isinstance(a, int) else getattr(value, a)
+    value = value_at(getattr(module, name), access)
     if isinstance(value, tuple) and all((name, access + (i,)) in chosen for i in range(len(value))):
       out.append((name, access, value))
   return out

@@ -28,10 +28,12 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
   -> the instances of the class that give it), where an `if` of `method`
   ending before `node` tests the configuration only and takes its body for
   the instances of `a` and not for those of `b`; the closest such `if`.
-  None where there is none."""
+  None where there is none, or where one instance gives both (a loop)."""
   if len(sizes) != 2:
     return None
   (first, first_instances), (second, second_instances) = sizes.items()
+  if {id(i) for i in first_instances} & {id(i) for i in second_instances}:
+    return None
   start = file.positions[node].start.line
   ancestors = set(file.ancestors(node))
   found = None

@@ -247,6 +247,12 @@ _NO_SPACE = cst.AssignEqual(
 )
 
 
+def tuple_source(items) -> str:
+  """`items` (source texts) as a tuple's source: `(a,)`, `(a, b)`."""
+  items = list(items)
+  return f'({items[0]},)' if len(items) == 1 else '(' + ', '.join(items) + ')'
+
+
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
   """`name=value`, spaced as PEP 8 spaces keyword arguments."""
   return cst.Arg(value, keyword=cst.Name(name), equal=_NO_SPACE)
@@ -495,38 +501,20 @@ def bound_in(node: cst.CSTNode) -> set[str]:
   found: set[str] = set()
 
   class Visitor(cst.CSTVisitor):
-    def visit_Param(self, n):
-      found.add(n.name.value)
-
-    def visit_AssignTarget(self, n):
-      found.update(target_names(n.target))
-
-    def visit_AnnAssign(self, n):
-      found.update(target_names(n.target))
-
-    def visit_AugAssign(self, n):
-      found.update(target_names(n.target))
-
-    def visit_For(self, n):
-      found.update(target_names(n.target))
-
-    def visit_CompFor(self, n):
-      found.update(target_names(n.target))
-
-    def visit_NamedExpr(self, n):
-      found.update(target_names(n.target))
-
-    def visit_AsName(self, n):
-      found.update(target_names(n.name))
-
-    def visit_FunctionDef(self, n):
-      found.add(n.name.value)
-
-    def visit_ClassDef(self, n):
-      found.add(n.name.value)
-
-    def visit_ImportAlias(self, n):
-      found.add(alias_name(n))
+    def on_visit(self, n) -> bool:
+      if isinstance(n, _TARGETED):
+        found.update(target_names(n.target))
+      elif isinstance(n, cst.AsName):
+        found.update(target_names(n.name))
+      elif isinstance(n, (cst.Param, cst.FunctionDef, cst.ClassDef)):
+        found.add(n.name.value)
+      elif isinstance(n, cst.ImportAlias):
+        found.add(alias_name(n))
+      return True
 
   node.visit(Visitor())
   return found
+
+
+#: The statements and clauses whose `target` binds names.
+_TARGETED = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr)

@@ -274,7 +274,7 @@ def method_scan(decorator: cst.Decorator, method: cst.FunctionDef, file: source.
     axes = [axis(in_axes) if in_axes is not None else '0'] * scanned
   out_axes = keywords.pop('out_axes', None)
   if isinstance(out_axes, cst.Tuple):  # one axis per output: `(1, nn.broadcast)` -> `(1, None)`
-    out = '(' + ', '.join(axis(e.value) for e in out_axes.elements) + (',)' if len(out_axes.elements) == 1 else ')')
+    out = syntax.tuple_source(axis(e.value) for e in out_axes.elements)
   else:
     out = axis(out_axes) if out_axes is not None else '0'
   rest = ''.join(f', {name}={code(value)}' for name, value in keywords.items())

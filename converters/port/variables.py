@@ -137,7 +137,7 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
       if not hasattr(shape, 'shape'):
         writer.fail(call, f'the shape of {name!r} is not known from the trace; port it by hand')
       sizes = [writer.size_source(d) for d in shape.shape]
-      value = syntax.expression(f'({sizes[0]},)' if len(sizes) == 1 else '(' + ', '.join(sizes) + ')')
+      value = syntax.expression(syntax.tuple_source(sizes))
     written.append(_one_line(arg, value))
   function = init.value
   key = [cst.Arg(syntax.expression('rngs.params()'))] if kind == 'param' else []
