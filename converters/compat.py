@@ -19,6 +19,13 @@ fails, and the workaround goes.
 - `source_line(eqn)`: JAX has no public accessor of where a jaxpr equation
   was traced from (its `source_info` traceback is internal); the line of the
   model's own code is what a refusal names.
+- `one_ceiling_form()`: JAX writes a 'SAME' window's output size two ways,
+  `-floordiv(-s, k)` (`padtype_to_pads`) and `floordiv(s - 1, k) + 1` (a
+  window of 1, its padding simplified away), and cannot tell they are equal
+  for a symbolic `s`: a ResNet unit adding its strided 1x1 projection to its
+  strided 3x3 path fails `jax.export` shape checks, so the port wrote the
+  traced image size (jax 0.10.2, `jax._src.lax.lax._ceil_divide`; not
+  reported upstream yet).
 - `distributed_client()`: JAX has no public accessor of the coordination
   service client that `jax.distributed.initialize` starts (Orbax reaches it
   the same way).
@@ -35,13 +42,16 @@ from typing import Any
 
 import flax
 import jax
+import numpy as np
 from jax._src.interpreters import partial_eval
+from jax._src.lax import lax as _LAX
 
 # JAX internals: if a later JAX renames them, the guard does nothing (and its
 # test says so).
 _TRACER = getattr(partial_eval, 'DynamicJaxprTracer', None)
 _ORIGINAL_MESSAGE = getattr(_TRACER, '_origin_msg', None)
 _LOCK = threading.Lock()
+_CEILING_LOCK = threading.RLock()  # held through a block: nested ones re-enter
 _INSTALLED = 0
 _THIS_THREAD = threading.local()
 
@@ -102,6 +112,29 @@ def ignore_stray_orbax_callbacks() -> None:
 
   hook.ignores_stray_orbax_callbacks = True
   sys.unraisablehook = hook
+
+
+def _floor_form_ceil_divide(x1, x2):
+  # ceil(x1 / x2) written as JAX writes a window of 1's output size.
+  return np.floor_divide(np.subtract(x1, 1), x2) + 1
+
+
+@contextlib.contextmanager
+def one_ceiling_form():
+  """'SAME' padding's output sizes written as `floordiv(s - 1, k) + 1`
+  within the block (the same numbers: the ceiling of `s / k`), so JAX's
+  symbolic shapes see two strided paths over one input agree. For symbolic
+  traces, one thread at a time."""
+  original = getattr(_LAX, '_ceil_divide', None)
+  if original is None:
+    yield
+    return
+  with _CEILING_LOCK:
+    _LAX._ceil_divide = _floor_form_ceil_divide
+    try:
+      yield
+    finally:
+      _LAX._ceil_divide = original
 
 
 def distributed_client():

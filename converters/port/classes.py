@@ -39,7 +39,7 @@ from converters.port import (
   transforms,
   variables,
 )
-from converters.port.errors import Untranslatable
+from converters.port.errors import UntracedCreation, Untranslatable
 
 
 @dataclasses.dataclass
@@ -192,9 +192,14 @@ class ClassWriter:
     self.sown: dict[str, str] = {}
     self._refuse_linen_api()
     for name in self.field_names:
-      if isinstance(getattr(instance.module, name), nn.Module):
-        self.fail(self.cdef, f'the field {name!r} holds a Linen module; NNX modules are built in '
-                  '__init__, from arguments: port it by hand')
+      for held in self.instances:
+        # A module the model makes and hands on (one embedding shared by an
+        # encoder and a decoder) is handed on in NNX too; one made outside
+        # the model is Linen's, which NNX cannot call.
+        value = getattr(held.module, name)
+        if isinstance(value, nn.Module) and (value.scope is None or not value.path):
+          self.fail(self.cdef, f'the field {name!r} holds a Linen module made outside the model; NNX modules '
+                    'are built in __init__, from arguments: port it by hand')
     for decorator in self.cdef.decorators:
       if self.file.linen_path(decorator.decorator) is not None:
         self.fail(decorator, f'the class is decorated with {self.file.code(decorator.decorator)}; '
@@ -404,8 +409,9 @@ class ClassWriter:
     for node in untraced:
       branch = branches.untraced_branch(node, self.method, self.file, self.instances, self.call_time, made)
       if branch is None:
-        self.fail(node, f'{self.file.code(node.func)}(...) is created where no traced '
-                  'configuration went; port it by hand (or trace a configuration that takes it)')
+        raise UntracedCreation(self.cls, self.file.line_of(node), (
+            f'{self.file.code(node.func)}(...) is created where no traced configuration went; port it by hand '
+            '(or trace a configuration that takes it)'))
       self.untraced_branches[branch.block] = branch
 
   def untraced_raise(self, block: cst.CSTNode) -> cst.BaseSuite:
@@ -417,7 +423,7 @@ class ClassWriter:
     partial as `nnx_factory` writes one."""
     if isinstance(value, cst.Call):
       return self._nnx_partial(value, self.file.code(value))
-    return syntax.expression(layers.layer_spec(helpers.layer_class(self.file, value)).nnx)
+    return syntax.expression(layers.layer_spec(helpers.layer_class(self.file, value)).written)
 
   def _kept_factories(self) -> set[str]:
     """The factory locals the method reads as values, not only as what its
@@ -489,7 +495,7 @@ class ClassWriter:
     if cls is None or (spec is None and cls not in self.child_ports):
       self.fail(partial, f'{name} = {self.file.code(partial)} makes no module the port writes; port it by hand')
     if not from_field and spec is not None:
-      head = syntax.expression(spec.nnx)
+      head = syntax.expression(spec.written)
     elif not from_field and not (isinstance(head, cst.Name) and head.value == cls.__name__):
       self.fail(partial, f'{name} is a partial of {self.file.code(head)}, which is not the class by its own '
                 'name; port it by hand')
@@ -723,7 +729,7 @@ class ClassWriter:
     if not names:
       return None
     if names[0] != 'self':
-      alias = self.locals.get(names[0])
+      alias = self.method_locals.get(names[0])
       alias_names = references.dotted(alias) if alias is not None else None
       if not alias_names or alias_names[0] != 'self':
         return None
@@ -1011,7 +1017,7 @@ class ClassWriter:
         args.append(syntax.keyword(spec.nnx_argument(field), syntax.expression(repr(spec.linen_default(field)))))
     if spec.rngs:
       args.append(syntax.keyword('rngs', cst.Name('rngs')))
-    return cst.Call(through if through is not None else syntax.expression(spec.nnx), syntax.normalised(args))
+    return cst.Call(through if through is not None else syntax.expression(spec.written), syntax.normalised(args))
 
   def _sequence_arguments(self, site, node, arg: cst.Arg) -> list[cst.Arg]:
     """`nn.Sequential([nn.Dense(8), nn.relu, Block()])`'s list as NNX takes
@@ -1369,7 +1375,7 @@ class ClassWriter:
       self.fail(field, f'the default of {name!r}, {self.file.code(value)}, takes other arguments than the '
                 f'{_made_name(made)} the traced configuration makes with it; port it by hand')
     if spec is not None:
-      return syntax.expression(spec.nnx)
+      return syntax.expression(spec.written)
     if cls in self.child_ports and isinstance(value, cst.Name) and value.value == cls.__name__:
       return value  # the port's class of the same name
     self.fail(field, f'the default of {name!r}, {self.file.code(value)}, is a module class the port does '

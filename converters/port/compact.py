@@ -194,7 +194,7 @@ class CompactWriter(classes.ClassWriter):
     """The list's name for `name=f'block_{i}'` (`f'block{i + 1}'`) in a
     loop whose modules are named `block_0`, `block_1`, ... (`block1`,
     `block2`, ...) in order in every instance, each counting from one
-    number: `blocks`. Else None."""
+    number (or none, a loop run no times): `blocks`. Else None."""
     if not (isinstance(explicit, cst.FormattedString) and len(explicit.parts) == 2
             and isinstance(explicit.parts[0], cst.FormattedStringText)
             and isinstance(explicit.parts[1], cst.FormattedStringExpression)
@@ -206,7 +206,9 @@ class CompactWriter(classes.ClassWriter):
       return None
     for instance in self.instances:
       names = [c.name for c in children if c.parent is instance]
-      first = names[0].removeprefix(text) if names and names[0].startswith(text) else ''
+      if not names:
+        continue  # a loop this instance ran no times
+      first = names[0].removeprefix(text) if names[0].startswith(text) else ''
       if not first.isdigit() or names != [f'{text}{int(first) + k}' for k in range(len(names))]:
         return None
     name = source.snake_case(prefix)

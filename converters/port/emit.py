@@ -17,11 +17,12 @@ import tempfile
 import textwrap
 
 import libcst as cst
+from flax import linen as nn
 
 from converters.errors import PathMappingError
 from converters.paths import PathMapping, PathRule, format_path
 from converters.transforms import Rearrange
-from converters.port import classes, layers, references, source, syntax, tracing, variables
+from converters.port import classes, layers, references, shapes, source, syntax, tracing, variables
 from converters.port.errors import PORT_INSTALL_HINT, PortToolError
 from converters.port.stubs import StubPort
 
@@ -98,8 +99,8 @@ def write_file(
     modes: dict[str, bool] | None = None,
     unmapped: list[tuple] = (),
 ) -> GeneratedFile:
-  """The generated file's text: `ports` (written classes, or `(cls, stub
-  source)` for classes that could not be written), in their files' order;
+  """The generated file's text: `ports` (written classes, or `(cls, source)`
+  for classes written as text: stubs, a layer's subclass), in their files' order;
   `unmapped` are the variables under stubs, which `PATHS` leaves out."""
   nodes: list[tuple[source.SourceFile, cst.CSTNode]] = []
   constants: dict[str, str] = {}  # module constants written (fields' defaults): name -> value's code
@@ -121,8 +122,11 @@ def write_file(
           nodes.append((source.file_of(port.cls), constant))
       nodes.append((source.file_of(port.cls), node))
     else:
-      cls, stub = port
-      nodes.append((source.file_of(cls), cst.parse_statement(stub)))
+      cls, text = port
+      module = cst.parse_module(text)
+      body = list(module.body)  # the comments above the first statement with it
+      body[0] = body[0].with_changes(leading_lines=[*module.header, *body[0].leading_lines])
+      nodes += [(source.file_of(cls), statement) for statement in body]
   ported = list(dict.fromkeys(getattr(p, 'cls', None) or p[0] for p in ports))
   ported_names = {c.__name__ for c in ported}
 
@@ -321,6 +325,7 @@ def path_pairs(
       for nnx_name, parts, pattern in getattr(spec, 'fused_variables', ()):
         for k, part in enumerate(parts):
           fused[child.path + tuple(part.split('/'))] = (tuple(nnx_name.split('/')), pattern, k)
+  _held_first(root, ports, modules)
   pairs = []
   for collection, tree in variables.items():
     flat = _flatten(tree)
@@ -356,6 +361,33 @@ class Counted:
 
 #: A numbered name, Linen's (`Dense_3`) or the user's (`block3`): its prefix and number.
 _NUMBERED = re.compile(r'(.*?)(\d+)')
+
+
+def _held_first(root: tracing.Created, ports, modules: dict) -> None:
+  """A module a field hands on (`Encoder(shared_embedding=self.shared_embedding)`,
+  one embedding for the encoder and the decoder) is one NNX module held by
+  several attributes, and NNX keeps its variables where its traversal, in
+  sorted key order, meets it first (`decoder/shared_embedding`, not
+  `shared_embedding`): `modules` moved there, the module and all below it."""
+  held: dict[tuple, list[tuple]] = {}
+  for instance in root.walk():
+    if instance.path not in modules or not isinstance(ports.get(instance.cls), classes.ClassPort):
+      continue
+    for field in shapes.module_fields(instance.module):
+      value = getattr(instance.module, field, None)
+      if not isinstance(value, nn.Module) or value.scope is None:
+        continue
+      path = tuple(value.path)
+      if path in modules and path != instance.path + (field,):
+        held.setdefault(path, []).append(modules[instance.path][0] + (field,))
+  for linen, others in held.items():
+    own = modules[linen][0]
+    first = min([own, *others], key=lambda p: tuple((isinstance(k, str), k) for k in p))
+    if first == own:
+      continue
+    for path, (nnx_path, index) in list(modules.items()):
+      if path[:len(linen)] == linen:
+        modules[path] = (first + nnx_path[len(own):], index)
 
 
 def _stubbed(root: tracing.Created, ports) -> set[tuple]:
@@ -399,8 +431,9 @@ def _loop_numbering(instance: tracing.Created, port) -> dict[tuple, int | Counte
                for c in others)
     # Linen counts a class's modules from 0 in each scope (`Dense_1` in the
     # loop after `Dense_0` before it); a user's names count from their own
-    # first number (`block1`).
-    if not once or numbers and [k for k in numbers if k < first] != list(range(first)):
+    # first number (`block1`, or `unit2` in the loop after `unit1` before it).
+    below = [k for k in numbers if k < first]
+    if not once or numbers and below not in (list(range(first)), list(range(1, first))):
       continue  # another loop of them, or a gap: numbered as traced
     numbered.update(dict.fromkeys((c.path for c in siblings), first))
     end = first + len(siblings)

@@ -14,6 +14,12 @@ class Untranslatable(Exception):
     super().__init__(message)
 
 
+class UntracedCreation(Untranslatable):
+  """A module created where no traced configuration went (a loop the traced
+  configuration runs no times, an `if` it does not take): written once a
+  configuration that goes there is traced too."""
+
+
 class PortOutputError(ValueError):
   """A file the port would write is one it reads."""
 

@@ -23,6 +23,7 @@ from converters.port import (
   classes,
   compact,
   emit,
+  layer_subclasses,
   layers,
   prove,
   setup_style,
@@ -30,7 +31,7 @@ from converters.port import (
   source,
   tracing,
 )
-from converters.port.errors import PortInputError, PortOutputError, Untranslatable
+from converters.port.errors import PortInputError, PortOutputError, UntracedCreation, Untranslatable
 from converters.port.stubs import Stub, StubPort, UnportedBranch, stub_port, stub_source
 
 
@@ -100,56 +101,46 @@ def _is_unreadable(cls: type) -> bool:
   return False
 
 
-def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'models_nnx',
-          test_name: str = '') -> tuple[PortResult, dict]:
-  """The generated file for `linen_model`, not yet proven."""
-  module = linen_model.module
-  try:
-    root, variables = tracing.trace(module, *linen_model.args, **linen_model.kwargs)
-  except Exception as e:  # noqa: BLE001 - the user's model: any error of its own
-    unbound = isinstance(e, NameError) and 'unbound axis name' in str(e)
-    raise PortInputError(
-        f'{type(module).__name__}.init on the example inputs failed: {type(e).__name__}: '
-        f'{str(e).splitlines()[0] if str(e) else ""}'
-        + ('; a layer reduces over a mapped axis outside training (LayerNorm(axis_name=...)), which the '
-           'port traces without: port it by hand' if unbound else '')
-    ) from e
-  ports: dict[type, classes.ClassPort] = {}
-  written: list = []
-  stubs: list[Stub] = []
-  branches: list[UnportedBranch] = []
+@dataclasses.dataclass
+class _ClassesWritten:
+  """The classes of one writing pass: their ports (stubs' interfaces
+  included), what is written for each in order, the stubs and the untraced
+  branches written to raise."""
 
-  instances: dict[type, list[tracing.Created]] = {}
-  for instance in root.walk():
-    instances.setdefault(instance.cls, []).append(instance)
-  # The code each flag of the configuration switches on (`scan_layers`):
-  # its modules are instances of the classes too, written with the rest.
-  flags = []
-  made = {(c.cls, c.site, c.transform) for c in root.walk()}
-  refused: list[str] = []
-  # Each field left None given a value, as a flag flipped: the branch it
-  # takes is traced, written and mapped too (a learned position table).
-  optional, unproven = prove.optional_configurations(linen_model)
-  # Each string or enum field at every other value the source switches on.
-  switched, unswitched = prove.switched_configurations(linen_model, {c.cls for c in root.walk()})
-  optional, unproven = [*optional, *switched], [*unproven, *unswitched]
-  within = []  # flags that make nothing the model does not: proven, not written from
-  for other, description in [*prove.flag_configurations(linen_model, refused), *optional]:
-    other_root, other_variables = tracing.trace(other.module, *other.args, **other.kwargs)
-    stops_decoding = 'cache' in variables and 'cache' not in other_variables
-    if not stops_decoding and {(c.cls, c.site, c.transform) for c in other_root.walk()} <= made and _shapes(
-        other_variables) <= _shapes(variables):
-      within.append((other, description))  # nothing made or sized that the model does not
-      continue
-    flags.append((other, description, other_root, other_variables))
-    for instance in other_root.walk():
-      instances.setdefault(instance.cls, []).append(instance)
+  ports: dict = dataclasses.field(default_factory=dict)
+  written: list = dataclasses.field(default_factory=list)
+  stubs: list[Stub] = dataclasses.field(default_factory=list)
+  branches: list[UnportedBranch] = dataclasses.field(default_factory=list)
+  subclasses: set = dataclasses.field(default_factory=set)  # of Flax layers, written as text
+
+  @property
+  def untraced(self) -> bool:
+    """Whether a class makes a module where no traced configuration went."""
+    return bool(self.branches) or any(s.untraced for s in self.stubs)
+
+
+def _write_classes(root: tracing.Created, instances: dict, variables) -> _ClassesWritten:
+  """Each of the user's classes under `root`, innermost first (every
+  instance's subtree before the class: another instance may create more)."""
+  out = _ClassesWritten()
+  ports, written, stubs, branches, subclasses = out.ports, out.written, out.stubs, out.branches, out.subclasses
 
   def visit(instance: tracing.Created):
     for child in instance.children:
       visit(child)
     cls = instance.cls
-    if layers.is_flax_class(cls) or cls in ports:
+    if layers.is_flax_class(cls) or cls in ports or cls in subclasses:
+      return
+    spec = layers.layer_spec(cls)
+    if spec is not None:  # a subclass of a Flax layer (`StdConv(nn.Conv)`)
+      subclasses.add(cls)
+      try:
+        written.append((cls, layer_subclasses.class_source(cls, spec, source.file_of(cls))))
+      except Untranslatable as e:
+        stub = Stub(cls.__name__, e.line, str(e), source.file_of(cls).path)
+        stubs.append(stub)
+        ports[cls] = stub_port(cls, instances[cls], stub)
+        written.append((cls, layer_subclasses.stub_source(cls, spec, str(e))))
       return
     # The class's whole subtree first: another instance may create more.
     for other in instances[cls][1:]:
@@ -175,7 +166,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
         path = source.file_of(cls).path
       except (LookupError, OSError, TypeError):
         path = getattr(inspect.getmodule(cls), '__file__', None) or '<unknown>'
-      stub = Stub(cls.__name__, line, reason, path)
+      stub = Stub(cls.__name__, line, reason, path, untraced=isinstance(e, UntracedCreation))
       stubs.append(stub)
       # The classes around it build and call it through this interface.
       ports[cls] = stub_port(cls, instances[cls], stub)
@@ -187,7 +178,79 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
       file = port.writer.file
       branches.append(UnportedBranch(cls.__name__, branch.line(file), branch.condition(file), file.path))
 
+
   visit(root)
+  return out
+
+
+def _making_more(configurations, variables, made: set, sizes: bool = True) -> tuple[list, list]:
+  """`configurations` traced: `(flags, within)`, those that make a module
+  where the model makes none (or, with `sizes`, a variable of another size,
+  or stop a cache) as `(model, description, root, variables)`, and the rest
+  as `(model, description)`."""
+  flags, within = [], []
+  for other, description in configurations:
+    other_root, other_variables = tracing.trace(other.module, *other.args, **other.kwargs)
+    stops_decoding = 'cache' in variables and 'cache' not in other_variables
+    new_sites = not {(c.cls, c.site, c.transform) for c in other_root.walk()} <= made
+    if new_sites or sizes and (stops_decoding or not _shapes(other_variables) <= _shapes(variables)):
+      flags.append((other, description, other_root, other_variables))
+    else:
+      within.append((other, description))  # nothing made or sized that the model does not
+  return flags, within
+
+
+def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'models_nnx',
+          test_name: str = '') -> tuple[PortResult, dict]:
+  """The generated file for `linen_model`, not yet proven."""
+  module = linen_model.module
+  if (spec := layers.layer_spec(type(module))) is not None:
+    raise PortInputError(
+        f'the model is {type(module).__name__}, {"a subclass of " if spec.subclass else ""}Flax\'s '
+        f'{spec.linen.__mro__[1 if spec.subclass else 0].__name__}: port a model that creates it (its port is '
+        f'written with that model\'s)' if spec.subclass else f'the model is Flax\'s {type(module).__name__}: '
+        f'use {spec.nnx} itself')
+  try:
+    root, variables = tracing.trace(module, *linen_model.args, **linen_model.kwargs)
+  except Exception as e:  # noqa: BLE001 - the user's model: any error of its own
+    unbound = isinstance(e, NameError) and 'unbound axis name' in str(e)
+    raise PortInputError(
+        f'{type(module).__name__}.init on the example inputs failed: {type(e).__name__}: '
+        f'{str(e).splitlines()[0] if str(e) else ""}'
+        + ('; a layer reduces over a mapped axis outside training (LayerNorm(axis_name=...)), which the '
+           'port traces without: port it by hand' if unbound else '')
+    ) from e
+  instances: dict[type, list[tracing.Created]] = {}
+  for instance in root.walk():
+    instances.setdefault(instance.cls, []).append(instance)
+  made = {(c.cls, c.site, c.transform) for c in root.walk()}
+  refused: list[str] = []
+  # Each field left None given a value, as a flag flipped: the branch it
+  # takes is traced, written and mapped too (a learned position table).
+  optional, unproven = prove.optional_configurations(linen_model)
+  # Each string or enum field at every other value the source switches on.
+  switched, unswitched = prove.switched_configurations(linen_model, {c.cls for c in root.walk()})
+  optional, unproven = [*optional, *switched], [*unproven, *unswitched]
+  # The code each flag of the configuration switches on (`scan_layers`):
+  # its modules are instances of the classes too, written with the rest.
+  flags, within = _making_more([*prove.flag_configurations(linen_model, refused), *optional], variables, made)
+  for _, _, other_root, _ in flags:
+    for instance in other_root.walk():
+      instances.setdefault(instance.cls, []).append(instance)
+  pass_ = _write_classes(root, instances, variables)
+  if pass_.untraced:
+    # A module made where no configuration traced so far went (a loop the
+    # model's runs no times): the other configurations the proof tries, where
+    # they go there, are written from too.
+    made |= {(c.cls, c.site, c.transform) for _, _, other_root, _ in flags for c in other_root.walk()}
+    more, _ = _making_more(prove.other_configurations(linen_model, most=2), variables, made, sizes=False)
+    if more:
+      flags += more
+      for _, _, other_root, _ in more:
+        for instance in other_root.walk():
+          instances.setdefault(instance.cls, []).append(instance)
+      pass_ = _write_classes(root, instances, variables)
+  ports, written, stubs, branches = pass_.ports, pass_.written, pass_.stubs, pass_.branches
   # The variables of every flag's configuration too (the scanned layers'),
   # where they do not contradict the traced configuration's; none under a
   # stub, whose port is not written (`unmapped`).
@@ -387,7 +450,9 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
       branches, taken = both, [*taken, change]
   if taken:  # one proof: floats moved and tuples emptied (the sizes a branch reads off a loop)
     moved += [(o, f'{", ".join(taken)}; {d}') for o, d in prove.moved_configurations(branches)[:1]]
-  for other, changes in [*others, *((o, d) for o, d, _ in result.flags), *pairs, *calls, *optional, *moved]:
+  tried = {d for _, d in others}  # (a configuration written from for a loop it runs: proven once)
+  flags = [(o, d) for o, d, _ in result.flags if d not in tried]
+  for other, changes in [*others, *flags, *pairs, *calls, *optional, *moved]:
     start = time.perf_counter()
     try:
       root, variables = tracing.trace(other.module, *other.args, **other.kwargs)

@@ -162,7 +162,7 @@ def port_helper(file: source.SourceFile, function: cst.FunctionDef, cls: type) -
         args.append(syntax.keyword(spec.nnx_argument(field), syntax.expression(repr(spec.linen_default(field)))))
     if spec.rngs:
       args.append(syntax.keyword('rngs', cst.Name('rngs')))
-    return cst.Call(syntax.expression(spec.nnx), syntax.normalised(args))
+    return cst.Call(syntax.expression(spec.written), syntax.normalised(args))
 
   class Rewrite(cst.CSTTransformer):
     def leave_Call(self, original, updated):

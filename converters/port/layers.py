@@ -69,6 +69,15 @@ class LayerSpec:
   #: False in Linen, None in NNX, which then wants it at every call):
   #: written out with Linen's default where the creation leaves them.
   linen_defaults: tuple[str, ...] = ()
+  #: The class the port writes for a user's subclass of the layer
+  #: (`StdConv`, `layer_subclasses`), which is built as the layer is; None
+  #: for Flax's own.
+  subclass: str | None = None
+
+  @property
+  def written(self) -> str:
+    """The class a port's creation names: the subclass, else the NNX layer."""
+    return self.subclass or self.nnx
 
   def linen_default(self, field: str):
     return next(f.default for f in dataclasses.fields(self.linen) if f.name == field)
@@ -152,8 +161,19 @@ def feature_axis(module) -> int | None:
 
 
 def layer_spec(cls: type) -> LayerSpec | None:
-  """The spec of Flax layer class `cls`, or None if it is not one the port knows."""
-  return _BY_CLASS.get(cls)
+  """The spec of Flax layer class `cls`, or None if it is not one the port
+  knows. A user's class subclassing one directly with the same fields and no
+  `__call__` or `setup` of its own (`StdConv(nn.Conv)` overriding `param`)
+  has that layer's spec, written as its own class (`LayerSpec.subclass`)."""
+  spec = _BY_CLASS.get(cls)
+  if spec is not None or not isinstance(cls, type) or is_flax_class(cls) or len(cls.__bases__) != 1:
+    return spec
+  (base,) = cls.__bases__
+  if base not in _BY_CLASS or {'__call__', 'setup'} & vars(cls).keys():
+    return None
+  if [f.name for f in dataclasses.fields(cls)] != [f.name for f in dataclasses.fields(base)]:
+    return None  # fields of its own: its constructor is not the layer's
+  return dataclasses.replace(_BY_CLASS[base], linen=cls, subclass=cls.__name__)
 
 
 def is_flax_class(cls: type) -> bool:

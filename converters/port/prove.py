@@ -142,7 +142,7 @@ def nnx_value(value, generated: types.ModuleType):
     return functools.partial(nnx_value(value.func, generated), *args, **keywords)
   if isinstance(value, type) and issubclass(value, nn.Module):
     spec = layers.layer_spec(value)
-    if spec is not None:
+    if spec is not None and spec.subclass is None:
       return spec.nnx_class
     ported = getattr(generated, value.__name__, None)
     if not isinstance(ported, type) or not issubclass(ported, nnx.Module):
@@ -560,7 +560,7 @@ def assert_generated_decoding(
     if not hasattr(x, 'shape') or x.ndim < 2 or x.shape[1] < 2:
       raise AssertionError('decoding is proven on inputs (batch, length, ...) two positions long or more; '
                            f'the example inputs have {getattr(x, "shape", type(x).__name__)}')
-  length = inputs[0].shape[1]
+  length = min(x.shape[1] for x in inputs)  # (an encoder's inputs and a decoder's targets may differ)
   context, mesh = _annotation_context(variables)
   with context:
     if mesh is not None:

@@ -43,9 +43,8 @@ class SetupWriter(classes.ClassWriter):
     for parent in self.file.ancestors(node):
       if parent is self.method:
         return []
-      if isinstance(parent, (cst.For, cst.While, cst.If, cst.FunctionDef, cst.Lambda)):
-        self.fail(node, 'a module created in a loop, a condition or a nested function of '
-                  'setup(); port it by hand')
+      if isinstance(parent, (cst.For, cst.While, cst.FunctionDef, cst.Lambda)):
+        self.fail(node, 'a module created in a loop or a nested function of setup(); port it by hand')
     return []
 
   def _attributes(self) -> dict[tracing.Site, tuple[str, bool]]:

@@ -27,7 +27,8 @@ import jax
 from flax import linen as nn
 from jax import export
 
-from converters.port import sizes, tracing
+from converters import compat
+from converters.port import layers, sizes, tracing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,8 +130,16 @@ class SymbolTable:
 def _field_leaves(value, access: tuple) -> list[tuple[tuple, int]]:
   """`(access, int)` of every integer in a field's value: the value itself,
   a tuple's elements, a (non-module) dataclass's fields, recursively."""
-  if isinstance(value, bool) or isinstance(value, nn.Module):
+  if isinstance(value, bool):
     return []
+  if isinstance(value, nn.Module):
+    # A Flax layer the model hands on (a shared embedding): its integer
+    # fields that its NNX layer keeps by the same name (`features`).
+    spec = layers.layer_spec(type(value))
+    if spec is None or len(access) > 1:
+      return []
+    return [(access + (f,), getattr(value, f)) for f in module_fields(value)
+            if spec.nnx_argument(f) == f and type(getattr(value, f)) is int]
   if isinstance(value, int):
     return [(access, value)]
   if isinstance(value, tuple) and not hasattr(value, '_fields'):
@@ -191,6 +200,8 @@ def _replaced(value, access: tuple, new):
     items = list(value)
     items[head] = _replaced(items[head], rest, new)
     return tuple(items)
+  if isinstance(value, nn.Module):  # a layer handed on: a new one, adopted by the module traced
+    return value.clone(parent=None, name=None, **{head: _replaced(getattr(value, head), rest, new)})
   # Not `dataclasses.replace`: a configuration's own checks (`isinstance(v,
   # int)`) would refuse a symbol, and the trace asks for sizes, not checks.
   copy = copy_module.copy(value)
@@ -286,7 +297,8 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       shape = list(args[i].shape)
       shape[d] = symbol
       args[i] = jax.ShapeDtypeStruct(tuple(shape), a.dtype)
-    root, variables = tracing.trace(module.clone(**fields), *args, **call.kwargs)
+    with compat.one_ceiling_form():
+      root, variables = tracing.trace(module.clone(**fields), *args, **call.kwargs)
     return SymbolicTrace(root, table, variables)
 
   def works(chosen, ties=ties) -> bool:
@@ -358,8 +370,10 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
             and (dim not in features or step_alone(dim) is None)]
     others = None
     # The next values the code takes, in steps of one or more (a width must
-    # stay a multiple of the number of heads).
-    for step, follow in itertools.product((1, 2, 3, 4, 8), [tied, []] if tied else [[]]):
+    # stay a multiple of the number of heads), or of the value itself (of
+    # GroupNorm's 32 groups, say, which a smaller step leaves).
+    steps = (1, 2, 3, 4, 8) + ((base,) if isinstance(base, int) and base > 8 else ())
+    for step, follow in itertools.product(steps, [tied, []] if tied else [[]]):
       try:
         others = [
             attempt(table, symbols, set(kept), [(leaf, base + k * step)],

@@ -33,6 +33,9 @@ class Stub:
   line: int | None
   reason: str
   file: str
+  #: Whether it makes a module where no traced configuration went
+  #: (`errors.UntracedCreation`).
+  untraced: bool = False
 
   def __str__(self) -> str:
     where = f'{self.file}:{self.line}' if self.line else self.file

@@ -54,8 +54,13 @@ def params_normalised(params: list[cst.Param]) -> list[cst.Param]:
   return params[:-1] + [params[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if params else params
 
 
+#: Builtins whose call has no side effect (`width = int(64 * factor)`).
+_PURE_BUILTINS = frozenset({'abs', 'bool', 'float', 'int', 'len', 'max', 'min', 'round', 'str', 'tuple'})
+
+
 class _SimpleAssignments(cst.CSTVisitor):
-  """`name = value` statements whose value calls nothing (no side effect)."""
+  """`name = value` statements whose value calls nothing but pure builtins
+  (no side effect)."""
 
   def __init__(self, replayed: frozenset[str] = frozenset()):
     self.found: list[cst.SimpleStatementLine] = []
@@ -66,6 +71,7 @@ class _SimpleAssignments(cst.CSTVisitor):
       assign = node.body[0]
       calls: list[cst.Call] = []
       assign.value.visit(_CallFinder(calls))
+      calls = [c for c in calls if not (isinstance(c.func, cst.Name) and c.func.value in _PURE_BUILTINS)]
       replayed = bool(calls) and code_of(node) in self.replayed
       if (not calls or replayed) and all(_names(t.target) for t in assign.targets):
         self.found.append(node)

@@ -117,3 +117,32 @@ def test_jax_still_has_no_public_accessor_of_the_distributed_client():
   public = [name for name in dir(jax.distributed) if 'client' in name.lower()]
   assert public == [], f'jax.distributed now has {public}: use it in compat.distributed_client'
   assert compat.distributed_client() is None  # this process never initialized jax.distributed
+
+
+class _StridedUnit(nn.Module):
+  """A ResNet unit's two strided paths over one input, added."""
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Conv(4, (1, 1), strides=(2, 2))(x) + nn.Conv(4, (3, 3), strides=(2, 2))(x)
+
+
+def _symbolic_unit_shape():
+  from jax import export
+
+  b, s = export.symbolic_shape('b, s', constraints=['s >= 8'])
+  x = jax.ShapeDtypeStruct((b, s, s, 3), jnp.float32)
+  return jax.eval_shape(lambda x: _StridedUnit().init_with_output(jax.random.key(0), x)[0], x).shape
+
+
+def test_jax_still_writes_a_same_windows_output_size_two_ways():
+  with pytest.raises(TypeError):  # the shapes' check: `floordiv(s - 1, 2) + 1` vs `-floordiv(-s, 2)`
+    _symbolic_unit_shape()
+
+
+def test_one_ceiling_form_lets_two_strided_paths_agree_and_restores_jax():
+  with compat.one_ceiling_form():
+    shape = _symbolic_unit_shape()
+  assert str(shape[1]) == 'floordiv(s - 1, 2) + 1'
+  with pytest.raises(TypeError):  # JAX's own again after the block
+    _symbolic_unit_shape()
