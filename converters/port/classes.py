@@ -206,6 +206,8 @@ class ClassWriter:
                   'port it by hand')
     # The locals the creating method binds once (`norm = partial(...)`).
     self.method_locals = self.locals if self.method is self.call else syntax.assigned_once(self.method.body)
+    #: The code of statements binding a dict a creation spreads (`**inits`).
+    self.spread: set[str] = set()
     self.sites = self._sites()
     self.callees = factories.Callees(self.file, instance.module, tuple(self.field_names), self.method_locals)
     found = factories.read(self.sites, self.callees, self.keeps_factories, self.fail)
@@ -598,15 +600,37 @@ class ClassWriter:
     node = self.expanded(node)
     out = []
     for i, arg in enumerate(node.args):
-      if arg.star == '**' and not layers.is_flax_class(cls) and not self.call_time & source.names_in(arg.value):
+      layer = layers.is_flax_class(cls) or layers.layer_spec(cls) is not None
+      if arg.star == '**' and not layer and not self.call_time & source.names_in(arg.value):
         # `Encoder(**self.transformer)`: a user's class takes its fields by
         # name in NNX too (`_module_creation` checks none is its mode).
         out.append(('**', arg))
+        continue
+      if arg.star == '**' and (named := self._named_arguments(arg.value)) is not None:
+        out += [(a.keyword.value, a) for a in named]  # `**inits`, `inits = dict(kernel_init=...)`
         continue
       if arg.star:
         self.fail(node, f'*args or **kwargs in the creation of {cls.__name__}; port it by hand')
       out.append((arg.keyword.value if arg.keyword else fields[i], arg))
     return out
+
+  def _named_arguments(self, value: cst.BaseExpression) -> list[cst.Arg] | None:
+    """The keyword arguments of a dict of names spread into a creation, as
+    written (`{'kernel_init': ...}`), or held by a local the method binds
+    once (`inits = dict(kernel_init=..., bias_init=...)`); else None."""
+    bound = self.method_locals.get(value.value) if isinstance(value, cst.Name) else value
+    if bound is not None and bound is not value:
+      # Its statement may go from `__call__` once nothing else reads it.
+      self.spread.update(syntax.code_of(n) for n in syntax.descendants(self.method) if isinstance(
+          n, cst.SimpleStatementLine) and any(isinstance(b, cst.Assign) and b.value is bound for b in n.body))
+    if isinstance(bound, cst.Call) and isinstance(bound.func, cst.Name) and bound.func.value == 'dict' and all(
+        a.keyword is not None and not a.star for a in bound.args):
+      return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in bound.args]
+    if isinstance(bound, cst.Dict) and all(
+        isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+        and e.key.evaluated_value.isidentifier() for e in bound.elements):
+      return [syntax.keyword(e.key.evaluated_value, e.value) for e in bound.elements]
+    return None
 
   def _mode_argument(self, value: cst.BaseExpression, eval_value: bool, node) -> None:
     """Checks that a mode field's value is a call flag or a bool field of

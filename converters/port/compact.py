@@ -674,7 +674,7 @@ class CompactWriter(classes.ClassWriter):
       method = self._drop_flag(method, flag)
     # `has_variable('cache', ...)` is True in NNX: the branches it guarded, read plainly.
     method = syntax.without_constant_conditions(method)
-    return syntax.without_leading_blank_lines(syntax.without_unused_locals(method, self._replayed))
+    return syntax.without_leading_blank_lines(syntax.without_unused_locals(method, self._replayed | self.spread))
 
 
 def port_class(cls, instances, symbolic_trace, child_ports) -> ClassPort:

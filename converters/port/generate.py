@@ -119,10 +119,17 @@ class _ClassesWritten:
     return bool(self.branches) or any(s.untraced for s in self.stubs)
 
 
-def _write_classes(root: tracing.Created, instances: dict, variables) -> _ClassesWritten:
+def _write_classes(root: tracing.Created, instances: dict, variables, symbolic: dict) -> _ClassesWritten:
   """Each of the user's classes under `root`, innermost first (every
-  instance's subtree before the class: another instance may create more)."""
+  instance's subtree before the class: another instance may create more).
+  `symbolic` keeps each instance's symbolic trace, by `id`, for the next pass."""
   out = _ClassesWritten()
+
+  def symbolic_trace(instance: tracing.Created, cls: type) -> shapes.SymbolicTrace:
+    if id(instance) not in symbolic:
+      symbolic[id(instance)] = shapes.symbolic_trace(instance, _call_parameters(cls))
+    return symbolic[id(instance)]
+
   ports, written, stubs, branches, subclasses = out.ports, out.written, out.stubs, out.branches, out.subclasses
 
   def visit(instance: tracing.Created):
@@ -150,7 +157,7 @@ def _write_classes(root: tracing.Created, instances: dict, variables) -> _Classe
       writer = setup_style if 'setup' in vars(cls) else compact
       port = writer.port_class(
           cls, instances[cls],
-          lambda i, cls=cls: shapes.symbolic_trace(i, _call_parameters(cls)), ports,
+          lambda i, cls=cls: symbolic_trace(i, cls), ports,
       )
     except Exception as e:  # noqa: BLE001 - whatever stops a class is its stub's reason
       # LookupError, OSError, TypeError from `source`: the class's source
@@ -237,19 +244,21 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   for _, _, other_root, _ in flags:
     for instance in other_root.walk():
       instances.setdefault(instance.cls, []).append(instance)
-  pass_ = _write_classes(root, instances, variables)
+  symbolic: dict = {}  # (the instances stay alive in `instances`: their ids stay theirs)
+  pass_ = _write_classes(root, instances, variables, symbolic)
   if pass_.untraced:
     # A module made where no configuration traced so far went (a loop the
     # model's runs no times): the other configurations the proof tries, where
     # they go there, are written from too.
     made |= {(c.cls, c.site, c.transform) for _, _, other_root, _ in flags for c in other_root.walk()}
     more, _ = _making_more(prove.other_configurations(linen_model, most=2), variables, made, sizes=False)
+    more = more[:1]  # (the other one mostly goes where it goes: its symbolic traces, twice the time)
     if more:
       flags += more
       for _, _, other_root, _ in more:
         for instance in other_root.walk():
           instances.setdefault(instance.cls, []).append(instance)
-      pass_ = _write_classes(root, instances, variables)
+      pass_ = _write_classes(root, instances, variables, symbolic)
   ports, written, stubs, branches = pass_.ports, pass_.written, pass_.stubs, pass_.branches
   # The variables of every flag's configuration too (the scanned layers'),
   # where they do not contradict the traced configuration's; none under a

@@ -1,9 +1,11 @@
 """A user's subclass of a Flax layer overriding `param` (vision_transformer's
-weight-standardised `StdConv`), used by a bottleneck unit whose projection
-an input width switches, in a stage whose later units a loop names
-(`name=f'unit{i + 1}'`) and which the traced configuration runs no times
-(`block_size=1`): the subclass is written as a subclass of `nnx.Conv`, and
-the loop from the configurations the proof tries, which run it."""
+weight-standardised `StdConv`), used by a bottleneck unit, in a stage whose
+later units a loop names (`name=f'unit{i + 1}'`) and which the traced
+configuration runs no times (`block_size=1`): the subclass is written as a
+subclass of `nnx.Conv`, and the loop from the configurations the proof
+tries, which run it. (A projection an input width switches, as the unit of
+vision_transformer has, is the slow part of a trace: its proofs run the
+public model.)"""
 
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -38,9 +40,7 @@ class Unit(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    residual = x
-    if x.shape[-1] != self.features * 2 or self.strides != (1, 1):
-      residual = StdConv(self.features * 2, (1, 1), self.strides, use_bias=False, name='conv_proj')(x)
+    residual = StdConv(self.features * 2, (1, 1), self.strides, use_bias=False, name='conv_proj')(x)
     y = StdConv(self.features, (3, 3), self.strides, name='conv1')(x)
     y = nn.GroupNorm(num_groups=4, name='gn1')(y)
     y = StdConv(self.features * 2, (1, 1), name='conv2')(nn.relu(y))

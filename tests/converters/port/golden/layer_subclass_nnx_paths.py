@@ -20,6 +20,7 @@ PATHS = PathMapping([
     PathRule('unit{i+2}/conv1/kernel', 'units/{i}/conv1/kernel'),
     PathRule('unit{i+2}/conv2/bias', 'units/{i}/conv2/bias'),
     PathRule('unit{i+2}/conv2/kernel', 'units/{i}/conv2/kernel'),
+    PathRule('unit{i+2}/conv_proj/kernel', 'units/{i}/conv_proj/kernel'),
     PathRule('unit{i+2}/gn1/bias', 'units/{i}/gn1/bias'),
     PathRule('unit{i+2}/gn1/scale', 'units/{i}/gn1/scale'),
 ])
