@@ -192,11 +192,11 @@ def test_layers_made_by_the_files_functions_are_written_with_them(tmp_path):
   assert 'flax import linen' not in texts[0]
 
 
-def test_attention_and_annotations_are_written_and_proven_as_names(tmp_path):
-  # Proven here at the traced configuration; at the others nightly (below).
+def test_attention_and_annotations_are_written_as_names(tmp_path):
+  # Proven, at the traced configuration and the others, nightly (below); the
+  # planted annotations below are refused in CI.
   result, out = _written(tmp_path, 'encoder', linen_models.encoder())
   assert not result.stubs
-  assert_generated_port(linen_models.encoder(), import_file(str(out)), modes=result.modes)
   text = out.read_text()
   # NNX's attention takes its input size by keyword (after num_heads), and
   # Linen's default decode=False, which NNX's attention does not default to.
@@ -220,7 +220,7 @@ def test_the_encoder_is_proven_at_other_configurations(tmp_path):
     ("        kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, 'model')),\n", ''),  # none
 ])
 def test_a_port_annotated_otherwise_is_not_proven(tmp_path, edit):
-  # As written, `test_attention_and_annotations_are_written_and_proven_as_names` proves it.
+  # As written, `test_the_encoder_is_proven_at_other_configurations` proves it.
   result, out = _written(tmp_path, 'encoder', linen_models.encoder())
   text = out.read_text()
   assert edit[0] in text

@@ -42,7 +42,6 @@ class Unit(nn.Module):
   def __call__(self, x):
     residual = StdConv(self.features * 2, (1, 1), self.strides, use_bias=False, name='conv_proj')(x)
     y = StdConv(self.features, (3, 3), self.strides, name='conv1')(x)
-    y = nn.GroupNorm(num_groups=4, name='gn1')(y)
     y = StdConv(self.features * 2, (1, 1), name='conv2')(nn.relu(y))
     return nn.relu(residual + y)
 

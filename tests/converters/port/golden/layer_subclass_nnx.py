@@ -56,13 +56,11 @@ class Unit(nnx.Module):
   def __init__(self, features: int, strides: Sequence[int] = (1, 1), *, in_features: int, rngs: nnx.Rngs):
     self.conv_proj = StdConv(in_features, features * 2, (1, 1), strides, use_bias=False, rngs=rngs)
     self.conv1 = StdConv(in_features, features, (3, 3), strides, rngs=rngs)
-    self.gn1 = nnx.GroupNorm(features, num_groups=4, rngs=rngs)
     self.conv2 = StdConv(features, features * 2, (1, 1), rngs=rngs)
 
   def __call__(self, x):
     residual = self.conv_proj(x)
     y = self.conv1(x)
-    y = self.gn1(y)
     y = self.conv2(nnx.relu(y))
     return nnx.relu(residual + y)
 

@@ -14,13 +14,9 @@ PATHS = PathMapping([
     PathRule('unit1/conv2/bias', 'unit1/conv2/bias'),
     PathRule('unit1/conv2/kernel', 'unit1/conv2/kernel'),
     PathRule('unit1/conv_proj/kernel', 'unit1/conv_proj/kernel'),
-    PathRule('unit1/gn1/bias', 'unit1/gn1/bias'),
-    PathRule('unit1/gn1/scale', 'unit1/gn1/scale'),
     PathRule('unit{i+2}/conv1/bias', 'units/{i}/conv1/bias'),
     PathRule('unit{i+2}/conv1/kernel', 'units/{i}/conv1/kernel'),
     PathRule('unit{i+2}/conv2/bias', 'units/{i}/conv2/bias'),
     PathRule('unit{i+2}/conv2/kernel', 'units/{i}/conv2/kernel'),
     PathRule('unit{i+2}/conv_proj/kernel', 'units/{i}/conv_proj/kernel'),
-    PathRule('unit{i+2}/gn1/bias', 'units/{i}/gn1/bias'),
-    PathRule('unit{i+2}/gn1/scale', 'units/{i}/gn1/scale'),
 ])
