@@ -1347,6 +1347,14 @@ class ClassWriter:
       if self._loops(call):
         self.fail(call, f'self.{call.func.attr.value}(...) in a loop; port it by hand')
       variable = variables.own_variable(call, self)
+      if variable.named_by is not None:
+        names = {getattr(i.module, variable.named_by) for i in self.instances}
+        if names & taken:
+          self.fail(call, f'{sorted(names & taken)[0]!r} names both a variable and another attribute; port it by '
+                    'hand')
+        taken |= names
+        own[call] = variable
+        continue
       if variable.name in taken:
         self.fail(call, f'{variable.name!r} names both a variable and another attribute; port it by hand')
       taken.add(variable.name)

@@ -338,9 +338,7 @@ class CompactWriter(classes.ClassWriter):
           if node in self.node_sites and self.node_sites[node] in self.inlined:
             continue  # written inside the creation it is an argument of
           if node in self.own:
-            variable = self.own[node]
-            line = cst.Assign([cst.AssignTarget(syntax.expression(f'self.{variable.name}'))], variable.creation)
-            emitted.append((cst.SimpleStatementLine([line]), False))
+            emitted.append((cst.SimpleStatementLine([self.own[node].assignment()]), False))
             continue
           site = self.node_sites[node]
           attribute, is_list = self.attributes[site]

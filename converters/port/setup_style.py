@@ -11,9 +11,10 @@ methods stay as written, but for the arguments the NNX mode now sets
 (`self.w` is `self.w[...]`).
 
 Linen names a submodule by its attribute (`self.dense` is `dense`, the
-entries of `self.layers` are `layers_0`, `layers_1`, ...): the port keeps the
-attribute, so the path mapping is the identity but for the lists
-(`layers_0` -> `layers/0`).
+entries of `self.layers` are `layers_0`, `layers_1`, ..., unless named, as
+`name=f'layer_{i}'`): the port keeps the attribute, so the path mapping is
+the identity but for the lists (`layers_0` -> `layers/0`, `layer_0` ->
+`blocks/0`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class SetupWriter(classes.ClassWriter):
 
   def _attributes(self) -> dict[tracing.Site, tuple[str, bool]]:
     """`self.<attribute> = <creation>` (a scalar) or `= [<creations>]` (a list)."""
+    #: A list's site -> `(prefix, first number)` of its modules' Linen names.
+    self.numbering: dict[tracing.Site, tuple[str, int]] = {}
     attributes = {}
     for site, (node, children) in self.sites.items():
       self._loops(node)
@@ -57,11 +60,34 @@ class SetupWriter(classes.ClassWriter):
       if self.sequence_of(node) is not None:
         attributes[site] = (attribute, False)  # a Sequential's: written inside it, `body/layers/0`
         continue
-      for child in children:
-        if child.name != attribute and not (is_list and re.fullmatch(rf'{attribute}_\d+', child.name)):
-          self.fail(node, f'{child.name} is assigned to self.{attribute}; port it by hand')
+      if is_list:
+        # Linen names a list's modules `blocks_0`, `blocks_1`, ...; a name
+        # given (`name=f'layer_{i}'`) counts as it says.
+        self.numbering[site] = self._numbering(node, attribute, children)
+      else:
+        for child in children:
+          if child.name != attribute:
+            self.fail(node, f'{child.name} is assigned to self.{attribute}; port it by hand')
       attributes[site] = (attribute, is_list)
     return attributes
+
+  def _numbering(self, node, attribute: str, children) -> tuple[str, int]:
+    """`(prefix, first number)` of the names of a list's modules, the same
+    in every instance, each made in order; else the class is refused."""
+    found = set()
+    for instance in self.instances:
+      names = [c.name for c in children if c.parent is instance]
+      matched = [re.fullmatch(r'(.*?)(\d+)', n) for n in names]
+      if not names:
+        continue
+      if not all(matched) or len({m[1] for m in matched}) != 1 or [int(m[2]) for m in matched] != list(
+          range(int(matched[0][2]), int(matched[0][2]) + len(names))):
+        self.fail(node, f'{", ".join(names)} are assigned to self.{attribute}, named otherwise than in '
+                  'order; port it by hand')
+      found.add((matched[0][1], int(matched[0][2])))
+    if len(found) != 1:
+      self.fail(node, f'the modules of self.{attribute} are named otherwise in each instance; port it by hand')
+    return found.pop()
 
   def _assignment(self, node) -> tuple[cst.Assign, bool]:
     """The `self.x = ...` statement a creation is the value of, and whether
@@ -93,7 +119,8 @@ class SetupWriter(classes.ClassWriter):
     attribute, is_list = self.attributes[self.site_of(child)]
     if not is_list:
       return (attribute,)
-    return (attribute, int(child.name.rsplit('_', 1)[1]))
+    prefix, first = self.numbering[self.site_of(child)]
+    return (attribute, int(child.name.removeprefix(prefix)) - first)
 
   def write(self):
     self.modes: dict[str, bool] = {}
@@ -101,6 +128,8 @@ class SetupWriter(classes.ClassWriter):
     self.node_sites = {node: site for site, (node, _) in self.sites.items()}
     self.own = self._own_variables()
     for variable_call, variable in self.own.items():
+      if variable.named_by is not None:
+        self.fail(variable_call, f'a variable setup() names by the field {variable.named_by!r}; port it by hand')
       assign, _ = self._assignment_of(variable_call)
       if assign.targets[0].target.attr.value != variable.name:
         self.fail(variable_call, f'self.{assign.targets[0].target.attr.value} holds the variable '

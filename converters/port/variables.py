@@ -40,6 +40,17 @@ class OwnVariable:
   collection: str
   creation: cst.BaseExpression
   read: cst.BaseExpression
+  #: The field holding its name, where the module names it by one
+  #: (`self.param(self.weight_name, ...)`, a Gemma `Einsum`): NNX sets and
+  #: gets the attribute of that name (`setattr(self, weight_name, ...)`).
+  named_by: str | None = None
+
+  def assignment(self) -> cst.BaseSmallStatement:
+    """The statement of `__init__` that makes it."""
+    if self.named_by is None:
+      return cst.Assign([cst.AssignTarget(syntax.expression(f'self.{self.name}'))], self.creation)
+    call = syntax.expression(f'setattr(self, {self.named_by}, __value__)')
+    return cst.Expr(call.with_changes(args=[*call.args[:2], cst.Arg(self.creation)]))
 
 
 def is_own_variable_call(node: cst.CSTNode) -> bool:
@@ -99,8 +110,11 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
       writer.fail(call, f'self.variable({writer.file.code(args[0].value) if args else ""}, ...): '
                   'a collection the port has no NNX Variable type for; port it by hand')
   name = _literal(rest[0] if rest else None)
-  if name is None or not name.isidentifier():
-    writer.fail(call, f'self.{kind}(...) named by an expression; port it by hand')
+  named_by = _naming_field(rest[0].value, writer) if rest and name is None else None
+  if named_by is not None:
+    name = getattr(writer.instances[0].module, named_by)  # the traced one's, for its shape
+  elif name is None or not name.isidentifier():
+    writer.fail(call, f'self.{kind}(...) named by an expression other than a field; port it by hand')
   if len(rest) < 2:
     writer.fail(call, f'self.{kind}({name!r}) without an initializer; port it by hand')
   init, init_args = rest[1], rest[2:]
@@ -151,13 +165,26 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
         function.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]), arguments)
   if kind == 'param':
     creation = syntax.expression('nnx.Param(__init__())').with_changes(args=[cst.Arg(value)])
-    read = syntax.expression(f'self.{name}[...]')
+    attribute = f'getattr(self, self.{named_by})' if named_by else f'self.{name}'
+    read = syntax.expression(f'{attribute}[...]')
+    if named_by:
+      return OwnVariable(name, collection, creation, read, named_by)
   else:
     creation = syntax.expression(f'{VARIABLE_TYPES[collection]}(__init__())').with_changes(
         args=[cst.Arg(value)]
     )
     read = syntax.expression(f'self.{name}')
   return OwnVariable(name, collection, creation, read)
+
+
+def _naming_field(value: cst.BaseExpression, writer) -> str | None:
+  """The field `value` reads (`self.weight_name`) where every instance holds
+  a Python name there; else None."""
+  path = writer.field_path(value)
+  if path is None or '.' in path:
+    return None
+  names = [getattr(i.module, path) for i in writer.instances]
+  return path if all(isinstance(n, str) and n.isidentifier() for n in names) else None
 
 
 def _applied(function: cst.Lambda, values: list[cst.BaseExpression]) -> cst.BaseExpression | None:
