@@ -144,7 +144,11 @@ class ClassWriter:
     self.child_ports = child_ports
     self.file = source.file_of(cls)
     self.cdef = self.file.class_def(cls)
-    if not instance.calls or instance.calls[0].method != '__call__':
+    # A setup() class with no `__call__`, called through its methods (Gemma's
+    # `Embedder.encode` / `.decode`): written from the first one called.
+    through_methods = 'setup' in vars(cls) and not any('__call__' in vars(c) for c in cls.__mro__) and bool(
+        instance.calls)
+    if not instance.calls or instance.calls[0].method != '__call__' and not through_methods:
       # Its first call seen is another method's (nn.RNN asks a cell for its
       # `initialize_carry`, then calls it inside its scan, unseen). (Flax's
       # own cells are read from their kernels; a class of the user's has no
@@ -208,6 +212,9 @@ class ClassWriter:
     self.method_locals = self.locals if self.method is self.call else syntax.assigned_once(self.method.body)
     #: The code of statements binding a dict a creation spreads (`**inits`).
     self.spread: set[str] = set()
+    #: Linen variable name -> the NNX attribute holding it, where they differ
+    #: (`self.table = self.param('embedding', ...)` in `setup()`).
+    self.variable_attributes: dict[str, str] = {}
     self.sites = self._sites()
     self.callees = factories.Callees(self.file, instance.module, tuple(self.field_names), self.method_locals)
     found = factories.read(self.sites, self.callees, self.keeps_factories, self.fail)

@@ -303,7 +303,7 @@ def path_pairs(
   after a loop's, and `fused` is `(pattern, part)` for a part of a variable
   NNX holds fused (None else)."""
   modules: dict[tuple, tuple[tuple, tuple[int, int, int] | Counted | None]] = {(): ((), None)}
-  renames: dict[tuple, dict[str, str]] = {(): {}}
+  renames: dict[tuple, dict[str, str]] = {(): _variable_attributes(ports.get(root.cls))}
   fused: dict[tuple, tuple[tuple, str, int]] = {}  # linen path -> (nnx name, pattern, part)
   stubbed = _stubbed(root, ports)
   for instance in root.walk():
@@ -321,7 +321,8 @@ def path_pairs(
         index = (len(child.path) - 1, len(parent_nnx) + port.writer.loop_index_at(child), numbered[child.path])
       modules[child.path] = (nnx_path, index)
       spec = layers.layer_spec(child.cls)
-      renames[child.path] = dict(getattr(spec, 'variable_renames', ()))
+      renames[child.path] = dict(getattr(spec, 'variable_renames', ())) or _variable_attributes(
+          ports.get(child.cls))
       for nnx_name, parts, pattern in getattr(spec, 'fused_variables', ()):
         for k, part in enumerate(parts):
           fused[child.path + tuple(part.split('/'))] = (tuple(nnx_name.split('/')), pattern, k)
@@ -361,6 +362,12 @@ class Counted:
 
 #: A numbered name, Linen's (`Dense_3`) or the user's (`block3`): its prefix and number.
 _NUMBERED = re.compile(r'(.*?)(\d+)')
+
+
+def _variable_attributes(port) -> dict[str, str]:
+  """The NNX attributes of a written class's variables that its Linen
+  names differ from (`setup()`'s `self.table = self.param('embedding', ...)`)."""
+  return dict(port.writer.variable_attributes) if isinstance(port, classes.ClassPort) else {}
 
 
 def _held_first(root: tracing.Created, ports, modules: dict) -> None:

@@ -82,8 +82,8 @@ class PortResult:
   within: list = dataclasses.field(default_factory=list)
 
 
-def _call_parameters(cls: type) -> list[str]:
-  return list(inspect.signature(cls.__call__).parameters)[1:]
+def _call_parameters(cls: type, method: str = '__call__') -> list[str]:
+  return list(inspect.signature(getattr(cls, method)).parameters)[1:]
 
 
 def _shapes(variables) -> set:
@@ -127,7 +127,8 @@ def _write_classes(root: tracing.Created, instances: dict, variables, symbolic: 
 
   def symbolic_trace(instance: tracing.Created, cls: type) -> shapes.SymbolicTrace:
     if id(instance) not in symbolic:
-      symbolic[id(instance)] = shapes.symbolic_trace(instance, _call_parameters(cls))
+      method = instance.calls[0].method if instance.calls else '__call__'
+      symbolic[id(instance)] = shapes.symbolic_trace(instance, _call_parameters(cls, method))
     return symbolic[id(instance)]
 
   ports, written, stubs, branches, subclasses = out.ports, out.written, out.stubs, out.branches, out.subclasses
@@ -311,7 +312,10 @@ def _prove_around_stubs(linen_model: LinenModel, out: str, result: PortResult, p
 
   def visit(instance):
     if not stubbed(instance):
-      if instance.cls in ports and instance.cls not in seen and instance.calls:
+      # (A class called through other methods, `Embedder.encode`, is proven
+      # with the classes that call it.)
+      if instance.cls in ports and instance.cls not in seen and instance.calls and (
+          instance.calls[0].method == '__call__'):
         seen.add(instance.cls)
         chosen.append(instance)
       return

@@ -33,9 +33,10 @@ class SetupWriter(classes.ClassWriter):
     methods = {s.name.value: s for s in self.cdef.body.body if isinstance(s, cst.FunctionDef)}
     if any(references.is_linen(d.decorator, self.file, 'compact') for m in methods.values() for d in m.decorators):
       self.fail(self.cdef, 'a module with both setup() and an @nn.compact method; port it by hand')
-    if '__call__' not in methods:
-      self.fail(self.cdef, 'a setup() module without __call__; port it by hand')
-    return methods['setup'], methods['__call__']
+    called = '__call__' if '__call__' in methods else self.instance.calls[0].method if self.instance.calls else None
+    if called not in methods:
+      self.fail(self.cdef, 'a setup() module without __call__ nor a method the model calls; port it by hand')
+    return methods['setup'], methods[called]
 
   def _call_time(self) -> set[str]:
     return set()  # `setup` reads no input
@@ -131,14 +132,16 @@ class SetupWriter(classes.ClassWriter):
       if variable.named_by is not None:
         self.fail(variable_call, f'a variable setup() names by the field {variable.named_by!r}; port it by hand')
       assign, _ = self._assignment_of(variable_call)
-      if assign.targets[0].target.attr.value != variable.name:
-        self.fail(variable_call, f'self.{assign.targets[0].target.attr.value} holds the variable '
-                  f'{variable.name!r}; name the attribute as the variable, or port it by hand')
+      attribute = assign.targets[0].target.attr.value
+      if attribute != variable.name:
+        # `self.input_embedding_table = self.param('input_embedding', ...)`:
+        # NNX keeps the variable where the methods read it (`PATHS` renames).
+        self.variable_attributes[variable.name] = attribute
     init_body = [s.visit(_SetupBody(self)) for s in self.method.body.body]
     init_body = [s for s in init_body if not _is_docstring(s)]
     methods = {}
     call_nodes = self._call_nodes()
-    params = {v.name for v in self.own.values() if v.collection == 'params'}
+    params = {self.variable_attributes.get(v.name, v.name) for v in self.own.values() if v.collection == 'params'}
     for statement in self.cdef.body.body:
       if isinstance(statement, cst.FunctionDef) and statement is not self.method:
         rewritten = statement.visit(_MethodBody(self, call_nodes, params))

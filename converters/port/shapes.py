@@ -298,7 +298,7 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       shape[d] = symbol
       args[i] = jax.ShapeDtypeStruct(tuple(shape), a.dtype)
     with compat.one_ceiling_form():
-      root, variables = tracing.trace(module.clone(**fields), *args, **call.kwargs)
+      root, variables = tracing.trace(module.clone(**fields), *args, traced_method=call.method, **call.kwargs)
     return SymbolicTrace(root, table, variables)
 
   def works(chosen, ties=ties) -> bool:

@@ -241,9 +241,11 @@ class _Recorder:
     return record
 
 
-def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'dropout'), **kwargs):
+def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'dropout'),
+          traced_method: str = '__call__', **kwargs):
   """`(root, variables)`: the record of `module.init(*args, **kwargs)` (its
-  root is the model) and the abstract variables it made."""
+  root is the model; `traced_method` the method `init` calls, `encode` of a
+  class called through its methods) and the abstract variables it made."""
   recorder = _Recorder()
   original = nn.Module.__post_init__
   nn.Module.__post_init__ = recorder.post_init(original)
@@ -254,7 +256,8 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
     def init(*arrays):
       call_args, call_kwargs = rebuild(*arrays)
       rngs = {name: jax.random.key(i) for i, name in enumerate(rng_streams)}
-      return bound.init(rngs, *call_args, **call_kwargs)
+      method = None if traced_method == '__call__' else traced_method
+      return bound.init(rngs, *call_args, method=method, **call_kwargs)
 
     with nn.intercept_methods(recorder.intercept), nothing_sown():
       variables = jax.eval_shape(init, *arrays)

@@ -13,6 +13,21 @@ import jax.numpy as jnp
 from flax import nnx
 
 
+class Embedder(nnx.Module):
+
+  def __init__(self, vocab_size: int, embed_dim: int, *, rngs: nnx.Rngs):
+    self.embed_dim = embed_dim
+    self.input_embedding_table = nnx.Param(
+        nnx.initializers.normal()(rngs.params(), (vocab_size, embed_dim)),
+    )
+
+  def encode(self, tokens):
+    return self.input_embedding_table[...][(tokens,)] * jnp.sqrt(self.embed_dim)
+
+  def decode(self, x):
+    return jnp.dot(x, self.input_embedding_table[...].T)
+
+
 class Einsum(nnx.Module):
   """A parameterized tensor product."""
 
@@ -39,10 +54,12 @@ class Block(nnx.Module):
 
 class Stack(nnx.Module):
 
-  def __init__(self, num_layers: int = 2, features: int = 4, hidden: int = 8, *, rngs: nnx.Rngs):
+  def __init__(self, num_layers: int = 2, features: int = 4, hidden: int = 8, vocab_size: int = 11, *, rngs: nnx.Rngs):
+    self.embedder = Embedder(vocab_size, features, rngs=rngs)
     self.blocks = nnx.List([Block(features, hidden, rngs=rngs) for i in range(num_layers)])
 
-  def __call__(self, x):
+  def __call__(self, tokens):
+    x = self.embedder.encode(tokens)
     for block in self.blocks:
       x = block(x)
-    return x
+    return self.embedder.decode(x)

@@ -9,6 +9,7 @@ read.
 from converters import PathMapping, PathRule
 
 PATHS = PathMapping([
+    PathRule('embedder/input_embedding', 'embedder/input_embedding_table'),
     PathRule('layer_{i}/Einsum_0/gating', 'blocks/{i}/einsum_0/gating'),
     PathRule('layer_{i}/Einsum_1/w', 'blocks/{i}/einsum_1/w'),
 ])
