@@ -13,7 +13,7 @@ checkpoint converted by `linen-nnx convert --paths` and trained on). On 2
 CPU cores, as CI runs. Prints a table and writes JSON to
 benchmarks/results/port.json.
 
-    python benchmarks/port.py [--public DIR]
+    python benchmarks/port.py [--public DIR] [--only TEXT]
 
 `--public DIR` adds the public Linen models the port was tried on (`PUBLIC`:
 Flax's examples, google-research/vision_transformer, big_vision, a DiT,
@@ -295,7 +295,9 @@ def _run(factory: str, label: str, scratch: str, cwd: str, env: dict) -> dict | 
   )
   wall = time.perf_counter() - start
   try:
-    report = json.loads(result.stdout)
+    # (The model's module may print when imported: the report is the last thing.)
+    start_of_report = result.stdout.find('\n{') + 1 if not result.stdout.startswith('{') else 0
+    report = json.loads(result.stdout[start_of_report:])
     report['checks']
   except (ValueError, KeyError):
     print(f'{label}: linen-nnx port exited {result.returncode}: {result.stdout}{result.stderr}'[-2000:])
@@ -331,13 +333,17 @@ def _run(factory: str, label: str, scratch: str, cwd: str, env: dict) -> dict | 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--public', metavar='DIR', help='the public models\' sources, one folder per case')
+  parser.add_argument('--only', metavar='TEXT', help='only the models whose label holds TEXT')
   args = parser.parse_args(argv)
+  wanted = lambda label: args.only is None or args.only in label
   rows = []
   with tempfile.TemporaryDirectory() as scratch:
     with open(os.path.join(scratch, 'bench_factories.py'), 'w') as f:
       f.write(FACTORIES)
     env = {**os.environ, 'PYTHONPATH': os.pathsep.join([scratch, ROOT])}
     for factory, label in MODELS:
+      if not wanted(label):
+        continue
       row = _run(factory, label, scratch, scratch, env)
       if row is None:
         return 1
@@ -345,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.public:
       public = os.path.abspath(args.public)
       for case, function, label, origin in PUBLIC:
+        if not wanted(label):
+          continue
         folder = os.path.join(public, case)
         if not os.path.isdir(folder):
           print(f'{label}: no {folder} (its source: {origin}); skipped')
@@ -357,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
                    {**os.environ, 'PYTHONPATH': os.pathsep.join(paths)})
         rows.append(row or {'model': label, 'outcome': 'no report', 'wall_s': 0, 'generated': '',
                             'proof': '', 'other_configurations': '', 'written_test_s': 0, 'written_test': ''})
+  if not rows:
+    print('no model chosen')
+    return 1
   width = max(len(r['model']) for r in rows)
   print(f'{"model":<{width}}  {"wall":>7}  {"generated":>9}  {"proof":>7}  {"others (n)":>12}  '
         f'{"written test":>12}  outcome')
