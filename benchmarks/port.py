@@ -304,10 +304,13 @@ def _run(factory: str, label: str, scratch: str, cwd: str, env: dict) -> dict | 
     return None
   checks = {c['check'].split(' (')[0]: c for c in report['checks']}
   others = [c for c in report['checks'] if c['check'].startswith('another configuration')]
-  unproven = [c['check'] for c in report['checks'] if c['outcome'] in ('FAILED', 'NOT PROVEN')]
+  unproven = [c['check'] for c in report['checks'] if c['outcome'] in ('FAILED', 'NOT PROVEN', 'NOT COVERED')]
+  branches = report.get('branches') or []
   outcome = ('proven' if report['ok'] else
              f'stubs: {", ".join(s["class"] for s in report["stubs"])}' if report['stubs']
-             else 'not proven: ' + '; '.join(unproven))
+             else 'not proven: ' + '; '.join(unproven) if unproven
+             else f'proven but for {len(branches)} branch(es) written to raise' if branches
+             else 'not proven')
   # The test file the port wrote, run as the user's CI runs it: the proof
   # again, decoding, and a Linen checkpoint converted by `linen-nnx
   # convert --paths` and trained on (2 simulated devices, as the port ran).
