@@ -125,11 +125,11 @@ def one_ceiling_form():
   within the block (the same numbers: the ceiling of `s / k`), so JAX's
   symbolic shapes see two strided paths over one input agree. For symbolic
   traces, one thread at a time."""
-  original = getattr(_LAX, '_ceil_divide', None)
-  if original is None:
+  if getattr(_LAX, '_ceil_divide', None) is None:
     yield
     return
   with _CEILING_LOCK:
+    original = _LAX._ceil_divide  # (in the lock: a block nested in this thread restores the patch)
     _LAX._ceil_divide = _floor_form_ceil_divide
     try:
       yield

@@ -627,6 +627,13 @@ class ClassWriter:
     once (`inits = dict(kernel_init=..., bias_init=...)`); else None."""
     bound = self.method_locals.get(value.value) if isinstance(value, cst.Name) else value
     if bound is not None and bound is not value:
+      # Read only where it is spread: a dict changed after it is bound
+      # (`inits['bias_init'] = ...`) is not what its binding says.
+      reads = [n for n in syntax.descendants(self.method) if isinstance(n, cst.Name) and n.value == value.value]
+      spread = [a.value for a in syntax.descendants(self.method) if isinstance(a, cst.Arg) and a.star == '**'
+                and isinstance(a.value, cst.Name) and a.value.value == value.value]
+      if len(reads) != len(spread) + 1:  # the spreads and the binding
+        return None
       # Its statement may go from `__call__` once nothing else reads it.
       self.spread.update(syntax.code_of(n) for n in syntax.descendants(self.method) if isinstance(
           n, cst.SimpleStatementLine) and any(isinstance(b, cst.Assign) and b.value is bound for b in n.body))
@@ -760,7 +767,8 @@ class ClassWriter:
     if not names:
       return None
     if names[0] != 'self':
-      alias = self.method_locals.get(names[0])
+      # (`__call__`'s locals first: a mode read there through `cfg = self.config`.)
+      alias = self.locals.get(names[0]) or self.method_locals.get(names[0])
       alias_names = references.dotted(alias) if alias is not None else None
       if not alias_names or alias_names[0] != 'self':
         return None

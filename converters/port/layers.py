@@ -162,8 +162,8 @@ def feature_axis(module) -> int | None:
 
 def layer_spec(cls: type) -> LayerSpec | None:
   """The spec of Flax layer class `cls`, or None if it is not one the port
-  knows. A user's class subclassing one directly with the same fields and no
-  `__call__` or `setup` of its own (`StdConv(nn.Conv)` overriding `param`)
+  knows. A user's class subclassing one directly with the same fields (and
+  defaults) and no `__call__` or `setup` of its own (`StdConv(nn.Conv)` overriding `param`)
   has that layer's spec, written as its own class (`LayerSpec.subclass`)."""
   spec = _BY_CLASS.get(cls)
   if spec is not None or not isinstance(cls, type) or is_flax_class(cls) or len(cls.__bases__) != 1:
@@ -171,8 +171,10 @@ def layer_spec(cls: type) -> LayerSpec | None:
   (base,) = cls.__bases__
   if base not in _BY_CLASS or {'__call__', 'setup'} & vars(cls).keys():
     return None
-  if [f.name for f in dataclasses.fields(cls)] != [f.name for f in dataclasses.fields(base)]:
-    return None  # fields of its own: its constructor is not the layer's
+  ours, theirs = dataclasses.fields(cls), dataclasses.fields(base)
+  if [(f.name, f.default, f.default_factory) for f in ours] != [
+      (f.name, f.default, f.default_factory) for f in theirs]:
+    return None  # fields or defaults of its own: its constructor is not the layer's
   return dataclasses.replace(_BY_CLASS[base], linen=cls, subclass=cls.__name__)
 
 

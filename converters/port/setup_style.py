@@ -74,7 +74,13 @@ class SetupWriter(classes.ClassWriter):
 
   def _numbering(self, node, attribute: str, children) -> tuple[str, int]:
     """`(prefix, first number)` of the names of a list's modules, the same
-    in every instance, each made in order; else the class is refused."""
+    in every instance, each made in order; else the class is refused.
+    Linen's own names (`layers_0`, ...) count over the whole list, whatever
+    made each entry."""
+    if all(re.fullmatch(rf'{re.escape(attribute)}_\d+', c.name) for c in children):
+      return f'{attribute}_', 0
+    if sum(a == attribute and list_ for a, list_ in self._list_sites(node)) > 1:
+      self.fail(node, f'self.{attribute} holds modules named by the code from several creations; port it by hand')
     found = set()
     for instance in self.instances:
       names = [c.name for c in children if c.parent is instance]
@@ -89,6 +95,11 @@ class SetupWriter(classes.ClassWriter):
     if len(found) != 1:
       self.fail(node, f'the modules of self.{attribute} are named otherwise in each instance; port it by hand')
     return found.pop()
+
+  def _list_sites(self, node) -> list[tuple[str, bool]]:
+    """`(attribute, is_list)` of every creation site of the method."""
+    return [(a.targets[0].target.attr.value, is_list) for a, is_list in (
+        self._assignment(n) for n, _ in self.sites.values() if self.sequence_of(n) is None)]
 
   def _assignment(self, node) -> tuple[cst.Assign, bool]:
     """The `self.x = ...` statement a creation is the value of, and whether

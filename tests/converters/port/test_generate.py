@@ -94,10 +94,12 @@ THIRD_CONFIGURATIONS = [
 ]
 
 
-# The tower and the setup() stack run nightly only: the third-configuration
-# test below proves them at the same configurations and one more.
+# The tower, the setup() stack and the stack run nightly only: the
+# third-configuration test below proves them at the same configurations and
+# one more (CI checks the stack's text, and proves loops of layers in the
+# random programs and the zoo).
 @pytest.mark.parametrize('name', [
-    pytest.param(name, marks=pytest.mark.nightly) if name in ('tower', 'setup_stack') else name
+    pytest.param(name, marks=pytest.mark.nightly) if name in ('tower', 'setup_stack', 'stack') else name
     for name, _ in THIRD_CONFIGURATIONS
 ])
 def test_ports_are_proven_at_the_traced_and_another_configuration(tmp_path, name):
@@ -303,6 +305,7 @@ def test_zoo_transformer_is_proven_looped_scanned_and_decoding_in_both(tmp_path)
   _run_written_test(test_out, tmp_path)
 
 
+@pytest.mark.nightly  # CI writes these as the goldens `numbered_names` and `untraced_branch`
 def test_numbered_names_configuration_modes_and_untraced_branches(tmp_path):
   from flax import linen as nn
 
@@ -870,6 +873,7 @@ def test_an_input_size_the_code_ties_to_a_field_is_stated_and_proven_as_tied(tmp
   assert any('channels=2' in c and '(2, 8, 8, 1) -> (2, 8, 8, 2)' in c for c in others), others
 
 
+@pytest.mark.nightly  # CI writes this as the golden `stub_in_a_branch`
 def test_one_stub_is_that_class_alone_the_rest_written_mapped_and_proven_around_it(tmp_path):
   from tests.converters.port.golden import stub_in_a_branch
 
@@ -892,6 +896,7 @@ def test_one_stub_is_that_class_alone_the_rest_written_mapped_and_proven_around_
   assert '#   PoolingHead_0/probe\n' in pathlib.Path(paths_file(str(out))).read_text()
 
 
+@pytest.mark.nightly  # CI writes this as the golden `untraced_branch`
 def test_a_branch_no_configuration_takes_is_written_to_raise_and_the_rest_proven(tmp_path):
   result, out, _ = _port(tmp_path, 'untraced_creation', linen_models.untraced_creation())
   assert result.proven, (result.failure, result.checks)

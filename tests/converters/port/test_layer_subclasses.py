@@ -67,6 +67,14 @@ class OwnField(nn.Dense):
   eps: float = 1e-5
 
 
+class OwnDefault(nn.Dense):
+  kernel_init: Callable = nn.initializers.zeros  # a default the NNX layer would not have
+
+  def param(self, name, init_fn, *init_args):
+    value = super().param(name, init_fn, *init_args)
+    return value * 2
+
+
 class OwnCall(nn.Dense):
   def __call__(self, x):
     return super().__call__(x) * 2
@@ -79,8 +87,8 @@ def test_a_subclass_with_the_layers_fields_has_the_layers_spec_written_as_itself
   assert spec.nnx_argument('features') == 'out_features'  # built as nnx.Conv is
 
 
-@pytest.mark.parametrize('cls', [OwnField, OwnCall])
-def test_a_subclass_with_fields_or_a_call_of_its_own_is_not_the_layer(cls):
+@pytest.mark.parametrize('cls', [OwnField, OwnDefault, OwnCall])
+def test_a_subclass_with_fields_defaults_or_a_call_of_its_own_is_not_the_layer(cls):
   assert layers.layer_spec(cls) is None
 
 
