@@ -584,6 +584,7 @@ def test_defaults_computed_with_the_class_are_module_constants_each_its_own(tmp_
   assert ruff_check(str(out)) == ([], [])
 
 
+@pytest.mark.nightly  # CI: `test_a_flag_merged_with_a_field_named_as_a_mode_is_kept_and_proven_both_ways`
 def test_flax_sst2_keeps_its_merged_flags_as_nnx_s_layers_do(tmp_path):
   # Written here; proven, with its written test, by the nightly test below.
   result, out = _written(tmp_path, 'flax_sst2', linen_models.flax_sst2())
