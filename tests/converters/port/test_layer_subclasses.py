@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -17,23 +16,8 @@ from flax import nnx
 
 from converters.port import layer_subclasses, layers, source
 from converters.port.errors import Untranslatable
+from tests.converters.port.golden.layer_subclass import StdConv, weight_standardize
 
-T = TypeVar('T')
-
-
-def standardize(w, axis, eps):
-  w = w - jnp.mean(w, axis=axis)
-  return w / (jnp.std(w, axis=axis) + eps)
-
-
-class StdConv(nn.Conv):
-  """Convolution with weight standardization."""
-
-  def param(self, name: str, init_fn: Callable[..., T], *init_args) -> T:
-    param = super().param(name, init_fn, *init_args)
-    if name == 'kernel':
-      param = standardize(param, axis=[0, 1, 2], eps=1e-5)
-    return param
 
 
 class ScaledDense(nn.Dense):
@@ -112,7 +96,7 @@ def _written(cls) -> types.ModuleType:
   """The written class, run in a namespace holding what its module reads."""
   text = layer_subclasses.class_source(cls, layers.layer_spec(cls), source.file_of(cls))
   namespace = types.ModuleType('written')
-  namespace.__dict__.update(nnx=nnx, standardize=standardize)
+  namespace.__dict__.update(nnx=nnx, weight_standardize=weight_standardize)
   exec(compile(text, '<written>', 'exec'), namespace.__dict__)  # noqa: S102 - the port's own output
   return namespace
 
