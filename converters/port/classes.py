@@ -132,6 +132,10 @@ class ClassWriter:
   #: Whether the writer keeps in `__init__` the partials the method hands on
   #: (`norm=norm` to a block), as NNX partials (`nnx_factory`).
   keeps_factories = False
+  #: Whether the writer writes `nn.share_scope(self, local)` of a module the
+  #: method makes (an attribute named by the local, its variables mapped
+  #: from the class's own scope).
+  writes_shared_scopes = False
 
   def __init__(self, cls, instances, symbolic_trace, child_ports):
     self.cls = cls
@@ -227,13 +231,17 @@ class ClassWriter:
     # class the traced configuration makes through it.
     self.factory_fields: dict[str, object] = {}
     self._check_untraced_creations()
+    #: Creation site -> `(the local, the statement)` of a module the method
+    #: makes whose scope `nn.share_scope(self, local)` makes the class's own.
+    self.shared_scopes = self._shared_scopes() if self.writes_shared_scopes else {}
     # Linen's names left once the creations are NNX's: checked on the source,
     # where each has its line.
     self.method.body.visit(references.LinenReferences(
         self.file, cls, strict=True,
         skip=[node.func for node, _ in self.sites.values()]
         + [partial.args[0].value for partial in self.factories.values()] + self.lift_calls
-        + list(self.handed) + list(self.untraced_branches),
+        + list(self.handed) + list(self.untraced_branches)
+        + [statement for _, statement in self.shared_scopes.values()],
         bound=syntax.bound_in(self.method),
     ))
     self.attributes = self._attributes()
@@ -372,14 +380,61 @@ class ClassWriter:
     """`child` in the symbolic trace of the instance that created it (its
     table is `self._table[id(...)]`)."""
     trace = self.symbolic_of(child.parent)
-    for candidate in trace.root.children:
-      if candidate.name == child.name:
-        self._tables[id(candidate)] = trace.table
-        return candidate
+    if child.shares_scope:  # named as its parent is: the k-th such child
+      ours = [c for c in child.parent.children if c.shares_scope]
+      theirs = [c for c in trace.root.children if c.shares_scope]
+      candidates = theirs[ours.index(child):][:1] if len(ours) == len(theirs) else []
+    else:
+      candidates = [c for c in trace.root.children if c.name == child.name]
+    for candidate in candidates:
+      self._tables[id(candidate)] = trace.table
+      return candidate
     self.fail(None, f'{child.name} is not created when the sizes are symbolic; port it by hand')
 
   def _child_size(self, symbolic_child, value) -> str:
     return self.size_source(value, self._tables[id(symbolic_child)])
+
+  def _shared_scopes(self) -> dict[tracing.Site, tuple[str, cst.SimpleStatementLine]]:
+    """Site -> `(local, statement)` of each `nn.share_scope(self, local)`
+    in the method, `local` bound (`local = Layer(...)`) by one creation the
+    trace saw (others in branches no configuration took)."""
+    bound: dict[str, list[tracing.Site]] = {}
+    for site, (node, _) in self.sites.items():
+      assign = next(self.file.ancestors(node), None)
+      if (isinstance(assign, cst.Assign) and assign.value is node and len(assign.targets) == 1
+          and isinstance(assign.targets[0].target, cst.Name)):
+        bound.setdefault(assign.targets[0].target.value, []).append(site)
+    found = {}
+    writer = self
+
+    class Visitor(cst.CSTVisitor):
+      def visit_SimpleStatementLine(self, statement):
+        local = references.shared_scope(statement, writer.file)
+        if local is None:
+          return
+        # One made in each branch of an `if` the configurations took both ways.
+        sites = bound.get(local.value, [])
+        if not sites or any(s in found for s in sites) or not all(
+            writer._exclusive(writer.sites[a][0], writer.sites[b][0]) for a in sites for b in sites if a != b):
+          writer.fail(statement, f'nn.share_scope(self, {local.value}) of a module not made once, by '
+                      f'`{local.value} = Layer(...)` in this method; port it by hand')
+        found.update(dict.fromkeys(sites, (local.value, statement)))
+
+    self.method.body.visit(Visitor())
+    return found
+
+  def _exclusive(self, node, others) -> bool:
+    """Whether `node` and the creation `others` are in two branches of one `if`."""
+    if not isinstance(others, cst.Call):
+      return False
+    theirs = list(self.file.ancestors(others))
+    for ancestor in self.file.ancestors(node):
+      if isinstance(ancestor, cst.If) and ancestor in theirs and ancestor.orelse is not None:
+        in_body = lambda n: ancestor.body in list(self.file.ancestors(n))
+        return in_body(node) != in_body(others)
+      if ancestor is self.method:
+        return False
+    return False
 
   def _check_untraced_creations(self) -> None:
     """A module class called in the method where no trace went (a branch no

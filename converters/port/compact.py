@@ -100,6 +100,7 @@ class CompactWriter(classes.ClassWriter):
   writes_draws = True
   keeps_factories = True
   writes_method_scan = True
+  writes_shared_scopes = True
 
   def _methods(self) -> tuple[cst.FunctionDef, cst.FunctionDef]:
     method = _compact_method(self.cdef, self.file, self.cls)
@@ -136,7 +137,13 @@ class CompactWriter(classes.ClassWriter):
           sum(c.parent is i for c in children) > 1 for i in self.instances
       )
       prefix = self._numbered_name(node, explicit, children) if explicit is not None and is_list else None
-      if prefix is not None:
+      if site in self.shared_scopes:
+        if is_list:
+          self.fail(node, 'nn.share_scope of modules made in a loop; port it by hand')
+        # Its variables are the class's own in Linen (`mlp/linear`), in the
+        # attribute named by the local in NNX (`mlp/linear/linear`).
+        attribute = self.shared_scopes[site][0]
+      elif prefix is not None:
         attribute = prefix  # `name=f'block_{i}'` in a loop: the list `blocks`
       elif explicit is not None:
         if not isinstance(explicit, cst.SimpleString) or is_list:
@@ -213,19 +220,6 @@ class CompactWriter(classes.ClassWriter):
         return None
     name = source.snake_case(prefix)
     return name if name.endswith('s') else name + 's'
-
-  def _exclusive(self, node, others) -> bool:
-    """Whether `node` and the creation `others` are in two branches of one `if`."""
-    if not isinstance(others, cst.Call):
-      return False
-    theirs = list(self.file.ancestors(others))
-    for ancestor in self.file.ancestors(node):
-      if isinstance(ancestor, cst.If) and ancestor in theirs and ancestor.orelse is not None:
-        in_body = lambda n: ancestor.body in list(self.file.ancestors(n))
-        return in_body(node) != in_body(others)
-      if ancestor is self.method:
-        return False
-    return False
 
   def write(self) -> ClassPort:
     self.modes: dict[str, bool] = {}
@@ -584,6 +578,7 @@ class CompactWriter(classes.ClassWriter):
     writer = self
 
     factory_values = set(self.factories.values()) | set(self.lift_calls)
+    shared = {statement for _, statement in self.shared_scopes.values()}
     pending: list[cst.FunctionDef] = []  # functions the statement being rewritten calls
 
     class Rewrite(cst.CSTTransformer):
@@ -600,7 +595,10 @@ class CompactWriter(classes.ClassWriter):
 
       def leave_SimpleStatementLine(self, original, updated):
         # `norm = partial(nn.BatchNorm, ...)`, `blocks = nn.scan(...)`: their
-        # creations are in __init__.
+        # creations are in __init__; `nn.share_scope(self, layer)`: only
+        # Linen's paths, which `PATHS` maps.
+        if original in shared:
+          return cst.RemoveFromParent()
         if any(isinstance(s, cst.Assign) and s.value in factory_values for s in original.body):
           return cst.RemoveFromParent()
         if pending:

@@ -64,6 +64,16 @@ def _is_import(statement) -> bool:
   )
 
 
+def _imported_as_is(file: source.SourceFile, statement, name: str) -> bool:
+  """Whether the port imports `name`, a class of the user's file other than
+  a module (an enum, a configuration dataclass), rather than copying it: a
+  copy is another class, whose members and instances the user's (`attn_type
+  == AttentionType.GLOBAL`, `isinstance(config, Config)`) are not."""
+  value = getattr(file.python_module, name, None)
+  return (isinstance(statement, cst.ClassDef) and isinstance(value, type) and not issubclass(value, nn.Module)
+          and file.python_module.__name__ != '__main__')
+
+
 def _only_aliases(statement: cst.SimpleStatementLine, names: set[str]) -> cst.SimpleStatementLine | None:
   """An import statement keeping only the aliases binding `names`."""
   small = statement.body[0]
@@ -133,6 +143,7 @@ def write_file(
   # Helpers and imports, from each class's own file, by what is read;
   # functions that make layers as the classes' writers rewrote them.
   files = list(dict.fromkeys(f for f, _ in nodes))
+  imported: list[str] = []  # the user's classes the port reads, imported
   chosen: dict[int, cst.CSTNode] = {}  # id(original statement) -> statement to write
   rewritten = {
       name: node for p in ports if isinstance(p, classes.ClassPort) for name, node in p.helpers.items()
@@ -152,6 +163,9 @@ def write_file(
         continue
       if _is_import(statement):
         continue  # chosen below, by alias
+      if _imported_as_is(file, statement, name):
+        imported.append(f'from {file.python_module.__name__} import {name}\n')
+        continue
       chosen[id(statement)] = statement
       wanted |= source.names_in(rewritten.get(name, statement))
     # Helpers read Linen's names as NNX's where they are the same objects;
@@ -198,6 +212,7 @@ def write_file(
             line.comment is None for line in statement.leading_lines)
         helpers.append((is_def, ('\n\n' if is_def or (helpers and helpers[-1][0]) else '' if together else '\n') + code))
   imports.append('from flax import nnx\n')
+  imports += imported
   if any('first_from' in source.names_in(n) for _, n in nodes):
     imports.append('from flax.nnx.module import first_from\n')
   # What the port writes itself reads `jnp` (`init_cache`'s dtype), which
@@ -303,23 +318,33 @@ def path_pairs(
   after a loop's, and `fused` is `(pattern, part)` for a part of a variable
   NNX holds fused (None else)."""
   modules: dict[tuple, tuple[tuple, tuple[int, int, int] | Counted | None]] = {(): ((), None)}
+  placed = {id(root): modules[()]}  # each module the walk maps -> (nnx path, index)
+  # The variables of a module sharing its parent's scope (`nn.share_scope`):
+  # Linen's path (the parent's) -> (the NNX path, in the module's attribute, index).
+  shared: dict[tuple, tuple[tuple, tuple[int, int, int] | Counted | None]] = {}
   renames: dict[tuple, dict[str, str]] = {(): _variable_attributes(ports.get(root.cls))}
   fused: dict[tuple, tuple[tuple, str, int]] = {}  # linen path -> (nnx name, pattern, part)
   stubbed = _stubbed(root, ports)
   for instance in root.walk():
     port = ports.get(instance.cls)
-    if port is None or isinstance(port, StubPort) or instance.path not in modules:
+    if port is None or isinstance(port, StubPort) or id(instance) not in placed:
       continue  # a Flax layer; a stub, or a module under one: not mapped
-    parent_nnx, parent_index = modules[instance.path]
+    parent_nnx, parent_index = placed[id(instance)]
     numbered = _loop_numbering(instance, port) if parent_index is None else {}
     for child in instance.children:
       nnx_path = parent_nnx + port.nnx_path(instance, child)
       index = parent_index
+      if child.shares_scope:
+        placed[id(child)] = (nnx_path, index)
+        own = dict(getattr(layers.layer_spec(child.cls), 'variable_renames', ())) or _variable_attributes(
+            ports.get(child.cls))
+        shared.update({child.path + (name,): (nnx_path + (own.get(name, name),), index) for name in child.reserved})
+        continue
       if isinstance(numbered.get(child.path), Counted):
         index = numbered[child.path]
       elif child.path in numbered:  # `(linen position, nnx position, first number)`
         index = (len(child.path) - 1, len(parent_nnx) + port.writer.loop_index_at(child), numbered[child.path])
-      modules[child.path] = (nnx_path, index)
+      modules[child.path] = placed[id(child)] = (nnx_path, index)
       spec = layers.layer_spec(child.cls)
       renames[child.path] = dict(getattr(spec, 'variable_renames', ())) or _variable_attributes(
           ports.get(child.cls))
@@ -332,6 +357,9 @@ def path_pairs(
     flat = _flatten(tree)
     for path in flat:
       if any(path[:k] in stubbed for k in range(len(path))):
+        continue
+      if path in shared:
+        pairs.append((path, *shared[path], None))
         continue
       for cut in range(len(path), -1, -1):
         if path[:cut] in modules:

@@ -226,6 +226,23 @@ def linen_transform(node: cst.BaseExpression, file: source.SourceFile) -> str | 
   return next((name for name in LINEN_TRANSFORMS if is_linen(func, file, name)), None)
 
 
+def shared_scope(statement: cst.CSTNode, file: source.SourceFile) -> cst.Name | None:
+  """The local of `nn.share_scope(self, local)` if `statement` is that alone
+  (a module made in `local` keeping its variables in the class's own scope,
+  Gemma's `FeedForward`), else None."""
+  if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+          and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call)):
+    return None
+  call = statement.body[0].value
+  if not is_linen(call.func, file, 'share_scope'):
+    return None
+  args = call.args
+  if len(args) == 2 and all(a.keyword is None and a.star == '' and isinstance(a.value, cst.Name) for a in args) \
+      and args[0].value.value == 'self':
+    return args[1].value
+  return None
+
+
 def is_linen(node: cst.BaseExpression, file: source.SourceFile, *path: str) -> bool:
   """Whether `node` names Linen's `path` (`nn.compact`, or `compact`
   imported bare, for `is_linen(node, file, 'compact')`)."""

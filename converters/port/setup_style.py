@@ -199,6 +199,19 @@ class _SetupBody(cst.CSTTransformer):
   def __init__(self, writer: SetupWriter):
     self.writer = writer
 
+  def on_visit(self, node) -> bool:
+    return node not in self.writer.untraced_branches and super().on_visit(node)
+
+  def leave_If(self, original, updated):
+    # A branch no configuration took raises, saying so, rather than make
+    # the Linen modules written in it.
+    writer = self.writer
+    if original.body in writer.untraced_branches:
+      updated = updated.with_changes(body=writer.untraced_raise(original.body))
+    if original.orelse in writer.untraced_branches:
+      updated = updated.with_changes(orelse=updated.orelse.with_changes(body=writer.untraced_raise(original.orelse)))
+    return updated
+
   def leave_Call(self, original, updated):
     writer = self.writer
     if original in writer.node_sites:
@@ -214,6 +227,15 @@ class _SetupBody(cst.CSTTransformer):
         for n, s in self.writer.node_sites.items()
     ):
       return updated.with_changes(value=cst.Call(syntax.expression('nnx.List'), [cst.Arg(updated.value)]))
+    # `self.norm = None` before `if ...: self.norm = RMSNorm()`: NNX takes a
+    # first value that is no module for a static attribute, which then
+    # refuses the module; `nnx.data` says it is data.
+    target = original.targets[0].target if len(original.targets) == 1 else None
+    held = {attribute for attribute, _ in self.writer.attributes.values()}
+    if (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == 'self'
+        and target.attr.value in held
+        and not any(n in self.writer.node_sites for n in syntax.descendants(original.value))):
+      return updated.with_changes(value=cst.Call(syntax.expression('nnx.data'), [cst.Arg(updated.value)]))
     return updated
 
 

@@ -83,6 +83,10 @@ class Created:
   #: calls here are with the whole inputs, and the submodules they created
   #: (found on the clone, under the same path) are the module's children.
   lifted_methods: tuple[str, ...] = ()
+  #: The names its calls reserved in its scope (variables and submodules),
+  #: in order: those of a module sharing its parent's scope
+  #: (`nn.share_scope`) are its own among the parent's.
+  reserved: list[str] = dataclasses.field(default_factory=list)
 
   @property
   def cls(self) -> type:
@@ -97,6 +101,11 @@ class Created:
   @property
   def name(self) -> str:
     return self.path[-1] if self.path else ''
+
+  @property
+  def shares_scope(self) -> bool:
+    """Whether it keeps its variables in its parent's scope (`nn.share_scope`)."""
+    return self.parent is not None and self.path == self.parent.path
 
   def walk(self) -> Iterator[Created]:
     yield self
@@ -181,8 +190,12 @@ class _Recorder:
         context.method_name, _site(_user_frame(sys._getframe(1))), _abstract(args), _abstract(kwargs)
     )
     record.calls.append(call)
+    scope = context.module.scope
+    before = set(scope.reservations) if scope is not None else set()
     outputs = next_fun(*args, **kwargs)
     call.outputs = _abstract(outputs)
+    if scope is not None:
+      record.reserved += [n for n in scope.reservations if n not in before and n not in record.reserved]
     return outputs
 
   def record_lifted(self, cls: type) -> None:

@@ -1598,3 +1598,54 @@ class ResidualDenoiser(nn.Module):
 
 def residual_denoiser() -> LinenModel:
   return LinenModel(ResidualDenoiser(), jnp.ones((2, 8, 8, 1)))
+
+
+class LoRA(nn.Module):
+  """A dense layer keeping its kernel and bias in the module's own scope
+  (`nn.share_scope`) beside the low-rank factors the module adds."""
+
+  rank: int = 2
+  features: int = 6
+
+  @nn.compact
+  def __call__(self, x):
+    dense = nn.Dense(self.features)
+    nn.share_scope(self, dense)
+    a = self.param('A', nn.initializers.normal(), (x.shape[-1], self.rank))
+    b = self.param('B', nn.initializers.normal(), (self.rank, self.features))
+    return dense(x) + x @ a @ b
+
+
+class LoRAModel(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return LoRA(name='lora')(nn.Dense(5)(x))
+
+
+def lora() -> LinenModel:
+  return LinenModel(LoRAModel(), jnp.linspace(-1.0, 1.0, 12).reshape(3, 4))
+
+
+class NamedScale(nn.Module):
+  weight_name: str
+
+  @nn.compact
+  def __call__(self, x):
+    return x * self.param(self.weight_name, nn.initializers.ones, (x.shape[-1],))
+
+
+class SharedInALoop(nn.Module):
+  """Modules made in a loop, each sharing the class's scope: one attribute
+  per local would be wrong, a list is not what Linen's paths say."""
+
+  @nn.compact
+  def __call__(self, x):
+    for i in range(2):
+      scale = NamedScale(f'scale_{i}')
+      nn.share_scope(self, scale)
+      x = scale(x)
+    return x
+
+
+def shared_in_a_loop() -> LinenModel:
+  return LinenModel(SharedInALoop(), jnp.ones((2, 3)))

@@ -436,6 +436,7 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     # The head's width follows `pre`, not `rep` (None where `pre` is False):
     # no `rep if rep is not None else hidden` guessed from the two instances.
     ('two_flagged_heads', 'the input size of Dense changes from one creation to the next'),
+    ('shared_in_a_loop', 'nn.share_scope of modules made in a loop'),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
   result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())
@@ -450,6 +451,16 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
     stub_class(**dict.fromkeys(required))  # the interface the classes around it build it through
   assert '# STUB: not ported' in out.read_text()
   assert ruff_check(str(out)) == ([], [])
+
+
+def test_a_layer_sharing_its_creators_scope_is_an_attribute_mapped_from_that_scope(tmp_path):
+  result, out, _ = _port(tmp_path, 'lora', linen_models.lora())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  assert 'share_scope(' not in text
+  assert '    self.dense = nnx.Linear(in_features, features, rngs=rngs)\n' in text
+  rules = {(r.linen, r.nnx) for r in port_paths(import_file(str(out))).rules}
+  assert {('lora/kernel', 'lora/dense/kernel'), ('lora/bias', 'lora/dense/bias'), ('lora/A', 'lora/A')} <= rules
 
 
 def test_draws_are_from_the_rngs_the_port_keeps_and_proven_with_the_same_keys(tmp_path):

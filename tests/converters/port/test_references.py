@@ -96,3 +96,17 @@ def test_a_name_a_function_binds_is_its_own_not_linen_s():
           '    return nnx_free(x)\n')
   assert _rewritten_bare(code) == code
   assert _rewritten_bare('def f(self, x):\n    return relu(x)\n') == 'def f(self, x):\n    return nnx.relu(x)\n'
+
+
+def test_share_scope_of_a_local_is_read_and_other_forms_are_not():
+  from tests.converters.port.golden import shared_scope
+
+  file = source.file_of(shared_scope.FeedForward)
+  local = lambda code: references.shared_scope(cst.parse_statement(code), file)  # noqa: E731
+  assert local('nn.share_scope(self, gating)\n').value == 'gating'
+  # The other way round, a field's module (a LoRA wrapping its `base`), a
+  # value used, a keyword: not the form the port writes.
+  for code in ('nn.share_scope(gating, self)\n', 'nn.share_scope(self, self.base)\n',
+               'y = nn.share_scope(self, gating)\n', 'nn.share_scope(self, other=gating)\n',
+               'share_scope(self, gating)\n'):
+    assert local(code) is None, code

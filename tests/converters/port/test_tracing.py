@@ -42,3 +42,17 @@ def test_nested_user_modules_are_children_of_their_creator():
   assert [c.path for c in residuals[1].children] == [
       ('Residual_1', 'Dense_0'), ('Residual_1', 'Dense_1')
   ]
+
+
+def test_a_module_sharing_its_parents_scope_records_the_names_it_made():
+  from tests.converters.port.golden import shared_scope
+
+  model = shared_scope.model()
+  root, variables = tracing.trace(model.module, *model.args, **model.kwargs)
+  mlp = next(c for c in root.children if c.name == 'mlp')
+  # `nn.share_scope(self, gating)`: the Einsums are at the feed-forward's
+  # path, each with the parameter it made there.
+  assert [(c.path, c.shares_scope, c.reserved) for c in mlp.children] == [
+      (('mlp',), True, ['gating_einsum']), (('mlp',), True, ['linear'])]
+  assert set(variables['params']['mlp']) == {'gating_einsum', 'linear'}
+  assert not mlp.shares_scope and not root.shares_scope

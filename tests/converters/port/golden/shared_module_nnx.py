@@ -9,17 +9,11 @@ shared_module_nnx_paths:PATHS`). Proven equivalent when written: see
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from flax import nnx
 
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-  vocab_size: int = 11
-  emb_dim: int = 8
-  share_embeddings: bool = False
+from tests.converters.port.golden.shared_module import Config
 
 
 class Encoder(nnx.Module):
@@ -71,7 +65,7 @@ class Seq2Seq(nnx.Module):
     if config.share_embeddings:
       self.shared_embedding = nnx.Embed(config.vocab_size, config.emb_dim, rngs=rngs)
     else:
-      self.shared_embedding = None
+      self.shared_embedding = nnx.data(None)
     self.encoder = Encoder(config=config, shared_embedding=self.shared_embedding, rngs=rngs)
     self.decoder = Decoder(config=config, shared_embedding=self.shared_embedding, rngs=rngs)
 
