@@ -66,7 +66,7 @@ CI_EVERY_NTH = {
     'tests/converters/checkpoint/test_models.py::test_transformer_scan_and_loop_in_all_four_framework_pairs': 2,
     'tests/converters/checkpoint/test_weights.py::'
     'test_linen_weights_convert_to_nnx_restore_with_its_own_code_and_come_back': 2,
-    'tests/converters/test_zoo_ports.py::test_transformer_trains_on_in_nnx_exactly': 2,
+    'tests/converters/test_zoo_ports.py::test_transformer_trains_on_in_nnx_exactly': 3,
     'tests/converters/test_zoo_ports.py::test_transformer_port_with_fused_attention_is_equivalent': 3,
     'tests/converters/test_zoo_ports.py::test_transformer_port_is_equivalent': 3,
     'tests/converters/test_api.py::test_linen_k_steps_then_nnx_j_steps_equal_linen_k_plus_j': 8,

@@ -463,7 +463,10 @@ class ClassWriter:
 
     class Visitor(cst.CSTVisitor):
       def visit_Call(self, node):
-        if node not in made and module_class(node.func):
+        # A module class called, or a Linen transform of one (`nn.remat(Block)`).
+        if node not in made and (module_class(node.func) or (
+            references.linen_transform(node, writer.file) and node.args and module_class(node.args[0].value)
+            and not any(a in made for a in writer.file.ancestors(node)))):
           untraced.append(node)
 
     self.method.body.visit(Visitor())

@@ -16,6 +16,7 @@ import time
 import traceback
 
 import jax
+from flax import linen as nn
 
 from converters.linen_model import LinenModel
 from converters.paths import format_path
@@ -80,6 +81,9 @@ class PortResult:
   #: make nothing the traced one does not (`use_bias=False`): nothing new
   #: to write, proven with the written branches together, `(model, what)`.
   within: list = dataclasses.field(default_factory=list)
+  #: The Flax layer classes the traced model makes (`nn.Dense`, ...): what
+  #: the report says of the layers NNX computes otherwise.
+  flax_layers: frozenset = frozenset()
 
 
 def _call_parameters(cls: type, method: str = '__call__') -> list[str]:
@@ -291,7 +295,28 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   result.within = within
   result.mapping = mapping
   result.branches = branches
+  result.flax_layers = frozenset(i.cls for i in root.walk() if layers.is_flax_class(i.cls))
   return result, ports
+
+
+def tolerance_checks(flax_layers, atol: float) -> list[tuple[str, str, str]]:
+  """The report's rows for a proof within `atol` (0: bit for bit), by the
+  Flax layers the model makes that NNX computes otherwise."""
+  if not atol:
+    return []
+  made = lambda linen_class: any(issubclass(c, linen_class) for c in flax_layers)
+  rows = []
+  if made(nn.MultiHeadDotProductAttention):
+    rows.append((
+        "nnx.MultiHeadAttention's fused attention (no dropout: jax.nn.dot_product_attention)",
+        f'within {atol:g}', "bit for bit with Linen's attention function in its place",
+    ))
+  if made(nn.OptimizedLSTMCell):
+    rows.append((
+        "nnx.OptimizedLSTMCell's gates, held side by side (gradients summed in XLA's order)",
+        f'within {atol}', 'Linen concatenates the gate kernels inside its program',
+    ))
+  return rows
 
 
 def _prove_around_stubs(linen_model: LinenModel, out: str, result: PortResult, ports) -> None:
@@ -399,16 +424,7 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
     result.checks.append(('assert_port_equivalent', 'FAILED', f'{time.perf_counter() - start:.2f} s'))
     return result
   result.checks.append(('assert_port_equivalent', 'passed', f'{time.perf_counter() - start:.2f} s'))
-  if atol and 'nnx.MultiHeadAttention' in result.text:
-    result.checks.append((
-        "nnx.MultiHeadAttention's fused attention (no dropout: jax.nn.dot_product_attention)",
-        f'within {atol:g}', "bit for bit with Linen's attention function in its place",
-    ))
-  if atol and 'nnx.OptimizedLSTMCell' in result.text:
-    result.checks.append((
-        "nnx.OptimizedLSTMCell's gates, held side by side (gradients summed in XLA's order)",
-        f'within {atol}', 'Linen concatenates the gate kernels inside its program',
-    ))
+  result.checks += tolerance_checks(result.flax_layers, atol)
   # The classes are written for any configuration: proven at others too, with
   # the mapping the writer gives for them (the traced one's may name layers
   # by a count that changed).

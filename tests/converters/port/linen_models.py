@@ -1649,3 +1649,22 @@ class SharedInALoop(nn.Module):
 
 def shared_in_a_loop() -> LinenModel:
   return LinenModel(SharedInALoop(), jnp.ones((2, 3)))
+
+
+#: A module constant no configuration changes: the branch it guards is never traced.
+REMAT_BLOCKS = False
+
+
+class MaybeRematted(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    if REMAT_BLOCKS:
+      block = nn.remat(Residual, prevent_cse=False)
+      x = block(4)(x)
+    else:
+      x = Residual(4)(x)
+    return nn.Dense(2)(x)
+
+
+def maybe_rematted() -> LinenModel:
+  return LinenModel(MaybeRematted(), jnp.ones((2, 3)))

@@ -21,6 +21,7 @@ import types
 import jax
 import jax.numpy as jnp
 import pytest
+from flax import linen as nn
 from flax import nnx
 
 from converters import LinenModel
@@ -307,8 +308,6 @@ def test_zoo_transformer_is_proven_looped_scanned_and_decoding_in_both(tmp_path)
 
 @pytest.mark.nightly  # CI writes these as the goldens `numbered_names` and `untraced_branch`
 def test_numbered_names_configuration_modes_and_untraced_branches(tmp_path):
-  from flax import linen as nn
-
   result, out, _ = _port(tmp_path, 'numbered', linen_models.numbered())
   assert result.proven, (result.failure, result.checks)
   text = out.read_text()
@@ -330,7 +329,6 @@ def test_numbered_names_configuration_modes_and_untraced_branches(tmp_path):
 
 @pytest.mark.nightly
 def test_a_branch_written_from_its_source_is_proven_where_it_is_taken(tmp_path):
-  from flax import linen as nn
 
   result, _, _ = _port(tmp_path, 'numbered_bias', linen_models.numbered(nn.initializers.ones))
   assert result.proven, (result.failure, result.checks)
@@ -783,6 +781,10 @@ def test_the_floats_of_the_configuration_are_proven_moved_and_tuples_shorter(tmp
   assert _outcome(result, 'another configuration (scale=0.75, epsilon=2e-06)') == 'passed'
   # Every configuration keeps the traced layers: all go through the written PATHS.
   assert not [check for check in result.checks if check[1] == 'NOT COVERED']
+
+
+@pytest.mark.nightly
+def test_the_floats_and_tuples_inside_a_namespace_are_proven_moved_too(tmp_path):
   result, _, _ = _port(tmp_path, 'stack', linen_models.stack())
   assert _outcome(result, 'another configuration (config.rate=0.5, config.widths=())') == 'passed'
 
@@ -936,3 +938,24 @@ def test_a_size_inside_a_namespace_is_written_with_it_and_proven_varied(tmp_path
   assert_generated_port(linen_models.patchify(), import_file(str(baked)))
   with pytest.raises(Exception, match='shape'):
     assert_generated_port(other, import_file(str(baked)))
+
+
+def test_a_proof_within_a_tolerance_names_the_layers_nnx_computes_otherwise():
+  from converters.port import generate, prove
+
+  assert generate.tolerance_checks(frozenset({nn.SelfAttention, nn.Dense}), 0.0) == []  # bit for bit
+  rows = generate.tolerance_checks(frozenset({nn.SelfAttention, nn.Dense}), prove.FUSED_ATTENTION_ATOL)
+  assert [(check.split("'")[0], outcome) for check, outcome, _ in rows] == [('nnx.MultiHeadAttention', 'within 0.0001')]
+  rows = generate.tolerance_checks(frozenset({nn.OptimizedLSTMCell}), prove.FUSED_CELL_ATOL)
+  assert [check.split("'")[0] for check, *_ in rows] == ['nnx.OptimizedLSTMCell']
+  # A port that merely says so in its text (a docstring) is not one.
+  assert generate.tolerance_checks(frozenset({nn.Dense}), prove.FUSED_ATTENTION_ATOL) == []
+
+
+def test_a_transform_of_a_module_in_a_branch_no_configuration_took_raises_there(tmp_path):
+  # `nn.remat(Residual)` where no trace went: the branch raises, the rest is written.
+  result, out = _written(tmp_path, 'maybe_rematted', linen_models.maybe_rematted())
+  assert not result.stubs
+  assert [(b.cls, b.branch) for b in result.branches] == [('MaybeRematted', '`if REMAT_BLOCKS`')]
+  text = out.read_text()
+  assert 'nn.remat' not in text and text.count('raise NotImplementedError(') == 2  # __init__ and __call__
