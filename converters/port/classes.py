@@ -1416,7 +1416,16 @@ class ClassWriter:
     self.method.body.visit(syntax.CallsWhere(variables.is_own_variable_call, found))
     own = {}
     taken = {a for a, _ in self.attributes.values()} | set(self.field_names)
+    made = {node for node, _ in self.sites.values()} | set(self.lift_calls)
     for call in found:
+      # A variable of a branch no configuration took (`if self.pool_type ==
+      # 'tok':`, its class token): that branch raises, as one making modules.
+      branch = branches.untraced_branch(call, self.method, self.file, self.instances, self.call_time, made)
+      if branch is not None:
+        self.untraced_branches[branch.block] = branch
+        continue
+      if any(b in self.untraced_branches for b in self.file.ancestors(call)):
+        continue
       if self._loops(call):
         self.fail(call, f'self.{call.func.attr.value}(...) in a loop; port it by hand')
       variable = variables.own_variable(call, self)

@@ -133,8 +133,16 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
                       'its inputs\' sizes; port it by hand')
         written.append(_one_line(arg, value))
         continue
-      # The shape, from the inputs' sizes: the variable's own shape.
-      shape = writer.symbolic.variables.get(collection, {}).get(name)
+      # The shape, from the inputs' sizes: the variable's own shape, in the
+      # symbolic trace of an instance that made it (a class token only the
+      # configuration `pool_type='tok'` makes).
+      shape, table = None, None
+      for instance in writer.instances:
+        symbolic = writer.symbolic_of(instance)
+        shape = symbolic.variables.get(collection, {}).get(name)
+        if shape is not None:
+          table = symbolic.table
+          break
       if isinstance(shape, meta.AxisMetadata):
         # An annotated variable: its array (the box's pytree child; `unbox`
         # would constrain it to the mesh in context).
@@ -150,7 +158,7 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
         continue
       if not hasattr(shape, 'shape'):
         writer.fail(call, f'the shape of {name!r} is not known from the trace; port it by hand')
-      sizes = [writer.size_source(d) for d in shape.shape]
+      sizes = [writer.size_source(d, table) for d in shape.shape]
       value = syntax.expression(syntax.tuple_source(sizes))
     written.append(_one_line(arg, value))
   function = init.value

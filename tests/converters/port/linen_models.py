@@ -1668,3 +1668,28 @@ class MaybeRematted(nn.Module):
 
 def maybe_rematted() -> LinenModel:
   return LinenModel(MaybeRematted(), jnp.ones((2, 3)))
+
+
+class TokenPool(nn.Module):
+  """A class token only `pool='tok'` makes, its width the input's."""
+
+  pool: str = 'gap'
+
+  @nn.compact
+  def __call__(self, x):
+    if self.pool == 'tok':
+      cls = self.param('cls', nn.initializers.normal(), (1, 1, x.shape[-1]))
+      x = jnp.concatenate([jnp.tile(cls, [x.shape[0], 1, 1]), x], axis=1)
+    if REMAT_BLOCKS:  # never traced: its variable too
+      x = x * self.param('scale', nn.initializers.ones, (x.shape[-1],))
+    return nn.Dense(3)(x.mean(axis=1))
+
+
+class TwoPools(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return TokenPool()(x) + TokenPool('tok')(x)
+
+
+def two_pools() -> LinenModel:
+  return LinenModel(TwoPools(), jnp.linspace(-1.0, 1.0, 24).reshape(2, 3, 4))

@@ -959,3 +959,13 @@ def test_a_transform_of_a_module_in_a_branch_no_configuration_took_raises_there(
   assert [(b.cls, b.branch) for b in result.branches] == [('MaybeRematted', '`if REMAT_BLOCKS`')]
   text = out.read_text()
   assert 'nn.remat' not in text and text.count('raise NotImplementedError(') == 2  # __init__ and __call__
+
+
+def test_a_variable_one_instance_makes_is_shaped_by_its_trace_and_one_none_makes_raises(tmp_path):
+  result, out, _ = _port(tmp_path, 'two_pools', linen_models.two_pools())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  # Shaped by the `pool='tok'` instance's trace, the first not making it.
+  assert "self.cls = nnx.Param(nnx.initializers.normal()(rngs.params(), (1, 1, in_features)))" in text
+  assert [(b.cls, b.branch) for b in result.branches] == [('TokenPool', '`if REMAT_BLOCKS`')]
+  assert 'self.scale' not in text
