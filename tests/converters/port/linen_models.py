@@ -1693,3 +1693,60 @@ class TwoPools(nn.Module):
 
 def two_pools() -> LinenModel:
   return LinenModel(TwoPools(), jnp.linspace(-1.0, 1.0, 24).reshape(2, 3, 4))
+
+
+class SpreadMutated(nn.Module):
+  """A spread dict changed after it is bound: its keywords are not the
+  ones it was bound with."""
+
+  @nn.compact
+  def __call__(self, x):
+    inits = dict(kernel_init=nn.initializers.zeros)
+    inits['bias_init'] = nn.initializers.ones
+    return nn.Dense(4, **inits)(x)
+
+
+def spread_mutated() -> LinenModel:
+  return LinenModel(SpreadMutated(), jnp.ones((2, 3)))
+
+
+@dataclasses.dataclass(frozen=True)
+class DropConfig:
+  deterministic: bool = True
+  rate: float = 0.1
+
+
+class ModeThroughALocal(nn.Module):
+  """setup()'s layers given their mode by the configuration, which the
+  call reads through a local for more than modes."""
+
+  config: DropConfig
+
+  def setup(self):
+    self.dense = nn.Dense(3)
+    self.drop = nn.Dropout(self.config.rate, deterministic=self.config.deterministic)
+
+  def __call__(self, x):
+    cfg = self.config
+    y = self.drop(self.dense(x))
+    if not cfg.deterministic:
+      y = y * 2.0
+    return y
+
+
+def mode_through_a_local() -> LinenModel:
+  return LinenModel(ModeThroughALocal(DropConfig()), jnp.ones((2, 3)))
+
+
+class OneListTwoLayers(nn.Module):
+  def setup(self):
+    self.layers = [nn.Dense(4), nn.Dense(4)]
+
+  def __call__(self, x):
+    for layer in self.layers:
+      x = nn.relu(layer(x))
+    return x
+
+
+def one_list_two_layers() -> LinenModel:
+  return LinenModel(OneListTwoLayers(), jnp.ones((2, 4)))

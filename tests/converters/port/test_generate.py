@@ -435,6 +435,8 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     # no `rep if rep is not None else hidden` guessed from the two instances.
     ('two_flagged_heads', 'the input size of Dense changes from one creation to the next'),
     ('shared_in_a_loop', 'nn.share_scope of modules made in a loop'),
+    ('spread_mutated', '*args or **kwargs in the creation of Dense'),
+    ('mode_through_a_local', "config.deterministic sets the layers' modes and does more"),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
   result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())
@@ -969,3 +971,9 @@ def test_a_variable_one_instance_makes_is_shaped_by_its_trace_and_one_none_makes
   assert "self.cls = nnx.Param(nnx.initializers.normal()(rngs.params(), (1, 1, in_features)))" in text
   assert [(b.cls, b.branch) for b in result.branches] == [('TokenPool', '`if REMAT_BLOCKS`')]
   assert 'self.scale' not in text
+
+
+def test_two_layers_made_in_one_setup_list_are_one_nnx_list_numbered_as_linen_numbers_them(tmp_path):
+  result, out, _ = _port(tmp_path, 'one_list_two_layers', linen_models.one_list_two_layers())
+  assert result.proven, (result.failure, result.checks)
+  assert "PathRule('layers_1/kernel', 'layers/1/kernel')" in result.paths_text
