@@ -1228,6 +1228,20 @@ class ClassWriter:
       self.fail(node, f'{field}={self.file.code(arg.value)} changes over the loop; port it by hand')
     return texts.pop()
 
+  def _made_module(self, value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`self.<attribute>` of the module `value` makes in place or names (a
+    local of the method bound to one creation), which the class holds; None
+    where it is neither."""
+    if isinstance(value, cst.Name) and self.method_locals.get(value.value) in self.node_sites:
+      value = self.method_locals[value.value]
+    site = self.node_sites.get(value) if isinstance(value, cst.Call) else None
+    if site is None or site not in self.attributes:
+      return None
+    attribute, is_list = self.attributes[site]
+    if is_list:
+      self.fail(value, 'a module made in a loop handed to another as an argument; port it by hand')
+    return syntax.expression(f'self.{attribute}')
+
   def _module_creation(self, site, node, arguments) -> cst.BaseExpression:
     _, children = self.sites[site]
     port = self.child_ports[children[0].cls]
@@ -1247,6 +1261,8 @@ class ClassWriter:
         self._mode_argument(arg.value, not port.field_modes[field], node)
       elif arg.value in handed:
         args.append(arg.with_changes(value=self._nnx_handed(arg.value)))  # `nn.Dense` -> `nnx.Linear`
+      elif (made := self._made_module(arg.value)) is not None:
+        args.append(arg.with_changes(value=made))  # `emb=nn.Embed(11, 4)`, `emb=emb`: the NNX module
       elif field != 'name' and self.call_time & source.names_in(arg.value):
         # `FinalLayer(patch, out_channels)` with `out_channels = x.shape[-1]
         # * 2`: the inputs' sizes it reads are the constructor's.

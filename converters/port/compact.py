@@ -328,7 +328,15 @@ class CompactWriter(classes.ClassWriter):
       elif finder.found:
         if not isinstance(statement, cst.SimpleStatementLine):
           self.fail(statement, 'a module created in a statement the port does not handle; port it by hand')
-        for node in finder.found:
+        # A module made in place as the argument of a user's module
+        # (`Encoder(emb=nn.Embed(11, 4))`) first: it is handed the attribute.
+        # (A Flax layer's, an RNN's cell, is written inside its creation.)
+        def argument_of_a_users_module(n) -> bool:
+          outer = next((a for a in self.file.ancestors(n) if a in finder.found), None)
+          return outer in self.node_sites and self.sites[self.node_sites[outer]][1][0].cls in self.child_ports
+
+        found = sorted(finder.found, key=lambda n: not argument_of_a_users_module(n))
+        for node in found:
           if node in self.node_sites and self.node_sites[node] in self.inlined:
             continue  # written inside the creation it is an argument of
           if node in self.own:

@@ -413,7 +413,7 @@ def _held_first(root: tracing.Created, ports, modules: dict) -> None:
       if not isinstance(value, nn.Module) or value.scope is None:
         continue
       path = tuple(value.path)
-      if path in modules and path != instance.path + (field,):
+      if path in modules and path != instance.path + (field,) and _keeps(ports[instance.cls], field):
         held.setdefault(path, []).append(modules[instance.path][0] + (field,))
   for linen, others in held.items():
     own = modules[linen][0]
@@ -423,6 +423,16 @@ def _held_first(root: tracing.Created, ports, modules: dict) -> None:
     for path, (nnx_path, index) in list(modules.items()):
       if path[:len(linen)] == linen:
         modules[path] = (first + nnx_path[len(own):], index)
+
+
+def _keeps(port: classes.ClassPort, field: str) -> bool:
+  """Whether the written class keeps `field` as an attribute (`self.emb =
+  emb`), not only hands it on to the modules it builds."""
+  return any(
+      isinstance(n, cst.Assign) and any(
+          isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+          and t.target.value.value == 'self' and t.target.attr.value == field for t in n.targets)
+      for n in syntax.descendants(port.node))
 
 
 def _stubbed(root: tracing.Created, ports) -> set[tuple]:

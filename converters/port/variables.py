@@ -181,8 +181,8 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
     creation = syntax.expression(f'{VARIABLE_TYPES[collection]}(__init__())').with_changes(
         args=[cst.Arg(value)]
     )
-    read = syntax.expression(f'self.{name}')
-  return OwnVariable(name, collection, creation, read)
+    read = syntax.expression(f'getattr(self, self.{named_by})' if named_by else f'self.{name}')
+  return OwnVariable(name, collection, creation, read, named_by)
 
 
 def _naming_field(value: cst.BaseExpression, writer) -> str | None:

@@ -1750,3 +1750,89 @@ class OneListTwoLayers(nn.Module):
 
 def one_list_two_layers() -> LinenModel:
   return LinenModel(OneListTwoLayers(), jnp.ones((2, 4)))
+
+
+class NamedCounter(nn.Module):
+  """A statistic named by a field (`self.variable(..., self.stat_name, ...)`)."""
+
+  stat_name: str = 'count'
+
+  @nn.compact
+  def __call__(self, x):
+    v = self.variable('batch_stats', self.stat_name, jnp.ones, (x.shape[-1],))
+    return nn.Dense(3)(x * v.value)
+
+
+class NamedCounters(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return NamedCounter(stat_name='a')(x) + NamedCounter(stat_name='b')(x)
+
+
+def named_counters() -> LinenModel:
+  return LinenModel(NamedCounters(), jnp.linspace(-1.0, 1.0, 6).reshape(2, 3))
+
+
+class EmbeddingUser(nn.Module):
+  emb: nn.Module
+
+  @nn.compact
+  def __call__(self, tokens):
+    return nn.Dense(3, name='out')(self.emb(tokens))
+
+
+class HandsOnItsEmbedding(nn.Module):
+  """A module it was handed, handed on to the module that uses it."""
+
+  emb: nn.Module
+
+  @nn.compact
+  def __call__(self, tokens):
+    return EmbeddingUser(emb=self.emb, name='user')(tokens)
+
+
+class EmbeddingMadeInPlace(nn.Module):
+  """An embedding made in place as the argument of the module using it."""
+
+  vocab: int = 11
+  width: int = 4
+
+  @nn.compact
+  def __call__(self, tokens):
+    return EmbeddingUser(emb=nn.Embed(self.vocab, self.width))(tokens)
+
+
+class EmbeddingNamedByALocal(nn.Module):
+  vocab: int = 11
+  width: int = 4
+
+  @nn.compact
+  def __call__(self, tokens):
+    emb = nn.Embed(self.vocab, self.width)
+    return EmbeddingUser(emb=emb)(tokens)
+
+
+class EmbeddingHandedOnTwice(nn.Module):
+  """An embedding handed through a module that only hands it on."""
+
+  vocab: int = 11
+  width: int = 4
+
+  def setup(self):
+    self.table = nn.Embed(self.vocab, self.width)
+    self.outer = HandsOnItsEmbedding(emb=self.table)
+
+  def __call__(self, tokens):
+    return self.outer(tokens)
+
+
+def embedding_made_in_place() -> LinenModel:
+  return LinenModel(EmbeddingMadeInPlace(), jnp.arange(6).reshape(2, 3) % 11)
+
+
+def embedding_named_by_a_local() -> LinenModel:
+  return LinenModel(EmbeddingNamedByALocal(), jnp.arange(6).reshape(2, 3) % 11)
+
+
+def embedding_handed_on_twice() -> LinenModel:
+  return LinenModel(EmbeddingHandedOnTwice(), jnp.arange(6).reshape(2, 3) % 11)

@@ -977,3 +977,24 @@ def test_two_layers_made_in_one_setup_list_are_one_nnx_list_numbered_as_linen_nu
   result, out, _ = _port(tmp_path, 'one_list_two_layers', linen_models.one_list_two_layers())
   assert result.proven, (result.failure, result.checks)
   assert "PathRule('layers_1/kernel', 'layers/1/kernel')" in result.paths_text
+
+
+def test_a_statistic_named_by_a_field_is_the_attribute_each_instance_names(tmp_path):
+  result, out, _ = _port(tmp_path, 'named_counters', linen_models.named_counters())
+  assert result.proven, (result.failure, result.checks)
+  assert 'setattr(self, stat_name, nnx.BatchStat(jnp.ones((in_features,))))' in out.read_text()
+  assert "PathRule('NamedCounter_1/b', 'named_counter_1/b')" in result.paths_text
+
+
+@pytest.mark.parametrize('name, rule', [
+    ('embedding_made_in_place', "PathRule('Embed_0/embedding', 'embed/embedding')"),
+    ('embedding_named_by_a_local', "PathRule('Embed_0/embedding', 'embed/embedding')"),
+    # NNX keeps it where its sorted traversal meets it first: `outer` keeps
+    # no `emb` of its own, its `user` does.
+    ('embedding_handed_on_twice', "PathRule('table/embedding', 'outer/user/emb/embedding')"),
+])
+def test_a_module_handed_to_another_is_the_nnx_module_the_class_holds(tmp_path, name, rule):
+  result, out, _ = _port(tmp_path, name, getattr(linen_models, name)())
+  assert result.proven, (result.failure, result.checks)
+  assert rule in result.paths_text
+  assert 'nn.Embed' not in out.read_text()

@@ -490,3 +490,32 @@ def test_a_port_drawing_its_keys_otherwise_fails_the_training_step_saying_so():
     assert_port_equivalent(LinenDropoutsTwice(), variables, NNXOneKeySplit(nnx.Rngs(0)), x,
                            linen_kwargs={'train': False}, linen_train_kwargs={'train': True})
   assert 'one key split in two' in str(info.value) and 'train-mode outputs' in str(info.value)
+
+
+class LinenShift(nn.Module):
+  """No parameters: a statistic it adds."""
+
+  @nn.compact
+  def __call__(self, x):
+    return x + self.variable('batch_stats', 'shift', jnp.ones, (x.shape[-1],)).value
+
+
+class NNXShift(nnx.Module):
+  def __init__(self, shift: float = 1.0):
+    self.shift = nnx.BatchStat(jnp.full((3,), shift))
+
+  def __call__(self, x):
+    return x + self.shift[...]
+
+
+def test_a_model_without_parameters_is_compared_by_its_outputs():
+  x = jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)
+  variables = LinenShift().init(jax.random.key(0), x)
+  paths = PathMapping([PathRule('shift', 'shift')])
+  assert_port_equivalent(LinenShift(), variables, NNXShift(), x, paths=paths)
+  with pytest.raises(AssertionError, match='outputs'):
+    # (The conversion gives it Linen's shift: a port adding it twice differs.)
+    class Twice(NNXShift):
+      def __call__(self, x):
+        return x + 2 * self.shift[...]
+    assert_port_equivalent(LinenShift(), variables, Twice(), x, paths=paths)
