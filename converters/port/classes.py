@@ -246,6 +246,9 @@ class ClassWriter:
     ))
     self.attributes = self._attributes()
     self.used_dims: set[shapes.InputDim] = set()
+    #: Keywords of the constructor for dtypes Linen reads off the call
+    #: (`inputs.dtype`): name -> its default, the traced dtype's name.
+    self.dtype_parameters: dict[str, str] = {}
     self._tables: dict[int, shapes.SymbolTable] = {}
     # Sites of modules created as another creation's argument (an RNN's
     # cell): site -> (the creation's site, the NNX attribute holding it).
@@ -1228,6 +1231,17 @@ class ClassWriter:
       self.fail(node, f'{field}={self.file.code(arg.value)} changes over the loop; port it by hand')
     return texts.pop()
 
+  def dtype_parameter(self, value_name: str, dtype: str) -> str:
+    """The constructor keyword for the dtype of `value_name` (a value of the
+    call, `inputs`), `dtype` when traced: `inputs_dtype`."""
+    name = f'{value_name}_dtype'
+    while name in self.field_names:  # (input sizes are `in_features`, `x_shape`: no clash)
+      name += '_'
+    if self.dtype_parameters.setdefault(name, dtype) != dtype:
+      self.fail(None, f'{value_name}.dtype was {self.dtype_parameters[name]} and {dtype} in the traces; '
+                'port it by hand')
+    return name
+
   def _made_module(self, value: cst.BaseExpression) -> cst.BaseExpression | None:
     """`self.<attribute>` of the module `value` makes in place or names (a
     local of the method bound to one creation), which the class holds; None
@@ -1537,6 +1551,10 @@ class ClassWriter:
             annotation=cst.Annotation(syntax.expression('tuple[int, ...]' if p.whole_shape else 'int')),
         )
         for p in inputs
+    ] + [
+        cst.Param(cst.Name(name), annotation=cst.Annotation(syntax.expression('jnp.dtype')),
+                  default=syntax.expression(f'jnp.{dtype}'), equal=cst.AssignEqual())
+        for name, dtype in self.dtype_parameters.items()
     ] + [cst.Param(cst.Name('rngs'), annotation=cst.Annotation(syntax.expression('nnx.Rngs')))]
     # In `__init__` a field is its argument: `self.features` reads `features`,
     # but for a field a local of `__init__` takes the name of (`conv =

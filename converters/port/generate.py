@@ -407,6 +407,13 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   result.checks.append(('ruff check', 'passed' if not problems else '; '.join(problems), ''))
   if kept:
     result.checks.append(('ruff check, in code kept from the Linen source', '; '.join(kept), ''))
+  for written in ports.values():
+    for name, dtype in getattr(getattr(written, 'writer', None), 'dtype_parameters', {}).items():
+      # Linen made a variable in the dtype of a value of the call: NNX, which
+      # builds before any call, takes it as a keyword of the constructor.
+      result.checks.append((f'{written.cls.__name__}({name}=...)', f'jnp.{dtype} unless given',
+                            f'Linen makes its variables in the dtype of {name.removesuffix("_dtype")} at the '
+                            'call: give that dtype where it is not the traced one'))
   if test_out is not None:
     decoding = any('cache' in v for _, _, v in result.flags)
     emit.write_text(test_out, test_file(factory, out, result.modes, decoding=decoding,

@@ -127,7 +127,7 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
       if i != 0:
         # Not the shape (`get_2d_sincos_pos_embed(key, width, num_patches)`):
         # its sizes of the inputs written as sizes, as `__init__` knows them.
-        value = writer.without_input_reads(value)
+        value = writer.without_input_reads(value) or _dtype_parameter(arg.value, collection, name, writer)
         if value is None:
           writer.fail(call, f'argument {i + 2} of {name!r} depends on the call otherwise than through '
                       'its inputs\' sizes; port it by hand')
@@ -183,6 +183,24 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
     )
     read = syntax.expression(f'getattr(self, self.{named_by})' if named_by else f'self.{name}')
   return OwnVariable(name, collection, creation, read, named_by)
+
+
+def _dtype_parameter(value: cst.BaseExpression, collection: str, name: str, writer) -> cst.Name | None:
+  """For a variable made in the dtype of a value of the call (`self.param(
+  'pos_embedding', init, shape, inputs.dtype)`), the constructor's keyword
+  `inputs_dtype`, its default the dtype the trace made the variable in (NNX
+  builds before any input is seen, as Flax's layers take `param_dtype`);
+  None for any other value."""
+  if not (isinstance(value, cst.Attribute) and value.attr.value == 'dtype' and isinstance(value.value, cst.Name)
+          and value.value.value in writer.call_time):
+    return None
+  for instance in writer.instances:
+    made = writer.symbolic_of(instance).variables.get(collection, {}).get(name)
+    if isinstance(made, meta.AxisMetadata):
+      (made,) = jax.tree.leaves(made)
+    if made is not None and hasattr(made, 'dtype'):
+      return cst.Name(writer.dtype_parameter(value.value.value, jax.numpy.dtype(made.dtype).name))
+  return None
 
 
 def _naming_field(value: cst.BaseExpression, writer) -> str | None:

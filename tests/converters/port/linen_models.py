@@ -1836,3 +1836,20 @@ def embedding_named_by_a_local() -> LinenModel:
 
 def embedding_handed_on_twice() -> LinenModel:
   return LinenModel(EmbeddingHandedOnTwice(), jnp.arange(6).reshape(2, 3) % 11)
+
+
+class PositionsOfTheInputsDtype(nn.Module):
+  """Position embeddings made in the dtype of the inputs (scenic's
+  `AddPositionEmbs`), and a probe in that of a value of the call."""
+
+  @nn.compact
+  def __call__(self, inputs):
+    pe = self.param('pos_embedding', nn.initializers.normal(0.02), (1, inputs.shape[1], inputs.shape[2]),
+                    inputs.dtype)
+    x = nn.Dense(4)(inputs + pe)
+    probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, x.shape[-1]), x.dtype)
+    return x * probe
+
+
+def positions_of_the_inputs_dtype() -> LinenModel:
+  return LinenModel(PositionsOfTheInputsDtype(), jnp.linspace(-1.0, 1.0, 30).reshape(2, 5, 3))

@@ -998,3 +998,16 @@ def test_a_module_handed_to_another_is_the_nnx_module_the_class_holds(tmp_path, 
   assert result.proven, (result.failure, result.checks)
   assert rule in result.paths_text
   assert 'nn.Embed' not in out.read_text()
+
+
+def test_a_variable_made_in_the_dtype_of_a_value_of_the_call_takes_it_from_the_constructor(tmp_path):
+  result, out, _ = _port(tmp_path, 'positions_of_the_inputs_dtype', linen_models.positions_of_the_inputs_dtype())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  assert ', inputs_dtype: jnp.dtype = jnp.float32, x_dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs):' in text
+  assert 'nnx.initializers.normal(0.02)(rngs.params(), (1, inputs_shape[0], inputs_shape[-1]), inputs_dtype)' in text
+  assert _outcome(result, 'PositionsOfTheInputsDtype(inputs_dtype=...)') == 'jnp.float32 unless given'
+  # Given another dtype, its variables are made in it, as Linen's for such inputs.
+  generated = import_file(str(out))
+  model = generated.PositionsOfTheInputsDtype(inputs_shape=(5, 3), inputs_dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+  assert model.pos_embedding[...].dtype == jnp.bfloat16 and model.probe[...].dtype == jnp.float32
