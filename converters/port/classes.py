@@ -421,6 +421,14 @@ class ClassWriter:
             writer._exclusive(writer.sites[a][0], writer.sites[b][0]) for a in sites for b in sites if a != b):
           writer.fail(statement, f'nn.share_scope(self, {local.value}) of a module not made once, by '
                       f'`{local.value} = Layer(...)` in this method; port it by hand')
+        for site in sites:
+          child = writer.sites[site][1][0]
+          if not all(c.shares_scope for c in writer.sites[site][1]):
+            writer.fail(statement, f'nn.share_scope(self, {local.value}) where some configurations do not '
+                        'share its scope; port it by hand')
+          if layers.is_flax_class(child.cls) and any(c.children for c in writer.sites[site][1]):
+            writer.fail(statement, f'nn.share_scope(self, {local.value}) of Flax\'s {child.cls.__name__}, which '
+                        'holds layers of its own; port it by hand')
         found.update(dict.fromkeys(sites, (local.value, statement)))
 
     self.method.body.visit(Visitor())
@@ -462,20 +470,28 @@ class ClassWriter:
         value = value.func
       return isinstance(value, type) and issubclass(value, nn.Module)
 
-    untraced = []
+    untraced, transforms_of_modules = [], []
 
     class Visitor(cst.CSTVisitor):
       def visit_Call(self, node):
-        # A module class called, or a Linen transform of one (`nn.remat(Block)`).
-        if node not in made and (module_class(node.func) or (
-            references.linen_transform(node, writer.file) and node.args and module_class(node.args[0].value)
-            and not any(a in made for a in writer.file.ancestors(node)))):
+        if node in made:
+          return
+        if module_class(node.func):
           untraced.append(node)
+        elif (references.linen_transform(node, writer.file) and node.args and module_class(node.args[0].value)
+              and not any(a in made for a in writer.file.ancestors(node))):
+          transforms_of_modules.append(node)  # `nn.remat(Block)`: untraced where a branch no one took holds it
 
     self.method.body.visit(Visitor())
     #: Blocks of an `if` on the configuration creating only what no trace
     #: made: `__init__` and `__call__` raise there (`untraced_raise`).
     self.untraced_branches: dict[cst.CSTNode, branches.UntracedBranch] = {}
+    for node in transforms_of_modules:
+      # (Elsewhere, one a creation reads through a local, the check of Linen's
+      # names refuses it, saying what it is.)
+      branch = branches.untraced_branch(node, self.method, self.file, self.instances, self.call_time, made)
+      if branch is not None:
+        self.untraced_branches[branch.block] = branch
     for node in untraced:
       branch = branches.untraced_branch(node, self.method, self.file, self.instances, self.call_time, made)
       if branch is None:

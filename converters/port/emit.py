@@ -9,6 +9,7 @@ copied helper does), an import only if something copied reads its names.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 import subprocess
@@ -70,8 +71,18 @@ def _imported_as_is(file: source.SourceFile, statement, name: str) -> bool:
   copy is another class, whose members and instances the user's (`attn_type
   == AttentionType.GLOBAL`, `isinstance(config, Config)`) are not."""
   value = getattr(file.python_module, name, None)
+  module = file.python_module.__name__
   return (isinstance(statement, cst.ClassDef) and isinstance(value, type) and not issubclass(value, nn.Module)
-          and file.python_module.__name__ != '__main__')
+          and module != '__main__' and _importable(module))
+
+
+def _importable(module: str) -> bool:
+  """Whether `module` is found by its name (not a model loaded under a
+  name of its own from a file)."""
+  try:
+    return importlib.util.find_spec(module) is not None
+  except (ImportError, ValueError):
+    return False
 
 
 def _only_aliases(statement: cst.SimpleStatementLine, names: set[str]) -> cst.SimpleStatementLine | None:

@@ -271,8 +271,10 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   pairs = emit.path_pairs(root, variables, ports)
   for _, _, other_root, other_variables in flags:
     known = {linen: nnx_path for linen, nnx_path, *_ in pairs}
+    held = {nnx_path: linen for linen, nnx_path, *_ in pairs}
     more = emit.path_pairs(other_root, other_variables, ports)
-    if all(known.get(linen, nnx_path) == nnx_path for linen, nnx_path, *_ in more):
+    if all(known.get(linen, nnx_path) == nnx_path and held.get(nnx_path, linen) == linen
+           for linen, nnx_path, *_ in more):
       pairs += [p for p in more if p[0] not in known]
   mapping = emit.mapping_of(pairs)
   unmapped = emit.under_stubs(root, variables, ports)

@@ -230,12 +230,24 @@ class _SetupBody(cst.CSTTransformer):
     # `self.norm = None` before `if ...: self.norm = RMSNorm()`: NNX takes a
     # first value that is no module for a static attribute, which then
     # refuses the module; `nnx.data` says it is data.
-    target = original.targets[0].target if len(original.targets) == 1 else None
     held = {attribute for attribute, _ in self.writer.attributes.values()}
-    if (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == 'self'
-        and target.attr.value in held
-        and not any(n in self.writer.node_sites for n in syntax.descendants(original.value))):
-      return updated.with_changes(value=cst.Call(syntax.expression('nnx.data'), [cst.Arg(updated.value)]))
+
+    def holds_a_module(target) -> bool:
+      return (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+              and target.value.value == 'self' and target.attr.value in held)
+
+    def data(value):
+      is_none = isinstance(value, cst.Name) and value.value == 'None'
+      return cst.Call(syntax.expression('nnx.data'), [cst.Arg(value)]) if is_none else value
+
+    targets = [t.target for t in original.targets]
+    if any(holds_a_module(t) for t in targets):  # `self.norm = None`, `self.pre = self.post = None`
+      return updated.with_changes(value=data(updated.value))
+    if (len(targets) == 1 and isinstance(targets[0], cst.Tuple) and isinstance(updated.value, cst.Tuple)
+        and len(targets[0].elements) == len(updated.value.elements)):  # `self.pre, self.post = None, None`
+      elements = [e.with_changes(value=data(e.value)) if holds_a_module(t.value) else e
+                  for t, e in zip(targets[0].elements, updated.value.elements)]
+      return updated.with_changes(value=updated.value.with_changes(elements=elements))
     return updated
 
 

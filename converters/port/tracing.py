@@ -181,20 +181,25 @@ class _Recorder:
     return __post_init__
 
   def intercept(self, next_fun, args, kwargs, context):
-    if context.method_name == 'setup':  # Linen's own call, before the first method's
-      return next_fun(*args, **kwargs)
     record = self.created.get(id(context.module))
+    if context.method_name == 'setup':  # Linen's own call, before the first method's
+      return self._reserving(record, context.module.scope, lambda: next_fun(*args, **kwargs))
     if record is None:  # a clone Linen made (a transform's), or the model itself
       record = self.record(context.module, None)
     call = MethodCall(
         context.method_name, _site(_user_frame(sys._getframe(1))), _abstract(args), _abstract(kwargs)
     )
     record.calls.append(call)
-    scope = context.module.scope
-    before = set(scope.reservations) if scope is not None else set()
-    outputs = next_fun(*args, **kwargs)
+    outputs = self._reserving(record, context.module.scope, lambda: next_fun(*args, **kwargs))
     call.outputs = _abstract(outputs)
-    if scope is not None:
+    return outputs
+
+  @staticmethod
+  def _reserving(record: Created | None, scope, run):
+    """`run()`, the names it reserved in `scope` added to `record.reserved`."""
+    before = set(scope.reservations) if scope is not None else set()
+    outputs = run()
+    if record is not None and scope is not None:
       record.reserved += [n for n in scope.reservations if n not in before and n not in record.reserved]
     return outputs
 

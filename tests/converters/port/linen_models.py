@@ -1853,3 +1853,78 @@ class PositionsOfTheInputsDtype(nn.Module):
 
 def positions_of_the_inputs_dtype() -> LinenModel:
   return LinenModel(PositionsOfTheInputsDtype(), jnp.linspace(-1.0, 1.0, 30).reshape(2, 5, 3))
+
+
+class SharedEmbedding(nn.Module):
+  """A shared layer whose variable Linen makes in its `setup()` (nn.Embed)."""
+
+  vocab: int = 10
+
+  @nn.compact
+  def __call__(self, tokens):
+    emb = nn.Embed(self.vocab, 4)
+    nn.share_scope(self, emb)
+    return emb(tokens)
+
+
+class HoldsASharedEmbedding(nn.Module):
+  vocab: int = 10
+
+  @nn.compact
+  def __call__(self, tokens):
+    return nn.Dense(3)(SharedEmbedding(self.vocab, name='p')(tokens))
+
+
+def shared_embedding() -> LinenModel:
+  return LinenModel(HoldsASharedEmbedding(), jnp.array([[1, 2, 3], [4, 5, 6]]))
+
+
+class SharedUnderACondition(nn.Module):
+  share: bool = True
+
+  @nn.compact
+  def __call__(self, x):
+    d = nn.Dense(4)
+    if self.share:
+      nn.share_scope(self, d)
+    return d(x)
+
+
+def shared_under_a_condition() -> LinenModel:
+  return LinenModel(SharedUnderACondition(), jnp.ones((2, 3)))
+
+
+class SharedAttention(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    attn = nn.MultiHeadDotProductAttention(num_heads=2)
+    nn.share_scope(self, attn)
+    return attn(x)
+
+
+def shared_attention() -> LinenModel:
+  return LinenModel(SharedAttention(), jnp.ones((2, 3, 4)))
+
+
+class NormsNoneTogether(nn.Module):
+  """Attributes set to None together before the modules a flag makes."""
+
+  norms: bool = True
+
+  def setup(self):
+    self.pre = self.post = None
+    self.scale, self.shift = None, None
+    if self.norms:
+      self.pre = nn.LayerNorm()
+      self.post = nn.LayerNorm()
+      self.scale = nn.Dense(4)
+      self.shift = nn.Dense(4)
+
+  def __call__(self, x):
+    if self.pre is not None:
+      x = self.post(self.scale(self.pre(x)) + self.shift(x))
+    return x
+
+
+def norms_none_together() -> LinenModel:
+  return LinenModel(NormsNoneTogether(), jnp.linspace(-1.0, 1.0, 8).reshape(2, 4))

@@ -435,6 +435,8 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     # no `rep if rep is not None else hidden` guessed from the two instances.
     ('two_flagged_heads', 'the input size of Dense changes from one creation to the next'),
     ('shared_in_a_loop', 'nn.share_scope of modules made in a loop'),
+    ('shared_under_a_condition', 'where some configurations do not share its scope'),
+    ('shared_attention', "Flax's MultiHeadDotProductAttention, which holds layers of its own"),
     ('spread_mutated', '*args or **kwargs in the creation of Dense'),
     ('mode_through_a_local', "config.deterministic sets the layers' modes and does more"),
 ])
@@ -1011,3 +1013,17 @@ def test_a_variable_made_in_the_dtype_of_a_value_of_the_call_takes_it_from_the_c
   generated = import_file(str(out))
   model = generated.PositionsOfTheInputsDtype(inputs_shape=(5, 3), inputs_dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
   assert model.pos_embedding[...].dtype == jnp.bfloat16 and model.probe[...].dtype == jnp.float32
+
+
+def test_a_shared_layer_s_variables_made_in_its_setup_are_mapped_from_the_shared_scope(tmp_path):
+  result, _, _ = _port(tmp_path, 'shared_embedding', linen_models.shared_embedding())
+  assert result.proven, (result.failure, result.checks)
+  assert "PathRule('p/embedding', 'p/emb/embedding')" in result.paths_text
+
+
+def test_attributes_set_to_none_together_start_as_data(tmp_path):
+  result, out, _ = _port(tmp_path, 'norms_none_together', linen_models.norms_none_together())
+  assert result.proven, (result.failure, result.checks)
+  text = out.read_text()
+  assert 'self.pre = self.post = nnx.data(None)' in text
+  assert 'self.scale, self.shift = nnx.data(None), nnx.data(None)' in text
