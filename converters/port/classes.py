@@ -33,6 +33,7 @@ from converters.port import (
   references,
   shapes,
   source,
+  shared_scopes,
   switched_sizes,
   syntax,
   tracing,
@@ -231,9 +232,10 @@ class ClassWriter:
     # class the traced configuration makes through it.
     self.factory_fields: dict[str, object] = {}
     self._check_untraced_creations()
-    #: Creation site -> `(the local, the statement)` of a module the method
-    #: makes whose scope `nn.share_scope(self, local)` makes the class's own.
-    self.shared_scopes = self._shared_scopes() if self.writes_shared_scopes else {}
+    #: Creation site -> the `nn.share_scope(self, local)` of the modules made
+    #: there (`shared_scopes`).
+    self.shared_scopes = shared_scopes.read(
+        self.method, self.file, self.sites, self._exclusive, self.fail) if self.writes_shared_scopes else {}
     # Linen's names left once the creations are NNX's: checked on the source,
     # where each has its line.
     self.method.body.visit(references.LinenReferences(
@@ -241,7 +243,7 @@ class ClassWriter:
         skip=[node.func for node, _ in self.sites.values()]
         + [partial.args[0].value for partial in self.factories.values()] + self.lift_calls
         + list(self.handed) + list(self.untraced_branches)
-        + [statement for _, statement in self.shared_scopes.values()],
+        + [shared.statement for shared in self.shared_scopes.values()],
         bound=syntax.bound_in(self.method),
     ))
     self.attributes = self._attributes()
@@ -396,43 +398,6 @@ class ClassWriter:
 
   def _child_size(self, symbolic_child, value) -> str:
     return self.size_source(value, self._tables[id(symbolic_child)])
-
-  def _shared_scopes(self) -> dict[tracing.Site, tuple[str, cst.SimpleStatementLine]]:
-    """Site -> `(local, statement)` of each `nn.share_scope(self, local)`
-    in the method, `local` bound (`local = Layer(...)`) by one creation the
-    trace saw (others in branches no configuration took)."""
-    bound: dict[str, list[tracing.Site]] = {}
-    for site, (node, _) in self.sites.items():
-      assign = next(self.file.ancestors(node), None)
-      if (isinstance(assign, cst.Assign) and assign.value is node and len(assign.targets) == 1
-          and isinstance(assign.targets[0].target, cst.Name)):
-        bound.setdefault(assign.targets[0].target.value, []).append(site)
-    found = {}
-    writer = self
-
-    class Visitor(cst.CSTVisitor):
-      def visit_SimpleStatementLine(self, statement):
-        local = references.shared_scope(statement, writer.file)
-        if local is None:
-          return
-        # One made in each branch of an `if` the configurations took both ways.
-        sites = bound.get(local.value, [])
-        if not sites or any(s in found for s in sites) or not all(
-            writer._exclusive(writer.sites[a][0], writer.sites[b][0]) for a in sites for b in sites if a != b):
-          writer.fail(statement, f'nn.share_scope(self, {local.value}) of a module not made once, by '
-                      f'`{local.value} = Layer(...)` in this method; port it by hand')
-        for site in sites:
-          child = writer.sites[site][1][0]
-          if not all(c.shares_scope for c in writer.sites[site][1]):
-            writer.fail(statement, f'nn.share_scope(self, {local.value}) where some configurations do not '
-                        'share its scope; port it by hand')
-          if layers.is_flax_class(child.cls) and any(c.children for c in writer.sites[site][1]):
-            writer.fail(statement, f'nn.share_scope(self, {local.value}) of Flax\'s {child.cls.__name__}, which '
-                        'holds layers of its own; port it by hand')
-        found.update(dict.fromkeys(sites, (local.value, statement)))
-
-    self.method.body.visit(Visitor())
-    return found
 
   def _exclusive(self, node, others) -> bool:
     """Whether `node` and the creation `others` are in two branches of one `if`."""

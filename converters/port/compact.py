@@ -142,7 +142,7 @@ class CompactWriter(classes.ClassWriter):
           self.fail(node, 'nn.share_scope of modules made in a loop; port it by hand')
         # Its variables are the class's own in Linen (`mlp/linear`), in the
         # attribute named by the local in NNX (`mlp/linear/linear`).
-        attribute = self.shared_scopes[site][0]
+        attribute = self.shared_scopes[site].local
       elif prefix is not None:
         attribute = prefix  # `name=f'block_{i}'` in a loop: the list `blocks`
       elif explicit is not None:
@@ -586,7 +586,7 @@ class CompactWriter(classes.ClassWriter):
     writer = self
 
     factory_values = set(self.factories.values()) | set(self.lift_calls)
-    shared = {statement for _, statement in self.shared_scopes.values()}
+    shared = {shared.statement for shared in self.shared_scopes.values()}
     pending: list[cst.FunctionDef] = []  # functions the statement being rewritten calls
 
     class Rewrite(cst.CSTTransformer):
