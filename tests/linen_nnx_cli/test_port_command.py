@@ -23,25 +23,25 @@ def _imported(path) -> set[str]:
 
 
 def test_writes_proves_and_reports(tmp_path):
-  out = tmp_path / 'stack_nnx.py'
+  out = tmp_path / 'batch_normed_nnx.py'
   mask = os.umask(0o027)  # the user's: files are made as `open` makes them, not 0600
   try:
-    result = run('port', f'{FACTORIES}:stack', '--out', out, '--json')
+    result = run('port', f'{FACTORIES}:batch_normed', '--out', out, '--json')
   finally:
     os.umask(mask)
   assert result.code == 0, result.stderr
   report = result.json
-  assert report['ok'] and report['classes'] == ['Stack'] and report['modes'] == {'train': True}
+  assert report['ok'] and report['classes'] == ['BatchNormed'] and report['modes'] == {'train': True}
   assert {c['check']: c['outcome'] for c in report['checks']}['assert_port_equivalent'] == 'passed'
-  assert (tmp_path / 'test_stack_nnx_port.py').exists()
-  assert report['test'] == str(tmp_path / 'test_stack_nnx_port.py')
+  assert (tmp_path / 'test_batch_normed_nnx_port.py').exists()
+  assert report['test'] == str(tmp_path / 'test_batch_normed_nnx_port.py')
   # The model module depends on Flax, JAX and the user's modules alone; the
   # mapping, the kit's to read, is the module beside it.
-  paths = tmp_path / 'stack_nnx_paths.py'
+  paths = tmp_path / 'batch_normed_nnx_paths.py'
   assert report['paths'] == str(paths)
   assert _imported(out) <= {'flax', 'jax', 'tests'}, _imported(out)
   assert _imported(paths) == {'converters'} and 'PATHS = PathMapping([' in paths.read_text()
-  for written in (out, paths, tmp_path / 'test_stack_nnx_port.py'):
+  for written in (out, paths, tmp_path / 'test_batch_normed_nnx_port.py'):
     assert stat.S_IMODE(written.stat().st_mode) == 0o640, written
 
 

@@ -98,7 +98,9 @@ def ports(draw):
   return program, draw(rp.rewrites(program))
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# Each example compiles its own programs: CI runs one beside the pinned
+# regressions (`compiling`), nightly all.
+@settings(compiling, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ports())
 @example(SUM_EVALUATED_IN_ANOTHER_ORDER)
 @example(BRANCHES_COMPUTED_IN_ANOTHER_ORDER)
@@ -171,7 +173,7 @@ def layer_ports(draw):
   return program, draw(rp.rewrites(program)), draw(rp.layers())
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(compiling, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(layer_ports())
 @example(LAYERS_SUMMED_IN_ANOTHER_ORDER)
 @example((*BRANCHES_COMPUTED_IN_ANOTHER_ORDER[:1], _renamed('w0', 'w1', 'c2', order=(0, 1, 2, 3)),
