@@ -131,13 +131,13 @@ def test_a_coordinator_that_fails_first_lingers_until_the_others_have_reported(t
 
 
 def test_a_process_that_does_not_arrive_in_time_is_named_not_waited_for(tmp_path):
-  # Process 1 is stuck until process 0 has given up on it (5 s agreement timeout).
+  # Process 1 is stuck until process 0 has given up on it (2 s agreement timeout).
   runs = run_processes(
       'tree_mismatch', tmp_path,
-      options={0: {'timeout_s': 5}, 1: {'late': True, 'timeout_s': 5}}, timeout_s=300,
+      options={0: {'timeout_s': 2}, 1: {'late': True, 'timeout_s': 2}}, timeout_s=300,
   )
   assert runs[0].returncode == 1 and runs[0].result['error'] == 'ProcessMismatchError', describe(runs)
-  assert 'process 1 did not arrive within 5 s' in runs[0].result['message']
+  assert 'process 1 did not arrive within 2 s' in runs[0].result['message']
   # Process 1, arriving late, learns that process 0 gave up.
   assert runs[1].returncode == 1 and 'process 0 failed: ProcessMismatchError' in (
       runs[1].result['message']
