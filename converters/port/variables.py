@@ -136,17 +136,7 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
       # The shape, from the inputs' sizes: the variable's own shape, in the
       # symbolic trace of an instance that made it (a class token only the
       # configuration `pool_type='tok'` makes).
-      shape, table = None, None
-      for instance in writer.instances:
-        symbolic = writer.symbolic_of(instance)
-        shape = symbolic.variables.get(collection, {}).get(name)
-        if shape is not None:
-          table = symbolic.table
-          break
-      if isinstance(shape, meta.AxisMetadata):
-        # An annotated variable: its array (the box's pytree child; `unbox`
-        # would constrain it to the mesh in context).
-        (shape,) = jax.tree.leaves(shape)
+      shape, table = _traced(collection, name, writer)
       if shape is None:
         # Not made in the trace (a branch the configuration skips): the
         # shape's source, with the inputs' sizes it reads written as sizes.
@@ -194,13 +184,25 @@ def _dtype_parameter(value: cst.BaseExpression, collection: str, name: str, writ
   if not (isinstance(value, cst.Attribute) and value.attr.value == 'dtype' and isinstance(value.value, cst.Name)
           and value.value.value in writer.call_time):
     return None
+  made, _ = _traced(collection, name, writer)
+  if made is None or not hasattr(made, 'dtype'):
+    return None
+  return cst.Name(writer.dtype_parameter(value.value.value, jax.numpy.dtype(made.dtype).name))
+
+
+def _traced(collection: str, name: str, writer):
+  """`(abstract array, symbol table)` of the variable in the symbolic trace
+  of the first instance that made it (a class token only `pool_type='tok'`
+  makes), an annotated one's array (the box's pytree child; `unbox` would
+  constrain it to the mesh in context); `(None, None)` where none did."""
   for instance in writer.instances:
-    made = writer.symbolic_of(instance).variables.get(collection, {}).get(name)
-    if isinstance(made, meta.AxisMetadata):
-      (made,) = jax.tree.leaves(made)
-    if made is not None and hasattr(made, 'dtype'):
-      return cst.Name(writer.dtype_parameter(value.value.value, jax.numpy.dtype(made.dtype).name))
-  return None
+    symbolic = writer.symbolic_of(instance)
+    made = symbolic.variables.get(collection, {}).get(name)
+    if made is not None:
+      if isinstance(made, meta.AxisMetadata):
+        (made,) = jax.tree.leaves(made)
+      return made, symbolic.table
+  return None, None
 
 
 def _naming_field(value: cst.BaseExpression, writer) -> str | None:
