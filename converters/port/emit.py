@@ -73,16 +73,18 @@ def _imported_as_is(file: source.SourceFile, statement, name: str) -> bool:
   value = getattr(file.python_module, name, None)
   module = file.python_module.__name__
   return (isinstance(statement, cst.ClassDef) and isinstance(value, type) and not issubclass(value, nn.Module)
-          and module != '__main__' and _importable(module))
+          and module != '__main__' and _importable(module, file.path))
 
 
-def _importable(module: str) -> bool:
-  """Whether `module` is found by its name (not a model loaded under a
-  name of its own from a file)."""
+def _importable(module: str, path: str) -> bool:
+  """Whether importing `module` by its name finds the file at `path` (not a
+  model loaded under a name of its own, nor another file of that name
+  earlier on the path)."""
   try:
-    return importlib.util.find_spec(module) is not None
+    spec = importlib.util.find_spec(module)
   except (ImportError, ValueError):
     return False
+  return spec is not None and spec.origin is not None and os.path.realpath(spec.origin) == os.path.realpath(path)
 
 
 def _only_aliases(statement: cst.SimpleStatementLine, names: set[str]) -> cst.SimpleStatementLine | None:
