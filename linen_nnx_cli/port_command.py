@@ -201,7 +201,7 @@ def run(args, fail) -> int:
         'side_by_side': args.side_by_side,
         'classes': result.classes, 'modes': result.modes,
         'stubs': [{'class': s.cls, 'file': s.file, 'line': s.line, 'reason': s.reason} for s in result.stubs],
-        'branches': [{'class': b.cls, 'file': b.file, 'line': b.line, 'branch': b.branch}
+        'branches': [{'class': b.cls, 'file': b.file, 'line': b.line, 'branch': b.branch, 'refused': b.refused}
                      for b in result.branches],
         'checks': [{'check': c, 'outcome': o, 'figure': f} for c, o, f in result.checks],
         'failure': result.failure,
@@ -221,7 +221,7 @@ def run(args, fail) -> int:
     names = ', '.join(s.cls for s in result.stubs)
     print(f'linen-nnx port: {names} written as stubs: port them by hand (see above)', file=sys.stderr)
   elif result.branches and result.proven:
-    print('linen-nnx port: proven where traced; branches no configuration took raise NotImplementedError: '
+    print('linen-nnx port: proven where written; branches it does not write raise NotImplementedError: '
           'trace a configuration that takes them, or port them by hand (see above)', file=sys.stderr)
   elif code:
     print('linen-nnx port: the port was written but not proven (see above)', file=sys.stderr)

@@ -26,6 +26,10 @@ class UntracedBranch:
 
   block: cst.BaseSuite | cst.Else
   statement: cst.If
+  #: Why it is not written where a configuration the proof adds (a flag
+  #: flipped, `scan=True`) takes it: what stopped the port there. None: no
+  #: configuration traced takes it.
+  refused: str | None = None
 
   @property
   def is_else(self) -> bool:
@@ -44,7 +48,8 @@ class UntracedBranch:
     branch = 'else' if self.is_else else 'if'
     where = f'the {branch} branch of `if {file.code(self.statement.test)}`'
     message = (f'{class_name}: {where} was not traced, so the port does not write it: trace a '
-               'configuration that takes it, or port it by hand')
+               'configuration that takes it, or port it by hand') if self.refused is None else (
+        f'{class_name}: {where} is not written: {self.refused}')
     body = self.block.body if self.is_else else self.block
     return body.with_changes(body=[syntax.statement(f'raise NotImplementedError({message!r})\n')])
 
@@ -70,6 +75,17 @@ def untraced_branch(node: cst.CSTNode, method: cst.FunctionDef, file: source.Sou
         return UntracedBranch(child, ancestor)
     child = ancestor
   return None
+
+
+def taken_by(branch: UntracedBranch, file: source.SourceFile, instance: tracing.Created) -> bool:
+  """Whether `instance` takes `branch` (its test read with the instance's
+  module as `self`; False where it cannot be read so)."""
+  try:
+    value = eval(file.code(branch.statement.test), vars(file.python_module),  # noqa: S307
+                 {'self': instance.module})
+  except Exception:  # noqa: BLE001 - not a test of the configuration alone: not known
+    return False
+  return bool(value) != branch.is_else
 
 
 def never_taken(statement: cst.If, body: bool, file: source.SourceFile,

@@ -138,8 +138,12 @@ class ClassWriter:
   #: from the class's own scope).
   writes_shared_scopes = False
 
-  def __init__(self, cls, instances, symbolic_trace, child_ports):
+  def __init__(self, cls, instances, symbolic_trace, child_ports, refused=None):
     self.cls = cls
+    #: `(instances, why)`: instances of configurations the proof adds that
+    #: the class is not written for, and what stopped it; the branches
+    #: they take are written to raise, saying why (`branches.UntracedBranch.refused`).
+    self.refused: tuple[Sequence[tracing.Created], str] | None = refused
     # Every instance of the class the model made: together they create all
     # the class's submodules (a shortcut only some blocks have).
     self.instances = list(instances)
@@ -221,6 +225,7 @@ class ClassWriter:
     #: (`self.table = self.param('embedding', ...)` in `setup()`).
     self.variable_attributes: dict[str, str] = {}
     self.sites = self._sites()
+    self._refuse_module_handed_to_functions()
     self.callees = factories.Callees(self.file, instance.module, tuple(self.field_names), self.method_locals)
     found = factories.read(self.sites, self.callees, self.keeps_factories, self.fail)
     self.factories, self.lifts, self.lift_calls = found.partials, found.lifts, found.lift_calls
@@ -317,6 +322,29 @@ class ClassWriter:
         )
       sites.setdefault(site, (node, []))[1].append(child)
     return sites
+
+  def _refuse_module_handed_to_functions(self) -> None:
+    """Refuses a call handing the module to a function of the file that
+    makes its variables or draws its keys through it (big_vision's
+    `get_posemb(self, ..., 'pos_embedding', ...)` calling `self.param`):
+    NNX makes variables in `__init__`, which the function does not tell."""
+    functions = {s.name.value: s for s in self.file.module.body if isinstance(s, cst.FunctionDef)}
+    made_through = ('param', 'variable', 'make_rng', 'sow', 'put_variable')
+    for call in syntax.descendants(self.cdef):
+      if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in functions):
+        continue
+      function = functions[call.func.value]
+      names = [p.name.value for p in function.params.params]
+      for i, arg in enumerate(call.args):
+        if not (isinstance(arg.value, cst.Name) and arg.value.value == 'self') or arg.star:
+          continue
+        held = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
+        reads = [n for n in syntax.descendants(function.body) if isinstance(n, cst.Attribute)
+                 and isinstance(n.value, cst.Name) and n.value.value == held and n.attr.value in made_through]
+        if reads:
+          self.fail(call, f'{call.func.value}(...) is handed the module and calls {held}.{reads[0].attr.value}(...) '
+                    'in it: NNX makes variables in __init__ (and draws keys from its Rngs), which the function '
+                    'does not say; write them in the class (self.param(...) there), or port it by hand')
 
   def site_of(self, child: tracing.Created) -> tracing.Site | None:
     """Where the method creates `child`: its own site, or the call of a
@@ -464,6 +492,11 @@ class ClassWriter:
             f'{self.file.code(node.func)}(...) is created where no traced configuration went; port it by hand '
             '(or trace a configuration that takes it)'))
       self.untraced_branches[branch.block] = branch
+    if self.refused is not None:
+      refused, why = self.refused
+      for block, branch in self.untraced_branches.items():
+        if any(branches.taken_by(branch, self.file, instance) for instance in refused):
+          self.untraced_branches[block] = dataclasses.replace(branch, refused=why)
 
   def untraced_raise(self, block: cst.CSTNode) -> cst.BaseSuite:
     """What an untraced branch is written as: it raises, saying why."""
@@ -658,6 +691,9 @@ class ClassWriter:
       if arg.star == '**' and (named := self._named_arguments(arg.value)) is not None:
         out += [(a.keyword.value, a) for a in named]  # `**inits`, `inits = dict(kernel_init=...)`
         continue
+      if arg.star == '**' and layer and (chosen := self._chosen_arguments(arg.value)) is not None:
+        out.append(('**', arg.with_changes(value=chosen)))  # `kw = {...} if self.zeroinit else {}`
+        continue
       if arg.star:
         self.fail(node, f'*args or **kwargs in the creation of {cls.__name__}; port it by hand')
       out.append((arg.keyword.value if arg.keyword else fields[i], arg))
@@ -667,6 +703,29 @@ class ClassWriter:
     """The keyword arguments of a dict of names spread into a creation, as
     written (`{'kernel_init': ...}`), or held by a local the method binds
     once (`inits = dict(kernel_init=..., bias_init=...)`); else None."""
+    bound = self._spread_binding(value)
+    return None if bound is None else _keyword_dict(bound)
+
+  def _chosen_arguments(self, value: cst.BaseExpression) -> cst.IfExp | None:
+    """A choice on the configuration between two dicts of names spread into
+    a creation (`kw = {'kernel_init': nn.initializers.zeros} if
+    self.head_zeroinit else {}`, big_vision's head), written out or held by
+    a local the method binds once: the choice, each side a dict literal of
+    string keys; else None."""
+    bound = self._spread_binding(value)
+    if not isinstance(bound, cst.IfExp) or self.call_time & source.names_in(bound.test):
+      return None
+    sides = [_keyword_dict(bound.body), _keyword_dict(bound.orelse)]
+    if any(side is None for side in sides):
+      return None
+    body, orelse = (cst.Dict([cst.DictElement(cst.SimpleString(repr(a.keyword.value)), a.value) for a in side])
+                    for side in sides)
+    return bound.with_changes(body=body, orelse=orelse)
+
+  def _spread_binding(self, value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """What a `**value` spreads: the expression itself, or what the local it
+    names is bound to once and read only where it is spread (whose
+    statement then leaves `__call__`); None for a local read otherwise."""
     bound = self.method_locals.get(value.value) if isinstance(value, cst.Name) else value
     if bound is not None and bound is not value:
       # Read only where it is spread: a dict changed after it is bound
@@ -679,14 +738,7 @@ class ClassWriter:
       # Its statement may go from `__call__` once nothing else reads it.
       self.spread.update(syntax.code_of(n) for n in syntax.descendants(self.method) if isinstance(
           n, cst.SimpleStatementLine) and any(isinstance(b, cst.Assign) and b.value is bound for b in n.body))
-    if isinstance(bound, cst.Call) and isinstance(bound.func, cst.Name) and bound.func.value == 'dict' and all(
-        a.keyword is not None and not a.star for a in bound.args):
-      return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in bound.args]
-    if isinstance(bound, cst.Dict) and all(
-        isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
-        and e.key.evaluated_value.isidentifier() for e in bound.elements):
-      return [syntax.keyword(e.key.evaluated_value, e.value) for e in bound.elements]
-    return None
+    return bound
 
   def _mode_argument(self, value: cst.BaseExpression, eval_value: bool, node) -> None:
     """Checks that a mode field's value is a call flag or a bool field of
@@ -1046,6 +1098,10 @@ class ClassWriter:
     for i, (field, arg) in enumerate(arguments):
       if field == 'name':
         continue
+      if field == '**':  # a choice between two dicts of arguments, NNX's names for Linen's
+        args.append(arg.with_changes(value=self._chosen_layer_arguments(node, spec, arg.value)))
+        positional = False
+        continue
       if field in dict(spec.mode):
         self._mode_argument(arg.value, dict(spec.mode)[field], node)
         positional = False
@@ -1090,7 +1146,9 @@ class ClassWriter:
       args.append(syntax.keyword(spec.in_features, syntax.expression(in_size)))
     if kv_size is not None and kv_size != in_size:  # cross-attention: keys of another width
       args.append(syntax.keyword(spec.kv_features, syntax.expression(kv_size)))
-    given = {f for f, _ in arguments} | self._given_by_factory(node)
+    given = {f for f, _ in arguments} | self._given_by_factory(node) | {
+        e.key.evaluated_value for f, a in arguments if f == '**' for side in (a.value.body, a.value.orelse)
+        for e in side.elements}
     from_field = through is not None and not isinstance(through, cst.Name)
     for field in spec.linen_defaults:
       # (A field's partial may set it: what it holds is the configuration's.)
@@ -1099,6 +1157,28 @@ class ClassWriter:
     if spec.rngs:
       args.append(syntax.keyword('rngs', cst.Name('rngs')))
     return cst.Call(through if through is not None else syntax.expression(spec.written), syntax.normalised(args))
+
+  def _chosen_layer_arguments(self, node: cst.Call, spec: layers.LayerSpec, choice: cst.IfExp) -> cst.IfExp:
+    """`_chosen_arguments`' choice with NNX's names for the layer's Linen
+    arguments; refused where a key is not a plain argument of both layers,
+    or sets one whose default the port writes (NNX's differs from Linen's)
+    on one side only."""
+    sides = [{e.key.evaluated_value: e.value for e in side.elements} for side in (choice.body, choice.orelse)]
+    for field in set(sides[0]) | set(sides[1]):
+      plain = (field not in dict(spec.mode) and field != spec.sequence_field and field not in dict(spec.module_fields)
+               and spec.nnx_argument(field) in spec.nnx_parameters())
+      if not plain or any(self.call_time & source.names_in(side[field]) for side in sides if field in side):
+        self.fail(node, f'{self.file.code(choice)} chooses {field!r}, which {spec.nnx} does not take as a plain '
+                  'argument of the configuration (a mode, a module, a size read from the inputs, or no '
+                  'counterpart); give it as a keyword, or port it by hand')
+      if field in spec.linen_defaults and not all(field in side for side in sides):
+        self.fail(node, f'{field!r} is given on one side of {self.file.code(choice)} only, and NNX\'s default '
+                  f'for it is not Linen\'s: give it on both sides, or port it by hand')
+    body, orelse = (
+        cst.Dict([cst.DictElement(cst.SimpleString(repr(spec.nnx_argument(k))), v) for k, v in side.items()])
+        for side in sides)
+    parens = {} if choice.lpar else {'lpar': [cst.LeftParen()], 'rpar': [cst.RightParen()]}
+    return choice.with_changes(body=body, orelse=orelse, **parens)
 
   def _sequence_arguments(self, site, node, arg: cst.Arg) -> list[cst.Arg]:
     """`nn.Sequential([nn.Dense(8), nn.relu, Block()])`'s list as NNX takes
@@ -1356,6 +1436,10 @@ class ClassWriter:
     first = next((k for k, s in enumerate(body) if isinstance(s, cst.FunctionDef)), len(body))
     if body[first:first + len(made)] != made:
       body = body[:first] + made + [s for s in body[first:] if all(s is not m for m in made)]
+    # A blank line before each method after the first, as PEP 8 spaces them
+    # (the Linen class's first method had none before it).
+    body = [s.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) if isinstance(s, cst.FunctionDef) and k > first
+            and not s.leading_lines else s for k, s in enumerate(body)]
     bases = [
         b.with_changes(value=syntax.expression('nnx.Module'))
         if references.is_linen(b.value, self.file, 'Module') else b
@@ -1635,7 +1719,10 @@ class ClassWriter:
     NNX mode sets."""
     finder = syntax.CallsAmong({node: site for site, (node, _) in self.sites.items()})
     value.visit(finder)
-    return bool(finder.found)
+    creations = {node for node, _ in self.sites.values()}
+    return bool(finder.found) or any(  # `block(x, deterministic)`, `block = Block(...)`
+        isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and self.method_locals.get(n.func.value) in creations
+        for n in syntax.descendants(value))
 
   def _drop_flag(self, method: cst.FunctionDef, flag: str) -> cst.FunctionDef:
     aliases = {name for name, value in self.locals.items()
@@ -1830,6 +1917,19 @@ def _made_name(made) -> str:
   """The name of what a factory field makes: a Flax layer's spec or a class."""
   return made.linen.__name__ if isinstance(made, layers.LayerSpec) else made.__name__
 
+
+
+def _keyword_dict(node: cst.BaseExpression) -> list[cst.Arg] | None:
+  """`dict(kernel_init=...)` or `{'kernel_init': ...}` (string keys that
+  are names) as keyword arguments; else None."""
+  if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == 'dict' and all(
+      a.keyword is not None and not a.star for a in node.args):
+    return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in node.args]
+  if isinstance(node, cst.Dict) and all(
+      isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+      and e.key.evaluated_value.isidentifier() for e in node.elements):
+    return [syntax.keyword(e.key.evaluated_value, e.value) for e in node.elements]
+  return None
 
 def _value_at(module, path: str):
   value = module

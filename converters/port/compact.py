@@ -633,6 +633,11 @@ class CompactWriter(classes.ClassWriter):
           if site in writer.lifts:
             return writer._lifted_call(original, updated, site, child, pending)
           return writer._without_mode_arguments(original, updated, child)
+        if isinstance(original.func, cst.Name) and writer.method_locals.get(original.func.value) in writer.node_sites:
+          # `block = Block(...)` then `block(x, deterministic)`: the module it names.
+          site = writer.node_sites[writer.method_locals[original.func.value]]
+          if site not in writer.lifts:
+            return writer._without_mode_arguments(original, updated, writer.sites[site][1][0])
         return updated
 
       def leave_For(self, original, updated):
@@ -681,8 +686,9 @@ class CompactWriter(classes.ClassWriter):
     return syntax.without_leading_blank_lines(syntax.without_unused_locals(method, self._replayed | self.spread))
 
 
-def port_class(cls, instances, symbolic_trace, child_ports) -> ClassPort:
+def port_class(cls, instances, symbolic_trace, child_ports, refused=None) -> ClassPort:
   """The NNX class of the Linen class `cls`, written from the instances the
   model made of it (`symbolic_trace(instance)` gives the sizes; `child_ports`
-  are the ports of the user's classes it creates). Raises `Untranslatable`."""
-  return CompactWriter(cls, instances, symbolic_trace, child_ports).write()
+  are the ports of the user's classes it creates; `refused`, as
+  `ClassWriter.refused`). Raises `Untranslatable`."""
+  return CompactWriter(cls, instances, symbolic_trace, child_ports, refused).write()

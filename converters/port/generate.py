@@ -32,6 +32,7 @@ from converters.port import (
   source,
   tracing,
 )
+from converters.port.branches import taken_by
 from converters.port.errors import PortInputError, PortOutputError, UntracedCreation, Untranslatable
 from converters.port.stubs import Stub, StubPort, UnportedBranch, stub_port, stub_source
 
@@ -50,7 +51,10 @@ class PortResult:
     checks: `(check, outcome, figure)` rows: the proof, ruff, timings.
     proven: whether the proof held (False with stubs: nothing was run).
     branches: the branches of written classes no traced configuration
-      took, written to raise (the proof holds for the rest).
+      took, or only configurations the proof adds took and the port cannot
+      write, written to raise (the proof holds for the rest).
+    left_out: those configurations (their descriptions) and why: neither
+      mapped nor proven.
   """
 
   text: str
@@ -84,6 +88,7 @@ class PortResult:
   #: The Flax layer classes the traced model makes (`nn.Dense`, ...): what
   #: the report says of the layers NNX computes otherwise.
   flax_layers: frozenset = frozenset()
+  left_out: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _call_parameters(cls: type, method: str = '__call__') -> list[str]:
@@ -116,17 +121,23 @@ class _ClassesWritten:
   stubs: list[Stub] = dataclasses.field(default_factory=list)
   branches: list[UnportedBranch] = dataclasses.field(default_factory=list)
   subclasses: set = dataclasses.field(default_factory=set)  # of Flax layers, written as text
+  #: The configurations the proof adds that a class is not written for (a
+  #: branch only they take, written to raise): their descriptions, and why.
+  left_out: dict[str, str] = dataclasses.field(default_factory=dict)
 
   @property
   def untraced(self) -> bool:
     """Whether a class makes a module where no traced configuration went."""
-    return bool(self.branches) or any(s.untraced for s in self.stubs)
+    return any(b.refused is None for b in self.branches) or any(s.untraced for s in self.stubs)
 
 
-def _write_classes(root: tracing.Created, instances: dict, variables, symbolic: dict) -> _ClassesWritten:
+def _write_classes(root: tracing.Created, instances: dict, variables, symbolic: dict,
+                   origins: dict[int, str]) -> _ClassesWritten:
   """Each of the user's classes under `root`, innermost first (every
   instance's subtree before the class: another instance may create more).
-  `symbolic` keeps each instance's symbolic trace, by `id`, for the next pass."""
+  `symbolic` keeps each instance's symbolic trace, by `id`, for the next
+  pass; `origins` the configuration the proof adds that made an instance
+  (its description, by `id`), for none of the model's own."""
   out = _ClassesWritten()
 
   def symbolic_trace(instance: tracing.Created, cls: type) -> shapes.SymbolicTrace:
@@ -158,41 +169,80 @@ def _write_classes(root: tracing.Created, instances: dict, variables, symbolic: 
     for other in instances[cls][1:]:
       for child in other.children:
         visit(child)
+    writer = setup_style if 'setup' in vars(cls) else compact
     try:
-      writer = setup_style if 'setup' in vars(cls) else compact
       port = writer.port_class(
           cls, instances[cls],
           lambda i, cls=cls: symbolic_trace(i, cls), ports,
       )
+    except Untranslatable as e:
+      # Stopped by what a configuration the proof adds makes (`scan=True`'s
+      # scanned remat): written without it, where it alone takes a branch.
+      written_without = _written_without(
+          cls, instances[cls], origins, e,
+          lambda kept, refused, cls=cls: writer.port_class(
+              cls, kept, lambda i: symbolic_trace(i, cls), ports, refused))
+      if written_without is None:
+        stub_of(cls, e)
+        return
+      port, left_out = written_without
+      out.left_out.update(dict.fromkeys(left_out, str(e)))
     except Exception as e:  # noqa: BLE001 - whatever stops a class is its stub's reason
-      # LookupError, OSError, TypeError from `source`: the class's source
-      # cannot be read (defined in a function, in a notebook, compiled).
-      unreadable = isinstance(e, (LookupError, OSError, TypeError)) and _is_unreadable(cls)
-      reason = str(e) if isinstance(e, Untranslatable) else (
-          f'its source cannot be read ({e}); define it at the top level of a module, or port it by hand'
-          if unreadable else
-          f'writing it stopped on {type(e).__name__}: {e}; port it by hand (and tell us: the port '
-          'should have said why)')
-      line = e.line if isinstance(e, Untranslatable) else None
-      try:
-        path = source.file_of(cls).path
-      except (LookupError, OSError, TypeError):
-        path = getattr(inspect.getmodule(cls), '__file__', None) or '<unknown>'
-      stub = Stub(cls.__name__, line, reason, path, untraced=isinstance(e, UntracedCreation))
-      stubs.append(stub)
-      # The classes around it build and call it through this interface.
-      ports[cls] = stub_port(cls, instances[cls], stub)
-      written.append((cls, stub_source(ports[cls], instances[cls], variables)))
+      stub_of(cls, e)
       return
     ports[cls] = port
     written.append(port)
     for branch in port.writer.untraced_branches.values():
       file = port.writer.file
-      branches.append(UnportedBranch(cls.__name__, branch.line(file), branch.condition(file), file.path))
+      branches.append(UnportedBranch(cls.__name__, branch.line(file), branch.condition(file), file.path,
+                                     refused=branch.refused))
+
+  def stub_of(cls: type, e: Exception) -> None:
+    """`cls` written as a stub that `e` stopped."""
+    # LookupError, OSError, TypeError from `source`: the class's source
+    # cannot be read (defined in a function, in a notebook, compiled).
+    unreadable = isinstance(e, (LookupError, OSError, TypeError)) and _is_unreadable(cls)
+    reason = str(e) if isinstance(e, Untranslatable) else (
+        f'its source cannot be read ({e}); define it at the top level of a module, or port it by hand'
+        if unreadable else
+        f'writing it stopped on {type(e).__name__}: {e}; port it by hand (and tell us: the port '
+        'should have said why)')
+    line = e.line if isinstance(e, Untranslatable) else None
+    try:
+      path = source.file_of(cls).path
+    except (LookupError, OSError, TypeError):
+      path = getattr(inspect.getmodule(cls), '__file__', None) or '<unknown>'
+    stub = Stub(cls.__name__, line, reason, path, untraced=isinstance(e, UntracedCreation))
+    stubs.append(stub)
+    # The classes around it build and call it through this interface.
+    ports[cls] = stub_port(cls, instances[cls], stub)
+    written.append((cls, stub_source(ports[cls], instances[cls], variables)))
 
 
   visit(root)
   return out
+
+
+def _written_without(cls: type, instances: list, origins: dict[int, str], error: Untranslatable, write):
+  """`cls` written from its instances but those of one configuration the
+  proof adds (or of them all), where `error` stopped it with them and each
+  instance left out takes a branch the port then writes to raise
+  (`write(kept, refused)`): `(port, the configurations left out)`; else
+  None. No configuration of the model's own is ever left out."""
+  added = list(dict.fromkeys(origins[id(i)] for i in instances if id(i) in origins))
+  for left_out in [[d] for d in added] + ([added] if len(added) > 1 else []):
+    kept = [i for i in instances if origins.get(id(i)) not in left_out]
+    dropped = [i for i in instances if origins.get(id(i)) in left_out]
+    if not kept:
+      continue
+    try:
+      port = write(kept, (dropped, str(error)))
+    except Exception:  # noqa: BLE001 - stopped without them too: the stub says the first reason
+      continue
+    refused = [b for b in port.writer.untraced_branches.values() if b.refused is not None]
+    if all(any(taken_by(b, port.writer.file, i) for b in refused) for i in dropped):
+      return port, left_out
+  return None
 
 
 def _making_more(configurations, variables, made: set, sizes: bool = True) -> tuple[list, list]:
@@ -246,11 +296,13 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   # The code each flag of the configuration switches on (`scan_layers`):
   # its modules are instances of the classes too, written with the rest.
   flags, within = _making_more([*prove.flag_configurations(linen_model, refused), *optional], variables, made)
-  for _, _, other_root, _ in flags:
+  origins: dict[int, str] = {}  # the configuration that made an instance, by id
+  for _, description, other_root, _ in flags:
     for instance in other_root.walk():
       instances.setdefault(instance.cls, []).append(instance)
+      origins[id(instance)] = description
   symbolic: dict = {}  # (the instances stay alive in `instances`: their ids stay theirs)
-  pass_ = _write_classes(root, instances, variables, symbolic)
+  pass_ = _write_classes(root, instances, variables, symbolic, origins)
   if pass_.untraced:
     # A module made where no configuration traced so far went (a loop the
     # model's runs no times): the other configurations the proof tries, where
@@ -260,11 +312,15 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
     more = more[:1]  # (the other one mostly goes where it goes: its symbolic traces, twice the time)
     if more:
       flags += more
-      for _, _, other_root, _ in more:
+      for _, description, other_root, _ in more:
         for instance in other_root.walk():
           instances.setdefault(instance.cls, []).append(instance)
-      pass_ = _write_classes(root, instances, variables, symbolic)
+          origins[id(instance)] = description
+      pass_ = _write_classes(root, instances, variables, symbolic, origins)
   ports, written, stubs, branches = pass_.ports, pass_.written, pass_.stubs, pass_.branches
+  # The configurations a class is not written for (a branch only they take
+  # raises): neither mapped nor proven; the report says so.
+  flags = [f for f in flags if f[1] not in pass_.left_out]
   # The variables of every flag's configuration too (the scanned layers'),
   # where they do not contradict the traced configuration's; none under a
   # stub, whose port is not written (`unmapped`).
@@ -297,6 +353,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   result.within = within
   result.mapping = mapping
   result.branches = branches
+  result.left_out = dict(pass_.left_out)
   result.flax_layers = frozenset(i.cls for i in root.walk() if layers.is_flax_class(i.cls))
   return result, ports
 
@@ -466,7 +523,10 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   # Each field left None given a value: the branch the traced configuration skipped.
   for name, why in result.unproven:
     result.checks.append((f'another configuration ({name} given a value)', why, 'not proven'))
-  written = {d for _, d, _ in result.flags}  # proven with the flags
+  for description, why in result.left_out.items():
+    result.checks.append((f'another configuration ({description})', 'raises NotImplementedError',
+                          f'not proven: {why}'))
+  written = {d for _, d, _ in result.flags} | set(result.left_out)  # proven with the flags, or not written
   optional = [(o, d) for o, d in result.optional if d not in written]
   # A flag of the call the port keeps as an argument (not its mode: it does
   # more than set layers' modes, `if deterministic: return ids`), turned
@@ -487,7 +547,8 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
     if (both := prove.combined(linen_model, branches, other)) is not None:
       branches, taken = both, [*taken, change]
   if taken:  # one proof: floats moved and tuples emptied (the sizes a branch reads off a loop)
-    moved += [(o, f'{", ".join(taken)}; {d}') for o, d in prove.moved_configurations(branches)[:1]]
+    moved += [(o, f'{", ".join(taken)}; {d}') for o, d in prove.moved_configurations(branches)[:1]] or [
+        (branches, ', '.join(taken))]  # (no float or tuple to move: the flags alone)
   tried = {d for _, d in others}  # (a configuration written from for a loop it runs: proven once)
   flags = [(o, d) for o, d, _ in result.flags if d not in tried]
   for other, changes in [*others, *flags, *pairs, *calls, *optional, *moved]:

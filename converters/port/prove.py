@@ -242,6 +242,8 @@ def holding(nnx_class: type, linen_model: LinenModel, variables, paths, *, seed:
       model.init_cache(*cache_shape)
     return model
 
+  if not jax.tree.leaves(variables):  # a configuration that makes none (`norms=False`): nothing to convert
+    return make()
   return linen_to_nnx(variables, target=nnx.eval_shape(make), paths=paths, rngs=seed)
 
 

@@ -272,8 +272,9 @@ class _MethodBody(cst.CSTTransformer):
     return updated
 
 
-def port_class(cls, instances, symbolic_trace, child_ports) -> classes.ClassPort:
+def port_class(cls, instances, symbolic_trace, child_ports, refused=None) -> classes.ClassPort:
   """The NNX class of the Linen class `cls`, written from the instances the
   model made of it (`symbolic_trace(instance)` gives the sizes; `child_ports`
-  are the ports of the user's classes it creates). Raises `Untranslatable`."""
-  return SetupWriter(cls, instances, symbolic_trace, child_ports).write()
+  are the ports of the user's classes it creates; `refused`, as
+  `ClassWriter.refused`). Raises `Untranslatable`."""
+  return SetupWriter(cls, instances, symbolic_trace, child_ports, refused).write()

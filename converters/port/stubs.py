@@ -45,15 +45,21 @@ class Stub:
 @dataclasses.dataclass
 class UnportedBranch:
   """A branch of a written class no traced configuration took (`if
-  self.resnet is not None:`), written to raise: where, and its condition."""
+  self.resnet is not None:`), or one only a configuration the proof adds
+  took and the port cannot write, written to raise: where, and its
+  condition."""
 
   cls: str
   line: int
   branch: str
   file: str
+  #: Why it is not written where a configuration the proof adds takes it
+  #: (`branches.UntracedBranch.refused`); None where none does.
+  refused: str | None = None
 
   def __str__(self) -> str:
-    return f'{self.cls} ({self.file}:{self.line}): {self.branch} was not traced; it raises NotImplementedError'
+    why = 'was not traced' if self.refused is None else f'is not written ({self.refused})'
+    return f'{self.cls} ({self.file}:{self.line}): {self.branch} {why}; it raises NotImplementedError'
 
 
 @dataclasses.dataclass

@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
 from converters import LinenModel
@@ -1708,6 +1709,71 @@ class SpreadMutated(nn.Module):
 
 def spread_mutated() -> LinenModel:
   return LinenModel(SpreadMutated(), jnp.ones((2, 3)))
+
+
+class RematChosenInAnExpression(nn.Module):
+  """A flag choosing, in an expression rather than an `if`, what the port
+  does not write (`nn.remat` outside a scan): no branch to write to raise,
+  so the class is a stub for every configuration, not a guess."""
+
+  remat: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    block = nn.remat(Inner) if self.remat else Inner
+    return block(3)(x)
+
+
+def remat_chosen_in_an_expression() -> LinenModel:
+  return LinenModel(RematChosenInAnExpression(), jnp.ones((2, 3)))
+
+
+def get_posemb(self, typ, seqshape, width, name, dtype=jnp.float32):
+  """big_vision's: the module handed in, its parameter made through it."""
+  if typ == 'learn':
+    return self.param(name, nn.initializers.normal(stddev=1 / np.sqrt(width)), (1, np.prod(seqshape), width), dtype)
+  return jnp.zeros((1, np.prod(seqshape), width), dtype)
+
+
+class HandedToAFunction(nn.Module):
+  posemb: str = 'learn'
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(4)(x)
+    return x + get_posemb(self, self.posemb, (x.shape[1],), 4, 'pos_embedding', x.dtype)
+
+
+def handed_to_a_function() -> LinenModel:
+  return LinenModel(HandedToAFunction(), jnp.ones((2, 3, 5)))
+
+
+class ChosenByTheCall(nn.Module):
+  """Arguments chosen by a flag of the call: NNX builds the layer before
+  any call."""
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    kw = {'kernel_init': nn.initializers.zeros} if train else {}
+    return nn.Dense(4, **kw)(x)
+
+
+def chosen_by_the_call() -> LinenModel:
+  return LinenModel(ChosenByTheCall(), jnp.ones((2, 3)))
+
+
+class ChosenLinenOnlyArgument(nn.Module):
+  """A chosen argument nnx.Linear does not take."""
+
+  plain: bool = True
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(4, **({} if self.plain else {'dot_general_cls': None}))(x)
+
+
+def chosen_linen_only_argument() -> LinenModel:
+  return LinenModel(ChosenLinenOnlyArgument(), jnp.ones((2, 3)))
 
 
 @dataclasses.dataclass(frozen=True)

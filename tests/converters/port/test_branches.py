@@ -3,6 +3,8 @@ took, and what is written in its place."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import libcst as cst
@@ -58,3 +60,15 @@ def test_a_side_some_instance_takes_is_not_untraced():
   assert branches.never_taken(statement, True, file, [root])
   assert not branches.never_taken(statement, True, file, [taken])
   assert not branches.never_taken(statement, False, file, [root])
+
+
+def test_a_side_refused_for_a_configuration_the_proof_adds_raises_saying_why():
+  root, file, method, (conv, *_) = _read(Root())
+  taken, _ = tracing.trace(Root(stem=5), jax.ShapeDtypeStruct((2, 4, 4, 3), jnp.float32))
+  branch = branches.untraced_branch(conv, method, file, [root], {'x'}, set())
+  assert branches.taken_by(branch, file, taken) and not branches.taken_by(branch, file, root)
+  refused = dataclasses.replace(branch, refused='nn.remat of a module without nn.scan; port it by hand')
+  raised = cst.Module([]).code_for_node(refused.raising('Root', file))
+  assert ('Root: the if branch of `if self.stem is not None` is not written: nn.remat of a module '
+          'without nn.scan; port it by hand') in raised
+  assert 'was not traced' not in raised

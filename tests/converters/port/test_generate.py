@@ -32,6 +32,7 @@ from converters.port.emit import ruff_check
 from model_zoo import configs
 from model_zoo.linen import cnn
 from tests.converters.port import linen_models
+from tests.converters.port.golden import refused_flag_branch as golden_refused
 
 FACTORIES = 'tests.converters.port.linen_models'
 
@@ -438,6 +439,10 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('shared_under_a_condition', 'where some configurations do not share its scope'),
     ('shared_attention', "Flax's MultiHeadDotProductAttention, which holds layers of its own"),
     ('spread_mutated', '*args or **kwargs in the creation of Dense'),
+    ('chosen_by_the_call', '*args or **kwargs in the creation of Dense'),
+    ('remat_chosen_in_an_expression', 'is made by a transform bound outside the method'),
+    ('handed_to_a_function', 'get_posemb(...) is handed the module and calls self.param(...) in it'),
+    ('chosen_linen_only_argument', "chooses 'dot_general_cls', which nnx.Linear does not take"),
     ('mode_through_a_local', "config.deterministic sets the layers' modes and does more"),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
@@ -453,6 +458,27 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
     stub_class(**dict.fromkeys(required))  # the interface the classes around it build it through
   assert '# STUB: not ported' in out.read_text()
   assert ruff_check(str(out)) == ([], [])
+
+
+def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises_and_is_not_proven(tmp_path):
+  # The class is written for the configuration given, not stubbed; the
+  # configuration the proof added (remat=True) is reported, not proven.
+  out = tmp_path / 'refused_nnx.py'
+  result = port(golden_refused.model(), str(out), factory='tests.converters.port.golden.refused_flag_branch:model')
+  assert result.proven and not result.stubs, (result.failure, result.checks)
+  assert list(result.left_out) == ['remat=True']
+  assert 'nn.remat of a module without nn.scan' in result.left_out['remat=True']
+  (branch,) = result.branches
+  assert (branch.cls, branch.branch) == ('Encoder', '`if self.remat`') and 'nn.remat' in branch.refused
+  assert ('another configuration (remat=True)', 'raises NotImplementedError') in [c[:2] for c in result.checks]
+  assert not any(c[0] == 'another configuration (remat=True)' and c[1] == 'passed' for c in result.checks)
+  generated = import_file(str(out))
+  with pytest.raises(NotImplementedError, match='`if self.remat` is not written: nn.remat of a module'):
+    generated.Encoder(remat=True, in_features=5, rngs=nnx.Rngs(0))
+  # Given the configuration's own, a model of another depth is the Linen one.
+  assert result.modes == {'deterministic': False}
+  assert_generated_port(LinenModel(golden_refused.Encoder(depth=3), jnp.ones((3, 4)), deterministic=True),
+                        generated, modes=result.modes)
 
 
 def test_a_layer_sharing_its_creators_scope_is_an_attribute_mapped_from_that_scope(tmp_path):

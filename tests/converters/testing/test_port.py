@@ -519,3 +519,26 @@ def test_a_model_without_parameters_is_compared_by_its_outputs():
       def __call__(self, x):
         return x + 2 * self.shift[...]
     assert_port_equivalent(LinenShift(), variables, Twice(), x, paths=paths)
+
+
+class _Doubles(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return 2 * x
+
+
+class _DoublesPort(nnx.Module):
+  def __init__(self, extra: bool, rngs: nnx.Rngs):
+    self.extra = nnx.Linear(3, 3, rngs=rngs) if extra else nnx.data(None)
+
+  def __call__(self, x):
+    return 2 * x if self.extra is None else self.extra(x)
+
+
+def test_a_model_of_no_variables_is_compared_by_its_outputs_and_a_port_holding_some_is_refused():
+  x = jnp.arange(6.0).reshape(2, 3)
+  linen_variables = _Doubles().init(jax.random.key(0), x)
+  assert not jax.tree.leaves(linen_variables)
+  assert_port_equivalent(_Doubles(), linen_variables, _DoublesPort(False, nnx.Rngs(0)), x, paths=PathMapping([]))
+  with pytest.raises(AssertionError, match='Linen makes no variable, but the port holds parameters'):
+    assert_port_equivalent(_Doubles(), linen_variables, _DoublesPort(True, nnx.Rngs(0)), x, paths=PathMapping([]))

@@ -19,6 +19,7 @@ class Encoder(nnx.Module):
         nnx.initializers.normal(stddev=0.02)(rngs.params(), (1, x_shape[0], x_shape[-1])),
     )
     self.dense = nnx.Linear(x_shape[-1], x_shape[-1], rngs=rngs)
+
   def __call__(self, x):
     pos = self.pos_embedding[...]
     return self.dense(x + pos)

@@ -1,0 +1,46 @@
+"""NNX port of `tests.converters.port.golden.refused_flag_branch`, written by
+`linen-nnx port tests.converters.port.golden.refused_flag_branch:model`.
+
+Each class is the NNX counterpart of the Linen class of the same name;
+`refused_flag_branch_nnx_paths.PATHS`, written beside this file, maps the Linen
+variables onto these modules (`linen-nnx convert --paths
+refused_flag_branch_nnx_paths:PATHS`). Proven equivalent when written: see
+`test_refused_flag_branch_nnx_port.py`.
+
+A new model is in training mode, as every NNX module is: call `model.eval()`
+where Linen ran with `deterministic=True`, `model.train()` to train.
+"""
+from __future__ import annotations
+
+from flax import nnx
+
+
+class Block(nnx.Module):
+  def __init__(self, *, in_features: int, rngs: nnx.Rngs):
+    self.dropout = nnx.Dropout(0.1, rngs=rngs)
+    self.dense = nnx.Linear(in_features, in_features, rngs=rngs)
+
+  def __call__(self, x):
+    return self.dropout(nnx.relu(self.dense(x)))
+
+
+class Encoder(nnx.Module):
+
+  def __init__(self, depth: int = 2, remat: bool = False, *, in_features: int, rngs: nnx.Rngs):
+    self.remat = remat
+    if remat:
+      raise NotImplementedError('Encoder: the if branch of `if self.remat` is not written: nn.remat of a module without nn.scan: not written yet; port it by hand')
+    else:
+      self.blocks = nnx.List()
+      for i in range(depth):
+        self.blocks.append(Block(in_features=in_features, rngs=rngs))
+    self.norm = nnx.LayerNorm(in_features, rngs=rngs)
+
+  def __call__(self, x):
+    if self.remat:
+      raise NotImplementedError('Encoder: the if branch of `if self.remat` is not written: nn.remat of a module without nn.scan: not written yet; port it by hand')
+    else:
+      for block_ in self.blocks:
+        block_cur = block_
+        x = block_cur(x)
+    return self.norm(x)
