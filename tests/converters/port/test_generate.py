@@ -460,6 +460,21 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
   assert ruff_check(str(out)) == ([], [])
 
 
+def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises(tmp_path):
+  # The class is written for the configuration given, not stubbed, and the
+  # configuration the proof adds (remat=True) is left out (the report and
+  # the proof: below, nightly).
+  result, out = _written(tmp_path, 'refused', golden_refused.model())
+  assert not result.stubs and list(result.left_out) == ['remat=True']
+  (branch,) = result.branches
+  assert (branch.cls, branch.branch) == ('Encoder', '`if self.remat`') and 'nn.remat' in branch.refused
+  assert "PathRule('block_{i}/Dense_0/kernel', 'blocks/{i}/dense/kernel')" in result.paths_text
+  generated = import_file(str(out))
+  with pytest.raises(NotImplementedError, match='`if self.remat` is not written: nn.remat of a module'):
+    generated.Encoder(remat=True, in_features=5, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.nightly
 def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises_and_is_not_proven(tmp_path):
   # The class is written for the configuration given, not stubbed; the
   # configuration the proof added (remat=True) is reported, not proven.
