@@ -140,10 +140,11 @@ class ClassWriter:
 
   def __init__(self, cls, instances, symbolic_trace, child_ports, refused=None):
     self.cls = cls
-    #: `(instances, why)`: instances of configurations the proof adds that
-    #: the class is not written for, and what stopped it; the branches
-    #: they take are written to raise, saying why (`branches.UntracedBranch.refused`).
-    self.refused: tuple[Sequence[tracing.Created], str] | None = refused
+    #: `[(instances, why)]`: instances of configurations the proof adds that
+    #: the class is not written for, each group with what stopped it; the
+    #: branches they take are written to raise, saying why
+    #: (`branches.UntracedBranch.refused`).
+    self.refused: Sequence[tuple[Sequence[tracing.Created], str]] = refused or ()
     # Every instance of the class the model made: together they create all
     # the class's submodules (a shortcut only some blocks have).
     self.instances = list(instances)
@@ -492,11 +493,11 @@ class ClassWriter:
             f'{self.file.code(node.func)}(...) is created where no traced configuration went; port it by hand '
             '(or trace a configuration that takes it)'))
       self.untraced_branches[branch.block] = branch
-    if self.refused is not None:
-      refused, why = self.refused
-      for block, branch in self.untraced_branches.items():
-        if any(branches.taken_by(branch, self.file, instance) for instance in refused):
-          self.untraced_branches[block] = dataclasses.replace(branch, refused=why)
+    for block, branch in list(self.untraced_branches.items()):
+      why = next((why for group, why in self.refused
+                  if any(branches.taken_by(branch, self.file, instance) for instance in group)), None)
+      if why is not None:
+        self.untraced_branches[block] = dataclasses.replace(branch, refused=why)
 
   def untraced_raise(self, block: cst.CSTNode) -> cst.BaseSuite:
     """What an untraced branch is written as: it raises, saying why."""

@@ -186,7 +186,7 @@ def _write_classes(root: tracing.Created, instances: dict, variables, symbolic: 
         stub_of(cls, e)
         return
       port, left_out = written_without
-      out.left_out.update(dict.fromkeys(left_out, str(e)))
+      out.left_out.update(left_out)
     except Exception as e:  # noqa: BLE001 - whatever stops a class is its stub's reason
       stub_of(cls, e)
       return
@@ -224,24 +224,32 @@ def _write_classes(root: tracing.Created, instances: dict, variables, symbolic: 
 
 
 def _written_without(cls: type, instances: list, origins: dict[int, str], error: Untranslatable, write):
-  """`cls` written from its instances but those of one configuration the
-  proof adds (or of them all), where `error` stopped it with them and each
-  instance left out takes a branch the port then writes to raise
-  (`write(kept, refused)`): `(port, the configurations left out)`; else
-  None. No configuration of the model's own is ever left out."""
+  """`cls` written from its instances but those of configurations the proof
+  adds, where `error` stopped it with them and each instance left out takes
+  a branch the port then writes to raise (`write(kept, refused)`, `refused`
+  as `ClassWriter.refused`): `(port, {configuration left out: what stopped
+  the port there})`; else None. Each configuration is left out in turn,
+  and kept out where that moves the stop elsewhere (another flag's
+  branch), so no more are left out than stop it; none of the model's own
+  ever is."""
   added = list(dict.fromkeys(origins[id(i)] for i in instances if id(i) in origins))
-  for left_out in [[d] for d in added] + ([added] if len(added) > 1 else []):
-    kept = [i for i in instances if origins.get(id(i)) not in left_out]
-    dropped = [i for i in instances if origins.get(id(i)) in left_out]
-    if not kept:
-      continue
+  left_out: dict[str, str] = {}
+  stop = error
+  for description in added:
+    trying = {**left_out, description: str(stop)}
+    kept = [i for i in instances if origins.get(id(i)) not in trying]
+    refused = [([i for i in instances if origins.get(id(i)) == d], why) for d, why in trying.items()]
     try:
-      port = write(kept, (dropped, str(error)))
-    except Exception:  # noqa: BLE001 - stopped without them too: the stub says the first reason
+      port = write(kept, refused)
+    except Untranslatable as e:
+      if (e.line, str(e)) != (stop.line, str(stop)):  # that one stopped it: the next stop is another's
+        left_out, stop = trying, e
       continue
-    refused = [b for b in port.writer.untraced_branches.values() if b.refused is not None]
-    if all(any(taken_by(b, port.writer.file, i) for b in refused) for i in dropped):
-      return port, left_out
+    except Exception:  # noqa: BLE001 - stopped otherwise: the stub says the first reason
+      continue
+    branches = [b for b in port.writer.untraced_branches.values() if b.refused is not None]
+    if all(any(taken_by(b, port.writer.file, i) for b in branches) for group, _ in refused for i in group):
+      return port, trying
   return None
 
 

@@ -1748,6 +1748,32 @@ def handed_to_a_function() -> LinenModel:
   return LinenModel(HandedToAFunction(), jnp.ones((2, 3, 5)))
 
 
+class TwoRefusedFlags(nn.Module):
+  """Two flags each taking a branch the port cannot write (`nn.remat`
+  outside a scan), one nested in the other's else, and a flag it can."""
+
+  remat: bool = False
+  checkpointed: bool = False
+  extra: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    if self.remat:
+      x = nn.remat(Inner)(3, name='inner')(x)
+    else:
+      if self.checkpointed:
+        x = nn.checkpoint(Inner)(3, name='inner')(x)
+      else:
+        x = Inner(3, name='inner')(x)
+    if self.extra:
+      x = nn.Dense(2, name='extra')(x)
+    return x
+
+
+def two_refused_flags() -> LinenModel:
+  return LinenModel(TwoRefusedFlags(), jnp.ones((2, 5)))
+
+
 class ChosenByTheCall(nn.Module):
   """Arguments chosen by a flag of the call: NNX builds the layer before
   any call."""

@@ -474,6 +474,17 @@ def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises(tm
     generated.Encoder(remat=True, in_features=5, rngs=nnx.Rngs(0))
 
 
+def test_only_the_configurations_that_stop_a_class_are_left_out(tmp_path):
+  # remat=True stops it; left out, checkpointed=True stops it elsewhere:
+  # left out too; extra=True is written (and proven with the rest).
+  result, out = _written(tmp_path, 'two_refused_flags', linen_models.two_refused_flags())
+  assert not result.stubs and sorted(result.left_out) == ['checkpointed=True', 'remat=True']
+  assert {b.branch for b in result.branches} == {'`if self.remat`', '`if self.checkpointed`'}
+  assert all('nn.remat of a module without nn.scan' in b.refused for b in result.branches)
+  assert 'extra=True' in [d for _, d, _ in result.flags]
+  assert "self.extra_ = nnx.Linear(3, 2, rngs=rngs)" in out.read_text()
+
+
 @pytest.mark.nightly
 def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises_and_is_not_proven(tmp_path):
   # The class is written for the configuration given, not stubbed; the
