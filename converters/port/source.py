@@ -178,8 +178,18 @@ def source_file(path: str) -> SourceFile:
 
 
 def file_of(cls: type) -> SourceFile:
-  """The parsed file defining `cls`."""
-  return source_file(os.path.realpath(inspect.getsourcefile(cls)))
+  """The parsed file defining `cls`: the file of its module, or, where a
+  package re-exports it under its own name (scico sets `DnCNNNet.__module__
+  = 'scico.flax'`), the file its methods were compiled from."""
+  file = source_file(os.path.realpath(inspect.getsourcefile(cls)))
+  if any(isinstance(s, cst.ClassDef) and s.name.value == cls.__name__ for s in file.module.body):
+    return file
+  for value in vars(cls).values():
+    function = inspect.unwrap(value) if callable(value) else None
+    code = getattr(function, '__code__', None)
+    if code is not None and getattr(function, '__qualname__', '').startswith(f'{cls.__qualname__}.'):
+      return source_file(os.path.realpath(code.co_filename))
+  return file
 
 
 def snake_case(name: str) -> str:

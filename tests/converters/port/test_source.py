@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from converters.port import source
 from converters.port.source import snake_case
 
 
@@ -27,3 +30,21 @@ from converters.port.source import snake_case
 ])
 def test_class_names_become_the_attribute_names_a_person_writes(name, snake):
   assert snake_case(name) == snake
+
+
+def test_a_class_a_package_re_exports_under_its_own_name_is_read_from_the_file_defining_it(tmp_path, monkeypatch):
+  # scico's `scico.flax` sets `DnCNNNet.__module__ = 'scico.flax'`: its
+  # module's file is the package's __init__, which does not define it.
+  package = tmp_path / 'reexporting'
+  package.mkdir()
+  (package / '_models.py').write_text(
+      'from flax import linen as nn\n\n\nclass Net(nn.Module):\n  @nn.compact\n  def __call__(self, x):\n'
+      '    return nn.Dense(2)(x)\n')
+  (package / '__init__.py').write_text('from reexporting._models import Net\n\nNet.__module__ = __name__\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  import reexporting
+
+  assert reexporting.Net.__module__ == 'reexporting'
+  file = source.file_of(reexporting.Net)
+  assert file.path == os.path.realpath(package / '_models.py')
+  assert file.class_def(reexporting.Net).name.value == 'Net'
