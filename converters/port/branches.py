@@ -78,14 +78,23 @@ def untraced_branch(node: cst.CSTNode, method: cst.FunctionDef, file: source.Sou
 
 
 def taken_by(branch: UntracedBranch, file: source.SourceFile, instance: tracing.Created) -> bool:
-  """Whether `instance` takes `branch` (its test read with the instance's
-  module as `self`; False where it cannot be read so)."""
+  """Whether `instance` takes `branch` (False where its test cannot be read
+  for it)."""
+  value = _test_value(branch.statement, file, instance)
+  return value is not _UNREAD and bool(value) != branch.is_else
+
+
+_UNREAD = object()
+
+
+def _test_value(statement: cst.If, file: source.SourceFile, instance: tracing.Created):
+  """`statement`'s test read with `instance`'s module as `self`, in the
+  file's globals; `_UNREAD` where it cannot be read so."""
   try:
-    value = eval(file.code(branch.statement.test), vars(file.python_module),  # noqa: S307
-                 {'self': instance.module})
+    return eval(file.code(statement.test), vars(file.python_module),  # noqa: S307
+                {'self': instance.module})
   except Exception:  # noqa: BLE001 - not a test of the configuration alone: not known
-    return False
-  return bool(value) != branch.is_else
+    return _UNREAD
 
 
 def never_taken(statement: cst.If, body: bool, file: source.SourceFile,
@@ -95,11 +104,7 @@ def never_taken(statement: cst.If, body: bool, file: source.SourceFile,
   taken that created nothing (a loop over none) is not untraced. False
   where the test cannot be read so."""
   for instance in instances:
-    try:
-      value = eval(file.code(statement.test), vars(file.python_module),  # noqa: S307
-                   {'self': instance.module})
-    except Exception:  # noqa: BLE001 - not a test of the configuration alone: not known
-      return False
-    if bool(value) == body:
+    value = _test_value(statement, file, instance)
+    if value is _UNREAD or bool(value) == body:
       return False
   return True

@@ -1308,8 +1308,7 @@ class ClassWriter:
     """`self.<attribute>` of the module `value` makes in place or names (a
     local of the method bound to one creation), which the class holds; None
     where it is neither."""
-    if isinstance(value, cst.Name) and self.method_locals.get(value.value) in self.node_sites:
-      value = self.method_locals[value.value]
+    value = self.creation_named(value) or value
     site = self.node_sites.get(value) if isinstance(value, cst.Call) else None
     if site is None or site not in self.attributes:
       return None
@@ -1720,10 +1719,14 @@ class ClassWriter:
     NNX mode sets."""
     finder = syntax.CallsAmong({node: site for site, (node, _) in self.sites.items()})
     value.visit(finder)
-    creations = {node for node, _ in self.sites.values()}
     return bool(finder.found) or any(  # `block(x, deterministic)`, `block = Block(...)`
-        isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and self.method_locals.get(n.func.value) in creations
-        for n in syntax.descendants(value))
+        isinstance(n, cst.Call) and self.creation_named(n.func) is not None for n in syntax.descendants(value))
+
+  def creation_named(self, node: cst.BaseExpression) -> cst.Call | None:
+    """The creation a local of the method names, bound to it once (`block`
+    of `block = Block(...)`); None for anything else."""
+    bound = self.method_locals.get(node.value) if isinstance(node, cst.Name) else None
+    return bound if bound is not None and bound in self.node_sites else None
 
   def _drop_flag(self, method: cst.FunctionDef, flag: str) -> cst.FunctionDef:
     aliases = {name for name, value in self.locals.items()

@@ -633,9 +633,9 @@ class CompactWriter(classes.ClassWriter):
           if site in writer.lifts:
             return writer._lifted_call(original, updated, site, child, pending)
           return writer._without_mode_arguments(original, updated, child)
-        if isinstance(original.func, cst.Name) and writer.method_locals.get(original.func.value) in writer.node_sites:
+        if (made := writer.creation_named(original.func)) is not None:
           # `block = Block(...)` then `block(x, deterministic)`: the module it names.
-          site = writer.node_sites[writer.method_locals[original.func.value]]
+          site = writer.node_sites[made]
           if site not in writer.lifts:
             return writer._without_mode_arguments(original, updated, writer.sites[site][1][0])
         return updated
