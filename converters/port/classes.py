@@ -28,6 +28,7 @@ from converters.port import (
   branches,
   caches,
   factories,
+  handed,
   helpers,
   layers,
   references,
@@ -137,6 +138,9 @@ class ClassWriter:
   #: method makes (an attribute named by the local, its variables mapped
   #: from the class's own scope).
   writes_shared_scopes = False
+  #: Whether the writer makes the parameters a function of the file makes
+  #: through the module it is handed (`handed`).
+  writes_handed_functions = False
 
   def __init__(self, cls, instances, symbolic_trace, child_ports, refused=None):
     self.cls = cls
@@ -226,7 +230,7 @@ class ClassWriter:
     #: (`self.table = self.param('embedding', ...)` in `setup()`).
     self.variable_attributes: dict[str, str] = {}
     self.sites = self._sites()
-    self._refuse_module_handed_to_functions()
+    self.handed_calls = self._handed_calls()
     self.callees = factories.Callees(self.file, instance.module, tuple(self.field_names), self.method_locals)
     found = factories.read(self.sites, self.callees, self.keeps_factories, self.fail)
     self.factories, self.lifts, self.lift_calls = found.partials, found.lifts, found.lift_calls
@@ -324,28 +328,22 @@ class ClassWriter:
       sites.setdefault(site, (node, []))[1].append(child)
     return sites
 
-  def _refuse_module_handed_to_functions(self) -> None:
-    """Refuses a call handing the module to a function of the file that
-    makes its variables or draws its keys through it (big_vision's
-    `get_posemb(self, ..., 'pos_embedding', ...)` calling `self.param`):
-    NNX makes variables in `__init__`, which the function does not tell."""
-    functions = {s.name.value: s for s in self.file.module.body if isinstance(s, cst.FunctionDef)}
-    made_through = ('param', 'variable', 'make_rng', 'sow', 'put_variable')
-    for call in syntax.descendants(self.cdef):
-      if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in functions):
-        continue
-      function = functions[call.func.value]
-      names = [p.name.value for p in function.params.params]
-      for i, arg in enumerate(call.args):
-        if not (isinstance(arg.value, cst.Name) and arg.value.value == 'self') or arg.star:
-          continue
-        held = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
-        reads = [n for n in syntax.descendants(function.body) if isinstance(n, cst.Attribute)
-                 and isinstance(n.value, cst.Name) and n.value.value == held and n.attr.value in made_through]
-        if reads:
-          self.fail(call, f'{call.func.value}(...) is handed the module and calls {held}.{reads[0].attr.value}(...) '
-                    'in it: NNX makes variables in __init__ (and draws keys from its Rngs), which the function '
-                    'does not say; write them in the class (self.param(...) there), or port it by hand')
+  def _handed_calls(self) -> dict[cst.Call, handed.HandedCall]:
+    """The calls handing the module to a function of the file that makes
+    parameters through it (big_vision's `get_posemb(self, ..., 'pos_embedding',
+    ...)` calling `self.param`), written where the writer makes its own
+    variables (`writes_handed_functions`); refused otherwise, or where the
+    function does more through the module."""
+    try:
+      found = handed.handed_calls(self.file, self.cdef)
+    except handed.Refused as e:
+      self.fail(e.node, str(e))
+    for call in found:
+      if not self.writes_handed_functions or not any(call.call is n for n in syntax.descendants(self.method)):
+        self.fail(call.call, f'{call.call.func.value}(...) is handed the module and calls {call.held}.param(...) '
+                  'in it outside the compact method: NNX makes variables in __init__, which the function does '
+                  'not say; write them in the class (self.param(...) there), or port it by hand')
+    return {c.call: c for c in found}
 
   def site_of(self, child: tracing.Created) -> tracing.Site | None:
     """Where the method creates `child`: its own site, or the call of a
@@ -956,8 +954,45 @@ class ClassWriter:
     switched = self._switched_size(node, by_size)
     if switched is not None:
       return switched
+    chained = self._chained_size(node, children, sizes)
+    if chained is not None:
+      return chained
     self.fail(node, f'the input size of {children[0].cls.__name__} changes from one creation to the '
               'next in a way the port cannot write; port it by hand')
+
+  def _chained_size(self, node, children, sizes) -> str | None:
+    """The output size of the Flax layer made before `node` (`self.dense_0.
+    out_features`) where, in every instance, that is `node`'s input size
+    (after layers that keep it: an activation, a norm) and both are made
+    outside loops and conditions: big_vision's `Dense(self.mlp_dim or 4 *
+    d)` then `Dense(d)`, whose sizes no one expression of the fields gives
+    where `mlp_dim` is None in some instances; None where that is not so."""
+    if self._loops(node) or any(isinstance(a, cst.If) for a in syntax.between(self.file, node, self.method)):
+      return None
+    before_sites = set()
+    for child, (symbolic, value) in zip(children, sizes):
+      order = list(self.symbolic_of(child.parent).root.children)
+      index = order.index(symbolic) - 1
+      while index >= 0 and (spec := layers.layer_spec(type(order[index].module))) is not None \
+              and spec.out_features is None and spec.sequence_field is None:
+        index -= 1
+      if index < 0:
+        return None
+      before = order[index]
+      made = next((c for c in child.parent.children if c.name == before.name), None)
+      spec = layers.layer_spec(type(before.module))
+      if made is None or spec is None or spec.out_features is None or str(self._out_size(before)) != str(value):
+        return None
+      before_sites.add(self.site_of(made))
+    if len(before_sites) != 1:
+      return None
+    (site,) = before_sites
+    if site not in self.attributes or self.attributes[site][1] or site in self.inlined or self._loops(
+        self.sites[site][0]) or any(isinstance(a, cst.If) for a in syntax.between(self.file, self.sites[site][0],
+                                                                                    self.method)):
+      return None
+    spec = layers.layer_spec(self.sites[site][1][0].cls)
+    return f'self.{self.attributes[site][0]}.{spec.nnx_argument(spec.out_features)}'
 
   def _switched_size(self, node, sizes: dict[str, list[tracing.Created]]) -> str | None:
     """The size an `if` on the configuration before `node` switches
@@ -1129,12 +1164,15 @@ class ClassWriter:
         # A size read from the inputs (`x.shape[-1]`) is one NNX knows when it
         # builds: the inputs' sizes are arguments of the constructor. As
         # written where it reads them plainly (`in_features if out_dim is None
-        # else out_dim`: right for every value of `out_dim`), else as traced.
-        traced = syntax.expression(self._input_size_argument(site, node, field, arg))
+        # else out_dim`, big_vision's `mlp_dim or 4 * in_features`: right for
+        # every value of `out_dim`), else as traced.
         rewritten = self.without_input_reads(arg.value)
-        if rewritten is not None and any(isinstance(n, cst.IfExp) for n in syntax.descendants(rewritten)):
+        if rewritten is not None and any(isinstance(n, (cst.IfExp, cst.BooleanOperation))
+                                         for n in syntax.descendants(rewritten)):
           # A choice on the configuration the trace took one side of: as written.
           traced = rewritten.with_changes(lpar=[], rpar=[]) if getattr(rewritten, 'lpar', None) else rewritten
+        else:
+          traced = syntax.expression(self._input_size_argument(site, node, field, arg))
         arg = arg.with_changes(value=traced)
       keep_position = positional and arg.keyword is None and i < len(expected) and expected[i] == name
       if not keep_position:
@@ -1454,7 +1492,11 @@ class ClassWriter:
     self._check_mode_fields_gone(node, init)
     return ClassPort(self.cls, node, self.attributes, inputs, self.modes, self.params, self,
                      dict(self.field_modes),
-                     {h.node.name.value: h.node for h in self.helpers.values()}, init_cache is not None,
+                     {**{h.node.name.value: h.node for h in self.helpers.values()},
+                      **{c.function.name.value: handed.nnx_function(c.function, c.held).visit(
+                          references.LinenReferences(self.file, None, strict=False))
+                         for c in self.handed_calls.values()}},
+                     init_cache is not None,
                      [c.visit(references.LinenReferences(self.file, self.cls, strict=False))
                       for c in self.constants])
 
@@ -1536,7 +1578,30 @@ class ClassWriter:
         self.fail(call, f'{variable.name!r} names both a variable and another attribute; port it by hand')
       taken.add(variable.name)
       own[call] = variable
+    self.handed_variables = self._handed_variables(taken)
     return own
+
+  def _handed_variables(self, taken: set[str]) -> dict[cst.Call, list[tuple[cst.BaseExpression | None,
+                                                                           variables.OwnVariable]]]:
+    """The parameters each handed call makes (`handed_calls`): the test
+    under which it does (None: always), and the variable, as one of the
+    class's own."""
+    found = {}
+    for call, handed_call in self.handed_calls.items():
+      if self._loops(call):
+        self.fail(call, f'{call.func.value}(...), handed the module, in a loop; port it by hand')
+      made = []
+      for through in handed_call.made:
+        if through.test is not None and source.names_in(through.test) & self.call_time:
+          self.fail(call, f'{call.func.value}(...) makes a parameter through the module when '
+                    f'{syntax.code_of(through.test)}, which reads the call; port it by hand')
+        variable = variables.own_variable(through.call, self, where=call)
+        if variable.named_by is None and variable.name in taken:
+          self.fail(call, f'{variable.name!r} names both a variable and another attribute; port it by hand')
+        taken.add(variable.name)
+        made.append((through.test, variable))
+      found[call] = made
+    return found
 
   def _input_parameters(self) -> list[InputParameter]:
     by_index: dict[int, set[shapes.InputDim]] = {}

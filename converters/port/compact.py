@@ -101,6 +101,7 @@ class CompactWriter(classes.ClassWriter):
   keeps_factories = True
   writes_method_scan = True
   writes_shared_scopes = True
+  writes_handed_functions = True
 
   def _methods(self) -> tuple[cst.FunctionDef, cst.FunctionDef]:
     method = _compact_method(self.cdef, self.file, self.cls)
@@ -270,7 +271,7 @@ class CompactWriter(classes.ClassWriter):
     """The statements of `__init__` for a block of the compact method."""
     emitted: list[tuple[cst.BaseStatement, bool]] = []  # (statement, is a candidate local)
     for statement in statements:
-      finder = syntax.CallsAmong({**self.node_sites, **self.own})
+      finder = syntax.CallsAmong({**self.node_sites, **self.own, **self.handed_variables})
       statement.visit(finder)
       if isinstance(statement, cst.For):
         inner = self._init_block(list(statement.body.body))
@@ -341,6 +342,11 @@ class CompactWriter(classes.ClassWriter):
             continue  # written inside the creation it is an argument of
           if node in self.own:
             emitted.append((cst.SimpleStatementLine([self.own[node].assignment()]), False))
+            continue
+          if node in self.handed_variables:
+            for test, variable in self.handed_variables[node]:
+              line = cst.SimpleStatementLine([variable.assignment()])
+              emitted.append((line if test is None else cst.If(test, cst.IndentedBlock([line])), False))
             continue
           site = self.node_sites[node]
           attribute, is_list = self.attributes[site]
@@ -437,7 +443,7 @@ class CompactWriter(classes.ClassWriter):
       statement.visit(LoopTargets())
     read -= targets
     bound: dict[str, list] = {}
-    creations = set(self.node_sites) | set(self.own)
+    creations = set(self.node_sites) | set(self.own) | set(self.handed_variables)
 
     def replayed(node) -> bool:
       for ancestor in self.file.ancestors(node):

@@ -30,6 +30,7 @@ from converters.port import (
   setup_style,
   shapes,
   source,
+  switches,
   tracing,
 )
 from converters.port.branches import taken_by
@@ -300,7 +301,9 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   optional, unproven = prove.optional_configurations(linen_model)
   # Each string or enum field at every other value the source switches on.
   switched, unswitched = prove.switched_configurations(linen_model, {c.cls for c in root.walk()})
-  optional, unproven = [*optional, *switched], [*unproven, *unswitched]
+  # Each field set where its default is None, left None (`mlp_dim or 4 * d`).
+  defaults, unbuilt = prove.default_configurations(linen_model)
+  optional, unproven = [*optional, *switched, *defaults], [*unproven, *unswitched, *unbuilt]
   # The code each flag of the configuration switches on (`scan_layers`):
   # its modules are instances of the classes too, written with the rest.
   flags, within = _making_more([*prove.flag_configurations(linen_model, refused), *optional], variables, made)
@@ -545,7 +548,9 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
       for k, v in linen_model.kwargs.items() if isinstance(v, bool) and k not in result.modes
   ]
   decoding_proven = 'cache' in result.variables
-  moved = prove.moved_configurations(linen_model)  # floats moved, tuples emptied
+  # Floats moved, tuples the sources loop over emptied.
+  looped = switches.looped_over(switches.source_paths(result.linen_classes))
+  moved = prove.moved_configurations(linen_model, looped)
   # The branches the flags and given values wrote, taken together with the
   # flags that make nothing new (`use_bias=False`), with floats moved and
   # tuples emptied: each branch and flag proven beyond the traced sizes.
@@ -554,11 +559,12 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   for other, change in [*((o, d) for o, d, v in result.flags if 'cache' not in v), *optional, *within]:
     if (both := prove.combined(linen_model, branches, other)) is not None:
       branches, taken = both, [*taken, change]
-  if taken:  # one proof: floats moved and tuples emptied (the sizes a branch reads off a loop)
-    moved += [(o, f'{", ".join(taken)}; {d}') for o, d in prove.moved_configurations(branches)[:1]] or [
-        (branches, ', '.join(taken))]  # (no float or tuple to move: the flags alone)
   tried = {d for _, d in others}  # (a configuration written from for a loop it runs: proven once)
   flags = [(o, d) for o, d, _ in result.flags if d not in tried]
+  if taken:  # one proof: floats moved and tuples emptied (the sizes a branch reads off a loop)
+    alone = len(taken) == 1 and taken[0] in tried | {d for _, d in [*flags, *optional]}  # proven as it is
+    moved += [(o, f'{", ".join(taken)}; {d}') for o, d in prove.moved_configurations(branches, looped)[:1]] or (
+        [] if alone else [(branches, ', '.join(taken))])  # (no float or tuple to move: the flags alone)
   for other, changes in [*others, *flags, *pairs, *calls, *optional, *moved]:
     start = time.perf_counter()
     try:

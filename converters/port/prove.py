@@ -20,7 +20,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -675,14 +675,15 @@ def _placement():
 
 
 
-def _in_fields(value, change):
+def _in_fields(value, change, named: bool = False):
   """`(value, changes)` of a configuration dataclass with `change` (a field's
-  value -> `(new value, changes)`) applied to each of its fields; `value`
-  as it is where nothing changes or the configuration refuses the change."""
+  value, and with `named` its name -> `(new value, changes)`) applied to
+  each of its fields; `value` as it is where nothing changes or the
+  configuration refuses the change."""
   changes, new = [], {}
   for f in dataclasses.fields(value):
     if f.init:
-      v, c = change(getattr(value, f.name))
+      v, c = change(getattr(value, f.name), f.name) if named else change(getattr(value, f.name))
       if c:
         new[f.name] = v
         changes += [_named(f.name, x) for x in c]
@@ -719,17 +720,17 @@ def _changed(value, depth: int = 0, scale: int | None = None, entries: bool = Fa
   return _inside(value, lambda v: _changed(v, depth + 1, scale, entries))
 
 
-def _inside(value, inner):
+def _inside(value, inner, named: bool = False):
   """`(value, changes)` of a configuration (a dataclass, a namespace, a dict
-  of names) with `inner` applied to each of its fields or members;
-  `(value, [])` for anything else."""
+  of names) with `inner` applied to each of its fields or members (with
+  `named`, to each and its name); `(value, [])` for anything else."""
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
-    return _in_fields(value, inner)
+    return _in_fields(value, inner, named)
   if isinstance(value, types.SimpleNamespace):
-    new, changes = _in_members(vars(value), inner)
+    new, changes = _in_members(vars(value), inner, named)
     return (types.SimpleNamespace(**new), changes) if changes else (value, [])
   if type(value) in (dict, FrozenDict) and all(isinstance(k, str) for k in value):
-    new, changes = _in_members(dict(value), inner)
+    new, changes = _in_members(dict(value), inner, named)
     return (type(value)(new), changes) if changes else (value, [])
   return value, []
 
@@ -740,11 +741,12 @@ def _named(name: str, change: str) -> str:
   return f'{name}={change}' if '=' not in change else f'{name}.{change}'
 
 
-def _in_members(members: dict, change) -> tuple[dict, list[str]]:
-  """`members` with `change` applied to each, and what changed (`size=(9, 9)`)."""
+def _in_members(members: dict, change, named: bool = False) -> tuple[dict, list[str]]:
+  """`members` with `change` applied to each (with `named`, to each and its
+  name), and what changed (`size=(9, 9)`)."""
   new, changes = dict(members), []
   for name, member in members.items():
-    v, c = change(member)
+    v, c = change(member, name) if named else change(member)
     if c:
       new[name] = v
       changes += [_named(name, x) for x in c]
@@ -957,6 +959,40 @@ def _switched(value, prefix: str, strings: dict, depth: int = 0) -> tuple[list, 
   return changes, unknown
 
 
+def _left_none(value, prefix: str, depth: int = 0) -> list[tuple[object, str]]:
+  """`(new value, 'name=None')` for each field of the configuration `value`
+  (a module's fields, or a configuration dataclass's, nested) whose default
+  is None and that holds something else."""
+  if depth > 3 or not dataclasses.is_dataclass(value):
+    return []
+  changes = []
+  for f in dataclasses.fields(value):
+    if not f.init or f.name in ('parent', 'name'):
+      continue
+    current, name = getattr(value, f.name), f'{prefix}{f.name}'
+    if f.default is None and current is not None and (new := _replaced(value, f.name, None)) is not None:
+      changes.append((new, f'{name}=None'))
+    if dataclasses.is_dataclass(current) and not isinstance(current, type):
+      changes += [(new, d) for inner, d in _left_none(current, f'{name}.', depth + 1)
+                  if (new := _replaced(value, f.name, inner)) is not None]
+  return changes
+
+
+def default_configurations(linen_model: LinenModel) -> tuple[list[tuple[LinenModel, str]], list]:
+  """The model with each field whose default is None, and that the model
+  sets (`mlp_dim=32` of `mlp_dim: int | None = None`, in its configuration
+  dataclasses too), left None in turn, where Linen builds it: the branch
+  the default takes (`self.mlp_dim or 4 * d`) is written and proven too.
+  Also `(change, why)` of those Linen does not build."""
+  found, unproven = [], []
+  for fields, description in _left_none(linen_model.module, ''):
+    if (other := built(linen_model, fields)) is None:
+      unproven.append((description, 'not built by Linen'))
+      continue
+    found.append((other, description))
+  return found, unproven
+
+
 def switched_configurations(linen_model: LinenModel, classes) -> tuple[list[tuple[LinenModel, str]], list]:
   """The model with each string or enum field of its configuration (in its
   configuration dataclasses too) set in turn to every other value the
@@ -977,11 +1013,12 @@ def switched_configurations(linen_model: LinenModel, classes) -> tuple[list[tupl
   return found, unproven
 
 
-def _moved(value, how: str, depth: int = 0):
+def _moved(value, how: str, looped: Collection[str], name: str = '', depth: int = 0):
   """`(value, changes)` with every float moved (`how == 'floats'`, or
-  `'floats doubled'`), every tuple of integers emptied (`how == 'empty'`: a
-  loop over none of them) or every tuple of two or more one shorter (`how ==
-  'shorter'`), inside configuration dataclasses, namespaces and dicts too."""
+  `'floats doubled'`), every tuple of integers the sources loop over
+  (`looped`, by the field's `name`) emptied (`how == 'empty'`: a loop over
+  none of them) or, of two or more, one shorter (`how == 'shorter'`),
+  inside configuration dataclasses, namespaces and dicts too."""
   if depth > 3:
     return value, []
   if how == 'floats' and isinstance(value, float):
@@ -994,23 +1031,26 @@ def _moved(value, how: str, depth: int = 0):
     # GroupNorm's 32 groups do not divide): doubled, 0.5 for 0.
     new = value * 2 if value else 0.5
     return new, [f'{new!r}']
-  if how == 'shorter' and _is_sizes(value) and len(value) >= 2:
-    return value[:-1], [repr(value[:-1])]
-  if how == 'empty' and _is_sizes(value) and value:
-    return type(value)(), [repr(type(value)())]
+  if how in ('shorter', 'empty') and _is_sizes(value):
+    # (Not a tuple only handed to a layer: `patch_size=()` builds in Linen,
+    # a convolution over no axes, which no port is written for.)
+    if name not in looped or not value or how == 'shorter' and len(value) < 2:
+      return value, []
+    new = value[:-1] if how == 'shorter' else type(value)()
+    return new, [repr(new)]
   if how.startswith('floats') or dataclasses.is_dataclass(value):
-    # (Not a namespace's tuples: `patches.size=()` builds in Linen, a
-    # convolution over no axes, which no port is written for.)
-    return _inside(value, lambda v: _moved(v, how, depth + 1))
+    # (Not a namespace's tuples: `patches.size=()`, as above.)
+    return _inside(value, lambda v, n: _moved(v, how, looped, n, depth + 1), named=True)
   return value, []
 
 
-def moved_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]]:
+def moved_configurations(linen_model: LinenModel, looped: Collection[str]) -> list[tuple[LinenModel, str]]:
   """The model with every float of its configuration moved (a scale, an
   epsilon, a rate: a traced float written into the port shows) and every
-  tuple of integers empty (a loop over none: a size read from its last
-  entry shows), else one shorter, both in one configuration where Linen
-  builds it (one proof), else each alone: `[(LinenModel, description)]`."""
+  tuple of integers the sources loop over (`looped`: `switches.looped_over`)
+  empty (a loop over none: a size read from its last entry shows), else one
+  shorter, both in one configuration where Linen builds it (one proof),
+  else each alone: `[(LinenModel, description)]`."""
   module = linen_model.module
   names = shapes.module_fields(module)
 
@@ -1019,7 +1059,7 @@ def moved_configurations(linen_model: LinenModel) -> list[tuple[LinenModel, str]
     for name in names:
       value, change = getattr(module, name), []
       for how in hows:
-        value, more = _moved(value, how)
+        value, more = _moved(value, how, looped, name)
         change += more
       if change:
         fields[name] = value

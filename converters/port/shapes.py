@@ -156,15 +156,22 @@ def _field_leaves(value, access: tuple) -> list[tuple[tuple, int]]:
   return []
 
 
+#: `beyond_sizes` of None: a field left None switches code as a string does.
+_NONE = object()
+
+
 def beyond_sizes(value):
   """What of `value` the symbolic trace cannot make a symbol of and that
-  switches code: its strings and enum members (inside tuples, configuration
-  dataclasses and namespaces too). Two instances that differ there take
-  other branches (a ViT's `classifier='gap'` adds no class token), so their
-  sizes are not each other's symbolic ones. (Not flags: a flag that makes
-  other modules is told apart by them, and tracing each flag's instances
-  alone costs a decoder its write time twice over; a size a flag alone
-  switches is not proven, and so not handed over.)"""
+  switches code: its strings, enum members and Nones (inside tuples,
+  configuration dataclasses and namespaces too). Two instances that differ
+  there take other branches (a ViT's `classifier='gap'` adds no class token;
+  `self.mlp_dim or 4 * d` with `mlp_dim=None`), so their sizes are not each
+  other's symbolic ones. (Not flags: a flag that makes other modules is
+  told apart by them, and tracing each flag's instances alone costs a
+  decoder its write time twice over; a size a flag alone switches is not
+  proven, and so not handed over.)"""
+  if value is None:
+    return _NONE
   if isinstance(value, bool):
     return None
   if isinstance(value, (str, enum.Enum)):

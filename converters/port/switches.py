@@ -1,4 +1,5 @@
-"""The values a configuration's string and enum fields switch the source on.
+"""What the sources do with a configuration's fields: the values its string
+and enum fields switch the source on, and the tuples it loops over.
 
 A field holding a string (`activation: str = 'relu'`) or an enum member
 (`norm: Norm = Norm.LAYER`) picks code by comparison (`if self.activation ==
@@ -40,32 +41,65 @@ def _strings(node: ast.AST) -> list[str]:
   return []
 
 
+def _compared(tree: ast.AST, key) -> dict[str, set[str]]:
+  """`{key(expression): the strings it is compared with, or indexes a dict
+  literal by, or is matched against}` in `tree`, for the expressions `key`
+  names (None: not one of them)."""
+  found: dict[str, set[str]] = {}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Compare):
+      sides = [node.left, *node.comparators]
+      for a, b in zip(sides, sides[1:]):
+        for field, other in ((key(a), b), (key(b), a)):
+          if field is not None and _strings(other):
+            found.setdefault(field, set()).update(_strings(other))
+    elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict):
+      field = key(node.slice)
+      if field is not None:
+        found.setdefault(field, set()).update(s for k in node.value.keys if k is not None for s in _strings(k))
+    elif isinstance(node, ast.Match) and (field := key(node.subject)) is not None:
+      for case in node.cases:
+        patterns = case.pattern.patterns if isinstance(case.pattern, ast.MatchOr) else [case.pattern]
+        found.setdefault(field, set()).update(
+            p.value.value for p in patterns
+            if isinstance(p, ast.MatchValue) and isinstance(p.value, ast.Constant) and isinstance(p.value.value, str)
+        )
+  return found
+
+
+def _handed_on(tree: ast.Module) -> dict[str, set[str]]:
+  """`{field name: strings}` for fields handed to a function of the file
+  that compares the parameter taking them (big_vision's `get_posemb(self,
+  self.posemb, ...)`, whose `typ == 'learn'`)."""
+  functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+  by_parameter = {name: _compared(f, lambda n: n.id if isinstance(n, ast.Name) else None)
+                  for name, f in functions.items()}
+  found: dict[str, set[str]] = {}
+  for node in ast.walk(tree):
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions):
+      continue
+    params = [a.arg for a in functions[node.func.id].args.args]
+    handed = [(params[i] if i < len(params) else None, a) for i, a in enumerate(node.args)]
+    handed += [(k.arg, k.value) for k in node.keywords]
+    for param, arg in handed:
+      field = _field_of(arg)
+      if field is not None and param in by_parameter[node.func.id]:
+        found.setdefault(field, set()).update(by_parameter[node.func.id][param])
+  return found
+
+
 def named_strings(paths: list[str]) -> dict[str, set[str]]:
   """`{field name: the strings the sources compare it with or index a dict
-  literal by it}` over the files at `paths`."""
+  literal by it}` over the files at `paths`, directly or through a
+  function of the file it is handed to."""
   found: dict[str, set[str]] = {}
   for path in paths:
     tree = _tree(path)
     if tree is None:
       continue
-    for node in ast.walk(tree):
-      if isinstance(node, ast.Compare):
-        sides = [node.left, *node.comparators]
-        for a, b in zip(sides, sides[1:]):
-          for field, other in ((_field_of(a), b), (_field_of(b), a)):
-            if field is not None and _strings(other):
-              found.setdefault(field, set()).update(_strings(other))
-      elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict):
-        field = _field_of(node.slice)
-        if field is not None:
-          found.setdefault(field, set()).update(s for k in node.value.keys if k is not None for s in _strings(k))
-      elif isinstance(node, ast.Match) and (field := _field_of(node.subject)) is not None:
-        for case in node.cases:
-          patterns = case.pattern.patterns if isinstance(case.pattern, ast.MatchOr) else [case.pattern]
-          found.setdefault(field, set()).update(
-              p.value.value for p in patterns
-              if isinstance(p, ast.MatchValue) and isinstance(p.value, ast.Constant) and isinstance(p.value.value, str)
-          )
+    for compared in (_compared(tree, _field_of), _handed_on(tree)):
+      for field, strings in compared.items():
+        found.setdefault(field, set()).update(strings)
   return found
 
 
@@ -80,6 +114,23 @@ def alternatives(value, field: str, strings: dict[str, set[str]]) -> list | None
       return None
     return sorted(strings[field] - {value})
   return []
+
+
+def looped_over(paths: list[str]) -> set[str]:
+  """The names of the fields the files at `paths` loop over (`for i, n in
+  enumerate(self.stage_sizes)`, `[... for w in self.config.widths]`,
+  `range(len(self.features))`): a tuple there may be empty, a loop over
+  none; a tuple only handed to a layer (`kernel_size=self.patch_size`) sets
+  its rank, which no port is written to change."""
+  found: set[str] = set()
+  for path in paths:
+    tree = _tree(path)
+    if tree is None:
+      continue
+    for node in ast.walk(tree):
+      if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+        found.update(field for n in ast.walk(node.iter) if (field := _field_of(n)) is not None)
+  return found
 
 
 def source_paths(classes) -> list[str]:

@@ -334,6 +334,32 @@ class Substitute(cst.CSTTransformer):
     return updated
 
 
+class ReadAs(cst.CSTTransformer):
+  """Each name read (not an attribute's, not a keyword's) as its expression
+  in `table`, parenthesised unless atomic."""
+
+  _ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Tuple, cst.List, cst.SimpleString,
+             cst.Integer, cst.Float)
+
+  def __init__(self, table: dict[str, cst.BaseExpression]):
+    super().__init__()
+    self.table = table
+
+  def leave_Attribute(self, original, updated):
+    return updated.with_changes(attr=original.attr)  # `a.b`: only `a` is read
+
+  def leave_Arg(self, original, updated):
+    return updated.with_changes(keyword=original.keyword)  # `f(k=v)`: `k` is not read
+
+  def leave_Name(self, original, updated):
+    value = self.table.get(original.value)
+    if value is None:
+      return updated
+    if isinstance(value, self._ATOMIC) or value.lpar:
+      return value
+    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
 def between(file: source.SourceFile, node, ancestor):
   for parent in file.ancestors(node):
     if parent is ancestor:

@@ -94,32 +94,36 @@ def _one_line(arg: cst.Arg, value: cst.BaseExpression) -> cst.Arg:
                           whitespace_after_arg=cst.SimpleWhitespace(''))
 
 
-def own_variable(call: cst.Call, writer) -> OwnVariable:
+def own_variable(call: cst.Call, writer, where: cst.CSTNode | None = None) -> OwnVariable:
   """The NNX form of a `self.param(...)` or `self.variable(...)` call of
-  `writer`'s class (`writer.fail` refuses; `writer.symbolic` has the
-  variable's symbolic shape)."""
+  `writer`'s class (`writer.fail` refuses, at `where` if the call is not the
+  source's own; `writer.symbolic` has the variable's symbolic shape)."""
+  where = call if where is None else where
   kind = call.func.attr.value
   args = list(call.args)
   if any(a.star or a.keyword is not None for a in args):
-    writer.fail(call, f'self.{kind}(...) with keyword or starred arguments; port it by hand')
+    writer.fail(where, f'self.{kind}(...) with keyword or starred arguments; port it by hand')
   if kind == 'param':
     collection, rest = 'params', args
   else:
     collection, rest = _literal(args[0] if args else None), args[1:]
     if collection not in VARIABLE_TYPES:
-      writer.fail(call, f'self.variable({writer.file.code(args[0].value) if args else ""}, ...): '
+      writer.fail(where, f'self.variable({writer.file.code(args[0].value) if args else ""}, ...): '
                   'a collection the port has no NNX Variable type for; port it by hand')
   name = _literal(rest[0] if rest else None)
   named_by = _naming_field(rest[0].value, writer) if rest and name is None else None
   if named_by is not None:
     name = getattr(writer.instances[0].module, named_by)  # the traced one's, for its shape
   elif name is None or not name.isidentifier():
-    writer.fail(call, f'self.{kind}(...) named by an expression other than a field; port it by hand')
+    writer.fail(where, f'self.{kind}(...) named by an expression other than a field; port it by hand')
   if len(rest) < 2:
-    writer.fail(call, f'self.{kind}({name!r}) without an initializer; port it by hand')
+    writer.fail(where, f'self.{kind}({name!r}) without an initializer; port it by hand')
   init, init_args = rest[1], rest[2:]
-  if source.names_in(init.value) & writer.call_time:
-    writer.fail(call, f'the initializer of {name!r} depends on the call; port it by hand')
+  function = init.value
+  if source.names_in(function) & writer.call_time:
+    function = _with_shape_sizes(function, init_args[0].value if init_args else None, collection, name, writer)
+    if function is None:
+      writer.fail(where, f'the initializer of {name!r} depends on the call; port it by hand')
   written = []
   for i, arg in enumerate(init_args):
     value = arg.value
@@ -129,7 +133,7 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
         # its sizes of the inputs written as sizes, as `__init__` knows them.
         value = writer.without_input_reads(value) or _dtype_parameter(arg.value, collection, name, writer)
         if value is None:
-          writer.fail(call, f'argument {i + 2} of {name!r} depends on the call otherwise than through '
+          writer.fail(where, f'argument {i + 2} of {name!r} depends on the call otherwise than through '
                       'its inputs\' sizes; port it by hand')
         written.append(_one_line(arg, value))
         continue
@@ -142,16 +146,15 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
         # shape's source, with the inputs' sizes it reads written as sizes.
         value = writer.without_input_reads(value)
         if value is None:
-          writer.fail(call, f'the shape of {name!r} is not known from the trace (not made at this '
+          writer.fail(where, f'the shape of {name!r} is not known from the trace (not made at this '
                       'configuration) and reads the call; port it by hand')
         written.append(_one_line(arg, value))
         continue
       if not hasattr(shape, 'shape'):
-        writer.fail(call, f'the shape of {name!r} is not known from the trace; port it by hand')
+        writer.fail(where, f'the shape of {name!r} is not known from the trace; port it by hand')
       sizes = [writer.size_source(d, table) for d in shape.shape]
       value = syntax.expression(syntax.tuple_source(sizes))
     written.append(_one_line(arg, value))
-  function = init.value
   key = [cst.Arg(syntax.expression('rngs.params()'))] if kind == 'param' else []
   arguments = syntax.normalised(key + written)
   value = cst.Call(function, arguments)
@@ -173,6 +176,25 @@ def own_variable(call: cst.Call, writer) -> OwnVariable:
     )
     read = syntax.expression(f'getattr(self, self.{named_by})' if named_by else f'self.{name}')
   return OwnVariable(name, collection, creation, read, named_by)
+
+
+
+def _with_shape_sizes(init: cst.BaseExpression, shape: cst.BaseExpression | None, collection: str, name: str,
+                      writer) -> cst.BaseExpression | None:
+  """`init` with each local of the call it reads that is also an item of
+  the variable's shape (`normal(stddev=1/np.sqrt(c))` of a shape `(1, l, c)`)
+  written as that size of the traced variable; None if it reads the call
+  otherwise."""
+  made, table = _traced(collection, name, writer)
+  if not isinstance(shape, (cst.Tuple, cst.List)) or made is None or not hasattr(made, 'shape') \
+     or len(made.shape) != len(shape.elements):
+    return None
+  sizes = {}
+  for element, size in zip(shape.elements, made.shape):
+    if isinstance(element.value, cst.Name) and element.value.value in writer.call_time:
+      sizes.setdefault(element.value.value, syntax.expression(writer.size_source(size, table)))
+  written = init.visit(syntax.ReadAs(sizes))
+  return None if source.names_in(written) & writer.call_time else written
 
 
 def _dtype_parameter(value: cst.BaseExpression, collection: str, name: str, writer) -> cst.Name | None:

@@ -596,7 +596,7 @@ class HostileConfig:
 
 
 class UntracedAfterRebinding(nn.Module):
-  """A param of a branch no configuration takes, shaped by `x` after `x` is rebound."""
+  """A param of a branch only `bias_init` given a value takes, shaped by `x` after `x` is rebound."""
 
   config: HostileConfig
 
@@ -1728,20 +1728,16 @@ def remat_chosen_in_an_expression() -> LinenModel:
   return LinenModel(RematChosenInAnExpression(), jnp.ones((2, 3)))
 
 
-def get_posemb(self, typ, seqshape, width, name, dtype=jnp.float32):
-  """big_vision's: the module handed in, its parameter made through it."""
-  if typ == 'learn':
-    return self.param(name, nn.initializers.normal(stddev=1 / np.sqrt(width)), (1, np.prod(seqshape), width), dtype)
-  return jnp.zeros((1, np.prod(seqshape), width), dtype)
+def noisy(module, x, scale):
+  """A key drawn through the module handed in: NNX draws from its Rngs."""
+  return x + scale * jax.random.normal(module.make_rng('noise'), x.shape)
 
 
 class HandedToAFunction(nn.Module):
-  posemb: str = 'learn'
-
   @nn.compact
   def __call__(self, x):
     x = nn.Dense(4)(x)
-    return x + get_posemb(self, self.posemb, (x.shape[1],), 4, 'pos_embedding', x.dtype)
+    return noisy(self, x, 0.1)
 
 
 def handed_to_a_function() -> LinenModel:

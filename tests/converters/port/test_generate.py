@@ -414,7 +414,6 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('reads_its_mode_field', "the field 'deterministic' sets the layers' modes and does more"),
     pytest.param('kv_by_keyword', 'nnx.MultiHeadAttention is called with inputs_kv= besides the query',
                  marks=pytest.mark.filterwarnings('ignore:The inputs_kv arg:DeprecationWarning')),  # legacy, as users write it
-    ('untraced_after_rebinding', "the shape of 'bias' is not known from the trace"),
     ('mixed_modes', "modes come from the call (train) and from the configuration"),
     ('two_mode_flags', "modes come from 2 flags (train, update_stats)"),
     ('dotted_mode_arithmetic', 'config.deterministic sets the layers\' modes and does more'),
@@ -441,7 +440,7 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('spread_mutated', '*args or **kwargs in the creation of Dense'),
     ('chosen_by_the_call', '*args or **kwargs in the creation of Dense'),
     ('remat_chosen_in_an_expression', 'is made by a transform bound outside the method'),
-    ('handed_to_a_function', 'get_posemb(...) is handed the module and calls self.param(...) in it'),
+    ('handed_to_a_function', 'noisy(...) is handed the module and calls module.make_rng(...) in it'),
     ('chosen_linen_only_argument', "chooses 'dot_general_cls', which nnx.Linear does not take"),
     ('mode_through_a_local', "config.deterministic sets the layers' modes and does more"),
 ])
@@ -458,6 +457,15 @@ def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, re
     stub_class(**dict.fromkeys(required))  # the interface the classes around it build it through
   assert '# STUB: not ported' in out.read_text()
   assert ruff_check(str(out)) == ([], [])
+
+
+def test_a_field_left_none_and_given_a_value_is_traced_at_each(tmp_path):
+  # `bias_init=None` takes no parameter; given an initializer, the branch
+  # makes one shaped by `x` after `x` is rebound: its own symbolic trace
+  # (None tells the instances apart) gives the shape, `(config.width,)`.
+  result, out = _written(tmp_path, 'untraced_after_rebinding', linen_models.untraced_after_rebinding())
+  assert not result.stubs
+  assert 'self.bias = nnx.Param(config.bias_init(rngs.params(), (config.width,)))' in out.read_text()
 
 
 def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 
@@ -112,3 +113,56 @@ def test_inputs_the_port_ties_to_a_field_take_its_value_in_every_other_configura
   # be `channels` is not written for).
   untied = prove.other_configurations(model, most=2)
   assert any(o.args[0].shape[-1] != o.module.channels for o, _ in untied)
+
+
+class Stages(nn.Module):
+  """Stages of `widths` (looped over), patches of `patch` (a layer's rank)."""
+
+  widths: tuple[int, ...] = (4, 8)
+  patch: tuple[int, int] = (2, 2)
+  rate: float = 0.1
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Conv(4, self.patch, strides=self.patch)(x)
+    for width in self.widths:
+      x = nn.Dense(width)(x)
+    return nn.Dropout(self.rate, deterministic=True)(x)
+
+
+def test_moved_configurations_empty_the_tuples_looped_over_not_a_layers_rank():
+  model = LinenModel(Stages(), jnp.ones((1, 4, 4, 3)))
+  (moved,) = prove.moved_configurations(model, looped={'widths'})
+  other, description = moved
+  assert description == 'widths=(), rate=0.2'
+  assert other.module.widths == () and other.module.patch == (2, 2)
+  # A tuple nothing loops over is kept, though Linen builds it empty.
+  (moved,) = prove.moved_configurations(model, looped=set())
+  assert moved[1] == 'rate=0.2'
+
+
+@dataclasses.dataclass(frozen=True)
+class _Head:
+  width: int | None = None
+
+
+class Defaults(nn.Module):
+  mlp_dim: int | None = None
+  head: _Head | None = None
+  unset: int | None = None
+  rate: float = 0.5
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(self.mlp_dim or 4)(x)
+    if self.head is not None:
+      x = nn.Dense(self.head.width or 2)(x)
+    return x
+
+
+def test_default_configurations_leave_none_each_field_whose_default_is_none():
+  model = LinenModel(Defaults(mlp_dim=3, head=_Head(width=5)), jnp.ones((1, 2)))
+  found, unbuilt = prove.default_configurations(model)
+  assert [d for _, d in found] == ['mlp_dim=None', 'head=None', 'head.width=None']
+  assert found[0][0].module.mlp_dim is None and found[0][0].module.head == _Head(5)
+  assert found[2][0].module.head == _Head(None) and not unbuilt

@@ -66,3 +66,12 @@ def test_an_input_size_the_code_ties_to_a_field_is_that_field():
   sizes = {c.name: traced.table.source(c.calls[0].args[0].shape[-1], _name) for c in traced.root.children}
   assert sizes['LayerNorm_0'] == sizes['MultiHeadDotProductAttention_0'] == 'config.width'
   assert sizes['Dense_1'] == 'config.hidden'
+
+
+def test_none_strings_and_enums_are_beyond_sizes_numbers_and_flags_are_not():
+  # Two instances told apart here are traced symbolically each on its own:
+  # `mlp_dim or 4 * d` takes the other side where `mlp_dim` is None.
+  assert shapes.beyond_sizes(None) is not None and shapes.beyond_sizes(None) == shapes.beyond_sizes(None)
+  assert shapes.beyond_sizes(None) != shapes.beyond_sizes(3) and shapes.beyond_sizes(3) is None
+  assert shapes.beyond_sizes(True) is None and shapes.beyond_sizes('gap') == 'gap'
+  assert shapes.beyond_sizes((None, 2)) != shapes.beyond_sizes((1, 2))
