@@ -1596,9 +1596,12 @@ class ClassWriter:
           self.fail(call, f'{call.func.value}(...) makes a parameter through the module when '
                     f'{syntax.code_of(through.test)}, which reads the call; port it by hand')
         variable = variables.own_variable(through.call, self, where=call)
-        if variable.named_by is None and variable.name in taken:
-          self.fail(call, f'{variable.name!r} names both a variable and another attribute; port it by hand')
-        taken.add(variable.name)
+        names = {getattr(i.module, variable.named_by) for i in self.instances} if variable.named_by else {
+            variable.name}
+        if names & taken:
+          self.fail(call, f'{sorted(names & taken)[0]!r} names both a variable and another attribute; port it by '
+                    'hand')
+        taken |= names
         made.append((through.test, variable))
       found[call] = made
     return found

@@ -322,6 +322,10 @@ class CompactWriter(classes.ClassWriter):
           leading.append(cst.EmptyLine(comment=cst.Comment(
               f'# Linen creates these when {self.file.code(statement.test)}: the same configurations.'
           )))
+        if not inner_else and len(inner) == 1 and isinstance(inner[0], cst.If) and inner[0].orelse is None \
+                and not inner[0].leading_lines:
+          # `if a:` holding only `if b:` is `if a and b:` (as ruff's SIM102 asks).
+          test, inner = syntax.conjunction(test, inner[0].test), list(inner[0].body.body)
         emitted.append((statement.with_changes(
             test=test, leading_lines=leading, body=statement.body.with_changes(body=inner),
             orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner_else)) if inner_else else None,

@@ -80,7 +80,8 @@ class PortResult:
   #: The Linen classes written, in the order of `classes`.
   linen_classes: list = dataclasses.field(default_factory=list)
   #: The flags whose flip Linen does not build (`decode=True` of a scan
-  #: that carries no cache): the code they switch on is not proven.
+  #: that carries no cache), and the fields left None it does not build
+  #: (`features=None`): the code they switch on is not proven.
   refused_flags: list = dataclasses.field(default_factory=list)
   #: The other configurations (flags flipped, fields given a value) that
   #: make nothing the traced one does not (`use_bias=False`): nothing new
@@ -303,7 +304,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   switched, unswitched = prove.switched_configurations(linen_model, {c.cls for c in root.walk()})
   # Each field set where its default is None, left None (`mlp_dim or 4 * d`).
   defaults, unbuilt = prove.default_configurations(linen_model)
-  optional, unproven = [*optional, *switched, *defaults], [*unproven, *unswitched, *unbuilt]
+  optional, unproven = [*optional, *switched, *defaults], [*unproven, *unswitched]
   # The code each flag of the configuration switches on (`scan_layers`):
   # its modules are instances of the classes too, written with the rest.
   flags, within = _making_more([*prove.flag_configurations(linen_model, refused), *optional], variables, made)
@@ -358,7 +359,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   root_writer = getattr(ports.get(type(module)), 'writer', None)
   result.ties = dict(root_writer.symbolic.ties) if root_writer is not None else {}
   result.linen_classes = [w.cls if isinstance(w, classes.ClassPort) else w[0] for w in written]
-  result.refused_flags = refused
+  result.refused_flags = [*refused, *(d for d, _ in unbuilt)]
   result.flags = [(other, description, other_variables) for other, description, _, other_variables in flags]
   result.optional, result.unproven = optional, unproven
   result.within = within

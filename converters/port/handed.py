@@ -122,7 +122,7 @@ def nnx_function(function: cst.FunctionDef, held: str) -> cst.FunctionDef:
 
 def _held(call: cst.Call, function: cst.FunctionDef) -> list[str]:
   """The function's parameters `call` hands `self` to."""
-  names = [p.name.value for p in function.params.params]
+  names = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
   held = []
   for i, arg in enumerate(call.args):
     if isinstance(arg.value, cst.Name) and arg.value.value == 'self' and not arg.star:
@@ -199,7 +199,7 @@ def _made(file: source.SourceFile, call: cst.Call, function: cst.FunctionDef, pa
   for ancestor in file.ancestors(param_call):
     if ancestor is function:
       break
-    if isinstance(ancestor, (cst.For, cst.While, cst.With, cst.Try, cst.Lambda, cst.FunctionDef,
+    if isinstance(ancestor, (cst.For, cst.While, cst.With, cst.Try, cst.Lambda, cst.FunctionDef, cst.Match,
                              cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp, cst.IfExp)):
       raise Refused(call, f'{call.func.value}(...) makes a parameter through the module inside a '
                     f'{type(ancestor).__name__.lower()} (line {file.line_of(param_call)}): port it by hand')
@@ -215,22 +215,15 @@ def _made(file: source.SourceFile, call: cst.Call, function: cst.FunctionDef, pa
                       f'raise (line {file.line_of(param_call)}): port it by hand')
     child = ancestor
   read = set().union(*(source.names_in(n) for n in [*tests, *param_call.args])) if tests or param_call.args else set()
-  own_locals = syntax.bound_in(function.body) - {p.name.value for p in (*function.params.params,
-                                                                         *function.params.kwonly_params)}
+  # A parameter the body binds again (`typ = typ.lower()`) is not the call's
+  # argument any more: a local like any other.
+  own_locals = syntax.bound_in(function.body)
   if read & own_locals:
-    raise Refused(call, f'{call.func.value}(...) makes a parameter through the module from its own locals '
-                  f'({", ".join(sorted(read & own_locals))}): port it by hand')
+    raise Refused(call, f'{call.func.value}(...) makes a parameter through the module from what it computes '
+                  f'itself ({", ".join(sorted(read & own_locals))}): port it by hand')
   bind = syntax.ReadAs(binding)
   test = None
   for t in reversed(tests):  # outermost first
-    t = _grouped(t.visit(bind))
-    test = t if test is None else cst.BooleanOperation(test, cst.And(), t)
+    t = t.visit(bind)
+    test = t if test is None else syntax.conjunction(test, t)
   return MadeThrough(param_call.visit(bind), test)
-
-
-def _grouped(test: cst.BaseExpression) -> cst.BaseExpression:
-  """`test`, parenthesised where `and` binds tighter than it."""
-  if (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or)
-          or isinstance(test, (cst.IfExp, cst.Lambda))) and not test.lpar:
-    return test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-  return test

@@ -78,7 +78,7 @@ def _handed_on(tree: ast.Module) -> dict[str, set[str]]:
   for node in ast.walk(tree):
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions):
       continue
-    params = [a.arg for a in functions[node.func.id].args.args]
+    params = [a.arg for a in (*functions[node.func.id].args.posonlyargs, *functions[node.func.id].args.args)]
     handed = [(params[i] if i < len(params) else None, a) for i, a in enumerate(node.args)]
     handed += [(k.arg, k.value) for k in node.keywords]
     for param, arg in handed:

@@ -451,6 +451,17 @@ def negated(test: cst.BaseExpression) -> cst.BaseExpression:
   return cst.UnaryOperation(cst.Not(), test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
 
 
+def conjunction(first: cst.BaseExpression, second: cst.BaseExpression) -> cst.BaseExpression:
+  """`first and second`, each parenthesised where `and` binds tighter."""
+  def operand(test):
+    if (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or)
+            or isinstance(test, (cst.IfExp, cst.Lambda, cst.NamedExpr))) and not test.lpar:
+      return test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return test
+
+  return cst.BooleanOperation(operand(first), cst.And(), operand(second))
+
+
 def through_aliases(body: list[cst.BaseStatement], names: set[str]) -> list[cst.BaseStatement]:
   """`body` with `name.x` read as `alias.x` after a plain `alias = name`
   (for `name` in `names`): the sizes the port writes (`config.width`) in

@@ -58,6 +58,27 @@ def from_locals(module, x):
 
 def handed_on(module, x):
   return always(module, x)
+
+
+def rebinds(module, typ, width):
+  typ = typ.lower()
+  if typ == 'learn':
+    return module.param('pos', nn.initializers.zeros, (width,))
+  return 0.0
+
+
+def matched(module, x, n):
+  match n:
+    case 0:
+      return x
+    case _:
+      return x * module.param('prefix', nn.initializers.ones, (n,))
+
+
+def positional_only(module, /, typ, width):
+  if typ == 'learn':
+    return module.param('pos', nn.initializers.zeros, (width,))
+  return 0.0
 '''
 
 
@@ -108,6 +129,11 @@ def test_the_function_for_nnx_reads_the_attributes_made():
   assert 'return x * module.scale[...]' in _code(handed.nnx_function(functions['always'], 'module'))
 
 
+def test_the_module_is_found_among_positional_only_parameters(tmp_path):
+  with pytest.raises(handed.Refused, match='positional-only parameters'):
+    _calls(_file(tmp_path), "y = positional_only(self, 'learn', 4)\n")
+
+
 def test_a_call_handing_nothing_that_makes_variables_is_not_one(tmp_path):
   assert _calls(_file(tmp_path), 'y = always(x, y)\nz = get_posemb\n') == []
 
@@ -117,7 +143,11 @@ def test_a_call_handing_nothing_that_makes_variables_is_not_one(tmp_path):
     ('reads(self, x)', r'reads module in it otherwise than by module\.param'),
     ('in_a_loop(self, x)', r'inside a for \(line'),
     ('after_return(self, x, True)', r'after a return or raise'),
-    ('from_locals(self, x)', r'from its own locals \(width\)'),
+    ('from_locals(self, x)', r'from what it computes itself \(width\)'),
+    # A parameter bound again is not the call's argument: `typ.lower()` is
+    # what the test reads, not `self.posemb`.
+    ('rebinds(self, self.posemb, 4)', r'from what it computes itself \(typ\)'),
+    ('matched(self, x, self.n)', r'inside a match'),
     ('handed_on(self, x)', r'reads module in it otherwise'),
     ('always(*args)', None),
 ])
