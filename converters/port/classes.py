@@ -961,38 +961,72 @@ class ClassWriter:
               'next in a way the port cannot write; port it by hand')
 
   def _chained_size(self, node, children, sizes) -> str | None:
-    """The output size of the Flax layer made before `node` (`self.dense_0.
-    out_features`) where, in every instance, that is `node`'s input size
-    (after layers that keep it: an activation, a norm) and both are made
-    outside loops and conditions: big_vision's `Dense(self.mlp_dim or 4 *
-    d)` then `Dense(d)`, whose sizes no one expression of the fields gives
-    where `mlp_dim` is None in some instances; None where that is not so."""
-    if self._loops(node) or any(isinstance(a, cst.If) for a in syntax.between(self.file, node, self.method)):
+    """`node`'s input size read off the Flax layer made before it (past
+    layers that keep it: an activation, a norm), where the instances' sizes
+    differ otherwise than by one expression of the fields: big_vision's
+    `Dense(self.mlp_dim or 4 * d)` then `Dense(d)` (`self.dense_0.
+    out_features`, `mlp_dim` None in some instances), or its `pre_logits`
+    made `if self.rep_size:` (a flag or a width) before the head
+    (`self.pre_logits.out_features if rep_size else width`). None where
+    that is not so."""
+    if self._loops(node):
       return None
-    before_sites = set()
+    by_site: dict = {}  # the site of the layer before (None: none) -> [(instance, size)]
     for child, (symbolic, value) in zip(children, sizes):
-      order = list(self.symbolic_of(child.parent).root.children)
-      index = order.index(symbolic) - 1
-      while index >= 0 and (spec := layers.layer_spec(type(order[index].module))) is not None \
-              and spec.out_features is None and spec.sequence_field is None:
-        index -= 1
-      if index < 0:
-        return None
-      before = order[index]
-      made = next((c for c in child.parent.children if c.name == before.name), None)
-      spec = layers.layer_spec(type(before.module))
-      if made is None or spec is None or spec.out_features is None or str(self._out_size(before)) != str(value):
-        return None
-      before_sites.add(self.site_of(made))
-    if len(before_sites) != 1:
+      site = self._layer_before(child, symbolic, value)
+      by_site.setdefault(site, []).append((child.parent, self._child_size(symbolic, value)))
+    if len(by_site) > 2 or None in by_site and len(by_site[None]) and len({t for _, t in by_site[None]}) > 1:
       return None
-    (site,) = before_sites
-    if site not in self.attributes or self.attributes[site][1] or site in self.inlined or self._loops(
-        self.sites[site][0]) or any(isinstance(a, cst.If) for a in syntax.between(self.file, self.sites[site][0],
-                                                                                    self.method)):
+    around = set(syntax.between(self.file, node, self.method))
+    written: list[tuple[str, list, cst.If | None]] = []  # (size, instances, the `if` it needs)
+    for site, found in by_site.items():
+      texts = {t for _, t in found}
+      if len(texts) == 1:
+        written.append((texts.pop(), [i for i, _ in found], None))
+        continue
+      if site not in self.attributes or self.attributes[site][1] or site in self.inlined or self._loops(
+          self.sites[site][0]):
+        return None
+      spec = layers.layer_spec(self.sites[site][1][0].cls)
+      conditions = [a for a in syntax.between(self.file, self.sites[site][0], self.method)
+                    if isinstance(a, cst.If) and a not in around]
+      if len(conditions) > 1 or conditions and self.sites[site][0] not in syntax.descendants(conditions[0].body):
+        return None
+      written.append((f'self.{self.attributes[site][0]}.{spec.nnx_argument(spec.out_features)}',
+                      [i for i, _ in found], conditions[0] if conditions else None))
+    if len(written) == 1:
+      size, _, condition = written[0]
+      return size if condition is None else None
+    (first, first_instances, first_if), (second, second_instances, second_if) = written
+    if first_if is None:
+      (first, first_instances, first_if), (second, second_instances, second_if) = written[::-1]
+    if first_if is None or second_if is not None:
       return None
-    spec = layers.layer_spec(self.sites[site][1][0].cls)
-    return f'self.{self.attributes[site][0]}.{spec.nnx_argument(spec.out_features)}'
+    test = first_if.test
+    if self.call_time & source.names_in(test) or not (
+        all(switched_sizes.test_value(self.file, test, i) is True for i in first_instances)
+        and all(switched_sizes.test_value(self.file, test, i) is False for i in second_instances)):
+      return None
+    written_test = switched_sizes.init_test(test, self.file, self.field_names)
+    return None if written_test is None else f'{first} if {written_test} else {second}'
+
+  def _layer_before(self, child, symbolic, value) -> tracing.Site | None:
+    """The site of the Flax layer `child`'s parent made before it (past
+    layers that keep their input's size) whose output size is `value`,
+    `child`'s input size; None where there is none."""
+    order = list(self.symbolic_of(child.parent).root.children)
+    index = order.index(symbolic) - 1
+    while index >= 0 and (spec := layers.layer_spec(type(order[index].module))) is not None \
+            and spec.out_features is None and spec.sequence_field is None:
+      index -= 1
+    if index < 0:
+      return None
+    before = order[index]
+    made = next((c for c in child.parent.children if c.name == before.name), None)
+    spec = layers.layer_spec(type(before.module))
+    if made is None or spec is None or spec.out_features is None or str(self._out_size(before)) != str(value):
+      return None
+    return self.site_of(made)
 
   def _switched_size(self, node, sizes: dict[str, list[tracing.Created]]) -> str | None:
     """The size an `if` on the configuration before `node` switches

@@ -842,6 +842,20 @@ def _given_values(kind: type, held: set[int]) -> tuple:
   return tuple(v for v in values if v not in held) + tuple(v for v in values if v in held)
 
 
+def _admits_int_beside_bool(owner: type, name: str) -> bool:
+  """Whether the annotation of field `name` of `owner` admits an integer as
+  well as a flag (big_vision's `rep_size: Union[int, bool] = False`)."""
+  try:
+    hint = typing.get_type_hints(owner).get(name)
+  except Exception:  # noqa: BLE001 - an annotation that names what it cannot resolve
+    hint = None
+  if hint is None:
+    text = str(getattr(owner, '__annotations__', {}).get(name, ''))
+    return bool(re.search(r'\bint\b', text) and re.search(r'\bbool\b', text))
+  kinds = typing.get_args(hint) or (hint,)
+  return int in kinds and bool in kinds
+
+
 def _annotated_type(owner: type, name: str) -> type | None:
   """The one type of `int`, `float`, `bool`, `typing.Callable` (for a
   callable or `Any`: an initializer, as Flax's configurations hold them)
@@ -882,7 +896,8 @@ def _given_a_value(value, owner: type, prefix: str, depth: int = 0, held: frozen
   """`(changes, unvaried)`: for each field of the configuration `value` (a
   module's fields, or a configuration dataclass's, nested) left None,
   `([(new value, 'name=given'), ...])` with each value of its annotated
-  type; and the fields left None that take no value the kit can give (a
+  type (and for a flag annotated to take an integer too, each integer);
+  and the fields left None that take no value the kit can give (a
   callable, a string)."""
   if depth > 3 or not dataclasses.is_dataclass(value):
     return [], []
@@ -898,6 +913,11 @@ def _given_a_value(value, owner: type, prefix: str, depth: int = 0, held: frozen
         unvaried.append(name)
         continue
       tried = [(_replaced(value, f.name, v), f'{name}={_shown(v)}') for v in _given_values(kind, held)]
+      changes.append([(new, d) for new, d in tried if new is not None] or [(None, f'{name}=')])
+    elif isinstance(current, bool) and _admits_int_beside_bool(owner, f.name):
+      # A flag the flips prove, that takes a width as well (`rep_size=8`:
+      # a layer of that width, where True makes one of the model's own).
+      tried = [(_replaced(value, f.name, v), f'{name}={v}') for v in _given_values(int, held)]
       changes.append([(new, d) for new, d in tried if new is not None] or [(None, f'{name}=')])
     elif dataclasses.is_dataclass(current) and not isinstance(current, type):
       inner, more = _given_a_value(current, type(current), f'{name}.', depth + 1, held)

@@ -156,8 +156,10 @@ def _field_leaves(value, access: tuple) -> list[tuple[tuple, int]]:
   return []
 
 
-#: `beyond_sizes` of None: a field left None switches code as a string does.
-_NONE = object()
+#: `beyond_sizes` of None (a field left None switches code as a string
+#: does) and of a flag (`rep_size: int | bool`, a flag in one instance and a
+#: width in another).
+_NONE, _FLAG = object(), object()
 
 
 def beyond_sizes(value):
@@ -173,7 +175,7 @@ def beyond_sizes(value):
   if value is None:
     return _NONE
   if isinstance(value, bool):
-    return None
+    return _FLAG  # (the same for both: a flag held where another instance holds a width is told apart)
   if isinstance(value, (str, enum.Enum)):
     return value
   if isinstance(value, tuple) and not hasattr(value, '_fields'):

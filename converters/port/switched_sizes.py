@@ -41,7 +41,7 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
     if (not isinstance(statement, cst.If) or statement in ancestors
             or file.positions[statement].end.line >= start or set(call_time) & source.names_in(statement.test)):
       continue
-    taken = [_value(file, statement.test, i) for i in (*first_instances, *second_instances)]
+    taken = [test_value(file, statement.test, i) for i in (*first_instances, *second_instances)]
     if None in taken:
       continue
     ones, others = taken[:len(first_instances)], taken[len(first_instances):]
@@ -84,7 +84,7 @@ def _kind(value) -> str:
   return repr(shapes.beyond_sizes(value))
 
 
-def _value(file: source.SourceFile, test: cst.BaseExpression, instance: tracing.Created) -> bool | None:
+def test_value(file: source.SourceFile, test: cst.BaseExpression, instance: tracing.Created) -> bool | None:
   """`test` read with `instance`'s module as `self`, in the file's globals;
   None where it cannot be read so."""
   try:

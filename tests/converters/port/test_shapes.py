@@ -68,10 +68,13 @@ def test_an_input_size_the_code_ties_to_a_field_is_that_field():
   assert sizes['Dense_1'] == 'config.hidden'
 
 
-def test_none_strings_and_enums_are_beyond_sizes_numbers_and_flags_are_not():
+def test_none_flags_strings_and_enums_are_beyond_sizes_numbers_are_not():
   # Two instances told apart here are traced symbolically each on its own:
-  # `mlp_dim or 4 * d` takes the other side where `mlp_dim` is None.
-  assert shapes.beyond_sizes(None) is not None and shapes.beyond_sizes(None) == shapes.beyond_sizes(None)
-  assert shapes.beyond_sizes(None) != shapes.beyond_sizes(3) and shapes.beyond_sizes(3) is None
-  assert shapes.beyond_sizes(True) is None and shapes.beyond_sizes('gap') == 'gap'
+  # `mlp_dim or 4 * d` takes the other side where `mlp_dim` is None; a
+  # `rep_size: int | bool` holding a width is a symbol where a flag is not.
+  none, flag = shapes.beyond_sizes(None), shapes.beyond_sizes(True)
+  assert none is not None and none == shapes.beyond_sizes(None) and none != shapes.beyond_sizes(3)
+  assert shapes.beyond_sizes(3) is None and shapes.beyond_sizes('gap') == 'gap'
+  # Flags alike, whichever way they are set (each flip would double the traces).
+  assert flag is not None and flag == shapes.beyond_sizes(False) and flag != none
   assert shapes.beyond_sizes((None, 2)) != shapes.beyond_sizes((1, 2))
