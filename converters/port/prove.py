@@ -1058,8 +1058,7 @@ def _moved(value, how: str, looped: Collection[str], name: str = '', depth: int 
       return value, []
     new = value[:-1] if how == 'shorter' else type(value)()
     return new, [repr(new)]
-  if how.startswith('floats') or dataclasses.is_dataclass(value):
-    # (Not a namespace's tuples: `patches.size=()`, as above.)
+  if how.startswith('floats') or _is_configuration(value):  # (vit_jax's `resnet.num_layers`, a namespace's)
     return _inside(value, lambda v, n: _moved(v, how, looped, n, depth + 1), named=True)
   return value, []
 

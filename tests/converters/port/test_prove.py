@@ -166,3 +166,23 @@ def test_default_configurations_leave_none_each_field_whose_default_is_none():
   assert [d for _, d in found] == ['mlp_dim=None', 'head=None', 'head.width=None']
   assert found[0][0].module.mlp_dim is None and found[0][0].module.head == _Head(5)
   assert found[2][0].module.head == _Head(None) and not unbuilt
+
+
+class Hybrid(nn.Module):
+  """vit_jax's hybrid: its stages in a namespace (`resnet.num_layers`), looped over."""
+
+  resnet: types.SimpleNamespace = None
+  patches: types.SimpleNamespace = None
+
+  @nn.compact
+  def __call__(self, x):
+    for n in self.resnet.num_layers:
+      x = nn.Dense(n + 1)(x)
+    return x
+
+
+def test_a_namespaces_tuples_looped_over_are_emptied_too():
+  model = LinenModel(Hybrid(types.SimpleNamespace(num_layers=(1, 2)), types.SimpleNamespace(size=(2, 2))),
+                     jnp.ones((1, 3)))
+  ((other, description),) = prove.moved_configurations(model, looped={'num_layers'})
+  assert description == 'resnet.num_layers=()' and other.module.patches.size == (2, 2)
