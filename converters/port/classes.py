@@ -373,11 +373,13 @@ class ClassWriter:
   # --- sizes
 
   def symbolic_of(self, instance: tracing.Created) -> shapes.SymbolicTrace:
-    """The symbolic trace of `instance`, one per set of submodules made (the
-    blocks of a ResNet that have a shortcut, those that do not) and per
+    """The symbolic trace of `instance`, one per set of submodules and
+    variables made (the blocks of a ResNet that have a shortcut, those that
+    do not; a class token a flag makes) and per
     configuration beyond its sizes (a ViT's `classifier='gap'`, which adds
     no class token: its sizes are not the symbolic ones of `'token'`)."""
     key = (frozenset((c.site, c.name) for c in instance.children),
+           frozenset(instance.reserved),  # its own variables too (a flag's class token, a position table)
            tuple(shapes.beyond_sizes(getattr(instance.module, f)) for f in shapes.module_fields(instance.module)))
     if key not in self._symbolic:
       self._symbolic[key] = self._symbolic_trace(instance)
@@ -1621,7 +1623,16 @@ class ClassWriter:
     under which it does (None: always), and the variable, as one of the
     class's own."""
     found = {}
+    creations = {node for node, _ in self.sites.values()} | set(self.lift_calls)
     for call, handed_call in self.handed_calls.items():
+      # In a branch no configuration took (`if self.use_pos:` never set): that
+      # branch raises, as one making modules.
+      branch = branches.untraced_branch(call, self.method, self.file, self.instances, self.call_time, creations)
+      if branch is not None:
+        self.untraced_branches[branch.block] = branch
+        continue
+      if any(b in self.untraced_branches for b in self.file.ancestors(call)):
+        continue
       if self._loops(call):
         self.fail(call, f'{call.func.value}(...), handed the module, in a loop; port it by hand')
       made = []

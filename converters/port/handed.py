@@ -96,7 +96,8 @@ def handed_calls(file: source.SourceFile, scope: cst.CSTNode) -> list[HandedCall
                         'function does not say; write them in the class (self.param(...) there), or port '
                         'it by hand')
       binding = _binding(call, function)
-      made = tuple(_made(file, call, function, param_call, binding) for param_call in _param_calls(function, held))
+      made = tuple(m for param_call in _param_calls(function, held)
+                   if (m := _made(file, call, function, param_call, binding)) is not None)
       found.append(HandedCall(call, function, held, made))
   return found
 
@@ -192,8 +193,9 @@ def _binding(call: cst.Call, function: cst.FunctionDef) -> dict[str, cst.BaseExp
 
 
 def _made(file: source.SourceFile, call: cst.Call, function: cst.FunctionDef, param_call: cst.Call,
-          binding: dict[str, cst.BaseExpression]) -> MadeThrough:
-  """`param_call` as `call` makes it: bound, and the tests leading to it."""
+          binding: dict[str, cst.BaseExpression]) -> MadeThrough | None:
+  """`param_call` as `call` makes it: bound, and the tests leading to it;
+  None where a test the call's literals decide never holds."""
   tests: list[cst.BaseExpression] = []
   child: cst.CSTNode = param_call
   for ancestor in file.ancestors(param_call):
@@ -225,5 +227,20 @@ def _made(file: source.SourceFile, call: cst.Call, function: cst.FunctionDef, pa
   test = None
   for t in reversed(tests):  # outermost first
     t = t.visit(bind)
-    test = t if test is None else syntax.conjunction(test, t)
+    constant = _constant(t)
+    if constant is False:
+      return None  # never made by this call (`get_posemb(self, 'sincos', ...)`)
+    if constant is None:
+      test = t if test is None else syntax.conjunction(test, t)
   return MadeThrough(param_call.visit(bind), test)
+
+
+def _constant(test: cst.BaseExpression) -> bool | None:
+  """The value of a test of literals only (`'learn' == 'learn'`, a call's
+  literal argument bound in); None for one that reads a name."""
+  if source.names_in(test):
+    return None
+  try:
+    return bool(eval(syntax.code_of(test), {'__builtins__': {}}))  # noqa: S307 - literals only
+  except Exception:  # noqa: BLE001 - not a constant after all
+    return None

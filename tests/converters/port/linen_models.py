@@ -1728,6 +1728,36 @@ def remat_chosen_in_an_expression() -> LinenModel:
   return LinenModel(RematChosenInAnExpression(), jnp.ones((2, 3)))
 
 
+def positions(module, typ, length, width, name):
+  """big_vision's `get_posemb`, short: a table made through the module handed in."""
+  if typ == 'learn':
+    return module.param(name, nn.initializers.normal(0.02), (1, length, width))
+  return jnp.zeros((1, length, width))
+
+
+class HandedBehindAFlag(nn.Module):
+  """The handed function called under a flag the trace leaves off, and
+  under a test no configuration takes."""
+
+  width: int = 8
+  use_pos: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(self.width)(x)
+    if self.use_pos:
+      _, l, c = x.shape
+      x = x + positions(self, 'learn', l, c, 'pos')
+    if self.width > 64:
+      _, l, c = x.shape
+      x = x + positions(self, 'learn', l, c, 'wide_pos')
+    return x
+
+
+def handed_behind_a_flag() -> LinenModel:
+  return LinenModel(HandedBehindAFlag(), jnp.ones((2, 5, 3)))
+
+
 def noisy(module, x, scale):
   """A key drawn through the module handed in: NNX draws from its Rngs."""
   return x + scale * jax.random.normal(module.make_rng('noise'), x.shape)

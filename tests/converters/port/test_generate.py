@@ -468,6 +468,18 @@ def test_a_field_left_none_and_given_a_value_is_traced_at_each(tmp_path):
   assert 'self.bias = nnx.Param(config.bias_init(rngs.params(), (config.width,)))' in out.read_text()
 
 
+def test_a_function_handed_the_module_under_a_flag_and_under_a_test_never_taken(tmp_path):
+  # The flag's flip makes the table: traced apart from the instance that
+  # makes none (its variables tell them apart), the table's shape is known.
+  # The branch no configuration takes raises, as one making modules.
+  result, out = _written(tmp_path, 'handed_behind_a_flag', linen_models.handed_behind_a_flag())
+  assert not result.stubs
+  text = out.read_text()
+  assert "if use_pos:\n      self.pos = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, x_shape[0], width)))" in text
+  assert 'wide_pos' not in text and text.count('raise NotImplementedError') == 2  # __init__ and __call__
+  assert [b.branch for b in result.branches] == ['`if self.width > 64`']
+
+
 def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises(tmp_path):
   # The class is written for the configuration given, not stubbed, and the
   # configuration the proof adds (remat=True) is left out (the report and

@@ -158,3 +158,11 @@ def test_what_the_port_does_not_write_is_refused_saying_so(tmp_path, call, messa
     return
   with pytest.raises(handed.Refused, match=message):
     _calls(file, f'y = {call}\n')
+
+
+def test_a_test_the_calls_literals_decide_is_folded(tmp_path):
+  # 'learn' == 'learn' always holds: no test; 'fixed' makes neither table.
+  (learn,) = _calls(_file(tmp_path), "y = get_posemb(self, 'learn', (2, 2), 4, 'pos')\n")
+  assert [m.test for m in learn.made] == [None] and _code(learn.made[0].call).startswith("self.param('pos'")
+  (fixed,) = _calls(_file(tmp_path), "y = get_posemb(self, 'fixed', (2, 2), 4, 'pos')\n")
+  assert fixed.made == ()
