@@ -156,26 +156,25 @@ def _field_leaves(value, access: tuple) -> list[tuple[tuple, int]]:
   return []
 
 
-#: `beyond_sizes` of None (a field left None switches code as a string
-#: does) and of a flag (`rep_size: int | bool`, a flag in one instance and a
-#: width in another).
-_NONE, _FLAG = object(), object()
+#: `beyond_sizes` of a flag, and of what is neither a size, a flag nor a
+#: string (None, a callable, a float): a field left None where another
+#: instance holds a width (`rep_size: int | bool`, `mlp_dim: int | None`).
+_FLAG, _OPAQUE = object(), object()
 
 
 def beyond_sizes(value):
   """What of `value` the symbolic trace cannot make a symbol of and that
-  switches code: its strings, enum members and Nones (inside tuples,
+  switches code: its strings and enum members, and whether it holds an
+  integer (a size, a symbol) or something else there (inside tuples,
   configuration dataclasses and namespaces too). Two instances that differ
   there take other branches (a ViT's `classifier='gap'` adds no class token;
   `self.mlp_dim or 4 * d` with `mlp_dim=None`), so their sizes are not each
-  other's symbolic ones. (Not flags: a flag that makes other modules is
-  told apart by them, and tracing each flag's instances alone costs a
-  decoder its write time twice over; a size a flag alone switches is not
-  proven, and so not handed over.)"""
-  if value is None:
-    return _NONE
+  other's symbolic ones. (Not which flag, initializer or float: a flag that
+  makes other modules is told apart by them, and tracing each flag's
+  instances alone costs a decoder its write time twice over; a size a flag
+  alone switches is not proven, and so not handed over.)"""
   if isinstance(value, bool):
-    return _FLAG  # (the same for both: a flag held where another instance holds a width is told apart)
+    return _FLAG
   if isinstance(value, (str, enum.Enum)):
     return value
   if isinstance(value, tuple) and not hasattr(value, '_fields'):
@@ -184,7 +183,7 @@ def beyond_sizes(value):
     return tuple(beyond_sizes(getattr(value, f.name)) for f in dataclasses.fields(value))
   if isinstance(value, types.SimpleNamespace):
     return tuple((k, beyond_sizes(v)) for k, v in vars(value).items())
-  return None
+  return None if isinstance(value, int) else _OPAQUE
 
 
 def value_at(value, access: Sequence):

@@ -73,8 +73,10 @@ def test_none_flags_strings_and_enums_are_beyond_sizes_numbers_are_not():
   # `mlp_dim or 4 * d` takes the other side where `mlp_dim` is None; a
   # `rep_size: int | bool` holding a width is a symbol where a flag is not.
   none, flag = shapes.beyond_sizes(None), shapes.beyond_sizes(True)
-  assert none is not None and none == shapes.beyond_sizes(None) and none != shapes.beyond_sizes(3)
-  assert shapes.beyond_sizes(3) is None and shapes.beyond_sizes('gap') == 'gap'
-  # Flags alike, whichever way they are set (each flip would double the traces).
+  assert none is not None and none != shapes.beyond_sizes(3) and shapes.beyond_sizes(3) is None
+  assert shapes.beyond_sizes('gap') == 'gap' and shapes.beyond_sizes('gap') != shapes.beyond_sizes('map')
+  # Flags alike, whichever way they are set, and None alike with any other
+  # value no symbol stands for (an initializer): each would double the traces.
   assert flag is not None and flag == shapes.beyond_sizes(False) and flag != none
+  assert none == shapes.beyond_sizes(print) == shapes.beyond_sizes(0.5)
   assert shapes.beyond_sizes((None, 2)) != shapes.beyond_sizes((1, 2))
