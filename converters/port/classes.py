@@ -372,14 +372,15 @@ class ClassWriter:
 
   # --- sizes
 
-  def symbolic_of(self, instance: tracing.Created) -> shapes.SymbolicTrace:
-    """The symbolic trace of `instance`, one per set of submodules and
-    variables made (the blocks of a ResNet that have a shortcut, those that
-    do not; a class token a flag makes) and per
+  def symbolic_of(self, instance: tracing.Created, own_variables: bool = False) -> shapes.SymbolicTrace:
+    """The symbolic trace of `instance`, one per set of submodules made (the
+    blocks of a ResNet that have a shortcut, those that do not) and per
     configuration beyond its sizes (a ViT's `classifier='gap'`, which adds
-    no class token: its sizes are not the symbolic ones of `'token'`)."""
+    no class token: its sizes are not the symbolic ones of `'token'`); with
+    `own_variables`, per set of its own variables too (a position table a
+    flag makes, whose shape only that instance's trace has)."""
     key = (frozenset((c.site, c.name) for c in instance.children),
-           frozenset(instance.reserved),  # its own variables too (a flag's class token, a position table)
+           frozenset(instance.reserved) if own_variables else None,
            tuple(shapes.beyond_sizes(getattr(instance.module, f)) for f in shapes.module_fields(instance.module)))
     if key not in self._symbolic:
       self._symbolic[key] = self._symbolic_trace(instance)

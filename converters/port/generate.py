@@ -255,17 +255,23 @@ def _written_without(cls: type, instances: list, origins: dict[int, str], error:
   return None
 
 
-def _making_more(configurations, variables, made: set, sizes: bool = True) -> tuple[list, list]:
+def _making_more(configurations, variables, made: set, sizes: bool = True, kinds: tuple | None = None
+                 ) -> tuple[list, list]:
   """`configurations` traced: `(flags, within)`, those that make a module
   where the model makes none (or, with `sizes`, a variable of another size,
-  or stop a cache) as `(model, description, root, variables)`, and the rest
-  as `(model, description)`."""
+  stop a cache, make fewer modules, or hold None or a flag where the model
+  holds an integer, `kinds`: `shapes.size_kinds`) as `(model, description,
+  root, variables)`, and the rest as `(model, description)`."""
   flags, within = [], []
   for other, description in configurations:
     other_root, other_variables = tracing.trace(other.module, *other.args, **other.kwargs)
     stops_decoding = 'cache' in variables and 'cache' not in other_variables
-    new_sites = not {(c.cls, c.site, c.transform) for c in other_root.walk()} <= made
-    if new_sites or sizes and (stops_decoding or not _shapes(other_variables) <= _shapes(variables)):
+    sites = {(c.cls, c.site, c.transform) for c in other_root.walk()}
+    # Another branch on the sizes, though its shapes may be the model's
+    # (`rep_size=False` makes no `pre_logits`; `mlp_dim=None` where 4 * d is mlp_dim).
+    other_branch = sites < made or kinds is not None and shapes.size_kinds(other.module) != kinds
+    if not sites <= made or sizes and (stops_decoding or other_branch
+                                       or not _shapes(other_variables) <= _shapes(variables)):
       flags.append((other, description, other_root, other_variables))
     else:
       within.append((other, description))  # nothing made or sized that the model does not
@@ -307,7 +313,8 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   optional, unproven = [*optional, *switched, *defaults], [*unproven, *unswitched]
   # The code each flag of the configuration switches on (`scan_layers`):
   # its modules are instances of the classes too, written with the rest.
-  flags, within = _making_more([*prove.flag_configurations(linen_model, refused), *optional], variables, made)
+  flags, within = _making_more([*prove.flag_configurations(linen_model, refused), *optional], variables, made,
+                               kinds=shapes.size_kinds(module))
   origins: dict[int, str] = {}  # the configuration that made an instance, by id
   for _, description, other_root, _ in flags:
     for instance in other_root.walk():

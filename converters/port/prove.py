@@ -842,18 +842,22 @@ def _given_values(kind: type, held: set[int]) -> tuple:
   return tuple(v for v in values if v not in held) + tuple(v for v in values if v in held)
 
 
-def _admits_int_beside_bool(owner: type, name: str) -> bool:
-  """Whether the annotation of field `name` of `owner` admits an integer as
-  well as a flag (big_vision's `rep_size: Union[int, bool] = False`)."""
+def _admits(owner: type, name: str, *kinds: type) -> bool:
+  """Whether the annotation of field `name` of `owner` admits each of
+  `kinds` (big_vision's `rep_size: Union[int, bool] = False` admits `int`
+  and `bool`; `mlp_dim: Optional[int]`, `type(None)`), as a union of them."""
   try:
     hint = typing.get_type_hints(owner).get(name)
   except Exception:  # noqa: BLE001 - an annotation that names what it cannot resolve
     hint = None
-  if hint is None:
+  if hint is None:  # read as written: a name of each, outside brackets of another type's
     text = str(getattr(owner, '__annotations__', {}).get(name, ''))
-    return bool(re.search(r'\bint\b', text) and re.search(r'\bbool\b', text))
-  kinds = typing.get_args(hint) or (hint,)
-  return int in kinds and bool in kinds
+    if re.search(r'Callable|\[\[', text):
+      return False
+    names = {int: r'\bint\b', bool: r'\bbool\b', type(None): r'\bNone\b|\bOptional\b'}
+    return all(re.search(names[k], text) for k in kinds)
+  admitted = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+  return all(k in admitted for k in kinds)
 
 
 def _annotated_type(owner: type, name: str) -> type | None:
@@ -914,11 +918,14 @@ def _given_a_value(value, owner: type, prefix: str, depth: int = 0, held: frozen
         continue
       tried = [(_replaced(value, f.name, v), f'{name}={_shown(v)}') for v in _given_values(kind, held)]
       changes.append([(new, d) for new, d in tried if new is not None] or [(None, f'{name}=')])
-    elif isinstance(current, bool) and _admits_int_beside_bool(owner, f.name):
+    elif isinstance(current, bool) and _admits(owner, f.name, int, bool):
       # A flag the flips prove, that takes a width as well (`rep_size=8`:
       # a layer of that width, where True makes one of the model's own).
       tried = [(_replaced(value, f.name, v), f'{name}={v}') for v in _given_values(int, held)]
       changes.append([(new, d) for new, d in tried if new is not None] or [(None, f'{name}=')])
+    elif isinstance(current, int) and _admits(owner, f.name, int, bool):
+      # A width that takes a flag as well: each flag in turn (`rep_size=False`).
+      changes += [[(_replaced(value, f.name, v), f'{name}={v}')] for v in (False, True)]
     elif dataclasses.is_dataclass(current) and not isinstance(current, type):
       inner, more = _given_a_value(current, type(current), f'{name}.', depth + 1, held)
       unvaried += more
@@ -982,7 +989,7 @@ def _switched(value, prefix: str, strings: dict, depth: int = 0) -> tuple[list, 
 def _left_none(value, prefix: str, depth: int = 0) -> list[tuple[object, str]]:
   """`(new value, 'name=None')` for each field of the configuration `value`
   (a module's fields, or a configuration dataclass's, nested) whose default
-  is None and that holds something else."""
+  is None, or whose annotation admits None, and that holds something else."""
   if depth > 3 or not dataclasses.is_dataclass(value):
     return []
   changes = []
@@ -990,7 +997,8 @@ def _left_none(value, prefix: str, depth: int = 0) -> list[tuple[object, str]]:
     if not f.init or f.name in ('parent', 'name'):
       continue
     current, name = getattr(value, f.name), f'{prefix}{f.name}'
-    if f.default is None and current is not None and (new := _replaced(value, f.name, None)) is not None:
+    if current is not None and (f.default is None or _admits(type(value), f.name, type(None))) and (
+        new := _replaced(value, f.name, None)) is not None:
       changes.append((new, f'{name}=None'))
     if dataclasses.is_dataclass(current) and not isinstance(current, type):
       changes += [(new, d) for inner, d in _left_none(current, f'{name}.', depth + 1)
@@ -999,9 +1007,9 @@ def _left_none(value, prefix: str, depth: int = 0) -> list[tuple[object, str]]:
 
 
 def default_configurations(linen_model: LinenModel) -> tuple[list[tuple[LinenModel, str]], list]:
-  """The model with each field whose default is None, and that the model
-  sets (`mlp_dim=32` of `mlp_dim: int | None = None`, in its configuration
-  dataclasses too), left None in turn, where Linen builds it: the branch
+  """The model with each field whose default is None or whose annotation
+  admits None, and that the model sets (`mlp_dim=32` of `mlp_dim: int |
+  None = None`, in its configuration dataclasses too), left None in turn, where Linen builds it: the branch
   the default takes (`self.mlp_dim or 4 * d`) is written and proven too.
   Also `(change, why)` of those Linen does not build."""
   found, unproven = [], []

@@ -186,6 +186,21 @@ def beyond_sizes(value):
   return None if isinstance(value, int) else _OPAQUE
 
 
+def size_kinds(module) -> tuple:
+  """`beyond_sizes` of each of `module`'s fields without the strings and
+  enum members: where each holds an integer, a flag or something else
+  (None). Two configurations that differ here run other code on the sizes
+  (`mlp_dim or 4 * d` at None and at 12, where 4 * d may be 12 too)."""
+  def kind(value):
+    if isinstance(value, (str, enum.Enum)):
+      return None
+    if isinstance(value, tuple):
+      return tuple(kind(v) for v in value)
+    return value
+
+  return tuple(kind(beyond_sizes(getattr(module, f))) for f in module_fields(module))
+
+
 def value_at(value, access: Sequence):
   """What `access` reaches from `value`: `('size', 0)` is `value.size[0]`."""
   for a in access:

@@ -141,15 +141,16 @@ def own_variable(call: cst.Call, writer, where: cst.CSTNode | None = None) -> Ow
       # symbolic trace of an instance that made it (a class token only the
       # configuration `pool_type='tok'` makes).
       shape, table = _traced(collection, name, writer)
-      if shape is None:
+      if shape is None and (rewritten := writer.without_input_reads(value)) is not None:
         # Not made in the trace (a branch the configuration skips): the
         # shape's source, with the inputs' sizes it reads written as sizes.
-        value = writer.without_input_reads(value)
-        if value is None:
-          writer.fail(where, f'the shape of {name!r} is not known from the trace (not made at this '
-                      'configuration) and reads the call; port it by hand')
-        written.append(_one_line(arg, value))
+        written.append(_one_line(arg, rewritten))
         continue
+      if shape is None:  # nor so: the trace of an instance that makes it (a flag's position table)
+        shape, table = _traced(collection, name, writer, own_variables=True)
+      if shape is None:
+        writer.fail(where, f'the shape of {name!r} is not known from the trace (not made at this '
+                    'configuration) and reads the call; port it by hand')
       if not hasattr(shape, 'shape'):
         writer.fail(where, f'the shape of {name!r} is not known from the trace; port it by hand')
       sizes = [writer.size_source(d, table) for d in shape.shape]
@@ -212,13 +213,17 @@ def _dtype_parameter(value: cst.BaseExpression, collection: str, name: str, writ
   return cst.Name(writer.dtype_parameter(value.value.value, jax.numpy.dtype(made.dtype).name))
 
 
-def _traced(collection: str, name: str, writer):
+def _traced(collection: str, name: str, writer, own_variables: bool = False):
   """`(abstract array, symbol table)` of the variable in the symbolic trace
   of the first instance that made it (a class token only `pool_type='tok'`
   makes), an annotated one's array (the box's pytree child; `unbox` would
-  constrain it to the mesh in context); `(None, None)` where none did."""
+  constrain it to the mesh in context); `(None, None)` where none did. With
+  `own_variables`, in a trace of its own for an instance that made it (one
+  shared with instances that do not lacks it: a flag's position table)."""
   for instance in writer.instances:
-    symbolic = writer.symbolic_of(instance)
+    if own_variables and name not in instance.reserved:
+      continue
+    symbolic = writer.symbolic_of(instance, own_variables)
     made = symbolic.variables.get(collection, {}).get(name)
     if made is not None:
       if isinstance(made, meta.AxisMetadata):

@@ -186,3 +186,25 @@ def test_a_namespaces_tuples_looped_over_are_emptied_too():
                      jnp.ones((1, 3)))
   ((other, description),) = prove.moved_configurations(model, looped={'num_layers'})
   assert description == 'resnet.num_layers=()' and other.module.patches.size == (2, 2)
+
+
+class WidthOrFlag(nn.Module):
+  rep_size: int | bool = False
+  mlp_dim: int | None = 16  # admits None, though its default is a width
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(self.mlp_dim or 4)(x)
+    return nn.Dense(self.rep_size if self.rep_size is not True else 5)(x) if self.rep_size else x
+
+
+def test_a_width_that_takes_a_flag_is_tried_at_each_flag_and_a_flag_at_a_width():
+  as_width = LinenModel(WidthOrFlag(rep_size=12), jnp.ones((1, 2)))
+  tried, _ = prove.optional_configurations(as_width)
+  assert [d for _, d in tried] == ['rep_size=False', 'rep_size=True']
+  as_flag = LinenModel(WidthOrFlag(rep_size=True), jnp.ones((1, 2)))
+  ((other, description),), _ = prove.optional_configurations(as_flag)
+  assert description.startswith('rep_size=') and type(other.module.rep_size) is int
+  # An annotation admitting None is left None, whatever its default.
+  found, _ = prove.default_configurations(as_flag)
+  assert [d for _, d in found] == ['mlp_dim=None']
