@@ -1594,62 +1594,55 @@ class ClassWriter:
     for call in found:
       # A variable of a branch no configuration took (`if self.pool_type ==
       # 'tok':`, its class token): that branch raises, as one making modules.
-      branch = branches.untraced_branch(call, self.method, self.file, self.instances, self.call_time, made)
-      if branch is not None:
-        self.untraced_branches[branch.block] = branch
-        continue
-      if any(b in self.untraced_branches for b in self.file.ancestors(call)):
+      if self._in_untraced_branch(call, made):
         continue
       if self._loops(call):
         self.fail(call, f'self.{call.func.attr.value}(...) in a loop; port it by hand')
       variable = variables.own_variable(call, self)
-      if variable.named_by is not None:
-        names = {getattr(i.module, variable.named_by) for i in self.instances}
-        if names & taken:
-          self.fail(call, f'{sorted(names & taken)[0]!r} names both a variable and another attribute; port it by '
-                    'hand')
-        taken |= names
-        own[call] = variable
-        continue
-      if variable.name in taken:
-        self.fail(call, f'{variable.name!r} names both a variable and another attribute; port it by hand')
-      taken.add(variable.name)
+      self._claim(variable, taken, call)
       own[call] = variable
-    self.handed_variables = self._handed_variables(taken)
+    self.handed_variables = self._handed_variables(taken, made)
     return own
 
-  def _handed_variables(self, taken: set[str]) -> dict[cst.Call, list[tuple[cst.BaseExpression | None,
+  def _in_untraced_branch(self, call: cst.Call, made) -> bool:
+    """Whether `call` is in a branch no configuration took (`made`: the
+    creations the trace saw), which then raises, as one making modules."""
+    branch = branches.untraced_branch(call, self.method, self.file, self.instances, self.call_time, made)
+    if branch is not None:
+      self.untraced_branches[branch.block] = branch
+      return True
+    return any(b in self.untraced_branches for b in self.file.ancestors(call))
+
+  def _claim(self, variable: variables.OwnVariable, taken: set[str], call: cst.Call) -> None:
+    """Adds the attribute names `variable` takes (each instance's, for one
+    a field names) to `taken`, refusing one already taken."""
+    names = {getattr(i.module, variable.named_by) for i in self.instances} if variable.named_by else {variable.name}
+    if names & taken:
+      self.fail(call, f'{sorted(names & taken)[0]!r} names both a variable and another attribute; port it by hand')
+    taken |= names
+
+  def _handed_variables(self, taken: set[str], made: set) -> dict[cst.Call, list[tuple[cst.BaseExpression | None,
                                                                            variables.OwnVariable]]]:
     """The parameters each handed call makes (`handed_calls`): the test
     under which it does (None: always), and the variable, as one of the
-    class's own."""
+    class's own (`taken`: the attribute names so far; `made`: the
+    creations the trace saw)."""
     found = {}
-    creations = {node for node, _ in self.sites.values()} | set(self.lift_calls)
     for call, handed_call in self.handed_calls.items():
-      # In a branch no configuration took (`if self.use_pos:` never set): that
-      # branch raises, as one making modules.
-      branch = branches.untraced_branch(call, self.method, self.file, self.instances, self.call_time, creations)
-      if branch is not None:
-        self.untraced_branches[branch.block] = branch
-        continue
-      if any(b in self.untraced_branches for b in self.file.ancestors(call)):
+      # In a branch no configuration took (`if self.use_pos:` never set).
+      if self._in_untraced_branch(call, made):
         continue
       if self._loops(call):
         self.fail(call, f'{call.func.value}(...), handed the module, in a loop; port it by hand')
-      made = []
+      written = []
       for through in handed_call.made:
         if through.test is not None and source.names_in(through.test) & self.call_time:
           self.fail(call, f'{call.func.value}(...) makes a parameter through the module when '
                     f'{syntax.code_of(through.test)}, which reads the call; port it by hand')
         variable = variables.own_variable(through.call, self, where=call)
-        names = {getattr(i.module, variable.named_by) for i in self.instances} if variable.named_by else {
-            variable.name}
-        if names & taken:
-          self.fail(call, f'{sorted(names & taken)[0]!r} names both a variable and another attribute; port it by '
-                    'hand')
-        taken |= names
-        made.append((through.test, variable))
-      found[call] = made
+        self._claim(variable, taken, call)
+        written.append((through.test, variable))
+      found[call] = written
     return found
 
   def _input_parameters(self) -> list[InputParameter]:
