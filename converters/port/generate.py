@@ -562,11 +562,14 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   # The branches the flags and given values wrote, taken together with the
   # flags that make nothing new (`use_bias=False`), with floats moved and
   # tuples emptied: each branch and flag proven beyond the traced sizes.
-  branches, taken = linen_model, []
   within = [(o, d) for o, d in result.within if d not in written]
-  for other, change in [*((o, d) for o, d, v in result.flags if 'cache' not in v), *optional, *within]:
-    if (both := prove.combined(linen_model, branches, other)) is not None:
-      branches, taken = both, [*taken, change]
+  joined = [*((o, d) for o, d, v in result.flags if 'cache' not in v), *optional, *within]
+  branches, taken = _combined(linen_model, joined)
+  if taken and _takes_a_raised_branch(branches, ports):
+    # Flags that together take a branch written to raise (`if extra and
+    # deep:`, each alone taking none): joined one by one, each kept only
+    # where the join stays out of such branches.
+    branches, taken = _combined(linen_model, joined, lambda model: not _takes_a_raised_branch(model, ports))
   tried = {d for _, d in others}  # (a configuration written from for a loop it runs: proven once)
   flags = [(o, d) for o, d, _ in result.flags if d not in tried]
   if taken:  # one proof: floats moved and tuples emptied (the sizes a branch reads off a loop)
@@ -611,6 +614,28 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
       return result
   result.proven = not problems
   return result
+
+
+def _combined(linen_model: LinenModel, configurations, keeps=lambda model: True) -> tuple[LinenModel, list[str]]:
+  """The model with the changes of each of `configurations` (`(model,
+  description)`) that Linen builds together with those before it (and
+  that `keeps`), and the descriptions of those joined."""
+  joined, taken = linen_model, []
+  for other, change in configurations:
+    if (both := prove.combined(linen_model, joined, other)) is not None and keeps(both):
+      joined, taken = both, [*taken, change]
+  return joined, taken
+
+
+def _takes_a_raised_branch(linen_model: LinenModel, ports) -> bool:
+  """Whether an instance of the model (traced) takes a branch its class's
+  port writes to raise (`ClassWriter.untraced_branches`)."""
+  root, _ = tracing.trace(linen_model.module, *linen_model.args, **linen_model.kwargs)
+  for instance in root.walk():
+    writer = getattr(ports.get(instance.cls), 'writer', None)
+    if writer is not None and any(taken_by(b, writer.file, instance) for b in writer.untraced_branches.values()):
+      return True
+  return False
 
 
 def test_file(factory: str, out: str, modes: dict[str, bool], *, decoding: bool = False,

@@ -255,6 +255,25 @@ def mode_fields(linen_model: LinenModel, modes: Mapping[str, bool]) -> dict[str,
   return {k: v for k, v in modes.items() if k not in names and k.split('.')[0] in fields}
 
 
+def fields_the_mode_sets(nnx_class: type, linen_model: LinenModel) -> dict[str, bool]:
+  """The bool fields of the Linen model (not left None) that its port keeps
+  as what `.train()` and `.eval()` set (sst2's `deterministic`, merged with
+  its call's flag), with their value in training: set on the Linen side,
+  they are the port's mode, not a configuration. Read off the port built
+  abstractly, turned to each mode."""
+  fields = [f for f in shapes.module_fields(linen_model.module) if isinstance(getattr(linen_model.module, f), bool)]
+  if not fields:
+    return {}
+  try:
+    model = nnx.eval_shape(lambda: nnx_class(**nnx_arguments(nnx_class, linen_model), rngs=nnx.Rngs(0)))
+  except Exception:  # noqa: BLE001 - not built so: the proof's own build reports why
+    return {}
+  model.train()
+  trained = {f: getattr(model, f, None) for f in fields}
+  model.eval()
+  return {f: v for f, v in trained.items() if isinstance(v, bool) and getattr(model, f, None) is (not v)}
+
+
 def _with_values(module: nn.Module, values: Mapping[str, Any]) -> nn.Module:
   """`module` with the fields (`'deterministic'`) and flags inside them
   (`'config.deterministic'`) set to `values`."""
@@ -318,11 +337,13 @@ def assert_generated_port(
   """
   nnx_class = getattr(generated, type(linen_model.module).__name__)
   modes = dict(modes or {})
-  fields = mode_fields(linen_model, modes)
+  fields = {**mode_fields(linen_model, modes), **fields_the_mode_sets(nnx_class, linen_model)}
+  train_module = None
   if fields:
     # The model's own fields set its mode: Linen is checked in eval mode (the
-    # fields at their eval values) against `model.eval()`; a training step
-    # would need another Linen module, so it is not compared.
+    # fields at their eval values) against `model.eval()`, and with them at
+    # their training values against `model.train()`.
+    train_module = _with_values(linen_model.module, fields)
     linen_model = LinenModel(
         _with_values(linen_model.module, {f: not train for f, train in fields.items()}),
         *linen_model.args, **linen_model.kwargs,
@@ -331,6 +352,9 @@ def assert_generated_port(
   if fields:
     train_kwargs = None
   streams = drawn_streams(linen_model)
+  if train_module is not None:  # what training draws (dropout) drawn alike in eval mode too
+    streams = tuple(sorted({*streams, *drawn_streams(LinenModel(train_module, *linen_model.args,
+                                                                **linen_model.kwargs))}))
   variables = linen_variables(linen_model, inputs, eval_kwargs, streams)
   context, mesh = _annotation_context(variables)
   with context:
@@ -346,7 +370,8 @@ def assert_generated_port(
     for candidate, atol in variants:
       assert_port_equivalent(
           linen_model.module, variables, candidate, *inputs, paths=paths,
-          linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs, atol=atol,
+          linen_kwargs=eval_kwargs, nnx_kwargs=nnx_kwargs, linen_train_kwargs=train_kwargs,
+          linen_train_module=train_module, atol=atol,
           axis_name=axis_name, drawn_streams=streams,
       )
   return max(atol for _, atol in variants)

@@ -131,6 +131,7 @@ def assert_port_equivalent(
     linen_kwargs: Mapping[str, Any] | None = None,
     nnx_kwargs: Mapping[str, Any] | None = None,
     linen_train_kwargs: Mapping[str, Any] | None = None,
+    linen_train_module: nn.Module | None = None,
     loss: Callable[[Any], jax.Array] | None = None,
     atol: float = 0.0,
     axis_name: str | None = None,
@@ -164,6 +165,12 @@ def assert_port_equivalent(
       from (`converters.training_mode`): the outputs and the new values of
       what the step writes (batch statistics). A port that draws in another
       order than the original fails here.
+    linen_train_module: the original in train mode where its fields, not its
+      call, set the mode (Flax's sst2 `TextClassifier(deterministic=False)`,
+      whose port's `deterministic` is what `.train()` sets): a training step
+      is compared too, this module's call (with `linen_train_kwargs`, else
+      `linen_kwargs`) against the port's after `.train()`. It holds the
+      same variables as `linen_module`.
     loss: scalar function of the outputs whose gradients are compared
       (default: the mean of squares of every floating output).
     atol: tolerance for outputs and gradients; 0 compares bits.
@@ -219,8 +226,9 @@ def assert_port_equivalent(
       axis_name=axis_name,
   )
   rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model, streams)
-  trained = [] if linen_train_kwargs is None else _training_step(
-      linen_module, linen_variables, gradient_model, inputs, linen_kwargs=linen_train_kwargs,
+  trained = [] if linen_train_kwargs is None and linen_train_module is None else _training_step(
+      linen_module if linen_train_module is None else linen_train_module, linen_variables, gradient_model,
+      inputs, linen_kwargs=linen_kwargs if linen_train_kwargs is None else linen_train_kwargs,
       nnx_kwargs=nnx_kwargs, options=options, atol=atol, axis_name=axis_name,
   )
   _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).',
@@ -489,10 +497,13 @@ def without_linen_dropout(next_fun, args, kwargs, context):
 
 def without_nnx_dropout(model: nnx.Module) -> None:
   """`model`'s dropout left out, in place (its `Dropout` and attention
-  layers deterministic), as `without_linen_dropout` leaves Linen's out."""
+  layers at rate 0, which no `deterministic=` given at their call turns
+  back on), as `without_linen_dropout` leaves Linen's out."""
   for _, module in nnx.iter_modules(model):
-    if isinstance(module, (nnx.Dropout, nnx.MultiHeadAttention)):
-      module.deterministic = True
+    if isinstance(module, nnx.Dropout):
+      module.rate = 0.0
+    elif isinstance(module, nnx.MultiHeadAttention):
+      module.dropout_rate = 0.0
 
 
 def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs, nnx_kwargs,
@@ -502,9 +513,9 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
   (`converters.training_mode`): outputs and the new values of every
   collection but the parameters. Where dropout acts, with which
   `broadcast_dims` and how many times is compared by its effect. Where
-  either side runs a scan, whose draws cannot align, dropout is left out
-  on both sides (`without_linen_dropout`, `without_nnx_dropout`) and the
-  rest of the step compared."""
+  either side runs a scan, whose draws cannot align, Flax's dropout is
+  left out on both sides (`without_linen_dropout`, `without_nnx_dropout`)
+  and the rest of the step compared, the model's own draws still in order."""
   model = nnx.clone(model)
   model.train()
   linen_call = _linen_call(linen_module, linen_variables, linen_kwargs)
@@ -526,9 +537,10 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
       jax.make_jaxpr(mapped(lambda s, *xs: on(nnx_in_order)(nnx.merge(graphdef, s), *xs)))(state, *arrays),
   ]
   if any(runs_a_scan(t) for t in traced):
+    # Flax's dropout layers left out; the model's own draws (a word dropout
+    # of its own) still drawn in order on both sides.
     without_nnx_dropout(model)
-    linen_in_order = _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout)
-    nnx_in_order = lambda held, *xs, **kw: nnx_call(held, *xs, **kw, **nnx_kwargs)
+    linen_call = _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout)
   return _compare_call(
       ('train-mode outputs', 'what a training step writes'), linen_in_order,
       linen_variables, model, inputs, call=nnx_in_order, options=options, atol=atol,

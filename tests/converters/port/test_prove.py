@@ -208,3 +208,36 @@ def test_a_width_that_takes_a_flag_is_tried_at_each_flag_and_a_flag_at_a_width()
   # An annotation admitting None is left None, whatever its default.
   found, _ = prove.default_configurations(as_flag)
   assert [d for _, d in found] == ['mlp_dim=None']
+
+
+class Merged(nn.Module):
+  """A field merged with its call's flag, as Flax's sst2 merges `deterministic`."""
+
+  width: int = 3
+  deterministic: bool | None = None
+  use_bias: bool = True
+
+  @nn.compact
+  def __call__(self, x, deterministic: bool | None = None):
+    deterministic = nn.merge_param('deterministic', self.deterministic, deterministic)
+    return nn.Dropout(0.5)(nn.Dense(self.width, use_bias=self.use_bias)(x), deterministic=deterministic)
+
+
+class PortedMerged(nnx.Module):
+  def __init__(self, width: int = 3, deterministic: bool | None = None, use_bias: bool = True, *, rngs: nnx.Rngs):
+    self.dense = nnx.Linear(2, width, use_bias=use_bias, rngs=rngs)
+    self.dropout = nnx.Dropout(0.5, rngs=rngs)
+    self.deterministic = deterministic
+    self.use_bias = use_bias
+
+
+def test_a_field_the_ports_mode_sets_is_its_mode_not_a_configuration():
+  x = jnp.ones((2, 2))
+  # Set on the Linen side, `.train()` / `.eval()` set it on the port: its
+  # value in training; a bool the mode leaves alone (`use_bias`) is not one.
+  assert prove.fields_the_mode_sets(PortedMerged, LinenModel(Merged(deterministic=True), x)) == {
+      'deterministic': False}
+  assert prove.fields_the_mode_sets(PortedMerged, LinenModel(Merged(deterministic=False), x)) == {
+      'deterministic': False}
+  # Left None, the call gives it: the call's flag, not the field.
+  assert prove.fields_the_mode_sets(PortedMerged, LinenModel(Merged(), x, deterministic=True)) == {}

@@ -386,6 +386,55 @@ def test_where_dropout_acts_is_compared_by_its_effect_in_a_training_step(variant
     check(NNXDropoutMLP(nnx.Rngs(3), variant))
 
 
+class LinenFieldMode(nn.Module):
+  """Its field sets its mode (Flax's sst2 `deterministic`): a draw of its
+  own and a dropout in training, then a `lax.scan` of no variables."""
+
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(OUT, name='dense')(x)
+    if not self.deterministic:
+      x = x + jax.random.normal(self.make_rng('noise'), x.shape)
+    x = nn.Dropout(0.5)(x, deterministic=self.deterministic)
+    return jax.lax.scan(lambda c, _: (jnp.tanh(c), None), x, None, length=2)[0]
+
+
+class NNXFieldMode(nnx.Module):
+  """The port: `deterministic` is what `.train()` / `.eval()` set."""
+
+  def __init__(self, rngs: nnx.Rngs, deterministic: bool = True, draws_in_eval: bool = False):
+    self.dense = nnx.Linear(IN, OUT, rngs=rngs)
+    self.dropout = nnx.Dropout(0.5, rngs=rngs)
+    self.deterministic = deterministic
+    self.draws_in_eval = draws_in_eval
+    self.rngs = rngs
+
+  def __call__(self, x):
+    x = self.dense(x)
+    if not self.deterministic:
+      noise = jax.random.normal(self.rngs.noise(), x.shape)
+      x = x + (2 * noise if self.draws_in_eval else noise)  # (a bug only training shows)
+    x = self.dropout(x, deterministic=self.deterministic)  # given at its call, as Linen's is
+    return jax.lax.scan(lambda c, _: (jnp.tanh(c), None), x, None, length=2)[0]
+
+
+def test_a_model_whose_field_sets_its_mode_is_trained_as_its_train_module():
+  linen_variables = LinenFieldMode().init(jax.random.key(0), batch(0)[0])
+  check = lambda model, **kwargs: assert_port_equivalent(
+      LinenFieldMode(), linen_variables, model, batch(1)[0], **kwargs)
+  train = {'linen_train_module': LinenFieldMode(deterministic=False)}
+  # Around a scan, Flax's dropout is left out of the step on both sides (the
+  # port's though it is told `deterministic=False` at its call) and the
+  # model's own draw is still drawn alike.
+  check(NNXFieldMode(nnx.Rngs(0, noise=1)), **train)
+  wrong = NNXFieldMode(nnx.Rngs(0, noise=1), draws_in_eval=True)
+  check(wrong)  # eval mode alone does not tell
+  with pytest.raises(AssertionError, match='train-mode outputs'):
+    check(wrong, **train)
+
+
 class LinenSharded(nn.Module):
   @nn.compact
   def __call__(self, x):
