@@ -344,7 +344,17 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   # where they do not contradict the traced configuration's; none under a
   # stub, whose port is not written (`unmapped`).
   pairs = emit.path_pairs(root, variables, ports)
-  for _, _, other_root, other_variables in flags:
+  traced = [(other_root, other_variables) for _, _, other_root, other_variables in flags]
+  # A flag that makes a cache (`decode`) with each other flag that changes
+  # what is built (`scan_layers`): the scanned layers' caches, which the
+  # proof converts too (`port`'s pairs).
+  for decoder, *_, decoder_variables in flags:
+    for other, *_ in flags if 'cache' in decoder_variables else ():
+      if other is not decoder and (both := prove.combined(linen_model, decoder, other)) is not None:
+        both_root, both_variables = tracing.trace(both.module, *both.args, **both.kwargs)
+        if not _takes_a_raised_branch(both_root, ports):
+          traced.append((both_root, both_variables))
+  for other_root, other_variables in traced:
     known = {linen: nnx_path for linen, nnx_path, *_ in pairs}
     held = {nnx_path: linen for linen, nnx_path, *_ in pairs}
     more = emit.path_pairs(other_root, other_variables, ports)
@@ -627,10 +637,11 @@ def _combined(linen_model: LinenModel, configurations, keeps=lambda model: True)
   return joined, taken
 
 
-def _takes_a_raised_branch(linen_model: LinenModel, ports) -> bool:
-  """Whether an instance of the model (traced) takes a branch its class's
-  port writes to raise (`ClassWriter.untraced_branches`)."""
-  root, _ = tracing.trace(linen_model.module, *linen_model.args, **linen_model.kwargs)
+def _takes_a_raised_branch(model: LinenModel | tracing.Created, ports) -> bool:
+  """Whether an instance of the model (traced, or as `tracing.trace`
+  gives its root) takes a branch its class's port writes to raise
+  (`ClassWriter.untraced_branches`)."""
+  root = model if isinstance(model, tracing.Created) else tracing.trace(model.module, *model.args, **model.kwargs)[0]
   for instance in root.walk():
     writer = getattr(ports.get(instance.cls), 'writer', None)
     if writer is not None and any(taken_by(b, writer.file, instance) for b in writer.untraced_branches.values()):

@@ -496,14 +496,16 @@ def without_linen_dropout(next_fun, args, kwargs, context):
 
 
 def without_nnx_dropout(model: nnx.Module) -> None:
-  """`model`'s dropout left out, in place (its `Dropout` and attention
-  layers at rate 0, which no `deterministic=` given at their call turns
-  back on), as `without_linen_dropout` leaves Linen's out."""
+  """`model`'s dropout left out, in place, as `without_linen_dropout`
+  leaves Linen's out: its `Dropout` layers at rate 0 (which no
+  `deterministic=False` given at their call turns back on), its attention
+  layers deterministic (their rate kept: at rate 0 NNX's attention takes
+  another kernel than Linen's deterministic one at its rate)."""
   for _, module in nnx.iter_modules(model):
     if isinstance(module, nnx.Dropout):
       module.rate = 0.0
     elif isinstance(module, nnx.MultiHeadAttention):
-      module.dropout_rate = 0.0
+      module.deterministic = True
 
 
 def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs, nnx_kwargs,
