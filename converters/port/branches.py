@@ -5,18 +5,26 @@ a hybrid ViT's ResNet root) that no traced instance takes, and that makes
 only modules no trace made, cannot be written: the trace saw nothing of
 it. The rest of the class can, so that side is written to raise
 `NotImplementedError`, in `__init__` and in the call, and reported
-(`stubs.UnportedBranch`); `untraced_branch` finds it, `UntracedBranch.raising`
-is what replaces it.
+(`stubs.UnportedBranch`); `untraced_branches` finds those of a class (and
+refuses a creation anywhere else no trace went), `untraced_branch` one,
+`UntracedBranch.raising` is what replaces it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
+from flax import linen as nn
 
-from converters.port import source, syntax, tracing
+from converters.port import helpers, references, source, syntax, tracing
+from converters.port.errors import UntracedCreation
+
+if TYPE_CHECKING:
+  from converters.port.classes import ClassWriter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,3 +116,61 @@ def never_taken(statement: cst.If, body: bool, file: source.SourceFile,
     if value is _UNREAD or bool(value) == body:
       return False
   return True
+
+
+def untraced_branches(writer: ClassWriter) -> dict[cst.CSTNode, UntracedBranch]:
+  """The branches of `writer`'s creating method that no traced instance
+  takes and that create only what no trace made (a hybrid model's ResNet
+  root, the trace without it), by their block: the port writes them to
+  raise. A module class called anywhere else no trace went (a branch no
+  configuration tried) is refused (`UntracedCreation`): it would stay a
+  Linen creation."""
+  made = {node for node, _ in writer.sites.values()} | set(writer.lift_calls)
+  made |= {p for p in writer.factories.values()}
+  module = writer.instance.module
+
+  def module_class(func) -> bool:
+    names = references.dotted(func)
+    if names and names[0] == 'self' and len(names) == 2 and names[1] in writer.field_names:
+      value = getattr(module, names[1], None)
+    elif isinstance(func, cst.Name) and func.value in writer.factories:
+      return True
+    else:
+      value = helpers.layer_class(writer.file, func)
+    if isinstance(value, functools.partial):
+      value = value.func
+    return isinstance(value, type) and issubclass(value, nn.Module)
+
+  untraced, transforms_of_modules = [], []
+
+  class Visitor(cst.CSTVisitor):
+    def visit_Call(self, node):
+      if node in made:
+        return
+      if module_class(node.func):
+        untraced.append(node)
+      elif (references.linen_transform(node, writer.file) and node.args and module_class(node.args[0].value)
+            and not any(a in made for a in writer.file.ancestors(node))):
+        transforms_of_modules.append(node)  # `nn.remat(Block)`: untraced where a branch no one took holds it
+
+  writer.method.body.visit(Visitor())
+  found: dict[cst.CSTNode, UntracedBranch] = {}
+  for node in transforms_of_modules:
+    # (Elsewhere, one a creation reads through a local, the check of Linen's
+    # names refuses it, saying what it is.)
+    branch = untraced_branch(node, writer.method, writer.file, writer.instances, writer.call_time, made)
+    if branch is not None:
+      found[branch.block] = branch
+  for node in untraced:
+    branch = untraced_branch(node, writer.method, writer.file, writer.instances, writer.call_time, made)
+    if branch is None:
+      raise UntracedCreation(writer.cls, writer.file.line_of(node), (
+          f'{writer.file.code(node.func)}(...) is created where no traced configuration went; port it by hand '
+          '(or trace a configuration that takes it)'))
+    found[branch.block] = branch
+  for block, branch in list(found.items()):
+    why = next((why for group, why in writer.refused
+                if any(taken_by(branch, writer.file, instance) for instance in group)), None)
+    if why is not None:
+      found[block] = dataclasses.replace(branch, refused=why)
+  return found

@@ -43,7 +43,7 @@ def cache_attributes(writer) -> dict[str, bool]:
     if cls in writer.child_ports:
       holds = writer.child_ports[cls].has_cache
     elif isinstance(cls, type) and issubclass(cls, nn.MultiHeadDotProductAttention):
-      decode = None if site in writer.helpers else writer._argument(writer.expanded(node), 'decode')
+      decode = None if site in writer.helpers else syntax.keyword_value(writer.partials.expanded(node), 'decode')
       # Through a helper the argument is not read: the layer may decode.
       holds = site in writer.helpers or not (decode is None or (
           isinstance(decode, cst.Name) and decode.value == 'False'))
@@ -249,7 +249,7 @@ def split_init(init: cst.FunctionDef, writer, inputs: set[str]) -> tuple[cst.Fun
   read = set().union(*(source.names_in(s) for s in cache))
   bound = {n for s in cache if id(s) in candidates for t in s.body[0].targets for n in syntax.target_names(t.target)}
   fields = [f for f in writer.field_names if f in read - bound]
-  missing = (read - bound) & (inputs | {'rngs'} | set(writer.field_modes))
+  missing = (read - bound) & (inputs | {'rngs'} | set(writer.mode_flags.fields))
   if missing:
     writer.fail(None, f'the decode cache is made from {sorted(missing)}, which the module does not '
                 'keep; port init_cache by hand')

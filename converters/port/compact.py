@@ -110,7 +110,7 @@ class CompactWriter(classes.ClassWriter):
   def _call_time(self) -> set[str]:
     return _call_time_names(self.method, self.params)
 
-  def _loops(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+  def loops_around(self, node: cst.CSTNode) -> list[cst.CSTNode]:
     """The loops around `node` inside the method, innermost first."""
     out = []
     for parent in self.file.ancestors(node):
@@ -130,11 +130,11 @@ class CompactWriter(classes.ClassWriter):
     for site, (node, children) in self.sites.items():
       if self.sequence_of(node) is not None:
         continue  # a Sequential's layer: held by it (`layers/0`), not by an attribute
-      explicit = self._argument(node, 'name')
+      explicit = syntax.keyword_value(node, 'name')
       if site in self.helpers:
         helper = self.helpers[site]
         explicit = helper.argument(node, helper.name_parameter) if helper.name_parameter else None
-      is_list = bool(self._loops(node)) or any(
+      is_list = bool(self.loops_around(node)) or any(
           sum(c.parent is i for c in children) > 1 for i in self.instances
       )
       prefix = self._numbered_name(node, explicit, children) if explicit is not None and is_list else None
@@ -154,7 +154,7 @@ class CompactWriter(classes.ClassWriter):
           self.fail(node, f'name={attribute!r} is not a Python name; port it by hand')
       elif is_list:
         attribute = source.snake_case(children[0].cls.__name__) + 's'
-        field = (references.dotted(self.expanded(node).func) or [None, None])[1:]
+        field = (references.dotted(self.partials.expanded(node).func) or [None, None])[1:]
         if len(field) == 1 and field[0] in self.field_names:
           # Made by what a field holds (`block_cls`): named after the field.
           attribute = source.snake_case(field[0].removesuffix('_cls').removesuffix('_class')) + 's'
@@ -223,8 +223,6 @@ class CompactWriter(classes.ClassWriter):
     return name if name.endswith('s') else name + 's'
 
   def write(self) -> ClassPort:
-    self.modes: dict[str, bool] = {}
-    self.running: dict[int, tuple[str, str]] = {}  # loop -> (initial size, variable)
     self.node_sites = {node: site for site, (node, _) in self.sites.items()}
     self.own = self._own_variables()
     if self.scans_call:
@@ -282,10 +280,10 @@ class CompactWriter(classes.ClassWriter):
         prelude = [
             syntax.statement(f'self.{self.attributes[site][0]} = nnx.List()\n')
             for site, (node, _) in self.sites.items()
-            if site in self.attributes and self.attributes[site][1] and self._loops(node)[-1] is statement
+            if site in self.attributes and self.attributes[site][1] and self.loops_around(node)[-1] is statement
         ]
-        if id(statement) in self.running:
-          initial, name = self.running[id(statement)]
+        if id(statement) in self.sizes.running:
+          initial, name = self.sizes.running[id(statement)]
           prelude.append(syntax.statement(f'{name} = {initial}\n'))
         loop = statement.with_changes(body=statement.body.with_changes(body=inner), orelse=None)
         emitted += [(s, False) for s in prelude] + [(loop, False)]
@@ -314,7 +312,7 @@ class CompactWriter(classes.ClassWriter):
         leading = list(statement.leading_lines)
         if self.call_time & source.names_in(statement.test):
           # NNX decides which modules exist when it builds them: from the sizes.
-          if self._loops(statement):
+          if self.loops_around(statement):
             self.fail(statement, f'modules created under a condition on the call '
                       f'({self.file.code(statement.test)}) in a loop; port it by hand')
           inside = {site for site, (node, _) in self.sites.items() if statement in self.file.ancestors(node)}
@@ -354,7 +352,7 @@ class CompactWriter(classes.ClassWriter):
             continue
           site = self.node_sites[node]
           attribute, is_list = self.attributes[site]
-          creation = self._creation(site)
+          creation = self.creations.creation(site)
           target = f'self.{attribute}'
           if site in self.lifts and self.lifts[site][0].scan:
             # A stack of layers, made by one vmapped function over split keys.
@@ -372,11 +370,11 @@ class CompactWriter(classes.ClassWriter):
       elif (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
             and isinstance(statement.body[0], cst.Assign)
             and isinstance(statement.body[0].targets[0].target, cst.Name)
-            and statement.body[0].targets[0].target.value in self.kept_factories
+            and statement.body[0].targets[0].target.value in self.partials.kept
             and statement.body[0].value is self.factories.get(statement.body[0].targets[0].target.value)):
         # A partial handed on (`norm=norm`): NNX's, kept where Linen made it.
         name = statement.body[0].targets[0].target.value
-        line = statement.body[0].with_changes(value=self.nnx_factory(name))
+        line = statement.body[0].with_changes(value=self.partials.nnx_factory(name))
         emitted.append((statement.with_changes(body=[line]), True))
       elif isinstance(statement, cst.SimpleStatementLine) and all(
           isinstance(s, cst.Assign) for s in statement.body
@@ -506,7 +504,7 @@ class CompactWriter(classes.ClassWriter):
     statement) applied to the carry and the stack."""
     lift, local = self.lifts[site]
     attribute = self.attributes[site][0]
-    call = self._without_mode_arguments(original, updated, child)
+    call = self.mode_flags.without_arguments(original, updated, child)
     args = list(call.args)
     if any(a.star or a.keyword is not None for a in args[:1]) or (lift.scan and not args):
       self.fail(original, 'a scanned module called without its carry first; port it by hand')
@@ -535,17 +533,17 @@ class CompactWriter(classes.ClassWriter):
 
   def _running_update(self, node, site) -> cst.BaseStatement | None:
     """`in_size = <output size>` after a creation in a loop with a running size."""
-    loops = self._loops(node)
-    if not loops or id(loops[-1]) not in self.running:
+    loops = self.loops_around(node)
+    if not loops or id(loops[-1]) not in self.sizes.running:
       return None
-    value = self._out_source(site)
+    value = self.sizes.out_source(site)
     if value is None:
       self.fail(node, 'the output size of a module in the loop is not known; port it by hand')
     if not value:
       return None  # the size is unchanged
-    update = syntax.statement(f'{self.running[id(loops[-1])][1]} = {value}\n')
-    names = references.dotted(self.expanded(node).func) or []
-    if names[:1] == ['self'] and len(names) == 2 and names[1] in self.factory_fields:
+    update = syntax.statement(f'{self.sizes.running[id(loops[-1])][1]} = {value}\n')
+    names = references.dotted(self.partials.expanded(node).func) or []
+    if names[:1] == ['self'] and len(names) == 2 and names[1] in self.partials.fields:
       # What the field holds decides the size: written as the traced class makes it.
       made = self.sites[site][1][0].cls.__name__
       update = update.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
@@ -563,7 +561,7 @@ class CompactWriter(classes.ClassWriter):
       if not is_list:
         replacements[node] = syntax.expression(f'self.{attribute}')
         continue
-      lists_by_loop.setdefault(id(self._loops(node)[0]), []).append((site, node))
+      lists_by_loop.setdefault(id(self.loops_around(node)[0]), []).append((site, node))
     used = source.names_in(self.method)
     loop_rewrites: dict[int, tuple] = {}
     prelude: dict[int, list[str]] = {}
@@ -571,7 +569,7 @@ class CompactWriter(classes.ClassWriter):
       attribute, is_list = self.attributes.get(site, (None, False))
       if not is_list:
         continue
-      loops = self._loops(node)
+      loops = self.loops_around(node)
       conditional = any(
           isinstance(a, cst.If) for a in syntax.between(self.file, node, loops[0])
       )
@@ -642,12 +640,12 @@ class CompactWriter(classes.ClassWriter):
           child = writer.sites[site][1][0]
           if site in writer.lifts:
             return writer._lifted_call(original, updated, site, child, pending)
-          return writer._without_mode_arguments(original, updated, child)
+          return writer.mode_flags.without_arguments(original, updated, child)
         if (made := writer.creation_named(original.func)) is not None:
           # `block = Block(...)` then `block(x, deterministic)`: the module it names.
           site = writer.node_sites[made]
           if site not in writer.lifts:
-            return writer._without_mode_arguments(original, updated, writer.sites[site][1][0])
+            return writer.mode_flags.without_arguments(original, updated, writer.sites[site][1][0])
         return updated
 
       def leave_For(self, original, updated):
@@ -689,11 +687,11 @@ class CompactWriter(classes.ClassWriter):
     }
     method = method.visit(variables.ValueReads(holders))
     # Mode flags leave the signature, with the locals that only served them.
-    for flag in self.modes:
-      method = self._drop_flag(method, flag)
+    for flag in self.mode_flags.call:
+      method = self.mode_flags.drop_flag(method, flag)
     # `has_variable('cache', ...)` is True in NNX: the branches it guarded, read plainly.
     method = syntax.without_constant_conditions(method)
-    return syntax.without_leading_blank_lines(syntax.without_unused_locals(method, self._replayed | self.spread))
+    return syntax.without_leading_blank_lines(syntax.without_unused_locals(method, self._replayed | self.arguments.spread))
 
 
 def port_class(cls, instances, symbolic_trace, child_ports, refused=None) -> ClassPort:

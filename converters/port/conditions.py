@@ -154,7 +154,7 @@ def condition(writer, statement, sites: set[tracing.Site]) -> str:
   for text, holds in formulas:
     if all(holds(leaves, size) == created for leaves, size, created in seen):
       if size_name in text:
-        writer.use_input_dim(index, ndim - 1)
+        writer.sizes.use_input_dim(index, ndim - 1)
       return text
   writer.fail(statement, f'no condition on the configuration and input size agrees with when Linen '
               f'creates the modules under `if {writer.file.code(statement.test)}` (it may depend on '

@@ -41,7 +41,7 @@ class SetupWriter(classes.ClassWriter):
   def _call_time(self) -> set[str]:
     return set()  # `setup` reads no input
 
-  def _loops(self, node):
+  def loops_around(self, node):
     for parent in self.file.ancestors(node):
       if parent is self.method:
         return []
@@ -55,7 +55,7 @@ class SetupWriter(classes.ClassWriter):
     self.numbering: dict[tracing.Site, tuple[str, int]] = {}
     attributes = {}
     for site, (node, children) in self.sites.items():
-      self._loops(node)
+      self.loops_around(node)
       assign, is_list = self._assignment(node)
       attribute = assign.targets[0].target.attr.value
       if self.sequence_of(node) is not None:
@@ -135,8 +135,6 @@ class SetupWriter(classes.ClassWriter):
     return (attribute, int(child.name.removeprefix(prefix)) - first)
 
   def write(self):
-    self.modes: dict[str, bool] = {}
-    self.running = {}
     self.node_sites = {node: site for site, (node, _) in self.sites.items()}
     self.own = self._own_variables()
     for variable_call, variable in self.own.items():
@@ -157,8 +155,8 @@ class SetupWriter(classes.ClassWriter):
       if isinstance(statement, cst.FunctionDef) and statement is not self.method:
         rewritten = statement.visit(_MethodBody(self, call_nodes, params))
         if statement is self.call:
-          for flag in self.modes:
-            rewritten = self._drop_flag(rewritten, flag)
+          for flag in self.mode_flags.call:
+            rewritten = self.mode_flags.drop_flag(rewritten, flag)
         methods[statement] = rewritten
     return self._assemble(init_body, methods)
 
@@ -215,7 +213,7 @@ class _SetupBody(cst.CSTTransformer):
   def leave_Call(self, original, updated):
     writer = self.writer
     if original in writer.node_sites:
-      return writer._creation(writer.node_sites[original])
+      return writer.creations.creation(writer.node_sites[original])
     if original in writer.own:
       return writer.own[original].creation
     return updated
@@ -260,7 +258,7 @@ class _MethodBody(cst.CSTTransformer):
 
   def leave_Call(self, original, updated):
     if original in self.call_nodes:
-      return self.writer._without_mode_arguments(original, updated, self.call_nodes[original])
+      return self.writer.mode_flags.without_arguments(original, updated, self.call_nodes[original])
     if variables.is_sow_call(original):
       return variables.sow(original, updated, self.writer)
     return updated

@@ -20,8 +20,8 @@ import jax
 import libcst as cst
 
 from converters.paths import format_path
-from converters.port import classes, layers, references, shapes, source, tracing
-from converters.port.classes import InputParameter
+from converters.port import constructor, layers, references, shapes, source, tracing
+from converters.port.constructor import InputParameter
 from converters.port.errors import Untranslatable
 
 
@@ -151,7 +151,7 @@ def _signatures(cls: type, fields: list[str]) -> tuple[str | None, str]:
   try:
     file = source.file_of(cls)
     cdef = file.class_def(cls)
-    declared = classes.declared_fields(cdef, cls, file, fields)
+    declared = constructor.declared_fields(cdef, cls, file, fields)
   except (LookupError, OSError, TypeError, Untranslatable):
     return None, 'self, *args, **kwargs'
   module = cst.Module([])

@@ -264,6 +264,11 @@ def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
   return cst.Arg(value, keyword=cst.Name(name), equal=_NO_SPACE)
 
 
+def keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
+  """The value `call` gives its keyword `name`; None where it gives none."""
+  return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
 def normalised(args: list[cst.Arg]) -> list[cst.Arg]:
   """Arguments with `, ` between them and no comma after the last (a
   multi-line call keeps its own layout)."""

@@ -24,7 +24,7 @@ import jax
 import libcst as cst
 from flax.core import meta
 
-from converters.port import source, syntax
+from converters.port import input_reads, source, syntax
 
 #: Linen collections a `self.variable` may name, and their NNX type.
 VARIABLE_TYPES = {'params': 'nnx.Param', 'batch_stats': 'nnx.BatchStat', 'cache': 'nnx.Cache'}
@@ -131,7 +131,7 @@ def own_variable(call: cst.Call, writer, where: cst.CSTNode | None = None) -> Ow
       if i != 0:
         # Not the shape (`get_2d_sincos_pos_embed(key, width, num_patches)`):
         # its sizes of the inputs written as sizes, as `__init__` knows them.
-        value = writer.without_input_reads(value) or _dtype_parameter(arg.value, collection, name, writer)
+        value = input_reads.without_input_reads(writer, value) or _dtype_parameter(arg.value, collection, name, writer)
         if value is None:
           writer.fail(where, f'argument {i + 2} of {name!r} depends on the call otherwise than through '
                       'its inputs\' sizes; port it by hand')
@@ -141,7 +141,7 @@ def own_variable(call: cst.Call, writer, where: cst.CSTNode | None = None) -> Ow
       # symbolic trace of an instance that made it (a class token only the
       # configuration `pool_type='tok'` makes).
       shape, table = _traced(collection, name, writer)
-      if shape is None and (rewritten := writer.without_input_reads(value)) is not None:
+      if shape is None and (rewritten := input_reads.without_input_reads(writer, value)) is not None:
         # Not made in the trace (a branch the configuration skips): the
         # shape's source, with the inputs' sizes it reads written as sizes.
         written.append(_one_line(arg, rewritten))
@@ -153,7 +153,7 @@ def own_variable(call: cst.Call, writer, where: cst.CSTNode | None = None) -> Ow
                     'configuration) and reads the call; port it by hand')
       if not hasattr(shape, 'shape'):
         writer.fail(where, f'the shape of {name!r} is not known from the trace; port it by hand')
-      sizes = [writer.size_source(d, table) for d in shape.shape]
+      sizes = [writer.sizes.size_source(d, table) for d in shape.shape]
       value = syntax.expression(syntax.tuple_source(sizes))
     written.append(_one_line(arg, value))
   key = [cst.Arg(syntax.expression('rngs.params()'))] if kind == 'param' else []
@@ -193,7 +193,7 @@ def _with_shape_sizes(init: cst.BaseExpression, shape: cst.BaseExpression | None
   sizes = {}
   for element, size in zip(shape.elements, made.shape):
     if isinstance(element.value, cst.Name) and element.value.value in writer.call_time:
-      sizes.setdefault(element.value.value, syntax.expression(writer.size_source(size, table)))
+      sizes.setdefault(element.value.value, syntax.expression(writer.sizes.size_source(size, table)))
   written = init.visit(syntax.ReadAs(sizes))
   return None if source.names_in(written) & writer.call_time else written
 
