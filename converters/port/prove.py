@@ -348,9 +348,10 @@ def assert_generated_port(
         _with_values(linen_model.module, {f: not train for f, train in fields.items()}),
         *linen_model.args, **linen_model.kwargs,
     )
+  # (A call's flags at their training values too, where the call has mode
+  # flags beside the fields: `train` of a BatchNorm beside a merged
+  # `deterministic`.)
   inputs, eval_kwargs, nnx_kwargs, train_kwargs = call_keywords(linen_model, modes)
-  if fields:
-    train_kwargs = None
   streams = drawn_streams(linen_model)
   if train_module is not None:  # what training draws (dropout) drawn alike in eval mode too
     streams = tuple(sorted({*streams, *drawn_streams(LinenModel(train_module, *linen_model.args,

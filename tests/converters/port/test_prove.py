@@ -241,3 +241,47 @@ def test_a_field_the_ports_mode_sets_is_its_mode_not_a_configuration():
       'deterministic': False}
   # Left None, the call gives it: the call's flag, not the field.
   assert prove.fields_the_mode_sets(PortedMerged, LinenModel(Merged(), x, deterministic=True)) == {}
+
+
+class MergedAndTrain(nn.Module):
+  """A mode field (dropout) beside a mode flag of the call (batch statistics)."""
+
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.BatchNorm(use_running_average=not train, name='norm')(nn.Dense(4, name='dense')(x))
+    return nn.Dropout(0.5)(x, deterministic=self.deterministic)
+
+
+MERGED_AND_TRAIN_PORT = '''
+from flax import nnx
+
+
+class MergedAndTrain(nnx.Module):
+  def __init__(self, deterministic: bool = True, *, rngs: nnx.Rngs):
+    self.dense = nnx.Linear(3, 4, rngs=rngs)
+    self.norm = nnx.BatchNorm(4, rngs=rngs)
+    self.dropout = nnx.Dropout(0.5, rngs=rngs)
+    self.deterministic = deterministic
+
+  def __call__(self, x):
+    x = self.norm(self.dense(x){frozen})
+    return self.dropout(x, deterministic=self.deterministic)
+'''
+
+
+@pytest.mark.parametrize('frozen', [False, True])
+def test_a_mode_field_beside_a_mode_flag_of_the_call_is_trained_with_both(tmp_path, frozen):
+  # The training step calls Linen with the field and the call's flag at
+  # their training values: a port whose batch statistics never train fails.
+  out = tmp_path / f'merged_and_train_{frozen}_nnx.py'
+  out.write_text(MERGED_AND_TRAIN_PORT.replace('{frozen}', ', use_running_average=True' if frozen else ''))
+  (tmp_path / f'merged_and_train_{frozen}_nnx_paths.py').write_text('PATHS = None\n')
+  generated = prove.import_file(str(out))
+  model = LinenModel(MergedAndTrain(), jnp.ones((5, 3)))
+  if not frozen:
+    prove.assert_generated_port(model, generated, modes={'train': True})
+    return
+  with pytest.raises(AssertionError, match='training step'):
+    prove.assert_generated_port(model, generated, modes={'train': True})
