@@ -26,6 +26,7 @@ models nor your variables are modified.
 from __future__ import annotations
 
 import contextlib
+import functools
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -497,15 +498,24 @@ def without_linen_dropout(next_fun, args, kwargs, context):
 
 def without_nnx_dropout(model: nnx.Module) -> None:
   """`model`'s dropout left out, in place, as `without_linen_dropout`
-  leaves Linen's out: its `Dropout` layers at rate 0 (which no
-  `deterministic=False` given at their call turns back on), its attention
-  layers deterministic (their rate kept: at rate 0 NNX's attention takes
-  another kernel than Linen's deterministic one at its rate)."""
+  leaves Linen's out, whatever `deterministic=` their calls are given:
+  its `Dropout` layers at rate 0, its attention layers drawing no key and
+  computing their weights deterministically at their own rate (at rate 0
+  NNX's attention takes another kernel, `jax.nn.dot_product_attention`,
+  than Linen's deterministic one)."""
   for _, module in nnx.iter_modules(model):
     if isinstance(module, nnx.Dropout):
       module.rate = 0.0
-    elif isinstance(module, nnx.MultiHeadAttention):
-      module.deterministic = True
+    elif isinstance(module, nnx.MultiHeadAttention) and module.dropout_rate > 0.0:
+      module.attention_fn = functools.partial(
+          _deterministic_attention, module.attention_fn, module.dropout_rate)
+      module.dropout_rate = 0.0  # no key drawn, whatever the call's `deterministic`
+
+
+def _deterministic_attention(attention_fn, rate, *args, **kwargs):
+  """`attention_fn` without dropout, at `rate` (the kernel it picks)."""
+  return attention_fn(*args, **{**kwargs, 'dropout_rate': rate, 'deterministic': True,
+                                'dropout_rng': None})
 
 
 def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs, nnx_kwargs,

@@ -435,6 +435,48 @@ def test_a_model_whose_field_sets_its_mode_is_trained_as_its_train_module():
     check(wrong, **train)
 
 
+class LinenAttentionMode(nn.Module):
+  """Attention told its mode at its call by a field, a draw of its own
+  after it, then a `lax.scan` of no variables."""
+
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.MultiHeadDotProductAttention(num_heads=2, dropout_rate=0.5, name='attn')(
+        x, x, deterministic=self.deterministic)
+    if not self.deterministic:
+      x = x + jax.random.normal(self.make_rng('noise'), x.shape)
+    return jax.lax.scan(lambda c, _: (jnp.tanh(c), None), x, None, length=2)[0]
+
+
+class NNXAttentionMode(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs, deterministic: bool = True, rate: float = 0.5):
+    self.attn = nnx.MultiHeadAttention(num_heads=2, in_features=OUT, dropout_rate=rate,
+                                       decode=False, rngs=rngs)
+    self.deterministic = deterministic
+    self.rngs = rngs
+
+  def __call__(self, x):
+    x = self.attn(x, x, deterministic=self.deterministic)  # at its call, as Linen's is
+    if not self.deterministic:
+      x = x + jax.random.normal(self.rngs.noise(), x.shape)
+    return jax.lax.scan(lambda c, _: (jnp.tanh(c), None), x, None, length=2)[0]
+
+
+def test_attention_told_its_mode_at_its_call_trains_without_dropout_around_a_scan():
+  x = jnp.sin(jnp.arange(2.0 * 3 * OUT)).reshape(2, 3, OUT)
+  linen_variables = LinenAttentionMode().init(jax.random.key(0), x)
+  check = lambda model: assert_port_equivalent(
+      LinenAttentionMode(), linen_variables, model, x, atol=1e-5,
+      linen_train_module=LinenAttentionMode(deterministic=False))
+  # The port's attention is told `deterministic=False` at its call: its
+  # dropout is left out all the same, and draws no key the noise would miss.
+  check(NNXAttentionMode(nnx.Rngs(0, noise=1)))
+  with pytest.raises(AssertionError, match='attention dropout_rate'):
+    check(NNXAttentionMode(nnx.Rngs(0, noise=1), rate=0.25))
+
+
 class LinenSharded(nn.Module):
   @nn.compact
   def __call__(self, x):
