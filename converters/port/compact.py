@@ -182,14 +182,16 @@ class CompactWriter(classes.ClassWriter):
 
   def _auto_name(self, children) -> str:
     """The attribute of modules Linen names itself: `dense` for the class's
-    one `Dense` (`Dense_0`), `dense_0`, `dense_1` where it makes several."""
-    prefix = children[0].cls.__name__
+    one `Dense` (`Dense_0`, `CheckpointDense_0` under `nn.remat`), `dense_0`,
+    `dense_1` where it makes several."""
+    prefix = children[0].name.rpartition('_')[0]  # the class Linen names it by
     numbered = re.compile(rf'{re.escape(prefix)}_\d+')
     alone = all(c.name == f'{prefix}_0' for c in children) and not any(
         numbered.fullmatch(c.name) and c not in children for i in self.instances for c in i.children)
     name = source.snake_case(children[0].name)
-    if alone and not self._taken_name(source.snake_case(prefix)):
-      return source.snake_case(prefix)
+    readable = source.snake_case(children[0].cls.__name__)
+    if alone and not self._taken_name(readable):
+      return readable
     return name
 
   def _taken_name(self, name: str) -> bool:
@@ -506,20 +508,24 @@ class CompactWriter(classes.ClassWriter):
     attribute = self.attributes[site][0]
     call = self.mode_flags.without_arguments(original, updated, child)
     args = list(call.args)
-    if any(a.star or a.keyword is not None for a in args[:1]) or (lift.scan and not args):
+    if lift.scan and (not args or args[0].star or args[0].keyword is not None):
       self.fail(original, 'a scanned module called without its carry first; port it by hand')
     used = source.names_in(self.method)
-    module = attribute[:-1] if attribute.endswith('s') and len(attribute) > 1 else 'layer'
+    # A layer of the stack (`block` of `blocks`), or the module remat runs.
+    module = attribute[:-1] if lift.scan and attribute.endswith('s') and len(attribute) > 1 else 'layer'
     while module in used:
       module += '_'
     name = local or f'run_{attribute}'
     stack = syntax.expression(f'self.{attribute}')
-    if not lift.scan:
+    if not lift.scan and not (args and not args[0].star and args[0].keyword is None
+                              and args[0].value is updated.args[0].value and 1 not in lift.static_argnums):
+      # Under remat alone, its inputs closed over: none passed, or the first
+      # static (`static_argnums` counts the module: 1 is its first input).
       inner = cst.Call(cst.Name(module), syntax.normalised(args))
       pending.append(transforms.call_function(lift, name, '', module, inner))
-      return cst.Call(cst.Name(name), [cst.Arg(stack)])
+      return cst.Call(cst.Name(name), [cst.Arg(call.func)])
     carry_value, rest = args[0].value, args[1:]
-    if rest and not lift.broadcast:
+    if lift.scan and rest and not lift.broadcast:
       self.fail(original, 'nn.scan over the arguments after the carry (in_axes other than '
                 'nn.broadcast): not written yet; port it by hand')
     carry = carry_value.value if isinstance(carry_value, cst.Name) else 'carry'
@@ -529,7 +535,8 @@ class CompactWriter(classes.ClassWriter):
       carry += '_'
     inner = cst.Call(cst.Name(module), syntax.normalised([cst.Arg(cst.Name(carry)), *rest]))
     pending.append(transforms.call_function(lift, name, carry, module, inner))
-    return cst.Call(cst.Name(name), syntax.normalised([cst.Arg(carry_value), cst.Arg(stack)]))
+    held = stack if lift.scan else call.func  # the module itself (a list's entry in a loop)
+    return cst.Call(cst.Name(name), syntax.normalised([cst.Arg(carry_value), cst.Arg(held)]))
 
   def _running_update(self, node, site) -> cst.BaseStatement | None:
     """`in_size = <output size>` after a creation in a loop with a running size."""

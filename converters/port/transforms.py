@@ -31,9 +31,9 @@ over it, each layer under `nnx.remat`:
 
 What this writes: `nn.scan` with every variable collection on axis 0,
 `params` split, the arguments after the carry broadcast (`in_axes=nn.broadcast`),
-a `length`; `nn.remat` under it with `prevent_cse` or `policy`. Anything
-else (`nn.remat` alone, `static_argnums`, `nn.vmap`, scanned inputs, other
-axes) is refused.
+a `length`; `nn.remat` under it or alone, with `prevent_cse`, `policy` or
+`static_argnums` (the arguments it names closed over). Anything else
+(`nn.vmap`, scanned inputs, other axes) is refused.
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ class Lifted:
   #: Whether the scan broadcasts the arguments after the carry
   #: (`in_axes=nn.broadcast`); Linen's default scans over them.
   broadcast: bool = False
+  #: `nn.remat`'s `static_argnums`: the module is argument 0, its first
+  #: input 1.
+  static_argnums: tuple[int, ...] = ()
 
 
 def _keywords(call: cst.Call, allowed: set[str], what: str) -> dict[str, cst.BaseExpression]:
@@ -116,17 +119,27 @@ def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
         raise Refused(f'nn.scan of nn.{transform_of(inner)}')
     else:
       return Lifted(inner, True, length, partition, None, broadcast)
-  if not scan:
-    raise Refused('nn.remat of a module without nn.scan')
   if not inner.args or inner.args[0].keyword is not None:
     raise Refused('nn.remat without the module as its first argument')
-  if 'static_argnums' in _keywords(inner, _REMAT_KEYWORDS, 'nn.remat'):
-    raise Refused('nn.remat with static_argnums (Linen counts the module among the arguments)')
-  remat = list(inner.args[1:])
+  static = _static_argnums(_keywords(inner, _REMAT_KEYWORDS, 'nn.remat').get('static_argnums'))
+  # The function NNX's remat runs closes over the module's static arguments:
+  # constants of it, as `static_argnums` made them of Linen's.
+  remat = [arg for arg in inner.args[1:] if arg.keyword.value != 'static_argnums']
   target = inner.args[0].value
   if transform_of(target) is not None:
     raise Refused('nn.remat of a transformed module')
-  return Lifted(target, scan, length, partition, remat, scan and broadcast)
+  return Lifted(target, scan, length, partition, remat, scan and broadcast, static)
+
+
+def _static_argnums(value: cst.BaseExpression | None) -> tuple[int, ...]:
+  """`static_argnums=(2,)` (or `2`) as `(2,)`; raises `Refused` for one
+  not written as numbers."""
+  if value is None:
+    return ()
+  elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+  if not all(isinstance(e, cst.Integer) for e in elements):
+    raise Refused('nn.remat with static_argnums not written as numbers')
+  return tuple(int(e.value) for e in elements)
 
 
 def _check_scan(keywords: dict, file: source.SourceFile) -> None:
@@ -198,7 +211,8 @@ def creation(lift: Lifted, function: str, creation_call: cst.Call) -> cst.Functi
 def call_function(lift: Lifted, function: str, carry: str, module: str, call: cst.Call) -> cst.FunctionDef:
   """The `__call__` function running the module: `nnx.scan` over the stack
   (`carry` carried, the module's other arguments closed over), each layer
-  under `nnx.remat` if Linen's was."""
+  under `nnx.remat` if Linen's was; the module alone under `nnx.remat`,
+  its first input `carry` passed if given (not a loop's name closed over)."""
   decorators = []
   if lift.scan:
     decorators.append(cst.Decorator(syntax.expression(
@@ -207,7 +221,7 @@ def call_function(lift: Lifted, function: str, carry: str, module: str, call: cs
     remat = cst.Call(syntax.expression('nnx.remat'), syntax.normalised(list(lift.remat))) if lift.remat \
         else syntax.expression('nnx.remat')
     decorators.append(cst.Decorator(remat))
-  params = [cst.Param(cst.Name(carry)), cst.Param(cst.Name(module))] if lift.scan else [cst.Param(cst.Name(module))]
+  params = [cst.Param(cst.Name(carry)), cst.Param(cst.Name(module))] if carry else [cst.Param(cst.Name(module))]
   return cst.FunctionDef(
       name=cst.Name(function), params=cst.Parameters(params),
       body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Return(call)])]),

@@ -644,10 +644,10 @@ class DottedModeArithmetic(nn.Module):
     return x * (1.0 + config.deterministic)
 
 
-class RematAlone(nn.Module):
+class VmapAlone(nn.Module):
   @nn.compact
   def __call__(self, x):
-    block = nn.remat(Inner)
+    block = nn.vmap(Inner, variable_axes={'params': None}, split_rngs={'params': False})
     return block(3)(x)
 
 
@@ -667,8 +667,8 @@ def dotted_mode_arithmetic() -> LinenModel:
   return LinenModel(DottedModeArithmetic(HostileConfig()), jnp.ones((2, 3)))
 
 
-def remat_alone() -> LinenModel:
-  return LinenModel(RematAlone(), jnp.ones((2, 3)))
+def vmap_alone() -> LinenModel:
+  return LinenModel(VmapAlone(), jnp.ones((2, 3)))
 
 
 class HalfWidth(nn.Module):
@@ -1712,9 +1712,9 @@ def spread_mutated() -> LinenModel:
 
 
 class RematChosenInAnExpression(nn.Module):
-  """A flag choosing, in an expression rather than an `if`, what the port
-  does not write (`nn.remat` outside a scan): no branch to write to raise,
-  so the class is a stub for every configuration, not a guess."""
+  """A flag choosing a transform in an expression rather than an `if`: no
+  branch to write to raise where the transform is not written, so the class
+  is a stub for every configuration, not a guess."""
 
   remat: bool = False
 
@@ -1775,20 +1775,20 @@ def handed_to_a_function() -> LinenModel:
 
 
 class TwoRefusedFlags(nn.Module):
-  """Two flags each taking a branch the port cannot write (`nn.remat`
-  outside a scan), one nested in the other's else, and a flag it can."""
+  """Two flags each taking a branch the port cannot write (`nn.vmap` of a
+  module), one nested in the other's else, and a flag it can."""
 
-  remat: bool = False
-  checkpointed: bool = False
+  per_example: bool = False
+  batched: bool = False
   extra: bool = False
 
   @nn.compact
   def __call__(self, x):
-    if self.remat:
-      x = nn.remat(Inner)(3, name='inner')(x)
+    if self.per_example:
+      x = nn.vmap(Inner, variable_axes={'params': None}, split_rngs={'params': False})(3, name='inner')(x)
     else:
-      if self.checkpointed:
-        x = nn.checkpoint(Inner)(3, name='inner')(x)
+      if self.batched:
+        x = nn.vmap(Inner, variable_axes={'params': 0}, split_rngs={'params': True})(3, name='inner')(x)
       else:
         x = Inner(3, name='inner')(x)
     if self.extra:

@@ -417,7 +417,7 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('mixed_modes', "modes come from the call (train) and from the configuration"),
     ('two_mode_flags', "modes come from 2 flags (train, update_stats)"),
     ('dotted_mode_arithmetic', 'config.deterministic sets the layers\' modes and does more'),
-    ('remat_alone', 'nn.remat of a module without nn.scan'),
+    ('vmap_alone', 'nn.vmap of a module'),
     ('other_default', "the default of 'layer', nn.Conv, takes other arguments than the Dense"),
     ('norm_from_config', 'self.config.norm(...) makes RMSNorm in the traced configuration only'),
     ('mode_in_field', "the field 'norm' holds a partial fixing use_running_average=True"),
@@ -482,25 +482,25 @@ def test_a_function_handed_the_module_under_a_flag_and_under_a_test_never_taken(
 
 def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises(tmp_path):
   # The class is written for the configuration given, not stubbed, and the
-  # configuration the proof adds (remat=True) is left out (the report and
+  # configuration the proof adds (per_example=True) is left out (the report and
   # the proof: below, nightly).
   result, out = _written(tmp_path, 'refused', golden_refused.model())
-  assert not result.stubs and list(result.left_out) == ['remat=True']
+  assert not result.stubs and list(result.left_out) == ['per_example=True']
   (branch,) = result.branches
-  assert (branch.cls, branch.branch) == ('Encoder', '`if self.remat`') and 'nn.remat' in branch.refused
+  assert (branch.cls, branch.branch) == ('Encoder', '`if self.per_example`') and 'nn.vmap' in branch.refused
   assert "PathRule('block_{i}/Dense_0/kernel', 'blocks/{i}/dense/kernel')" in result.paths_text
   generated = import_file(str(out))
-  with pytest.raises(NotImplementedError, match='`if self.remat` is not written: nn.remat of a module'):
-    generated.Encoder(remat=True, in_features=5, rngs=nnx.Rngs(0))
+  with pytest.raises(NotImplementedError, match='`if self.per_example` is not written: nn.vmap of a module'):
+    generated.Encoder(per_example=True, in_features=5, rngs=nnx.Rngs(0))
 
 
 def test_only_the_configurations_that_stop_a_class_are_left_out(tmp_path):
-  # remat=True stops it; left out, checkpointed=True stops it elsewhere:
+  # per_example=True stops it; left out, batched=True stops it elsewhere:
   # left out too; extra=True is written (and proven with the rest).
   result, out = _written(tmp_path, 'two_refused_flags', linen_models.two_refused_flags())
-  assert not result.stubs and sorted(result.left_out) == ['checkpointed=True', 'remat=True']
-  assert {b.branch for b in result.branches} == {'`if self.remat`', '`if self.checkpointed`'}
-  assert all('nn.remat of a module without nn.scan' in b.refused for b in result.branches)
+  assert not result.stubs and sorted(result.left_out) == ['batched=True', 'per_example=True']
+  assert {b.branch for b in result.branches} == {'`if self.per_example`', '`if self.batched`'}
+  assert all('nn.vmap of a module' in b.refused for b in result.branches)
   assert 'extra=True' in [d for _, d, _ in result.flags]
   assert "self.extra_ = nnx.Linear(3, 2, rngs=rngs)" in out.read_text()
 
@@ -508,19 +508,19 @@ def test_only_the_configurations_that_stop_a_class_are_left_out(tmp_path):
 @pytest.mark.nightly
 def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises_and_is_not_proven(tmp_path):
   # The class is written for the configuration given, not stubbed; the
-  # configuration the proof added (remat=True) is reported, not proven.
+  # configuration the proof added (per_example=True) is reported, not proven.
   out = tmp_path / 'refused_nnx.py'
   result = port(golden_refused.model(), str(out), factory='tests.converters.port.golden.refused_flag_branch:model')
   assert result.proven and not result.stubs, (result.failure, result.checks)
-  assert list(result.left_out) == ['remat=True']
-  assert 'nn.remat of a module without nn.scan' in result.left_out['remat=True']
+  assert list(result.left_out) == ['per_example=True']
+  assert 'nn.vmap of a module' in result.left_out['per_example=True']
   (branch,) = result.branches
-  assert (branch.cls, branch.branch) == ('Encoder', '`if self.remat`') and 'nn.remat' in branch.refused
-  assert ('another configuration (remat=True)', 'raises NotImplementedError') in [c[:2] for c in result.checks]
-  assert not any(c[0] == 'another configuration (remat=True)' and c[1] == 'passed' for c in result.checks)
+  assert (branch.cls, branch.branch) == ('Encoder', '`if self.per_example`') and 'nn.vmap' in branch.refused
+  assert ('another configuration (per_example=True)', 'raises NotImplementedError') in [c[:2] for c in result.checks]
+  assert not any(c[0] == 'another configuration (per_example=True)' and c[1] == 'passed' for c in result.checks)
   generated = import_file(str(out))
-  with pytest.raises(NotImplementedError, match='`if self.remat` is not written: nn.remat of a module'):
-    generated.Encoder(remat=True, in_features=5, rngs=nnx.Rngs(0))
+  with pytest.raises(NotImplementedError, match='`if self.per_example` is not written: nn.vmap of a module'):
+    generated.Encoder(per_example=True, in_features=5, rngs=nnx.Rngs(0))
   # Given the configuration's own, a model of another depth is the Linen one.
   assert result.modes == {'deterministic': False}
   assert_generated_port(LinenModel(golden_refused.Encoder(depth=3), jnp.ones((3, 4)), deterministic=True),

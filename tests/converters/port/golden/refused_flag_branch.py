@@ -1,6 +1,6 @@
-"""A branch only a flag the proof flips takes (`remat=True`, as big_vision's
-`Encoder` takes `scan=True`), through what the port does not write
-(`nn.remat` of a module outside a scan): the class is written for the
+"""A branch only a flag the proof flips takes (`per_example=True`, as
+big_vision's `Encoder` takes `scan=True`), through what the port does not
+write (`nn.vmap` of a module): the class is written for the
 configuration given, that branch raises `NotImplementedError` saying why,
 and the flipped configuration is reported as not proven, not mapped. The
 blocks are called through a local (`block_cur(x, deterministic)`), their
@@ -20,12 +20,13 @@ class Block(nn.Module):
 
 class Encoder(nn.Module):
   depth: int = 2
-  remat: bool = False
+  per_example: bool = False
 
   @nn.compact
   def __call__(self, x, deterministic=True):
-    if self.remat:
-      block = nn.remat(Block, static_argnums=(2,))
+    if self.per_example:
+      block = nn.vmap(Block, in_axes=(0, None), out_axes=0, variable_axes={'params': None},
+                      split_rngs={'params': False, 'dropout': True})
       for i in range(self.depth):
         x = block(name=f'block_{i}')(x, deterministic)
     else:

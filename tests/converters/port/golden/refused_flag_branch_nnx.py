@@ -26,10 +26,10 @@ class Block(nnx.Module):
 
 class Encoder(nnx.Module):
 
-  def __init__(self, depth: int = 2, remat: bool = False, *, in_features: int, rngs: nnx.Rngs):
-    self.remat = remat
-    if remat:
-      raise NotImplementedError('Encoder: the if branch of `if self.remat` is not written: nn.remat of a module without nn.scan: not written yet; port it by hand')
+  def __init__(self, depth: int = 2, per_example: bool = False, *, in_features: int, rngs: nnx.Rngs):
+    self.per_example = per_example
+    if per_example:
+      raise NotImplementedError('Encoder: the if branch of `if self.per_example` is not written: nn.vmap of a module: not written yet; port it by hand')
     else:
       self.blocks = nnx.List()
       for i in range(depth):
@@ -37,8 +37,8 @@ class Encoder(nnx.Module):
     self.norm = nnx.LayerNorm(in_features, rngs=rngs)
 
   def __call__(self, x):
-    if self.remat:
-      raise NotImplementedError('Encoder: the if branch of `if self.remat` is not written: nn.remat of a module without nn.scan: not written yet; port it by hand')
+    if self.per_example:
+      raise NotImplementedError('Encoder: the if branch of `if self.per_example` is not written: nn.vmap of a module: not written yet; port it by hand')
     else:
       for block_ in self.blocks:
         block_cur = block_

@@ -1,0 +1,35 @@
+"""`nn.remat` of a module outside a scan: blocks made in a loop through one
+rematerialised class, their mode flag static (`static_argnums=(2,)`, the
+module counted as argument 0), a user's module under `nn.remat` with
+`prevent_cse=False`, and a Flax layer under it (`CheckpointDense_0`, Linen's
+name for it). Each is called through a function under `nnx.remat`, its
+first input passed and the rest closed over (constants of it, as
+`static_argnums` made them of Linen's); the layer's attribute is named for
+what it is (`dense`)."""
+
+import jax.numpy as jnp
+from flax import linen as nn
+
+from converters import LinenModel
+
+
+class Block(nn.Module):
+  @nn.compact
+  def __call__(self, x, deterministic=True):
+    return nn.Dropout(0.1)(nn.relu(nn.Dense(x.shape[-1])(x)), deterministic)
+
+
+class Encoder(nn.Module):
+  depth: int = 2
+
+  @nn.compact
+  def __call__(self, x, deterministic=True):
+    block = nn.remat(Block, static_argnums=(2,))
+    for i in range(self.depth):
+      x = block(name=f'block_{i}')(x, deterministic)
+    x = nn.remat(Block, prevent_cse=False, static_argnums=(2,))(name='last')(x, deterministic)
+    return nn.remat(nn.Dense)(3)(nn.LayerNorm(name='norm')(x))
+
+
+def model() -> LinenModel:
+  return LinenModel(Encoder(), jnp.ones((2, 5)), deterministic=True)

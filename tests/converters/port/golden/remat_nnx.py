@@ -1,0 +1,55 @@
+"""NNX port of `tests.converters.port.golden.remat`, written by `linen-nnx port
+tests.converters.port.golden.remat:model`.
+
+Each class is the NNX counterpart of the Linen class of the same name;
+`remat_nnx_paths.PATHS`, written beside this file, maps the Linen variables
+onto these modules (`linen-nnx convert --paths remat_nnx_paths:PATHS`). Proven
+equivalent when written: see `test_remat_nnx_port.py`.
+
+A new model is in training mode, as every NNX module is: call `model.eval()`
+where Linen ran with `deterministic=True`, `model.train()` to train.
+"""
+from __future__ import annotations
+
+from flax import nnx
+
+
+class Block(nnx.Module):
+  def __init__(self, *, in_features: int, rngs: nnx.Rngs):
+    self.dropout = nnx.Dropout(0.1, rngs=rngs)
+    self.dense = nnx.Linear(in_features, in_features, rngs=rngs)
+
+  def __call__(self, x):
+    return self.dropout(nnx.relu(self.dense(x)))
+
+
+class Encoder(nnx.Module):
+
+  def __init__(self, depth: int = 2, *, in_features: int, rngs: nnx.Rngs):
+    self.blocks = nnx.List()
+    for i in range(depth):
+      self.blocks.append(Block(in_features=in_features, rngs=rngs))
+    self.last = Block(in_features=in_features, rngs=rngs)
+    self.dense = nnx.Linear(in_features, 3, rngs=rngs)
+    self.norm = nnx.LayerNorm(in_features, rngs=rngs)
+
+  def __call__(self, x):
+    for block_ in self.blocks:
+
+      @nnx.remat
+      def block(x, layer):
+        return layer(x)
+
+      x = block(x, block_)
+
+    @nnx.remat(prevent_cse=False)
+    def run_last(x, layer):
+      return layer(x)
+
+    x = run_last(x, self.last)
+
+    @nnx.remat
+    def run_dense(carry, layer):
+      return layer(carry)
+
+    return run_dense(self.norm(x), self.dense)
