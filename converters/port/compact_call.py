@@ -1,0 +1,123 @@
+"""The `__call__` of a compact class's port: its compact method, each module
+read from where `__init__` put it (`converters.port.module_reads`), each
+call of one run as NNX's, its mode flags gone (`ModeFlags.without_arguments`)
+or under NNX's transforms (`converters.port.lifted_calls`); what only made
+modules (`norm = partial(nn.BatchNorm, ...)`) left to `__init__`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from converters.port import (
+  classes,
+  lifted_calls,
+  module_reads,
+  references,
+  syntax,
+  transforms,
+  variables,
+)
+
+if TYPE_CHECKING:
+  from converters.port.compact import CompactWriter
+
+
+def call_method(writer: CompactWriter, replayed: frozenset[str]) -> cst.FunctionDef:
+  """`__call__`: the compact method with modules read from attributes
+  (`replayed`: the statements `__init__` replays, as code, whose locals it
+  keeps)."""
+  method = writer.method.visit(_CallBody(writer, module_reads.ModuleReads(writer)))
+  # Locals holding a variable (`index = self.variable(...)`) read it with `[...]`.
+  holders = {
+      name for name, value in writer.locals.items()
+      if value is not None and value in writer.own and writer.own[value].collection != 'params'
+  }
+  method = method.visit(variables.ValueReads(holders))
+  # Mode flags leave the signature, with the locals that only served them.
+  for flag in writer.mode_flags.call:
+    method = writer.mode_flags.drop_flag(method, flag)
+  # `has_variable('cache', ...)` is True in NNX: the branches it guarded, read plainly.
+  method = syntax.without_constant_conditions(method)
+  return syntax.without_leading_blank_lines(syntax.without_unused_locals(method, replayed | writer.arguments.spread))
+
+
+class _CallBody(cst.CSTTransformer):
+  """The compact method rewritten as `__call__`, but for its signature."""
+
+  def __init__(self, writer: CompactWriter, reads: module_reads.ModuleReads):
+    super().__init__()
+    self.writer = writer
+    self.reads = reads
+    self.factory_values = set(writer.factories.values()) | set(writer.lift_calls)
+    self.shared = {shared.statement for shared in writer.shared_scopes.values()}
+    self.pending: list[cst.FunctionDef] = []  # functions the statement being rewritten calls
+
+  def on_visit(self, node) -> bool:
+    return node not in self.writer.untraced_branches and super().on_visit(node)
+
+  def leave_If(self, original, updated):
+    writer = self.writer
+    if original.body in writer.untraced_branches:
+      updated = updated.with_changes(body=writer.untraced_raise(original.body))
+    if original.orelse in writer.untraced_branches:
+      updated = updated.with_changes(orelse=updated.orelse.with_changes(
+          body=writer.untraced_raise(original.orelse)))
+    return updated
+
+  def leave_SimpleStatementLine(self, original, updated):
+    # `norm = partial(nn.BatchNorm, ...)`, `blocks = nn.scan(...)`: their
+    # creations are in __init__; `nn.share_scope(self, layer)`: only
+    # Linen's paths, which `PATHS` maps.
+    if original in self.shared:
+      return cst.RemoveFromParent()
+    if any(isinstance(s, cst.Assign) and s.value in self.factory_values for s in original.body):
+      return cst.RemoveFromParent()
+    if self.pending:
+      functions = [f.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) for f in self.pending]
+      self.pending.clear()
+      return cst.FlattenSentinel(functions + [updated.with_changes(
+          leading_lines=[cst.EmptyLine(indent=False), *updated.leading_lines])])
+    return updated
+
+  def leave_Call(self, original, updated):
+    writer = self.writer
+    if original in self.reads.replacements:
+      return self.reads.replacements[original]
+    if variables.is_has_cache_variable(original):
+      return cst.Name('True')  # NNX made the cache in __init__
+    if original in writer.own:
+      return writer.own[original].read
+    if variables.is_sow_call(original):
+      return variables.sow(original, updated, writer)
+    if classes.drawn_stream(original) is not None:
+      return classes.draw(original)
+    if original.func in writer.node_sites:
+      site = writer.node_sites[original.func]
+      if site in writer.lifts:
+        function, call = lifted_calls.lifted_call(writer, original, updated, site)
+        self.pending.append(function)
+        return call
+      return writer.mode_flags.without_arguments(original, updated, writer.sites[site][1][0])
+    if (made := writer.creation_named(original.func)) is not None:
+      # `block = Block(...)` then `block(x, deterministic)`: the module it names.
+      site = writer.node_sites[made]
+      if site not in writer.lifts:
+        return writer.mode_flags.without_arguments(original, updated, writer.sites[site][1][0])
+    return updated
+
+  def leave_For(self, original, updated):
+    return self.reads.loop(original, updated)
+
+  def leave_Decorator(self, original, updated):
+    writer = self.writer
+    if references.is_linen(original.decorator, writer.file, 'compact'):
+      return cst.RemoveFromParent()
+    if transforms.is_method_scan(original, writer.file):
+      try:
+        return transforms.method_scan(original, writer.method, writer.file)
+      except transforms.Refused as e:
+        writer.fail(original, f'{e}: not written yet; port it by hand')
+    return updated
