@@ -127,7 +127,7 @@ class CompactWriter(classes.ClassWriter):
     return out
 
   def _attributes(self) -> dict[tracing.Site, tuple[str, bool]]:
-    return attribute_names.AttributeNames(self, self._exclusive).attributes()
+    return attribute_names.AttributeNames(self, self.exclusive).attributes()
 
   def write(self) -> ClassPort:
     self.node_sites = {node: site for site, (node, _) in self.sites.items()}

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from converters.port import (
-  classes,
   lifted_calls,
+  linen_api,
   module_reads,
   references,
   syntax,
@@ -92,8 +92,8 @@ class _CallBody(cst.CSTTransformer):
       return writer.own[original].read
     if variables.is_sow_call(original):
       return variables.sow(original, updated, writer)
-    if classes.drawn_stream(original) is not None:
-      return classes.draw(original)
+    if linen_api.drawn_stream(original) is not None:
+      return linen_api.draw(original)
     if original.func in writer.node_sites:
       site = writer.node_sites[original.func]
       if site in writer.lifts:

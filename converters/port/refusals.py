@@ -1,0 +1,98 @@
+"""What of a Linen class the port does not write, refused with why
+(`Untranslatable`, through the writer's `fail`) as the class writer reads
+the class: a class the trace sees called only inside a transform, methods
+under a lifted transform other than the scan of a compact `__call__`, a
+mode flag configured off where NNX's `model.eval()` sets it, Linen modules
+made outside the model held in fields, Linen's class decorators, and
+Linen's names left in the creating method once its creations are NNX's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+from flax import linen as nn
+
+from converters.port import references, syntax, transforms
+
+if TYPE_CHECKING:
+  from converters.port.classes import ClassWriter
+
+
+def refuse_calls_unseen(writer: ClassWriter) -> None:
+  """Refuses a class whose first call seen is another method's than
+  `__call__`, except a `setup()` class with no `__call__`, called through
+  its methods (Gemma's `Embedder.encode` / `.decode`: written from the
+  first one called)."""
+  cls, instance = writer.cls, writer.instance
+  through_methods = 'setup' in vars(cls) and not any('__call__' in vars(c) for c in cls.__mro__) and bool(
+      instance.calls)
+  if not instance.calls or instance.calls[0].method != '__call__' and not through_methods:
+    # Its first call seen is another method's (nn.RNN asks a cell for its
+    # `initialize_carry`, then calls it inside its scan, unseen). (Flax's
+    # own cells are read from their kernels; a class of the user's has no
+    # such spec.)
+    writer.fail(writer.cdef, f'{cls.__name__} is called only inside a transform (a cell under nn.RNN, say), '
+                'where the trace does not see its inputs; port it by hand')
+
+
+def refuse_lifted_methods(writer: ClassWriter) -> None:
+  """Refuses methods Linen runs under a lifted transform, called or not
+  (the port writes no other), but Linen's scan over the inputs of a
+  compact `__call__` where the writer writes it (`writes_method_scan`)."""
+  lifted = {m for i in writer.instances for m in i.lifted_methods}
+  for statement in writer.cdef.body.body:
+    if isinstance(statement, cst.FunctionDef) and statement is not writer.call and any(
+        transforms.is_method_scan(d, writer.file) or references.linen_transform(d.decorator, writer.file)
+        for d in statement.decorators):
+      lifted.add(statement.name.value)
+  if lifted - {'__call__'} or (lifted and not (writer.scans_call and writer.writes_method_scan)):
+    writer.fail(writer.call if '__call__' in lifted else writer.cdef,
+                f'{", ".join(sorted(lifted))} decorated with a lifted transform the port does not write '
+                '(it writes nn.scan over the inputs of a compact __call__); port it by hand')
+
+
+def refuse_merged_flags_off(writer: ClassWriter) -> None:
+  """Refuses an instance configured `deterministic=False` (any merged mode
+  flag): the checks run the port in eval mode (which sets the attribute),
+  as NNX's layers are run, so training is asked for at the call."""
+  for name in sorted(writer.mode_flags.merged):
+    if any(getattr(i.module, name) is False for i in writer.instances):
+      writer.fail(writer.cdef, f'{writer.cls.__name__} is configured {name}=False, a field NNX\'s model.eval() / '
+                  f'.train() set: configure it None and give {name}=False to the call (the factory\'s '
+                  'keyword), as a training step does; or port it by hand')
+
+
+def refuse_linen_modules_held(writer: ClassWriter) -> None:
+  """Refuses a field holding a Linen module made outside the model. One the
+  model makes and hands on (one embedding shared by an encoder and a
+  decoder) is handed on in NNX too; one made outside is Linen's, which NNX
+  cannot call."""
+  for name in writer.field_names:
+    for held in writer.instances:
+      value = getattr(held.module, name)
+      if isinstance(value, nn.Module) and (value.scope is None or not value.path):
+        writer.fail(writer.cdef, f'the field {name!r} holds a Linen module made outside the model; NNX modules '
+                    'are built in __init__, from arguments: port it by hand')
+
+
+def refuse_linen_decorators(writer: ClassWriter) -> None:
+  """Refuses a class decorated with anything of Linen's."""
+  for decorator in writer.cdef.decorators:
+    if writer.file.linen_path(decorator.decorator) is not None:
+      writer.fail(decorator, f'the class is decorated with {writer.file.code(decorator.decorator)}; '
+                  'port it by hand')
+
+
+def refuse_linen_names_left(writer: ClassWriter) -> None:
+  """Refuses Linen's names left in the creating method once the creations
+  are NNX's: checked on the source, where each has its line."""
+  writer.method.body.visit(references.LinenReferences(
+      writer.file, writer.cls, strict=True,
+      skip=[node.func for node, _ in writer.sites.values()]
+      + [partial.args[0].value for partial in writer.factories.values()] + writer.lift_calls
+      + list(writer.handed) + list(writer.untraced_branches)
+      + [shared.statement for shared in writer.shared_scopes.values()],
+      bound=syntax.bound_in(writer.method),
+  ))
