@@ -1,41 +1,44 @@
 """`port(linen_model)`: the NNX port of a Linen model, written and proven.
 
 The model is traced (`tracing`), each of the user's classes it uses is
-written as an NNX class from its source, innermost first (`compact` or
-`setup_style`, with the sizes Linen infers from `shapes`), what cannot be written becomes a
-marked stub, and the file is assembled with its path mapping (`emit`). Then
-the file is imported and proven (`prove`) unless it holds a stub.
+written as an NNX class from its source, innermost first (`class_writing`:
+`compact` or `setup_style`, with the sizes Linen infers from `shapes`), what
+cannot be written becomes a marked stub, and the file is assembled with its
+path mapping (`emit`): `write`. Then `port` writes the file, imports it and
+proves it (`prove`) unless it holds a stub.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import time
 import traceback
+import types
 
 import jax
 from flax import linen as nn
 
 from converters.linen_model import LinenModel
-from converters.paths import format_path
-from converters.port import (
-  classes,
-  compact,
-  emit,
-  layer_subclasses,
-  layers,
-  prove,
-  setup_style,
-  shapes,
-  source,
-  switches,
-  tracing,
-)
+from converters.paths import PathMapping, format_path
+from converters.port import class_writing, classes, emit, layers, prove, shapes, source, switches, tracing
 from converters.port.branches import taken_by
-from converters.port.errors import PortInputError, PortOutputError, UntracedCreation, Untranslatable
-from converters.port.stubs import Stub, StubPort, UnportedBranch, stub_port, stub_source
+from converters.port.errors import PortInputError, PortOutputError
+from converters.port.stubs import Stub, StubPort, UnportedBranch
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingPair:
+  """A flag that makes a cache (`decode`) flipped together with another
+  flag that changes what is built (`scan_layers`): the scanned layers'
+  caches, which `write` maps and `port` proves. `model` is None where
+  Linen does not build the two together; else `root` and `variables` are
+  its trace (`tracing.trace`)."""
+
+  description: str
+  model: LinenModel | None
+  root: tracing.Created | None = None
+  variables: dict | None = None
 
 
 @dataclasses.dataclass
@@ -91,168 +94,26 @@ class PortResult:
   #: the report says of the layers NNX computes otherwise.
   flax_layers: frozenset = frozenset()
   left_out: dict[str, str] = dataclasses.field(default_factory=dict)
+  #: The written `PATHS`.
+  mapping: PathMapping | None = None
+  #: The fields left None given a value, the string fields switched, the
+  #: fields set where their default is None left None: `(model, description)`.
+  optional: list = dataclasses.field(default_factory=list)
+  #: `(field, why)` of the fields that cannot be so.
+  unproven: list = dataclasses.field(default_factory=list)
+  #: Each flag that makes a cache with each other flag.
+  decoding_pairs: list[DecodingPair] = dataclasses.field(default_factory=list)
 
 
-def _call_parameters(cls: type, method: str = '__call__') -> list[str]:
-  return list(inspect.signature(getattr(cls, method)).parameters)[1:]
+def _made(root: tracing.Created) -> set:
+  """What a traced model makes: `(class, site, transform)` of each module."""
+  return {(c.cls, c.site, c.transform) for c in root.walk()}
 
 
 def _shapes(variables) -> set:
   """`(path, shape)` of every variable."""
   return {(jax.tree_util.keystr(p), tuple(getattr(x, 'shape', ()))) for p, x in
           jax.tree_util.tree_flatten_with_path(variables)[0]}
-
-
-def _is_unreadable(cls: type) -> bool:
-  """Whether the source of `cls` cannot be read and parsed."""
-  try:
-    source.file_of(cls).class_def(cls)
-  except (LookupError, OSError, TypeError):
-    return True
-  return False
-
-
-@dataclasses.dataclass
-class _ClassesWritten:
-  """The classes of one writing pass: their ports (stubs' interfaces
-  included), what is written for each in order, the stubs and the untraced
-  branches written to raise."""
-
-  ports: dict = dataclasses.field(default_factory=dict)
-  written: list = dataclasses.field(default_factory=list)
-  stubs: list[Stub] = dataclasses.field(default_factory=list)
-  branches: list[UnportedBranch] = dataclasses.field(default_factory=list)
-  subclasses: set = dataclasses.field(default_factory=set)  # of Flax layers, written as text
-  #: The configurations the proof adds that a class is not written for (a
-  #: branch only they take, written to raise): their descriptions, and why.
-  left_out: dict[str, str] = dataclasses.field(default_factory=dict)
-
-  @property
-  def untraced(self) -> bool:
-    """Whether a class makes a module where no traced configuration went."""
-    return any(b.refused is None for b in self.branches) or any(s.untraced for s in self.stubs)
-
-
-def _write_classes(root: tracing.Created, instances: dict, variables, symbolic: dict,
-                   origins: dict[int, str]) -> _ClassesWritten:
-  """Each of the user's classes under `root`, innermost first (every
-  instance's subtree before the class: another instance may create more).
-  `symbolic` keeps each instance's symbolic trace, by `id`, for the next
-  pass; `origins` the configuration the proof adds that made an instance
-  (its description, by `id`), for none of the model's own."""
-  out = _ClassesWritten()
-
-  def symbolic_trace(instance: tracing.Created, cls: type) -> shapes.SymbolicTrace:
-    if id(instance) not in symbolic:
-      method = instance.calls[0].method if instance.calls else '__call__'
-      symbolic[id(instance)] = shapes.symbolic_trace(instance, _call_parameters(cls, method))
-    return symbolic[id(instance)]
-
-  ports, written, stubs, branches, subclasses = out.ports, out.written, out.stubs, out.branches, out.subclasses
-
-  def visit(instance: tracing.Created):
-    for child in instance.children:
-      visit(child)
-    cls = instance.cls
-    if layers.is_flax_class(cls) or cls in ports or cls in subclasses:
-      return
-    spec = layers.layer_spec(cls)
-    if spec is not None:  # a subclass of a Flax layer (`StdConv(nn.Conv)`)
-      subclasses.add(cls)
-      try:
-        written.append((cls, layer_subclasses.class_source(cls, spec, source.file_of(cls))))
-      except Untranslatable as e:
-        stub = Stub(cls.__name__, e.line, str(e), source.file_of(cls).path)
-        stubs.append(stub)
-        ports[cls] = stub_port(cls, instances[cls], stub)
-        written.append((cls, layer_subclasses.stub_source(cls, spec, str(e))))
-      return
-    # The class's whole subtree first: another instance may create more.
-    for other in instances[cls][1:]:
-      for child in other.children:
-        visit(child)
-    writer = setup_style if 'setup' in vars(cls) else compact
-    try:
-      port = writer.port_class(
-          cls, instances[cls],
-          lambda i, cls=cls: symbolic_trace(i, cls), ports,
-      )
-    except Untranslatable as e:
-      # Stopped by what a configuration the proof adds makes (`scan=True`'s
-      # scanned remat): written without it, where it alone takes a branch.
-      written_without = _written_without(
-          cls, instances[cls], origins, e,
-          lambda kept, refused, cls=cls: writer.port_class(
-              cls, kept, lambda i: symbolic_trace(i, cls), ports, refused))
-      if written_without is None:
-        stub_of(cls, e)
-        return
-      port, left_out = written_without
-      out.left_out.update(left_out)
-    except Exception as e:  # noqa: BLE001 - whatever stops a class is its stub's reason
-      stub_of(cls, e)
-      return
-    ports[cls] = port
-    written.append(port)
-    for branch in port.writer.untraced_branches.values():
-      file = port.writer.file
-      branches.append(UnportedBranch(cls.__name__, branch.line(file), branch.condition(file), file.path,
-                                     refused=branch.refused))
-
-  def stub_of(cls: type, e: Exception) -> None:
-    """`cls` written as a stub that `e` stopped."""
-    # LookupError, OSError, TypeError from `source`: the class's source
-    # cannot be read (defined in a function, in a notebook, compiled).
-    unreadable = isinstance(e, (LookupError, OSError, TypeError)) and _is_unreadable(cls)
-    reason = str(e) if isinstance(e, Untranslatable) else (
-        f'its source cannot be read ({e}); define it at the top level of a module, or port it by hand'
-        if unreadable else
-        f'writing it stopped on {type(e).__name__}: {e}; port it by hand (and tell us: the port '
-        'should have said why)')
-    line = e.line if isinstance(e, Untranslatable) else None
-    try:
-      path = source.file_of(cls).path
-    except (LookupError, OSError, TypeError):
-      path = getattr(inspect.getmodule(cls), '__file__', None) or '<unknown>'
-    stub = Stub(cls.__name__, line, reason, path, untraced=isinstance(e, UntracedCreation))
-    stubs.append(stub)
-    # The classes around it build and call it through this interface.
-    ports[cls] = stub_port(cls, instances[cls], stub)
-    written.append((cls, stub_source(ports[cls], instances[cls], variables)))
-
-
-  visit(root)
-  return out
-
-
-def _written_without(cls: type, instances: list, origins: dict[int, str], error: Untranslatable, write):
-  """`cls` written from its instances but those of configurations the proof
-  adds, where `error` stopped it with them and each instance left out takes
-  a branch the port then writes to raise (`write(kept, refused)`, `refused`
-  as `ClassWriter.refused`): `(port, {configuration left out: what stopped
-  the port there})`; else None. Each configuration is left out in turn,
-  and kept out where that moves the stop elsewhere (another flag's
-  branch), so no more are left out than stop it; none of the model's own
-  ever is."""
-  added = list(dict.fromkeys(origins[id(i)] for i in instances if id(i) in origins))
-  left_out: dict[str, str] = {}
-  stop = error
-  for description in added:
-    trying = {**left_out, description: str(stop)}
-    kept = [i for i in instances if origins.get(id(i)) not in trying]
-    refused = [([i for i in instances if origins.get(id(i)) == d], why) for d, why in trying.items()]
-    try:
-      port = write(kept, refused)
-    except Untranslatable as e:
-      if (e.line, str(e)) != (stop.line, str(stop)):  # that one stopped it: the next stop is another's
-        left_out, stop = trying, e
-      continue
-    except Exception:  # noqa: BLE001 - stopped otherwise: the stub says the first reason
-      continue
-    branches = [b for b in port.writer.untraced_branches.values() if b.refused is not None]
-    if all(any(taken_by(b, port.writer.file, i) for b in branches) for group, _ in refused for i in group):
-      return port, trying
-  return None
 
 
 def _making_more(configurations, variables, made: set, sizes: bool = True, kinds: tuple | None = None
@@ -266,7 +127,7 @@ def _making_more(configurations, variables, made: set, sizes: bool = True, kinds
   for other, description in configurations:
     other_root, other_variables = tracing.trace(other.module, *other.args, **other.kwargs)
     stops_decoding = 'cache' in variables and 'cache' not in other_variables
-    sites = {(c.cls, c.site, c.transform) for c in other_root.walk()}
+    sites = _made(other_root)
     # Another branch on the sizes, though its shapes may be the model's
     # (`rep_size=False` makes no `pre_logits`; `mlp_dim=None` where 4 * d is mlp_dim).
     other_branch = sites < made or kinds is not None and shapes.size_kinds(other.module) != kinds
@@ -278,9 +139,32 @@ def _making_more(configurations, variables, made: set, sizes: bool = True, kinds
   return flags, within
 
 
-def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'models_nnx',
-          test_name: str = '') -> tuple[PortResult, dict]:
-  """The generated file for `linen_model`, not yet proven."""
+@dataclasses.dataclass(frozen=True)
+class _Configurations:
+  """The model's other configurations that `write` writes the classes for.
+
+  Attributes:
+    flags: those making what the traced one does not (a flag flipped, a
+      field given a value), `(model, description, root, variables)`.
+    within: the rest, making nothing new (`use_bias=False`), `(model,
+      description)`.
+    optional: the fields left None given a value, the string fields
+      switched, the fields set where their default is None left None,
+      `(model, description)`.
+    unproven: `(field, why)` of those that cannot be so.
+    refused: the descriptions of the flags' flips and fields left None
+      that Linen does not build.
+  """
+
+  flags: list
+  within: list
+  optional: list
+  unproven: list
+  refused: list[str]
+
+
+def _trace_model(linen_model: LinenModel) -> tuple[tracing.Created, dict]:
+  """The traced model, `(root, variables)`; else why it cannot be ported."""
   module = linen_model.module
   if (spec := layers.layer_spec(type(module))) is not None:
     raise PortInputError(
@@ -289,7 +173,7 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
         f'written with that model\'s)' if spec.subclass else f'the model is Flax\'s {type(module).__name__}: '
         f'use {spec.nnx} itself')
   try:
-    root, variables = tracing.trace(module, *linen_model.args, **linen_model.kwargs)
+    return tracing.trace(module, *linen_model.args, **linen_model.kwargs)
   except Exception as e:  # noqa: BLE001 - the user's model: any error of its own
     unbound = isinstance(e, NameError) and 'unbound axis name' in str(e)
     raise PortInputError(
@@ -298,10 +182,11 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
         + ('; a layer reduces over a mapped axis outside training (LayerNorm(axis_name=...)), which the '
            'port traces without: port it by hand' if unbound else '')
     ) from e
-  instances: dict[type, list[tracing.Created]] = {}
-  for instance in root.walk():
-    instances.setdefault(instance.cls, []).append(instance)
-  made = {(c.cls, c.site, c.transform) for c in root.walk()}
+
+
+def _configurations(linen_model: LinenModel, root: tracing.Created, variables) -> _Configurations:
+  """The other configurations of the traced model (`root`, `variables`)
+  whose branches the classes are written for, traced."""
   refused: list[str] = []
   # Each field left None given a value, as a flag flipped: the branch it
   # takes is traced, written and mapped too (a learned position table).
@@ -313,47 +198,76 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
   optional, unproven = [*optional, *switched, *defaults], [*unproven, *unswitched]
   # The code each flag of the configuration switches on (`scan_layers`):
   # its modules are instances of the classes too, written with the rest.
-  flags, within = _making_more([*prove.flag_configurations(linen_model, refused), *optional], variables, made,
-                               kinds=shapes.size_kinds(module))
-  origins: dict[int, str] = {}  # the configuration that made an instance, by id
+  flags, within = _making_more([*prove.flag_configurations(linen_model, refused), *optional], variables,
+                               _made(root), kinds=shapes.size_kinds(linen_model.module))
+  return _Configurations(flags, within, optional, unproven, [*refused, *(d for d, _ in unbuilt)])
+
+
+def _add_instances(instances: dict, origins: dict[int, str], flags) -> None:
+  """The instances each of `flags` makes (`_Configurations.flags`), added to
+  their class's `instances`, with their configuration's description in
+  `origins` (by `id`)."""
   for _, description, other_root, _ in flags:
     for instance in other_root.walk():
       instances.setdefault(instance.cls, []).append(instance)
       origins[id(instance)] = description
+
+
+def _write_classes(linen_model: LinenModel, root: tracing.Created, variables, flags
+                   ) -> tuple[class_writing.ClassesWritten, list]:
+  """The user's classes under `root`, written from the model's instances
+  and those of `flags` (`_Configurations.flags`), and the flags they are
+  written for: where a class makes a module no configuration traced so far
+  went (a loop the model's runs no times), written again with the first
+  other configuration the proof tries that goes there, that one added to
+  the flags; those a class is not written for (a branch only they take
+  raises) left out, neither mapped nor proven (the report says so)."""
+  instances: dict[type, list[tracing.Created]] = {}
+  for instance in root.walk():
+    instances.setdefault(instance.cls, []).append(instance)
+  origins: dict[int, str] = {}  # the configuration that made an instance, by id
+  _add_instances(instances, origins, flags)
   symbolic: dict = {}  # (the instances stay alive in `instances`: their ids stay theirs)
-  pass_ = _write_classes(root, instances, variables, symbolic, origins)
-  if pass_.untraced:
-    # A module made where no configuration traced so far went (a loop the
-    # model's runs no times): the other configurations the proof tries, where
-    # they go there, are written from too.
-    made |= {(c.cls, c.site, c.transform) for _, _, other_root, _ in flags for c in other_root.walk()}
+  written = class_writing.write_classes(root, instances, variables, symbolic, origins)
+  if written.untraced:
+    made = _made(root).union(*(_made(other_root) for _, _, other_root, _ in flags))
     more, _ = _making_more(prove.other_configurations(linen_model, most=2), variables, made, sizes=False)
     more = more[:1]  # (the other one mostly goes where it goes: its symbolic traces, twice the time)
     if more:
-      flags += more
-      for _, description, other_root, _ in more:
-        for instance in other_root.walk():
-          instances.setdefault(instance.cls, []).append(instance)
-          origins[id(instance)] = description
-      pass_ = _write_classes(root, instances, variables, symbolic, origins)
-  ports, written, stubs, branches = pass_.ports, pass_.written, pass_.stubs, pass_.branches
-  # The configurations a class is not written for (a branch only they take
-  # raises): neither mapped nor proven; the report says so.
-  flags = [f for f in flags if f[1] not in pass_.left_out]
-  # The variables of every flag's configuration too (the scanned layers'),
-  # where they do not contradict the traced configuration's; none under a
-  # stub, whose port is not written (`unmapped`).
+      flags = [*flags, *more]
+      _add_instances(instances, origins, more)
+      written = class_writing.write_classes(root, instances, variables, symbolic, origins)
+  return written, [f for f in flags if f[1] not in written.left_out]
+
+
+def _decoding_pairs(linen_model: LinenModel, flags) -> list[DecodingPair]:
+  """Each of `flags` (`_Configurations.flags`) that makes a cache, with
+  each other flag: built together by Linen, and traced."""
+  pairs = []
+  for decoder, decode_change, _, decoder_variables in flags:
+    for other, change, *_ in flags if 'cache' in decoder_variables else ():
+      if other is decoder:
+        continue
+      description = f'{decode_change}, {change}'
+      both = prove.combined(linen_model, decoder, other)
+      if both is None:
+        pairs.append(DecodingPair(description, None))
+      else:
+        pairs.append(DecodingPair(description, both, *tracing.trace(both.module, *both.args, **both.kwargs)))
+  return pairs
+
+
+def _mapping(root: tracing.Created, variables, ports: dict, flags, decoding_pairs: list[DecodingPair]
+             ) -> PathMapping:
+  """The written `PATHS`: the traced model's variables, and those of every
+  flag's configuration (the scanned layers') and decoding pair's (the
+  scanned layers' caches) where they do not contradict the traced
+  configuration's and it takes no branch written to raise; none under a
+  stub, whose port is not written (`emit.under_stubs`)."""
   pairs = emit.path_pairs(root, variables, ports)
   traced = [(other_root, other_variables) for _, _, other_root, other_variables in flags]
-  # A flag that makes a cache (`decode`) with each other flag that changes
-  # what is built (`scan_layers`): the scanned layers' caches, which the
-  # proof converts too (`port`'s pairs).
-  for decoder, *_, decoder_variables in flags:
-    for other, *_ in flags if 'cache' in decoder_variables else ():
-      if other is not decoder and (both := prove.combined(linen_model, decoder, other)) is not None:
-        both_root, both_variables = tracing.trace(both.module, *both.args, **both.kwargs)
-        if not _takes_a_raised_branch(both_root, ports):
-          traced.append((both_root, both_variables))
+  traced += [(pair.root, pair.variables) for pair in decoding_pairs
+             if pair.model is not None and not _takes_a_raised_branch(pair.root, ports)]
   for other_root, other_variables in traced:
     known = {linen: nnx_path for linen, nnx_path, *_ in pairs}
     held = {nnx_path: linen for linen, nnx_path, *_ in pairs}
@@ -361,29 +275,45 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
     if all(known.get(linen, nnx_path) == nnx_path and held.get(nnx_path, linen) == linen
            for linen, nnx_path, *_ in more):
       pairs += [p for p in more if p[0] not in known]
-  mapping = emit.mapping_of(pairs)
-  unmapped = emit.under_stubs(root, variables, ports)
+  return emit.mapping_of(pairs)
+
+
+def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'models_nnx',
+          test_name: str = '') -> tuple[PortResult, dict]:
+  """The generated file for `linen_model`, not yet proven, and the ports of
+  its classes (stubs' included), by Linen class."""
+  module = linen_model.module
+  root, variables = _trace_model(linen_model)
+  configurations = _configurations(linen_model, root, variables)
+  classes_written, flags = _write_classes(linen_model, root, variables, configurations.flags)
+  ports, written = classes_written.ports, classes_written.written
+  decoding_pairs = _decoding_pairs(linen_model, flags)
+  mapping = _mapping(root, variables, ports, flags, decoding_pairs)
   # The model's mode: its call's flags and its fields that the mode replaced.
   modes = {**ports[type(module)].modes, **ports[type(module)].field_modes}
   generated = emit.write_file(
       written, mapping, factory=factory, module_name=module_name, test_name=test_name, modes=modes,
-      unmapped=unmapped,
+      unmapped=emit.under_stubs(root, variables, ports),
   )
   files = {source.file_of(c).path for c in [type(module), *ports, *(s[0] for s in written if isinstance(s, tuple))]}
-  result = PortResult(generated.text, generated.classes, stubs, dict(modes), generated.paths_text,
-                      sources=sorted(files))
-  result.variables = variables
   root_writer = getattr(ports.get(type(module)), 'writer', None)
-  result.ties = dict(root_writer.symbolic.ties) if root_writer is not None else {}
-  result.linen_classes = [w.cls if isinstance(w, classes.ClassPort) else w[0] for w in written]
-  result.refused_flags = [*refused, *(d for d, _ in unbuilt)]
-  result.flags = [(other, description, other_variables) for other, description, _, other_variables in flags]
-  result.optional, result.unproven = optional, unproven
-  result.within = within
-  result.mapping = mapping
-  result.branches = branches
-  result.left_out = dict(pass_.left_out)
-  result.flax_layers = frozenset(i.cls for i in root.walk() if layers.is_flax_class(i.cls))
+  result = PortResult(
+      generated.text, generated.classes, classes_written.stubs, dict(modes), generated.paths_text,
+      sources=sorted(files),
+      flags=[(other, description, other_variables) for other, description, _, other_variables in flags],
+      variables=variables,
+      branches=classes_written.branches,
+      ties=dict(root_writer.symbolic.ties) if root_writer is not None else {},
+      linen_classes=[w.cls if isinstance(w, classes.ClassPort) else w[0] for w in written],
+      refused_flags=configurations.refused,
+      within=configurations.within,
+      flax_layers=frozenset(i.cls for i in root.walk() if layers.is_flax_class(i.cls)),
+      left_out=dict(classes_written.left_out),
+      mapping=mapping,
+      optional=configurations.optional,
+      unproven=configurations.unproven,
+      decoding_pairs=decoding_pairs,
+  )
   return result, ports
 
 
@@ -480,6 +410,21 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   module_name = _import_name(out)
   test_name = os.path.basename(test_out) if test_out else ''
   result, ports = write(linen_model, factory=factory, module_name=module_name, test_name=test_name)
+  problems = _write_files(result, ports, out, factory, test_out, start)
+  if result.stubs:
+    _prove_around_stubs(linen_model, out, result, ports)
+    return result
+  generated = _prove_traced(linen_model, out, result)
+  if generated is not None and _prove_other_configurations(linen_model, generated, result, ports):
+    result.proven = not problems
+  return result
+
+
+def _write_files(result: PortResult, ports: dict, out: str, factory: str, test_out: str | None,
+                 start: float) -> list[str]:
+  """Writes the port to `out` and its `PATHS` beside it, ruff's safe fixes
+  made (`result.text` as fixed), and its test to `test_out` where given;
+  the report's rows of what was written since `start`; ruff's findings."""
   paths_out = prove.paths_file(out)
   for path in (out, paths_out, test_out):
     if path is not None and os.path.realpath(path) in result.sources:
@@ -495,20 +440,30 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   result.checks.append(('ruff check', 'passed' if not problems else '; '.join(problems), ''))
   if kept:
     result.checks.append(('ruff check, in code kept from the Linen source', '; '.join(kept), ''))
-  for written in ports.values():
-    for name, dtype in getattr(getattr(written, 'writer', None), 'dtype_parameters', {}).items():
-      # Linen made a variable in the dtype of a value of the call: NNX, which
-      # builds before any call, takes it as a keyword of the constructor.
-      result.checks.append((f'{written.cls.__name__}({name}=...)', f'jnp.{dtype} unless given',
-                            f'Linen makes its variables in the dtype of {name.removesuffix("_dtype")} at the '
-                            'call: give that dtype where it is not the traced one'))
+  result.checks += _dtype_parameter_checks(ports)
   if test_out is not None:
     decoding = any('cache' in v for _, _, v in result.flags)
     emit.write_text(test_out, test_file(factory, out, result.modes, decoding=decoding,
                                         decodes_only='cache' in result.variables))
-  if result.stubs:
-    _prove_around_stubs(linen_model, out, result, ports)
-    return result
+  return problems
+
+
+def _dtype_parameter_checks(ports: dict) -> list[tuple[str, str, str]]:
+  """The report's rows of the constructors' dtype keywords: Linen made a
+  variable in the dtype of a value of the call; NNX, which builds before
+  any call, takes it as a keyword of the constructor."""
+  return [
+      (f'{written.cls.__name__}({name}=...)', f'jnp.{dtype} unless given',
+       f'Linen makes its variables in the dtype of {name.removesuffix("_dtype")} at the '
+       'call: give that dtype where it is not the traced one')
+      for written in ports.values()
+      for name, dtype in getattr(getattr(written, 'writer', None), 'dtype_parameters', {}).items()
+  ]
+
+
+def _prove_traced(linen_model: LinenModel, out: str, result: PortResult) -> types.ModuleType | None:
+  """The port at `out` imported and proven at the traced configuration:
+  the imported module, or None where the proof failed (`result.failure`)."""
   start = time.perf_counter()
   try:
     generated = prove.import_file(out)
@@ -517,12 +472,18 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   except Exception as e:  # noqa: BLE001 - a failed proof is the result, reported
     result.failure = ''.join(traceback.format_exception_only(e)).strip()
     result.checks.append(('assert_port_equivalent', 'FAILED', f'{time.perf_counter() - start:.2f} s'))
-    return result
+    return None
   result.checks.append(('assert_port_equivalent', 'passed', f'{time.perf_counter() - start:.2f} s'))
   result.checks += tolerance_checks(result.flax_layers, atol)
-  # The classes are written for any configuration: proven at others too, with
-  # the mapping the writer gives for them (the traced one's may name layers
-  # by a count that changed).
+  return generated
+
+
+def _prove_other_configurations(linen_model: LinenModel, generated: types.ModuleType, result: PortResult,
+                                ports: dict) -> bool:
+  """The classes are written for any configuration: proven at others too,
+  with the mapping the writer gives for them (the traced one's may name
+  layers by a count that changed). Whether every proof held (else
+  `result.failure` says where)."""
   for tie in prove.tie_descriptions(result.ties):
     result.checks.append(('assumed of the inputs (the code ties them)', tie, 'proven with inputs so'))
   others = prove.other_configurations(linen_model, most=2, ties=result.ties)
@@ -532,29 +493,35 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
                       'doubled, tuples longer, inputs wider), so the sizes the port writes are '
                       'proven at the traced one only; check them by hand')
     result.checks.append(('another configuration', 'NOT PROVEN', 'none builds'))
-    return result
-  # A flag that makes a cache (`decode`) with each other flag that changes
-  # what is built (`scan_layers`): the scanned layers' caches.
-  decoding = [(o, d) for o, d, v in result.flags if 'cache' in v]
-  pairs = []
-  for decoder, decode_change in decoding:
-    for other, change, _ in result.flags:
-      if other is decoder:
-        continue
-      both = prove.combined(linen_model, decoder, other)
-      if both is None:
-        result.checks.append((f'another configuration ({decode_change}, {change})', 'not built by Linen',
-                              'not proven'))
-      else:
-        pairs.append((both, f'{decode_change}, {change}'))
-  for description in result.refused_flags:
-    result.checks.append((f'another configuration ({description})', 'not built by Linen', 'not proven'))
-  # Each field left None given a value: the branch the traced configuration skipped.
-  for name, why in result.unproven:
-    result.checks.append((f'another configuration ({name} given a value)', why, 'not proven'))
-  for description, why in result.left_out.items():
-    result.checks.append((f'another configuration ({description})', 'raises NotImplementedError',
-                          f'not proven: {why}'))
+    return False
+  result.checks += _unproven_checks(result)
+  decoding_proven = 'cache' in result.variables
+  for other, changes, traced in _configurations_to_prove(linen_model, result, ports, others):
+    decodes = _prove_at(other, changes, traced, generated, result, ports, decoding_proven)
+    if decodes is None:
+      return False
+    decoding_proven |= decodes
+  return True
+
+
+def _unproven_checks(result: PortResult) -> list[tuple[str, str, str]]:
+  """The report's rows of the configurations not proven: those Linen does
+  not build, the fields that cannot be given a value (the branch the
+  traced configuration skipped), those a class is not written for."""
+  not_built = [pair.description for pair in result.decoding_pairs if pair.model is None] + result.refused_flags
+  return [
+      *((f'another configuration ({description})', 'not built by Linen', 'not proven') for description in not_built),
+      *((f'another configuration ({name} given a value)', why, 'not proven') for name, why in result.unproven),
+      *((f'another configuration ({description})', 'raises NotImplementedError', f'not proven: {why}')
+        for description, why in result.left_out.items()),
+  ]
+
+
+def _configurations_to_prove(linen_model: LinenModel, result: PortResult, ports: dict, others: list) -> list:
+  """`(model, description, trace or None)` of each configuration the port
+  is proven at besides the traced one: `others` (`prove.other_configurations`),
+  the flags, the decoding pairs (traced by `write`), the call's flags the port
+  keeps as arguments, the fields given a value, and floats moved."""
   written = {d for _, d, _ in result.flags} | set(result.left_out)  # proven with the flags, or not written
   optional = [(o, d) for o, d in result.optional if d not in written]
   # A flag of the call the port keeps as an argument (not its mode: it does
@@ -565,7 +532,6 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
        f'{k}={not v}, a flag of the call')
       for k, v in linen_model.kwargs.items() if isinstance(v, bool) and k not in result.modes
   ]
-  decoding_proven = 'cache' in result.variables
   # Floats moved, tuples the sources loop over emptied.
   looped = switches.looped_over(switches.source_paths(result.linen_classes))
   moved = prove.moved_configurations(linen_model, looped)
@@ -586,44 +552,54 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
     alone = len(taken) == 1 and taken[0] in tried | {d for _, d in [*flags, *optional]}  # proven as it is
     moved += [(o, f'{", ".join(taken)}; {d}') for o, d in prove.moved_configurations(branches, looped)[:1]] or (
         [] if alone else [(branches, ', '.join(taken))])  # (no float or tuple to move: the flags alone)
-  for other, changes in [*others, *flags, *pairs, *calls, *optional, *moved]:
-    start = time.perf_counter()
-    try:
-      root, variables = tracing.trace(other.module, *other.args, **other.kwargs)
-      pairs = emit.path_pairs(root, variables, ports)
-      # Through the written PATHS where they map this configuration's
-      # variables as its classes hold them; else through its own mapping,
-      # and the port is not proven.
-      uncovered = emit.unmapped_pairs(result.mapping, pairs)
-      paths = result.mapping if not uncovered else emit.mapping_of(pairs)
-      prove_one = prove.assert_generated_decoding if 'cache' in variables else prove.assert_generated_port
-      # The fused attention as written is checked by the first proof (and
-      # decoding's first): its rounding is the kernel's, not the sizes'.
-      as_written = 'cache' in variables and not decoding_proven
-      decoding_proven |= 'cache' in variables
-      prove_one(other, generated, modes=result.modes, paths=paths, as_written=as_written)
-    except Exception as e:  # noqa: BLE001 - a failed proof is the result, reported
-      result.failure = f'at {changes}: ' + ''.join(traceback.format_exception_only(e)).strip()
-      result.checks.append((f'another configuration ({changes})', 'FAILED',
-                            f'{time.perf_counter() - start:.2f} s'))
-      return result
-    result.checks.append((f'another configuration ({changes})', 'passed',
+  pairs = [(pair.model, pair.description, (pair.root, pair.variables))
+           for pair in result.decoding_pairs if pair.model is not None]
+  return [*((o, d, None) for o, d in [*others, *flags]), *pairs,
+          *((o, d, None) for o, d in [*calls, *optional, *moved])]
+
+
+def _prove_at(other: LinenModel, changes: str, traced: tuple | None, generated: types.ModuleType,
+              result: PortResult, ports: dict, decoding_proven: bool) -> bool | None:
+  """The port proven at the configuration `other` (`changes` describes it;
+  `traced`: its `(root, variables)` where traced already), through the
+  written `PATHS` where they map its variables: whether it decodes; None
+  where the proof failed or `PATHS` does not map it (`result.failure`
+  says which). `decoding_proven`: whether a decoding configuration was."""
+  start = time.perf_counter()
+  try:
+    root, variables = traced if traced is not None else tracing.trace(other.module, *other.args, **other.kwargs)
+    pairs = emit.path_pairs(root, variables, ports)
+    # Through the written PATHS where they map this configuration's
+    # variables as its classes hold them; else through its own mapping,
+    # and the port is not proven.
+    uncovered = emit.unmapped_pairs(result.mapping, pairs)
+    paths = result.mapping if not uncovered else emit.mapping_of(pairs)
+    prove_one = prove.assert_generated_decoding if 'cache' in variables else prove.assert_generated_port
+    # The fused attention as written is checked by the first proof (and
+    # decoding's first): its rounding is the kernel's, not the sizes'.
+    as_written = 'cache' in variables and not decoding_proven
+    prove_one(other, generated, modes=result.modes, paths=paths, as_written=as_written)
+  except Exception as e:  # noqa: BLE001 - a failed proof is the result, reported
+    result.failure = f'at {changes}: ' + ''.join(traceback.format_exception_only(e)).strip()
+    result.checks.append((f'another configuration ({changes})', 'FAILED',
                           f'{time.perf_counter() - start:.2f} s'))
-    if uncovered:
-      # The classes hold there, the written PATHS does not: a checkpoint of
-      # that configuration would not convert. Not handed over as proven.
-      shown = ', '.join(f'{format_path(linen)} -> {format_path(nnx_path)}' for linen, nnx_path in uncovered[:3]) + (
-          ', ...' if len(uncovered) > 3 else '')
-      result.checks.append((f'PATHS at that configuration ({changes})', 'NOT COVERED', f'it needs {shown}'))
-      result.failure = (
-          f'at {changes}: the classes are proven, but PATHS does not map that configuration\'s '
-          f'variables ({shown}): Linen numbers these layers otherwise than any rule of PATHS '
-          '(a layer of the same class made before a loop, or between two loops); for such a '
-          'checkpoint, give PATHS + [the rules above] or --paths infer'
-      )
-      return result
-  result.proven = not problems
-  return result
+    return None
+  result.checks.append((f'another configuration ({changes})', 'passed',
+                        f'{time.perf_counter() - start:.2f} s'))
+  if uncovered:
+    # The classes hold there, the written PATHS does not: a checkpoint of
+    # that configuration would not convert. Not handed over as proven.
+    shown = ', '.join(f'{format_path(linen)} -> {format_path(nnx_path)}' for linen, nnx_path in uncovered[:3]) + (
+        ', ...' if len(uncovered) > 3 else '')
+    result.checks.append((f'PATHS at that configuration ({changes})', 'NOT COVERED', f'it needs {shown}'))
+    result.failure = (
+        f'at {changes}: the classes are proven, but PATHS does not map that configuration\'s '
+        f'variables ({shown}): Linen numbers these layers otherwise than any rule of PATHS '
+        '(a layer of the same class made before a loop, or between two loops); for such a '
+        'checkpoint, give PATHS + [the rules above] or --paths infer'
+    )
+    return None
+  return 'cache' in variables
 
 
 def _combined(linen_model: LinenModel, configurations, keeps=lambda model: True) -> tuple[LinenModel, list[str]]:

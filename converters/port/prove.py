@@ -274,7 +274,7 @@ def fields_the_mode_sets(nnx_class: type, linen_model: LinenModel) -> dict[str, 
   return {f: v for f, v in trained.items() if isinstance(v, bool) and getattr(model, f, None) is (not v)}
 
 
-def _with_values(module: nn.Module, values: Mapping[str, Any]) -> nn.Module:
+def with_values(module: nn.Module, values: Mapping[str, Any]) -> nn.Module:
   """`module` with the fields (`'deterministic'`) and flags inside them
   (`'config.deterministic'`) set to `values`."""
   changes: dict[str, Any] = {}
@@ -343,9 +343,9 @@ def assert_generated_port(
     # The model's own fields set its mode: Linen is checked in eval mode (the
     # fields at their eval values) against `model.eval()`, and with them at
     # their training values against `model.train()`.
-    train_module = _with_values(linen_model.module, fields)
+    train_module = with_values(linen_model.module, fields)
     linen_model = LinenModel(
-        _with_values(linen_model.module, {f: not train for f, train in fields.items()}),
+        with_values(linen_model.module, {f: not train for f, train in fields.items()}),
         *linen_model.args, **linen_model.kwargs,
     )
   # (A call's flags at their training values too, where the call has mode
@@ -357,7 +357,7 @@ def assert_generated_port(
     streams = tuple(sorted({*streams, *drawn_streams(LinenModel(train_module, *linen_model.args,
                                                                 **linen_model.kwargs))}))
   variables = linen_variables(linen_model, inputs, eval_kwargs, streams)
-  context, mesh = _annotation_context(variables)
+  context, mesh = annotation_context(variables)
   with context:
     if mesh is not None:  # whole on the mesh's one device, as NNX's arrays are
       replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
@@ -578,7 +578,7 @@ def assert_generated_decoding(
   fields = mode_fields(linen_model, modes)
   if fields:
     linen_model = LinenModel(
-        _with_values(linen_model.module, {f: not train for f, train in fields.items()}),
+        with_values(linen_model.module, {f: not train for f, train in fields.items()}),
         *linen_model.args, **linen_model.kwargs,
     )
   inputs, eval_kwargs, nnx_kwargs, _ = call_keywords(linen_model, modes)
@@ -590,7 +590,7 @@ def assert_generated_decoding(
       raise AssertionError('decoding is proven on inputs (batch, length, ...) two positions long or more; '
                            f'the example inputs have {getattr(x, "shape", type(x).__name__)}')
   length = min(x.shape[1] for x in inputs)  # (an encoder's inputs and a decoder's targets may differ)
-  context, mesh = _annotation_context(variables)
+  context, mesh = annotation_context(variables)
   with context:
     if mesh is not None:
       replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
@@ -667,7 +667,7 @@ def annotation_axes(variables) -> tuple[list[str], set[str]]:
   return sorted(axes) or ['replicated'], logical
 
 
-def _annotation_context(variables) -> tuple[contextlib.AbstractContextManager, jax.sharding.Mesh | None]:
+def annotation_context(variables) -> tuple[contextlib.AbstractContextManager, jax.sharding.Mesh | None]:
   """Where a port with sharding annotations is built and checked when the
   caller gives no mesh: a mesh of one device with an axis of size one for
   each mesh axis the annotations name and, where the context has no rules,

@@ -21,12 +21,13 @@ of squares of the outputs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -176,6 +177,95 @@ def convert(source: str, destination: str, *, factory: str, port_path: str, cls:
     raise AssertionError(f'linen-nnx convert failed (exit {result.returncode}): {lines[-1]}')
 
 
+@dataclasses.dataclass(frozen=True)
+class _Mode:
+  """The Linen model in the mode the run trains in and in the one it
+  evaluates in, and the call's arguments in each: the mode from the call's
+  flags (`train_kwargs`, None where it has none) or from the model's own
+  fields (a Linen module per mode); `nnx_kwargs` are the port's, without
+  the flags."""
+
+  trains: bool
+  train_module: nn.Module
+  eval_module: nn.Module
+  inputs: tuple
+  eval_kwargs: dict
+  train_kwargs: dict | None
+  nnx_kwargs: dict
+
+
+def _mode(linen_model: LinenModel, modes: Mapping[str, bool]) -> _Mode:
+  """The run's modes of `linen_model`, the port's being `modes`."""
+  fields = prove.mode_fields(linen_model, modes)
+  inputs, eval_kwargs, nnx_kwargs, train_kwargs = prove.call_keywords(linen_model, modes)
+  module = linen_model.module
+  train_module = prove.with_values(module, fields) if fields else module
+  eval_module = prove.with_values(module, {f: not t for f, t in fields.items()}) if fields else module
+  return _Mode(train_kwargs is not None or bool(fields), train_module, eval_module, inputs, eval_kwargs,
+               train_kwargs, nnx_kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LinenRun:
+  """Linen's side of the run: its variables as initialised (on the mesh
+  of the annotations, where they have some), its step, the batches (those
+  before the checkpoint, then those after), the state they start from and
+  the one saved after the first `k`."""
+
+  variables: dict
+  collections: tuple[str, ...]
+  rebuild: Callable
+  arrays: tuple
+  axis_name: str | None
+  step: Callable
+  batches: list[tuple]
+  start: TrainState
+  trained: TrainState
+
+
+def _train_linen(linen_model: LinenModel, mode: _Mode, streams: tuple[str, ...], checkpoint: str, *, k: int,
+                 steps: int) -> _LinenRun:
+  """Linen trains `k` steps from its initial variables (`k + steps` batches
+  made) and saves the state with Orbax to `checkpoint`."""
+  variables = prove.linen_variables(LinenModel(mode.eval_module, *linen_model.args, **linen_model.kwargs),
+                                    mode.inputs, mode.eval_kwargs, streams)
+  collections = tuple(sorted(c for c in variables if c != 'params'))
+  state_class = _train_state_class(linen_model, collections)
+  context, mesh = prove.annotation_context(variables)
+  inputs = mode.inputs
+  with context:
+    if mesh is not None:
+      replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+      variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
+    state = state_class.create(
+        apply_fn=linen_model.module.apply, params=variables['params'], tx=make_tx(),
+        **{c: variables[c] for c in collections},
+    )
+    axis_name = prove.batch_axis_name(linen_model)
+    rebuild, arrays = split_arrays(inputs, {})
+    linen_step = _linen_step(mode.train_module, mode.train_kwargs or mode.eval_kwargs, collections, rebuild,
+                             axis_name, streams)
+    batches = [tuple(arrays)] * (k + steps)
+    trained = state
+    for batch in batches[:k]:
+      trained = linen_step(trained, batch)
+    with ocp.StandardCheckpointer() as checkpointer:
+      checkpointer.save(os.path.abspath(checkpoint), trained)
+  return _LinenRun(variables, collections, rebuild, tuple(arrays), axis_name, linen_step, batches, state, trained)
+
+
+def _restored_port(nnx_class: type, linen_model: LinenModel, checkpoint: str) -> tuple[nnx.Module, nnx.Optimizer]:
+  """The port and its optimizer, restored from the converted `checkpoint`
+  as NNX restores any checkpoint."""
+  model = prove.build(nnx_class, linen_model)
+  optimizer = nnx.Optimizer(model, make_tx(), wrt=nnx.Param)
+  target = nnx.state({'model': model, 'optimizer': optimizer})
+  with ocp.StandardCheckpointer() as checkpointer:
+    restored = checkpointer.restore(os.path.abspath(checkpoint), target)
+  nnx.update({'model': model, 'optimizer': optimizer}, restored)
+  return model, optimizer
+
+
 def assert_checkpoint_trains_on(
     linen_model: LinenModel, port_path: str, directory: str, *, factory: str,
     modes: Mapping[str, bool] | None = None, k: int = 2, steps: int = 2,
@@ -185,87 +275,65 @@ def assert_checkpoint_trains_on(
   the checkpoints (empty, written here)."""
   generated = prove.import_file(port_path)
   cls = type(linen_model.module).__name__
-  modes = dict(modes or {})
-  fields = prove.mode_fields(linen_model, modes)
-  inputs, eval_kwargs, nnx_kwargs, train_kwargs = prove.call_keywords(linen_model, modes)
-  module = linen_model.module
-  # The mode: from the call's flags, or from the model's own fields (a
-  # Linen module per mode). Dropout is left out of training on both sides.
-  trains = train_kwargs is not None or bool(fields)
-  train_module = prove._with_values(module, fields) if fields else module
-  eval_module = prove._with_values(module, {f: not t for f, t in fields.items()}) if fields else module
+  # Dropout is left out of training on both sides.
+  mode = _mode(linen_model, dict(modes or {}))
   streams = prove.drawn_streams(linen_model)
-  variables = prove.linen_variables(LinenModel(eval_module, *linen_model.args, **linen_model.kwargs),
-                                    inputs, eval_kwargs, streams)
-  collections = tuple(sorted(c for c in variables if c != 'params'))
-  state_class = _train_state_class(linen_model, collections)
-  context, mesh = prove._annotation_context(variables)
   linen_dir, nnx_dir = os.path.join(directory, 'linen'), os.path.join(directory, 'nnx')
-  with context:
-    if mesh is not None:
-      replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-      variables, inputs = jax.tree.map(lambda x: jax.device_put(x, replicated), (variables, inputs))
-    state = state_class.create(
-        apply_fn=module.apply, params=variables['params'], tx=make_tx(),
-        **{c: variables[c] for c in collections},
-    )
-    axis_name = prove.batch_axis_name(linen_model)
-    rebuild, arrays = split_arrays(inputs, {})
-    linen_step = _linen_step(train_module, train_kwargs or eval_kwargs, collections, rebuild, axis_name, streams)
-    batches = [tuple(arrays)] * (k + steps)
-    trained = state
-    for batch in batches[:k]:
-      trained = linen_step(trained, batch)
-    with ocp.StandardCheckpointer() as checkpointer:
-      checkpointer.save(os.path.abspath(linen_dir), trained)
-  convert(linen_dir, nnx_dir, factory=factory, port_path=port_path, cls=cls, variables=variables,
+  linen = _train_linen(linen_model, mode, streams, linen_dir, k=k, steps=steps)
+  convert(linen_dir, nnx_dir, factory=factory, port_path=port_path, cls=cls, variables=linen.variables,
           directory=directory)
-  context, _ = prove._annotation_context(variables)  # the same mesh and rules, entered again
+  context, _ = prove.annotation_context(linen.variables)  # the same mesh and rules, entered again
   with context:
-    model = prove.build(getattr(generated, cls), linen_model)
-    optimizer = nnx.Optimizer(model, make_tx(), wrt=nnx.Param)
-    target = nnx.state({'model': model, 'optimizer': optimizer})
-    with ocp.StandardCheckpointer() as checkpointer:
-      restored = checkpointer.restore(os.path.abspath(nnx_dir), target)
-    nnx.update({'model': model, 'optimizer': optimizer}, restored)
+    model, optimizer = _restored_port(getattr(generated, cls), linen_model, nnx_dir)
     # Compared bit for bit: NNX's fused attention (no dropout) rounds
     # otherwise than Linen's, which the port's proof measures; here the
     # same attention function on both sides.
     prove.with_linen_attention(model)
     atol = prove.training_atol(model)
-    if trains:
+    if mode.trains:
       model.train()
       without_nnx_dropout(model)
     else:
       model.eval()
     # The restored port is the conversion's target too (converting never
     # changes it), then the start it trains on from.
+    nnx_step = _nnx_step(mode.nnx_kwargs, linen.rebuild, linen.axis_name, streams)
     assert_training_equivalent(
-        state, linen_step, (model, optimizer), _nnx_step(nnx_kwargs, rebuild, axis_name, streams),
-        batches, k=k, paths=prove.port_paths(generated), start=(model, optimizer), atol=atol,
+        linen.start, linen.step, (model, optimizer), nnx_step,
+        linen.batches, k=k, paths=prove.port_paths(generated), start=(model, optimizer), atol=atol,
     )
-    # The final models, each in its own framework, on the inputs (what the
-    # write of the state through PATHS cannot share).
-    final = trained
-    for batch in batches[k:]:
-      final = linen_step(final, batch)
-    # `mutable`: a call may write a collection in eval mode too (a counter).
-    def apply(variables, *xs):
-      with linen_draws(streams):
-        if collections:
-          return eval_module.apply(variables, *rebuild(*xs)[0], mutable=list(collections), **eval_kwargs)[0]
-        return eval_module.apply(variables, *rebuild(*xs)[0], **eval_kwargs)
+    _assert_same_outputs(linen, mode, streams, model, k=k, atol=atol)
 
-    model.eval()
-    graphdef, state = nnx.split(model)
 
-    def call(state, *xs):
-      return nnx_call(nnx.merge(graphdef, state), *rebuild(*xs)[0], drawn_streams=streams, **nnx_kwargs)
+def _assert_same_outputs(linen: _LinenRun, mode: _Mode, streams: tuple[str, ...], model: nnx.Module, *,
+                         k: int, atol: float) -> None:
+  """The final models, each in its own framework, on the inputs (what the
+  write of the state through PATHS cannot share): Linen's trained on after
+  the checkpoint's `k` steps, and the port `model`, trained on so."""
+  final = linen.trained
+  for batch in linen.batches[k:]:
+    final = linen.step(final, batch)
+  collections, rebuild = linen.collections, linen.rebuild
 
-    mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
-    final_variables = {'params': final.params, **{c: getattr(final, c) for c in collections}}
-    linen_out = jax.jit(mapped(apply))(final_variables, *arrays)
-    nnx_out = jax.jit(mapped(call))(state, *arrays)
-    for a, b in zip(jax.tree.leaves(linen_out), jax.tree.leaves(nnx_out), strict=True):
-      np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0, atol=atol,
-                                 err_msg='outputs after training on from the converted checkpoint')
+  # `mutable`: a call may write a collection in eval mode too (a counter).
+  def apply(variables, *xs):
+    with linen_draws(streams):
+      if collections:
+        return mode.eval_module.apply(variables, *rebuild(*xs)[0], mutable=list(collections),
+                                      **mode.eval_kwargs)[0]
+      return mode.eval_module.apply(variables, *rebuild(*xs)[0], **mode.eval_kwargs)
+
+  model.eval()
+  graphdef, state = nnx.split(model)
+
+  def call(state, *xs):
+    return nnx_call(nnx.merge(graphdef, state), *rebuild(*xs)[0], drawn_streams=streams, **mode.nnx_kwargs)
+
+  axis_name = linen.axis_name
+  mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
+  final_variables = {'params': final.params, **{c: getattr(final, c) for c in collections}}
+  linen_out = jax.jit(mapped(apply))(final_variables, *linen.arrays)
+  nnx_out = jax.jit(mapped(call))(state, *linen.arrays)
+  for a, b in zip(jax.tree.leaves(linen_out), jax.tree.leaves(nnx_out), strict=True):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0, atol=atol,
+                               err_msg='outputs after training on from the converted checkpoint')

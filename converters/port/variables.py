@@ -100,6 +100,38 @@ def own_variable(call: cst.Call, writer, where: cst.CSTNode | None = None) -> Ow
   source's own; `writer.symbolic` has the variable's symbolic shape)."""
   where = call if where is None else where
   kind = call.func.attr.value
+  collection, name, named_by, rest = _named(call, writer, where)
+  if len(rest) < 2:
+    writer.fail(where, f'self.{kind}({name!r}) without an initializer; port it by hand')
+  init, init_args = rest[1], rest[2:]
+  function = init.value
+  if source.names_in(function) & writer.call_time:
+    function = _with_shape_sizes(function, init_args[0].value if init_args else None, collection, name, writer)
+    if function is None:
+      writer.fail(where, f'the initializer of {name!r} depends on the call; port it by hand')
+  written = [_written_argument(i, arg, collection, name, writer, where) for i, arg in enumerate(init_args)]
+  key = [cst.Arg(syntax.expression('rngs.params()'))] if kind == 'param' else []
+  arguments = syntax.normalised(key + written)
+  value = cst.Call(function, arguments)
+  if isinstance(function, cst.Lambda):
+    # Its body with the arguments in place (ruff's PLC3002 refuses a lambda
+    # called where it is written), or, where that would draw a key twice,
+    # the lambda called.
+    value = _applied(function, [a.value for a in arguments]) or cst.Call(
+        function.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]), arguments)
+  creation = syntax.expression(f'{VARIABLE_TYPES[collection]}(__init__())').with_changes(args=[cst.Arg(value)])
+  attribute = f'getattr(self, self.{named_by})' if named_by else f'self.{name}'
+  read = syntax.expression(f'{attribute}[...]' if kind == 'param' else attribute)
+  return OwnVariable(name, collection, creation, read, named_by)
+
+
+def _named(call: cst.Call, writer, where: cst.CSTNode) -> tuple[str, str, str | None, list[cst.Arg]]:
+  """`(collection, name, field naming it or None, the arguments from the
+  name on)` of a `self.param(...)` or `self.variable(...)` call; refused
+  (`writer.fail`, at `where`) where it has keyword or starred arguments,
+  makes a collection with no NNX Variable type or is named by an
+  expression other than a literal or a field."""
+  kind = call.func.attr.value
   args = list(call.args)
   if any(a.star or a.keyword is not None for a in args):
     writer.fail(where, f'self.{kind}(...) with keyword or starred arguments; port it by hand')
@@ -116,68 +148,43 @@ def own_variable(call: cst.Call, writer, where: cst.CSTNode | None = None) -> Ow
     name = getattr(writer.instances[0].module, named_by)  # the traced one's, for its shape
   elif name is None or not name.isidentifier():
     writer.fail(where, f'self.{kind}(...) named by an expression other than a field; port it by hand')
-  if len(rest) < 2:
-    writer.fail(where, f'self.{kind}({name!r}) without an initializer; port it by hand')
-  init, init_args = rest[1], rest[2:]
-  function = init.value
-  if source.names_in(function) & writer.call_time:
-    function = _with_shape_sizes(function, init_args[0].value if init_args else None, collection, name, writer)
-    if function is None:
-      writer.fail(where, f'the initializer of {name!r} depends on the call; port it by hand')
-  written = []
-  for i, arg in enumerate(init_args):
-    value = arg.value
-    if source.names_in(value) & writer.call_time:
-      if i != 0:
-        # Not the shape (`get_2d_sincos_pos_embed(key, width, num_patches)`):
-        # its sizes of the inputs written as sizes, as `__init__` knows them.
-        value = input_reads.without_input_reads(writer, value) or _dtype_parameter(arg.value, collection, name, writer)
-        if value is None:
-          writer.fail(where, f'argument {i + 2} of {name!r} depends on the call otherwise than through '
-                      'its inputs\' sizes; port it by hand')
-        written.append(_one_line(arg, value))
-        continue
-      # The shape, from the inputs' sizes: the variable's own shape, in the
-      # symbolic trace of an instance that made it (a class token only the
-      # configuration `pool_type='tok'` makes).
-      shape, table = _traced(collection, name, writer)
-      if shape is None and (rewritten := input_reads.without_input_reads(writer, value)) is not None:
-        # Not made in the trace (a branch the configuration skips): the
-        # shape's source, with the inputs' sizes it reads written as sizes.
-        written.append(_one_line(arg, rewritten))
-        continue
-      if shape is None:  # nor so: the trace of an instance that makes it (a flag's position table)
-        shape, table = _traced(collection, name, writer, own_variables=True)
-      if shape is None:
-        writer.fail(where, f'the shape of {name!r} is not known from the trace (not made at this '
-                    'configuration) and reads the call; port it by hand')
-      if not hasattr(shape, 'shape'):
-        writer.fail(where, f'the shape of {name!r} is not known from the trace; port it by hand')
-      sizes = [writer.sizes.size_source(d, table) for d in shape.shape]
-      value = syntax.expression(syntax.tuple_source(sizes))
-    written.append(_one_line(arg, value))
-  key = [cst.Arg(syntax.expression('rngs.params()'))] if kind == 'param' else []
-  arguments = syntax.normalised(key + written)
-  value = cst.Call(function, arguments)
-  if isinstance(function, cst.Lambda):
-    # Its body with the arguments in place (ruff's PLC3002 refuses a lambda
-    # called where it is written), or, where that would draw a key twice,
-    # the lambda called.
-    value = _applied(function, [a.value for a in arguments]) or cst.Call(
-        function.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]), arguments)
-  if kind == 'param':
-    creation = syntax.expression('nnx.Param(__init__())').with_changes(args=[cst.Arg(value)])
-    attribute = f'getattr(self, self.{named_by})' if named_by else f'self.{name}'
-    read = syntax.expression(f'{attribute}[...]')
-    if named_by:
-      return OwnVariable(name, collection, creation, read, named_by)
-  else:
-    creation = syntax.expression(f'{VARIABLE_TYPES[collection]}(__init__())').with_changes(
-        args=[cst.Arg(value)]
-    )
-    read = syntax.expression(f'getattr(self, self.{named_by})' if named_by else f'self.{name}')
-  return OwnVariable(name, collection, creation, read, named_by)
+  return collection, name, named_by, rest
 
+
+def _written_argument(index: int, arg: cst.Arg, collection: str, name: str, writer, where: cst.CSTNode
+                      ) -> cst.Arg:
+  """Argument `index` of the initializer of the variable `name`, as
+  `__init__` gives it: the sizes of the inputs it reads written as sizes,
+  the shape (the first) from the symbolic trace where it reads the call;
+  refused (`writer.fail`, at `where`) where it reads the call otherwise."""
+  value = arg.value
+  if not source.names_in(value) & writer.call_time:
+    return _one_line(arg, value)
+  if index != 0:
+    # Not the shape (`get_2d_sincos_pos_embed(key, width, num_patches)`):
+    # its sizes of the inputs written as sizes, as `__init__` knows them.
+    value = input_reads.without_input_reads(writer, value) or _dtype_parameter(arg.value, collection, name, writer)
+    if value is None:
+      writer.fail(where, f'argument {index + 2} of {name!r} depends on the call otherwise than through '
+                  'its inputs\' sizes; port it by hand')
+    return _one_line(arg, value)
+  # The shape, from the inputs' sizes: the variable's own shape, in the
+  # symbolic trace of an instance that made it (a class token only the
+  # configuration `pool_type='tok'` makes).
+  shape, table = _traced(collection, name, writer)
+  if shape is None and (rewritten := input_reads.without_input_reads(writer, value)) is not None:
+    # Not made in the trace (a branch the configuration skips): the
+    # shape's source, with the inputs' sizes it reads written as sizes.
+    return _one_line(arg, rewritten)
+  if shape is None:  # nor so: the trace of an instance that makes it (a flag's position table)
+    shape, table = _traced(collection, name, writer, own_variables=True)
+  if shape is None:
+    writer.fail(where, f'the shape of {name!r} is not known from the trace (not made at this '
+                'configuration) and reads the call; port it by hand')
+  if not hasattr(shape, 'shape'):
+    writer.fail(where, f'the shape of {name!r} is not known from the trace; port it by hand')
+  sizes = [writer.sizes.size_source(d, table) for d in shape.shape]
+  return _one_line(arg, syntax.expression(syntax.tuple_source(sizes)))
 
 
 def _with_shape_sizes(init: cst.BaseExpression, shape: cst.BaseExpression | None, collection: str, name: str,
