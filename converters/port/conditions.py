@@ -59,7 +59,7 @@ def _leaves(module) -> dict[tuple, object]:
 
 def _with(module, access, value):
   name, rest = access[0], access[1:]
-  return module.clone(parent=None, **{name: shapes._replaced(getattr(module, name), rest, value)})
+  return module.clone(parent=None, **{name: shapes.replaced_at(getattr(module, name), rest, value)})
 
 
 def _observations(instances, sites, array_index: int, site_of):

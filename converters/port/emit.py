@@ -125,87 +125,151 @@ def write_file(
   """The generated file's text: `ports` (written classes, or `(cls, source)`
   for classes written as text: stubs, a layer's subclass), in their files' order;
   `unmapped` are the variables under stubs, which `PATHS` leaves out."""
+  nodes = _class_statements(ports)
+  ported = list(dict.fromkeys(getattr(p, 'cls', None) or p[0] for p in ports))
+  files = list(dict.fromkeys(f for f, _ in nodes))
+  copies = _Copies(ports, nodes, {c.__name__ for c in ported})
+  for file in files:
+    copies.copy_from(file)
+  copied_imports, helpers = _copied_code(files, copies.chosen)
+  origin = ', '.join(sorted({f.python_module.__name__ for f in files}))
+  parts = [
+      _header(origin, factory, module_name, test_name, _mode_paragraph(modes)),
+      _FUTURE,
+      _imports(copied_imports, copies.imported, nodes),
+      *helpers,
+  ]
+  for collection, name in _sown(ports).items():
+    parts.append('\n\n' + variables.sown_type(collection, name, files[0].module.default_indent))
+  for file, node in nodes:  # in the file's own indentation, with the comments above it
+    parts.append('\n\n' + file.module.code_for_node(node.with_changes(leading_lines=_comments(node))))
+  paths_text = _paths_header(origin, factory, module_name) + _paths_body(mapping, unmapped)
+  return GeneratedFile(''.join(parts), [c.__name__ for c in ported], paths_text)
+
+
+_FUTURE = 'from __future__ import annotations\n'
+
+
+def _class_statements(ports) -> list[tuple[source.SourceFile, cst.CSTNode]]:
+  """The statements written for `ports`, each with its class's file: a
+  written class after the module constants its fields' defaults need, a
+  class written as text statement by statement."""
   nodes: list[tuple[source.SourceFile, cst.CSTNode]] = []
   constants: dict[str, str] = {}  # module constants written (fields' defaults): name -> value's code
   for port in ports:
     if isinstance(port, classes.ClassPort):
-      node = port.node
-      for constant in port.constants:
-        code = cst.Module([]).code_for_node(constant.body[0].value)
-        name = constant.body[0].targets[0].target.value
-        new = name
-        while constants.get(new, code) != code:  # another class's default of that name
-          new += f'_{port.cls.__name__.lower()}'
-        if new != name:
-          node = node.visit(syntax.Substitute({name: new}))
-          constant = constant.with_changes(body=[constant.body[0].with_changes(
-              targets=[cst.AssignTarget(cst.Name(new))])])
-        if new not in constants:
-          constants[new] = code
-          nodes.append((source.file_of(port.cls), constant))
-      nodes.append((source.file_of(port.cls), node))
+      nodes += _with_constants(port, constants)
     else:
       cls, text = port
       module = cst.parse_module(text)
       body = list(module.body)  # the comments above the first statement with it
       body[0] = body[0].with_changes(leading_lines=[*module.header, *body[0].leading_lines])
       nodes += [(source.file_of(cls), statement) for statement in body]
-  ported = list(dict.fromkeys(getattr(p, 'cls', None) or p[0] for p in ports))
-  ported_names = {c.__name__ for c in ported}
+  return nodes
 
-  # Helpers and imports, from each class's own file, by what is read;
-  # functions that make layers as the classes' writers rewrote them.
-  files = list(dict.fromkeys(f for f, _ in nodes))
-  imported: list[str] = []  # the user's classes the port reads, imported
-  chosen: dict[int, cst.CSTNode] = {}  # id(original statement) -> statement to write
-  rewritten = {
-      name: node for p in ports if isinstance(p, classes.ClassPort) for name, node in p.helpers.items()
-  }
-  for file in files:
+
+def _with_constants(
+    port: classes.ClassPort, constants: dict[str, str]
+) -> list[tuple[source.SourceFile, cst.CSTNode]]:
+  """A written class after the constants its fields' defaults need that
+  `constants` (name -> value's code, which this adds them to) does not hold
+  yet; a constant whose name another class's default of another value took
+  is renamed, in the class too (`_<class>` appended)."""
+  file = source.file_of(port.cls)
+  node = port.node
+  statements = []
+  for constant in port.constants:
+    code = cst.Module([]).code_for_node(constant.body[0].value)
+    name = constant.body[0].targets[0].target.value
+    new = name
+    while constants.get(new, code) != code:  # another class's default of that name
+      new += f'_{port.cls.__name__.lower()}'
+    if new != name:
+      node = node.visit(syntax.Substitute({name: new}))
+      constant = constant.with_changes(body=[constant.body[0].with_changes(
+          targets=[cst.AssignTarget(cst.Name(new))])])
+    if new not in constants:
+      constants[new] = code
+      statements.append((file, constant))
+  statements.append((file, node))
+  return statements
+
+
+class _Copies:
+  """What the port copies of its classes' files, by what the classes read:
+  helpers (functions that make layers as the classes' writers rewrote them),
+  constants and imports; the user's classes it reads, imported as they are."""
+
+  def __init__(self, ports, nodes: list[tuple[source.SourceFile, cst.CSTNode]], ported_names: set[str]):
+    self.nodes = nodes
+    self.ported_names = ported_names
+    self.rewritten = {
+        name: node for p in ports if isinstance(p, classes.ClassPort) for name, node in p.helpers.items()
+    }
+    self.chosen: dict[int, cst.CSTNode] = {}  # id(original statement) -> statement to write
+    self.imported: list[str] = []  # the user's classes the port reads, imported
+
+  def copy_from(self, file: source.SourceFile) -> None:
+    """The statements of `file` that its classes read, written for NNX."""
+    read = self._choose_definitions(file)
+    needs_linen = self._write_for_nnx(file)
+    for statement in file.module.body:
+      if _is_import(statement):
+        kept = _only_aliases(statement, read - self.ported_names)
+        if kept is not None and (needs_linen or not _imports_linen(kept)):
+          self.chosen[id(statement)] = kept
+
+  def _choose_definitions(self, file: source.SourceFile) -> set[str]:
+    """The names the file's classes read, and the definitions that read
+    them, in turn; each definition not imported chosen."""
     defined = {}
     for statement in file.module.body:
       for name in syntax.bound_names(statement):
         defined[name] = statement  # the last binding: what the module holds
-    wanted = set().union(*(source.names_in(n) for f, n in nodes if f is file))
+    wanted = set().union(*(source.names_in(n) for f, n in self.nodes if f is file))
     seen: set[str] = set()
     while wanted - seen:
       name = (wanted - seen).pop()
       seen.add(name)
       statement = defined.get(name)
-      if statement is None or name in ported_names and not _is_import(statement):
+      if statement is None or name in self.ported_names and not _is_import(statement):
         continue
       if _is_import(statement):
-        continue  # chosen below, by alias
+        continue  # chosen by `copy_from`, by alias
       if _imported_as_is(file, statement, name):
-        imported.append(f'from {file.python_module.__name__} import {name}\n')
+        self.imported.append(f'from {file.python_module.__name__} import {name}\n')
         continue
-      chosen[id(statement)] = statement
-      wanted |= source.names_in(rewritten.get(name, statement))
+      self.chosen[id(statement)] = statement
+      wanted |= source.names_in(self.rewritten.get(name, statement))
+    return seen
+
+  def _write_for_nnx(self, file: source.SourceFile) -> bool:
+    """Every statement chosen so far written for NNX; whether the port
+    still needs the file's Linen import."""
     # Helpers read Linen's names as NNX's where they are the same objects;
     # one that still needs Linen keeps its import.
     # A class or helper still calling Linen (`nn.with_logical_constraint`,
     # which NNX code calls as it is) keeps the Linen import.
     linen_names = file.linen_names | file.linen_bound.keys()
     needs_linen = any(
-        source.names_in(n) & linen_names for f, n in nodes if f is file
-    ) or any(source.names_in(n) & linen_names for n in rewritten.values())
-    for key, statement in list(chosen.items()):
-      if isinstance(statement, cst.FunctionDef) and statement.name.value in rewritten:
-        chosen[key] = rewritten[statement.name.value]
+        source.names_in(n) & linen_names for f, n in self.nodes if f is file
+    ) or any(source.names_in(n) & linen_names for n in self.rewritten.values())
+    for key, statement in list(self.chosen.items()):
+      if isinstance(statement, cst.FunctionDef) and statement.name.value in self.rewritten:
+        self.chosen[key] = self.rewritten[statement.name.value]
         continue
       rewriter = references.LinenReferences(file, None, strict=False)
-      chosen[key] = statement.visit(rewriter)
+      self.chosen[key] = statement.visit(rewriter)
       needs_linen |= bool(rewriter.left)
-    for statement in file.module.body:
-      if _is_import(statement):
-        kept = _only_aliases(statement, seen - ported_names)
-        if kept is not None and (needs_linen or not _imports_linen(kept)):
-          chosen[id(statement)] = kept
+    return needs_linen
 
-  parts: list[str] = []
-  future = 'from __future__ import annotations\n'
+
+def _copied_code(files: list[source.SourceFile], chosen: dict[int, cst.CSTNode]) -> tuple[list[str], list[str]]:
+  """The code of the statements `chosen`, in their files' order: the
+  imports (each once, `from __future__` left out), and the rest, spaced as
+  PEP 8 spaces them."""
   imports: list[str] = []
-  helpers: list[str] = []
+  helpers: list[tuple[bool, str]] = []  # (a function or class, its code)
   for file in files:
     for statement in file.module.body:
       if id(statement) not in chosen:
@@ -215,7 +279,7 @@ def write_file(
           written.with_changes(leading_lines=[] if _is_import(written) else _comments(written))
       )
       if _is_import(written):
-        if code.strip() != future.strip() and code not in imports:
+        if code.strip() != _FUTURE.strip() and code not in imports:
           imports.append(code)
       else:
         # PEP 8's spacing: two blank lines around a function or class, none
@@ -224,8 +288,13 @@ def write_file(
         together = not is_def and helpers and not helpers[-1][0] and not any(
             line.comment is None for line in statement.leading_lines)
         helpers.append((is_def, ('\n\n' if is_def or (helpers and helpers[-1][0]) else '' if together else '\n') + code))
-  imports.append('from flax import nnx\n')
-  imports += imported
+  return imports, [code for _, code in helpers]
+
+
+def _imports(copied: list[str], imported: list[str], nodes) -> str:
+  """The port's imports, standard library first: those `copied`, NNX, the
+  user's classes `imported` as they are, and what the port's own code reads."""
+  imports = [*copied, 'from flax import nnx\n', *imported]
   if any('first_from' in source.names_in(n) for _, n in nodes):
     imports.append('from flax.nnx.module import first_from\n')
   # What the port writes itself reads `jnp` (`init_cache`'s dtype), which
@@ -233,41 +302,42 @@ def write_file(
   if any('jnp' in source.names_in(n) for _, n in nodes) and not any(
       re.search(r'\bas jnp\b', i) for i in imports):
     imports.append('import jax.numpy as jnp\n')
-  origin = ', '.join(sorted({f.python_module.__name__ for f in files}))
-  mode = ''
-  if modes:
-    flags = ', '.join(f'`{flag}={not train}`' for flag, train in modes.items())
-    mode = (f'A new model is in training mode, as every NNX module is: call `model.eval()` where '
-            f'Linen ran with {flags}, `model.train()` to train.')
-  header = _header(origin, factory, module_name, test_name, mode)
-  parts.append(header)
-  parts.append(future)
-  parts.append('\n' + ''.join(sorted(set(imports), key=_import_order)))
-  for _, code in helpers:
-    parts.append(code)
+  return '\n' + ''.join(sorted(set(imports), key=_import_order))
+
+
+def _mode_paragraph(modes: dict[str, bool] | None) -> str:
+  """The docstring's word on the mode flags (`{flag: its training value}`)."""
+  if not modes:
+    return ''
+  flags = ', '.join(f'`{flag}={not train}`' for flag, train in modes.items())
+  return (f'A new model is in training mode, as every NNX module is: call `model.eval()` where '
+          f'Linen ran with {flags}, `model.train()` to train.')
+
+
+def _sown(ports) -> dict[str, str]:
+  """The variable types of what the written classes sow, by collection."""
   sown: dict[str, str] = {}
   for port in ports:
     if isinstance(port, classes.ClassPort):
       sown.update(port.writer.sown)
-  for collection, name in sown.items():
-    parts.append('\n\n' + variables.sown_type(collection, name, files[0].module.default_indent))
-  for file, node in nodes:  # in the file's own indentation, with the comments above it
-    parts.append('\n\n' + file.module.code_for_node(node.with_changes(leading_lines=_comments(node))))
-  paths_text = _paths_header(origin, factory, module_name)
+  return sown
+
+
+def _paths_body(mapping: PathMapping, unmapped: list[tuple]) -> str:
+  """The mapping's module below its docstring: `PATHS`, after a comment
+  listing the variables under stubs it leaves out."""
+  text = ''
   if unmapped:
     shown = [format_path(p) for p in unmapped[:_UNMAPPED_SHOWN]]
     more = len(unmapped) - len(shown)
-    paths_text += (
+    text += (
         f'# Left out while classes of the port are stubs: the {len(unmapped)} variables under them\n'
         + ''.join(f'#   {p}\n' for p in shown) + (f'#   ... and {more} more\n' if more else '')
         + '# Port the stubs, then map the whole model with `linen-nnx map`.\n'
     )
   if mapping.rules:
-    paths_text += mapping.to_python('PATHS')
-  else:
-    paths_text += 'from converters import PathMapping\n\nPATHS = PathMapping([])\n'
-  
-  return GeneratedFile(''.join(parts), [c.__name__ for c in ported], paths_text)
+    return text + mapping.to_python('PATHS')
+  return text + 'from converters import PathMapping\n\nPATHS = PathMapping([])\n'
 
 
 def write_text(path: str, text: str) -> None:

@@ -13,6 +13,7 @@ import libcst as cst
 
 from converters.port import (
   chained_sizes,
+  count_fits,
   layers,
   running_sizes,
   shapes,
@@ -45,7 +46,7 @@ class InputSizes:
     self.used_dims.add(shapes.InputDim(index, name, dim, len(array.shape), array.shape[dim]))
 
   def size_source(self, value, table: shapes.SymbolTable | None = None) -> str:
-    if isinstance(value, shapes.Unfitted):
+    if isinstance(value, count_fits.Unfitted):
       self.fail(None, f'a size Linen infers changes with {value.what} in a way the port cannot '
                 'write (it holds at the traced value only); port it by hand')
     table = table or self.writer.symbolic.table
@@ -167,7 +168,7 @@ class InputSizes:
       value = getattr(symbolic.module, field, None)
       if str(value) == str(out):
         return self.file.code(arg.value)
-      if isinstance(value, shapes.Unfitted):
+      if isinstance(value, count_fits.Unfitted):
         value = value.value  # compared as the traced value, as above
       if not isinstance(value, bool) and (isinstance(value, int) or hasattr(value, 'dimension_as_value')
                                           or type(value).__name__ == '_DimExpr'):

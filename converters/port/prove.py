@@ -280,7 +280,7 @@ def with_values(module: nn.Module, values: Mapping[str, Any]) -> nn.Module:
   changes: dict[str, Any] = {}
   for path, value in values.items():
     field, *rest = path.split('.')
-    changes[field] = shapes._replaced(changes.get(field, getattr(module, field)), tuple(rest), value)
+    changes[field] = shapes.replaced_at(changes.get(field, getattr(module, field)), tuple(rest), value)
   return module.clone(parent=None, **changes)
 
 

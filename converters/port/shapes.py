@@ -18,6 +18,7 @@ import ast
 import copy as copy_module
 import dataclasses
 import enum
+import functools
 import itertools
 import types
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from jax import export
 
 from converters import compat
 from converters.port import layers, sizes, tracing
+from converters.port.count_fits import Fitted, Unfitted, far_counts, linear, over_length
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,29 +63,6 @@ class FieldLength:
 
 
 Origin = InputDim | FieldValue | FieldLength
-
-
-class Unfitted:
-  """A size that changes with a count or a tuple's length in a way no fit
-  writes (`2 ** n` of a count, say): its traced value, which holds at the
-  traced configuration only, so writing it is refused."""
-
-  def __init__(self, value, what: str):
-    self.value, self.what = value, what
-
-  def __str__(self) -> str:
-    return str(self.value)
-
-
-class Fitted:
-  """A size fitted over several lengths of a tuple: Python source over the
-  table's symbols (`s3 // 2 ** s7`), which jax's sizes cannot say."""
-
-  def __init__(self, text: str):
-    self.text = text
-
-  def __str__(self) -> str:
-    return self.text
 
 
 class NotGeneral(ValueError):
@@ -214,21 +193,21 @@ def _is_last(value, access: tuple) -> bool:
   return bool(access) and isinstance(access[-1], int) and len(value) > 1 and access[-1] == len(value) - 1
 
 
-def _replaced(value, access: tuple, new):
+def replaced_at(value, access: tuple, new):
   """`value` with the integer at `access` (relative) replaced by `new`."""
   if not access:
     return new
   head, rest = access[0], access[1:]
   if isinstance(value, tuple):
     items = list(value)
-    items[head] = _replaced(items[head], rest, new)
+    items[head] = replaced_at(items[head], rest, new)
     return tuple(items)
   if isinstance(value, nn.Module):  # a layer handed on: a new one, adopted by the module traced
-    return value.clone(parent=None, name=None, **{head: _replaced(getattr(value, head), rest, new)})
+    return value.clone(parent=None, name=None, **{head: replaced_at(getattr(value, head), rest, new)})
   # Not `dataclasses.replace`: a configuration's own checks (`isinstance(v,
   # int)`) would refuse a symbol, and the trace asks for sizes, not checks.
   copy = copy_module.copy(value)
-  object.__setattr__(copy, head, _replaced(getattr(value, head), rest, new))
+  object.__setattr__(copy, head, replaced_at(getattr(value, head), rest, new))
   return copy
 
 
@@ -275,43 +254,102 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
   traced again at two more values: a size that changes with it linearly
   (`head_dim * num_heads` for 3, 4, 5 heads) is written with it.
   """
-  call = created.calls[0]
-  module = created.module.clone(parent=None)
-  field_leaves = [
-      (name,) + access_value
-      for name in module_fields(module)
-      for access_value in [(a[1:], v) for a, v in _field_leaves(getattr(module, name), (name,))]
-  ]
-  inputs = array_arguments(call, argument_names)
-  input_dims = [(i, name, d, a) for i, name, a in inputs for d in range(len(a.shape))]
-  candidates = [('field', leaf) for leaf in field_leaves] + [('dim', dim) for dim in input_dims]
+  return _SymbolicTracer(created, argument_names).trace()
 
-  def symbols_for(chosen):
+
+def _dim_size(candidate) -> int:
+  """The traced size of an input dimension's candidate."""
+  _, (_, _, d, a) = candidate
+  return a.shape[d]
+
+
+class _SymbolicTracer:
+  """`symbolic_trace` of one module, step by step.
+
+  A candidate for a symbol is `('field', (name, access, value))`, an integer
+  of the configuration (`access` within the field `name`), or `('dim',
+  (index, name, dim, ShapeDtypeStruct))`, a dimension of an array input.
+  """
+
+  def __init__(self, created: tracing.Created, argument_names: Sequence[str]):
+    self.call = created.calls[0]
+    self.module = created.module.clone(parent=None)
+    self.field_leaves = [
+        (name,) + access_value
+        for name in module_fields(self.module)
+        for access_value in [(a[1:], v) for a, v in _field_leaves(getattr(self.module, name), (name,))]
+    ]
+    inputs = array_arguments(self.call, argument_names)
+    input_dims = [(i, name, d, a) for i, name, a in inputs for d in range(len(a.shape))]
+    self.candidates = [('field', leaf) for leaf in self.field_leaves] + [('dim', dim) for dim in input_dims]
+    self.kept: list = []  # the candidates the code takes as symbols
+    self.refused: list = []  # input dims the code refuses as symbols
+    self.ties: dict = {}  # an input dim -> the field whose symbol it takes
+    self.alone: dict = {}  # an input dim -> the step it can change by alone, or None
+    self.followed: set = set()  # input dims traced along with a count
+
+  def trace(self) -> SymbolicTrace:
+    """The trace with the symbols the code takes, then each size that moves
+    with a count (an integer kept concrete, an input's width, a tuple's
+    length) written with it."""
+    self._choose_symbols()
+    counts = [
+        ('field', leaf) for leaf in self.field_leaves
+        if ('field', leaf) not in self.kept and isinstance(leaf[2], int) and not isinstance(leaf[2], bool)
+    ]
+    # The last axis of each input the code refuses as a symbol (a width it
+    # splits or checks): a count of its own unless it only moves with a field.
+    self.features = [dim for dim in self.refused if dim[1][2] == len(dim[1][3].shape) - 1]
+    self.table, self.symbols = self._symbols_for(self.kept + counts + self.features)
+    self.traced = self._retrace()
+    self.traced.ties = {self._origin(dim): self._origin(field) for dim, field in self.ties.items()}
+    for count in counts:
+      self._fit_count(count)
+    for dim in self.features:
+      self._fit_width(dim)
+    # A tuple's length is a count too (one layer per entry): traced one and two
+    # entries longer (the last again), a size written with `len(...)`.
+    for name, access, value in _tuples(self.module, self.kept):
+      self._fit_tuple_length(name, access, value)
+    return self.traced
+
+  # --- the symbols
+
+  def _origin(self, candidate) -> Origin:
+    kind, item = candidate
+    if kind == 'field':
+      name, access, _ = item
+      return FieldValue((name,) + access, _is_last(getattr(self.module, name), access))
+    i, arg, d, a = item
+    return InputDim(i, arg, d, len(a.shape), a.shape[d])
+
+  def _symbols_for(self, chosen: list) -> tuple[SymbolTable, dict]:
+    """A table with a symbol for each of `chosen` (an input dimension's at
+    least its traced size), and the symbols by candidate."""
     table = SymbolTable()
     names, constraints = [], []
-    for kind, item in chosen:
-      if kind == 'field':
-        name, access, _ = item
-        names.append(table.new(FieldValue((name,) + access, _is_last(getattr(module, name), access))))
-      else:
-        i, arg, d, a = item
-        symbol = table.new(InputDim(i, arg, d, len(a.shape), a.shape[d]))
-        names.append(symbol)
-        constraints.append(f'{symbol} >= {a.shape[d]}')
+    for candidate in chosen:
+      symbol = table.new(self._origin(candidate))
+      names.append(symbol)
+      if candidate[0] == 'dim':
+        constraints.append(f'{symbol} >= {_dim_size(candidate)}')
     symbols = export.symbolic_shape(','.join(names), constraints=constraints) if names else ()
     return table, dict(zip(chosen, symbols))
 
-  ties: dict = {}  # an input dim -> the field whose symbol it takes
-
-  def attempt(table, symbols, substituted, overrides=(), ties=ties, dim_values=None):
+  def _attempt(self, table, symbols, substituted, overrides=(), ties=None, dim_values=None) -> SymbolicTrace:
+    """The module traced with the symbols of the candidates `substituted`,
+    the field leaves `overrides` (`(leaf, value)`) and the input dims
+    `dim_values` at other values, and each input dim of `ties` (the ties
+    found, if None) at its field's symbol."""
+    ties = self.ties if ties is None else ties
     fields = {}
     for (kind, item), symbol in symbols.items():
       if kind == 'field' and (kind, item) in substituted:
         name, access, _ = item
-        fields[name] = _replaced(fields.get(name, getattr(module, name)), access, symbol)
+        fields[name] = replaced_at(fields.get(name, getattr(self.module, name)), access, symbol)
     for (name, access, _), value in overrides:
-      fields[name] = _replaced(fields.get(name, getattr(module, name)), access, value)
-    args = list(call.args)
+      fields[name] = replaced_at(fields.get(name, getattr(self.module, name)), access, value)
+    args = list(self.call.args)
     dims = [(c, symbol) for c, symbol in symbols.items() if c[0] == 'dim' and c in substituted]
     dims += [(dim, symbols[field]) for dim, field in ties.items() if field in symbols]
     dims += list((dim_values or {}).items())
@@ -321,76 +359,89 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
       shape[d] = symbol
       args[i] = jax.ShapeDtypeStruct(tuple(shape), a.dtype)
     with compat.one_ceiling_form():
-      root, variables = tracing.trace(module.clone(**fields), *args, traced_method=call.method, **call.kwargs)
+      root, variables = tracing.trace(
+          self.module.clone(**fields), *args, traced_method=self.call.method, **self.call.kwargs)
     return SymbolicTrace(root, table, variables)
 
-  def works(chosen, ties=ties) -> bool:
+  def _works(self, chosen: list, ties=None) -> bool:
+    """Whether the code takes the candidates `chosen` as symbols."""
     try:
-      table, symbols = symbols_for(chosen)
-      attempt(table, symbols, set(chosen), ties=ties)
+      table, symbols = self._symbols_for(chosen)
+      self._attempt(table, symbols, set(chosen), ties=ties)
     except Exception:  # noqa: BLE001 - the code refused some symbol
       return False
     return True
 
-  kept = list(candidates)
-  refused: list = []  # input dims the code refuses as symbols
-  if not works(kept):
-    kept = []
-    for candidate in candidates:
-      if works(kept + [candidate]):
-        kept.append(candidate)
-        continue
-      if candidate[0] == 'dim':
-        refused.append(candidate)
-        # An input size the code ties to the configuration (`x + y` where y
-        # has `config.width` features) is that field: written with it, if
-        # exactly one field of its value makes the trace go through.
-        size = candidate[1][3].shape[candidate[1][2]]
-        fits = [
-            field for field in kept
-            if field[0] == 'field' and field[1][2] == size and not isinstance(field[1][2], bool)
-            and works(kept, {**ties, candidate: field})
-        ]
-        if len(fits) == 1:
-          ties[candidate] = fits[0]
-  counts = [
-      ('field', leaf) for leaf in field_leaves
-      if ('field', leaf) not in kept and isinstance(leaf[2], int) and not isinstance(leaf[2], bool)
-  ]
-  # The last axis of each input the code refuses as a symbol (a width it
-  # splits or checks): a count of its own unless it only moves with a field.
-  features = [dim for dim in refused if dim[1][2] == len(dim[1][3].shape) - 1]
-  table, symbols = symbols_for(kept + counts + features)
-  traced = attempt(table, symbols, set(kept))
-  traced.ties = {
-      InputDim(i, arg, d, len(a.shape), a.shape[d]):
-          FieldValue((name,) + access, _is_last(getattr(module, name), access))
-      for (_, (i, arg, d, a)), (_, (name, access, _)) in ties.items()
-  }
-  alone: dict = {}  # input dim -> the step it can change by alone, or None
+  def _choose_symbols(self) -> None:
+    """`kept`: every candidate if the code takes them all, else those it
+    takes one at a time; `refused`, the input dims it does not take."""
+    self.kept = list(self.candidates)
+    if self._works(self.kept):
+      return
+    self.kept = []
+    for candidate in self.candidates:
+      if self._works(self.kept + [candidate]):
+        self.kept.append(candidate)
+      elif candidate[0] == 'dim':
+        self.refused.append(candidate)
+        self._tie(candidate)
 
-  def step_alone(dim):
-    if dim not in alone:
-      size = dim[1][3].shape[dim[1][2]]
-      alone[dim] = None
+  def _tie(self, dim) -> None:
+    """An input size the code ties to the configuration (`x + y` where y has
+    `config.width` features) is that field: written with it, if exactly one
+    field of its value makes the trace go through."""
+    size = _dim_size(dim)
+    fits = [
+        field for field in self.kept
+        if field[0] == 'field' and field[1][2] == size and not isinstance(field[1][2], bool)
+        and self._works(self.kept, {**self.ties, dim: field})
+    ]
+    if len(fits) == 1:
+      self.ties[dim] = fits[0]
+
+  # --- the counts
+
+  def _retrace(self, overrides=(), dim_values=None) -> SymbolicTrace:
+    """The module traced with the symbols kept, and the field leaves
+    `overrides` and the input dims `dim_values` at other values."""
+    return self._attempt(self.table, self.symbols, set(self.kept), overrides, dim_values=dim_values)
+
+  def _far_traces(self, counts, retrace_at) -> tuple[list[int], list[SymbolicTrace]]:
+    """Those of `counts` the code takes, and the traces `retrace_at` each."""
+    far, traces = [], []
+    for n in counts:
+      try:
+        traces.append(retrace_at(n))
+        far.append(n)
+      except Exception:  # noqa: BLE001 - the code takes no such value of it
+        continue
+    return far, traces
+
+  def _step_alone(self, dim) -> int | None:
+    """The step (1 to 4) an input's width can change by, the configuration
+    unchanged, or None."""
+    if dim not in self.alone:
+      size = _dim_size(dim)
+      self.alone[dim] = None
       for step in (1, 2, 3, 4):
         try:
-          attempt(table, symbols, set(kept), dim_values={dim: size + step})
+          self._retrace(dim_values={dim: size + step})
         except Exception:  # noqa: BLE001 - the code takes no such width
           continue
-        alone[dim] = step
+        self.alone[dim] = step
         break
-    return alone[dim]
+    return self.alone[dim]
 
-  followed = set()
-  for count in counts:
-    _, leaf = count
+  def _fit_count(self, count) -> None:
+    """The sizes that change with an integer kept concrete, written with it:
+    traced at two more values, and far from it where a size moves."""
+    leaf = count[1]
     base = leaf[2]
     # Input sizes the code ties to this count (`x + y`, y of `config.width`
     # features) follow it: tried with them, then without.
     # (Not one that changes alone too: equal to the count by coincidence.)
-    tied = [dim for dim in refused if dim not in ties and dim[1][3].shape[dim[1][2]] == base
-            and (dim not in features or step_alone(dim) is None)]
+    tied = [dim for dim in self.refused if dim not in self.ties and _dim_size(dim) == base
+            and (dim not in self.features or self._step_alone(dim) is None)]
     others = None
     # The next values the code takes, in steps of one or more (a width must
     # stay a multiple of the number of heads), or of the value itself (of
@@ -399,52 +450,44 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
     for step, follow in itertools.product(steps, [tied, []] if tied else [[]]):
       try:
         others = [
-            attempt(table, symbols, set(kept), [(leaf, base + k * step)],
-                    dim_values={dim: base + k * step for dim in follow})
+            self._retrace([(leaf, base + k * step)], {dim: base + k * step for dim in follow})
             for k in (1, 2)
         ]
         break
       except Exception:  # noqa: BLE001 - the code takes no such value of it
         continue
     if others is None:
-      continue
-    followed |= set(follow)
-    far, far_traces = [], []
-    for n in _far_counts(base, step) if _sizes_move(others) else ():
-      try:
-        far_traces.append(attempt(table, symbols, set(kept), [(leaf, n)], dim_values={dim: n for dim in follow}))
-        far.append(n)
-      except Exception:  # noqa: BLE001 - the code takes no such value of it
-        continue
-    what = access_source((leaf[0],) + leaf[1])
-    _with_count(traced, others,
-                lambda v, s=symbols[count], b=base, w=what, t=step, f=tuple(far): _linear(v, s, b, w, t, f),
-                far_traces)
-  for dim in features:
-    step = None if dim in ties or dim in followed else step_alone(dim)
+      return
+    self.followed |= set(follow)
+    far, far_traces = self._far_traces(
+        far_counts(base, step) if _sizes_move(others) else (),
+        lambda n: self._retrace([(leaf, n)], {dim: n for dim in follow}))
+    fit = functools.partial(linear, symbol=self.symbols[count], base=base,
+                            what=access_source((leaf[0],) + leaf[1]), step=step, far=tuple(far))
+    _fit_sizes(self.traced, others, fit, far_traces)
+
+  def _fit_width(self, dim) -> None:
+    """The sizes that change with the width of an input the code refuses as
+    a symbol (one it splits or checks), written with it where the code takes
+    other widths alone (not tied to a field nor following a count)."""
+    step = None if dim in self.ties or dim in self.followed else self._step_alone(dim)
     if step is None:
-      continue
-    size = dim[1][3].shape[dim[1][2]]
+      return
+    size = _dim_size(dim)
     try:
-      others = [attempt(table, symbols, set(kept), dim_values={dim: size + k * step}) for k in (1, 2)]
+      others = [self._retrace(dim_values={dim: size + k * step}) for k in (1, 2)]
     except Exception:  # noqa: BLE001 - the code takes one more width only
-      continue
-    far, far_traces = [], []
-    for n in _far_counts(size, step):
-      try:
-        far_traces.append(attempt(table, symbols, set(kept), dim_values={dim: n}))
-        far.append(n)
-      except Exception:  # noqa: BLE001 - the code takes no such width
-        continue
-    what = f'the width of {dim[1][1]}'
-    _with_count(traced, others,
-                lambda v, s=symbols[dim], b=size, w=what, t=step, f=tuple(far): _linear(v, s, b, w, t, f),
-                far_traces)
-  # A tuple's length is a count too (one layer per entry): traced one and two
-  # entries longer (the last again), a size written with `len(...)`.
-  for name, access, value in _tuples(module, kept):
-    elements = [symbols[('field', (name, access + (i,), v))] for i, v in enumerate(value)]
-    length = table.new(FieldLength((name,) + access))
+      return
+    far, far_traces = self._far_traces(far_counts(size, step), lambda n: self._retrace(dim_values={dim: n}))
+    fit = functools.partial(linear, symbol=self.symbols[dim], base=size,
+                            what=f'the width of {dim[1][1]}', step=step, far=tuple(far))
+    _fit_sizes(self.traced, others, fit, far_traces)
+
+  def _fit_tuple_length(self, name: str, access: tuple, value: tuple) -> None:
+    """The sizes that change with the length of a tuple of symbols, written
+    with `len(...)`, where another length makes other layers."""
+    elements = [self.symbols[('field', (name, access + (i,), v))] for i, v in enumerate(value)]
+    length = self.table.new(FieldLength((name,) + access))
     # One shorter (without the entry before the last) and one longer where
     # the tuple has two entries or more, else one and two longer: the fewer
     # layers, the fewer sizes that may reach zero.
@@ -452,25 +495,18 @@ def symbolic_trace(created: tracing.Created, argument_names: Sequence[str]) -> S
     variants = [elements[:-2] + elements[-1:], elements + elements[-1:]] if shorter else [
         elements + elements[-1:], elements + elements[-1:] * 2]
     try:
-      others = [attempt(table, symbols, set(kept), [((name, access, None), tuple(v))]) for v in variants]
+      others = [self._retrace([((name, access, None), tuple(v))]) for v in variants]
     except Exception:  # noqa: BLE001 - the code takes no other length
-      continue
-    order, start = ((1, 0, 2), len(value) - 1) if shorter else ((0, 1, 2), len(value))
-
-    if all(len(o.root.children) == len(traced.root.children) for o in others):
+      return
+    if all(len(o.root.children) == len(self.traced.root.children) for o in others):
       # Not a count of layers (a kernel's or a patch's axes, `patches.size`:
       # another length is another program, not more layers): its length is
       # kept as traced, and the proof tries the entries changed instead.
-      continue
-
-    def fit(v, length=length, order=order, start=start, what=f'len({access_source((name,) + access)})'):
-      fitted = _fit_length(tuple(v[i] for i in order), length, start)
-      if fitted is None:
-        return Unfitted(v[0], what)
-      return fitted
-
-    _with_count(traced, others, fit)
-  return traced
+      return
+    order, start = ((1, 0, 2), len(value) - 1) if shorter else ((0, 1, 2), len(value))
+    fit = functools.partial(over_length, length=length, order=order, base=start,
+                            what=f'len({access_source((name,) + access)})')
+    _fit_sizes(self.traced, others, fit)
 
 
 def _sizes_move(others: list[SymbolicTrace]) -> bool:
@@ -491,13 +527,6 @@ def _sizes_move(others: list[SymbolicTrace]) -> bool:
 
   first, second = (shapes(o) for o in others[:2])
   return any(key in second and str(second[key]) != str(shape) for key, shape in first.items())
-
-
-def _far_counts(base: int, step: int) -> list[int]:
-  """Counts far from `base` in its steps, where a size fitted near it must
-  still hold: the smallest (`step`) and about four times `base`."""
-  high = base + step * max(3, 3 * base // step)
-  return [n for n in (step, high) if n not in (base, base + step, base + 2 * step)]
 
 
 def access_source(access: tuple, last: bool = False) -> str:
@@ -527,98 +556,6 @@ def _tuples(module, kept) -> list[tuple[str, tuple, tuple]]:
     if isinstance(value, tuple) and all((name, access + (i,)) in chosen for i in range(len(value))):
       out.append((name, access, value))
   return out
-
-
-def _fit_length(values, length: str, base: int):
-  """A size at three lengths of a tuple (`base`, one and two more) as one
-  expression of the length `length`: the three read alike but for integer
-  constants, each of which grows by a step (`c + d * (n - base)`) or a
-  ratio (`c * r ** (n - base)`). None if they do not."""
-  texts = [ast.parse(str(v), mode='eval').body if isinstance(v, Fitted)
-           else sizes.readable(str(v)) if not isinstance(v, int) else ast.Constant(v) for v in values]
-  if len({ast.dump(t) for t in texts}) == 1:
-    return values[0]  # the same at every length
-  n = ast.Name(length)
-
-  def fit(a, b, c):
-    if type(a) is not type(b) or type(b) is not type(c):
-      raise ValueError
-    if isinstance(a, ast.Constant):
-      c0, c1, c2 = a.value, b.value, c.value
-      if c0 == c1 == c2:
-        return a
-      if not all(isinstance(x, int) for x in (c0, c1, c2)):
-        raise ValueError
-      if c1 - c0 == c2 - c1:
-        step = c1 - c0
-        offset = c0 - step * base
-        term = ast.BinOp(ast.Constant(step), ast.Mult(), n) if step != 1 else n
-        return term if offset == 0 else ast.BinOp(term, ast.Add() if offset > 0 else ast.Sub(), ast.Constant(abs(offset)))
-      if c0 and c1 % c0 == 0 and c2 % c1 == 0 and c1 // c0 == c2 // c1 > 1:
-        ratio = c1 // c0
-        power = ast.BinOp(ast.Constant(ratio), ast.Pow(), n)
-        if c0 % ratio ** base == 0:
-          factor = c0 // ratio ** base
-          return power if factor == 1 else ast.BinOp(ast.Constant(factor), ast.Mult(), power)
-      raise ValueError
-    fields = {}
-    for field, x in ast.iter_fields(a):
-      y, z = getattr(b, field), getattr(c, field)
-      if isinstance(x, ast.AST):
-        fields[field] = fit(x, y, z)
-      elif isinstance(x, list):
-        if not len(x) == len(y) == len(z):
-          raise ValueError
-        fields[field] = [fit(p, q, r) if isinstance(p, ast.AST) else p for p, q, r in zip(x, y, z)]
-      elif x != y or y != z:
-        raise ValueError
-      else:
-        fields[field] = x
-    return type(a)(**fields)
-
-  try:
-    return Fitted(ast.unparse(fit(*texts)))
-  except (ValueError, AttributeError, TypeError):
-    return None
-
-
-def _linear(values, symbol, base: int, what: str = 'a count', step: int = 1, far: Sequence[int] = ()):
-  """`e(n)` from its values at `base`, `base + step` and `base + 2 * step`
-  if they lie on a line of whole slope (`e0 + slope * (n - base)`), else
-  `Unfitted`; the values after those three are at the counts `far` (far
-  from the traced one, below and above), where the line must hold too: a
-  size near the traced count only (`max(width, 16)`) is not a line."""
-  fitted = _line(values[:3], symbol, base, what, step)
-  if isinstance(fitted, Unfitted) or not far:
-    return fitted
-  e0, e1 = values[:2]
-  for n, e in zip(far, values[3:], strict=True):
-    try:
-      slope = (e1 - e0) // step
-      if isinstance(slope, int) and isinstance(e, int) and isinstance(e0, int) and e != e0 + slope * (n - base):
-        return Unfitted(e0, what)
-    except Exception:  # noqa: BLE001 - a comparison jax cannot decide: the other traces decide
-      continue
-  return fitted
-
-
-def _line(values, symbol, base: int, what: str, step: int):
-  e0, e1, e2 = values
-  if not isinstance(e0, int) and isinstance(e1, int) and isinstance(e2, int) and e1 == e2:
-    # Unchanged by this count; `e0` is already written with another one
-    # (`config.width`, fitted first), whose traces these are not.
-    return e0
-  try:
-    difference = e1 - e0
-    if not (e2 - e1 == difference):
-      return Unfitted(e0, what)
-    if isinstance(difference, int) and difference == 0:
-      return e0
-    if difference % step != 0:
-      return Unfitted(e0, what)
-    return e0 + difference // step * (symbol - base)
-  except Exception:  # noqa: BLE001 - a comparison jax cannot decide
-    return e0 if str(e0) == str(e1) == str(e2) else Unfitted(e0, what)
 
 
 def _is_size(x) -> bool:
@@ -660,7 +597,7 @@ def _same_creation(child, root, other_root):
   return next((c for c in other_root.children if key(c, other_root) == wanted), None)
 
 
-def _with_count(traced: SymbolicTrace, others: list[SymbolicTrace], fit, far: Sequence = ()) -> None:
+def _fit_sizes(traced: SymbolicTrace, others: list[SymbolicTrace], fit, far: Sequence = ()) -> None:
   """`traced` with each size `fit` of its values in `traced` and `others`
   (a count, or a tuple's length, one and two more), then in the traces at
   counts `far` from it (None where a layer is not in one of those)."""
