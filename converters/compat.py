@@ -29,12 +29,22 @@ fails, and the workaround goes.
 - `distributed_client()`: JAX has no public accessor of the coordination
   service client that `jax.distributed.initialize` starts (Orbax reaches it
   the same way).
+- `trace_caches_missed()`: JAX has no public switch that makes it trace a
+  function again rather than answer from its trace caches (`jax.checkpoint`'s
+  and `jit`'s are keyed on the function, the inputs' types and the trace
+  context), so what a function does in Python while traced (a check drawing
+  the n-th key) is skipped at every call of a method NNX's transforms
+  decorated once (`@nnx.remat`, `@nnx.jit`) but the first. The guard changes
+  a setting of the trace context that changes no program: the regex
+  rewriting source file names in HLO metadata, set to one that matches
+  nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import os
 import sys
 import threading
@@ -135,6 +145,31 @@ def one_ceiling_form():
       yield
     finally:
       _LAX._ceil_divide = original
+
+
+#: The setting `trace_caches_missed` changes: part of every trace cache's key,
+#: read only to rewrite file names in HLO metadata.
+_CACHE_KEYED_SETTING = 'jax_hlo_source_file_canonicalization_regex'
+_CACHE_MISSES = itertools.count()
+
+
+@contextlib.contextmanager
+def trace_caches_missed():
+  """Within the context, JAX's trace caches miss what was traced before it,
+  and each call of the function it yields makes them miss from then on (a
+  function traced before is traced again); JAX's setting is restored on
+  exit."""
+  original = getattr(jax.config, _CACHE_KEYED_SETTING)
+
+  def miss() -> None:
+    # `(?!)` matches nothing: file names are left as they are.
+    jax.config.update(_CACHE_KEYED_SETTING, f'(?!)miss{next(_CACHE_MISSES)}')
+
+  try:
+    miss()
+    yield miss
+  finally:
+    jax.config.update(_CACHE_KEYED_SETTING, original)
 
 
 def distributed_client():

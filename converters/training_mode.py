@@ -31,6 +31,8 @@ from flax import nnx
 from flax.core import scope as linen_scope
 from jax.extend import core as jcore
 
+from converters import compat
+
 #: Seed of the key the n-th draw of a call folds its n into, on both sides.
 DRAW_SEED = 0x5EED
 
@@ -71,15 +73,22 @@ def linen_in_training(next_fun, args, kwargs, context):
   return next_fun(*args, **kwargs)
 
 
-def _counted_keys() -> Callable[[], jax.Array]:
+@contextlib.contextmanager
+def _counted_keys() -> Iterator[Callable[[], jax.Array]]:
+  """The n-th call of the function yielded returns `fold_in(KEY, n)`. A
+  method NNX's transforms decorated once (`@nnx.remat` on `__call__`) is
+  traced through one function, which JAX's trace caches would answer for at
+  its next call, its draws skipped: after each draw they miss."""
   count = [0]
+  with compat.trace_caches_missed() as miss:
 
-  def next_key() -> jax.Array:
-    key = jax.random.fold_in(jax.random.key(DRAW_SEED), count[0])
-    count[0] += 1
-    return key
+    def next_key() -> jax.Array:
+      key = jax.random.fold_in(jax.random.key(DRAW_SEED), count[0])
+      count[0] += 1
+      miss()
+      return key
 
-  return next_key
+    yield next_key
 
 
 @contextlib.contextmanager
@@ -99,14 +108,14 @@ def linen_draws_in_order() -> Iterator[None]:
   `params` (counted from its start) returns `fold_in(key(DRAW_SEED), n)`.
   Keys split under a lifted transform are drawn once, at its trace."""
   original = linen_scope.Scope.make_rng
-  next_key = _counted_keys()
+  with _counted_keys() as next_key:
 
-  @functools.wraps(original)
-  def make_rng(scope, name: str = 'params'):
-    return original(scope, name) if name == 'params' else next_key()
+    @functools.wraps(original)
+    def make_rng(scope, name: str = 'params'):
+      return original(scope, name) if name == 'params' else next_key()
 
-  with patched(linen_scope.Scope, 'make_rng', make_rng):
-    yield
+    with patched(linen_scope.Scope, 'make_rng', make_rng):
+      yield
 
 
 @contextlib.contextmanager
@@ -120,19 +129,20 @@ def nnx_draws_in_order() -> Iterator[None]:
   the original's."""
   original_call, original_init = nnx.RngStream.__call__, nnx.RngStream.__init__
   built: dict[int, nnx.RngStream] = {}  # held, so that no other stream takes a freed id
-  next_key = _counted_keys()
 
   @functools.wraps(original_init)
   def init(stream, *args, **kwargs):
     built[id(stream)] = stream
     return original_init(stream, *args, **kwargs)
 
-  @functools.wraps(original_call)
-  def draw(stream):
-    return original_call(stream) if id(stream) in built else next_key()
+  with _counted_keys() as next_key:
 
-  with patched(nnx.RngStream, '__init__', init), patched(nnx.RngStream, '__call__', draw):
-    yield
+    @functools.wraps(original_call)
+    def draw(stream):
+      return original_call(stream) if id(stream) in built else next_key()
+
+    with patched(nnx.RngStream, '__init__', init), patched(nnx.RngStream, '__call__', draw):
+      yield
 
 
 def runs_a_scan(closed) -> bool:

@@ -146,3 +146,40 @@ def test_one_ceiling_form_lets_two_strided_paths_agree_and_restores_jax():
   assert str(shape[1]) == 'floordiv(s - 1, 2) + 1'
   with pytest.raises(TypeError):  # JAX's own again after the block
     _symbolic_unit_shape()
+
+
+def _checkpointed_layer():
+  """One `jax.checkpoint`ed function (as `@nnx.remat` makes one for a
+  method), and the list its every run in Python appends to."""
+  ran = []
+
+  @jax.checkpoint
+  def layer(x):
+    ran.append(1)
+    return jnp.sin(x)
+
+  return layer, ran
+
+
+def test_jax_still_answers_a_trace_of_a_function_traced_alike_from_its_cache():
+  layer, ran = _checkpointed_layer()
+  jax.make_jaxpr(lambda x: layer(layer(x)))(jnp.ones(3))
+  jax.make_jaxpr(layer)(jnp.ones(3))
+  assert len(ran) == 1  # the second call and the second trace from the cache, unrun
+
+
+def test_trace_caches_missed_traces_again_after_each_miss_and_restores_jax():
+  layer, ran = _checkpointed_layer()
+  program = lambda x: jnp.cos(layer(x)) * 2
+  closed = jax.make_jaxpr(program)(jnp.ones(3))
+  before = jax.config.jax_hlo_source_file_canonicalization_regex
+  with compat.trace_caches_missed() as miss:
+    assert str(jax.make_jaxpr(program)(jnp.ones(3))) == str(closed)  # the same program,
+    assert len(ran) == 2  # traced again: what was traced before the context misses
+    jax.make_jaxpr(lambda x: layer(layer(x)))(jnp.ones(3))
+    assert len(ran) == 2  # no miss asked for: the cache answers
+    jax.make_jaxpr(lambda x: layer((layer(x), miss())[0]))(jnp.ones(3))
+    assert len(ran) == 3  # after a miss, the second call traced again
+  assert jax.config.jax_hlo_source_file_canonicalization_regex == before
+  jax.make_jaxpr(program)(jnp.ones(3))
+  assert len(ran) == 3  # JAX's setting back: the cache from before the context answers

@@ -6,6 +6,7 @@ The model is small and not the kit's MLP: a Dense, a BatchNorm (so
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -581,6 +582,146 @@ def test_a_port_drawing_its_keys_otherwise_fails_the_training_step_saying_so():
     assert_port_equivalent(LinenDropoutsTwice(), variables, NNXOneKeySplit(nnx.Rngs(0)), x,
                            linen_kwargs={'train': False}, linen_train_kwargs={'train': True})
   assert 'one key split in two' in str(info.value) and 'train-mode outputs' in str(info.value)
+
+
+WIDE = 16  # features enough that dropout after a ReLU, three times, leaves some
+_WIDE_X = jnp.sin(jnp.arange(8.0 * WIDE).reshape(8, WIDE))
+
+
+class LinenDropBlock(nn.Module):
+  @nn.compact
+  def __call__(self, x, deterministic: bool = True):
+    return nn.Dropout(0.1)(nn.relu(nn.Dense(x.shape[-1])(x)), deterministic)
+
+
+class LinenScaled(nn.Module):
+  """Under `nn.remat`, which Linen traces anew at every call."""
+
+  @functools.partial(nn.remat, static_argnums=(2,), prevent_cse=False)
+  @nn.compact
+  def __call__(self, x, deterministic: bool = True):
+    return nn.Dropout(0.1)(nn.Dense(x.shape[-1])(x), deterministic)
+
+
+class LinenEncoder(nn.Module):
+  depth: int = 2
+
+  @nn.compact
+  def __call__(self, x, deterministic: bool = True):
+    for i in range(self.depth):
+      x = LinenDropBlock(name=f'block_{i}')(x, deterministic)
+    return LinenScaled(name='scaled')(x, deterministic)
+
+
+class LinenScaledTwice(nn.Module):
+  @nn.compact
+  def __call__(self, x, deterministic: bool = True):
+    return LinenScaled(name='b')(LinenScaled(name='a')(x, deterministic), deterministic)
+
+
+class NNXDropBlock(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs):
+    self.dense, self.drop = nnx.Linear(WIDE, WIDE, rngs=rngs), nnx.Dropout(0.1, rngs=rngs)
+
+  def __call__(self, x):
+    return self.drop(nnx.relu(self.dense(x)))
+
+
+class NNXScaledRemat(nnx.Module):
+  """Its call under `nnx.remat` at class level: one function for JAX to
+  trace, whose trace JAX takes from its cache when called alike again."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    self.dense, self.drop = nnx.Linear(WIDE, WIDE, rngs=rngs), nnx.Dropout(0.1, rngs=rngs)
+
+  @nnx.remat(prevent_cse=False)
+  def __call__(self, x):
+    return self.drop(self.dense(x))
+
+
+class NNXScaledJit(NNXScaledRemat):
+  @nnx.jit
+  def __call__(self, x):
+    return self.drop(self.dense(x))
+
+
+class NNXEncoder(nnx.Module):
+  def __init__(self, depth: int, scaled: type, rngs: nnx.Rngs):
+    self.blocks = nnx.List([NNXDropBlock(rngs) for _ in range(depth)])
+    self.scaled = scaled(rngs)
+
+  def __call__(self, x):
+    for block in self.blocks:
+      x = block(x)
+    return self.scaled(x)
+
+
+class NNXEncoderOtherOrder(NNXEncoder):
+  """The blocks' keys drawn last block first: as many draws, another order."""
+
+  def __call__(self, x):
+    keys = [block.drop.rngs() for block in reversed(self.blocks)][::-1]
+    for block, key in zip(self.blocks, keys):
+      x = block.drop(nnx.relu(block.dense(x)), rngs=key)
+    return self.scaled(x)
+
+
+class NNXScaledTwice(nnx.Module):
+  def __init__(self, scaled: type, rngs: nnx.Rngs):
+    self.a, self.b = scaled(rngs), scaled(rngs)
+
+  def __call__(self, x):
+    return self.b(self.a(x))
+
+
+class NNXScaledTwiceDrawingFirst(NNXScaledTwice):
+  """A key of its own drawn before the calls: every later key one on."""
+
+  def __call__(self, x):
+    self.a.drop.rngs()
+    return self.b(self.a(x))
+
+
+_DEPTHS = PathMapping([
+    *(PathRule(f'block_{{i}}/Dense_0/{p}', f'blocks/{{i}}/dense/{p}') for p in ('kernel', 'bias')),
+    *(PathRule(f'scaled/Dense_0/{p}', f'scaled/dense/{p}') for p in ('kernel', 'bias')),
+])
+_TWICE = PathMapping([PathRule(f'{n}/Dense_0/{p}', f'{n}/dense/{p}') for n in 'ab' for p in ('kernel', 'bias')])
+_DETERMINISTIC = {'linen_kwargs': {'deterministic': True}, 'linen_train_kwargs': {'deterministic': False}}
+
+
+def _check_encoder(depth: int, port: type, scaled: type):
+  x = _WIDE_X
+  variables = LinenEncoder(depth).init(jax.random.key(0), x)
+  assert_port_equivalent(LinenEncoder(depth), variables, port(depth, scaled, nnx.Rngs(3)), x,
+                         paths=_DEPTHS, **_DETERMINISTIC)
+
+
+def _check_twice(port: type, scaled: type):
+  x = _WIDE_X
+  variables = LinenScaledTwice().init(jax.random.key(0), x)
+  assert_port_equivalent(LinenScaledTwice(), variables, port(scaled, nnx.Rngs(3)), x, paths=_TWICE, **_DETERMINISTIC)
+
+
+@pytest.mark.parametrize('scaled', [NNXScaledRemat, NNXScaledJit])
+def test_a_transformed_method_traced_again_from_jaxs_cache_draws_in_order(scaled):
+  # Depth 3 after depth 2: `scaled`'s call traced with the same shapes, from
+  # the cache, its draw the third of the call where it was the second.
+  _check_encoder(2, NNXEncoder, scaled)
+  _check_encoder(3, NNXEncoder, scaled)
+
+
+@pytest.mark.parametrize('scaled', [NNXScaledRemat, NNXScaledJit])
+def test_two_calls_of_one_transformed_method_in_a_call_draw_in_order(scaled):
+  _check_twice(NNXScaledTwice, scaled)  # the second call traced from the cache
+
+
+@pytest.mark.parametrize('scaled', [NNXScaledRemat, NNXScaledJit])
+def test_a_port_drawing_in_another_order_through_a_transformed_method_fails(scaled):
+  with pytest.raises(AssertionError, match='agree in eval mode but not in a training step'):
+    _check_encoder(2, NNXEncoderOtherOrder, scaled)
+  with pytest.raises(AssertionError, match='agree in eval mode but not in a training step'):
+    _check_twice(NNXScaledTwiceDrawingFirst, scaled)
 
 
 class LinenShift(nn.Module):
