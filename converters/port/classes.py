@@ -108,8 +108,8 @@ class ClassWriter:
   writes_draws = False
   #: Whether the writer writes `__call__` decorated with Linen's scan over
   #: its inputs (`functools.partial(nn.scan, variable_broadcast='params',
-  #: ...)`) as `nnx.scan` over the method.
-  writes_method_scan = False
+  #: ...)`) as `nnx.scan` over the method, and with `nn.remat` as `nnx.remat`.
+  writes_lifted_call = False
   #: Whether the writer keeps in `__init__` the partials the method hands on
   #: (`norm=norm` to a block), as NNX partials (`nnx_factory`).
   keeps_factories = False

@@ -103,7 +103,7 @@ class CompactWriter(classes.ClassWriter):
   writes_has_cache = True
   writes_draws = True
   keeps_factories = True
-  writes_method_scan = True
+  writes_lifted_call = True
   writes_shared_scopes = True
   writes_handed_functions = True
 

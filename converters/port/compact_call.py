@@ -39,9 +39,20 @@ def call_method(writer: CompactWriter, replayed: frozenset[str]) -> cst.Function
   # Mode flags leave the signature, with the locals that only served them.
   for flag in writer.mode_flags.call:
     method = writer.mode_flags.drop_flag(method, flag)
+  # Its remat numbers its static arguments in the signature left.
+  method = method.with_changes(decorators=[
+      _remat(writer, d, method) if transforms.is_method_remat(d, writer.file) else d
+      for d in method.decorators])
   # `has_variable('cache', ...)` is True in NNX: the branches it guarded, read plainly.
   method = syntax.without_constant_conditions(method)
   return syntax.without_leading_blank_lines(syntax.without_unused_locals(method, replayed | writer.arguments.spread))
+
+
+def _remat(writer: CompactWriter, decorator: cst.Decorator, method: cst.FunctionDef) -> cst.Decorator:
+  try:
+    return transforms.method_remat(decorator, writer.method, method)
+  except transforms.Refused as e:
+    writer.fail(decorator, f'{e}: not written yet; port it by hand')
 
 
 class _CallBody(cst.CSTTransformer):

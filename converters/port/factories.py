@@ -102,13 +102,15 @@ def read(sites: Sites, callees: Callees, keeps_handed_on: bool,
            f'({file.code(node.func)}); port it by hand')
     if isinstance(value, cst.Call) and any(c.transform for c in children):
       try:
-        lift = transforms.lifted(value, file)
+        lift = transforms.lifted(value, file, bound)
       except transforms.Refused as e:
         fail(value, f'{e}: not written yet; port it by hand')
       if lift is None:
         fail(node, f'{children[0].name} is made by a transform the port does not know; port it by hand')
       lifts[site] = (lift, local)
       lift_calls.append(value)
+      if lift.through is not None:
+        lift_calls.append(lift.through)
       continue
     if local is not None:
       if not is_partial_of(value, file):

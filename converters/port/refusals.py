@@ -40,17 +40,24 @@ def refuse_calls_unseen(writer: ClassWriter) -> None:
 def refuse_lifted_methods(writer: ClassWriter) -> None:
   """Refuses methods Linen runs under a lifted transform, called or not
   (the port writes no other), but Linen's scan over the inputs of a
-  compact `__call__` where the writer writes it (`writes_method_scan`)."""
+  compact `__call__` and its remat, where the writer writes them
+  (`writes_lifted_call`)."""
+  def written(d: cst.Decorator) -> bool:
+    return transforms.is_method_scan(d, writer.file) or transforms.is_method_remat(d, writer.file)
+
+  def lifted_by(d: cst.Decorator) -> bool:
+    return written(d) or references.linen_transform(d.decorator, writer.file) is not None
+
   lifted = {m for i in writer.instances for m in i.lifted_methods}
   for statement in writer.cdef.body.body:
     if isinstance(statement, cst.FunctionDef) and statement is not writer.call and any(
-        transforms.is_method_scan(d, writer.file) or references.linen_transform(d.decorator, writer.file)
-        for d in statement.decorators):
+        lifted_by(d) for d in statement.decorators):
       lifted.add(statement.name.value)
-  if lifted - {'__call__'} or (lifted and not (writer.scans_call and writer.writes_method_scan)):
+  writes = writer.writes_lifted_call and all(written(d) for d in writer.call.decorators if lifted_by(d))
+  if lifted - {'__call__'} or (lifted and not writes):
     writer.fail(writer.call if '__call__' in lifted else writer.cdef,
                 f'{", ".join(sorted(lifted))} decorated with a lifted transform the port does not write '
-                '(it writes nn.scan over the inputs of a compact __call__); port it by hand')
+                '(it writes nn.scan over the inputs of a compact __call__ and nn.remat of it); port it by hand')
 
 
 def refuse_merged_flags_off(writer: ClassWriter) -> None:

@@ -32,13 +32,16 @@ over it, each layer under `nnx.remat`:
 What this writes: `nn.scan` with every variable collection on axis 0,
 `params` split, the arguments after the carry broadcast (`in_axes=nn.broadcast`),
 a `length`; `nn.remat` under it or alone, with `prevent_cse`, `policy` or
-`static_argnums` (the arguments it names closed over). Anything else
-(`nn.vmap`, scanned inputs, other axes) is refused.
+`static_argnums` (the arguments it names closed over). Of a method, Linen's
+scan over its inputs (`method_scan`) and its remat (`method_remat`).
+Anything else (`nn.vmap`, scanned inputs, other axes) is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import libcst as cst
 
@@ -74,6 +77,9 @@ class Lifted:
   #: `nn.remat`'s `static_argnums`: the module is argument 0, its first
   #: input 1.
   static_argnums: tuple[int, ...] = ()
+  #: The remat a scanned local is bound to (`block = nn.remat(Block)`), a
+  #: statement the port leaves out as it does the scan's.
+  through: cst.Call | None = None
 
 
 def _keywords(call: cst.Call, allowed: set[str], what: str) -> dict[str, cst.BaseExpression]:
@@ -87,9 +93,12 @@ def _keywords(call: cst.Call, allowed: set[str], what: str) -> dict[str, cst.Bas
   return values
 
 
-def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
+def lifted(call: cst.Call, file: source.SourceFile,
+           bound: Mapping[str, cst.BaseExpression | None] = MappingProxyType({})) -> Lifted | None:
   """`call` read as a lifted transform of a class, None if it is no
-  `nn.scan` / `nn.remat` call; raises `Refused` for one this does not write."""
+  `nn.scan` / `nn.remat` call; raises `Refused` for one this does not write.
+  A scan of a local (`nn.scan(block, ...)`) reads the remat it is `bound` to
+  (`block = nn.remat(Block, ...)`, big_vision's)."""
   def transform_of(node) -> str | None:
     return references.linen_transform(node, file) if isinstance(node, cst.Call) else None
 
@@ -105,6 +114,7 @@ def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
   remat = None
   broadcast = False
   inner = call
+  through = None
   if scan:
     keywords = _keywords(call, _SCAN_KEYWORDS, 'nn.scan')
     _check_scan(keywords, file)
@@ -114,6 +124,8 @@ def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
     partition = _partition(keywords.get('metadata_params'), file)
     broadcast = 'in_axes' in keywords
     inner = call.args[0].value
+    if isinstance(inner, cst.Name) and transform_of(bound.get(inner.value)) in ('remat', 'checkpoint'):
+      inner = through = bound[inner.value]
     if transform_of(inner) is not None:
       if transform_of(inner) not in ('remat', 'checkpoint'):
         raise Refused(f'nn.scan of nn.{transform_of(inner)}')
@@ -128,7 +140,7 @@ def lifted(call: cst.Call, file: source.SourceFile) -> Lifted | None:
   target = inner.args[0].value
   if transform_of(target) is not None:
     raise Refused('nn.remat of a transformed module')
-  return Lifted(target, scan, length, partition, remat, scan and broadcast, static)
+  return Lifted(target, scan, length, partition, remat, scan and broadcast, static, through)
 
 
 def _static_argnums(value: cst.BaseExpression | None) -> tuple[int, ...]:
@@ -218,7 +230,9 @@ def call_function(lift: Lifted, function: str, carry: str, module: str, call: cs
     decorators.append(cst.Decorator(syntax.expression(
         f'nnx.scan(in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0){_metadata(lift.partition)})')))
   if lift.remat is not None:
-    remat = cst.Call(syntax.expression('nnx.remat'), syntax.normalised(list(lift.remat))) if lift.remat \
+    # On one line: the decorator is no longer the multi-line call Linen's was.
+    arguments = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in lift.remat]
+    remat = cst.Call(syntax.expression('nnx.remat'), syntax.normalised(arguments)) if lift.remat \
         else syntax.expression('nnx.remat')
     decorators.append(cst.Decorator(remat))
   params = [cst.Param(cst.Name(carry)), cst.Param(cst.Name(module))] if carry else [cst.Param(cst.Name(module))]
@@ -243,6 +257,39 @@ def is_method_scan(decorator: cst.Decorator, file: source.SourceFile) -> bool:
     return False
   target = node.args[0].value
   return file.linen_path(target) in (('scan',), ('transforms', 'scan'))
+
+
+_REMAT_PATHS = (('remat',), ('checkpoint',), ('transforms', 'remat'), ('transforms', 'checkpoint'))
+
+
+def is_method_remat(decorator: cst.Decorator, file: source.SourceFile) -> bool:
+  """Whether `decorator` is Linen's remat of the method it decorates:
+  `nn.remat` (`nn.checkpoint`), or `functools.partial` of it."""
+  node = decorator.decorator
+  if isinstance(node, cst.Call) and references.dotted(node.func) in (['functools', 'partial'], ['partial']) \
+      and node.args and node.args[0].keyword is None:
+    node = node.args[0].value
+  return file.linen_path(node) in _REMAT_PATHS
+
+
+def method_remat(decorator: cst.Decorator, linen: cst.FunctionDef, ported: cst.FunctionDef) -> cst.Decorator:
+  """Linen's remat of a method as NNX's (`nnx.remat`, its keywords kept),
+  which counts the module as argument 0 too: `static_argnums` name the
+  arguments of `linen` they named, numbered in `ported`'s signature (one
+  the port dropped, a mode flag, named no more)."""
+  node = decorator.decorator
+  keywords = _keywords(node, _REMAT_KEYWORDS, 'nn.remat of a method') if isinstance(node, cst.Call) else {}
+  static = _static_argnums(keywords.pop('static_argnums', None))
+  names = [p.name.value for p in linen.params.params]
+  if any(i >= len(names) for i in static):
+    raise Refused('nn.remat of a method with static_argnums past its positional arguments')
+  kept = [p.name.value for p in ported.params.params]
+  renumbered = [kept.index(names[i]) for i in static if names[i] in kept]
+  code = cst.Module([]).code_for_node
+  arguments = [f'{name}={code(value)}' for name, value in keywords.items()]
+  if renumbered:
+    arguments.append(f'static_argnums={syntax.tuple_source(str(i) for i in renumbered)}')
+  return cst.Decorator(syntax.expression(f'nnx.remat({", ".join(arguments)})' if arguments else 'nnx.remat'))
 
 
 def method_scan(decorator: cst.Decorator, method: cst.FunctionDef, file: source.SourceFile) -> cst.Decorator:

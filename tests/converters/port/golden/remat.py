@@ -2,10 +2,14 @@
 rematerialised class, their mode flag static (`static_argnums=(2,)`, the
 module counted as argument 0), a user's module under `nn.remat` with
 `prevent_cse=False`, and a Flax layer under it (`CheckpointDense_0`, Linen's
-name for it). Each is called through a function under `nnx.remat`, its
-first input passed and the rest closed over (constants of it, as
-`static_argnums` made them of Linen's); the layer's attribute is named for
-what it is (`dense`)."""
+name for it), and a `__call__` decorated with `nn.remat`. Each module is
+called through a function under `nnx.remat`, its first input passed and the
+rest closed over (constants of it, as `static_argnums` made them of
+Linen's); the layer's attribute is named for what it is (`dense`). The
+decorated `__call__` is NNX's remat of the method, its static arguments
+numbered in the signature left once the mode flag is gone."""
+
+import functools
 
 import jax.numpy as jnp
 from flax import linen as nn
@@ -19,6 +23,14 @@ class Block(nn.Module):
     return nn.Dropout(0.1)(nn.relu(nn.Dense(x.shape[-1])(x)), deterministic)
 
 
+class Scaled(nn.Module):
+  @functools.partial(nn.remat, static_argnums=(2, 3), prevent_cse=False)
+  @nn.compact
+  def __call__(self, x, deterministic=True, double=False):
+    y = nn.Dropout(0.1)(nn.Dense(x.shape[-1])(x), deterministic)
+    return 2 * y if double else y
+
+
 class Encoder(nn.Module):
   depth: int = 2
 
@@ -28,6 +40,7 @@ class Encoder(nn.Module):
     for i in range(self.depth):
       x = block(name=f'block_{i}')(x, deterministic)
     x = nn.remat(Block, prevent_cse=False, static_argnums=(2,))(name='last')(x, deterministic)
+    x = Scaled(name='scaled')(x, deterministic, True)
     return nn.remat(nn.Dense)(3)(nn.LayerNorm(name='norm')(x))
 
 

@@ -23,6 +23,17 @@ class Block(nnx.Module):
     return self.dropout(nnx.relu(self.dense(x)))
 
 
+class Scaled(nnx.Module):
+  def __init__(self, *, in_features: int, rngs: nnx.Rngs):
+    self.dropout = nnx.Dropout(0.1, rngs=rngs)
+    self.dense = nnx.Linear(in_features, in_features, rngs=rngs)
+
+  @nnx.remat(prevent_cse=False, static_argnums=(2,))
+  def __call__(self, x, double=False):
+    y = self.dropout(self.dense(x))
+    return 2 * y if double else y
+
+
 class Encoder(nnx.Module):
 
   def __init__(self, depth: int = 2, *, in_features: int, rngs: nnx.Rngs):
@@ -30,6 +41,7 @@ class Encoder(nnx.Module):
     for i in range(depth):
       self.blocks.append(Block(in_features=in_features, rngs=rngs))
     self.last = Block(in_features=in_features, rngs=rngs)
+    self.scaled = Scaled(in_features=in_features, rngs=rngs)
     self.dense = nnx.Linear(in_features, 3, rngs=rngs)
     self.norm = nnx.LayerNorm(in_features, rngs=rngs)
 
@@ -47,6 +59,7 @@ class Encoder(nnx.Module):
       return layer(x)
 
     x = run_last(x, self.last)
+    x = self.scaled(x, True)
 
     @nnx.remat
     def run_dense(carry, layer):

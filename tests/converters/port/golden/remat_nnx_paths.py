@@ -16,4 +16,6 @@ PATHS = PathMapping([
     PathRule('last/Dense_0/kernel', 'last/dense/kernel'),
     PathRule('norm/bias', 'norm/bias'),
     PathRule('norm/scale', 'norm/scale'),
+    PathRule('scaled/Dense_0/bias', 'scaled/dense/bias'),
+    PathRule('scaled/Dense_0/kernel', 'scaled/dense/kernel'),
 ])
