@@ -118,6 +118,7 @@ PUBLIC = [
     ('wmt', 'make', "Flax's wmt Transformer", 'google/flax examples/wmt/models.py'),
     ('seq2seq', 'make', "Flax's seq2seq", 'google/flax examples/seq2seq/models.py'),
     ('bv', 'make_gap', "big_vision's ViT (gap)", 'google-research/big_vision big_vision/'),
+    ('bv', 'make_scan', "big_vision's ViT (scanned, nn.remat)", 'google-research/big_vision big_vision/'),
     ('gemma', 'make', 'gemma', 'google-deepmind/gemma gemma/ (v2.0.8)'),
     ('vivit', 'make', "scenic's ViViT", 'google-research/scenic scenic/ (with DIR/vivit/_shims)'),
 ]
@@ -246,6 +247,11 @@ from big_vision.models import vit
 def make_gap():
   model = vit.Model(num_classes=5, patch_size=(8, 8), width=16, depth=2, mlp_dim=32, num_heads=2,
                     pool_type='gap', head_zeroinit=False)
+  return LinenModel(model, jnp.ones((2, 32, 32, 3)), train=False)
+
+def make_scan():
+  model = vit.Model(num_classes=5, patch_size=(8, 8), width=16, depth=2, mlp_dim=32, num_heads=2,
+                    pool_type='gap', head_zeroinit=False, scan=True)
   return LinenModel(model, jnp.ones((2, 32, 32, 3)), train=False)
 """,
     'gemma': """
