@@ -21,7 +21,7 @@ class UntracedCreation(Untranslatable):
 
 
 class PortOutputError(ValueError):
-  """A file the port would write is one it reads."""
+  """A file the port would write is one it reads, or in no directory."""
 
 
 class PortInputError(ValueError):

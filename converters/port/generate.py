@@ -407,6 +407,10 @@ def port(linen_model: LinenModel, out: str, *, factory: str = '', test_out: str 
   then proves it. `factory` is how the test file gets the Linen model
   (`pkg.module:function`)."""
   start = time.perf_counter()
+  for path in (out, test_out):
+    parent = os.path.dirname(os.path.abspath(path)) if path is not None else None
+    if parent is not None and not os.path.isdir(parent):
+      raise PortOutputError(f'{path}: the directory {parent} does not exist; create it first')
   module_name = _import_name(out)
   test_name = os.path.basename(test_out) if test_out else ''
   result, ports = write(linen_model, factory=factory, module_name=module_name, test_name=test_name)

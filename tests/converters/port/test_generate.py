@@ -797,6 +797,18 @@ def test_a_port_never_writes_over_its_source(tmp_path):
   assert open(source).read() == before
 
 
+def test_a_port_into_a_missing_directory_is_refused_before_it_traces(tmp_path, monkeypatch):
+  from converters.port import PortOutputError, generate
+
+  monkeypatch.setattr(generate, 'write', lambda *a, **k: pytest.fail('traced before the path was checked'))
+  for out, test_out in ((tmp_path / 'missing' / 'x_nnx.py', None),
+                        (tmp_path / 'x_nnx.py', tmp_path / 'missing' / 'test_x.py')):
+    with pytest.raises(PortOutputError, match='does not exist; create it first'):
+      generate.port(linen_models.stack(), str(out), factory=f'{FACTORIES}:stack',
+                    test_out=str(test_out) if test_out else None)
+  assert list(tmp_path.iterdir()) == []
+
+
 def test_the_written_test_runs_without_the_port_extra():
   # What the test file imports must not need libcst (the `port` extra):
   # users' CI runs it where only the kit is installed.
