@@ -194,7 +194,8 @@ def _without_dead_fields(node: cst.ClassDef, fields: list[str]) -> cst.ClassDef:
         read.update(fields if n.attr.value == '__dict__' else {n.attr.value})
 
     def visit_Call(self, n):
-      if isinstance(n.func, cst.Name) and n.func.value in ('getattr', 'vars', 'setattr'):
+      if isinstance(n.func, cst.Name) and n.func.value in ('getattr', 'vars', 'setattr') \
+          and not _of_another_object(n):
         read.update(fields)
 
   node.visit(Reads())
@@ -208,6 +209,15 @@ def _without_dead_fields(node: cst.ClassDef, fields: list[str]) -> cst.ClassDef:
       return updated
 
   return node.visit(Drop()) if dead else node
+
+
+def _of_another_object(call: cst.Call) -> bool:
+  """Whether `getattr(...)` (`vars`, `setattr`) reads a name that is not
+  `self` nor under it: `getattr(jax.checkpoint_policies, self.policy)`."""
+  first = call.args[0].value if call.args and not call.args[0].star else None
+  while isinstance(first, cst.Attribute):
+    first = first.value
+  return isinstance(first, cst.Name) and first.value != 'self'
 
 
 def _is_field_assignment(assign: cst.Assign, fields) -> bool:

@@ -30,7 +30,6 @@ class Block(nnx.Module):
 class Encoder(nnx.Module):
 
   def __init__(self, depth: int = 2, remat_policy: str = 'nothing_saveable', *, in_features: int, rngs: nnx.Rngs):
-    self.depth = depth
     self.remat_policy = remat_policy
     @nnx.split_rngs(splits=depth)
     @nnx.vmap(in_axes=(0,), out_axes=0)
