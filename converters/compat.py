@@ -53,6 +53,7 @@ from typing import Any
 import flax
 import jax
 import numpy as np
+from jax._src import config as _jax_config
 from jax._src.interpreters import partial_eval
 from jax._src.lax import lax as _LAX
 
@@ -147,9 +148,10 @@ def one_ceiling_form():
       _LAX._ceil_divide = original
 
 
-#: The setting `trace_caches_missed` changes: part of every trace cache's key,
-#: read only to rewrite file names in HLO metadata.
-_CACHE_KEYED_SETTING = 'jax_hlo_source_file_canonicalization_regex'
+#: The setting `trace_caches_missed` changes, set for this thread only (as
+#: its context manager sets it): part of every trace cache's key, read only
+#: to rewrite file names in HLO metadata.
+_CACHE_KEYED_SETTING = getattr(_jax_config, 'hlo_source_file_canonicalization_regex', None)
 _CACHE_MISSES = itertools.count()
 
 
@@ -157,19 +159,16 @@ _CACHE_MISSES = itertools.count()
 def trace_caches_missed():
   """Within the context, JAX's trace caches miss what was traced before it,
   and each call of the function it yields makes them miss from then on (a
-  function traced before is traced again); JAX's setting is restored on
-  exit."""
-  original = getattr(jax.config, _CACHE_KEYED_SETTING)
+  function traced before is traced again), on this thread; JAX's setting is
+  as it was on exit."""
+  with contextlib.ExitStack() as settings:
 
-  def miss() -> None:
-    # `(?!)` matches nothing: file names are left as they are.
-    jax.config.update(_CACHE_KEYED_SETTING, f'(?!)miss{next(_CACHE_MISSES)}')
+    def miss() -> None:
+      # `(?!)` matches nothing: file names are left as they are.
+      settings.enter_context(_CACHE_KEYED_SETTING(f'(?!)miss{next(_CACHE_MISSES)}'))
 
-  try:
     miss()
     yield miss
-  finally:
-    jax.config.update(_CACHE_KEYED_SETTING, original)
 
 
 def distributed_client():

@@ -496,6 +496,60 @@ def without_linen_dropout(next_fun, args, kwargs, context):
   return next_fun(*args, **kwargs)
 
 
+class DropoutActing:
+  """The rates of Flax's dropout layers (`Dropout`, multi-head attention's)
+  that act during a traced call of each side, in training: a layer told
+  `deterministic=True` at its call, or built so, does not. Compared as
+  sets of `(kind, rate)`: a port may call one `Dropout` where Linen has
+  several."""
+
+  def __init__(self):
+    self.seen: dict[str, set[tuple[str, float]]] = {'Linen': set(), 'NNX': set()}
+
+  def _record(self, side: str, kind: str, rate: float, call_flag, built_flag) -> None:
+    deterministic = built_flag if call_flag is None else call_flag
+    if rate > 0 and isinstance(deterministic, (bool, np.bool_)) and not deterministic:
+      self.seen[side].add((kind, float(rate)))
+
+  def linen(self, next_fun, args, kwargs, context):
+    """An interceptor recording Linen's layers."""
+    module = context.module
+    if context.method_name == '__call__' and isinstance(module, nn.Dropout):
+      flag = kwargs.get('deterministic', args[1] if len(args) > 1 else None)
+      self._record('Linen', 'Dropout', module.rate, flag, module.deterministic)
+    elif context.method_name == '__call__' and isinstance(module, nn.MultiHeadDotProductAttention):
+      self._record('Linen', 'attention', module.dropout_rate, kwargs.get('deterministic'), module.deterministic)
+    return next_fun(*args, **kwargs)
+
+  @contextlib.contextmanager
+  def nnx(self) -> Iterator[None]:
+    """Within the context, NNX's layers are recorded at their calls."""
+    dropout, attention = nnx.Dropout.__call__, nnx.MultiHeadAttention.__call__
+
+    def dropout_call(module, *args, **kwargs):
+      self._record('NNX', 'Dropout', module.rate, kwargs.get('deterministic'), module.deterministic)
+      return dropout(module, *args, **kwargs)
+
+    def attention_call(module, *args, **kwargs):
+      self._record('NNX', 'attention', module.dropout_rate, kwargs.get('deterministic'), module.deterministic)
+      return attention(module, *args, **kwargs)
+
+    with patched(nnx.Dropout, '__call__', dropout_call), patched(nnx.MultiHeadAttention, '__call__', attention_call):
+      yield
+
+  def rows(self) -> list:
+    """A row for each kind whose acting rates differ."""
+    rows = []
+    for kind in ('Dropout', 'attention'):
+      theirs, ours = ({r for k, r in self.seen[side] if k == kind} for side in ('Linen', 'NNX'))
+      if theirs != ours:
+        show = lambda rates: ', '.join(map(str, sorted(rates))) or 'none'
+        rows.append(['train-mode outputs', f'{kind} acting in training',
+                     f'Linen at rates {show(theirs)}; NNX at {show(ours)} (a layer told deterministic=True '
+                     'at its call, or built so, does not act: give the port the original\'s modes)'])
+    return rows
+
+
 def without_nnx_dropout(model: nnx.Module) -> None:
   """`model`'s dropout left out, in place, as `without_linen_dropout`
   leaves Linen's out, whatever `deterministic=` their calls are given:
@@ -544,13 +598,18 @@ def _training_step(linen_module, linen_variables, model, inputs, *, linen_kwargs
   graphdef, state = nnx.split(model)
   mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
   on = lambda side: lambda held, *xs: side(held, *rebuild(*xs)[0], **rebuild(*xs)[1])
-  traced = [
-      jax.make_jaxpr(mapped(on(linen_in_order)))(linen_variables, *arrays),
-      jax.make_jaxpr(mapped(lambda s, *xs: on(nnx_in_order)(nnx.merge(graphdef, s), *xs)))(state, *arrays),
-  ]
+  acting = DropoutActing()
+  with nn.intercept_methods(acting.linen), acting.nnx():
+    traced = [
+        jax.make_jaxpr(mapped(on(linen_in_order)))(linen_variables, *arrays),
+        jax.make_jaxpr(mapped(lambda s, *xs: on(nnx_in_order)(nnx.merge(graphdef, s), *xs)))(state, *arrays),
+    ]
   if any(runs_a_scan(t) for t in traced):
     # Flax's dropout layers left out; the model's own draws (a word dropout
-    # of its own) still drawn in order on both sides.
+    # of its own) still drawn in order on both sides. Which of them act in
+    # training, compared apart: the step no longer shows it.
+    if acting.rows():
+      return acting.rows()
     without_nnx_dropout(model)
     linen_call = _linen_call(linen_module, linen_variables, linen_kwargs, without_linen_dropout)
   return _compare_call(

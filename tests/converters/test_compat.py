@@ -183,3 +183,24 @@ def test_trace_caches_missed_traces_again_after_each_miss_and_restores_jax():
   assert jax.config.jax_hlo_source_file_canonicalization_regex == before
   jax.make_jaxpr(program)(jnp.ones(3))
   assert len(ran) == 3  # JAX's setting back: the cache from before the context answers
+
+
+def test_trace_caches_missed_keeps_to_its_thread_and_a_setting_given_there():
+  from jax._src import config as jax_config
+
+  layer, ran = _checkpointed_layer()
+  setting = jax_config.hlo_source_file_canonicalization_regex
+  before = jax.config.jax_hlo_source_file_canonicalization_regex
+  seen_elsewhere = []
+  with setting('users_own'):
+    jax.make_jaxpr(layer)(jnp.ones(3))
+    with compat.trace_caches_missed():
+      jax.make_jaxpr(layer)(jnp.ones(3))
+      assert len(ran) == 2  # missed under the user's own setting too
+      thread = threading.Thread(
+          target=lambda: seen_elsewhere.append(jax.config.jax_hlo_source_file_canonicalization_regex))
+      thread.start()
+      thread.join()
+    assert jax.config.jax_hlo_source_file_canonicalization_regex == 'users_own'
+  assert seen_elsewhere == [before]  # another thread's JAX untouched
+  assert jax.config.jax_hlo_source_file_canonicalization_regex == before

@@ -465,6 +465,46 @@ class NNXAttentionMode(nnx.Module):
     return jax.lax.scan(lambda c, _: (jnp.tanh(c), None), x, None, length=2)[0]
 
 
+class LinenNeverDropping(LinenAttentionMode):
+  """Its attention and dropout told `deterministic=True` at their calls,
+  in training too: their rates never act."""
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.MultiHeadDotProductAttention(num_heads=2, dropout_rate=0.5, name='attn')(x, x, deterministic=True)
+    x = nn.Dropout(0.5)(x, deterministic=True)
+    if not self.deterministic:
+      x = x + jax.random.normal(self.make_rng('noise'), x.shape)
+    return jax.lax.scan(lambda c, _: (jnp.tanh(c), None), x, None, length=2)[0]
+
+
+class NNXDropping(NNXAttentionMode):
+  """Its attention and dropout act in training: the rates alike, the modes not."""
+
+  def __init__(self, rngs: nnx.Rngs, kind: str):
+    super().__init__(rngs)
+    self.dropout = nnx.Dropout(0.5, rngs=rngs)
+    self.kind = kind
+
+  def __call__(self, x):
+    x = self.attn(x, x, deterministic=self.deterministic if self.kind == 'attention' else True)
+    x = self.dropout(x, deterministic=self.deterministic if self.kind == 'dropout' else True)
+    if not self.deterministic:
+      x = x + jax.random.normal(self.rngs.noise(), x.shape)
+    return jax.lax.scan(lambda c, _: (jnp.tanh(c), None), x, None, length=2)[0]
+
+
+@pytest.mark.parametrize('kind', ['attention', 'dropout'])
+def test_dropout_acting_only_in_the_port_is_refused_around_a_scan(kind):
+  # Around a scan the step leaves Flax's dropout out on both sides: which
+  # layers act in training is compared apart, or this port would be proven.
+  x = jnp.sin(jnp.arange(2.0 * 3 * OUT)).reshape(2, 3, OUT)
+  linen_variables = LinenNeverDropping().init(jax.random.key(0), x)
+  with pytest.raises(AssertionError, match=f'{kind.capitalize() if kind == "dropout" else kind} acting in training'):
+    assert_port_equivalent(LinenNeverDropping(), linen_variables, NNXDropping(nnx.Rngs(0, noise=1), kind), x,
+                           atol=1e-5, linen_train_module=LinenNeverDropping(deterministic=False))
+
+
 def test_attention_told_its_mode_at_its_call_trains_without_dropout_around_a_scan():
   x = jnp.sin(jnp.arange(2.0 * 3 * OUT)).reshape(2, 3, OUT)
   linen_variables = LinenAttentionMode().init(jax.random.key(0), x)
