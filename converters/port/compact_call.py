@@ -108,16 +108,25 @@ class _CallBody(cst.CSTTransformer):
     if original.func in writer.node_sites:
       site = writer.node_sites[original.func]
       if site in writer.lifts:
-        function, call = lifted_calls.lifted_call(writer, original, updated, site)
-        self.pending.append(function)
-        return call
+        return self._pend(*lifted_calls.lifted_call(writer, original, updated, site))
       return writer.mode_flags.without_arguments(original, updated, writer.sites[site][1][0])
     if (made := writer.creation_named(original.func)) is not None:
       # `block = Block(...)` then `block(x, deterministic)`: the module it names.
       site = writer.node_sites[made]
       if site not in writer.lifts:
         return writer.mode_flags.without_arguments(original, updated, writer.sites[site][1][0])
+      if not writer.lifts[site][0].scan:  # `b = nn.remat(Block)(...)`, then `b(x)`: under nnx.remat
+        return self._pend(*lifted_calls.lifted_call(writer, original, updated, site))
     return updated
+
+  def _pend(self, function: cst.FunctionDef, call: cst.Call) -> cst.Call:
+    """`call`, `function` written before the statement; renamed where the
+    statement calls another of that name (`shared(shared(x) + 1)`)."""
+    name, taken = function.name.value, {f.name.value for f in self.pending}
+    while name in taken:
+      name += '_'
+    self.pending.append(function.with_changes(name=cst.Name(name)))
+    return call.with_changes(func=cst.Name(name))
 
   def leave_For(self, original, updated):
     return self.reads.loop(original, updated)

@@ -1,7 +1,7 @@
 """`nn.remat` of a module outside a scan: blocks made in a loop through one
 rematerialised class, their mode flag static (`static_argnums=(2,)`, the
 module counted as argument 0), a user's module under `nn.remat` with
-`prevent_cse=False`, and a Flax layer under it (`CheckpointDense_0`, Linen's
+`prevent_cse=False`, one bound to a local and called twice, and a Flax layer under it (`CheckpointDense_0`, Linen's
 name for it), and a `__call__` decorated with `nn.remat`. Each module is
 called through a function under `nnx.remat`, its first input passed and the
 rest closed over (constants of it, as `static_argnums` made them of
@@ -41,6 +41,8 @@ class Encoder(nn.Module):
       x = block(name=f'block_{i}')(x, deterministic)
     x = nn.remat(Block, prevent_cse=False, static_argnums=(2,))(name='last')(x, deterministic)
     x = Scaled(name='scaled')(x, deterministic, True)
+    shared = nn.remat(Block, static_argnums=(2,))(name='shared')  # one module, called twice
+    x = shared(shared(x, deterministic) + 1.0, deterministic)
     return nn.remat(nn.Dense)(3)(nn.LayerNorm(name='norm')(x))
 
 

@@ -42,6 +42,7 @@ class Encoder(nnx.Module):
       self.blocks.append(Block(in_features=in_features, rngs=rngs))
     self.last = Block(in_features=in_features, rngs=rngs)
     self.scaled = Scaled(in_features=in_features, rngs=rngs)
+    self.shared = Block(in_features=in_features, rngs=rngs)
     self.dense = nnx.Linear(in_features, 3, rngs=rngs)
     self.norm = nnx.LayerNorm(in_features, rngs=rngs)
 
@@ -60,6 +61,17 @@ class Encoder(nnx.Module):
 
     x = run_last(x, self.last)
     x = self.scaled(x, True)
+    shared = self.shared  # one module, called twice
+
+    @nnx.remat
+    def run_shared(x, layer):
+      return layer(x)
+
+    @nnx.remat
+    def run_shared_(carry, layer):
+      return layer(carry)
+
+    x = run_shared_(run_shared(x, shared) + 1.0, shared)
 
     @nnx.remat
     def run_dense(carry, layer):

@@ -18,4 +18,6 @@ PATHS = PathMapping([
     PathRule('norm/scale', 'norm/scale'),
     PathRule('scaled/Dense_0/bias', 'scaled/dense/bias'),
     PathRule('scaled/Dense_0/kernel', 'scaled/dense/kernel'),
+    PathRule('shared/Dense_0/bias', 'shared/dense/bias'),
+    PathRule('shared/Dense_0/kernel', 'shared/dense/kernel'),
 ])
