@@ -174,3 +174,23 @@ def untraced_branches(writer: ClassWriter) -> dict[cst.CSTNode, UntracedBranch]:
     if why is not None:
       found[block] = dataclasses.replace(branch, refused=why)
   return found
+
+
+class RaisingUntracedBranches(cst.CSTTransformer):
+  """A transformer of a writer's method that leaves the branches no
+  configuration took unvisited and writes them to raise, saying so, rather
+  than make the Linen modules written in them. Subclasses set `writer`."""
+
+  writer: ClassWriter
+
+  def on_visit(self, node) -> bool:
+    return node not in self.writer.untraced_branches and super().on_visit(node)
+
+  def leave_If(self, original, updated):
+    writer = self.writer
+    if original.body in writer.untraced_branches:
+      updated = updated.with_changes(body=writer.untraced_raise(original.body))
+    if original.orelse in writer.untraced_branches:
+      updated = updated.with_changes(orelse=updated.orelse.with_changes(
+          body=writer.untraced_raise(original.orelse)))
+    return updated

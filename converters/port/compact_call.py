@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from converters.port import (
+  branches,
   lifted_calls,
   linen_api,
   module_reads,
@@ -55,7 +56,7 @@ def _remat(writer: CompactWriter, decorator: cst.Decorator, method: cst.Function
     writer.fail(decorator, f'{e}: not written yet; port it by hand')
 
 
-class _CallBody(cst.CSTTransformer):
+class _CallBody(branches.RaisingUntracedBranches):
   """The compact method rewritten as `__call__`, but for its signature."""
 
   def __init__(self, writer: CompactWriter, reads: module_reads.ModuleReads):
@@ -65,18 +66,6 @@ class _CallBody(cst.CSTTransformer):
     self.factory_values = set(writer.factories.values()) | set(writer.lift_calls)
     self.shared = {shared.statement for shared in writer.shared_scopes.values()}
     self.pending: list[cst.FunctionDef] = []  # functions the statement being rewritten calls
-
-  def on_visit(self, node) -> bool:
-    return node not in self.writer.untraced_branches and super().on_visit(node)
-
-  def leave_If(self, original, updated):
-    writer = self.writer
-    if original.body in writer.untraced_branches:
-      updated = updated.with_changes(body=writer.untraced_raise(original.body))
-    if original.orelse in writer.untraced_branches:
-      updated = updated.with_changes(orelse=updated.orelse.with_changes(
-          body=writer.untraced_raise(original.orelse)))
-    return updated
 
   def leave_SimpleStatementLine(self, original, updated):
     # `norm = partial(nn.BatchNorm, ...)`, `blocks = nn.scan(...)`: their

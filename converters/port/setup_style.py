@@ -23,7 +23,7 @@ import re
 
 import libcst as cst
 
-from converters.port import classes, references, syntax, tracing, variables
+from converters.port import branches, classes, references, syntax, tracing, variables
 
 
 class SetupWriter(classes.ClassWriter):
@@ -191,24 +191,12 @@ def _is_docstring(statement) -> bool:
   )
 
 
-class _SetupBody(cst.CSTTransformer):
+class _SetupBody(branches.RaisingUntracedBranches):
   """`setup`'s body as `__init__`'s: NNX creations, lists, Variables."""
 
   def __init__(self, writer: SetupWriter):
     self.writer = writer
 
-  def on_visit(self, node) -> bool:
-    return node not in self.writer.untraced_branches and super().on_visit(node)
-
-  def leave_If(self, original, updated):
-    # A branch no configuration took raises, saying so, rather than make
-    # the Linen modules written in it.
-    writer = self.writer
-    if original.body in writer.untraced_branches:
-      updated = updated.with_changes(body=writer.untraced_raise(original.body))
-    if original.orelse in writer.untraced_branches:
-      updated = updated.with_changes(orelse=updated.orelse.with_changes(body=writer.untraced_raise(original.orelse)))
-    return updated
 
   def leave_Call(self, original, updated):
     writer = self.writer
