@@ -226,7 +226,7 @@ class _Copies:
     for statement in file.module.body:
       for name in syntax.bound_names(statement):
         defined[name] = statement  # the last binding: what the module holds
-    wanted = set().union(*(source.names_in(n) for f, n in self.nodes if f is file))
+    wanted = set().union(*(source.free_names(n) for f, n in self.nodes if f is file))
     seen: set[str] = set()
     while wanted - seen:
       name = (wanted - seen).pop()
@@ -240,7 +240,7 @@ class _Copies:
         self.imported.append(f'from {file.python_module.__name__} import {name}\n')
         continue
       self.chosen[id(statement)] = statement
-      wanted |= source.names_in(self.rewritten.get(name, statement))
+      wanted |= source.free_names(self.rewritten.get(name, statement))
     return seen
 
   def _write_for_nnx(self, file: source.SourceFile) -> bool:

@@ -17,7 +17,7 @@ import types
 
 import libcst as cst
 from flax import linen as nn
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import BuiltinScope, GlobalScope, MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from converters.port import tracing
 
@@ -228,3 +228,20 @@ def names_in(node: cst.CSTNode) -> set[str]:
 
   node.visit(Visitor())
   return found
+
+
+def free_names(node: cst.CSTNode) -> set[str]:
+  """The names `node` (a class, function or statement of a module) reads
+  from its module or builtins: those of `names_in` less what it binds in a
+  scope of its own (a method's local `h` is not the module's function `h`)."""
+  wrapper = MetadataWrapper(cst.Module([node]) if isinstance(node, cst.BaseStatement) else
+                            cst.Module([cst.SimpleStatementLine([cst.Expr(node)])]))
+  scopes = {s for s in wrapper.resolve(ScopeProvider).values() if s is not None}
+  free = set()
+  for scope in scopes:
+    for access in scope.accesses:
+      if not isinstance(access.node, cst.Name):
+        continue  # a string annotation's or dotted import's parts
+      if all(isinstance(a.scope, (GlobalScope, BuiltinScope)) for a in access.referents):
+        free.add(access.node.value)
+  return free

@@ -1,9 +1,11 @@
-"""`converters.port.source`: how a Linen class's name becomes an attribute's."""
+"""`converters.port.source`: how a Linen class's name becomes an attribute's, and
+which names a definition reads from its module."""
 
 from __future__ import annotations
 
 import os
 
+import libcst as cst
 import pytest
 
 from converters.port import source
@@ -48,3 +50,24 @@ def test_a_class_a_package_re_exports_under_its_own_name_is_read_from_the_file_d
   file = source.file_of(reexporting.Net)
   assert file.path == os.path.realpath(package / '_models.py')
   assert file.class_def(reexporting.Net).name.value == 'Net'
+
+
+def test_free_names_are_those_a_definition_reads_from_its_module():
+  node = cst.parse_module(
+      'class Net(nn.Module):\n'
+      '  size: int = WIDTH\n'
+      '  def __call__(self, x):\n'
+      '    h = nn.Dense(3)(x)\n'
+      '    ys = [h * k for k in range(2)]\n'
+      '    def inner(z):\n'
+      '      return z + helper(z)\n'
+      '    return inner(h) + len(ys)\n'
+  ).body[0]
+  # Locals, parameters, a comprehension's variable, a nested function and
+  # attribute names are not the module's; builtins are read from it.
+  assert source.free_names(node) == {'nn', 'WIDTH', 'int', 'range', 'helper', 'len'}
+
+
+def test_a_local_shadowing_a_module_function_is_not_a_read_of_it():
+  node = cst.parse_module('def f(x):\n  h = x\n  return h\n').body[0]
+  assert 'h' in source.names_in(node) and 'h' not in source.free_names(node)
