@@ -53,6 +53,7 @@ from typing import Any
 import flax
 import jax
 import numpy as np
+from flax.core import tracers
 from jax._src import config as _jax_config
 from jax._src.interpreters import partial_eval
 from jax._src.lax import lax as _LAX
@@ -158,9 +159,13 @@ _CACHE_MISSES = itertools.count()
 @contextlib.contextmanager
 def trace_caches_missed():
   """Within the context, JAX's trace caches miss what was traced before it,
-  and each call of the function it yields makes them miss from then on (a
-  function traced before is traced again), on this thread; JAX's setting is
-  as it was on exit."""
+  on this thread; JAX's setting is as it was on exit. The function it
+  yields is called after each draw of a key: drawn under a trace nested in
+  the one the context began in (a function JAX may answer from a cache at
+  its next call: `jax.jit`, `jax.checkpoint`, NNX's and Linen's
+  transforms), the caches miss from then on, and that function is traced
+  again. A draw in the context's own trace needs no miss, and makes none:
+  each miss retraces every function called after it."""
   with contextlib.ExitStack() as settings:
 
     def miss() -> None:
@@ -168,7 +173,13 @@ def trace_caches_missed():
       settings.enter_context(_CACHE_KEYED_SETTING(f'(?!)miss{next(_CACHE_MISSES)}'))
 
     miss()
-    yield miss
+    began_in = tracers.current_trace()
+
+    def drew() -> None:
+      if tracers.current_trace() != began_in:
+        miss()
+
+    yield drew
 
 
 def distributed_client():

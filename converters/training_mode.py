@@ -78,14 +78,15 @@ def _counted_keys() -> Iterator[Callable[[], jax.Array]]:
   """The n-th call of the function yielded returns `fold_in(KEY, n)`. A
   method NNX's transforms decorated once (`@nnx.remat` on `__call__`) is
   traced through one function, which JAX's trace caches would answer for at
-  its next call, its draws skipped: after each draw they miss."""
+  its next call, its draws skipped: after a draw in such a function they
+  miss (`compat.trace_caches_missed`)."""
   count = [0]
-  with compat.trace_caches_missed() as miss:
+  with compat.trace_caches_missed() as drew:
 
     def next_key() -> jax.Array:
       key = jax.random.fold_in(jax.random.key(DRAW_SEED), count[0])
       count[0] += 1
-      miss()
+      drew()
       return key
 
     yield next_key

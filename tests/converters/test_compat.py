@@ -168,21 +168,40 @@ def test_jax_still_answers_a_trace_of_a_function_traced_alike_from_its_cache():
   assert len(ran) == 1  # the second call and the second trace from the cache, unrun
 
 
-def test_trace_caches_missed_traces_again_after_each_miss_and_restores_jax():
+def test_trace_caches_missed_traces_again_after_a_draw_in_a_nested_trace_and_restores_jax():
   layer, ran = _checkpointed_layer()
   program = lambda x: jnp.cos(layer(x)) * 2
   closed = jax.make_jaxpr(program)(jnp.ones(3))
   before = jax.config.jax_hlo_source_file_canonicalization_regex
-  with compat.trace_caches_missed() as miss:
+  with compat.trace_caches_missed() as drew:
     assert str(jax.make_jaxpr(program)(jnp.ones(3))) == str(closed)  # the same program,
     assert len(ran) == 2  # traced again: what was traced before the context misses
     jax.make_jaxpr(lambda x: layer(layer(x)))(jnp.ones(3))
-    assert len(ran) == 2  # no miss asked for: the cache answers
-    jax.make_jaxpr(lambda x: layer((layer(x), miss())[0]))(jnp.ones(3))
-    assert len(ran) == 3  # after a miss, the second call traced again
+    assert len(ran) == 2  # no draw: the cache answers
+    jax.make_jaxpr(lambda x: layer((layer(x), drew())[0]))(jnp.ones(3))
+    assert len(ran) == 3  # a draw under a trace the context began outside: the second call traced again
   assert jax.config.jax_hlo_source_file_canonicalization_regex == before
   jax.make_jaxpr(program)(jnp.ones(3))
   assert len(ran) == 3  # JAX's setting back: the cache from before the context answers
+
+
+def test_trace_caches_missed_makes_no_miss_for_a_draw_in_its_own_trace():
+  layer, ran = _checkpointed_layer()
+
+  def step(x, draw_in_layer: bool):
+    with compat.trace_caches_missed() as drew:
+      if draw_in_layer:
+        inner = jax.checkpoint(lambda y: (drew(), layer(y))[1])
+        return inner(layer(inner(x)))
+      drew()  # in the trace the context began in: nothing cached holds it
+      y = layer(x)
+      drew()
+      return layer(y)
+
+  jax.make_jaxpr(lambda x: step(x, False))(jnp.ones(3))
+  assert len(ran) == 1  # the layer's second call answered from the cache
+  jax.make_jaxpr(lambda x: step(x, True))(jnp.ones(3))
+  assert len(ran) == 3  # after each of the two draws in a nested trace, the layer traced again
 
 
 def test_trace_caches_missed_keeps_to_its_thread_and_a_setting_given_there():
