@@ -63,7 +63,7 @@ class ClassPort:
     node: the NNX class statement.
     attributes: creation site -> `(attribute, is_list)`: where the modules
       created there live in the NNX class.
-    inputs: the constructor arguments made of input sizes.
+    constructor: what its `__init__` takes (`constructor.ConstructorPlan`).
     modes: `__call__` arguments that became the module's mode -> their value
       in training.
     field_modes: fields that became the module's mode (`deterministic` of a
@@ -78,7 +78,7 @@ class ClassPort:
   cls: type
   node: cst.ClassDef
   attributes: dict[tracing.Site, tuple[str, bool]]
-  inputs: list[constructor.InputParameter]
+  constructor: constructor.ConstructorPlan
   modes: dict[str, bool]
   call_parameters: list[str]
   writer: ClassWriter
@@ -88,6 +88,11 @@ class ClassPort:
   has_cache: bool = False
   #: Module statements written before the class (`default_init = ...`).
   constants: list[cst.SimpleStatementLine] = dataclasses.field(default_factory=list)
+
+  @property
+  def inputs(self) -> tuple[constructor.InputParameter, ...]:
+    """The constructor's parameters made of input sizes."""
+    return self.constructor.inputs
 
   def nnx_path(self, instance: tracing.Created, child: tracing.Created) -> tuple:
     """Where `child` (created by `instance`, any instance of this class) is
@@ -152,8 +157,6 @@ class ClassWriter:
     self.locals = syntax.assigned_once(self.call.body)
     self.mode_flags = mode_flags.ModeFlags(self)
     refusals.refuse_merged_flags_off(self)
-    #: Module statements the class reads (its fields' computed defaults).
-    self.constants: list[cst.SimpleStatementLine] = []
     #: Linen collections other than `intermediates` the class sows into ->
     #: the `nnx.Intermediate` subclass the file defines for each.
     self.sown: dict[str, str] = {}
@@ -329,13 +332,16 @@ class ClassWriter:
         f for f in constructor.declared_fields(self.cdef, self.cls, self.file, self.field_names)
         if f.target.value not in self.mode_flags.fields  # a flag inside a field leaves the field
     ]
-    init, init_cache = assembly.finished_init(self, init_writer.init_method(fields, inputs, init_body), inputs)
+    plan = init_writer.plan(fields, inputs)
+    init = constructor.write_init(plan, init_body, self.method.leading_lines)
+    init, init_cache = assembly.finished_init(self, init, inputs)
     node = assembly.class_def(self, init, init_cache, methods)
     self.mode_flags.check_fields_gone(node, init)
-    return ClassPort(self.cls, node, self.attributes, inputs, self.mode_flags.call, self.params, self,
+    constants = [syntax.statement(f'{c.name} = {c.value}\n').visit(
+        references.LinenReferences(self.file, self.cls, strict=False)) for c in plan.constants]
+    return ClassPort(self.cls, node, self.attributes, plan, self.mode_flags.call, self.params, self,
                      dict(self.mode_flags.fields), assembly.helper_functions(self), init_cache is not None,
-                     [c.visit(references.LinenReferences(self.file, self.cls, strict=False))
-                      for c in self.constants])
+                     constants)
 
   def _own_variables(self) -> dict[cst.Call, variables.OwnVariable]:
     """`self.param(...)` / `self.variable(...)` calls of the method, written;

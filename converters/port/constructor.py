@@ -1,11 +1,15 @@
-"""A port's `__init__`: its parameters (the class's fields with their
-defaults, the sizes it reads off the inputs, the dtypes Linen read off the
-call, `rngs`) and the statements binding them.
+"""A port's `__init__`, in two passes: what it takes (`ConstructorPlan`,
+plain data: the class's fields with their defaults, the sizes it reads off
+the inputs, the dtypes Linen read off the call, `rngs`; the module
+constants its defaults need), decided from the class by `Constructor.plan`;
+then the method written from that plan and the creations' statements
+(`write_init`), a function of them alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -29,7 +33,7 @@ if TYPE_CHECKING:
   from converters.port.classes import ClassWriter
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class InputParameter:
   """A constructor argument made of input sizes: `in_features` (one size) or
   `<argument>_shape` (the shape of one example of the argument at `index`,
@@ -41,6 +45,61 @@ class InputParameter:
   ndim: int
   whole_shape: bool
   with_batch: bool = False
+
+
+class ParameterKind(enum.Enum):
+  """What a parameter of the port's constructor stands for."""
+
+  FIELD = 'a field of the Linen class'  # positional, with the field's default
+  INPUT = 'sizes of an input'  # Linen read them off the call (`InputParameter`)
+  DTYPE = 'the dtype of a value of the call'  # Linen made variables in it
+  RNGS = 'the random streams'
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstructorParameter:
+  """One parameter of `__init__`: its annotation and default as source."""
+
+  name: str
+  kind: ParameterKind
+  annotation: str | None = None
+  default: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleConstant:
+  """`name = value` before the class: a default Linen computes once, with
+  the class (`normal(stddev=0.1)`), as Flax's layers read theirs."""
+
+  name: str
+  value: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstructorPlan:
+  """What the port's `__init__` takes and binds.
+
+  Attributes:
+    parameters: in order: the fields (positional), then the input sizes,
+      the dtypes and `rngs` (keyword-only).
+    inputs: the input-size parameters, as the creations read them.
+    constants: module statements the fields' defaults read.
+    fields: every field of the Linen class: `self.<field>` in the
+      creations reads the argument of that name, unless they rebind it.
+    stored: the fields kept as attributes (`self.<field> = <field>`).
+    keeps_rngs: whether the port keeps `rngs` (`self.rngs = rngs`), to draw
+      from at its call.
+  """
+
+  parameters: tuple[ConstructorParameter, ...]
+  inputs: tuple[InputParameter, ...] = ()
+  constants: tuple[ModuleConstant, ...] = ()
+  fields: tuple[str, ...] = ()
+  stored: tuple[str, ...] = ()
+  keeps_rngs: bool = False
+
+  def of_kind(self, kind: ParameterKind) -> tuple[ConstructorParameter, ...]:
+    return tuple(p for p in self.parameters if p.kind is kind)
 
 
 def declared_fields(cdef: cst.ClassDef, cls: type, file: source.SourceFile, names: Sequence[str]) -> list[cst.AnnAssign]:
@@ -121,13 +180,17 @@ class Constructor:
     self.fail(field, f'the default of {name!r}, {self.file.code(value)}, is a module class the port does '
               'not write; port it by hand')
 
-  def init_method(self, fields, inputs, body) -> cst.FunctionDef:
-    """`__init__(self, <fields>, *, <inputs>, <dtypes>, rngs)`: the
-    fields bound, then `body` (the creations) reading them as arguments."""
-    params = [cst.Param(cst.Name('self'))]
+  def plan(self, fields: Sequence[cst.AnnAssign], inputs: Sequence[InputParameter]) -> ConstructorPlan:
+    """What `__init__` takes, for `fields` (the declared fields it keeps
+    as parameters) and `inputs`; refuses a field NNX's mode would set."""
+    for n in self.writer.field_names:
+      if n in mode_flags.NNX_MODE_ATTRIBUTES and n not in self.writer.mode_flags.fields and n not in self.writer.mode_flags.merged:
+        self.fail(self.cdef, f'the field {n!r} is not a layer mode in this class, but NNX\'s model.train() / '
+                  f'.eval() set every attribute named {n!r}, which would change it: rename it, or port it by hand')
     taken = set(self.file.names)
     # (A default reading the class's own names, `constant(SCALE)`, is left in place.)
     class_names = {n for statement in self.cdef.body.body for n in syntax.bound_names(statement)}
+    parameters, constants = [], []
     for field in fields:
       default = self._field_default(field)
       if default is not None and syntax.has_call(default) and not source.names_in(default) & class_names:
@@ -137,62 +200,70 @@ class Constructor:
         while name in taken:
           name += '_'
         taken.add(name)
-        self.writer.constants.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], default)]))
+        constants.append(ModuleConstant(name, syntax.code_of(default)))
         default = cst.Name(name)
-      params.append(cst.Param(
-          field.target, annotation=optional_if_none(field.annotation, default),
-          default=default, equal=cst.AssignEqual() if default is not None else cst.MaybeSentinel.DEFAULT,
-      ))
-    kwonly = [
-        cst.Param(
-            cst.Name(p.name),
-            annotation=cst.Annotation(syntax.expression('tuple[int, ...]' if p.whole_shape else 'int')),
-        )
+      parameters.append(ConstructorParameter(
+          field.target.value, ParameterKind.FIELD, syntax.code_of(optional_if_none(field.annotation, default).annotation),
+          syntax.code_of(default) if default is not None else None))
+    parameters += [
+        ConstructorParameter(p.name, ParameterKind.INPUT, 'tuple[int, ...]' if p.whole_shape else 'int')
         for p in inputs
-    ] + [
-        cst.Param(cst.Name(name), annotation=cst.Annotation(syntax.expression('jnp.dtype')),
-                  default=syntax.expression(f'jnp.{dtype}'), equal=cst.AssignEqual())
-        for name, dtype in self.writer.dtype_parameters.items()
-    ] + [cst.Param(cst.Name('rngs'), annotation=cst.Annotation(syntax.expression('nnx.Rngs')))]
-    # In `__init__` a field is its argument: `self.features` reads `features`,
-    # but for a field a local of `__init__` takes the name of (`conv =
-    # partial(self.conv, use_bias=False)`, as Linen's ResNet writes it).
-    bound: set[str] = set()
-
-    class Bound(cst.CSTVisitor):
-      def visit_AssignTarget(self, node):
-        bound.update(syntax.target_names(node.target))
-
-    for statement in body:
-      statement.visit(Bound())
-    fields_read = set(self.writer.field_names) - bound
-
-    class Arguments(cst.CSTTransformer):
-      def leave_Attribute(self, original, updated):
-        if (isinstance(updated.value, cst.Name) and updated.value.value == 'self'
-            and updated.attr.value in fields_read):
-          return cst.Name(updated.attr.value)
-        return updated
-
-    body = [s.visit(Arguments()) for s in body]
-    for n in self.writer.field_names:
-      if n in mode_flags.NNX_MODE_ATTRIBUTES and n not in self.writer.mode_flags.fields and n not in self.writer.mode_flags.merged:
-        self.fail(self.cdef, f'the field {n!r} is not a layer mode in this class, but NNX\'s model.train() / '
-                  f'.eval() set every attribute named {n!r}, which would change it: rename it, or port it by hand')
-    statements = [
-        syntax.statement(f'self.{n} = {n}\n') for n in self.writer.field_names if n not in self.writer.mode_flags.fields
     ]
-    if self.writer.draws:
-      # `self.make_rng(stream)` draws from the Rngs the model is built with,
-      # shared, in the order the model draws (Linen splits keys by path).
-      statements.append(syntax.statement('self.rngs = rngs\n'))
-    statements += body
-    return cst.FunctionDef(
-        name=cst.Name('__init__'),
-        params=cst.Parameters(params=params, star_arg=cst.ParamStar(), kwonly_params=kwonly),
-        body=cst.IndentedBlock(statements),
-        leading_lines=self.writer.method.leading_lines,
-    )
+    parameters += [
+        ConstructorParameter(name, ParameterKind.DTYPE, 'jnp.dtype', f'jnp.{dtype}')
+        for name, dtype in self.writer.dtype_parameters.items()
+    ]
+    parameters.append(ConstructorParameter('rngs', ParameterKind.RNGS, 'nnx.Rngs'))
+    return ConstructorPlan(
+        tuple(parameters), tuple(inputs), tuple(constants), tuple(self.writer.field_names),
+        tuple(n for n in self.writer.field_names if n not in self.writer.mode_flags.fields),
+        bool(self.writer.draws))
+
+
+def write_init(plan: ConstructorPlan, body: Sequence[cst.BaseStatement],
+               leading_lines: Sequence[cst.EmptyLine] = ()) -> cst.FunctionDef:
+  """`__init__(self, <fields>, *, <inputs>, <dtypes>, rngs)` of `plan`: the
+  fields stored, then `body` (the creations) reading them as arguments."""
+  def parameter(p: ConstructorParameter) -> cst.Param:
+    return cst.Param(
+        cst.Name(p.name), annotation=cst.Annotation(syntax.expression(p.annotation)) if p.annotation else None,
+        default=syntax.expression(p.default) if p.default is not None else None,
+        equal=cst.AssignEqual() if p.default is not None else cst.MaybeSentinel.DEFAULT)
+
+  positional = [cst.Param(cst.Name('self'))] + [parameter(p) for p in plan.of_kind(ParameterKind.FIELD)]
+  keyword_only = [parameter(p) for p in plan.parameters if p.kind is not ParameterKind.FIELD]
+  # In `__init__` a field is its argument: `self.features` reads `features`,
+  # but for a field a local of `__init__` takes the name of (`conv =
+  # partial(self.conv, use_bias=False)`, as Linen's ResNet writes it).
+  bound: set[str] = set()
+
+  class Bound(cst.CSTVisitor):
+    def visit_AssignTarget(self, node):
+      bound.update(syntax.target_names(node.target))
+
+  for statement in body:
+    statement.visit(Bound())
+  fields_read = set(plan.fields) - bound
+
+  class Arguments(cst.CSTTransformer):
+    def leave_Attribute(self, original, updated):
+      if (isinstance(updated.value, cst.Name) and updated.value.value == 'self'
+          and updated.attr.value in fields_read):
+        return cst.Name(updated.attr.value)
+      return updated
+
+  statements = [syntax.statement(f'self.{n} = {n}\n') for n in plan.stored]
+  if plan.keeps_rngs:
+    # `self.make_rng(stream)` draws from the Rngs the model is built with,
+    # shared, in the order the model draws (Linen splits keys by path).
+    statements.append(syntax.statement('self.rngs = rngs\n'))
+  statements += [s.visit(Arguments()) for s in body]
+  return cst.FunctionDef(
+      name=cst.Name('__init__'),
+      params=cst.Parameters(params=positional, star_arg=cst.ParamStar(), kwonly_params=keyword_only),
+      body=cst.IndentedBlock(statements),
+      leading_lines=list(leading_lines),
+  )
 
 
 def optional_if_none(annotation: cst.Annotation, default) -> cst.Annotation:

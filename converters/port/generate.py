@@ -21,7 +21,7 @@ from flax import linen as nn
 
 from converters.linen_model import LinenModel
 from converters.paths import PathMapping, format_path
-from converters.port import class_writing, classes, emit, layers, prove, shapes, source, switches, tracing
+from converters.port import class_writing, classes, constructor, emit, layers, prove, shapes, source, switches, tracing
 from converters.port.branches import taken_by
 from converters.port.errors import PortInputError, PortOutputError
 from converters.port.stubs import Stub, StubPort, UnportedBranch
@@ -457,11 +457,11 @@ def _dtype_parameter_checks(ports: dict) -> list[tuple[str, str, str]]:
   variable in the dtype of a value of the call; NNX, which builds before
   any call, takes it as a keyword of the constructor."""
   return [
-      (f'{written.cls.__name__}({name}=...)', f'jnp.{dtype} unless given',
-       f'Linen makes its variables in the dtype of {name.removesuffix("_dtype")} at the '
+      (f'{written.cls.__name__}({p.name}=...)', f'{p.default} unless given',
+       f'Linen makes its variables in the dtype of {p.name.removesuffix("_dtype")} at the '
        'call: give that dtype where it is not the traced one')
-      for written in ports.values()
-      for name, dtype in getattr(getattr(written, 'writer', None), 'dtype_parameters', {}).items()
+      for written in ports.values() if isinstance(written, classes.ClassPort)
+      for p in written.constructor.of_kind(constructor.ParameterKind.DTYPE)
   ]
 
 
