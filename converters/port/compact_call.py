@@ -53,7 +53,7 @@ def _remat(writer: CompactWriter, decorator: cst.Decorator, method: cst.Function
   try:
     return transforms.method_remat(decorator, writer.method, method)
   except transforms.Refused as e:
-    writer.fail(decorator, f'{e}: not written yet; port it by hand')
+    writer.fail(decorator, f'{e}: not written yet; {e.advice}')
 
 
 class _CallBody(branches.RaisingUntracedBranches):
@@ -128,5 +128,5 @@ class _CallBody(branches.RaisingUntracedBranches):
       try:
         return transforms.method_scan(original, writer.method, writer.file)
       except transforms.Refused as e:
-        writer.fail(original, f'{e}: not written yet; port it by hand')
+        writer.fail(original, f'{e}: not written yet; {e.advice}')
     return updated

@@ -104,7 +104,7 @@ def read(sites: Sites, callees: Callees, keeps_handed_on: bool,
       try:
         lift = transforms.lifted(value, file, bound)
       except transforms.Refused as e:
-        fail(value, f'{e}: not written yet; port it by hand')
+        fail(value, f'{e}: not written yet; {e.advice}')
       if lift is None:
         fail(node, f'{children[0].name} is made by a transform the port does not know; port it by hand')
       lifts[site] = (lift, local)

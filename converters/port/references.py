@@ -17,7 +17,7 @@ import libcst as cst
 from flax import linen as nn
 from flax import nnx
 
-from converters.port import source, syntax
+from converters.port import linen_transforms, source, syntax
 from converters.port.source import dotted  # noqa: F401 - where the port's modules read it
 from converters.port.errors import Untranslatable
 
@@ -212,18 +212,11 @@ class LinenReferences(cst.CSTTransformer):
     return self.replaced.get(original, updated)
 
 
-#: Linen's lifted transforms (`nn.scan`, `nn.remat`, ...), by their names in `flax.linen`.
-LINEN_TRANSFORMS = (
-    'scan', 'remat', 'checkpoint', 'vmap', 'jit', 'map_variables', 'while_loop', 'cond', 'vjp', 'jvp',
-    'named_call', 'remat_scan', 'switch', 'custom_vjp', 'fori_loop',
-)
-
-
 def linen_transform(node: cst.BaseExpression, file: source.SourceFile) -> str | None:
   """The name of the Linen lifted transform `node` is, called or not
   (`nn.remat(...)`, `nn.scan`), else None."""
   func = node.func if isinstance(node, cst.Call) else node
-  return next((name for name in LINEN_TRANSFORMS if is_linen(func, file, name)), None)
+  return next((name for name in linen_transforms.NAMES if is_linen(func, file, name)), None)
 
 
 def shared_scope(statement: cst.CSTNode, file: source.SourceFile) -> cst.Name | None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from flax import linen as nn
 
-from converters.port import references, syntax, transforms
+from converters.port import linen_transforms, references, syntax, transforms
 
 if TYPE_CHECKING:
   from converters.port.classes import ClassWriter
@@ -55,9 +55,13 @@ def refuse_lifted_methods(writer: ClassWriter) -> None:
       lifted.add(statement.name.value)
   writes = writer.writes_lifted_call and all(written(d) for d in writer.call.decorators if lifted_by(d))
   if lifted - {'__call__'} or (lifted and not writes):
+    kinds = {transforms.decorating_transform(d, writer.file) for statement in writer.cdef.body.body
+             if isinstance(statement, cst.FunctionDef) and statement.name.value in lifted
+             for d in statement.decorators} - {None}
+    advice = '; '.join(linen_transforms.by_hand(k) for k in sorted(kinds)) if kinds else 'port it by hand'
     writer.fail(writer.call if '__call__' in lifted else writer.cdef,
                 f'{", ".join(sorted(lifted))} decorated with a lifted transform the port does not write '
-                '(it writes nn.scan over the inputs of a compact __call__ and nn.remat of it); port it by hand')
+                f'(it writes nn.scan over the inputs of a compact __call__ and nn.remat of it); {advice}')
 
 
 def refuse_merged_flags_off(writer: ClassWriter) -> None:

@@ -45,14 +45,23 @@ from types import MappingProxyType
 
 import libcst as cst
 
-from converters.port import references, source, syntax
+from converters.port import linen_transforms, references, source, syntax
 
 _SCAN_KEYWORDS = {'variable_axes', 'split_rngs', 'in_axes', 'out_axes', 'length', 'metadata_params'}
 _REMAT_KEYWORDS = {'prevent_cse', 'policy', 'static_argnums'}
 
 
 class Refused(Exception):
-  """A transform this module does not write: the message says what."""
+  """A transform this module does not write: the message says what;
+  `advice`, what to write in NNX (`linen_transforms`)."""
+
+  def __init__(self, message: str, transform: str):
+    super().__init__(message)
+    self.transform = transform
+
+  @property
+  def advice(self) -> str:
+    return linen_transforms.by_hand(self.transform)
 
 
 @dataclasses.dataclass
@@ -86,9 +95,9 @@ def _keywords(call: cst.Call, allowed: set[str], what: str) -> dict[str, cst.Bas
   values = {}
   for arg in call.args[1:]:
     if arg.keyword is None or arg.star:
-      raise Refused(f'{what} with arguments other than keywords after the module')
+      raise Refused(f'{what} with arguments other than keywords after the module', what.removeprefix('nn.'))
     if arg.keyword.value not in allowed:
-      raise Refused(f'{what}(..., {arg.keyword.value}=...)')
+      raise Refused(f'{what}(..., {arg.keyword.value}=...)', what.removeprefix('nn.'))
     values[arg.keyword.value] = arg.value
   return values
 
@@ -106,9 +115,9 @@ def lifted(call: cst.Call, file: source.SourceFile,
   if kind is None:
     return None
   if kind not in ('scan', 'remat', 'checkpoint'):
-    raise Refused(f'nn.{kind} of a module')
+    raise Refused(f'nn.{kind} of a module', kind)
   if not call.args or call.args[0].keyword is not None:
-    raise Refused(f'nn.{kind} without the module as its first argument')
+    raise Refused(f'nn.{kind} without the module as its first argument', kind)
   scan = kind == 'scan'
   length = partition = None
   remat = None
@@ -120,7 +129,7 @@ def lifted(call: cst.Call, file: source.SourceFile,
     _check_scan(keywords, file)
     length = keywords.get('length')
     if length is None:
-      raise Refused('nn.scan without length=')
+      raise Refused('nn.scan without length=', 'scan')
     partition = _partition(keywords.get('metadata_params'), file)
     broadcast = 'in_axes' in keywords
     inner = call.args[0].value
@@ -128,18 +137,18 @@ def lifted(call: cst.Call, file: source.SourceFile,
       inner = through = bound[inner.value]
     if transform_of(inner) is not None:
       if transform_of(inner) not in ('remat', 'checkpoint'):
-        raise Refused(f'nn.scan of nn.{transform_of(inner)}')
+        raise Refused(f'nn.scan of nn.{transform_of(inner)}', transform_of(inner))
     else:
       return Lifted(inner, True, length, partition, None, broadcast)
   if not inner.args or inner.args[0].keyword is not None:
-    raise Refused('nn.remat without the module as its first argument')
+    raise Refused('nn.remat without the module as its first argument', 'remat')
   static = _static_argnums(_keywords(inner, _REMAT_KEYWORDS, 'nn.remat').get('static_argnums'))
   # The function NNX's remat runs closes over the module's static arguments:
   # constants of it, as `static_argnums` made them of Linen's.
   remat = [arg for arg in inner.args[1:] if arg.keyword.value != 'static_argnums']
   target = inner.args[0].value
   if transform_of(target) is not None:
-    raise Refused('nn.remat of a transformed module')
+    raise Refused('nn.remat of a transformed module', 'remat')
   return Lifted(target, scan, length, partition, remat, scan and broadcast, static, through)
 
 
@@ -150,26 +159,26 @@ def _static_argnums(value: cst.BaseExpression | None) -> tuple[int, ...]:
     return ()
   elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
   if not all(isinstance(e, cst.Integer) for e in elements):
-    raise Refused('nn.remat with static_argnums not written as numbers')
+    raise Refused('nn.remat with static_argnums not written as numbers', 'remat')
   return tuple(int(e.value) for e in elements)
 
 
 def _check_scan(keywords: dict, file: source.SourceFile) -> None:
   axes = keywords.get('variable_axes')
   if not isinstance(axes, cst.Dict) or not axes.elements:
-    raise Refused('nn.scan without variable_axes={...: 0}')
+    raise Refused('nn.scan without variable_axes={...: 0}', 'scan')
   for element in axes.elements:
     if not (isinstance(element, cst.DictElement) and isinstance(element.value, cst.Integer)
             and element.value.value == '0'):
-      raise Refused('nn.scan with a variable axis other than 0')
+      raise Refused('nn.scan with a variable axis other than 0', 'scan')
   if _split_rngs(keywords.get('split_rngs')).get('params') != 'True':
-    raise Refused("nn.scan without split_rngs={'params': True} (layers initialised alike)")
+    raise Refused("nn.scan without split_rngs={'params': True} (layers initialised alike)", 'scan')
   in_axes = keywords.get('in_axes')
   if in_axes is not None and not references.is_linen(in_axes, file, 'broadcast'):
-    raise Refused('nn.scan over inputs (in_axes other than nn.broadcast)')
+    raise Refused('nn.scan over inputs (in_axes other than nn.broadcast)', 'scan')
   out_axes = keywords.get('out_axes')
   if out_axes is not None and not (isinstance(out_axes, cst.Integer) and out_axes.value == '0'):
-    raise Refused('nn.scan with out_axes other than 0')
+    raise Refused('nn.scan with out_axes other than 0', 'scan')
 
 
 def _split_rngs(split: cst.BaseExpression | None) -> dict[str, str]:
@@ -191,7 +200,7 @@ def _partition(metadata: cst.BaseExpression | None, file: source.SourceFile):
   if not (isinstance(metadata, cst.Dict) and len(metadata.elements) == 1
           and isinstance(metadata.elements[0], cst.DictElement)
           and references.is_linen(metadata.elements[0].key, file, 'PARTITION_NAME')):
-    raise Refused('nn.scan with metadata_params other than {nn.PARTITION_NAME: ...}')
+    raise Refused('nn.scan with metadata_params other than {nn.PARTITION_NAME: ...}', 'scan')
   return metadata.elements[0].value
 
 
@@ -259,6 +268,16 @@ def is_method_scan(decorator: cst.Decorator, file: source.SourceFile) -> bool:
   return file.linen_path(target) in (('scan',), ('transforms', 'scan'))
 
 
+def decorating_transform(decorator: cst.Decorator, file: source.SourceFile) -> str | None:
+  """The name of the Linen lifted transform `decorator` applies (`nn.jit`,
+  `nn.vmap(...)`, `functools.partial(nn.vmap, ...)`), else None."""
+  node = decorator.decorator
+  if (isinstance(node, cst.Call) and references.dotted(node.func) in (['functools', 'partial'], ['partial'])
+      and node.args and node.args[0].keyword is None):
+    node = node.args[0].value
+  return references.linen_transform(node, file)
+
+
 _REMAT_PATHS = (('remat',), ('checkpoint',), ('transforms', 'remat'), ('transforms', 'checkpoint'))
 
 
@@ -282,7 +301,7 @@ def method_remat(decorator: cst.Decorator, linen: cst.FunctionDef, ported: cst.F
   static = _static_argnums(keywords.pop('static_argnums', None))
   names = [p.name.value for p in linen.params.params]
   if any(i >= len(names) for i in static):
-    raise Refused('nn.remat of a method with static_argnums past its positional arguments')
+    raise Refused('nn.remat of a method with static_argnums past its positional arguments', 'remat')
   kept = [p.name.value for p in ported.params.params]
   renumbered = [kept.index(names[i]) for i in static if names[i] in kept]
   code = cst.Module([]).code_for_node
@@ -304,17 +323,17 @@ def method_scan(decorator: cst.Decorator, method: cst.FunctionDef, file: source.
   names = [e.value for e in broadcast.elements] if isinstance(broadcast, (cst.List, cst.Tuple)) else [broadcast]
   if broadcast is None or not all(
       isinstance(name, cst.SimpleString) and name.evaluated_value == 'params' for name in names):
-    raise Refused("nn.scan of a method without variable_broadcast='params' (parameters per step)")
+    raise Refused("nn.scan of a method without variable_broadcast='params' (parameters per step)", 'scan')
   split = keywords.pop('split_rngs', None)
   if split is not None and _split_rngs(split) not in ({}, {'params': 'False'}):
-    raise Refused("nn.scan of a method splitting keys per step (split_rngs other than {'params': False})")
+    raise Refused("nn.scan of a method splitting keys per step (split_rngs other than {'params': False})", 'scan')
   params = method.params
   if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params or params.star_kwarg \
       or params.posonly_params or any(p.default is not None for p in params.params):
-    raise Refused('nn.scan of a method taking other than positional arguments without defaults')
+    raise Refused('nn.scan of a method taking other than positional arguments without defaults', 'scan')
   scanned = len(params.params) - 2  # after `self` and the carry
   if scanned < 0:
-    raise Refused('nn.scan of a method without a carry')
+    raise Refused('nn.scan of a method without a carry', 'scan')
   code = cst.Module([]).code_for_node
 
   def axis(node) -> str:
@@ -323,13 +342,13 @@ def method_scan(decorator: cst.Decorator, method: cst.FunctionDef, file: source.
     value = node.expression if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) \
         else node
     if not isinstance(value, cst.Integer):
-      raise Refused(f'nn.scan of a method with the axis {code(node)} (not a number or nn.broadcast)')
+      raise Refused(f'nn.scan of a method with the axis {code(node)} (not a number or nn.broadcast)', 'scan')
     return code(node)
 
   in_axes = keywords.pop('in_axes', None)
   if isinstance(in_axes, cst.Tuple):
     if len(in_axes.elements) != scanned:
-      raise Refused('nn.scan of a method whose in_axes do not name each argument after the carry')
+      raise Refused('nn.scan of a method whose in_axes do not name each argument after the carry', 'scan')
     axes = [axis(e.value) for e in in_axes.elements]
   else:
     axes = [axis(in_axes) if in_axes is not None else '0'] * scanned

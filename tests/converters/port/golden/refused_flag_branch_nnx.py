@@ -29,7 +29,7 @@ class Encoder(nnx.Module):
   def __init__(self, depth: int = 2, per_example: bool = False, *, in_features: int, rngs: nnx.Rngs):
     self.per_example = per_example
     if per_example:
-      raise NotImplementedError('Encoder: the if branch of `if self.per_example` is not written: nn.vmap of a module: not written yet; port it by hand')
+      raise NotImplementedError('Encoder: the if branch of `if self.per_example` is not written: nn.vmap of a module: not written yet; in NNX, call the module inside a function decorated @nnx.vmap, its state mapped by nnx.StateAxes (nnx.Param: None where variable_axes broadcast the parameters; 0 where they stack them, the stack made under @nnx.split_rngs and @nnx.vmap)')
     else:
       self.blocks = nnx.List()
       for i in range(depth):
@@ -38,7 +38,7 @@ class Encoder(nnx.Module):
 
   def __call__(self, x):
     if self.per_example:
-      raise NotImplementedError('Encoder: the if branch of `if self.per_example` is not written: nn.vmap of a module: not written yet; port it by hand')
+      raise NotImplementedError('Encoder: the if branch of `if self.per_example` is not written: nn.vmap of a module: not written yet; in NNX, call the module inside a function decorated @nnx.vmap, its state mapped by nnx.StateAxes (nnx.Param: None where variable_axes broadcast the parameters; 0 where they stack them, the stack made under @nnx.split_rngs and @nnx.vmap)')
     else:
       for block_ in self.blocks:
         block_cur = block_
