@@ -17,6 +17,7 @@ from converters.port import (
   linen_api,
   module_reads,
   references,
+  source,
   syntax,
   transforms,
   variables,
@@ -66,6 +67,10 @@ class _CallBody(branches.RaisingUntracedBranches):
     self.factory_values = set(writer.factories.values()) | set(writer.lift_calls)
     self.shared = {shared.statement for shared in writer.shared_scopes.values()}
     self.pending: list[cst.FunctionDef] = []  # functions the statement being rewritten calls
+    # The loops around the statement being rewritten, outermost first, with
+    # what each binds; the functions written before each, not in it.
+    self.loops: list[tuple[cst.For, set[str]]] = []
+    self.before_loop: dict[int, list[cst.FunctionDef]] = {}
 
   def leave_SimpleStatementLine(self, original, updated):
     # `norm = partial(nn.BatchNorm, ...)`, `blocks = nn.scan(...)`: their
@@ -76,11 +81,32 @@ class _CallBody(branches.RaisingUntracedBranches):
     if any(isinstance(s, cst.Assign) and s.value in self.factory_values for s in original.body):
       return cst.RemoveFromParent()
     if self.pending:
-      functions = [f.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) for f in self.pending]
+      functions = [f.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) for f in self.pending
+                   if not self._hoisted(f)]
       self.pending.clear()
-      return cst.FlattenSentinel(functions + [updated.with_changes(
-          leading_lines=[cst.EmptyLine(indent=False), *updated.leading_lines])])
+      if functions:
+        return cst.FlattenSentinel(functions + [updated.with_changes(
+            leading_lines=[cst.EmptyLine(indent=False), *updated.leading_lines])])
     return updated
+
+  def _hoisted(self, function: cst.FunctionDef) -> bool:
+    """Whether `function` is written before a loop around the statement
+    (the outermost none of whose variables it reads), not at each turn."""
+    read = source.free_names(function)
+    outermost = len(self.loops)
+    for k in range(len(self.loops) - 1, -1, -1):
+      if read & self.loops[k][1]:
+        break
+      outermost = k
+    if outermost == len(self.loops):
+      return False
+    self.before_loop[id(self.loops[outermost][0])].append(
+        function.with_changes(leading_lines=[cst.EmptyLine(indent=False)]))
+    return True
+
+  def visit_For(self, node):
+    self.loops.append((node, source.names_in(node.target) | syntax.bound_in(node.body)))
+    self.before_loop[id(node)] = []
 
   def leave_Call(self, original, updated):
     writer = self.writer
@@ -109,8 +135,12 @@ class _CallBody(branches.RaisingUntracedBranches):
     return updated
 
   def _pend(self, function: cst.FunctionDef, call: cst.Call) -> cst.Call:
-    """`call`, `function` written before the statement; renamed where the
-    statement calls another of that name (`shared(shared(x) + 1)`)."""
+    """`call`, `function` written before the statement: once where the
+    statement calls it twice (`shared(shared(x) + 1)`), renamed where it
+    calls another of that name."""
+    for pending in self.pending:
+      if syntax.code_of(pending) == syntax.code_of(function.with_changes(name=pending.name)):
+        return call.with_changes(func=pending.name)
     name, taken = function.name.value, {f.name.value for f in self.pending}
     while name in taken:
       name += '_'
@@ -118,7 +148,15 @@ class _CallBody(branches.RaisingUntracedBranches):
     return call.with_changes(func=cst.Name(name))
 
   def leave_For(self, original, updated):
-    return self.reads.loop(original, updated)
+    self.loops.pop()
+    written = self.reads.loop(original, updated)
+    functions = self.before_loop.pop(id(original))
+    if not functions:
+      return written
+    statements = list(written.nodes) if isinstance(written, cst.FlattenSentinel) else [written]
+    statements[0] = statements[0].with_changes(
+        leading_lines=[cst.EmptyLine(indent=False), *statements[0].leading_lines])
+    return cst.FlattenSentinel(functions + statements)
 
   def leave_Decorator(self, original, updated):
     writer = self.writer

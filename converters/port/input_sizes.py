@@ -7,6 +7,7 @@ size of the layer made before it (`chained_sizes`).
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -95,12 +96,12 @@ class InputSizes:
         if not symbolic.calls:
           self.fail(node, f'{child.name} is never called on the traced inputs, so its input size is '
                     'unknown; port it by hand')
-        inputs = symbolic.calls[0].args
         if spec is not None and index == 0:
           index = spec.input_index
-        if len(inputs) <= index or not hasattr(inputs[index], 'shape'):
+        given = _input_at(symbolic.calls[0], child.cls, index)
+        if not hasattr(given, 'shape'):
           self.fail(node, f'{child.name} is called without an array input; port it by hand')
-        value = inputs[index].shape[axis_of(child)]
+        value = given.shape[axis_of(child)]
       sizes.append((symbolic, value))
       if child.parent is self.writer.instance:
         values.append(value)
@@ -236,3 +237,15 @@ class InputSizes:
     if len(texts) != 1:
       self.fail(node, f'{field}={self.file.code(arg.value)} changes over the loop; port it by hand')
     return texts.pop()
+
+
+def _input_at(call: tracing.MethodCall, cls: type, index: int):
+  """The call's input at position `index` of `cls.__call__` (after `self`),
+  given by position or by keyword (`dense(inputs=x)`); None if not given."""
+  if index < len(call.args):
+    return call.args[index]
+  try:
+    parameters = list(inspect.signature(cls.__call__).parameters)[1:]
+  except (TypeError, ValueError):
+    return None
+  return call.kwargs.get(parameters[index]) if index < len(parameters) else None

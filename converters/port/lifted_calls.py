@@ -7,6 +7,7 @@ remat alone to the module itself.
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -46,12 +47,62 @@ def lifted_call(writer: CompactWriter, original: cst.Call, updated: cst.Call,
   if lift.scan and rest and not lift.broadcast:
     writer.fail(original, 'nn.scan over the arguments after the carry (in_axes other than '
                 'nn.broadcast): not written yet; port it by hand')
-  carry = carry_value.value if isinstance(carry_value, cst.Name) else 'carry'
-  if carry in set().union(*(source.names_in(a.value) for a in rest)) if rest else False:
-    carry = 'carry'  # the other arguments read the name outside: keep them reading it
-  while carry in used - ({carry_value.value} if isinstance(carry_value, cst.Name) else set()):
+  carry = carry_value.value if isinstance(carry_value, cst.Name) else (
+      'carry' if lift.scan else _input_name(writer, site))
+  # The other arguments are read inside the function: a parameter of theirs
+  # would shadow what they read outside.
+  read_by_rest = set().union(*(source.names_in(a.value) for a in rest)) if rest else set()
+  if carry in read_by_rest:
+    carry = 'carry'
+  while carry in read_by_rest | {module}:
     carry += '_'
+  rest, passed = _passed_from_loops(writer, original, updated, site, rest, {carry, module}) \
+      if not lift.scan else (rest, [])
   inner = cst.Call(cst.Name(module), syntax.normalised([cst.Arg(cst.Name(carry)), *rest]))
   held = stack if lift.scan else call.func  # the module itself (a list's entry in a loop)
-  return (transforms.call_function(lift, name, carry, module, inner),
-          cst.Call(cst.Name(name), syntax.normalised([cst.Arg(carry_value), cst.Arg(held)])))
+  return (transforms.call_function(lift, name, carry, module, inner, passed),
+          cst.Call(cst.Name(name), syntax.normalised(
+              [cst.Arg(carry_value), cst.Arg(held), *(cst.Arg(value) for _, value, _ in passed)])))
+
+
+def _passed_from_loops(writer: CompactWriter, original: cst.Call, updated: cst.Call, site,
+                       rest: list[cst.Arg], taken: set[str]) -> tuple[list[cst.Arg], list[tuple]]:
+  """The arguments after the first input that read a variable of a loop
+  around the call (`i % 2 == 1`) passed to the function rather than closed
+  over (a function made in a loop reads the variable's last value: ruff's
+  B023), static where Linen's were: `(rest, [(parameter, value, static)])`,
+  `rest` reading the parameters."""
+  loops = [n for n in writer.file.ancestors(original) if isinstance(n, cst.For)]
+  bound = set().union(*(source.names_in(n.target) | syntax.bound_in(n.body) for n in loops)) if loops else set()
+  if not bound:
+    return rest, []
+  lift = writer.lifts[site][0]
+  signature = list(inspect.signature(type(writer.sites[site][1][0].module).__call__).parameters)[1:]
+  positions = {id(a.value): k for k, a in enumerate(updated.args)}  # (the mode flags' taken out)
+  written, passed = [], []
+  for arg in rest:
+    if not source.names_in(arg.value) & bound:
+      written.append(arg)
+      continue
+    position = positions.get(id(arg.value))
+    name = arg.keyword.value if arg.keyword is not None else (
+        signature[position] if position is not None and position < len(signature) else 'value')
+    while name in taken:
+      name += '_'
+    taken.add(name)
+    # Linen counts the module as argument 0: the call's k-th argument is k + 1.
+    static = arg.keyword is None and position is not None and position + 1 in lift.static_argnums
+    passed.append((name, arg.value, static))
+    written.append(arg.with_changes(value=cst.Name(name)))
+  return written, passed
+
+
+def _input_name(writer: CompactWriter, site) -> str:
+  """The name the module made at `site` gives its first input (`x` of a
+  user's `Block.__call__(self, x)`, `inputs` of `nn.Dense`): what the
+  function running it under remat calls the input it passes."""
+  made = writer.sites[site][1][0]
+  parameters = list(inspect.signature(type(made.module).__call__).parameters.values())[1:2]
+  if parameters and parameters[0].kind in (parameters[0].POSITIONAL_ONLY, parameters[0].POSITIONAL_OR_KEYWORD):
+    return parameters[0].name
+  return 'x'

@@ -40,7 +40,7 @@ Anything else (`nn.vmap`, scanned inputs, other axes) is refused.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 import libcst as cst
@@ -229,11 +229,14 @@ def creation(lift: Lifted, function: str, creation_call: cst.Call) -> cst.Functi
   )
 
 
-def call_function(lift: Lifted, function: str, carry: str, module: str, call: cst.Call) -> cst.FunctionDef:
+def call_function(lift: Lifted, function: str, carry: str, module: str, call: cst.Call,
+                  passed: Sequence[tuple[str, cst.BaseExpression, bool]] = ()) -> cst.FunctionDef:
   """The `__call__` function running the module: `nnx.scan` over the stack
   (`carry` carried, the module's other arguments closed over), each layer
   under `nnx.remat` if Linen's was; the module alone under `nnx.remat`,
-  its first input `carry` passed if given (not a loop's name closed over)."""
+  its first input `carry` passed if given (not a loop's name closed over),
+  and the arguments `passed` (`(parameter, value, static)`: read off a loop
+  around the call) after the module, static ones in `static_argnums`."""
   decorators = []
   if lift.scan:
     decorators.append(cst.Decorator(syntax.expression(
@@ -241,10 +244,15 @@ def call_function(lift: Lifted, function: str, carry: str, module: str, call: cs
   if lift.remat is not None:
     # On one line: the decorator is no longer the multi-line call Linen's was.
     arguments = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in lift.remat]
-    remat = cst.Call(syntax.expression('nnx.remat'), syntax.normalised(arguments)) if lift.remat \
+    static = tuple(2 + k for k, (_, _, is_static) in enumerate(passed) if is_static)
+    if static:
+      arguments.append(cst.Arg(syntax.expression(repr(static)), keyword=cst.Name('static_argnums'),
+                               equal=cst.AssignEqual(cst.SimpleWhitespace(''), cst.SimpleWhitespace(''))))
+    remat = cst.Call(syntax.expression('nnx.remat'), syntax.normalised(arguments)) if arguments \
         else syntax.expression('nnx.remat')
     decorators.append(cst.Decorator(remat))
   params = [cst.Param(cst.Name(carry)), cst.Param(cst.Name(module))] if carry else [cst.Param(cst.Name(module))]
+  params += [cst.Param(cst.Name(name)) for name, _, _ in passed]
   return cst.FunctionDef(
       name=cst.Name(function), params=cst.Parameters(params),
       body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Return(call)])]),

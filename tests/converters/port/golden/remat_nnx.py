@@ -23,6 +23,15 @@ class Block(nnx.Module):
     return self.dropout(nnx.relu(self.dense(x)))
 
 
+class Odd(nnx.Module):
+  def __init__(self, *, in_features: int, rngs: nnx.Rngs):
+    self.dropout = nnx.Dropout(0.1, rngs=rngs)
+    self.dense = nnx.Linear(in_features, in_features, rngs=rngs)
+
+  def __call__(self, x, double=False):
+    return self.dropout(self.dense(x)) * (2.0 if double else 1.0)
+
+
 class Scaled(nnx.Module):
   def __init__(self, *, in_features: int, rngs: nnx.Rngs):
     self.dropout = nnx.Dropout(0.1, rngs=rngs)
@@ -40,6 +49,9 @@ class Encoder(nnx.Module):
     self.blocks = nnx.List()
     for i in range(depth):
       self.blocks.append(Block(in_features=in_features, rngs=rngs))
+    self.odds = nnx.List()
+    for i in range(2):  # a static argument read off the loop: passed, static, not closed over
+      self.odds.append(Odd(in_features=in_features, rngs=rngs))
     self.last = Block(in_features=in_features, rngs=rngs)
     self.scaled = Scaled(in_features=in_features, rngs=rngs)
     self.shared = Block(in_features=in_features, rngs=rngs)
@@ -47,13 +59,19 @@ class Encoder(nnx.Module):
     self.norm = nnx.LayerNorm(in_features, rngs=rngs)
 
   def __call__(self, x):
+    @nnx.remat
+    def block(x, layer):
+      return layer(x)
+
     for block_ in self.blocks:
-
-      @nnx.remat
-      def block(x, layer):
-        return layer(x)
-
       x = block(x, block_)
+
+    @nnx.remat(static_argnums=(2,))
+    def run_odds(x, layer, double):
+      return layer(x, double)
+
+    for i, odd in zip(range(2), self.odds):  # a static argument read off the loop: passed, static, not closed over
+      x = run_odds(x, odd, i % 2 == 1)
 
     @nnx.remat(prevent_cse=False)
     def run_last(x, layer):
@@ -67,14 +85,10 @@ class Encoder(nnx.Module):
     def run_shared(x, layer):
       return layer(x)
 
-    @nnx.remat
-    def run_shared_(carry, layer):
-      return layer(carry)
-
-    x = run_shared_(run_shared(x, shared) + 1.0, shared)
+    x = run_shared(run_shared(x, shared) + 1.0, shared)
 
     @nnx.remat
-    def run_dense(carry, layer):
-      return layer(carry)
+    def run_dense(inputs, layer):
+      return layer(inputs)
 
     return run_dense(self.norm(x), self.dense)

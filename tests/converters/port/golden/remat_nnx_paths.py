@@ -16,6 +16,8 @@ PATHS = PathMapping([
     PathRule('last/Dense_0/kernel', 'last/dense/kernel'),
     PathRule('norm/bias', 'norm/bias'),
     PathRule('norm/scale', 'norm/scale'),
+    PathRule('odd_{i}/Dense_0/bias', 'odds/{i}/dense/bias'),
+    PathRule('odd_{i}/Dense_0/kernel', 'odds/{i}/dense/kernel'),
     PathRule('scaled/Dense_0/bias', 'scaled/dense/bias'),
     PathRule('scaled/Dense_0/kernel', 'scaled/dense/kernel'),
     PathRule('shared/Dense_0/bias', 'shared/dense/bias'),
