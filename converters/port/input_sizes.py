@@ -98,10 +98,10 @@ class InputSizes:
                     'unknown; port it by hand')
         if spec is not None and index == 0:
           index = spec.input_index
-        given = _input_at(symbolic.calls[0], child.cls, index)
-        if not hasattr(given, 'shape'):
+        inputs = symbolic.calls[0].args  # (those given by keyword too: `tracing.MethodCall`)
+        if len(inputs) <= index or not hasattr(inputs[index], 'shape'):
           self.fail(node, f'{child.name} is called without an array input; port it by hand')
-        value = given.shape[axis_of(child)]
+        value = inputs[index].shape[axis_of(child)]
       sizes.append((symbolic, value))
       if child.parent is self.writer.instance:
         values.append(value)
@@ -238,14 +238,3 @@ class InputSizes:
       self.fail(node, f'{field}={self.file.code(arg.value)} changes over the loop; port it by hand')
     return texts.pop()
 
-
-def _input_at(call: tracing.MethodCall, cls: type, index: int):
-  """The call's input at position `index` of `cls.__call__` (after `self`),
-  given by position or by keyword (`dense(inputs=x)`); None if not given."""
-  if index < len(call.args):
-    return call.args[index]
-  try:
-    parameters = list(inspect.signature(cls.__call__).parameters)[1:]
-  except (TypeError, ValueError):
-    return None
-  return call.kwargs.get(parameters[index]) if index < len(parameters) else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Iterator
@@ -59,6 +60,23 @@ class MethodCall:
   args: tuple
   kwargs: dict
   outputs: Any = None
+
+
+def _inputs_by_position(method, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+  """A call's inputs with those given by keyword for the parameters right
+  after the positional ones (`dense(inputs=x)`, `block(x=h)`) moved into
+  place, as a call by position gives them: the same call, its inputs read
+  by position alike however they were written."""
+  try:
+    parameters = list(inspect.signature(method).parameters.values())[1:] if method is not None else []
+  except (TypeError, ValueError):
+    return args, kwargs
+  moved, rest = list(args), dict(kwargs)
+  for parameter in parameters[len(args):]:
+    if parameter.kind is not parameter.POSITIONAL_OR_KEYWORD or parameter.name not in rest:
+      break
+    moved.append(rest.pop(parameter.name))
+  return tuple(moved), rest
 
 
 @dataclasses.dataclass(eq=False)
@@ -186,8 +204,9 @@ class _Recorder:
       return self._reserving(record, context.module.scope, lambda: next_fun(*args, **kwargs))
     if record is None:  # a clone Linen made (a transform's), or the model itself
       record = self.record(context.module, None)
+    given, named = _inputs_by_position(getattr(type(context.module), context.method_name, None), args, kwargs)
     call = MethodCall(
-        context.method_name, _site(_user_frame(sys._getframe(1))), _abstract(args), _abstract(kwargs)
+        context.method_name, _site(_user_frame(sys._getframe(1))), _abstract(given), _abstract(named)
     )
     record.calls.append(call)
     outputs = self._reserving(record, context.module.scope, lambda: next_fun(*args, **kwargs))
@@ -232,7 +251,8 @@ class _Recorder:
       record = recorder.created.get(id(module))
       if record is None:
         return method(module, *args, **kwargs)
-      call = MethodCall(name, _site(_user_frame(sys._getframe(1))), _abstract(args), _abstract(kwargs))
+      given, named = _inputs_by_position(method, args, kwargs)
+      call = MethodCall(name, _site(_user_frame(sys._getframe(1))), _abstract(given), _abstract(named))
       record.calls.append(call)
       if name not in record.lifted_methods:
         record.lifted_methods += (name,)
