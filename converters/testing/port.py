@@ -462,7 +462,6 @@ def _compare_call(labels, linen_call, linen_variables, model, inputs, *, call, o
   mapped = (lambda f: f) if axis_name is None else (lambda f: on_one_replica(f, axis_name))
   linen_out, linen_new = jax.jit(mapped(linen_side))(linen_variables, *arrays)
   nnx_out, after = jax.jit(mapped(nnx_side))(state, *arrays)
-  nnx.update(model, after)
   if jax.tree.structure(linen_out) != jax.tree.structure(nnx_out):
     raise AssertionError(
         f'output structures differ: Linen {jax.tree.structure(linen_out)}, NNX {jax.tree.structure(nnx_out)}'
@@ -473,10 +472,12 @@ def _compare_call(labels, linen_call, linen_variables, model, inputs, *, call, o
     # carried through a scan, say), Linen's only what it writes: XLA places
     # their buffers otherwise, and its CPU dot can round by placement (1 to
     # 2 ulp seen, jax 0.10.2). The outputs again, from programs returning
-    # them alone on both sides.
+    # them alone on both sides, from the state before the call (`state`
+    # holds the model's own variables: updated below, not yet).
     outputs_alone = lambda side: jax.jit(mapped(lambda *a: side(*a)[0]))
     rows = _compare_trees(labels[0], outputs_alone(linen_side)(linen_variables, *arrays),
                           outputs_alone(nnx_side)(state, *arrays), atol)
+  nnx.update(model, after)
   if linen_new:
     nnx_new = nnx_to_linen(model, **options)
     rows += _compare_trees(labels[1], dict(linen_new), {c: nnx_new.get(c, {}) for c in linen_new}, atol)

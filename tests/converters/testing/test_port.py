@@ -907,3 +907,41 @@ def test_a_scanned_remat_port_off_by_an_ulp_is_still_refused(monkeypatch):
   _, _, off = _scanned_remat(8)
   with pytest.raises(AssertionError, match='outputs'):
     assert_port_equivalent(LinenScannedRemat(), variables, off, x, paths=_SCANNED, **_DETERMINISTIC)
+
+
+class LinenCounting(nn.Module):
+  """Returns the count of its calls before this one, and counts this one."""
+
+  @nn.compact
+  def __call__(self, x):
+    count = self.variable('batch_stats', 'count', lambda: jnp.zeros((), jnp.int32))
+    position = count.value
+    if not self.is_initializing():
+      count.value += 1
+    return nn.Dense(3, name='dense')(x), position
+
+
+class NNXCounting(nnx.Module):
+  def __init__(self, rngs: nnx.Rngs, behind: int = 0):
+    self.dense = nnx.Linear(3, 3, rngs=rngs)
+    self.count = nnx.BatchStat(jnp.zeros((), jnp.int32))
+    self.behind = behind
+
+  def __call__(self, x):
+    position = self.count[...] - self.behind
+    self.count[...] += 1
+    return self.dense(x), position
+
+
+def test_outputs_compared_again_alone_are_computed_from_the_state_before_the_call():
+  # A port off by exactly one update of its state: the outputs compared
+  # again (programs returning them alone) must start where the first did.
+  x = jnp.ones((2, 3))
+  variables = LinenCounting().init(jax.random.key(0), x)
+  paths = PathMapping([PathRule('dense/kernel', 'dense/kernel'), PathRule('dense/bias', 'dense/bias'),
+                       PathRule('count', 'count')])
+  assert_port_equivalent(LinenCounting(), variables, NNXCounting(nnx.Rngs(0)), x, paths=paths,
+                         linen_train_kwargs={})
+  with pytest.raises(AssertionError, match='outputs'):
+    assert_port_equivalent(LinenCounting(), variables, NNXCounting(nnx.Rngs(0), behind=1), x, paths=paths,
+                           linen_train_kwargs={})
