@@ -71,6 +71,9 @@ class _CallBody(branches.RaisingUntracedBranches):
     # what each binds; the functions written before each, not in it.
     self.loops: list[tuple[cst.For, set[str]]] = []
     self.before_loop: dict[int, list[cst.FunctionDef]] = {}
+    # The names of the functions written for the statements of each
+    # outermost loop: written before it, they must differ.
+    self.in_loop: dict[int, set[str]] = {}
 
   def leave_SimpleStatementLine(self, original, updated):
     # `norm = partial(nn.BatchNorm, ...)`, `blocks = nn.scan(...)`: their
@@ -142,8 +145,12 @@ class _CallBody(branches.RaisingUntracedBranches):
       if syntax.code_of(pending) == syntax.code_of(function.with_changes(name=pending.name)):
         return call.with_changes(func=pending.name)
     name, taken = function.name.value, {f.name.value for f in self.pending}
+    if self.loops:
+      taken |= self.in_loop.setdefault(id(self.loops[0][0]), set())
     while name in taken:
       name += '_'
+    if self.loops:
+      self.in_loop[id(self.loops[0][0])].add(name)
     self.pending.append(function.with_changes(name=cst.Name(name)))
     return call.with_changes(func=cst.Name(name))
 

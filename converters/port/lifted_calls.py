@@ -79,6 +79,9 @@ def _passed_from_loops(writer: CompactWriter, original: cst.Call, updated: cst.C
   lift = writer.lifts[site][0]
   signature = list(inspect.signature(type(writer.sites[site][1][0].module).__call__).parameters)[1:]
   positions = {id(a.value): k for k, a in enumerate(updated.args)}  # (the mode flags' taken out)
+  # The arguments left closed over read their names inside the function:
+  # no parameter takes one of them.
+  taken = taken | set().union(*(source.names_in(a.value) for a in rest if not source.names_in(a.value) & bound))
   written, passed = [], []
   for arg in rest:
     if not source.names_in(arg.value) & bound:

@@ -64,7 +64,8 @@ RULES = (
         'switch', 'nnx.switch', None, 'nnx.switch(index, branches, module, *operands)'),
     TransformRule(
         'custom_vjp', 'nnx.custom_vjp', None,
-        'decorate a function taking the module with @nnx.custom_vjp and give it its def_fwd / def_bwd'),
+        'decorate a function taking the module with @nnx.custom_vjp and give it its rules with '
+        '.defvjp(fwd, bwd)'),
     TransformRule('vjp', 'nnx.vjp', None, 'nnx.vjp(fn, module, *primals) over a function taking the module'),
     TransformRule('jvp', 'nnx.jvp', None, 'nnx.jvp(fn, (module, *primals), (tangents...)) over a function taking the module'),
     TransformRule('grad', 'nnx.grad', None, 'nnx.grad(fn)(module, *args) over a function taking the module'),

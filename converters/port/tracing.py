@@ -63,17 +63,19 @@ class MethodCall:
 
 
 def _inputs_by_position(method, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-  """A call's inputs with those given by keyword for the parameters right
-  after the positional ones (`dense(inputs=x)`, `block(x=h)`) moved into
-  place, as a call by position gives them: the same call, its inputs read
-  by position alike however they were written."""
+  """A call's inputs with the arrays given by keyword for the parameters
+  right after the positional ones (`dense(inputs=x)`, `block(x=h)`) moved
+  into place, as a call by position gives them: the same call, its inputs
+  read by position alike however they were written. Flags stay keywords
+  (`train=`, which the checks flip by name)."""
   try:
     parameters = list(inspect.signature(method).parameters.values())[1:] if method is not None else []
   except (TypeError, ValueError):
     return args, kwargs
   moved, rest = list(args), dict(kwargs)
   for parameter in parameters[len(args):]:
-    if parameter.kind is not parameter.POSITIONAL_OR_KEYWORD or parameter.name not in rest:
+    if (parameter.kind is not parameter.POSITIONAL_OR_KEYWORD or parameter.name not in rest
+        or not hasattr(rest[parameter.name], 'shape')):
       break
     moved.append(rest.pop(parameter.name))
   return tuple(moved), rest
