@@ -59,6 +59,8 @@ class ModuleReads:
           and len(lists_by_loop[id(loops[0])]) == 1 and not conditional
       )
       name = attribute[:-1] if attribute.endswith('s') else attribute + '_'
+      if name in used and 'layer' not in used:
+        name = 'layer'  # (`block` is the function that runs it: `x = block(x, layer)`)
       while name in used:
         name += '_'
       used.add(name)

@@ -40,7 +40,7 @@ class Encoder(nnx.Module):
     if self.per_example:
       raise NotImplementedError('Encoder: the if branch of `if self.per_example` is not written: nn.vmap of a module: not written yet; in NNX, call the module inside a function decorated @nnx.vmap, its state mapped by nnx.StateAxes (nnx.Param: None where variable_axes broadcast the parameters; 0 where they stack them, the stack made under @nnx.split_rngs and @nnx.vmap)')
     else:
-      for block_ in self.blocks:
-        block_cur = block_
+      for layer in self.blocks:
+        block_cur = layer
         x = block_cur(x)
     return self.norm(x)

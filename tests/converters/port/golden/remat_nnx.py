@@ -63,8 +63,8 @@ class Encoder(nnx.Module):
     def block(x, layer):
       return layer(x)
 
-    for block_ in self.blocks:
-      x = block(x, block_)
+    for layer in self.blocks:
+      x = block(x, layer)
 
     @nnx.remat(static_argnums=(2,))
     def run_odds(x, layer, double):
