@@ -235,7 +235,8 @@ def free_names(node: cst.CSTNode) -> set[str]:
   from its module or builtins: those of `names_in` less what it binds in a
   scope of its own (a method's local `h` is not the module's function `h`)."""
   wrapper = MetadataWrapper(cst.Module([node]) if isinstance(node, cst.BaseStatement) else
-                            cst.Module([cst.SimpleStatementLine([cst.Expr(node)])]))
+                            cst.Module([cst.SimpleStatementLine([cst.Expr(node)])]),
+                            unsafe_skip_copy=True)  # (only read)
   scopes = {s for s in wrapper.resolve(ScopeProvider).values() if s is not None}
   free = set()
   for scope in scopes:

@@ -68,10 +68,9 @@ def _inputs_by_position(method, args: tuple, kwargs: dict) -> tuple[tuple, dict]
   into place, as a call by position gives them: the same call, its inputs
   read by position alike however they were written. Flags stay keywords
   (`train=`, which the checks flip by name)."""
-  try:
-    parameters = list(inspect.signature(method).parameters.values())[1:] if method is not None else []
-  except (TypeError, ValueError):
+  if not kwargs:
     return args, kwargs
+  parameters = _parameters_after_self(method)
   moved, rest = list(args), dict(kwargs)
   for parameter in parameters[len(args):]:
     if (parameter.kind is not parameter.POSITIONAL_OR_KEYWORD or parameter.name not in rest
@@ -79,6 +78,14 @@ def _inputs_by_position(method, args: tuple, kwargs: dict) -> tuple[tuple, dict]
       break
     moved.append(rest.pop(parameter.name))
   return tuple(moved), rest
+
+
+@functools.lru_cache(maxsize=4096)  # (read at every call the trace records)
+def _parameters_after_self(method) -> tuple[inspect.Parameter, ...]:
+  try:
+    return tuple(inspect.signature(method).parameters.values())[1:] if method is not None else ()
+  except (TypeError, ValueError):
+    return ()
 
 
 @dataclasses.dataclass(eq=False)
