@@ -7,12 +7,11 @@ remat alone to the module itself.
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import source, syntax, transforms
+from converters.port import source, syntax, tracing, transforms
 
 if TYPE_CHECKING:
   from converters.port.compact import CompactWriter
@@ -77,7 +76,7 @@ def _passed_from_loops(writer: CompactWriter, original: cst.Call, updated: cst.C
   if not bound:
     return rest, []
   lift = writer.lifts[site][0]
-  signature = list(inspect.signature(type(writer.sites[site][1][0].module).__call__).parameters)[1:]
+  signature = [p.name for p in tracing.parameters_after_self(type(writer.sites[site][1][0].module).__call__)]
   positions = {id(a.value): k for k, a in enumerate(updated.args)}  # (the mode flags' taken out)
   # The arguments left closed over read their names inside the function:
   # no parameter takes one of them.
@@ -105,7 +104,7 @@ def _input_name(writer: CompactWriter, site) -> str:
   user's `Block.__call__(self, x)`, `inputs` of `nn.Dense`): what the
   function running it under remat calls the input it passes."""
   made = writer.sites[site][1][0]
-  parameters = list(inspect.signature(type(made.module).__call__).parameters.values())[1:2]
+  parameters = tracing.parameters_after_self(type(made.module).__call__)[:1]
   if parameters and parameters[0].kind in (parameters[0].POSITIONAL_ONLY, parameters[0].POSITIONAL_OR_KEYWORD):
     return parameters[0].name
   return 'x'

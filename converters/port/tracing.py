@@ -70,7 +70,7 @@ def _inputs_by_position(method, args: tuple, kwargs: dict) -> tuple[tuple, dict]
   (`train=`, which the checks flip by name)."""
   if not kwargs:
     return args, kwargs
-  parameters = _parameters_after_self(method)
+  parameters = parameters_after_self(method)
   moved, rest = list(args), dict(kwargs)
   for parameter in parameters[len(args):]:
     if (parameter.kind is not parameter.POSITIONAL_OR_KEYWORD or parameter.name not in rest
@@ -80,12 +80,23 @@ def _inputs_by_position(method, args: tuple, kwargs: dict) -> tuple[tuple, dict]
   return tuple(moved), rest
 
 
-@functools.lru_cache(maxsize=4096)  # (read at every call the trace records)
-def _parameters_after_self(method) -> tuple[inspect.Parameter, ...]:
+def parameters_after_self(method) -> tuple[inspect.Parameter, ...]:
+  """The parameters of a module's method after `self` (none where its
+  signature cannot be read); read once per method."""
+  try:
+    return _parameters_after_self(method)
+  except TypeError:  # an unhashable callable: read each time
+    return _read_parameters(method)
+
+
+def _read_parameters(method) -> tuple[inspect.Parameter, ...]:
   try:
     return tuple(inspect.signature(method).parameters.values())[1:] if method is not None else ()
   except (TypeError, ValueError):
     return ()
+
+
+_parameters_after_self = functools.lru_cache(maxsize=4096)(_read_parameters)  # (at every call traced)
 
 
 @dataclasses.dataclass(eq=False)
