@@ -26,6 +26,13 @@ fails, and the workaround goes.
   strided 3x3 path fails `jax.export` shape checks, so the port wrote the
   traced image size (jax 0.10.2, `jax._src.lax.lax._ceil_divide`; not
   reported upstream yet).
+- `unfiltered_tracebacks()`: an exception crossing a JAX API boundary has its
+  traceback filtered, each frame's file compared with each of JAX's ~27
+  excluded directories by `os.path.samefile` (two `stat`s each), whether or
+  not anyone reads it: writing a port, which expects and catches an
+  exception at each symbolic size it tries, spent a tenth of its time there
+  (jax 0.10.2, `jax._src.traceback_util._path_starts_with`; not reported
+  upstream yet).
 - `distributed_client()`: JAX has no public accessor of the coordination
   service client that `jax.distributed.initialize` starts (Orbax reaches it
   the same way).
@@ -180,6 +187,25 @@ def trace_caches_missed():
         miss()
 
     yield drew
+
+
+#: JAX's setting of how tracebacks are filtered; its context manager sets it
+#: for this thread only.
+_TRACEBACK_FILTERING = getattr(_jax_config, 'traceback_filtering', None)
+
+
+@contextlib.contextmanager
+def unfiltered_tracebacks():
+  """Within the context, on this thread, exceptions cross JAX's API
+  boundaries with their tracebacks as Python made them (JAX's setting
+  `jax_traceback_filtering='off'`); as before on exit. For code that
+  catches the exceptions it expects: nothing is lost but the filtering's
+  time."""
+  if _TRACEBACK_FILTERING is None:
+    yield
+    return
+  with _TRACEBACK_FILTERING('off'):
+    yield
 
 
 def distributed_client():

@@ -4,6 +4,7 @@ it: then the workaround goes)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -223,3 +224,37 @@ def test_trace_caches_missed_keeps_to_its_thread_and_a_setting_given_there():
     assert jax.config.jax_hlo_source_file_canonicalization_regex == 'users_own'
   assert seen_elsewhere == [before]  # another thread's JAX untouched
   assert jax.config.jax_hlo_source_file_canonicalization_regex == before
+
+
+def _samefile_calls_of_an_error_through_jit(monkeypatch) -> int:
+  """How many times JAX called `os.path.samefile` while an exception raised
+  in a jitted function crossed `jax.jit`'s boundary."""
+  calls = []
+  samefile = os.path.samefile
+  monkeypatch.setattr(os.path, 'samefile', lambda a, b: (calls.append(a), samefile(a, b))[1])
+
+  def fails(x):
+    raise ValueError('expected')
+
+  with pytest.raises(ValueError, match='expected'):
+    jax.jit(fails)(jnp.ones(3))
+  return len(calls)
+
+
+def test_jax_still_compares_each_frames_file_when_it_filters_a_traceback(monkeypatch):
+  assert _samefile_calls_of_an_error_through_jit(monkeypatch) > 0
+
+
+def test_unfiltered_tracebacks_skips_the_filtering_on_this_thread_only_and_restores_jax(monkeypatch):
+  before = jax.config.jax_traceback_filtering
+  seen_elsewhere = []
+  with pytest.raises(ValueError, match='expected'):  # restored after an error too
+    with compat.unfiltered_tracebacks():
+      assert _samefile_calls_of_an_error_through_jit(monkeypatch) == 0
+      thread = threading.Thread(target=lambda: seen_elsewhere.append(jax.config.jax_traceback_filtering))
+      thread.start()
+      thread.join()
+      raise ValueError('expected')
+  assert seen_elsewhere == [before]
+  assert jax.config.jax_traceback_filtering == before
+  assert _samefile_calls_of_an_error_through_jit(monkeypatch) > 0
