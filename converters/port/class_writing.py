@@ -121,10 +121,9 @@ class _Writing:
       return
     out.ports[cls] = port
     out.written.append(port)
-    for branch in port.writer.untraced_branches.values():
-      file = port.writer.file
-      out.branches.append(UnportedBranch(cls.__name__, branch.line(file), branch.condition(file), file.path,
-                                         refused=branch.refused))
+    for branch in port.untraced_branches:
+      out.branches.append(UnportedBranch(cls.__name__, branch.line(port.file), branch.condition(port.file),
+                                         port.file.path, refused=branch.refused))
 
   def write_stub(self, cls: type, e: Exception) -> None:
     """`cls` written as a stub that `e` stopped."""
@@ -186,7 +185,7 @@ def _written_without(cls: type, instances: list, origins: dict[int, str], error:
       continue
     except Exception:  # noqa: BLE001 - stopped otherwise: the stub says the first reason
       continue
-    branches = [b for b in port.writer.untraced_branches.values() if b.refused is not None]
-    if all(any(taken_by(b, port.writer.file, i) for b in branches) for group, _ in refused for i in group):
+    branches = [b for b in port.untraced_branches if b.refused is not None]
+    if all(any(taken_by(b, port.file, i) for b in branches) for group, _ in refused for i in group):
       return port, trying
   return None

@@ -41,6 +41,7 @@ from converters.port import (
   mode_flags,
   own_variables,
   partials,
+  placement,
   references,
   refusals,
   shapes,
@@ -56,54 +57,63 @@ from converters.port.errors import Untranslatable
 
 @dataclasses.dataclass
 class ClassPort:
-  """What was written for one Linen class.
+  """What was written for one Linen class: plain data, read without its
+  writer.
 
   Attributes:
     cls: the Linen class.
     node: the NNX class statement.
-    attributes: creation site -> `(attribute, is_list)`: where the modules
-      created there live in the NNX class.
+    placement: where the modules the class creates are in the port
+      (`converters.port.placement`).
     constructor: what its `__init__` takes (`constructor.ConstructorPlan`).
     modes: `__call__` arguments that became the module's mode -> their value
       in training.
+    call_parameters: `__call__`'s parameters (positional, then keyword-only).
+    file: the Linen source the class was read from.
     field_modes: fields that became the module's mode (`deterministic` of a
       block that only hands it to its dropouts) -> their value in training;
       the NNX constructor does not take them.
     helpers: the file's functions that make layers, as the port writes
       them (`converters.port.helpers`), by name.
-    call_parameters: `__call__`'s parameters (positional, then keyword-only).
-    writer: the writer, which says where each submodule went (`nnx_path`).
+    has_cache: whether the port has `init_cache` (its layers, or it, hold
+      a decode cache).
+    constants: module statements written before the class (`default_init
+      = ...`).
+    sown: Linen collections other than `intermediates` the class sows into
+      -> the `nnx.Intermediate` subclass the file defines for each.
+    untraced_branches: the blocks of an `if` no traced instance takes,
+      written to raise (`branches.UntracedBranch`).
+    ties: the input sizes the code ties to a field (`x - y`, y of `channels`
+      features): the input's dimension -> the field's value it takes
+      (`shapes.SymbolicTrace.ties` of the traced instance).
   """
 
   cls: type
   node: cst.ClassDef
-  attributes: dict[tracing.Site, tuple[str, bool]]
+  placement: placement.Placement
   constructor: constructor.ConstructorPlan
   modes: dict[str, bool]
   call_parameters: list[str]
-  writer: ClassWriter
+  file: source.SourceFile
   field_modes: dict[str, bool] = dataclasses.field(default_factory=dict)
   helpers: dict[str, cst.FunctionDef] = dataclasses.field(default_factory=dict)
-  #: Whether the port has `init_cache` (its layers, or it, hold a decode cache).
   has_cache: bool = False
-  #: Module statements written before the class (`default_init = ...`).
   constants: list[cst.SimpleStatementLine] = dataclasses.field(default_factory=list)
+  sown: dict[str, str] = dataclasses.field(default_factory=dict)
+  untraced_branches: tuple[branches.UntracedBranch, ...] = ()
+  ties: dict[shapes.InputDim, shapes.FieldValue] = dataclasses.field(default_factory=dict)
 
   @property
   def inputs(self) -> tuple[constructor.InputParameter, ...]:
     """The constructor's parameters made of input sizes."""
     return self.constructor.inputs
 
-  def nnx_path(self, instance: tracing.Created, child: tracing.Created) -> tuple:
-    """Where `child` (created by `instance`, any instance of this class) is
-    in the port."""
-    return self.writer.nnx_path(child)
-
 
 class ClassWriter:
   """Writes one class: see the module docstring. Subclasses say where the
-  creations are (`_methods`, `loops_around`, `_attributes`, `nnx_path`) and
-  write the class (`write`)."""
+  creations are (`_methods`, `loops_around`, `_attributes`) and write the
+  class (`write`); where the port holds them is the `placement.Placement`
+  the written `ClassPort` carries."""
 
   #: Whether the writer writes `self.has_variable('cache', ...)` (a cache
   #: NNX makes where it builds the module: always there).
@@ -148,6 +158,7 @@ class ClassWriter:
     # `method` creates the submodules, `call` is `__call__`: the compact
     # method both, or `setup` and `__call__`.
     self.method, self.call = self._methods()
+    self.creation_sites = placement.CreationSites.of(self.file, self.method)
     #: Whether `__call__` is Linen's scan over its inputs (`nnx.scan` in NNX).
     self.scans_call = any(transforms.is_method_scan(d, self.file) for d in self.call.decorators)
     refusals.refuse_lifted_methods(self)
@@ -186,6 +197,9 @@ class ClassWriter:
     self.shared_scopes = shared_scopes.read(
         self.method, self.file, self.sites, self.exclusive, self.fail) if self.writes_shared_scopes else {}
     refusals.refuse_linen_names_left(self)
+    #: A list's site -> `(prefix, first number)` of its modules' Linen names,
+    #: where the list's index is read off them (`setup()`'s `layers_2`).
+    self.numbering: dict[tracing.Site, tuple[str, int]] = {}
     self.attributes = self._attributes()
     #: Keywords of the constructor for dtypes Linen reads off the call
     #: (`inputs.dtype`): name -> its default, the traced dtype's name.
@@ -202,22 +216,8 @@ class ClassWriter:
   # --- what is created where
 
   def site_of(self, child: tracing.Created) -> tracing.Site | None:
-    """Where the method creates `child`: its own site, or the call of a
-    function of the file that made it; None if neither is in the method."""
-    method_range = self.file.positions[self.method]
-
-    def in_method(site):
-      return (site is not None and site.filename == self.file.path
-              and method_range.start.line <= site.line <= method_range.end.line
-              and self.file.call_at(site) is not None)
-
-    if in_method(child.site):
-      return child.site
-    if child.site is None or child.site.filename != self.file.path:
-      return None
-    if helpers.function_at(self.file, child.site.line) is None:
-      return None
-    return next((s for s in child.stack[1:] if in_method(s)), None)
+    """Where the method creates `child` (`placement.CreationSites.site_of`)."""
+    return self.creation_sites.site_of(child)
 
   def symbolic_of(self, instance: tracing.Created, own_variables: bool = False) -> shapes.SymbolicTrace:
     """The symbolic trace of `instance`, one per set of submodules made (the
@@ -268,31 +268,6 @@ class ClassWriter:
       return None
     return '.'.join(names[1:])
 
-  def inlined_path(self, child: tracing.Created) -> tuple:
-    """Where `child`, made as an argument of another creation (an RNN's
-    cell, a Sequential's layer), is in the port: the k-th module made at
-    its site is an argument of the k-th made at the other's."""
-    site = self.site_of(child)
-    outer_site, attribute = self.inlined[site]
-    inner = [c for c in child.parent.children if self.site_of(c) == site]
-    outers = [c for c in child.parent.children if self.site_of(c) == outer_site]
-    return self.nnx_path(outers[inner.index(child)]) + attribute
-
-  def made_in_loop(self, site: tracing.Site) -> bool:
-    """Whether the port holds the modules made at `site` in a list (made
-    in a loop, or as arguments of creations in a loop)."""
-    if site in self.inlined:
-      return self.made_in_loop(self.inlined[site][0])
-    return self.attributes[site][1]
-
-  def loop_index_at(self, child: tracing.Created) -> int:
-    """Where in `nnx_path(child)` the index of a looped module is: last,
-    or, for one made as another creation's argument, the other's."""
-    if self.site_of(child) not in self.inlined:
-      return len(self.nnx_path(child)) - 1
-    outer_site, attribute = self.inlined[self.site_of(child)]
-    return len(self.nnx_path(child)) - len(attribute) - 1
-
   def sequence_of(self, node: cst.Call) -> cst.Call | None:
     """The creation of a Sequential (a layer with a `sequence_field`)
     whose list `node` is an element of as written, else None."""
@@ -339,9 +314,18 @@ class ClassWriter:
     self.mode_flags.check_fields_gone(node, init)
     constants = [syntax.statement(f'{c.name} = {c.value}\n').visit(
         references.LinenReferences(self.file, self.cls, strict=False)) for c in plan.constants]
-    return ClassPort(self.cls, node, self.attributes, plan, self.mode_flags.call, self.params, self,
-                     dict(self.mode_flags.fields), assembly.helper_functions(self), init_cache is not None,
-                     constants)
+    return ClassPort(
+        self.cls, node, self.written_placement(), plan, self.mode_flags.call, self.params, self.file,
+        field_modes=dict(self.mode_flags.fields), helpers=assembly.helper_functions(self),
+        has_cache=init_cache is not None, constants=constants, sown=dict(self.sown),
+        untraced_branches=tuple(self.untraced_branches.values()), ties=dict(self.symbolic.ties))
+
+  def written_placement(self) -> placement.Placement:
+    """Where the port holds the modules the class creates, as written."""
+    held = {site: placement.Held(attribute, in_list, self.numbering.get(site))
+            for site, (attribute, in_list) in self.attributes.items() if site not in self.inlined}
+    inside = {site: placement.Inside(outer, path) for site, (outer, path) in self.inlined.items()}
+    return placement.Placement(self.creation_sites, held, inside, dict(self.variable_attributes))
 
   def _own_variables(self) -> dict[cst.Call, variables.OwnVariable]:
     """`self.param(...)` / `self.variable(...)` calls of the method, written;

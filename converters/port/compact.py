@@ -161,17 +161,6 @@ class CompactWriter(classes.ClassWriter):
     if sows:
       self.fail(sows[0], 'self.sow in a method Linen scans; port it by hand')
 
-  def nnx_path(self, child: tracing.Created) -> tuple:
-    """Where `child` (created by the traced instance) is in the port."""
-    site = self.site_of(child)
-    if site in self.inlined:
-      return self.inlined_path(child)
-    attribute, is_list = self.attributes[site]
-    if not is_list:
-      return (attribute,)
-    siblings = [c for c in child.parent.children if self.site_of(c) == site]
-    return (attribute, siblings.index(child))
-
 
 def port_class(cls, instances, symbolic_trace, child_ports, refused=None) -> ClassPort:
   """The NNX class of the Linen class `cls`, written from the instances the

@@ -23,7 +23,7 @@ from flax import linen as nn
 from converters.errors import PathMappingError
 from converters.paths import PathMapping, PathRule, format_path
 from converters.transforms import Rearrange
-from converters.port import classes, layers, references, shapes, source, syntax, tracing, variables
+from converters.port import classes, layers, placement, references, shapes, source, syntax, tracing, variables
 from converters.port.errors import PORT_INSTALL_HINT, PortToolError
 from converters.port.stubs import StubPort
 
@@ -319,7 +319,7 @@ def _sown(ports) -> dict[str, str]:
   sown: dict[str, str] = {}
   for port in ports:
     if isinstance(port, classes.ClassPort):
-      sown.update(port.writer.sown)
+      sown.update(port.sown)
   return sown
 
 
@@ -413,9 +413,9 @@ def path_pairs(
     if port is None or isinstance(port, StubPort) or id(instance) not in placed:
       continue  # a Flax layer; a stub, or a module under one: not mapped
     parent_nnx, parent_index = placed[id(instance)]
-    numbered = _loop_numbering(instance, port) if parent_index is None else {}
+    numbered = _loop_numbering(instance, port.placement) if parent_index is None else {}
     for child in instance.children:
-      nnx_path = parent_nnx + port.nnx_path(instance, child)
+      nnx_path = parent_nnx + port.placement.nnx_path(child)
       index = parent_index
       if child.shares_scope:
         placed[id(child)] = (nnx_path, index)
@@ -426,7 +426,7 @@ def path_pairs(
       if isinstance(numbered.get(child.path), Counted):
         index = numbered[child.path]
       elif child.path in numbered:  # `(linen position, nnx position, first number)`
-        index = (len(child.path) - 1, len(parent_nnx) + port.writer.loop_index_at(child), numbered[child.path])
+        index = (len(child.path) - 1, len(parent_nnx) + port.placement.loop_index_at(child), numbered[child.path])
       modules[child.path] = placed[id(child)] = (nnx_path, index)
       spec = layers.layer_spec(child.cls)
       renames[child.path] = dict(getattr(spec, 'variable_renames', ())) or _variable_attributes(
@@ -478,7 +478,7 @@ _NUMBERED = re.compile(r'(.*?)(\d+)')
 def _variable_attributes(port) -> dict[str, str]:
   """The NNX attributes of a written class's variables that its Linen
   names differ from (`setup()`'s `self.table = self.param('embedding', ...)`)."""
-  return dict(port.writer.variable_attributes) if isinstance(port, classes.ClassPort) else {}
+  return dict(port.placement.variable_attributes) if isinstance(port, classes.ClassPort) else {}
 
 
 def _held_first(root: tracing.Created, ports, modules: dict) -> None:
@@ -533,7 +533,7 @@ def under_stubs(root: tracing.Created, variables: dict, ports) -> list[tuple]:
   ]
 
 
-def _loop_numbering(instance: tracing.Created, port) -> dict[tuple, int | Counted]:
+def _loop_numbering(instance: tracing.Created, placed: placement.Placement) -> dict[tuple, int | Counted]:
   """How the children of `instance` are numbered for any loop length: the
   number of the loop's first layer for a looped layer (`Dense_{i}`,
   `Dense_{i+1}` after one `Dense` made before the loop), a `Counted` for a
@@ -541,10 +541,10 @@ def _loop_numbering(instance: tracing.Created, port) -> dict[tuple, int | Counte
   is made once, before or after the loop; else all keep their numbers."""
   sites: dict = {}
   for child in instance.children:
-    sites.setdefault(port.writer.site_of(child), []).append(child)
+    sites.setdefault(placed.site_of(child), []).append(child)
   numbered = {}
   for site, siblings in sites.items():
-    if not port.writer.made_in_loop(site):
+    if not placed.made_in_loop(site):
       continue
     numbered_name = _NUMBERED.fullmatch(siblings[0].name)
     if numbered_name is None:
@@ -552,10 +552,10 @@ def _loop_numbering(instance: tracing.Created, port) -> dict[tuple, int | Counte
     prefix, first = numbered_name[1], int(numbered_name[2])
     if not all(c.name == f'{prefix}{first + k}' for k, c in enumerate(siblings)):
       continue
-    others = [c for c in instance.children if port.writer.site_of(c) != site
+    others = [c for c in instance.children if placed.site_of(c) != site
               and re.fullmatch(rf'{re.escape(prefix)}\d+', c.name)]
     numbers = sorted(int(_NUMBERED.fullmatch(c.name)[2]) for c in others)
-    once = all(len(sites[port.writer.site_of(c)]) == 1 and not port.writer.made_in_loop(port.writer.site_of(c))
+    once = all(len(sites[placed.site_of(c)]) == 1 and not placed.made_in_loop(placed.site_of(c))
                for c in others)
     # Linen counts a class's modules from 0 in each scope (`Dense_1` in the
     # loop after `Dense_0` before it); a user's names count from their own

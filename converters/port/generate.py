@@ -296,14 +296,14 @@ def write(linen_model: LinenModel, *, factory: str = '', module_name: str = 'mod
       unmapped=emit.under_stubs(root, variables, ports),
   )
   files = {source.file_of(c).path for c in [type(module), *ports, *(s[0] for s in written if isinstance(s, tuple))]}
-  root_writer = getattr(ports.get(type(module)), 'writer', None)
+  root_port = ports.get(type(module))
   result = PortResult(
       generated.text, generated.classes, classes_written.stubs, dict(modes), generated.paths_text,
       sources=sorted(files),
       flags=[(other, description, other_variables) for other, description, _, other_variables in flags],
       variables=variables,
       branches=classes_written.branches,
-      ties=dict(root_writer.symbolic.ties) if root_writer is not None else {},
+      ties=dict(root_port.ties) if isinstance(root_port, classes.ClassPort) else {},
       linen_classes=[w.cls if isinstance(w, classes.ClassPort) else w[0] for w in written],
       refused_flags=configurations.refused,
       within=configurations.within,
@@ -620,11 +620,11 @@ def _combined(linen_model: LinenModel, configurations, keeps=lambda model: True)
 def _takes_a_raised_branch(model: LinenModel | tracing.Created, ports) -> bool:
   """Whether an instance of the model (traced, or as `tracing.trace`
   gives its root) takes a branch its class's port writes to raise
-  (`ClassWriter.untraced_branches`)."""
+  (`ClassPort.untraced_branches`)."""
   root = model if isinstance(model, tracing.Created) else tracing.trace(model.module, *model.args, **model.kwargs)[0]
   for instance in root.walk():
-    writer = getattr(ports.get(instance.cls), 'writer', None)
-    if writer is not None and any(taken_by(b, writer.file, instance) for b in writer.untraced_branches.values()):
+    port = ports.get(instance.cls)
+    if isinstance(port, classes.ClassPort) and any(taken_by(b, port.file, instance) for b in port.untraced_branches):
       return True
   return False
 

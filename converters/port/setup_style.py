@@ -51,8 +51,6 @@ class SetupWriter(classes.ClassWriter):
 
   def _attributes(self) -> dict[tracing.Site, tuple[str, bool]]:
     """`self.<attribute> = <creation>` (a scalar) or `= [<creations>]` (a list)."""
-    #: A list's site -> `(prefix, first number)` of its modules' Linen names.
-    self.numbering: dict[tracing.Site, tuple[str, int]] = {}
     attributes = {}
     for site, (node, children) in self.sites.items():
       self.loops_around(node)
@@ -123,16 +121,6 @@ class SetupWriter(classes.ClassWriter):
       self.fail(node, 'a module created in setup() but not assigned to an attribute of self '
                 '(directly or in a list); port it by hand')
     return parent, is_list
-
-  def nnx_path(self, child: tracing.Created) -> tuple:
-    """`dense` -> `dense`, `layers_2` -> `layers/2`."""
-    if self.site_of(child) in self.inlined:
-      return self.inlined_path(child)
-    attribute, is_list = self.attributes[self.site_of(child)]
-    if not is_list:
-      return (attribute,)
-    prefix, first = self.numbering[self.site_of(child)]
-    return (attribute, int(child.name.removeprefix(prefix)) - first)
 
   def write(self):
     self.node_sites = {node: site for site, (node, _) in self.sites.items()}
