@@ -30,7 +30,8 @@ fails, and the workaround goes.
   traceback filtered, each frame's file compared with each of JAX's ~27
   excluded directories by `os.path.samefile` (two `stat`s each), whether or
   not anyone reads it: writing a port, which expects and catches an
-  exception at each symbolic size it tries, spent a tenth of its time there
+  exception at each symbolic size it tries (`shapes`), spent a tenth of its
+  time there
   (jax 0.10.2, `jax._src.traceback_util._path_starts_with`; not reported
   upstream yet).
 - `distributed_client()`: JAX has no public accessor of the coordination
@@ -197,10 +198,10 @@ _TRACEBACK_FILTERING = getattr(_jax_config, 'traceback_filtering', None)
 @contextlib.contextmanager
 def unfiltered_tracebacks():
   """Within the context, on this thread, exceptions cross JAX's API
-  boundaries with their tracebacks as Python made them (JAX's setting
-  `jax_traceback_filtering='off'`); as before on exit. For code that
-  catches the exceptions it expects: nothing is lost but the filtering's
-  time."""
+  boundaries with their tracebacks as Python made them, JAX's frames
+  included and without JAX's note on removing them (JAX's setting
+  `jax_traceback_filtering='off'`); as before on exit. Only for code that
+  catches the exceptions it expects and reads no traceback."""
   if _TRACEBACK_FILTERING is None:
     yield
     return

@@ -358,7 +358,8 @@ class _SymbolicTracer:
       shape = list(args[i].shape)
       shape[d] = symbol
       args[i] = jax.ShapeDtypeStruct(tuple(shape), a.dtype)
-    with compat.one_ceiling_form():
+    # (An attempt the code refuses raises: the traceback is not read.)
+    with compat.one_ceiling_form(), compat.unfiltered_tracebacks():
       root, variables = tracing.trace(
           self.module.clone(**fields), *args, traced_method=self.call.method, **self.call.kwargs)
     return SymbolicTrace(root, table, variables)

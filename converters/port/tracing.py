@@ -26,7 +26,6 @@ import flax
 import jax
 from flax import linen as nn
 
-from converters import compat
 from converters.linen_model import is_array, nothing_sown, split_arrays
 
 # Frames inside these are the machinery between the user's code and the event:
@@ -186,14 +185,16 @@ def _site(frame) -> Site | None:
 # A trace reads the site of every creation and call, up to eight frames each:
 # a code object's positions and a file's real path are read once, not per
 # frame (read per frame, they were a tenth of the time to write a port).
-@functools.lru_cache(maxsize=4096)
+# Positions are the code's own (code objects equal as values have equal
+# positions); real paths are read again at each trace, where a link may have
+# changed since the last.
+@functools.lru_cache(maxsize=512)
 def _positions(code) -> tuple:
-  """`(line, end line, column, end column)` of each instruction of `code`.
-  (Code objects equal as values have equal positions.)"""
+  """`(line, end line, column, end column)` of each instruction of `code`."""
   return tuple(code.co_positions())
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=512)
 def _real_path(filename: str) -> str:
   return os.path.realpath(filename)
 
@@ -319,6 +320,7 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
   """`(root, variables)`: the record of `module.init(*args, **kwargs)` (its
   root is the model; `traced_method` the method `init` calls, `encode` of a
   class called through its methods) and the abstract variables it made."""
+  _real_path.cache_clear()
   recorder = _Recorder()
   original = nn.Module.__post_init__
   nn.Module.__post_init__ = recorder.post_init(original)
@@ -332,7 +334,7 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
       method = None if traced_method == '__call__' else traced_method
       return bound.init(rngs, *call_args, method=method, **call_kwargs)
 
-    with nn.intercept_methods(recorder.intercept), nothing_sown(), compat.unfiltered_tracebacks():
+    with nn.intercept_methods(recorder.intercept), nothing_sown():
       variables = jax.eval_shape(init, *arrays)
   finally:
     nn.Module.__post_init__ = original

@@ -241,20 +241,29 @@ def _samefile_calls_of_an_error_through_jit(monkeypatch) -> int:
   return len(calls)
 
 
+def _filtered_as_by_default():
+  """JAX's default filtering outside IPython, whatever the environment sets."""
+  from jax._src import config as jax_config
+
+  return jax_config.traceback_filtering('quiet_remove_frames')
+
+
 def test_jax_still_compares_each_frames_file_when_it_filters_a_traceback(monkeypatch):
-  assert _samefile_calls_of_an_error_through_jit(monkeypatch) > 0
+  with _filtered_as_by_default():
+    assert _samefile_calls_of_an_error_through_jit(monkeypatch) > 0
 
 
 def test_unfiltered_tracebacks_skips_the_filtering_on_this_thread_only_and_restores_jax(monkeypatch):
-  before = jax.config.jax_traceback_filtering
+  before = jax.config.jax_traceback_filtering  # the process's, another thread's
   seen_elsewhere = []
-  with pytest.raises(ValueError, match='expected'):  # restored after an error too
-    with compat.unfiltered_tracebacks():
+  with _filtered_as_by_default():
+    # (Restored after an error too.)
+    with pytest.raises(ValueError, match='expected'), compat.unfiltered_tracebacks():
       assert _samefile_calls_of_an_error_through_jit(monkeypatch) == 0
       thread = threading.Thread(target=lambda: seen_elsewhere.append(jax.config.jax_traceback_filtering))
       thread.start()
       thread.join()
       raise ValueError('expected')
-  assert seen_elsewhere == [before]
-  assert jax.config.jax_traceback_filtering == before
-  assert _samefile_calls_of_an_error_through_jit(monkeypatch) > 0
+    assert jax.config.jax_traceback_filtering == 'quiet_remove_frames'
+    assert _samefile_calls_of_an_error_through_jit(monkeypatch) > 0
+  assert seen_elsewhere == [before]  # another thread's JAX untouched

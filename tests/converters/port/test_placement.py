@@ -7,8 +7,10 @@ import jax.numpy as jnp
 import libcst as cst
 from flax import linen as nn
 
-from converters.port import source, tracing
+from converters.port import class_writing, source, tracing
 from converters.port.placement import CreationSites, Held, Inside, Placement
+from tests.converters.port import linen_models
+from tests.converters.port.golden import sequential_compact
 
 
 def _head(x, features: int):
@@ -100,3 +102,39 @@ def test_a_module_made_as_another_creations_argument_is_inside_the_one_made_alik
   assert [placed.nnx_path(c) for c in dense] == [('stages', k, 'layers', 0) for k in range(3)]
   assert [placed.loop_index_at(c) for c in dense] == [1, 1, 1]  # the Sequential's index, not the layer's
   assert placed.made_in_loop(sites.site_of(dense[0]))
+
+
+# The placement the writers leave (`ClassWriter.written_placement`), on models
+# whose ports are proven (the golden `sequential_compact`, nightly).
+
+
+def _written(model) -> tuple[tracing.Created, dict]:
+  root, variables = tracing.trace(model.module, *model.args, **model.kwargs)
+  instances: dict = {}
+  for instance in root.walk():
+    instances.setdefault(instance.cls, []).append(instance)
+  return root, class_writing.write_classes(root, instances, variables, {}, {}).ports
+
+
+def test_a_setup_list_is_indexed_by_its_linen_names():
+  root, ports = _written(linen_models.setup_stack(num_heads=3))
+  placed = ports[linen_models.SetupStack].placement
+  heads = [c for c in root.children if c.name.startswith('heads_')]
+  assert placed.held[placed.site_of(heads[0])] == Held('heads', True, ('heads_', 0))
+  assert {c.name: placed.nnx_path(c) for c in root.children} == {
+      'heads_0': ('heads', 0), 'heads_1': ('heads', 1), 'heads_2': ('heads', 2),
+      'norm': ('norm',), 'dropout': ('dropout',), 'head': ('head',)}
+
+
+def test_layers_of_a_sequential_made_in_a_loop_are_inside_the_sequential_made_alike():
+  root, ports = _written(sequential_compact.model(depth=3))
+  placed = ports[sequential_compact.Tower].placement
+  # (The paths of PATHS, proven: a Dense of the head at `head/layers/2`.)
+  paths = {c.name: placed.nnx_path(c) for c in root.children if c.cls not in (nn.Dropout, nn.Sequential)}
+  assert paths == {
+      'Dense_0': ('dense_0',), 'Block_0': ('sequentials', 0, 'layers', 0),
+      'Block_1': ('sequentials', 1, 'layers', 0), 'Block_2': ('sequentials', 2, 'layers', 0),
+      'Dense_1': ('head', 'layers', 0), 'Dense_2': ('head', 'layers', 2)}
+  block = next(c for c in root.children if c.name == 'Block_1')
+  assert placed.loop_index_at(block) == 1 and placed.made_in_loop(placed.site_of(block))
+  assert placed.site_of(block) in placed.inside and placed.site_of(block) not in placed.held
