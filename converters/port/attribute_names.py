@@ -109,13 +109,19 @@ class AttributeNames:
   def _auto_name(self, children) -> str:
     """The attribute of modules Linen names itself: `dense` for the class's
     one `Dense` (`Dense_0`, `CheckpointDense_0` under `nn.remat`), `dense_0`,
-    `dense_1` where it makes several."""
+    `dense_1` where it makes several, `checkpoint_dense` for one under
+    `nn.remat` beside a plain one."""
     prefix = children[0].name.rpartition('_')[0]  # the class Linen names it by
     numbered = re.compile(rf'{re.escape(prefix)}_\d+')
     alone = all(c.name == f'{prefix}_0' for c in children) and not any(
         numbered.fullmatch(c.name) and c not in children for i in self.writer.instances for c in i.children)
     name = source.snake_case(children[0].name)
     readable = source.snake_case(children[0].cls.__name__)
+    if prefix != children[0].cls.__name__ and any(
+        other[0].cls is children[0].cls for _, other in self.writer.sites.values() if other is not children):
+      # Named by a transform's class (`CheckpointDense_0`) beside modules of
+      # its own class: Linen's name says which it is (`checkpoint_dense`).
+      readable = source.snake_case(prefix)
     if alone and not self._taken_name(readable):
       return readable
     return name

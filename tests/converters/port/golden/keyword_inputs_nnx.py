@@ -26,14 +26,14 @@ class Net(nnx.Module):
   def __init__(self, features: int = 6, *, in_features: int, rngs: nnx.Rngs):
     self.dense = nnx.Linear(in_features, features, rngs=rngs)
     self.block = Block(in_features=features, rngs=rngs)
-    self.dense_ = nnx.Linear(features, 2, rngs=rngs)
+    self.checkpoint_dense = nnx.Linear(features, 2, rngs=rngs)
 
   def __call__(self, x):
     h = self.dense(inputs=x)
     h = self.block(x=h)
 
     @nnx.remat
-    def run_dense_(layer):
+    def run_checkpoint_dense(layer):
       return layer(inputs=h)
 
-    return run_dense_(self.dense_)
+    return run_checkpoint_dense(self.checkpoint_dense)

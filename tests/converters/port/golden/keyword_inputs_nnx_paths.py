@@ -13,8 +13,8 @@ PATHS = PathMapping([
     PathRule('Block_0/Dense_0/kernel', 'block/dense/kernel'),
     PathRule('Block_0/LayerNorm_0/bias', 'block/layer_norm/bias'),
     PathRule('Block_0/LayerNorm_0/scale', 'block/layer_norm/scale'),
-    PathRule('CheckpointDense_0/bias', 'dense_/bias'),
-    PathRule('CheckpointDense_0/kernel', 'dense_/kernel'),
+    PathRule('CheckpointDense_0/bias', 'checkpoint_dense/bias'),
+    PathRule('CheckpointDense_0/kernel', 'checkpoint_dense/kernel'),
     PathRule('Dense_0/bias', 'dense/bias'),
     PathRule('Dense_0/kernel', 'dense/kernel'),
 ])
