@@ -38,7 +38,6 @@ import optax
 from flax import linen as nn
 from flax import nnx
 from flax.training.train_state import TrainState
-from flax.core import meta
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from converters import abstract_models
@@ -46,6 +45,7 @@ from converters.errors import CheckpointError, StructureError, format_offenders
 from converters.inference import abstract_port, infer_linen_model, merge_layouts
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout, split_arrays
 from converters.linen_trees import TRAIN_STATE_FIELDS
+from converters.metadata import is_linen_box
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.flat_trees import key_of, keys_of
 from converters.paths import Framework, Infer, PathMapping, as_infer, as_mapping, format_path
@@ -273,9 +273,6 @@ def _sharded(abstract: Any, shardings: Any) -> Any:
   )
 
 
-def _is_box(x) -> bool:
-  return isinstance(x, meta.AxisMetadata)
-
 
 def _linen_sharding(mesh: Mesh, rules, leaf) -> NamedSharding:
   """Linen's own resolution of one leaf: mesh-axis boxes by their names,
@@ -287,7 +284,7 @@ def _linen_sharding(mesh: Mesh, rules, leaf) -> NamedSharding:
   if isinstance(leaf, nn.LogicallyPartitioned):
     own = leaf.rules if leaf.rules is not None else rules
     return nn.logical_to_mesh_sharding(leaf.get_partition_spec(), mesh, own)
-  if _is_box(leaf):
+  if is_linen_box(leaf):
     return leaf.get_sharding(mesh)
   return NamedSharding(mesh, P())
 
@@ -301,7 +298,7 @@ def _linen_names(params, rules, prefix: str) -> list[Named]:
   """Every box of a Linen params tree: mesh-axis names, or logical names with
   the rules that resolve them (the box's own, else `rules`)."""
   out = []
-  flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_box)[0]
+  flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_linen_box)[0]
   for keypath, leaf in flat:
     path = format_path((prefix,) + keys_of(keypath))
     if isinstance(leaf, nn.LogicallyPartitioned):
@@ -415,7 +412,7 @@ def linen_side(
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
     # The sharding tree stops at the boxes.
     shardings = jax.tree.map(
-        functools.partial(_linen_sharding, mesh, rules), abstract, is_leaf=_is_box
+        functools.partial(_linen_sharding, mesh, rules), abstract, is_leaf=is_linen_box
     )
   state = jax.tree.map(
       lambda s, boxed: _sharded(boxed, jax.tree.map(lambda _: s, boxed)), shardings, abstract
@@ -425,7 +422,7 @@ def linen_side(
   state = _linen_kept_values(state, paths, lambda: create(rngs, concrete), mesh, rules)
   param_paths = [
       tuple(str(key_of(k)) for k in keypath)
-      for keypath, _ in jax.tree_util.tree_flatten_with_path(_params_of(abstract), is_leaf=_is_box)[0]
+      for keypath, _ in jax.tree_util.tree_flatten_with_path(_params_of(abstract), is_leaf=is_linen_box)[0]
   ]
   layout = layout_of(paths, 'linen', param_paths)
   if tx is None:
@@ -518,7 +515,7 @@ def _nnx_kept_values(state: nnx.State, paths: PathMapping, create, mesh: Mesh, r
 def _linen_kept_values(state: TrainState, paths: PathMapping, create, mesh: Mesh, rules) -> TrainState:
   """`state` holding the values of the state only Linen has (a one-sided rule
   names it in a collection, `PathRule.linen_only('pos_table')`), as `init` makes them."""
-  leaves, treedef = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_box)
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(state, is_leaf=is_linen_box)
   collections = {'params'} | set(_extra_collections(state))
   kept = [
       i for i, (keypath, _) in enumerate(leaves)
@@ -528,16 +525,16 @@ def _linen_kept_values(state: TrainState, paths: PathMapping, create, mesh: Mesh
     return state
 
   def values() -> list:
-    made = jax.tree_util.tree_leaves(create(), is_leaf=_is_box)
-    return [made[i].unbox() if _is_box(made[i]) else made[i] for i in kept]
+    made = jax.tree_util.tree_leaves(create(), is_leaf=is_linen_box)
+    return [made[i].unbox() if is_linen_box(made[i]) else made[i] for i in kept]
 
-  unboxed = [leaves[i][1].value if _is_box(leaves[i][1]) else leaves[i][1] for i in kept]
+  unboxed = [leaves[i][1].value if is_linen_box(leaves[i][1]) else leaves[i][1] for i in kept]
   # Under jax.jit, as abstract_models.made_values makes NNX's: nothing else is materialised.
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
     made = jax.jit(values, out_shardings=[a.sharding for a in unboxed])()
   arrays = dict(zip(kept, made))
   filled = [
-      (leaf.replace_boxed(arrays[i]) if _is_box(leaf) else arrays[i]) if i in arrays else leaf
+      (leaf.replace_boxed(arrays[i]) if is_linen_box(leaf) else arrays[i]) if i in arrays else leaf
       for i, (_, leaf) in enumerate(leaves)
   ]
   return jax.tree.unflatten(treedef, filled)

@@ -31,11 +31,11 @@ from typing import Any
 
 import jax
 from flax import nnx
-from flax.core import meta
 
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint.models import Side
 from converters.errors import CheckpointError
+from converters.metadata import is_linen_box
 
 #: The forms of each framework, everything first.
 FORMS = {'linen': ('variables', 'params_collection', 'params'), 'nnx': ('model', 'params')}
@@ -49,9 +49,6 @@ DESCRIPTIONS = {
 }
 
 
-def _is_box(x) -> bool:
-  return isinstance(x, meta.AxisMetadata)
-
 
 def describe(side: Side) -> str:
   """The form of a weights side, in words (`... , bare` / `..., pure dict`)."""
@@ -62,7 +59,7 @@ def describe(side: Side) -> str:
 
 
 def _unboxed(tree) -> Any:
-  return jax.tree.map(lambda x: x.value if _is_box(x) else x, tree, is_leaf=_is_box)
+  return jax.tree.map(lambda x: x.value if is_linen_box(x) else x, tree, is_leaf=is_linen_box)
 
 
 def _stored(side: Side, form: str, pure: bool) -> Any:
@@ -101,7 +98,7 @@ def standard(side: Side, state: Any) -> Any:
       return tree
     boxed = {c: side.standard[c] for c in tree}
     return jax.tree.map(
-        lambda box, x: box.replace_boxed(x) if _is_box(box) else x, boxed, tree, is_leaf=_is_box,
+        lambda box, x: box.replace_boxed(x) if is_linen_box(box) else x, boxed, tree, is_leaf=is_linen_box,
     )
   if not side.pure:
     return state

@@ -27,6 +27,7 @@ from jax.extend import core as jcore
 
 from converters.errors import ConversionError, PathMappingError
 from converters.linen_model import is_array, nothing_sown, split_arrays
+from converters.metadata import is_linen_box
 from converters.paths import format_path
 from converters.training_mode import linen_draws_in_order, linen_in_training, nnx_draws_in_order
 from converters.variable_types import CollectionTable
@@ -99,9 +100,6 @@ class Trace:
     return found
 
 
-def _is_box(x) -> bool:
-  return isinstance(x, nn.meta.AxisMetadata)
-
 
 def _abstract(x):
   return jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, 'shape') else x
@@ -116,7 +114,7 @@ def _key_name(key) -> str:
 def _named_leaves(tree) -> list[tuple[tuple, Any]]:
   return [
       ((_key_name(k[0]), tuple(_key_name(x) for x in k[1:])), v)
-      for k, v in jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_box)[0]
+      for k, v in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_linen_box)[0]
   ]
 
 
@@ -145,7 +143,7 @@ def _trace_linen(module: nn.Module, call: Call, rngs, training: bool) -> Trace:
 
   with draws(), nothing_sown():  # the model's state, not what it sows (an auxiliary loss)
     variables = jax.eval_shape(init, rngs, inputs)
-  bare = jax.tree.map(lambda b: _abstract(b.value if _is_box(b) else b), variables, is_leaf=_is_box)
+  bare = jax.tree.map(lambda b: _abstract(b.value if is_linen_box(b) else b), variables, is_leaf=is_linen_box)
   named = _named_leaves(bare)
   names = [name for name, _ in named]
 
@@ -156,7 +154,7 @@ def _trace_linen(module: nn.Module, call: Call, rngs, training: bool) -> Trace:
   def apply_mutable(v, a):
     args, kwargs = call.arguments(a)
     out, new = module.apply(v, *args, **kwargs, mutable=True)
-    written = {name: (x.value if _is_box(x) else x) for name, x in _named_leaves(new)}
+    written = {name: (x.value if is_linen_box(x) else x) for name, x in _named_leaves(new)}
     return out, [written.get(name, x) for name, x in _named_leaves(v)]
 
   try:
