@@ -31,9 +31,8 @@ fails, and the workaround goes.
   excluded directories by `os.path.samefile` (two `stat`s each), whether or
   not anyone reads it: writing a port, which expects and catches an
   exception at each symbolic size it tries (`shapes`), spent a tenth of its
-  time there
-  (jax 0.10.2, `jax._src.traceback_util._path_starts_with`; not reported
-  upstream yet).
+  time there (jax 0.10.2, `jax._src.traceback_util._path_starts_with`; not
+  reported upstream yet).
 - `distributed_client()`: JAX has no public accessor of the coordination
   service client that `jax.distributed.initialize` starts (Orbax reaches it
   the same way).

@@ -273,7 +273,6 @@ def _sharded(abstract: Any, shardings: Any) -> Any:
   )
 
 
-
 def _linen_sharding(mesh: Mesh, rules, leaf) -> NamedSharding:
   """Linen's own resolution of one leaf: mesh-axis boxes by their names,
   logical ones by their rules (else `rules`), bare leaves replicated.

@@ -49,7 +49,6 @@ DESCRIPTIONS = {
 }
 
 
-
 def describe(side: Side) -> str:
   """The form of a weights side, in words (`... , bare` / `..., pure dict`)."""
   text = DESCRIPTIONS[side.framework, side.form]

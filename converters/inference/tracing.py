@@ -100,7 +100,6 @@ class Trace:
     return found
 
 
-
 def _abstract(x):
   return jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, 'shape') else x
 

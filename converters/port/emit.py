@@ -539,9 +539,10 @@ def _loop_numbering(instance: tracing.Created, placed: placement.Placement) -> d
   `Dense_{i+1}` after one `Dense` made before the loop), a `Counted` for a
   layer made after the loop (`Dense_{n}`). Only where every other `Dense`
   is made once, before or after the loop; else all keep their numbers."""
+  site_of = {id(c): placed.site_of(c) for c in instance.children}
   sites: dict = {}
   for child in instance.children:
-    sites.setdefault(placed.site_of(child), []).append(child)
+    sites.setdefault(site_of[id(child)], []).append(child)
   numbered = {}
   for site, siblings in sites.items():
     if not placed.made_in_loop(site):
@@ -552,11 +553,10 @@ def _loop_numbering(instance: tracing.Created, placed: placement.Placement) -> d
     prefix, first = numbered_name[1], int(numbered_name[2])
     if not all(c.name == f'{prefix}{first + k}' for k, c in enumerate(siblings)):
       continue
-    others = [c for c in instance.children if placed.site_of(c) != site
+    others = [c for c in instance.children if site_of[id(c)] != site
               and re.fullmatch(rf'{re.escape(prefix)}\d+', c.name)]
     numbers = sorted(int(_NUMBERED.fullmatch(c.name)[2]) for c in others)
-    once = all(len(sites[placed.site_of(c)]) == 1 and not placed.made_in_loop(placed.site_of(c))
-               for c in others)
+    once = all(len(sites[site_of[id(c)]]) == 1 and not placed.made_in_loop(site_of[id(c)]) for c in others)
     # Linen counts a class's modules from 0 in each scope (`Dense_1` in the
     # loop after `Dense_0` before it); a user's names count from their own
     # first number (`block1`, or `unit2` in the loop after `unit1` before it).
