@@ -30,7 +30,9 @@ class SourceFile:
     self.python_module = module
     with open(path, encoding='utf-8') as f:
       self.text = f.read()
-    self.wrapper = MetadataWrapper(cst.parse_module(self.text))
+    # A tree fresh from the parser shares no node, so libcst's defensive copy
+    # (a deep copy of every node, about a sixth of the time) is skipped.
+    self.wrapper = MetadataWrapper(cst.parse_module(self.text), unsafe_skip_copy=True)
     self.module = self.wrapper.module
     self.positions = self.wrapper.resolve(PositionProvider)
     self.parents = self.wrapper.resolve(ParentNodeProvider)
