@@ -9,6 +9,7 @@ wording of the page was wrong, the test checks what happens instead.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 
@@ -585,12 +586,14 @@ def test_linen_cache_collection_needs_mutable(mesh):
   config = configs.TransformerConfig()
   model = linen_transformer.TransformerLM(config, decode=True)
   with jax.set_mesh(mesh), nn.logical_axis_rules(configs.RULES):
-    variables = model.init(jax.random.key(0), jnp.zeros((2, config.max_len), jnp.int32))
+    # Jitted, as decoding runs (eagerly, each operation is dispatched to the
+    # mesh's devices one by one); Linen refuses at trace time.
+    variables = jax.jit(model.init)(jax.random.key(0), jnp.zeros((2, config.max_len), jnp.int32))
     assert 'cache' in variables
     token = jnp.zeros((2, 1), jnp.int32)
     with pytest.raises(Exception, match='cache'):
-      model.apply(variables, token)
-    _, updates = model.apply(variables, token, mutable=['cache'])
+      jax.jit(model.apply)(variables, token)
+    _, updates = jax.jit(functools.partial(model.apply, mutable=['cache']))(variables, token)
   assert updates['cache']['pos_embed']['cache_index'] == 1
 
 

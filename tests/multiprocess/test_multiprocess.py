@@ -86,6 +86,10 @@ def test_a_users_model_checkpoint_converts_across_processes(tmp_path):
     assert {'ocdbt.process_0', 'ocdbt.process_1'} <= set(r['dst_entries']), where
 
 
+# Nightly: `test_cli_processes_given_different_flags_exit_2_naming_the_difference`
+# checks this disagreement and message in CI through the same agreement, and
+# `test_processes_holding_different_trees_fail_naming_the_difference` the API's error.
+@pytest.mark.nightly
 def test_processes_given_different_layouts_fail_naming_the_difference(tmp_path):
   runs = run_processes('checkpoint', tmp_path, options={1: {'layout': 'loop'}}, timeout_s=300)
   for r in runs:

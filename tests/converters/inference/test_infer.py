@@ -42,6 +42,7 @@ from nnx_impl import model as nnx_kit
 from tests.converters.conversion_cases import description
 from tests.converters.inference import gemma_style
 from tests.helpers import assert_trees_bit_equal
+from tests.hypothesis_profiles import compiling
 from tests.model_zoo.strategies import transformer_configs
 
 TOKENS = jax.ShapeDtypeStruct((2, 8), jnp.int32)
@@ -222,6 +223,7 @@ def translated(mapping: PathMapping, paths, nnx_layout: str) -> dict[str, str]:
   return out
 
 
+@compiling
 @given(
     config=transformer_configs(), idiom=st.sampled_from(nnx_transformer.IDIOMS),
     port_layout=st.sampled_from(['same', 'other']),
