@@ -14,6 +14,7 @@ finds the expression by.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -25,6 +26,7 @@ from typing import Any
 import flax
 import jax
 from flax import linen as nn
+from flax.core import scope as flax_scope
 
 from converters.linen_model import is_array, nothing_sown, split_arrays
 
@@ -334,7 +336,7 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
       method = None if traced_method == '__call__' else traced_method
       return bound.init(rngs, *call_args, method=method, **call_kwargs)
 
-    with nn.intercept_methods(recorder.intercept), nothing_sown():
+    with nn.intercept_methods(recorder.intercept), nothing_sown(), _initializers_inline():
       variables = jax.eval_shape(init, *arrays)
   finally:
     nn.Module.__post_init__ = original
@@ -346,6 +348,33 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
   _run_by_transforms(root, recorder.order)
   _run_on_clones(root, recorder.order)
   return root, variables
+
+
+@contextlib.contextmanager
+def _initializers_inline():
+  """Parameter initializers run with `jax.disable_jit()`, for this thread.
+
+  Under `eval_shape` an initial value has a shape and a dtype only. Jitted,
+  each initializer (`jax.random.truncated_normal`, ...) is traced into a
+  jaxpr of its own at every new shape, which a port's traces make by the
+  dozen (about 40% of a trace); inline, its operations are traced once, into
+  the model's. An initializer creates no module and calls none, so the
+  record is the same; `disable_jit` reaches no further than the initializer
+  (a scan it ran would unroll: its values are not read)."""
+  original = flax_scope.Scope.param
+
+  def param(scope, name, init_fn, *init_args, **init_kwargs):
+    @functools.wraps(init_fn)
+    def inline(*args, **kwargs):
+      with jax.disable_jit():
+        return init_fn(*args, **kwargs)
+    return original(scope, name, inline, *init_args, **init_kwargs)
+
+  flax_scope.Scope.param = param
+  try:
+    yield
+  finally:
+    flax_scope.Scope.param = original
 
 
 def is_transformed(cls: type) -> bool:

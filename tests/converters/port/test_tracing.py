@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import jax
+import pytest
+from flax import linen as nn
+from flax.core import scope as flax_scope
 
 from converters.port import tracing
 from tests.converters.port import linen_models
@@ -27,11 +30,48 @@ def test_records_each_module_its_site_and_its_calls():
 
 def test_the_model_is_not_changed_and_linen_is_restored():
   model = linen_models.stack()
-  post_init = tracing.nn.Module.__post_init__
+  post_init, param = tracing.nn.Module.__post_init__, flax_scope.Scope.param
   before = model.module
   tracing.trace(model.module, *model.args, **model.kwargs)
-  assert tracing.nn.Module.__post_init__ is post_init
+  assert tracing.nn.Module.__post_init__ is post_init and flax_scope.Scope.param is param
   assert model.module is before and model.module.scope is None
+
+
+_SEEN: list = []  # what `_InitializedInline` saw, in order
+
+
+class _InitializedInline(nn.Module):
+  """Records whether jit is disabled where its parameter is initialised
+  and where its call runs."""
+
+  @nn.compact
+  def __call__(self, x):
+    def init(key, shape):
+      _SEEN.append(('init', jax.config.jax_disable_jit))
+      return nn.with_partitioning(nn.initializers.lecun_normal(), (None, 'model'))(key, shape)
+
+    kernel = self.param('kernel', init, (x.shape[-1], 3))
+    _SEEN.append(('call', jax.config.jax_disable_jit))
+    return nn.Dense(2)(x @ kernel)
+
+
+def test_initializers_run_inline_and_the_rest_of_the_call_jitted():
+  # (Inline, an initializer is traced into the model's trace, not into a
+  # jaxpr of its own at each new shape: the port's traces are that cheaper.)
+  _SEEN.clear()
+  _, variables = tracing.trace(_InitializedInline(), jax.ShapeDtypeStruct((2, 5), 'float32'))
+  assert _SEEN == [('init', True), ('call', False)]
+  kernel = variables['params']['kernel']
+  assert isinstance(kernel, nn.Partitioned) and kernel.names == (None, 'model')
+  assert kernel.value.shape == (5, 3) and variables['params']['Dense_0']['kernel'].shape == (3, 2)
+  assert not jax.config.jax_disable_jit
+
+
+def test_linen_is_restored_after_a_trace_that_fails():
+  post_init, param = tracing.nn.Module.__post_init__, flax_scope.Scope.param
+  with pytest.raises(TypeError):
+    tracing.trace(_InitializedInline(), jax.ShapeDtypeStruct((2, 5, 7), 'float32'), 'surplus')
+  assert tracing.nn.Module.__post_init__ is post_init and flax_scope.Scope.param is param
 
 
 def test_nested_user_modules_are_children_of_their_creator():
