@@ -287,6 +287,9 @@ class _SymbolicTracer:
     self.ties: dict = {}  # an input dim -> the field whose symbol it takes
     self.alone: dict = {}  # an input dim -> the step it can change by alone, or None
     self.followed: set = set()  # input dims traced along with a count
+    #: `(chosen, table, symbols, trace)` of the last attempt the code took
+    #: without a tie, which `trace` reuses when it chose the same.
+    self.last_works: tuple | None = None
 
   def trace(self) -> SymbolicTrace:
     """The trace with the symbols the code takes, then each size that moves
@@ -300,8 +303,13 @@ class _SymbolicTracer:
     # The last axis of each input the code refuses as a symbol (a width it
     # splits or checks): a count of its own unless it only moves with a field.
     self.features = [dim for dim in self.refused if dim[1][2] == len(dim[1][3].shape) - 1]
-    self.table, self.symbols = self._symbols_for(self.kept + counts + self.features)
-    self.traced = self._retrace()
+    chosen = self.kept + counts + self.features
+    if self.last_works is not None and self.last_works[0] == chosen and not self.ties:
+      # The code took every candidate at once: that attempt is this trace.
+      _, self.table, self.symbols, self.traced = self.last_works
+    else:
+      self.table, self.symbols = self._symbols_for(chosen)
+      self.traced = self._retrace()
     self.traced.ties = {self._origin(dim): self._origin(field) for dim, field in self.ties.items()}
     for count in counts:
       self._fit_count(count)
@@ -368,9 +376,10 @@ class _SymbolicTracer:
     """Whether the code takes the candidates `chosen` as symbols."""
     try:
       table, symbols = self._symbols_for(chosen)
-      self._attempt(table, symbols, set(chosen), ties=ties)
+      traced = self._attempt(table, symbols, set(chosen), ties=ties)
     except Exception:  # noqa: BLE001 - the code refused some symbol
       return False
+    self.last_works = (list(chosen), table, symbols, traced) if ties is None else None
     return True
 
   def _choose_symbols(self) -> None:
