@@ -55,6 +55,7 @@ _EXPORTS = {
     'ConversionError': 'converters.errors',
     'PathMappingError': 'converters.errors',
     'DisagreementError': 'converters.errors',
+    'UndecidedError': 'converters.errors',
     'StructureError': 'converters.errors',
     'ShapeError': 'converters.errors',
     'AnnotationError': 'converters.errors',

@@ -39,6 +39,13 @@ class DisagreementError(PathMappingError):
   pairing: the port computes otherwise."""
 
 
+class UndecidedError(PathMappingError):
+  """Variables the structure of the two computations pairs only by a
+  position (in a stack, a selection, a branch) or cannot tell apart, which
+  running the models on the example inputs cannot decide either: example
+  inputs that use each of them, or their rules, decide them."""
+
+
 class StructureError(ConversionError):
   """Parameters missing from, or unexpected in, the source or the target."""
 

@@ -26,7 +26,7 @@ from flax import linen as nn
 from flax import nnx
 
 from converters import abstract_models
-from converters.errors import ConversionError, DisagreementError, PathMappingError, format_offenders
+from converters.errors import ConversionError, DisagreementError, PathMappingError, UndecidedError, format_offenders
 from converters.inference.dataflow import Graph
 from converters.inference.folding import REVERSED, fold, fold_paths, merge_layouts, stacked_rules
 from converters.inference.parting import parting_words
@@ -258,8 +258,9 @@ def _infer(models: _Traced, given) -> PathMapping:
     except PathMappingError as e:
       # Strict positions first; a port that stacks, concatenates or branches
       # in another order pairs with them relaxed, the witness deciding.
-      # The relaxed pass's word wins when it knows more than a mismatch.
-      if first_error is None or 'no output' in str(e) or 'cannot decide' in str(e):
+      # The relaxed pass's word wins when it knows more than a mismatch:
+      # which variables the example inputs leave undecided.
+      if first_error is None or isinstance(e, UndecidedError):
         first_error = e
   raise first_error
 
@@ -864,7 +865,7 @@ def _proven(traces, inputs: list, given, result: tuple, robust, training, fixed)
   unwitnessed = sorted({a for a, _ in fragile if a in idle and a not in grouped}, key=repr)
   if unwitnessed:
     names = [_describe(linen_trace, a) for a in unwitnessed]
-    raise PathMappingError(
+    raise UndecidedError(
         f'linen {", ".join(names)}: reaches no output on the example inputs, so running '
         'the models cannot check what the structure pairs it with, and only a position '
         '(in a stack, a selection or a branch) pairs it',
@@ -1035,9 +1036,9 @@ def _decide(witness: Witness, copies: dict, groups, blind: frozenset, fixed: lis
   )
 
 
-def _undecided(trace: Trace, groups, problem: str) -> PathMappingError:
+def _undecided(trace: Trace, groups, problem: str) -> UndecidedError:
   shown = '; '.join(', '.join(_describe(trace, a) for a in group) for group, _ in groups)
-  return PathMappingError(
+  return UndecidedError(
       f'linen {shown}: the structure of the two computations cannot tell these apart, and '
       f'running the models cannot decide either: {problem}',
       [_describe(trace, a) for group, _ in groups for a in group],

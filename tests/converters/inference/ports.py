@@ -3,8 +3,11 @@ them, for the classes of port that inference once paired wrongly or refused.
 
 Each `Case` is a Linen module, an NNX port, example inputs, and what
 `infer_paths` must do: `'maps'` (the inferred mapping carries the Linen
-model's values to outputs equal to the original's) or `'refuses'` (a
-`PathMappingError` naming `names`), never a wrong mapping.
+model's values to outputs equal to the original's) or refuse with the
+`PathMappingError` class given (naming `names`): a structure that does not
+match (`PathMappingError`), models that compute otherwise
+(`DisagreementError`), or pairs the example inputs cannot decide
+(`UndecidedError`); never a wrong mapping.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from flax import linen as nn
 from flax import nnx
 from jax.sharding import AxisType, PartitionSpec as P
 
+from converters.errors import DisagreementError, PathMappingError, UndecidedError
+
 N = 4
 
 
@@ -27,7 +32,7 @@ class Case:
   linen: nn.Module
   make_nnx: Any
   inputs: tuple
-  expect: str  # 'maps' or 'refuses'
+  expect: str | type[PathMappingError]  # 'maps', or the refusal's class
   names: tuple[str, ...] = ()
   context: Any = contextlib.nullcontext  # the mesh and rules the models need
 
@@ -686,17 +691,17 @@ CASES = {
         LinenSquare(), NNXTransposedInTheCall, (_x(2, N),), 'maps'),
     # zero inputs cannot tell a kernel from its transpose: refused, not guessed
     'square_kernel_transposed_in_the_call_on_zero_inputs': Case(
-        LinenSquare(), NNXTransposedInTheCall, (jnp.zeros((2, N)),), 'refuses', ('dense/kernel',)),
+        LinenSquare(), NNXTransposedInTheCall, (jnp.zeros((2, N)),), PathMappingError, ('dense/kernel',)),
     'kernel_transposed_in_the_call_in_an_untaken_branch': Case(
-        LinenCond(), NNXCondTransposedInTheCall, (_x(2, N), jnp.bool_(True)), 'refuses', ('w2',)),
+        LinenCond(), NNXCondTransposedInTheCall, (_x(2, N), jnp.bool_(True)), PathMappingError, ('w2',)),
     'a_port_equal_only_on_a_symmetric_example_input': Case(
-        LinenSquare(), NNXWrongOnSymmetricInputs, (_x(N, N) + _x(N, N).T,), 'refuses',
+        LinenSquare(), NNXWrongOnSymmetricInputs, (_x(N, N) + _x(N, N).T,), DisagreementError,
         ('dense/kernel',)),
     'rectangular_kernel_kept_out_in': Case(LinenWide(), NNXWideOutIn, (_x(2, N),), 'maps'),
     'dense_general_kernels_beside_flat_ones': Case(
         LinenHeadsAndBack(), NNXFlatHeads, (_x(2, N),), 'maps'),
     'a_layout_an_untaken_branch_hides_however_few_fit': Case(
-        LinenCondWide(), NNXCondWideOutIn, (_x(2, N), jnp.bool_(True)), 'refuses', ('w2',)),
+        LinenCondWide(), NNXCondWideOutIn, (_x(2, N), jnp.bool_(True)), PathMappingError, ('w2',)),
     # a large input drowned the layer's share of the outputs below the tolerance
     'kernel_kept_out_in_beside_a_large_residual': Case(
         LinenResidual(), NNXResidualOutIn, (1e5 * _x(2, N),), 'maps'),
@@ -711,7 +716,7 @@ CASES = {
     'weight_contracted_whole_on_a_symmetric_integer_input': Case(
         LinenFullContraction(), NNXFullContractionTransposed,
         (jnp.array([[[0, 1, 1, 0], [1, 0, 0, 1], [1, 0, 1, 1], [0, 1, 1, 0]]]), _x(1, N)),
-        'refuses', ('w',)),
+        DisagreementError, ('w',)),
     'heads_of_two_sizes_flattened': Case(
         LinenHeadsOfTwoSizes(), NNXFlatHeadsOfTwoSizes, (_x(2, N),), 'maps'),
     'deep_loop_of_kernels_kept_out_in': Case(LinenDeep(), NNXDeepOutIn, (_x(2, N),), 'maps'),
@@ -731,11 +736,11 @@ CASES = {
         LinenBroadcastScan(), NNXReusedWeight, (_x(2, N),), 'maps'),
     'nested_where_inverted_on_inputs_that_skip_it': Case(
         LinenNestedWhere(), NNXNestedWhereInverted, (jax.ShapeDtypeStruct((2, 6), jnp.int32),),
-        'refuses', ('rare_scale', 'special_scale', 'example inputs')),
+        UndecidedError, ('rare_scale', 'special_scale', 'example inputs')),
     'integer_parameters': Case(LinenShuffles(), NNXShuffles, (_x(2, N),), 'maps'),
     # training tells them apart only by the order of draws, a convention: refused
     'kernels_alike_in_eval_one_behind_dropout': Case(
-        LinenDropoutBranch(), NNXDropoutBranch, (_x(2, N),), 'refuses',
+        LinenDropoutBranch(), NNXDropoutBranch, (_x(2, N),), UndecidedError,
         ('a/kernel', 'b/kernel', 'not in training', 'PathRule')),
     'kernels_alike_forward_one_behind_a_gradient_reversal': Case(
         LinenGradientReversal(), NNXGradientReversal, (_x(2, N),), 'maps'),
