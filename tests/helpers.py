@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 from jax.extend import core as jax_core
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from kit_mlp.data import make_batches
 from kit_mlp.description import FSDP_RULES, GUIDE_RULES, ModelDescription
@@ -36,6 +39,20 @@ MATRIX = [
 
 # Moments each optimizer keeps per parameter (adam: mu and nu; momentum: a trace).
 MOMENTS_PER_PARAM = {'adam': 2, 'adamw': 2, 'sgd_momentum': 1, 'fsdp_sgd': 1}
+
+
+@functools.cache
+def mesh(shape: tuple[int, int] = (2, 4)) -> jax.sharding.Mesh:
+  """The tests' mesh: axes `data` and `model` of `shape`, Auto, over the first devices."""
+  return jax.make_mesh(shape, ('data', 'model'), axis_types=(AxisType.Auto,) * 2,
+                       devices=jax.devices()[:math.prod(shape)])
+
+
+@contextlib.contextmanager
+def in_mesh(rules=()):
+  """Inside `mesh()`, with Linen's logical axis `rules`."""
+  with jax.set_mesh(mesh()), nn.logical_axis_rules(rules or ()):
+    yield
 
 
 def matrix_id(case) -> str:

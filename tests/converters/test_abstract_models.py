@@ -15,6 +15,7 @@ from jax._src.interpreters import partial_eval
 
 from converters import abstract_models, compat
 from tests.converters.test_compat import origin_walks
+from tests.helpers import mesh
 
 MESH_AXES = ('data', 'model')
 
@@ -31,11 +32,6 @@ class Stack(nnx.Module):
     self.norm = nnx.LayerNorm(8, rngs=rngs)
 
 
-def _mesh():
-  return jax.make_mesh((1, 2), MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2,
-                       devices=jax.devices()[:2])
-
-
 def _leaves(state):
   return [
       (path, type(v), v.get_metadata(), v.get_value().shape, v.get_value().dtype,
@@ -45,7 +41,7 @@ def _leaves(state):
 
 
 def test_makes_what_flax_makes():
-  with jax.set_mesh(_mesh()):
+  with jax.set_mesh(mesh((1, 2))):
     ours = abstract_models.eval_shape(lambda: Stack(6, nnx.Rngs(0, dropout=1)))
     flax_own = nnx.eval_shape(lambda: Stack(6, nnx.Rngs(0, dropout=1)))
   (ours_def, ours_state), (flax_def, flax_state) = nnx.split(ours), nnx.split(flax_own)
@@ -56,7 +52,7 @@ def test_makes_what_flax_makes():
 
 def test_no_walk_over_the_trace_per_variable_update(monkeypatch):
   walks = origin_walks(monkeypatch)
-  with jax.set_mesh(_mesh()):
+  with jax.set_mesh(mesh((1, 2))):
     nnx.eval_shape(lambda: Stack(4, nnx.Rngs(0)))
     assert walks, 'Flax no longer asks tracers for .sharding: the guard can go'
     walks.clear()
@@ -111,7 +107,7 @@ def test_other_threads_keep_jax_full_messages():
     thread.join()
     return Stack(2, nnx.Rngs(0))
 
-  with jax.set_mesh(_mesh()):
+  with jax.set_mesh(mesh((1, 2))):
     abstract_models.eval_shape(create)
   assert len(seen) == 1 and 'This value became a tracer due to JAX operations' in seen[0]
 
@@ -121,7 +117,7 @@ def test_nested_creations_restore_jax_on_the_way_out():
     inner = abstract_models.eval_shape(lambda: Stack(1, nnx.Rngs(1)))
     return {'inner': inner, 'outer': Stack(1, nnx.Rngs(0))}
 
-  with jax.set_mesh(_mesh()):
+  with jax.set_mesh(mesh((1, 2))):
     made = abstract_models.eval_shape(create)
   assert made['inner'].layers[0].kernel.shape == (8, 8)
   assert partial_eval.DynamicJaxprTracer._origin_msg is compat._ORIGINAL_MESSAGE

@@ -23,6 +23,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 import converters
 from converters.errors import AnnotationError
 from converters.paths import PathMapping, PathRule
+from tests.helpers import mesh
 
 LAYERS = 5
 PATHS = PathMapping([
@@ -30,11 +31,6 @@ PATHS = PathMapping([
     PathRule('Dense_{i}/bias', 'layers/{i}/bias', nnx_stacked='stack/bias'),
 ])
 SHARDED = P(None, 'model')
-
-
-@functools.cache
-def mesh():
-  return jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
 
 
 class Stack(nn.Module):

@@ -16,6 +16,7 @@ from hypothesis import given, strategies as st
 
 from converters.errors import AnnotationError, PathMappingError, ShapeError
 from converters.transforms import Rearrange, Step
+from tests.helpers import mesh
 
 
 @pytest.mark.parametrize(
@@ -224,12 +225,11 @@ def test_more_names_than_axes_are_refused():
 
 # -- in conversions: a Flax attention ported to fused and flat kernels ---------------
 
-import functools  # noqa: E402
 
 import jax  # noqa: E402
 from flax import linen as nn  # noqa: E402
 from flax import nnx  # noqa: E402
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from converters import PathMapping, PathRule, linen_to_nnx, nnx_to_linen, relayout  # noqa: E402
 from converters.errors import LayoutError, StructureError  # noqa: E402
@@ -237,11 +237,6 @@ from converters.errors import LayoutError, StructureError  # noqa: E402
 E, H, D, LAYERS = 8, 4, 2, 3
 RULES = (('embed', None), ('heads', 'model'), ('layers', None))
 QKV = ('query', 'key', 'value')
-
-
-@functools.cache
-def mesh():
-  return jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
 
 
 class Attention(nn.Module):

@@ -24,8 +24,6 @@ are compared within tolerances that say why, next to them.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 
 import jax
 import numpy as np
@@ -38,7 +36,7 @@ from hypothesis import given, strategies as st
 from jax.sharding import AxisType
 
 import converters
-from converters import LinenModel, PathMapping, PathRule, Rearrange
+from converters import LinenModel
 from converters.errors import PathMappingError
 from converters.testing import assert_port_equivalent, assert_training_equivalent
 from model_zoo import paths as zoo_paths
@@ -54,19 +52,14 @@ from model_zoo.nnx import transformer as nnx_tf
 from tests.converters.checkpoint.zoo_models import mapping
 from tests.hypothesis_profiles import compiling
 from tests.model_zoo import strategies
+from tests import helpers
+from tests.helpers import mesh
 
 TX = optax.adam(1e-2)
 
 
-@functools.cache
-def mesh():
-  return jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
-
-
-@contextlib.contextmanager
 def in_mesh(rules=RULES):
-  with jax.set_mesh(mesh()), nn.logical_axis_rules(rules):
-    yield
+  return helpers.in_mesh(rules)
 
 
 def image_batch(config, batch: int, seed: int):

@@ -22,7 +22,7 @@ import pytest
 from flax import linen as nn
 from flax import nnx
 from flax.training import train_state
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from kit_mlp.description import FSDP_RULES, ModelDescription
 from linen_impl.train import make_trainer as linen_trainer
@@ -31,6 +31,7 @@ from model_zoo.linen import cnn as linen_cnn, mlp as linen_mlp, resnet as linen_
 from model_zoo.nnx import cnn as nnx_cnn, mlp as nnx_mlp, resnet as nnx_resnet, transformer as nnx_transformer
 from nnx_impl.train import make_trainer as nnx_trainer
 from nnx_port.constrained_params import ConstrainedParam
+from tests import helpers
 
 #: `('batch', 'embed')` both to 'data', 'batch' first, as the FSDP rules do.
 RULES = (('batch', 'data'), ('embed', 'data'))
@@ -39,7 +40,7 @@ INIT = nn.initializers.lecun_normal()
 
 @pytest.fixture(scope='module')
 def mesh():
-  return Mesh(np.asarray(jax.devices()[:8]).reshape(2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
+  return helpers.mesh()
 
 
 def _spec(var: nnx.Variable) -> P:

@@ -18,7 +18,6 @@ import pytest
 from flax import linen as nn
 from flax import nnx
 from flax.traverse_util import unflatten_dict
-from jax.sharding import AxisType
 
 from model_zoo import paths
 from model_zoo.configs import RULES, TransformerConfig
@@ -31,6 +30,7 @@ from tests.model_zoo.helpers import (
     linen_flat,
     nnx_flat,
 )
+from tests.helpers import mesh
 
 BATCH, LENGTH = 4, 8
 CASES = [(scan, idiom) for scan in (False, True) for idiom in nnx_tf.IDIOMS]
@@ -41,21 +41,16 @@ def _case_id(case) -> str:
   return f"{'scanned' if scan else 'looped'}-{idiom}"
 
 
-@functools.cache
-def _mesh() -> jax.sharding.Mesh:
-  return jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
-
-
 def _linen_context():
   stack = contextlib.ExitStack()
-  stack.enter_context(jax.set_mesh(_mesh()))
+  stack.enter_context(jax.set_mesh(mesh()))
   stack.enter_context(nn.logical_axis_rules(RULES))
   return stack
 
 
 def _nnx_context(idiom: str):
   stack = contextlib.ExitStack()
-  stack.enter_context(jax.set_mesh(_mesh()))
+  stack.enter_context(jax.set_mesh(mesh()))
   if idiom == 'context_rules':
     stack.enter_context(nnx.logical_axis_rules(RULES))
   return stack
@@ -234,7 +229,7 @@ def test_annotations_match_the_linen_boxes_in_each_idiom(case):
   )[0]
   boxes = {'/'.join(k.key for k in path): box for path, box in boxes}
   ported = nnx_flat(model, nnx.Param)
-  linen_shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(variables), _mesh(), RULES)
+  linen_shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(variables), mesh(), RULES)
   linen_shardings = {
       '/'.join(k.key for k in path): s
       for path, s in jax.tree_util.tree_flatten_with_path(linen_shardings['params'])[0]

@@ -15,8 +15,6 @@ the frameworks).
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
 
 import flax
@@ -29,7 +27,6 @@ import pytest
 from flax import linen as nn
 from flax import nnx
 from flax.training import checkpoints as flax_checkpoints
-from jax.sharding import AxisType
 
 from converters import LinenModel, convert_checkpoint, compare_checkpoints
 from converters.checkpoint.convert import CheckpointOptions
@@ -41,17 +38,7 @@ from model_zoo.nnx import resnet as nnx_resnet
 from tests.converters.checkpoint import zoo_models as zoo
 from tests.converters.checkpoint.fixtures import tree_checksum
 from tests.converters.test_zoo_ports import FUSED_CELL_TRAINING_ATOL
-
-
-@functools.cache
-def mesh():
-  return jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
-
-
-@contextlib.contextmanager
-def in_mesh(rules):
-  with jax.set_mesh(mesh()), nn.logical_axis_rules(rules or ()):
-    yield
+from tests.helpers import in_mesh, mesh
 
 
 def classification_loss(logits, labels):
@@ -403,7 +390,6 @@ def forbid_reading(monkeypatch) -> None:
 
 
 def test_a_mapping_that_leaves_parameters_unmapped_is_refused_before_reading(tmp_path, monkeypatch):
-  from converters.checkpoint import inspect as checkpoints
 
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
   forbid_reading(monkeypatch)
@@ -416,7 +402,6 @@ def test_a_mapping_that_leaves_parameters_unmapped_is_refused_before_reading(tmp
 
 
 def test_a_port_of_another_width_is_refused_leaf_by_leaf_before_reading(tmp_path, monkeypatch):
-  from converters.checkpoint import inspect as checkpoints
 
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
   forbid_reading(monkeypatch)
@@ -436,7 +421,6 @@ def test_a_port_of_another_width_is_refused_leaf_by_leaf_before_reading(tmp_path
 
 
 def test_a_missing_rule_is_named_on_both_sides_before_reading(tmp_path, monkeypatch):
-  from converters.checkpoint import inspect as checkpoints
 
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
   forbid_reading(monkeypatch)

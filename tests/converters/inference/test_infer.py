@@ -9,7 +9,6 @@ parameter or compute differently are refused, listing what did not match.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
@@ -22,7 +21,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from flax import linen as nn
 from flax import nnx
-from jax.sharding import AxisType
 
 from converters import (
     Infer, LinenModel, PathMapping, PathRule, Rearrange, infer_paths, linen_to_nnx, nnx_to_linen, relayout,
@@ -41,21 +39,11 @@ from model_zoo.nnx import transformer as nnx_transformer
 from nnx_impl import model as nnx_kit
 from tests.converters.conversion_cases import description
 from tests.converters.inference import gemma_style
-from tests.helpers import assert_trees_bit_equal
+from tests.helpers import assert_trees_bit_equal, in_mesh, mesh
 from tests.hypothesis_profiles import compiling
 from tests.model_zoo.strategies import transformer_configs
 
 TOKENS = jax.ShapeDtypeStruct((2, 8), jnp.int32)
-
-
-def mesh():
-  return jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
-
-
-@contextlib.contextmanager
-def in_mesh(rules=None):
-  with jax.set_mesh(mesh()), nn.logical_axis_rules(rules or ()):
-    yield
 
 
 def images(config):

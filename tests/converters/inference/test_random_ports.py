@@ -27,17 +27,13 @@ import numpy as np
 from flax import nnx
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-from jax.sharding import AxisType
 
 from converters import infer_paths, linen_to_nnx
 from converters.errors import PathMappingError
 from tests.converters.inference import random_ports as rp
 from tests.converters.inference.call_order_masks import masks_in_call_order
 from tests.hypothesis_profiles import compiling
-
-
-def _mesh():
-  return jax.make_mesh((8, 1), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
+from tests.helpers import mesh
 
 
 N = rp.N
@@ -110,7 +106,7 @@ def test_inference_never_returns_a_wrong_mapping(port):
   program, rewrite = port
   inputs = rp.example_inputs(program)
   linen = rp.linen_model(program, rewrite.linen_constrained)
-  with jax.set_mesh(_mesh()):
+  with jax.set_mesh(mesh((8, 1))):
     model = rp.nnx_port(program, rewrite, nnx.Rngs(0))
     try:
       mapping = infer_paths(linen, model, *inputs)
@@ -153,7 +149,7 @@ def test_inference_across_modes_never_returns_a_wrong_mapping(port):
   program, rewrite = port
   inputs = rp.example_inputs(program)
   linen = rp.linen_model(program, rewrite.linen_constrained)
-  with jax.set_mesh(_mesh()):
+  with jax.set_mesh(mesh((8, 1))):
     model = rp.nnx_port(program, rewrite, nnx.Rngs(0))
     model.eval()
     try:
@@ -184,7 +180,7 @@ def test_inference_never_returns_a_wrong_mapping_of_layers(port):
   event(f'linen {"scan" if layers.linen_scan else "loop"}, nnx {"scan" if layers.nnx_scan else "loop"}')
   inputs = rp.example_inputs(program)
   linen = rp.linen_layers_model(program, layers, rewrite.linen_constrained)
-  with jax.set_mesh(_mesh()):
+  with jax.set_mesh(mesh((8, 1))):
     model = rp.nnx_layers_port(program, rewrite, layers, nnx.Rngs(0))
     try:
       mapping = infer_paths(linen, model, *inputs)
