@@ -20,9 +20,14 @@ if os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
   simulate_cpu_devices(8)
   # XLA's LLVM backend at optimisation level 0 unless told otherwise
   # (`make nightly` runs the default): machine code that runs slower but compiles
-  # in about 60% of the time, and compiling is most of the suite's time.
+  # in about 60% of the time, and compiling is most of the suite's time. At
+  # that level XLA's older CPU fusion emitters compile in about two thirds of
+  # the time of the MLIR ones (`--xla_cpu_use_fusion_emitters=false`; at the
+  # default level they are slower), and one LLVM module per program saves
+  # its split between threads the other test process is using.
   if '--xla_backend_optimization_level' not in os.environ['XLA_FLAGS']:
-    os.environ['XLA_FLAGS'] += ' --xla_backend_optimization_level=0'
+    os.environ['XLA_FLAGS'] += (' --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false'
+                                ' --xla_cpu_parallel_codegen_split_count=1')
 
 import atexit  # noqa: E402
 import shutil  # noqa: E402
