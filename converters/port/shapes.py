@@ -305,7 +305,8 @@ class _SymbolicTracer:
     self.features = [dim for dim in self.refused if dim[1][2] == len(dim[1][3].shape) - 1]
     chosen = self.kept + counts + self.features
     if self.last_works is not None and self.last_works[0] == chosen and not self.ties:
-      # The code took every candidate at once: that attempt is this trace.
+      # The last attempt the code took substituted exactly these (no count
+      # nor width is left concrete, no tie found): it is this trace.
       _, self.table, self.symbols, self.traced = self.last_works
     else:
       self.table, self.symbols = self._symbols_for(chosen)

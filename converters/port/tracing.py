@@ -20,6 +20,7 @@ import functools
 import inspect
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -350,31 +351,68 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
   return root, variables
 
 
-@contextlib.contextmanager
-def _initializers_inline():
-  """Parameter initializers run with `jax.disable_jit()`, for this thread.
+class _InlineInitializers:
+  """Parameter initializers run with `jax.disable_jit()` in the threads
+  inside `trace`.
 
   Under `eval_shape` an initial value has a shape and a dtype only. Jitted,
   each initializer (`jax.random.truncated_normal`, ...) is traced into a
   jaxpr of its own at every new shape, which a port's traces make by the
   dozen (about 40% of a trace); inline, its operations are traced once, into
   the model's. An initializer creates no module and calls none, so the
-  record is the same; `disable_jit` reaches no further than the initializer
-  (a scan it ran would unroll: its values are not read)."""
-  original = flax_scope.Scope.param
+  record is the same. One that inline control flow refuses (a scan over a
+  symbolic or zero length: `disable_jit` unrolls it) runs jitted again, as
+  it would have run, so no symbol is refused that was taken before.
 
-  def param(scope, name, init_fn, *init_args, **init_kwargs):
-    @functools.wraps(init_fn)
-    def inline(*args, **kwargs):
-      with jax.disable_jit():
-        return init_fn(*args, **kwargs)
-    return original(scope, name, inline, *init_args, **init_kwargs)
+  `Scope.param` is Flax's, patched while any thread traces (counted, so
+  traces in two threads restore it once both end); other threads' calls go
+  to Flax's own.
+  """
 
-  flax_scope.Scope.param = param
-  try:
-    yield
-  finally:
-    flax_scope.Scope.param = original
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._tracing = 0  # traces running, in any thread
+    self._original = None
+    self._local = threading.local()  # `.depth`: this thread's traces
+
+  @contextlib.contextmanager
+  def __call__(self):
+    with self._lock:
+      if self._tracing == 0:
+        self._original = flax_scope.Scope.param
+        flax_scope.Scope.param = self._param(self._original)
+      self._tracing += 1
+    depth = getattr(self._local, 'depth', 0)
+    self._local.depth = depth + 1
+    try:
+      yield
+    finally:
+      self._local.depth = depth
+      with self._lock:
+        self._tracing -= 1
+        if self._tracing == 0:
+          flax_scope.Scope.param = self._original
+
+  def _param(self, original):
+    local = self._local
+
+    def param(scope, name, init_fn, /, *init_args, **init_kwargs):
+      if not getattr(local, 'depth', 0):
+        return original(scope, name, init_fn, *init_args, **init_kwargs)
+
+      @functools.wraps(init_fn)
+      def inline(*args, **kwargs):
+        try:
+          with jax.disable_jit():
+            return init_fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - refused inline: run as Flax runs it
+          return init_fn(*args, **kwargs)
+      return original(scope, name, inline, *init_args, **init_kwargs)
+
+    return param
+
+
+_initializers_inline = _InlineInitializers()
 
 
 def is_transformed(cls: type) -> bool:

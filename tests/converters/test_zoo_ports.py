@@ -371,15 +371,8 @@ def test_a_decode_cache_converted_after_three_tokens_decodes_the_next_three_alik
 
 
 # -- random configurations ------------------------------------------------------------
-# Nightly only (`make nightly` runs them at 200 examples): in CI a `compiling`
-# property runs its one simplest example, a configuration the fixed tests
-# above already prove with the same `assert_port_equivalent` and tables
-# (`test_transformer_port_is_equivalent`, `..._with_fused_attention_...`,
-# `test_resnet_port_is_equivalent`, `test_cnn_port_is_equivalent`, the two
-# LSTM tests).
 
 
-@pytest.mark.nightly
 @compiling
 @given(
     config=strategies.transformer_configs(), idiom=st.sampled_from(nnx_tf.IDIOMS),
@@ -394,7 +387,6 @@ def test_random_transformer_ports_are_equivalent(config, idiom, attention):
     )
 
 
-@pytest.mark.nightly
 @compiling
 @given(config=strategies.resnet_configs())
 def test_random_resnet_ports_are_equivalent(config):
@@ -405,7 +397,6 @@ def test_random_resnet_ports_are_equivalent(config):
   )
 
 
-@pytest.mark.nightly
 @compiling
 @given(config=strategies.cnn_configs())
 def test_random_cnn_ports_are_equivalent(config):
@@ -416,7 +407,6 @@ def test_random_cnn_ports_are_equivalent(config):
   )
 
 
-@pytest.mark.nightly
 @compiling
 @given(config=strategies.rnn_configs(), cell=st.sampled_from(tuple(nnx_rnn.CELLS)))
 def test_random_lstm_ports_are_equivalent(config, cell):

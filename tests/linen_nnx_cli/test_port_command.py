@@ -147,10 +147,11 @@ def test_force_replaces_a_symlink_at_an_output_never_what_it_points_to(tmp_path)
   out, page = tmp_path / 'm_nnx.py', tmp_path / 'port.html'
   out.symlink_to(victim)
   page.symlink_to(page_victim)
-  result = run('port', f'{FACTORIES}:counts', '--out', out, '--side-by-side', page, '--force')
+  # (Also CI's proof of `stack`, a configuration dataclass of widths and a rate.)
+  result = run('port', f'{FACTORIES}:stack', '--out', out, '--side-by-side', page, '--force')
   assert result.code == 0, result.stderr
   assert victim.read_text() == 'mine\n' and page_victim.read_text() == 'mine\n'
-  assert not out.is_symlink() and 'class Counts(nnx.Module)' in out.read_text()
+  assert not out.is_symlink() and 'class Stack(nnx.Module)' in out.read_text()
   assert not page.is_symlink() and page.read_text().startswith('<!DOCTYPE html>')
   assert not [p for p in os.listdir(tmp_path) if p.startswith('.linen-nnx-')]  # no temporary left
 

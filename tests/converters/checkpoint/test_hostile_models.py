@@ -447,10 +447,6 @@ def test_options_of_the_wrong_type_are_refused(rules, collections, message):
     UserModels(small.linen_mlp, small.nnx_mlp, small.PATHS, rules, small.make_tx, collections=collections)
 
 
-# Nightly: CI infers both layouts' factories (`test_infer.py::
-# test_factories_of_both_layouts_infer_conversions_that_change_the_layout`) and
-# converts a checkpoint across layouts with `paths='infer'` (the test below).
-@pytest.mark.nightly
 def test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts(tmp_path):
   from tests.converters.checkpoint import test_models as pairs
 

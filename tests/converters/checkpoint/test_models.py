@@ -390,7 +390,6 @@ def forbid_reading(monkeypatch) -> None:
 
 
 def test_a_mapping_that_leaves_parameters_unmapped_is_refused_before_reading(tmp_path, monkeypatch):
-
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
   forbid_reading(monkeypatch)
   partial = zoo.PathMapping([r for r in zoo.CNN_PATHS.rules if 'Dense_1' not in r.linen])
@@ -402,7 +401,6 @@ def test_a_mapping_that_leaves_parameters_unmapped_is_refused_before_reading(tmp
 
 
 def test_a_port_of_another_width_is_refused_leaf_by_leaf_before_reading(tmp_path, monkeypatch):
-
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
   forbid_reading(monkeypatch)
   wider = zoo.CNNConfig(hidden=32)
@@ -421,7 +419,6 @@ def test_a_port_of_another_width_is_refused_leaf_by_leaf_before_reading(tmp_path
 
 
 def test_a_missing_rule_is_named_on_both_sides_before_reading(tmp_path, monkeypatch):
-
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
   forbid_reading(monkeypatch)
   partial = zoo.PathMapping([r for r in zoo.CNN_PATHS.rules if 'Dense_1' not in r.linen])

@@ -783,7 +783,7 @@ def test_awkward_names_arguments_and_loops_are_written_right(tmp_path):
 
 
 def test_a_norm_over_another_axis_takes_that_axis_size(tmp_path):
-  # Proven as traced and with another size on that axis, which the port takes.
+  # Proven as traced and at another image size.
   result, out = _written(tmp_path, 'channels_first', linen_models.channels_first())
   assert 'nnx.BatchNorm(4, axis=1, rngs=rngs)' in out.read_text()
   for size in (4, 7):

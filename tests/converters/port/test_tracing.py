@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
 import jax
+import jax.numpy as jnp
 import pytest
 from flax import linen as nn
 from flax.core import scope as flax_scope
@@ -65,6 +68,57 @@ def test_initializers_run_inline_and_the_rest_of_the_call_jitted():
   assert isinstance(kernel, nn.Partitioned) and kernel.names == (None, 'model')
   assert kernel.value.shape == (5, 3) and variables['params']['Dense_0']['kernel'].shape == (3, 2)
   assert not jax.config.jax_disable_jit
+
+
+class _InitializedByAZeroLengthScan(nn.Module):
+  """A parameter whose initializer scans over its (here empty) first axis:
+  inline, `disable_jit` refuses a scan of no steps."""
+
+  @nn.compact
+  def __call__(self, x):
+    def init(key, shape):
+      _, rows = jax.lax.scan(lambda c, _: (c, jnp.zeros(shape[1:])), 0.0, None, length=shape[0])
+      return rows
+
+    return x + self.param('empty', init, (0, x.shape[-1])).sum(0)
+
+
+def test_an_initializer_inline_code_refuses_runs_jitted_as_flax_runs_it():
+  _, variables = tracing.trace(_InitializedByAZeroLengthScan(), jax.ShapeDtypeStruct((2, 5), 'float32'))
+  assert variables['params']['empty'].shape == (0, 5)
+
+
+def test_only_the_tracing_thread_runs_initializers_inline_and_flax_is_restored_once():
+  param = flax_scope.Scope.param
+  other_thread = []
+
+  def init_elsewhere():
+    _SEEN.clear()
+    jax.eval_shape(_InitializedInline().init, jax.random.key(0), jax.ShapeDtypeStruct((2, 5), 'float32'))
+    other_thread.extend(_SEEN)
+
+  with tracing._initializers_inline(), tracing._initializers_inline():  # a trace within a trace
+    thread = threading.Thread(target=init_elsewhere)
+    thread.start()
+    thread.join()
+    assert other_thread == [('init', False), ('call', False)]
+  assert flax_scope.Scope.param is param
+
+
+class _FailingInitializer(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    def init(key, shape):
+      raise ZeroDivisionError('the initializer broke')
+
+    return x * self.param('w', init, (x.shape[-1],))
+
+
+def test_linen_is_restored_after_an_initializer_fails_inline_and_jitted():
+  param = flax_scope.Scope.param
+  with pytest.raises(ZeroDivisionError, match='the initializer broke'):
+    tracing.trace(_FailingInitializer(), jax.ShapeDtypeStruct((2, 5), 'float32'))
+  assert flax_scope.Scope.param is param and not jax.config.jax_disable_jit
 
 
 def test_linen_is_restored_after_a_trace_that_fails():
