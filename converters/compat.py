@@ -36,6 +36,10 @@ fails, and the workaround goes.
 - `distributed_client()`: JAX has no public accessor of the coordination
   service client that `jax.distributed.initialize` starts (Orbax reaches it
   the same way).
+- `backends_are_initialized()`: JAX has no public way to tell whether its
+  backends have started without starting them (`jax.devices()` would; jax
+  0.10.2, `jax._src.xla_bridge.backends_are_initialized`), which
+  `simulate_cpu_devices` must know: the device count is read once, then.
 - `trace_caches_missed()`: JAX has no public switch that makes it trace a
   function again rather than answer from its trace caches (`jax.checkpoint`'s
   and `jit`'s are keyed on the function, the inputs' types and the trace
@@ -213,6 +217,14 @@ def distributed_client():
   from jax._src import distributed
 
   return distributed.global_state.client
+
+
+def backends_are_initialized() -> bool:
+  """Whether JAX's backends have started (and read their flags), without
+  starting them."""
+  from jax._src import xla_bridge
+
+  return xla_bridge.backends_are_initialized()
 
 
 #: Frames of these packages are the libraries' own, not the model's code.

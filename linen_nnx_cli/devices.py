@@ -25,9 +25,10 @@ def simulate_cpu_devices(count: int) -> None:
     raise ValueError(f'device count must be >= 1, got {count}')
   if 'jax' in sys.modules:
     import jax
-    from jax._src import xla_bridge  # only to tell whether it is too late
 
-    if xla_bridge.backends_are_initialized():
+    from converters import compat
+
+    if compat.backends_are_initialized():
       if jax.device_count() == count:
         return
       raise RuntimeError(

@@ -120,6 +120,15 @@ def test_jax_still_has_no_public_accessor_of_the_distributed_client():
   assert compat.distributed_client() is None  # this process never initialized jax.distributed
 
 
+def test_jax_still_has_no_public_way_to_tell_its_backends_have_started():
+  from jax.extend import backend
+
+  public = [name for name in dir(backend) if 'initiali' in name.lower()]
+  assert public == [], f'jax.extend.backend now has {public}: use it in compat.backends_are_initialized'
+  assert jax.device_count() == 8  # (started, if nothing in this process had)
+  assert compat.backends_are_initialized()
+
+
 class _StridedUnit(nn.Module):
   """A ResNet unit's two strided paths over one input, added."""
 
