@@ -1,0 +1,15 @@
+"""How the Linen variables of `tests.converters.port.linen_models` map onto the
+NNX port `patchify_nnx` (`linen-nnx convert --paths patchify_nnx_paths:PATHS`),
+written by `linen-nnx port tests.converters.port.linen_models:patchify`. Kept
+apart from the port, which imports only Flax, JAX and your own modules; this
+file is the kit's to read.
+"""
+
+from converters import PathMapping, PathRule
+
+PATHS = PathMapping([
+    PathRule('Conv_0/bias', 'conv/bias'),
+    PathRule('Conv_0/kernel', 'conv/kernel'),
+    PathRule('Dense_0/bias', 'dense/bias'),
+    PathRule('Dense_0/kernel', 'dense/kernel'),
+])

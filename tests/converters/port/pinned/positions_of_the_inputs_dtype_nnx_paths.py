@@ -1,0 +1,16 @@
+"""How the Linen variables of `tests.converters.port.linen_models` map onto the
+NNX port `positions_of_the_inputs_dtype_nnx` (`linen-nnx convert --paths
+positions_of_the_inputs_dtype_nnx_paths:PATHS`), written by `linen-nnx port
+tests.converters.port.linen_models:positions_of_the_inputs_dtype`. Kept apart
+from the port, which imports only Flax, JAX and your own modules; this file is
+the kit's to read.
+"""
+
+from converters import PathMapping, PathRule
+
+PATHS = PathMapping([
+    PathRule('Dense_0/bias', 'dense/bias'),
+    PathRule('Dense_0/kernel', 'dense/kernel'),
+    PathRule('pos_embedding', 'pos_embedding'),
+    PathRule('probe', 'probe'),
+])

@@ -1,0 +1,15 @@
+"""How the Linen variables of `tests.converters.port.linen_models` map onto the
+NNX port `shared_embedding_nnx` (`linen-nnx convert --paths
+shared_embedding_nnx_paths:PATHS`), written by `linen-nnx port
+tests.converters.port.linen_models:shared_embedding`. Kept apart from the port,
+which imports only Flax, JAX and your own modules; this file is the kit's to
+read.
+"""
+
+from converters import PathMapping, PathRule
+
+PATHS = PathMapping([
+    PathRule('Dense_0/bias', 'dense/bias'),
+    PathRule('Dense_0/kernel', 'dense/kernel'),
+    PathRule('p/embedding', 'p/emb/embedding'),
+])
