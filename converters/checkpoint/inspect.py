@@ -330,6 +330,7 @@ def restore(info: CheckpointInfo, target: Any) -> Any:
   check_integer_scalars(info, target)
   if info.format == 'flax-msgpack':
     return _place_host_tree(info, target)
+  check_tree(info, target)  # the same leaves in another tree, which Orbax's restore refuses
   handler = ocp.StandardCheckpointHandler(restore_concurrent_gb=RESTORE_CONCURRENT_GB)
   compat.ignore_stray_orbax_callbacks()
   try:
@@ -341,16 +342,10 @@ def restore(info: CheckpointInfo, target: Any) -> Any:
     with ocp.Checkpointer(handler) as checkpointer:
       return checkpointer.restore(info.path, target)
   except Exception as e:  # Orbax and TensorStore raise many types for bad data
-    if _STRUCTURE_MISMATCH in str(e):
-      check_tree(info, target)
     raise CheckpointError(
         f'{info.path}: the checkpoint is corrupted or incomplete; reading its '
         f'arrays failed: {reason(e)}'
     ) from e
-
-
-# What Orbax says when the restore target's tree is not the one on disk.
-_STRUCTURE_MISMATCH = 'tree structures do not match'
 
 
 def _sized(form) -> bool:

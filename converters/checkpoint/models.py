@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import re
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -238,33 +237,29 @@ def _called(factory: Callable, what: str, **kwargs) -> Any:
   except Exception as e:  # the user's factory: any error of theirs
     raise CheckpointError(
         f'{what}: calling its factory failed: {type(e).__name__}: {e}'.strip(),
-        fix=_unruled_fix(e),
+        fix=_UNRULED_FIX if isinstance(e, ValueError) else None,
     ) from e
 
 
-def _unruled_fix(e: Exception) -> str | None:
-  """How to fix an NNX model whose annotation names a logical axis with no rule."""
-  found = re.search(r'Resource axis: (\S+) of .* is not found in mesh', str(e))
-  if found is None:
-    return None
-  name = found.group(1)
-  return (
-      f'if {name!r} is a logical name, give it a rule (--rules; ({name!r}, None) replicates '
-      'it: Linen does so for a name with no rule, while NNX takes the name for a mesh axis)'
-  )
+#: How to fix a factory that failed on a ValueError: NNX takes an
+#: annotation's name for a mesh axis, so a logical name with no rule fails
+#: where the sharding is made, in JAX's words, before the tool can see it.
+_UNRULED_FIX = (
+    "if it names an axis that is not the mesh's (JAX's \"Resource axis: NAME of ... is not "
+    'found in mesh\"), NAME is a logical name: give it a rule (--rules; (NAME, None) '
+    'replicates it: Linen does so for a name with no rule, while NNX takes the name for a '
+    'mesh axis)'
+)
 
-
-def _optimizer_fix(e: Exception) -> str:
-  """How to fix an optax transform that builds for Linen's parameters only."""
-  if 'tree structure' in str(e):
-    return (
-        'NNX builds the optimizer state from the NNX model\'s parameters, so a tree '
-        "written for the Linen parameters (optax.masked's mask, optax.multi_transform's "
-        'labels) does not fit it; a function of the parameters (mask=lambda params: '
-        '...) builds, but the checkpoint tool cannot convert masked states yet: convert '
-        "the parameters alone (a checkpoint of weights only, {'params': state.params})"
-    )
-  return 'give the optax transform the checkpoint was trained with (optimizer=, --optimizer)'
+#: How to fix an optax transform whose init fails on the NNX parameters.
+_OPTIMIZER_FIX = (
+    'give the optax transform the checkpoint was trained with (optimizer=, --optimizer). NNX '
+    "builds the optimizer state from the NNX model's parameters, so a tree written for the "
+    "Linen parameters (optax.masked's mask, optax.multi_transform's labels) does not fit it; "
+    'a function of the parameters (mask=lambda params: ...) builds, but the checkpoint tool '
+    'cannot convert masked states yet: convert the parameters alone (a checkpoint of weights '
+    "only, {'params': state.params})"
+)
 
 
 def _sharded(abstract: Any, shardings: Any) -> Any:
@@ -448,7 +443,7 @@ def nnx_side(
       raise CheckpointError(
           f'the optimizer: its init on the parameters of {what} failed: '
           f'{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ""}',
-          fix=_optimizer_fix(e),
+          fix=_OPTIMIZER_FIX,
       ) from e
     if any(isinstance(v.get_raw_value(), optax.MaskedNode) for _, v in nnx.to_flat_state(nnx.state(optimizer))):
       # Flax 0.12 cannot create them abstractly on a mesh (no array to shard).

@@ -172,16 +172,47 @@ def _trace_model(linen_model: LinenModel) -> tuple[tracing.Created, dict]:
         f'{spec.linen.__mro__[1 if spec.subclass else 0].__name__}: port a model that creates it (its port is '
         f'written with that model\'s)' if spec.subclass else f'the model is Flax\'s {type(module).__name__}: '
         f'use {spec.nnx} itself')
+  failed = _FailedLayer()
   try:
-    return tracing.trace(module, *linen_model.args, **linen_model.kwargs)
+    with nn.intercept_methods(failed):
+      return tracing.trace(module, *linen_model.args, **linen_model.kwargs)
   except Exception as e:  # noqa: BLE001 - the user's model: any error of its own
-    unbound = isinstance(e, NameError) and 'unbound axis name' in str(e)
+    layer = failed.layer
+    # JAX's NameError for an axis no transform binds, raised in a layer that
+    # reduces over one (a LayerNorm's `axis_name`), not the user's own.
+    unbound = (isinstance(e, NameError) and _raised_in_flax_or_jax(e)
+               and getattr(layer, 'axis_name', None) is not None)
     raise PortInputError(
         f'{type(module).__name__}.init on the example inputs failed: {type(e).__name__}: '
         f'{str(e).splitlines()[0] if str(e) else ""}'
-        + ('; a layer reduces over a mapped axis outside training (LayerNorm(axis_name=...)), which the '
-           'port traces without: port it by hand' if unbound else '')
+        + (f'; {type(layer).__name__}(axis_name={layer.axis_name!r}) reduces over a mapped axis in every '
+           'call, which the port traces without: port it by hand' if unbound else '')
     ) from e
+
+
+class _FailedLayer:
+  """A method interceptor keeping the innermost Linen module a call failed in."""
+
+  def __init__(self):
+    self.layer: nn.Module | None = None
+
+  def __call__(self, next_fun, args, kwargs, context):
+    try:
+      return next_fun(*args, **kwargs)
+    except Exception:
+      if self.layer is None:
+        self.layer = context.module
+      raise
+
+
+def _raised_in_flax_or_jax(e: BaseException) -> bool:
+  """Whether `e` was raised in Flax's or JAX's code, not the user's: its
+  innermost frame's module (JAX filters its own frames out of tracebacks,
+  so a JAX error raised under a Flax layer ends in the layer)."""
+  tb = e.__traceback__
+  while tb is not None and tb.tb_next is not None:
+    tb = tb.tb_next
+  return tb is not None and tb.tb_frame.f_globals.get('__name__', '').startswith(('jax.', 'flax.'))
 
 
 def _configurations(linen_model: LinenModel, root: tracing.Created, variables) -> _Configurations:

@@ -222,7 +222,8 @@ def test_an_nnx_factory_that_fails_on_a_logical_name_with_no_rule_is_told_the_ru
   models = dict(MLP, optimizer=small.make_tx, nnx_model=nnx_port)
   with pytest.raises(CheckpointError, match=(
       r"the NNX model.*calling its factory failed: ValueError: Resource axis: kv .*; "
-      r"if 'kv' is a logical name, give it a rule \(--rules; \('kv', None\) replicates it"
+      r"if it names an axis that is not the mesh's .*NAME is a logical name: give it a rule "
+      r"\(--rules; \(NAME, None\) replicates it"
   )):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=models_for(**models))
   assert sorted(os.listdir(tmp_path)) == ['src']

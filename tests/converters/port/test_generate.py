@@ -1203,3 +1203,23 @@ def test_attributes_set_to_none_together_start_as_data(tmp_path):
   text = out.read_text()
   assert 'self.pre = self.post = nnx.data(None)' in text
   assert 'self.scale, self.shift = nnx.data(None), nnx.data(None)' in text
+
+
+class _OwnNameError(nn.Module):
+  """A module with an `axis_name` field whose own code raises NameError."""
+
+  axis_name: str = 'batch'
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(2)(x) + undefined_scale  # noqa: F821
+
+
+def test_an_unbound_axis_is_named_by_the_layer_that_reduces_over_it_and_only_then(tmp_path):
+  from converters.port import PortInputError, generate
+
+  with pytest.raises(PortInputError, match=r"LayerNorm\(axis_name='batch'\) reduces over a mapped axis"):
+    generate._trace_model(linen_models.norm_over_replicas())
+  with pytest.raises(PortInputError, match='NameError') as e:
+    generate._trace_model(LinenModel(_OwnNameError(), jnp.ones((2, 3))))
+  assert 'mapped axis' not in str(e.value)
