@@ -28,7 +28,8 @@ from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.checkpoint.inspect import CheckpointInfo, Leaves
-from converters.checkpoint.models import Plan, Side, UserModels, check_rules
+from converters.checkpoint.models import UserModels, check_rules
+from converters.checkpoint.sides import CheckpointPlan, Side
 from converters.errors import CheckpointError
 from converters.optimizer_state import (
     NNX_OPTIMIZER,
@@ -301,7 +302,7 @@ class KitModels:
 
   def plan(
       self, info: CheckpointInfo, to: Framework | None = None, layout: str | None = None
-  ) -> Plan:
+  ) -> CheckpointPlan:
     """The sides of converting `info` to `to` in `layout` (None: SRC's)."""
     kit = self.describe(info)
     target_layout = layout or kit.layout
@@ -316,7 +317,7 @@ class KitModels:
     def side(framework, desc):
       return side_of(framework, trainer_for(framework, desc, mesh, kit.optimizer), kit.optimizer)
 
-    return Plan(
+    return CheckpointPlan(
         mesh=mesh,
         source=side(info.framework, source_desc),
         target=side(to, target_desc),

@@ -45,9 +45,11 @@ from converters.inference import abstract_port, infer_linen_model, merge_layouts
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout, split_arrays
 from converters.linen_trees import TRAIN_STATE_FIELDS
 from converters.metadata import is_linen_box
-from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
+from converters.optimizer_state import NNX_OPTIMIZER
 from converters.flat_trees import key_of, keys_of
 from converters.paths import Framework, Infer, PathMapping, as_infer, as_mapping, format_path
+from converters.checkpoint import weights
+from converters.checkpoint.sides import CheckpointPlan, Side
 
 @functools.cache
 def train_state_class(fields: tuple[str, ...]) -> type:
@@ -74,79 +76,6 @@ def _unset_fields(cls: type, collections: Mapping) -> dict[str, None]:
   }
 
 
-@dataclasses.dataclass(frozen=True)
-class Side:
-  """One side of a conversion: a framework's training state, or its weights, traced abstractly.
-
-  Attributes:
-    framework: 'linen' or 'nnx'.
-    abstract_state: the tree of `ShapeDtypeStruct`s with their shardings that
-      the checkpoint holds: what the ordinary Orbax restore fills (a training
-      state: Linen's boxed `TrainState`, NNX's `nnx.State` of model and
-      optimizer; weights only: see `converters.checkpoint.weights`).
-    graphdef: NNX only, the static structure of `{'model', 'optimizer'}`
-      (of the model alone for weights).
-    layout: 'scan', 'loop' or None (no layer the path mapping stacks).
-    what: how to name the model in messages.
-    layer_partition: the layer axis name to insert when stacking into this
-      side, when its own annotations do not give it (the kit's MLP).
-    form: 'train_state', or the form of weights only (`weights.FORMS`).
-    pure: weights stored without boxes (Linen) or as a pure dict (NNX).
-    standard: weights only, the standard form (Linen's boxed variables,
-      NNX's `nnx.state(model)`) that the stored arrays are read into.
-  """
-
-  framework: Framework
-  abstract_state: Any
-  graphdef: Any = None
-  layout: str | None = None
-  what: str = 'model'
-  layer_partition: str | None = None
-  form: str = 'train_state'
-  pure: bool = False
-  standard: Any = None
-
-  @property
-  def weights(self) -> bool:
-    """Whether this side holds weights only (no optimizer state)."""
-    return self.form != 'train_state'
-
-  def objects(self, state: Any = None) -> tuple[Any, Any]:
-    """NNX: `(model, optimizer)` of `state` (abstract when None); for
-    weights, `(model, None)` of the standard form."""
-    if self.weights:
-      return nnx.merge(self.graphdef, self.standard if state is None else state), None
-    merged = nnx.merge(self.graphdef, self.abstract_state if state is None else state)
-    return merged['model'], merged['optimizer']
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-  """Everything a checkpoint conversion needs to know about the models.
-
-  Attributes:
-    mesh: the mesh to read, convert and write on.
-    source: the side the checkpoint holds, in its layout.
-    target: the side to write.
-    other: when source and target are one framework, the other framework in
-      the target's layout, to convert through; else None.
-    paths: the Linen <-> NNX path mapping.
-    rules: the logical rules to convert under (None: the annotations' own).
-    correspondence: how the NNX optimizer's state maps to the optax state.
-    collections: `{Linen collection: nnx.Variable subclass}` for collections
-      beyond `params`, `batch_stats` and `cache` (see `linen_to_nnx`).
-  """
-
-  mesh: Mesh
-  source: Side
-  target: Side
-  other: Side | None
-  paths: PathMapping
-  rules: tuple | None
-  correspondence: OptimizerCorrespondence
-  collections: Mapping[str, type] | None = None
-
-
 class ModelPair(typing.Protocol):
   """A Linen model and its NNX port, as the checkpoint tool reads a checkpoint through them.
 
@@ -161,7 +90,7 @@ class ModelPair(typing.Protocol):
   (`convert_checkpoint` checks).
   """
 
-  def plan(self, info, to: Framework | None = None, layout: str | None = None) -> Plan:
+  def plan(self, info, to: Framework | None = None, layout: str | None = None) -> CheckpointPlan:
     """The sides of converting the checkpoint `info` describes to `to` in `layout`."""
 
   def summary(self, info) -> dict:
@@ -752,7 +681,6 @@ class UserModels:
     whose tree the checkpoint holds, of either framework
     (`converters.checkpoint.weights`)."""
     from converters.checkpoint import inspect as checkpoints
-    from converters.checkpoint import weights
 
     if info.weights:
       return weights.find_source(self, info, mesh)
@@ -779,10 +707,8 @@ class UserModels:
       )
     return linen
 
-  def plan(self, info, to: Framework | None = None, layout: str | None = None) -> Plan:
+  def plan(self, info, to: Framework | None = None, layout: str | None = None) -> CheckpointPlan:
     """The sides of converting `info` to `to` in `layout` (None: SRC's)."""
-    from converters.checkpoint import weights
-
     mesh = self.make_mesh()
     source = self.source_side(info, mesh)
     to = to or source.framework
@@ -820,7 +746,7 @@ class UserModels:
       other = self.side('nnx' if to == 'linen' else 'linen', mesh, target_layout, weights=source.weights)
       if source.weights:
         other = weights.target_form(source, other)
-    return Plan(
+    return CheckpointPlan(
         mesh, source, target, other, self.mapping, self.rules, NNX_OPTIMIZER, self.collections
     )
 

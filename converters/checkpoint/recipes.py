@@ -26,7 +26,7 @@ import numpy as np
 from converters import provenance
 from converters.checkpoint import training_states
 from converters.checkpoint.inspect import stored_form, string_path
-from converters.checkpoint.models import Plan
+from converters.checkpoint.sides import CheckpointPlan
 from converters.errors import CheckpointError
 
 Leaf = tuple[str, ...]
@@ -93,7 +93,7 @@ def _constant(value: jax.Array, where: str) -> Constant:
   )
 
 
-def recipes(plan: Plan, rngs: Any = 0) -> tuple[Any, dict[Leaf, Recipe]]:
+def recipes(plan: CheckpointPlan, rngs: Any = 0) -> tuple[Any, dict[Leaf, Recipe]]:
   """`(target, {leaf: recipe})`: the target's abstract training state (with
   its shardings) and how each of its stored leaves is made.
 

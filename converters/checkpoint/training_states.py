@@ -4,7 +4,7 @@ A Linen training state is a `TrainState` (a subclass's extra fields, such as
 `batch_stats`, are collections); an NNX one is the `nnx.State` of `{'model':
 ..., 'optimizer': ...}`. `convert` moves one into the other framework and
 layout through `linen_to_nnx` / `nnx_to_linen`, filling the target side's
-abstract state (`converters.checkpoint.models.Side`); within one framework it
+abstract state (`converters.checkpoint.sides.Side`); within one framework it
 goes through the other one, which copies nothing when the layout stays.
 Arrays whose layout does not change are the input arrays. Weights only take
 the same way, read into and written from their standard forms
@@ -23,7 +23,7 @@ from flax import nnx
 from converters.api import linen_to_nnx, nnx_to_linen
 from converters.flat_trees import keys_of
 from converters.checkpoint import weights
-from converters.checkpoint.models import Plan, Side
+from converters.checkpoint.sides import CheckpointPlan, Side
 from converters.paths import format_path
 
 
@@ -34,7 +34,7 @@ def _scan(source: Side, target: Side) -> bool | None:
   return target.layout == 'scan'
 
 
-def _to_nnx(state, source: Side, target: Side, plan: Plan, donate: bool, rngs) -> nnx.State:
+def _to_nnx(state, source: Side, target: Side, plan: CheckpointPlan, donate: bool, rngs) -> nnx.State:
   if source.weights:
     params_only = target.form == 'params'
     model = linen_to_nnx(
@@ -57,7 +57,7 @@ def _to_nnx(state, source: Side, target: Side, plan: Plan, donate: bool, rngs) -
   return nnx.state({'model': model, 'optimizer': optimizer})
 
 
-def _to_linen(state, source: Side, target: Side, plan: Plan, donate: bool):
+def _to_linen(state, source: Side, target: Side, plan: CheckpointPlan, donate: bool):
   if source.weights:
     converted = nnx_to_linen(
         state, target=weights.linen_template(target),
@@ -76,7 +76,7 @@ def _to_linen(state, source: Side, target: Side, plan: Plan, donate: bool):
   )
 
 
-def convert(state: Any, plan: Plan, donate: bool = False, rngs: Any = 0) -> Any:
+def convert(state: Any, plan: CheckpointPlan, donate: bool = False, rngs: Any = 0) -> Any:
   """`state` (of `plan.source`) as the training state of `plan.target`.
 
   Args:
@@ -131,7 +131,7 @@ def _rng_leaves(side: Side) -> dict[str, tuple]:
   }
 
 
-def _own_leaves(side: Side, plan: Plan) -> dict[str, tuple]:
+def _own_leaves(side: Side, plan: CheckpointPlan) -> dict[str, tuple]:
   """`{path: (shape, dtype)}` of the state only NNX has (a one-sided rule
   names it) that `side` holds, by its stored paths."""
   if side.weights and side.form == 'params':
@@ -145,7 +145,7 @@ def _own_leaves(side: Side, plan: Plan) -> dict[str, tuple]:
   }
 
 
-def nnx_only_kept(plan: Plan) -> list[str]:
+def nnx_only_kept(plan: CheckpointPlan) -> list[str]:
   """The state only NNX has that an NNX target keeps from an NNX source (same
   path, shape and dtype); the rest the target's factory makes."""
   if plan.target.framework != 'nnx' or plan.source.framework != 'nnx':
@@ -154,7 +154,7 @@ def nnx_only_kept(plan: Plan) -> list[str]:
   return sorted(p for p, leaf in _own_leaves(plan.target, plan).items() if have.get(p) == leaf)
 
 
-def _keep_linen_only(converted, source_state, plan: Plan):
+def _keep_linen_only(converted, source_state, plan: CheckpointPlan):
   """`converted` (Linen, from a Linen source through NNX) holding the source's
   values of the state only Linen has, where it holds it alike."""
   is_box = lambda x: isinstance(x, nn.meta.AxisMetadata)
@@ -178,7 +178,7 @@ def _keep_linen_only(converted, source_state, plan: Plan):
   return jax.tree_util.tree_map_with_path(kept, converted, is_leaf=is_box)
 
 
-def rng_state(plan: Plan) -> tuple[list[str], list[str]]:
+def rng_state(plan: CheckpointPlan) -> tuple[list[str], list[str]]:
   """`(kept, seeded)`: the RNG variables (`nnx.RngState`) of an NNX target that
   keep the NNX source's values, and those seeded from `rngs` (all of them
   from a Linen source, which has none; a relayout changes their shapes)."""
@@ -190,7 +190,7 @@ def rng_state(plan: Plan) -> tuple[list[str], list[str]]:
   return kept, sorted(set(wanted) - set(kept))
 
 
-def rng_dropped(plan: Plan) -> list[str]:
+def rng_dropped(plan: CheckpointPlan) -> list[str]:
   """The RNG variables of an NNX source that a Linen target has no place for."""
   if plan.source.framework != 'nnx' or plan.target.framework != 'linen':
     return []

@@ -33,7 +33,7 @@ import jax
 from flax import nnx
 
 from converters.checkpoint import inspect as checkpoints
-from converters.checkpoint.models import Side
+from converters.checkpoint.sides import Side
 from converters.errors import CheckpointError
 from converters.metadata import is_linen_box
 

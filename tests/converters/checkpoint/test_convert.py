@@ -12,7 +12,7 @@ from converters.checkpoint import training_states
 from converters.checkpoint.convert import CheckpointOptions, convert_checkpoint
 from linen_nnx_cli import kit_models as kit
 from linen_nnx_cli.kit_models import KitModels, models_for
-from converters.checkpoint.models import Plan
+from converters.checkpoint.sides import CheckpointPlan
 from converters.errors import CheckpointError
 from converters.optimizer_state import NNX_OPTIMIZER
 from converters.presets import KIT_PATHS
@@ -156,7 +156,7 @@ def test_layer_partition_names_the_stacked_axis_of_the_scanned_side(tmp_path, so
   trainer = kit.trainer_for('nnx', out_desc, source_trainer.mesh, 'adam')
   with jax.set_mesh(trainer.mesh):
     restored = nnx_checkpoint.restore(tmp_path / 'dst', trainer)
-    plan = Plan(
+    plan = CheckpointPlan(
         trainer.mesh, kit.side_of('linen', source_trainer), kit.side_of('nnx', trainer), None,
         KIT_PATHS, None, NNX_OPTIMIZER,
     )
