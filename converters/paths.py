@@ -197,6 +197,15 @@ class PathRule:
     return cls(linen, None, linen_stacked=linen_stacked, only='linen')
 
   def __post_init__(self):
+    self._normalise_templates()
+    self._check_tokens()
+    self._check_sides()
+    self._check_transform()
+    self._check_layer_templates()
+    self._check_counted()
+
+  def _normalise_templates(self) -> None:
+    """Each side's templates as one spelling: a str, or a tuple of two or more."""
     for field in ('linen', 'nnx', 'linen_stacked', 'nnx_stacked'):
       value = getattr(self, field)
       if not (value is None) and not (
@@ -214,7 +223,9 @@ class PathRule:
         fw = 'nnx' if field.startswith('nnx') else 'linen'
         normal = tuple(_normal_template(t, fw) for t in _as_templates(value))
         object.__setattr__(self, field, normal[0] if isinstance(value, str) else normal)
-    self._check_tokens()
+
+  def _check_sides(self) -> None:
+    """Both sides given, or one side's state only (`only`), as its factory writes it."""
     absent = [fw for fw in ('linen', 'nnx') if getattr(self, fw) is None and getattr(self, f'{fw}_stacked') is None]
     if self.only not in (None, 'linen', 'nnx'):
       raise PathMappingError(f"rule {self}: only={self.only!r}; pass 'linen', 'nnx' or None")
@@ -244,6 +255,10 @@ class PathRule:
           f'rule {self}: a rule of state only one side has takes no transform: there '
           'is nothing to convert'
       )
+
+  def _check_transform(self) -> None:
+    """A transform is a `Rearrange`, fusing one template of one side from a
+    tuple of the other's; several templates on a side need one."""
     if self.transform is not None and not isinstance(self.transform, Rearrange):
       raise PathMappingError(
           f'rule {self}: transform={self.transform!r}; pass a Rearrange '
@@ -271,6 +286,10 @@ class PathRule:
           f'rule {self}: several templates on one side need a transform that '
           "fuses them, e.g. transform=Rearrange('e h d -> e (qkv h d)')"
       )
+
+  def _check_layer_templates(self) -> None:
+    """`{i}` once in every looped template or in none; stacked templates
+    only beside looped ones, and without it."""
     looped = [t for fw in ('linen', 'nnx') for t in self.templates(fw, 'loop') or ()]
     indexed = [bool(_INDEX_TOKEN.search(t)) for t in looped]
     if len(set(indexed)) > 1 or any(len(_INDEX_TOKEN.findall(t)) > 1 for t in looped):
@@ -291,8 +310,6 @@ class PathRule:
           f'rule {self}: stacked templates have no {_INDEX} (the layer index is '
           'axis 0 of the stacked array)'
       )
-
-    self._check_counted()
 
   def _check_tokens(self) -> None:
     for field in ('linen', 'nnx', 'linen_stacked', 'nnx_stacked'):

@@ -253,8 +253,8 @@ def _infer(models: _Traced, given) -> PathMapping:
       return set(_paired(used[0], graphs, given)[0].pairs)
 
     try:
-      return _proven(traces, inputs, given, result, robust, lambda: models.training,
-                     models.fixed())
+      return _proven(traces, inputs, given, result, robust=robust, training=lambda: models.training,
+                     fixed=models.fixed())
     except PathMappingError as e:
       # Strict positions first; a port that stacks, concatenates or branches
       # in another order pairs with them relaxed, the witness deciding.
@@ -275,7 +275,7 @@ def _idle(traces, inputs) -> frozenset:
   other way round) that reach no output on the example inputs."""
   linen = traces[0]
   slots = [(k, None) for k, name in enumerate(linen.variables) if name is not None]
-  return Witness(linen, traces[1], inputs[:linen.inputs], slots, [], {}).idle()
+  return Witness(linen, traces[1], inputs[:linen.inputs], slots, nnx_slots=[], fused={}).idle()
 
 
 def _stored_otherwise(infer, given, traces, idle: Callable[[], frozenset]) -> PathMapping | None:
@@ -811,7 +811,7 @@ def _anchor(traces: tuple[Trace, Trace], graphs: tuple[Graph, Graph], given: Pat
   return anchors
 
 
-def _proven(traces, inputs: list, given, result: tuple, robust, training, fixed) -> PathMapping:
+def _proven(traces, inputs: list, given, result: tuple, *, robust, training, fixed) -> PathMapping:
   """The mapping of `result` (`(pairing, anchors, graphs)`), once the witness
   proves it on `inputs`; else the refusal that says why. `training()`: both
   traces in training; `fixed`: the inputs the witness cannot vary."""
@@ -824,7 +824,8 @@ def _proven(traces, inputs: list, given, result: tuple, robust, training, fixed)
     regrouped = _unmatched_as_groups(traces, graphs, pairing)
     if regrouped is not None:
       try:
-        return _proven(traces, inputs, given, (regrouped, anchors, graphs), robust, training, fixed)
+        return _proven(traces, inputs, given, (regrouped, anchors, graphs), robust=robust, training=training,
+                       fixed=fixed)
       except PathMappingError:
         pass  # no assignment agrees: the structure's word, where the programs part
     _refuse_unmatched(traces, graphs, pairing)
@@ -844,7 +845,8 @@ def _proven(traces, inputs: list, given, result: tuple, robust, training, fixed)
         fix='give the NNX model itself (not from nnx.eval_shape), or a function returning '
         'it: its own Variables are then made under jax.jit, the rest stays abstract',
     )
-  witness = Witness(linen_trace, nnx_trace, inputs, slots, sorted(copies, key=repr), fused, training)
+  witness = Witness(linen_trace, nnx_trace, inputs, slots, nnx_slots=sorted(copies, key=repr), fused=fused,
+                    training=training)
   # Which variables reach an output is asked only where it matters (a
   # gradient pass): for groups, and for pairs only a position settles.
   fragile = {(a, b) for b, a in copies.items() if b not in anchors}

@@ -210,7 +210,7 @@ class Witness:
   """
 
   def __init__(
-      self, linen: Trace, nnx: Trace, inputs: Sequence, slots: Sequence[Hashable],
+      self, linen: Trace, nnx: Trace, inputs: Sequence, slots: Sequence[Hashable], *,
       nnx_slots: Sequence[Hashable], fused: Mapping[int, Fused],
       training: Callable[[], tuple[Trace, Trace]] | None = None,
   ):

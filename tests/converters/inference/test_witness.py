@@ -23,7 +23,7 @@ def trace(f) -> Trace:
 
 def witness(linen, port, idle_ok=False):
   slots = [(0, None), (1, None)]
-  return Witness(trace(linen), trace(port), [X], slots, slots, {})
+  return Witness(trace(linen), trace(port), [X], slots, nnx_slots=slots, fused={})
 
 
 def test_a_correct_pairing_agrees_bit_for_bit_when_the_programs_are_the_same():
@@ -78,7 +78,7 @@ def test_a_symmetric_example_input_hides_no_transpose():
       jax.make_jaxpr(lambda a, b, x: (f(a, b, x), [a, b]))(W, W, symmetric), NAMES, inputs=1, outputs=1
   )
   w = Witness(square(lambda a, b, x: x @ a + b[0]), square(lambda a, b, x: x.T @ a + b[0]),
-              [symmetric], slots, slots, {})
+              [symmetric], slots, nnx_slots=slots, fused={})
   verdict = w.check({(0, None): (0, None), (1, None): (1, None)})
   assert not verdict.agree and 'generic' in verdict.where
   generic = np.asarray(w.generic[0])
