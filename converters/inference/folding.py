@@ -34,9 +34,9 @@ def _indices(path: tuple) -> list[tuple[int, str, int]]:
 
 
 def _template(path: tuple, position: int, prefix: str) -> str:
-  keys = [str(k) for k in path]
-  keys[position] = prefix + '{i}'
-  return '/'.join(keys)
+  """`path` as `format_path` writes it (a key holding `/` quoted), its key
+  at `position` the layer index `{i}` after `prefix`."""
+  return format_path((*path[:position], prefix + '{i}', *path[position + 1:]))
 
 
 def fold(

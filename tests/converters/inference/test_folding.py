@@ -12,6 +12,19 @@ def test_layers_fold_into_one_template():
   assert fold(pairs) == [PathRule('Dense_{i}/kernel', 'layers/{i}/kernel')]
 
 
+def test_keys_holding_a_slash_fold_with_them_whole():
+  # Orbax and Flax keep such keys (`'a/b'`): a template must name them as
+  # `format_path` does, not split them into two keys.
+  pairs = [((f'enc/dec', f'block/{i}', 'kernel'), ('enc/dec', 'blocks', i, 'kernel')) for i in range(3)]
+  (rule,) = fold(pairs)
+  assert (rule.linen, rule.nnx) == ("'enc/dec'/'block/{i}'/kernel", "'enc/dec'/blocks/{i}/kernel")
+  mapping = PathMapping([rule])
+  for linen, nnx in pairs:
+    (match,) = mapping.match_all('linen', linen)
+    assert match.rule.path('nnx', match.layout, match.index) == nnx
+  assert fold_paths([('a/b', 'x_0'), ('a/b', 'x_1')]) == ["'a/b'/x_{i}"]
+
+
 def test_a_template_never_overlaps_a_pair_of_another_family():
   pairs = [((f'Dense_{i}', 'kernel'), ('layers', i, 'kernel')) for i in range(2)]
   pairs.append((('Dense_2', 'kernel'), ('head', 'kernel')))
