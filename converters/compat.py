@@ -40,6 +40,14 @@ fails, and the workaround goes.
   backends have started without starting them (`jax.devices()` would; jax
   0.10.2, `jax._src.xla_bridge.backends_are_initialized`), which
   `simulate_cpu_devices` must know: the device count is read once, then.
+- `orbax_internals()`: Orbax has no public API that writes a checkpoint array
+  by array and chunk by chunk, nor reads one's tree metadata without opening
+  every array, so `converters.checkpoint.orbax_files` builds and reads
+  Orbax's own files with Orbax's own private classes (its tree, array and
+  sharding metadata, its kvstore spec and chunk choices; orbax-checkpoint
+  0.12.8, `orbax.checkpoint._src`), here alone, each with what is missing
+  from the public API; the names it needs that Orbax exports are read from
+  `orbax.checkpoint` itself.
 - `trace_caches_missed()`: JAX has no public switch that makes it trace a
   function again rather than answer from its trace caches (`jax.checkpoint`'s
   and `jit`'s are keyed on the function, the inputs' types and the trace
@@ -55,10 +63,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import itertools
 import os
 import sys
 import threading
+import types
 from typing import Any
 
 import flax
@@ -217,6 +227,32 @@ def distributed_client():
   from jax._src import distributed
 
   return distributed.global_state.client
+
+
+@functools.cache
+def orbax_internals() -> types.SimpleNamespace:
+  """Orbax's private modules that the streaming checkpoint writer and reader
+  use, by the name they go by there (imported on first use: Orbax is slow
+  to import and only checkpoint commands need it)."""
+  # What each is used for: `subchunking.choose_chunk_shape`, `array_metadata`
+  # and its store, `empty_values.is_empty_typestr`, step metadata's JSON,
+  # `sharding_metadata.from_jax_sharding`, `InternalTreeMetadata`,
+  # `build_kvstore_tspec` and Orbax's zarr chunk metadata,
+  # `get_param_typestr`, `is_empty_or_leaf`.
+  from orbax.checkpoint._src.arrays import subchunking
+  from orbax.checkpoint._src.metadata import array_metadata, array_metadata_store, empty_values
+  from orbax.checkpoint._src.metadata import sharding as sharding_metadata
+  from orbax.checkpoint._src.metadata import step_metadata_serialization
+  from orbax.checkpoint._src.metadata import tree as tree_metadata
+  from orbax.checkpoint._src.serialization import tensorstore_utils, type_handler_registry
+  from orbax.checkpoint._src.tree import utils as tree_utils
+
+  return types.SimpleNamespace(
+      array_metadata=array_metadata, array_metadata_store=array_metadata_store, empty_values=empty_values,
+      sharding_metadata=sharding_metadata, step_metadata_serialization=step_metadata_serialization,
+      subchunking=subchunking, tensorstore_utils=tensorstore_utils, tree_metadata=tree_metadata,
+      type_handler_registry=type_handler_registry, tree_utils=tree_utils,
+  )
 
 
 def backends_are_initialized() -> bool:

@@ -33,6 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from converters import compat
 from converters.checkpoint.inspect import CheckpointInfo, reason, string_path
 from converters.errors import CheckpointError
 
@@ -136,15 +137,13 @@ def listed_arrays(path: str) -> list[Leaf]:
   `metadata()` opens every one to read its shape, which `SourceCheckpoint`
   reads from the same zarr metadata).
   """
-  from orbax.checkpoint._src.metadata import empty_values
-  from orbax.checkpoint._src.metadata import tree as tree_metadata
-
+  orbax = compat.orbax_internals()
   with open(os.path.join(path, '_METADATA')) as f:
-    content = tree_metadata.InternalTreeMetadata.from_json(json.load(f))
+    content = orbax.tree_metadata.InternalTreeMetadata.from_json(json.load(f))
   return [
       tuple(str(k.nested_key_name) for k in entry.key_metadata.nested_key_metadata_entries)
       for entry in content.tree_metadata_entries
-      if not empty_values.is_empty_typestr(entry.value_metadata.value_type)
+      if not orbax.empty_values.is_empty_typestr(entry.value_metadata.value_type)
   ]
 
 
@@ -230,10 +229,9 @@ class SourceCheckpoint:
     if self.info.format != 'orbax':
       return {}
     from etils import epath
-    from orbax.checkpoint._src.metadata import array_metadata_store
 
     try:
-      found = run_coroutine(array_metadata_store.Store().read(epath.Path(self.info.path), process_index=0))
+      found = run_coroutine(compat.orbax_internals().array_metadata_store.Store().read(epath.Path(self.info.path), process_index=0))
     except Exception:  # older checkpoints have none
       return {}
     by_name = {m.param_name: m.ext_metadata for m in found or []}
@@ -278,8 +276,7 @@ class CheckpointWriter:
     self._arrays: dict[str, Any] = {}  # opened for region writes, by name
 
   def _kvstore_spec(self) -> dict:
-    from orbax.checkpoint._src.serialization import tensorstore_utils
-
+    tensorstore_utils = compat.orbax_internals().tensorstore_utils
     return tensorstore_utils.build_kvstore_tspec(
         self.path, use_ocdbt=True,
         ocdbt_process_spec=tensorstore_utils.OcdbtProcessSpec(process_id=str(self.process_index)),
@@ -299,10 +296,8 @@ class CheckpointWriter:
     """The zarr v2 metadata of a new array: `like`'s codec when given (so its
     chunks can be moved as bytes), else the codec Orbax writes with."""
     if like is None:
-      from orbax.checkpoint._src.serialization import tensorstore_utils
-
       dtype = np.dtype(dtype)
-      orbax, _, _ = tensorstore_utils._build_zarr_shard_and_chunk_metadata(  # Orbax's own choice
+      orbax, _, _ = compat.orbax_internals().tensorstore_utils._build_zarr_shard_and_chunk_metadata(  # Orbax's own choice
           global_shape=tuple(shape), shard_shape=tuple(chunks), use_compression=True,
           use_zarr3=False, chunk_shape=tuple(chunks),
       )
@@ -348,9 +343,8 @@ class CheckpointWriter:
     """Joins every process's database at the root (the first process, once all are written)."""
     ocp, _ = _async_io()
     from etils import epath
-    from orbax.checkpoint._src.serialization import ocdbt_utils
 
-    run_coroutine(ocdbt_utils.merge_ocdbt_per_process_files(
+    run_coroutine(ocp.type_handlers.merge_ocdbt_per_process_files(
         epath.Path(self.path), ts_context=ocp.type_handlers.get_ts_context(use_ocdbt=True),
         use_zarr3=False,
     ))
@@ -362,22 +356,18 @@ class CheckpointWriter:
     with shardings): tree metadata, shardings, array metadata, step metadata."""
     ocp, _ = _async_io()
     from etils import epath
-    from orbax.checkpoint._src.metadata import array_metadata, array_metadata_store
-    from orbax.checkpoint._src.metadata import sharding as sharding_metadata
-    from orbax.checkpoint._src.metadata import tree as tree_metadata
-    from orbax.checkpoint._src.serialization import type_handler_registry
-    from orbax.checkpoint._src.tree import utils as tree_utils
 
+    orbax = compat.orbax_internals()
     directory = epath.Path(self.path)
-    names = tree_utils.get_param_names(tree)
+    names = ocp.tree.get_param_names(tree)
 
     def param_info(keypath, name, value):
       if hasattr(value, 'shape'):
         typestr, write_shape = 'jax.Array', arrays[string_path(keypath)].chunks
       else:  # an empty node (an optax EmptyState): typed as Orbax types it
-        typestr, write_shape = type_handler_registry.get_param_typestr(
-            value, type_handler_registry.GLOBAL_TYPE_HANDLER_REGISTRY,
-            tree_metadata.PYTREE_METADATA_OPTIONS,
+        typestr, write_shape = orbax.type_handler_registry.get_param_typestr(
+            value, orbax.type_handler_registry.GLOBAL_TYPE_HANDLER_REGISTRY,
+            orbax.tree_metadata.PYTREE_METADATA_OPTIONS,
         ), None
       return ocp.type_handlers.ParamInfo(
           name=name, keypath=keypath, parent_dir=directory, is_ocdbt_checkpoint=True,
@@ -385,8 +375,8 @@ class CheckpointWriter:
           ts_context=self._context,
       )
 
-    infos = jax.tree.map_with_path(param_info, names, tree, is_leaf=tree_utils.is_empty_or_leaf)
-    content = tree_metadata.InternalTreeMetadata.build(infos, use_ocdbt=True, use_zarr3=False)
+    infos = jax.tree.map_with_path(param_info, names, tree, is_leaf=orbax.tree_utils.is_empty_or_leaf)
+    content = orbax.tree_metadata.InternalTreeMetadata.build(infos, use_ocdbt=True, use_zarr3=False)
     _write_json(os.path.join(self.path, '_METADATA'), content.to_json())
     shardings, described = {}, []
     for keypath, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
@@ -395,23 +385,19 @@ class CheckpointWriter:
       # An array without one is on one device, as Orbax records an uncommitted array.
       sharding = getattr(value, 'sharding', None) or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
       key = base64.urlsafe_b64encode(array.name.encode()).decode('utf-8')
-      shardings[key] = sharding_metadata.from_jax_sharding(sharding).to_serialized_string()
-      described.append(array_metadata.ArrayMetadata(
+      shardings[key] = orbax.sharding_metadata.from_jax_sharding(sharding).to_serialized_string()
+      described.append(orbax.array_metadata.ArrayMetadata(
           param_name=array.name, shape=array.shape, dtype=array.dtype,
           write_shape=array.chunks, chunk_shape=array.chunks, use_ocdbt=True, use_zarr3=False,
           ext_metadata=ext.get(leaf),
       ))
     _write_json(os.path.join(self.path, '_sharding'), shardings)
-    run_coroutine(array_metadata_store.Store().write(directory, described, process_index=0))
-    from orbax.checkpoint._src.handlers import standard_checkpoint_handler
-    from orbax.checkpoint._src.metadata import checkpoint as checkpoint_metadata
-    from orbax.checkpoint._src.metadata import step_metadata_serialization
-
-    handler = standard_checkpoint_handler.StandardCheckpointHandler
+    run_coroutine(orbax.array_metadata_store.Store().write(directory, described, process_index=0))
+    handler = ocp.StandardCheckpointHandler
     now = time.time_ns()
     _write_json(
         os.path.join(self.path, '_CHECKPOINT_METADATA'),
-        step_metadata_serialization.serialize(checkpoint_metadata.StepMetadata(
+        orbax.step_metadata_serialization.serialize(ocp.metadata.StepMetadata(
             item_handlers=f'{handler.__module__}.{handler.__qualname__}',
             init_timestamp_nsecs=now, commit_timestamp_nsecs=now,
         )),

@@ -40,6 +40,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from converters import compat
 from converters.allocator import release_free_memory
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint.orbax_files import (
@@ -161,8 +162,6 @@ def _inherited_chunks(recipe: Recipe, source: SourceCheckpoint) -> tuple[int, ..
 def _computed_chunks(recipe: Recipe, value: Any, source: SourceCheckpoint, budget: int) -> tuple[int, ...]:
   """Chunks for a computed array: the source's where it keeps them, else its
   shards (as Orbax chunks); at most an eighth of the budget each."""
-  from orbax.checkpoint._src.arrays import subchunking
-
   shape = tuple(recipe.shape)
   chunks = _inherited_chunks(recipe, source)
   if chunks is None:
@@ -172,7 +171,7 @@ def _computed_chunks(recipe: Recipe, value: Any, source: SourceCheckpoint, budge
   chunks = tuple(max(1, min(c, n)) for c, n in zip(chunks, shape))
   limit = max(budget // 8, recipe.dtype.itemsize)
   if int(np.prod(chunks)) * recipe.dtype.itemsize > limit:
-    chunks = tuple(subchunking.choose_chunk_shape(shape, chunks, recipe.dtype, limit))
+    chunks = tuple(compat.orbax_internals().subchunking.choose_chunk_shape(shape, chunks, recipe.dtype, limit))
   return chunks
 
 
