@@ -17,11 +17,15 @@ import json
 import os
 import sys
 
+from linen_nnx_cli.failures import fail
+from linen_nnx_cli.runtime import Needs
 
+
+NAME = 'port'
 
 def add_parser(commands) -> argparse.ArgumentParser:
   port = commands.add_parser(
-      'port',
+      NAME,
       help='write the NNX port of your Linen model, proven equivalent',
       description=(
           'Trace the Linen model FACTORY returns (LinenModel(module, *example_inputs, '
@@ -44,6 +48,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
   port.add_argument(
       '--devices', type=int, default=8, help='simulated CPU devices (ignored unless JAX runs on CPU)'
   )
+  port.set_defaults(run=run, needs=Needs.DEVICES)
   return port
 
 
@@ -146,8 +151,8 @@ def _installed(name: str) -> bool:
     return False
 
 
-def run(args, fail) -> int:
-  """The command; `fail(args, line, code)` reports a refusal."""
+def run(args) -> int:
+  """The command: its exit status, a refusal reported in one line (`fail`)."""
   from converters.linen_model import LinenModel
   from converters.port import PORT_INSTALL_HINT, PortInputError, PortOutputError, PortToolError
   from linen_nnx_cli.user_models import UserObjectError, load

@@ -102,7 +102,7 @@ BUGS = {
         ('tests/converters/checkpoint/test_convert.py', '-k', 'fails_verification'),
     ),
     11: PlantedBug(
-        "the JSON error keeps only the text before the first ':'", 'linen_nnx_cli/main.py',
+        "the JSON error keeps only the text before the first ':'", 'linen_nnx_cli/failures.py',
         "    print(json.dumps({'ok': False, 'exit_code': code, 'error': line}))",
         "    print(json.dumps({'ok': False, 'exit_code': code, 'error': line.split(':')[0]}))",
         ('tests/linen_nnx_cli/test_main_checkpoints.py::test_bad_input_exits_2_with_one_line_reason',),
