@@ -94,7 +94,7 @@ def measure(model: str, blocks: int, width: int, what: str = 'infer') -> dict:
     baseline = _rss_bytes()
     start = time.perf_counter()
     if what == 'trace':
-      from converters.inference.tracing import Call, trace_linen, trace_nnx
+      from converters.inference.traces import Call, trace_linen, trace_nnx
       from converters.variable_types import CollectionTable
 
       trace_linen(linen, Call((inputs,)))

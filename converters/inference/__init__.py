@@ -11,7 +11,7 @@ into `{i}` templates). What the structure cannot tell apart is decided by
 the witness, or refused. `infer_models` is what `paths='infer'` of the
 conversions runs (`infer_linen_model` of one `LinenModel`); `merge_layouts` joins the mappings of both layouts.
 
-Modules: `tracing`, `unrolling` (a trace with its scans unrolled),
+Modules: `traces`, `unrolling` (a trace with its scans unrolled),
 `dataflow`, `refinement`, `witness`, `folding`, and `infer` (the two entry
 points).
 """

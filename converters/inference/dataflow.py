@@ -45,7 +45,7 @@ from collections.abc import Hashable, Iterable
 import numpy as np
 from jax.extend import core as jcore
 
-from converters.inference.tracing import Trace
+from converters.inference.traces import Trace
 
 #: Operations whose result is their first operand, as far as structure goes.
 TRANSPARENT = frozenset({

@@ -1,6 +1,6 @@
 """`infer_paths` and `infer_models`: the path mapping of a model and its port.
 
-Trace both forward passes (`tracing`), build their dataflow graphs
+Trace both forward passes (`traces`), build their dataflow graphs
 (`dataflow`), pair variables by the structure of the whole computation
 (`refinement`), prove the pairs by running both models (`witness`), and
 write them as rules (`folding`). Nothing pairs by order, name or position
@@ -31,7 +31,7 @@ from converters.inference.dataflow import Graph
 from converters.inference.folding import REVERSED, fold, fold_paths, merge_layouts, stacked_rules
 from converters.inference.parting import parting_words
 from converters.inference.refinement import Pairing, pair
-from converters.inference.tracing import Call, Trace, trace_linen, trace_nnx, traced
+from converters.inference.traces import Call, Trace, trace_linen, trace_nnx, traced
 from converters.inference.unrolling import unrolled
 from converters.inference.witness import Fused, Witness
 from converters.linen_model import LAYOUTS, LinenModel, accepts_layout

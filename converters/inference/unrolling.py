@@ -24,7 +24,7 @@ from jax import lax
 from jax.extend import core as jcore
 
 from converters.inference.dataflow import WHOLE_ARRAY_CALLS
-from converters.inference.tracing import Trace
+from converters.inference.traces import Trace
 
 
 def unrolled(trace: Trace) -> Trace:

@@ -37,7 +37,7 @@ from jax.extend.core import jaxpr_as_fun
 
 from converters.errors import ConversionError, PathMappingError
 from converters.inference.evaluation import Program, evaluate, outside_any_mesh
-from converters.inference.tracing import Trace
+from converters.inference.traces import Trace
 from converters.transforms import Rearrange
 
 #: Largest difference, relative to the outputs' scale, accepted between two
@@ -204,7 +204,7 @@ class Witness:
     slots: Linen slots (`(input index, layer or None)`) in seed order.
     nnx_slots: the NNX slots the pairs under test draw.
     fused: `{nnx input index: Fused}` for given rules with a transform.
-    training: the traces of both models in training (`tracing`'s
+    training: the traces of both models in training (`traces`'s
       `training=True`), made when `symmetric` first needs them; None: the
       models have no other mode to run.
   """

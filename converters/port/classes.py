@@ -37,6 +37,7 @@ from converters.port import (
   helpers,
   input_sizes,
   layers,
+  lifted_classes,
   linen_api,
   mode_flags,
   own_variables,
@@ -49,7 +50,6 @@ from converters.port import (
   source,
   syntax,
   tracing,
-  transforms,
   variables,
 )
 from converters.port.errors import Untranslatable
@@ -160,7 +160,7 @@ class ClassWriter:
     self.method, self.call = self._methods()
     self.creation_sites = placement.CreationSites.of(self.file, self.method)
     #: Whether `__call__` is Linen's scan over its inputs (`nnx.scan` in NNX).
-    self.scans_call = any(transforms.is_method_scan(d, self.file) for d in self.call.decorators)
+    self.scans_call = any(lifted_classes.is_method_scan(d, self.file) for d in self.call.decorators)
     refusals.refuse_lifted_methods(self)
     self.field_names = shapes.module_fields(instance.module)
     self.params = [p.name.value for p in (*self.call.params.params[1:], *self.call.params.kwonly_params)]

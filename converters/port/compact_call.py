@@ -14,12 +14,12 @@ import libcst as cst
 from converters.port import (
   branches,
   lifted_calls,
+  lifted_classes,
   linen_api,
   module_reads,
   references,
   source,
   syntax,
-  transforms,
   variables,
 )
 
@@ -43,7 +43,7 @@ def call_method(writer: CompactWriter, replayed: frozenset[str]) -> cst.Function
     method = writer.mode_flags.drop_flag(method, flag)
   # Its remat numbers its static arguments in the signature left.
   method = method.with_changes(decorators=[
-      _remat(writer, d, method) if transforms.is_method_remat(d, writer.file) else d
+      _remat(writer, d, method) if lifted_classes.is_method_remat(d, writer.file) else d
       for d in method.decorators])
   # `has_variable('cache', ...)` is True in NNX: the branches it guarded, read plainly.
   method = syntax.without_constant_conditions(method)
@@ -52,8 +52,8 @@ def call_method(writer: CompactWriter, replayed: frozenset[str]) -> cst.Function
 
 def _remat(writer: CompactWriter, decorator: cst.Decorator, method: cst.FunctionDef) -> cst.Decorator:
   try:
-    return transforms.method_remat(decorator, writer.method, method)
-  except transforms.Refused as e:
+    return lifted_classes.method_remat(decorator, writer.method, method)
+  except lifted_classes.Refused as e:
     writer.fail(decorator, f'{e}: not written yet; {e.advice}')
 
 
@@ -169,9 +169,9 @@ class _CallBody(branches.RaisingUntracedBranches):
     writer = self.writer
     if references.is_linen(original.decorator, writer.file, 'compact'):
       return cst.RemoveFromParent()
-    if transforms.is_method_scan(original, writer.file):
+    if lifted_classes.is_method_scan(original, writer.file):
       try:
-        return transforms.method_scan(original, writer.method, writer.file)
-      except transforms.Refused as e:
+        return lifted_classes.method_scan(original, writer.method, writer.file)
+      except lifted_classes.Refused as e:
         writer.fail(original, f'{e}: not written yet; {e.advice}')
     return updated

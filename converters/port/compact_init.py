@@ -17,11 +17,11 @@ import libcst as cst
 from converters.port import (
   classes,
   conditions,
+  lifted_classes,
   references,
   replayed_locals,
   source,
   syntax,
-  transforms,
 )
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ class InitBody:
     emitted = []
     if site in writer.lifts and writer.lifts[site][0].scan:
       # A stack of layers, made by one vmapped function over split keys.
-      emitted.append(transforms.creation(writer.lifts[site][0], f'create_{attribute}', creation))
+      emitted.append(lifted_classes.creation(writer.lifts[site][0], f'create_{attribute}', creation))
       creation = syntax.expression(f'create_{attribute}(rngs)')
     line = (
         cst.Expr(cst.Call(syntax.expression(f'{target}.append'), [cst.Arg(creation)]))

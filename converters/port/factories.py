@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 import libcst as cst
 from flax import linen as nn
 
-from converters.port import helpers, layers, references, source, tracing, transforms
+from converters.port import helpers, layers, lifted_classes, references, source, tracing
 
 #: creation site -> `(expression, the modules made there)` (`ClassWriter.sites`).
 Sites = Mapping[tracing.Site, tuple[cst.Call, list[tracing.Created]]]
@@ -37,7 +37,7 @@ class Factories:
   """
 
   partials: dict[str, cst.Call]
-  lifts: dict[tracing.Site, tuple[transforms.Lifted, str | None]]
+  lifts: dict[tracing.Site, tuple[lifted_classes.Lifted, str | None]]
   lift_calls: list[cst.Call]
 
 
@@ -92,7 +92,7 @@ def read(sites: Sites, callees: Callees, keeps_handed_on: bool,
   (`norm=norm` to a block), never called in the method."""
   bound, file = callees.locals, callees.file
   partials: dict[str, cst.Call] = {}
-  lifts: dict[tracing.Site, tuple[transforms.Lifted, str | None]] = {}
+  lifts: dict[tracing.Site, tuple[lifted_classes.Lifted, str | None]] = {}
   lift_calls: list[cst.Call] = []
   for site, (node, children) in sites.items():
     local = node.func.value if isinstance(node.func, cst.Name) and node.func.value in bound else None
@@ -102,8 +102,8 @@ def read(sites: Sites, callees: Callees, keeps_handed_on: bool,
            f'({file.code(node.func)}); port it by hand')
     if isinstance(value, cst.Call) and any(c.transform for c in children):
       try:
-        lift = transforms.lifted(value, file, bound)
-      except transforms.Refused as e:
+        lift = lifted_classes.lifted(value, file, bound)
+      except lifted_classes.Refused as e:
         fail(value, f'{e}: not written yet; {e.advice}')
       if lift is None:
         fail(node, f'{children[0].name} is made by a transform the port does not know; port it by hand')

@@ -1,6 +1,6 @@
 """The call of modules a compact method ran under `nn.scan` / `nn.remat`,
 as its port's `__call__` writes it: a function under NNX's transforms
-(`converters.port.transforms.call_function`), written before the statement,
+(`converters.port.lifted_classes.call_function`), written before the statement,
 applied to the carry and the stack of modules (`self.blocks`), or under
 remat alone to the module itself.
 """
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import source, syntax, tracing, transforms
+from converters.port import lifted_classes, source, syntax, tracing
 
 if TYPE_CHECKING:
   from converters.port.compact import CompactWriter
@@ -40,7 +40,7 @@ def lifted_call(writer: CompactWriter, original: cst.Call, updated: cst.Call,
     # Under remat alone, its inputs closed over: none passed, or the first
     # static (`static_argnums` counts the module: 1 is its first input).
     inner = cst.Call(cst.Name(module), syntax.normalised(args))
-    return (transforms.call_function(lift, name, '', module, inner),
+    return (lifted_classes.call_function(lift, name, '', module, inner),
             cst.Call(cst.Name(name), [cst.Arg(call.func)]))
   carry_value, rest = args[0].value, args[1:]
   if lift.scan and rest and not lift.broadcast:
@@ -59,7 +59,7 @@ def lifted_call(writer: CompactWriter, original: cst.Call, updated: cst.Call,
       if not lift.scan else (rest, [])
   inner = cst.Call(cst.Name(module), syntax.normalised([cst.Arg(cst.Name(carry)), *rest]))
   held = stack if lift.scan else call.func  # the module itself (a list's entry in a loop)
-  return (transforms.call_function(lift, name, carry, module, inner, passed),
+  return (lifted_classes.call_function(lift, name, carry, module, inner, passed),
           cst.Call(cst.Name(name), syntax.normalised(
               [cst.Arg(carry_value), cst.Arg(held), *(cst.Arg(value) for _, value, _ in passed)])))
 

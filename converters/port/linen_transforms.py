@@ -15,7 +15,7 @@ class TransformRule:
   Attributes:
     linen: its name in `flax.linen`.
     nnx: NNX's counterpart (`nnx.vmap`), or None where NNX needs none.
-    written: what the port writes of it (`converters.port.transforms`), or
+    written: what the port writes of it (`converters.port.lifted_classes`), or
       None for nothing.
     by_hand: the NNX code to write where the port does not.
   """

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from flax import linen as nn
 
-from converters.port import linen_transforms, references, syntax, transforms
+from converters.port import lifted_classes, linen_transforms, references, syntax
 
 if TYPE_CHECKING:
   from converters.port.classes import ClassWriter
@@ -43,7 +43,7 @@ def refuse_lifted_methods(writer: ClassWriter) -> None:
   compact `__call__` and its remat, where the writer writes them
   (`writes_lifted_call`)."""
   def written(d: cst.Decorator) -> bool:
-    return transforms.is_method_scan(d, writer.file) or transforms.is_method_remat(d, writer.file)
+    return lifted_classes.is_method_scan(d, writer.file) or lifted_classes.is_method_remat(d, writer.file)
 
   def lifted_by(d: cst.Decorator) -> bool:
     return written(d) or references.linen_transform(d.decorator, writer.file) is not None
@@ -55,7 +55,7 @@ def refuse_lifted_methods(writer: ClassWriter) -> None:
       lifted.add(statement.name.value)
   writes = writer.writes_lifted_call and all(written(d) for d in writer.call.decorators if lifted_by(d))
   if lifted - {'__call__'} or (lifted and not writes):
-    kinds = {transforms.decorating_transform(d, writer.file) for statement in writer.cdef.body.body
+    kinds = {lifted_classes.decorating_transform(d, writer.file) for statement in writer.cdef.body.body
              if isinstance(statement, cst.FunctionDef) and statement.name.value in lifted
              for d in statement.decorators} - {None}
     advice = '; '.join(linen_transforms.by_hand(k) for k in sorted(kinds)) if kinds else 'port it by hand'

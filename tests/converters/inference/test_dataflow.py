@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, PartitionSpec as P
 
 from converters.inference.dataflow import Graph
-from converters.inference.tracing import Trace
+from converters.inference.traces import Trace
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
 W = jax.ShapeDtypeStruct((4, 4), jnp.float32)

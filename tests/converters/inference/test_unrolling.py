@@ -13,7 +13,7 @@ import pytest
 from jax.extend.core import jaxpr_as_fun, jaxprs_in_params
 
 from converters.inference.dataflow import Graph
-from converters.inference.tracing import Trace
+from converters.inference.traces import Trace
 from converters.inference.unrolling import unrolled
 
 W = jax.ShapeDtypeStruct((3, 4, 4), jnp.float32)  # three stacked layers

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters.inference.tracing import Trace
+from converters.inference.traces import Trace
 from converters.inference.witness import Witness, draw, generic_inputs, selector_inputs
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
