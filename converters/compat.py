@@ -238,20 +238,19 @@ def orbax_internals() -> types.SimpleNamespace:
   # and its store, `empty_values.is_empty_typestr`, step metadata's JSON,
   # `sharding_metadata.from_jax_sharding`, `InternalTreeMetadata`,
   # `build_kvstore_tspec` and Orbax's zarr chunk metadata,
-  # `get_param_typestr`, `is_empty_or_leaf`.
+  # `get_param_typestr`.
   from orbax.checkpoint._src.arrays import subchunking
   from orbax.checkpoint._src.metadata import array_metadata, array_metadata_store, empty_values
   from orbax.checkpoint._src.metadata import sharding as sharding_metadata
   from orbax.checkpoint._src.metadata import step_metadata_serialization
   from orbax.checkpoint._src.metadata import tree as tree_metadata
   from orbax.checkpoint._src.serialization import tensorstore_utils, type_handler_registry
-  from orbax.checkpoint._src.tree import utils as tree_utils
 
   return types.SimpleNamespace(
       array_metadata=array_metadata, array_metadata_store=array_metadata_store, empty_values=empty_values,
       sharding_metadata=sharding_metadata, step_metadata_serialization=step_metadata_serialization,
       subchunking=subchunking, tensorstore_utils=tensorstore_utils, tree_metadata=tree_metadata,
-      type_handler_registry=type_handler_registry, tree_utils=tree_utils,
+      type_handler_registry=type_handler_registry,
   )
 
 

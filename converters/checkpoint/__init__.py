@@ -4,7 +4,8 @@
 directory), tells what it holds and restores it; `models` declares the model
 pair every command reads a checkpoint through (`ModelPair`) and builds the
 training states of a user's Linen model and its NNX port abstractly
-(`UserModels`); `convert` writes the converted checkpoint atomically
+(`UserModels`), each side a `Side` and both a `CheckpointPlan` (`sides`);
+`convert` writes the converted checkpoint atomically
 (`convert_checkpoint(src, dst, to, models=..., layout=..., options=...)`)
 (`destination` guards SRC and DST); `verify` reads it back and compares it bit
 for bit; `compare` compares two training states leaf by leaf;

@@ -142,11 +142,12 @@ def check_rules(rules) -> None:
     )
 
 
-def _call(factory: Callable | Any, layout: str | None, what: str) -> Any:
+def _call(factory: Callable | Any, layout: str | None, what: str, *, nnx: bool = False) -> Any:
   """`factory(layout=layout)`, `factory()` when no layout is asked for; a
-  model given as it is (not a function) makes its own layout only."""
+  model given as it is (not a function) makes its own layout only. `nnx`:
+  the NNX model's factory, whose annotations name mesh axes."""
   if layout is None:
-    return _called(factory, what) if callable(factory) else factory
+    return _called(factory, what, nnx=nnx) if callable(factory) else factory
   if not (callable(factory) and accepts_layout(factory)):
     raise CheckpointError(
         f'{what} makes one layout only (it takes no `layout` argument), so it '
@@ -154,19 +155,20 @@ def _call(factory: Callable | Any, layout: str | None, what: str) -> Any:
         "`layout='loop'|'scan'` parameter, or convert between models of the "
         'layouts you have'
     )
-  return _called(factory, what, layout=layout)
+  return _called(factory, what, {'layout': layout}, nnx=nnx)
 
 
-def _called(factory: Callable, what: str, **kwargs) -> Any:
-  """`factory(**kwargs)`, any error of the user's code said in one line."""
+def _called(factory: Callable, what: str, kwargs: Mapping[str, Any] | None = None, *, nnx: bool = False) -> Any:
+  """`factory(**kwargs)`, any error of the user's code said in one line (an
+  NNX model's `ValueError` with how to fix an annotation naming no mesh axis)."""
   try:
-    return factory(**kwargs)
+    return factory(**(kwargs or {}))
   except CheckpointError:
     raise
   except Exception as e:  # the user's factory: any error of theirs
     raise CheckpointError(
         f'{what}: calling its factory failed: {type(e).__name__}: {e}'.strip(),
-        fix=_UNRULED_FIX if isinstance(e, ValueError) else None,
+        fix=_UNRULED_FIX if nnx and isinstance(e, ValueError) else None,
     ) from e
 
 
@@ -659,10 +661,10 @@ class UserModels:
       side = linen_side(_call(factory, make, what), tx, mesh, self.rules, self.mapping, what)
     else:
       side = nnx_side(
-          functools.partial(_call, factory, make, what), tx, mesh, self.rules, self.mapping, what
+          functools.partial(_call, factory, make, what, nnx=True), tx, mesh, self.rules, self.mapping, what
       )
     if fixed and side.layout not in (layout, None):
-      _call(factory, layout, what)  # raises: it makes one layout, not this one
+      _call(factory, layout, what, nnx=framework == 'nnx')  # raises: it makes one layout, not this one
     return side
 
   def source_side(self, info, mesh: Mesh) -> Side:

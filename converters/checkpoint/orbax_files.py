@@ -375,7 +375,7 @@ class CheckpointWriter:
           ts_context=self._context,
       )
 
-    infos = jax.tree.map_with_path(param_info, names, tree, is_leaf=orbax.tree_utils.is_empty_or_leaf)
+    infos = jax.tree.map_with_path(param_info, names, tree, is_leaf=ocp.utils.is_empty_or_leaf)
     content = orbax.tree_metadata.InternalTreeMetadata.build(infos, use_ocdbt=True, use_zarr3=False)
     _write_json(os.path.join(self.path, '_METADATA'), content.to_json())
     shardings, described = {}, []

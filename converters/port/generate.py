@@ -177,10 +177,10 @@ def _trace_model(linen_model: LinenModel) -> tuple[tracing.Created, dict]:
     with nn.intercept_methods(failed):
       return tracing.trace(module, *linen_model.args, **linen_model.kwargs)
   except Exception as e:  # noqa: BLE001 - the user's model: any error of its own
-    layer = failed.layer
-    # JAX's NameError for an axis no transform binds, raised in a layer that
-    # reduces over one (a LayerNorm's `axis_name`), not the user's own.
-    unbound = (isinstance(e, NameError) and _raised_in_flax_or_jax(e)
+    layer = failed.layer if failed.error is e else None
+    # JAX's NameError for an axis no transform binds, raised in a Flax layer
+    # that reduces over one (a LayerNorm's `axis_name`), not in the user's code.
+    unbound = (isinstance(e, NameError) and _raised_in_flax(e)
                and getattr(layer, 'axis_name', None) is not None)
     raise PortInputError(
         f'{type(module).__name__}.init on the example inputs failed: {type(e).__name__}: '
@@ -191,28 +191,35 @@ def _trace_model(linen_model: LinenModel) -> tuple[tracing.Created, dict]:
 
 
 class _FailedLayer:
-  """A method interceptor keeping the innermost Linen module a call failed in."""
+  """A method interceptor keeping the innermost Linen module the latest
+  exception left (`error`, `layer`): one the user's code caught is replaced
+  by the next."""
 
   def __init__(self):
+    self.error: BaseException | None = None
     self.layer: nn.Module | None = None
 
   def __call__(self, next_fun, args, kwargs, context):
     try:
       return next_fun(*args, **kwargs)
-    except Exception:
-      if self.layer is None:
-        self.layer = context.module
+    except Exception as e:
+      if self.error is not e:
+        self.error, self.layer = e, context.module
       raise
 
 
-def _raised_in_flax_or_jax(e: BaseException) -> bool:
-  """Whether `e` was raised in Flax's or JAX's code, not the user's: its
-  innermost frame's module (JAX filters its own frames out of tracebacks,
-  so a JAX error raised under a Flax layer ends in the layer)."""
+def _raised_in_flax(e: BaseException) -> bool:
+  """Whether `e` was raised in Flax's code, or in JAX's called from it: the
+  innermost frame not JAX's own is Flax's (JAX filters its own frames out of
+  tracebacks unless told not to, `JAX_TRACEBACK_FILTERING=off`)."""
+  modules = []
   tb = e.__traceback__
-  while tb is not None and tb.tb_next is not None:
+  while tb is not None:
+    modules.append(tb.tb_frame.f_globals.get('__name__', ''))
     tb = tb.tb_next
-  return tb is not None and tb.tb_frame.f_globals.get('__name__', '').startswith(('jax.', 'flax.'))
+  while modules and modules[-1].startswith(('jax.', 'jaxlib.')):
+    modules.pop()
+  return bool(modules) and modules[-1].startswith('flax.')
 
 
 def _configurations(linen_model: LinenModel, root: tracing.Created, variables) -> _Configurations:

@@ -229,6 +229,21 @@ def test_an_nnx_factory_that_fails_on_a_logical_name_with_no_rule_is_told_the_ru
   assert sorted(os.listdir(tmp_path)) == ['src']
 
 
+def test_a_value_error_of_the_optimizer_or_the_linen_factory_is_not_told_about_mesh_axes(tmp_path):
+  save(tmp_path / 'src', linen_state(small.make_tx()))
+
+  def make_tx():
+    raise ValueError('learning_rate must be positive')
+
+  def linen_model():
+    raise ValueError('a bad width')
+
+  for models in (dict(MLP, optimizer=make_tx), dict(MLP, optimizer=small.make_tx, linen_model=linen_model)):
+    with pytest.raises(CheckpointError, match='calling its factory failed: ValueError') as e:
+      convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=models_for(**models))
+    assert 'give it a rule' not in str(e.value)
+
+
 def test_a_collection_of_the_models_own_converts_with_collections(tmp_path):
   model = small.linen_counting()
   state = linen_state(small.make_tx(), model)

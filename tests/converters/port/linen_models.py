@@ -435,6 +435,10 @@ def normed_block(kind: str = 'layer', features: int = 5) -> LinenModel:
   return LinenModel(NormedBlock(kind, features), jnp.ones((2, 3)))
 
 
+def normed_rms() -> LinenModel:
+  return normed_block('rms')
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionConfig:
   width: int = 8

@@ -108,7 +108,7 @@ PINNED = {
     'named_counters': Pinned(linen_models.named_counters),
     'noisy_embedder': Pinned(linen_models.noisy_embedder,
                              _passed('another configuration (train=True, a flag of the call)')),
-    'normed_rms': Pinned(lambda: linen_models.normed_block('rms')),
+    'normed_rms': Pinned(linen_models.normed_rms),
     'norms_none_together': Pinned(linen_models.norms_none_together),
     'one_list_two_layers': Pinned(linen_models.one_list_two_layers),
     'patchify': Pinned(linen_models.patchify, _passed(
@@ -1121,9 +1121,10 @@ def test_a_size_inside_a_namespace_is_written_with_it_and_proven_varied(tmp_path
   _, out = _pinned(tmp_path, 'patchify')
   text = out.read_text()
   assert 'x_shape[0] // patches.size[0] * (x_shape[1] // patches.size[-1]) * hidden,' in text
-  # The traced patch size written in is not proven at the other one.
+  # The traced patch size written in: right at the traced one only.
   baked = _edited(out, tmp_path / 'baked_nnx.py', text.replace('patches.size[0]', '4').replace('patches.size[-1]', '4'))
   other = LinenModel(linen_models.Patchify(types.SimpleNamespace(size=(5, 5))), jnp.ones((2, 16, 16, 3)))
+  assert_generated_port(linen_models.patchify(), import_file(str(baked)))
   with pytest.raises(Exception, match='shape'):
     assert_generated_port(other, import_file(str(baked)))
 
@@ -1215,11 +1216,42 @@ class _OwnNameError(nn.Module):
     return nn.Dense(2)(x) + undefined_scale  # noqa: F821
 
 
+class _OwnReduction(nn.Module):
+  """A module reducing over its own `axis_name` with JAX, after a Flax
+  layer's failure over an unbound axis it caught."""
+
+  axis_name: str = 'batch'
+
+  @nn.compact
+  def __call__(self, x):
+    try:
+      nn.LayerNorm(axis_name='replicas')(x)
+    except NameError:
+      pass
+    return jax.lax.pmean(nn.Dense(2)(x), self.axis_name)
+
+
 def test_an_unbound_axis_is_named_by_the_layer_that_reduces_over_it_and_only_then(tmp_path):
   from converters.port import PortInputError, generate
 
   with pytest.raises(PortInputError, match=r"LayerNorm\(axis_name='batch'\) reduces over a mapped axis"):
     generate._trace_model(linen_models.norm_over_replicas())
-  with pytest.raises(PortInputError, match='NameError') as e:
-    generate._trace_model(LinenModel(_OwnNameError(), jnp.ones((2, 3))))
+  for own in (_OwnNameError(), _OwnReduction()):  # the user's code: JAX's words alone
+    with pytest.raises(PortInputError, match='NameError') as e:
+      generate._trace_model(LinenModel(own, jnp.ones((2, 3))))
+    assert 'mapped axis' not in str(e.value)
+
+
+def test_an_unbound_axis_is_named_alike_with_jaxs_frames_in_the_traceback():
+  from converters.port import PortInputError, generate
+
+  filtering = jax.config.jax_traceback_filtering
+  jax.config.update('jax_traceback_filtering', 'off')
+  try:
+    with pytest.raises(PortInputError, match=r"LayerNorm\(axis_name='batch'\) reduces over a mapped axis"):
+      generate._trace_model(linen_models.norm_over_replicas())
+    with pytest.raises(PortInputError, match='NameError') as e:
+      generate._trace_model(LinenModel(_OwnReduction(), jnp.ones((2, 3))))
+  finally:
+    jax.config.update('jax_traceback_filtering', filtering)
   assert 'mapped axis' not in str(e.value)
