@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from converters.api import linen_to_nnx, nnx_to_linen
-from converters.checkpoint.inspect import CheckpointInfo, Leaves
+from converters.checkpoint.inspect import CheckpointInfo, StoredLeaves
 from converters.checkpoint.models import UserModels, check_rules
 from converters.checkpoint.sides import CheckpointPlan, Side
 from converters.errors import CheckpointError
@@ -86,12 +86,12 @@ def _join(path: tuple[str, ...]) -> str:
   return '/'.join(path)
 
 
-def _subkeys(leaves: Leaves, prefix: tuple[str, ...]) -> set[str]:
+def _subkeys(leaves: StoredLeaves, prefix: tuple[str, ...]) -> set[str]:
   n = len(prefix)
   return {p[n] for p in leaves if p[:n] == prefix and len(p) > n}
 
 
-def _shape(leaves: Leaves, path: tuple[str, ...], path_text: str, rank: int) -> tuple[int, ...]:
+def _shape(leaves: StoredLeaves, path: tuple[str, ...], path_text: str, rank: int) -> tuple[int, ...]:
   """The shape of the kernel at `path`, which must be there with `rank` dimensions."""
   hint = (
       'this is not a checkpoint of the kit\'s MLP; for a model of your own, '
@@ -110,7 +110,7 @@ def _shape(leaves: Leaves, path: tuple[str, ...], path_text: str, rank: int) -> 
   return shape
 
 
-def _model_of(leaves: Leaves, framework: Framework, where: str) -> tuple[str, int, int, str]:
+def _model_of(leaves: StoredLeaves, framework: Framework, where: str) -> tuple[str, int, int, str]:
   """`(layout, num_layers, depth, dtype)` from the parameter leaves."""
   if framework == 'linen':
     tops = _subkeys(leaves, ('params',))

@@ -32,7 +32,9 @@ from converters.errors import CheckpointError, ShapeError, format_offenders
 from converters.paths import Framework
 from converters.flat_trees import key_of
 
-Leaves = Mapping[tuple[str, ...], tuple[tuple[int, ...], str]]
+#: The arrays a checkpoint stores, `{path: (shape, dtype name)}` (a
+#: target's leaves, `converters.filling.Leaves`, hold arrays and annotations).
+StoredLeaves = Mapping[tuple[str, ...], tuple[tuple[int, ...], str]]
 
 # Orbax stages each shard in a host buffer before copying it to its device and
 # by default reads everything at once (96 GB): bounding what it reads at a time
@@ -68,7 +70,7 @@ class CheckpointInfo:
   path: str
   format: str
   framework: Framework
-  leaves: Leaves
+  leaves: StoredLeaves
   tree: Any = dataclasses.field(default=None, repr=False, compare=False)
   host_tree: Any = dataclasses.field(default=None, repr=False, compare=False)
   unfinished: bool = False
@@ -193,7 +195,7 @@ def stored_form(v) -> tuple[tuple[int, ...], str]:
   return tuple(v.shape), str(np.dtype(v.dtype))
 
 
-def leaves_of(tree: Any) -> Leaves:
+def leaves_of(tree: Any) -> StoredLeaves:
   """`{path: (shape, dtype)}` of every array of `tree` (arrays or their metadata)."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {string_path(k): stored_form(v) for k, v in leaves}
@@ -284,7 +286,7 @@ def _compatible(have: tuple, want: tuple) -> bool:
   )
 
 
-def differences(leaves: Leaves, wanted: Leaves) -> tuple[list[str], list[str], list[str]]:
+def differences(leaves: StoredLeaves, wanted: StoredLeaves) -> tuple[list[str], list[str], list[str]]:
   """`(missing, unexpected, differing)` leaves of `leaves` against `wanted`."""
   missing = sorted(_join(p) for p in set(wanted) - set(leaves))
   extra = sorted(_join(p) for p in set(leaves) - set(wanted))
@@ -296,7 +298,7 @@ def differences(leaves: Leaves, wanted: Leaves) -> tuple[list[str], list[str], l
   return missing, extra, differing
 
 
-def check_structure(info: CheckpointInfo, wanted: Leaves, what: str) -> None:
+def check_structure(info: CheckpointInfo, wanted: StoredLeaves, what: str) -> None:
   """Raises `CheckpointError` listing every leaf that is missing or differs.
 
   `what` names the model whose training state `wanted` is, for the message.
