@@ -30,15 +30,14 @@ from flax.training.train_state import TrainState
 from jax.sharding import Mesh
 
 from converters import linen_trees, nnx_trees, optimizer_state
-from converters.checks import mesh_of
 from converters.conversion import Conversion
 from converters.errors import StructureError
-from converters.execution import placement_mesh
-from converters.filling import fill, mesh_of_tree, scalar_like
+from converters.filling import fill, scalar_like
 from converters.linen_model import LinenModel
 from converters.options import Options
 from converters.paths import PathMapping
 from converters.resolution import resolve_mapping
+from converters.sharding import mesh_of, mesh_of_tree, placement_mesh
 from converters.variable_types import CollectionTable
 
 

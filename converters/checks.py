@@ -21,7 +21,6 @@ from converters import metadata as md
 from converters.errors import (
     AnnotationError,
     LayoutError,
-    LeafErrors,
     OptimizerStateError,
     PathMappingError,
     ShapeError,
@@ -31,6 +30,7 @@ from converters.errors import (
 from converters.options import Options
 from converters.paths import Framework, PathMapping, format_path
 from converters.planning import Flat, Plan, Target
+from converters.sharding import describe_mesh, mesh_of
 
 
 def check_layer_rules(options: Options) -> None:
@@ -88,26 +88,6 @@ def agree_on_conversion(pairs, source: Framework, target: Framework, options: Op
   )
 
 
-def mesh_of(value) -> Mesh | None:
-  """The mesh of an array with a `NamedSharding`, else None."""
-  sharding = getattr(value, 'sharding', None)
-  return sharding.mesh if isinstance(sharding, NamedSharding) else None
-
-
-def _mesh_of(value, annotation: md.Annotation, mesh: Mesh | None) -> Mesh | None:
-  """The mesh a leaf lives on: its array's, else its annotation's, else `mesh`."""
-  own = mesh_of(value)
-  if own is not None:
-    return own
-  return annotation.mesh if annotation.mesh is not None else mesh
-
-
-def describe_mesh(mesh) -> str:
-  """`{'data': 2, 'model': 4} on devices [...]` (no devices for an abstract mesh)."""
-  devices = f' on devices {[d.id for d in mesh.devices.flat]}' if isinstance(mesh, Mesh) else ''
-  return f'{dict(mesh.shape)}{devices}'
-
-
 def check_placement(flat: Flat, mesh: Mesh | None = None, rules: tuple | None = None) -> None:
   """Every placed array sits where its annotation says.
 
@@ -144,52 +124,6 @@ def check_placement(flat: Flat, mesh: Mesh | None = None, rules: tuple | None = 
 
 # How many misplaced arrays a refusal lists before it folds the rest.
 _LISTED_PLACEMENTS = 3
-
-
-def target_shardings(
-    targets: Mapping[tuple, Target],
-    flat: Flat,
-    mesh: Mesh | None = None,
-    rules: tuple | None = None,
-) -> dict[tuple, NamedSharding | None]:
-  """Checks every target annotation on its mesh; the `NamedSharding` each asks for.
-
-  The sources of one target (a stack's layers) must live on one mesh.
-  """
-  shardings = {}
-  errors = LeafErrors()  # every target that fails, named at once
-  for path, t in targets.items():
-    with errors.leaf():
-      meshes = {}
-      for source_path in t.sources:
-        value, annotation = flat[source_path]
-        leaf_mesh = _mesh_of(value, annotation, mesh)
-        if leaf_mesh is not None:
-          meshes.setdefault(leaf_mesh, format_path(source_path))
-      if len(meshes) > 1:
-        listed = [f'{p} on {describe_mesh(m)}' for m, p in meshes.items()]
-        raise LayoutError(
-            f'{format_path(path)}: its sources live on different meshes or device '
-            f'orders ({format_offenders(listed)}); put every layer on one mesh '
-            '(jax.device_put) before converting',
-            list(meshes.values()),
-        )
-      leaf_mesh = next(iter(meshes), None)
-      try:
-        spec = md.resolve(t.annotation, t.shape, leaf_mesh, format_path(path), rules)
-      except AnnotationError as e:
-        if t.transform is None:
-          raise
-        raise AnnotationError(
-            f'{e} ({format_path(path)} is made from {format_path(t.sources[0])} by '
-            f'{t.transform.rearrange!r}, and the sharding cannot follow it: give sizes '
-            'the mesh divides, or convert with that name resolving to None (rules=...) '
-            'and reshard after)',
-            e.paths,
-        ) from e
-      shardings[path] = None if leaf_mesh is None else NamedSharding(leaf_mesh, spec)
-  errors.raise_any()
-  return shardings
 
 
 def _abstract(value) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 import jax
 
-from converters import checks, execution, planning
+from converters import checks, execution, planning, sharding
 from converters import metadata as md
 from converters.errors import PathMappingError, format_offenders
 from converters.options import Options
@@ -68,8 +68,8 @@ class Conversion:
     if jax.process_count() > 1:
       checks.agree_on_conversion(pairs, source, target, options)
     if options.placement == 'reshard':  # placed as the annotations say: nothing to check
-      pairs = execution.place_inputs(
-          pairs, execution.placement_mesh(options.mesh), options.resolution_rules,
+      pairs = sharding.place_inputs(
+          pairs, sharding.placement_mesh(options.mesh), options.resolution_rules,
           unplaced_stay=options.unplaced_stay,
       )
     else:
@@ -87,7 +87,7 @@ class Conversion:
           p: dataclasses.replace(t, annotation=md.with_default_rules(t.annotation, options.rules))
           for p, t in targets.items()
       }
-    shardings = checks.target_shardings(targets, pairs, options.mesh, options.resolution_rules)
+    shardings = sharding.target_shardings(targets, pairs, options.mesh, options.resolution_rules)
     checks.check_executable(targets, pairs, shardings)
     for path, t in targets.items():
       checks.check_writable(format_path(path), t.shape, t.dtype, t.annotation, target)

@@ -19,72 +19,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding
 
-from converters import metadata as md
 from converters import provenance
 from converters.allocator import release_free_memory
-from converters.checks import mesh_of
-from converters.errors import AnnotationError, ShapeError, format_offenders
+from converters.errors import ShapeError
 from converters.paths import format_path
 from converters.planning import Flat, Target
-
-
-def placement_mesh(mesh: Mesh | None) -> Mesh | None:
-  """`mesh`, else the mesh of an enclosing `jax.set_mesh`, else None."""
-  if mesh is not None:
-    return mesh
-  context = jax.sharding.get_mesh()
-  return context if isinstance(context, Mesh) and context.axis_names else None
-
-
-def place_inputs(flat: Flat, mesh: Mesh | None, rules: tuple | None, *, unplaced_stay=False) -> Flat:
-  """`flat` with each array put where its annotation says (`placement='reshard'`).
-
-  An annotated array with a `NamedSharding` moves within its mesh; one
-  without (on one device, a host array) goes to `mesh` (`placement_mesh`),
-  a bare one replicated. A bare array already on a mesh stays as it is, and
-  an array already in place is kept: no copy. Nothing of the input is
-  deleted (a moved array may share its buffer on a device it already held);
-  an abstract one gets the sharding.
-
-  Raises:
-    AnnotationError: an annotated array with no mesh to go to (unless
-      `unplaced_stay`: it stays where it is).
-  """
-  placed, homeless = {}, []
-  for path, (value, annotation) in flat.items():
-    sharding = getattr(value, 'sharding', None)
-    own = mesh_of(value)
-    if own is not None and annotation.names is None:
-      placed[path] = (value, annotation)  # a bare array says nothing against its placement
-      continue
-    leaf_mesh = own or annotation.mesh or mesh
-    if leaf_mesh is None or not hasattr(value, 'shape'):
-      if annotation.names is not None and not isinstance(sharding, NamedSharding):
-        homeless.append(format_path(path))
-      placed[path] = (value, annotation)
-      continue
-    spec = (
-        PartitionSpec() if annotation.names is None
-        else md.resolve(annotation, tuple(value.shape), leaf_mesh, format_path(path), rules)
-    )
-    wanted = NamedSharding(leaf_mesh, spec)
-    if isinstance(sharding, NamedSharding) and sharding.is_equivalent_to(wanted, len(value.shape)):
-      placed[path] = (value, annotation)
-    elif isinstance(value, jax.ShapeDtypeStruct):
-      moved = jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=wanted)
-      placed[path] = (provenance.record(moved, provenance.Derivation('keep', (value,))), annotation)
-    else:
-      placed[path] = (jax.device_put(value, wanted), annotation)
-  if homeless and not unplaced_stay:
-    raise AnnotationError(
-        f"placement='reshard' puts each array where its annotation says, but these "
-        f'lie on no mesh and none is given: {format_offenders(homeless)}',
-        homeless,
-        fix='pass mesh=..., or convert inside jax.set_mesh(mesh)',
-    )
-  return placed
 
 
 def buffer_keys(value) -> frozenset:

@@ -22,10 +22,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from converters import metadata as md
 from converters import provenance
-from converters.checks import check_against_template, check_keys, mesh_of
+from converters.checks import check_against_template, check_keys
 from converters.errors import LeafErrors, ShapeError
 from converters.options import Options
 from converters.paths import format_path
+from converters.sharding import place_scalar
 
 #: `{path: (value, annotation)}`; a None annotation marks a scalar of optimizer state.
 Leaves = Mapping[tuple, tuple[Any, md.Annotation | None]]
@@ -116,7 +117,7 @@ def scalar_like(value, template_dtype, mesh: Mesh | None, where: str):
           [where],
           fix='build the target with the same optimizer, hyperparameters of the same dtype',
       )
-    return _placed_scalar(value, mesh)
+    return place_scalar(value, mesh)
   if np.dtype(dtype).kind not in 'iu':
     raise ShapeError(
         f'{where}: is {value!r} of dtype {dtype}, not an integer; a step or count '
@@ -146,23 +147,3 @@ def scalar_like(value, template_dtype, mesh: Mesh | None, where: str):
   return jax.device_put(array, NamedSharding(mesh, PartitionSpec())) if mesh else jnp.asarray(array)
 
 
-def _placed_scalar(value, mesh: Mesh | None):
-  """A scalar kept as it is: the input array itself, or placed replicated."""
-  if isinstance(value, jax.ShapeDtypeStruct):
-    sharding = NamedSharding(mesh, PartitionSpec()) if mesh else value.sharding
-    return provenance.record(
-        jax.ShapeDtypeStruct((), value.dtype, sharding=sharding),
-        provenance.Derivation('keep', (value,)),
-    )
-  if isinstance(value, jax.Array):
-    return value
-  array = np.asarray(value)
-  return jax.device_put(array, NamedSharding(mesh, PartitionSpec())) if mesh else jnp.asarray(array)
-
-
-def mesh_of_tree(flat) -> Mesh | None:
-  """The mesh of the first leaf of `flat` that has a `NamedSharding`."""
-  for value, *_ in flat.values():
-    if (mesh := mesh_of(value)) is not None:
-      return mesh
-  return None
