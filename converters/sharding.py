@@ -6,7 +6,8 @@ else the one the conversion is given (`mesh=`, or `jax.set_mesh`'s:
 says (`placement='reshard'`); `target_shardings` resolves each target's
 annotation (`converters.metadata.resolve`) on the mesh its sources share, the
 `NamedSharding` the built array takes; `place_scalar` places an optimizer
-scalar replicated. `converters.checks` refuses what is misplaced; this module
+scalar replicated; `linen_sharding` is Linen's own resolution of a boxed leaf
+(what the checkpoint tool shards a Linen training state with). `converters.checks` refuses what is misplaced; this module
 says where things go.
 """
 
@@ -17,11 +18,13 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from converters import metadata as md
 from converters import provenance
 from converters.errors import AnnotationError, LayoutError, LeafErrors, format_offenders
+from converters.metadata import is_linen_box
 from converters.paths import format_path
 from converters.planning import Flat, Target
 
@@ -169,3 +172,18 @@ def place_scalar(value, mesh: Mesh | None):
     return value
   array = np.asarray(value)
   return jax.device_put(array, NamedSharding(mesh, PartitionSpec())) if mesh else jnp.asarray(array)
+
+
+def linen_sharding(mesh: Mesh, rules, leaf) -> NamedSharding:
+  """Linen's own resolution of one leaf: mesh-axis boxes by their names,
+  logical ones by their rules (else `rules`), bare leaves replicated.
+
+  (`nn.get_sharding` reads a `LogicallyPartitioned` box's logical names as
+  mesh axes, so logical boxes go through `nn.logical_to_mesh_sharding`.)
+  """
+  if isinstance(leaf, nn.LogicallyPartitioned):
+    own = leaf.rules if leaf.rules is not None else rules
+    return nn.logical_to_mesh_sharding(leaf.get_partition_spec(), mesh, own)
+  if is_linen_box(leaf):
+    return leaf.get_sharding(mesh)
+  return NamedSharding(mesh, PartitionSpec())

@@ -37,7 +37,7 @@ import optax
 from flax import linen as nn
 from flax import nnx
 from flax.training.train_state import TrainState
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh
 
 from converters import abstract_models
 from converters.errors import CheckpointError, StructureError, format_offenders
@@ -50,6 +50,7 @@ from converters.flat_trees import key_of, keys_of
 from converters.paths import Framework, Infer, PathMapping, as_infer, as_mapping, format_path
 from converters.checkpoint import weights
 from converters.checkpoint.sides import CheckpointPlan, Side
+from converters.sharding import linen_sharding
 
 @functools.cache
 def train_state_class(fields: tuple[str, ...]) -> type:
@@ -199,21 +200,6 @@ def _sharded(abstract: Any, shardings: Any) -> Any:
   )
 
 
-def _linen_sharding(mesh: Mesh, rules, leaf) -> NamedSharding:
-  """Linen's own resolution of one leaf: mesh-axis boxes by their names,
-  logical ones by their rules (else `rules`), bare leaves replicated.
-
-  (`nn.get_sharding` reads a `LogicallyPartitioned` box's logical names as
-  mesh axes, so logical boxes go through `nn.logical_to_mesh_sharding`.)
-  """
-  if isinstance(leaf, nn.LogicallyPartitioned):
-    own = leaf.rules if leaf.rules is not None else rules
-    return nn.logical_to_mesh_sharding(leaf.get_partition_spec(), mesh, own)
-  if is_linen_box(leaf):
-    return leaf.get_sharding(mesh)
-  return NamedSharding(mesh, P())
-
-
 # One annotation as the checks read it: (path, names, logical rules or None
 # when the names are mesh axes).
 Named = tuple[str, tuple, tuple | None]
@@ -337,7 +323,7 @@ def linen_side(
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules or ()):
     # The sharding tree stops at the boxes.
     shardings = jax.tree.map(
-        functools.partial(_linen_sharding, mesh, rules), abstract, is_leaf=is_linen_box
+        functools.partial(linen_sharding, mesh, rules), abstract, is_leaf=is_linen_box
     )
   state = jax.tree.map(
       lambda s, boxed: _sharded(boxed, jax.tree.map(lambda _: s, boxed)), shardings, abstract

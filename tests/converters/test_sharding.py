@@ -66,3 +66,16 @@ def test_a_scalar_is_kept_or_placed_replicated():
   placed = sharding.place_scalar(np.int32(3), mesh())
   assert placed.sharding == NamedSharding(mesh(), P()) and int(placed) == 3
   assert sharding.place_scalar(np.int32(3), None).shape == ()
+
+
+def test_linen_resolves_its_own_boxes_logical_ones_by_their_rules():
+  from flax import linen as nn
+
+  value = np.ones((4, 8), np.float32)
+  assert sharding.linen_sharding(mesh(), (), nn.Partitioned(value, (None, 'model'))) == NamedSharding(
+      mesh(), P(None, 'model'))
+  logical = nn.LogicallyPartitioned(value, ('embed', 'mlp'), rules=(('embed', None), ('mlp', 'model')))
+  assert sharding.linen_sharding(mesh(), (), logical).spec == P(None, 'model')
+  ruled = nn.LogicallyPartitioned(value, ('embed', 'mlp'))
+  assert sharding.linen_sharding(mesh(), (('mlp', 'data'),), ruled).spec == P(None, 'data')
+  assert sharding.linen_sharding(mesh(), (), value) == NamedSharding(mesh(), P())
