@@ -8,7 +8,8 @@ one pipeline: `api` (the conversions, short facades over it), `resolution`
 (the path mapping decided once), `linen_trees` and `nnx_trees` (each
 framework's trees read and written), `conversion` (every tree planned and
 checked, then built), `planning` (the pure plan of each target leaf),
-`checks` (every refusal, before any array is built), `execution` (jit,
+`checks` (every refusal, before any array is built), `sharding` (where
+each array lives: meshes, inputs placed, targets' shardings), `execution` (jit,
 donation, provenance) and `filling` (a target filled, one loop for every
 kind). Beside it: `optimizer_state` (optax state <-> NNX optimizers, with a
 registry for optimizers of your own), `options`, `paths` (the path mapping),

@@ -2,8 +2,8 @@
 
 What the input must satisfy (arrays placed where their annotations say,
 alive, on one mesh; every process converting the same tree), what a plan
-must satisfy (`check_plan`, `check_layer_rules`, `target_shardings`,
-`check_executable`, `check_writable`) and what a converted leaf must share
+must satisfy (`check_plan`, `check_layer_rules`, `check_executable`,
+`check_writable`; the shardings a target asks for, `converters.sharding`) and what a converted leaf must share
 with the target leaf it fills (`check_keys`, `check_against_template`). Each
 raises a `ConversionError` naming every offending path and saying how to fix
 it.

@@ -1,7 +1,10 @@
 """The `linen-nnx` command line: what a person runs and sees.
 
-`main` parses the commands (demo, convert, compare, side-by-side) and reports
-failures in one line and an exit code, `kit_models` gives the checkpoint tool
+`main` runs one command, a module each (`demo_command`, `convert_command`,
+`compare_command`, `map_command`, `side_by_side_command`, `port_command`)
+with the options they share (`options`), what each needs prepared and the
+multi-process job it may join (`runtime`), and failures in one line and an
+exit code (`failures`); `kit_models` gives the checkpoint tool
 the kit's MLP as a model pair (and `models_for` the pair the options
 describe), `demo` and `compare_training` run the
 kit's MLP in both frameworks, `progress` (rich's bar on a terminal, lines in

@@ -28,7 +28,6 @@ from linen_nnx_cli.options import (
 from linen_nnx_cli.runtime import Needs, first_process
 from linen_nnx_cli.user_models import models_options
 
-
 NAME = 'compare'
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -101,9 +100,8 @@ def _compare_checkpoints(args: argparse.Namespace) -> int:
 
 
 def _compare_description(args: argparse.Namespace) -> int:
-  from linen_nnx_cli.compare_training import compare_description
-
   from kit_mlp.description import InvalidDescriptionError
+  from linen_nnx_cli.compare_training import compare_description
 
   try:
     desc = description_from_args(args)
@@ -134,10 +132,10 @@ def _report_comparison(args, rows, labels, extra: dict) -> int:
         'leaf' if len(rows) == 1 else 'leaves')
     print(f'\n{len(rows)} {noun}: ' + ('all identical' if identical else f'{differing} differ'))
     for key, what in (
-        ('rng_not_compared', 'NNX RNG leaves (dropout keys and counts), which the other '
-         'checkpoint holds in another form or not at all (Linen has none)'),
-        ('nnx_only_not_compared', 'leaves of state only the NNX port has (a one-sided rule '
-         'names them), which one checkpoint holds and the other does not'),
+        ('rng_not_compared', ('NNX RNG leaves (dropout keys and counts), which the other '
+                              'checkpoint holds in another form or not at all (Linen has none)')),
+        ('nnx_only_not_compared', ('leaves of state only the NNX port has (a one-sided rule '
+                                   'names them), which one checkpoint holds and the other does not')),
     ):
       if skipped := extra.get(key):
         print(f'not compared: {len(skipped)} {what}: ' + ', '.join(skipped))

@@ -17,7 +17,6 @@ from linen_nnx_cli.options import (
 from linen_nnx_cli.runtime import Needs, first_process
 from linen_nnx_cli.user_models import models_options
 
-
 NAME = 'convert'
 
 def add_parser(commands) -> argparse.ArgumentParser:

@@ -14,7 +14,6 @@ from linen_nnx_cli.options import (
 )
 from linen_nnx_cli.runtime import Needs
 
-
 NAME = 'demo'
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -43,9 +42,8 @@ def check(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from linen_nnx_cli.demo import run_demo
-
   from kit_mlp.description import InvalidDescriptionError
+  from linen_nnx_cli.demo import run_demo
 
   try:
     desc = description_from_args(args)

@@ -34,7 +34,12 @@ import warnings
 from collections.abc import Sequence
 
 from linen_nnx_cli import (
-    compare_command, convert_command, demo_command, map_command, port_command, side_by_side_command,
+  compare_command,
+  convert_command,
+  demo_command,
+  map_command,
+  port_command,
+  side_by_side_command,
 )
 from linen_nnx_cli.devices import simulate_cpu_devices
 from linen_nnx_cli.failures import fail, usage_failure
@@ -73,22 +78,20 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
     args = build_parser().parse_args(argv)
   except UsageError as e:
     return usage_failure(argv, str(e), COMMANDS)
-  if args.needs is Needs.NOTHING:
-    return args.run(args)
-  if os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
+  if args.needs is not Needs.NOTHING and os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
     try:
       simulate_cpu_devices(args.devices)
     except (ValueError, RuntimeError) as e:
       return fail(args, f'--devices {args.devices}: {e}', 2)
-  if args.needs is Needs.DEVICES:
+  problem = args.check(args) if hasattr(args, 'check') else None  # before anything starts
+  if problem:
+    return fail(args, problem, 2)
+  if args.needs is Needs.NOTHING or args.needs is Needs.DEVICES:
     return args.run(args)
   if own_process:
     from converters.allocator import recycle_large_buffers
 
     recycle_large_buffers()
-  problem = args.check(args) if hasattr(args, 'check') else None
-  if problem:
-    return fail(args, problem, 2)
   return _run_in_a_job(args)
 
 

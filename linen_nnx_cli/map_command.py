@@ -12,7 +12,6 @@ from linen_nnx_cli.options import annotation_options, model_options
 from linen_nnx_cli.runtime import Needs
 from linen_nnx_cli.user_models import models_options
 
-
 NAME = 'map'
 
 def add_parser(commands) -> argparse.ArgumentParser:

@@ -20,7 +20,6 @@ import sys
 from linen_nnx_cli.failures import fail
 from linen_nnx_cli.runtime import Needs
 
-
 NAME = 'port'
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -154,7 +153,12 @@ def _installed(name: str) -> bool:
 def run(args) -> int:
   """The command: its exit status, a refusal reported in one line (`fail`)."""
   from converters.linen_model import LinenModel
-  from converters.port import PORT_INSTALL_HINT, PortInputError, PortOutputError, PortToolError
+  from converters.port import (
+    PORT_INSTALL_HINT,
+    PortInputError,
+    PortOutputError,
+    PortToolError,
+  )
   from linen_nnx_cli.user_models import UserObjectError, load
 
   missing = [name for name in ('libcst', 'ruff') if not _installed(name)]

@@ -2,8 +2,8 @@
 
 `Needs` is what `linen-nnx` prepares for a command (set as its parser's
 default): nothing (`side-by-side` reads source files), simulated devices
-(`port`), or the whole runtime of a checkpoint or training command (devices,
-the allocator, quiet library logs, a joined multi-process job).
+(`port`), or the whole runtime of the other commands (devices, the
+allocator, quiet library logs, a joined multi-process job).
 """
 
 from __future__ import annotations

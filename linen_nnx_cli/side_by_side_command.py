@@ -10,7 +10,6 @@ import sys
 from linen_nnx_cli.failures import fail, unwritable_file
 from linen_nnx_cli.runtime import Needs
 
-
 NAME = 'side-by-side'
 
 def add_parser(commands) -> argparse.ArgumentParser:

@@ -566,7 +566,7 @@ class UserModels:
     mesh = self.make_mesh()
     linen = self.linen_model(layout if 'scan' in self.layouts('linen') else None)
     make = functools.partial(
-        _call, self.nnx, layout if 'scan' in self.layouts('nnx') else None, 'the NNX model'
+        _call, self.nnx, layout if 'scan' in self.layouts('nnx') else None, 'the NNX model', nnx=True,
     )
     with jax.set_mesh(mesh), nn.logical_axis_rules(self.rules or ()):
       model = abstract_port(make, self.collections)

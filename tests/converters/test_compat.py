@@ -135,10 +135,10 @@ def test_jax_still_has_no_public_way_to_tell_its_backends_have_started():
 # compat.py, and its users read the public name).
 _ORBAX_PUBLIC_HOMES = [
     ('subchunking', 'choose_chunk_shape', ('arrays', 'utils')),
-    ('array_metadata', 'ArrayMetadata', ('metadata', 'arrays', 'type_handlers')),
+    ('array_metadata', 'ArrayMetadata', ('arrays', 'type_handlers')),  # metadata.ArrayMetadata: another class
     ('array_metadata_store', 'Store', ('metadata', 'metadata.metadata_store')),
     ('empty_values', 'is_empty_typestr', ('type_handlers', 'metadata', 'tree', 'utils')),
-    ('sharding_metadata', 'from_jax_sharding', ('metadata', 'metadata.ShardingMetadata')),
+    ('sharding_metadata', 'from_jax_sharding', ('metadata',)),
     ('step_metadata_serialization', 'serialize', ('metadata', 'step')),
     ('tree_metadata', 'InternalTreeMetadata', ('metadata', 'metadata.tree', 'tree')),
     ('tensorstore_utils', 'build_kvstore_tspec', ('serialization', 'serialization.tensorstore_utils', 'type_handlers')),

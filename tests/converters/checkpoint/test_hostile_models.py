@@ -227,6 +227,9 @@ def test_an_nnx_factory_that_fails_on_a_logical_name_with_no_rule_is_told_the_ru
   )):
     convert_checkpoint(tmp_path / 'src', tmp_path / 'dst', 'nnx', models=models_for(**models))
   assert sorted(os.listdir(tmp_path)) == ['src']
+  # Inferring the mapping (`linen-nnx map`, `--paths infer`) makes the NNX model too: told alike.
+  with pytest.raises(CheckpointError, match=r'NAME is a logical name: give it a rule'):
+    models_for(**dict(models, paths='infer')).inferred()
 
 
 def test_a_value_error_of_the_optimizer_or_the_linen_factory_is_not_told_about_mesh_axes(tmp_path):
