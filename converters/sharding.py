@@ -86,7 +86,7 @@ def place_inputs(flat: Flat, mesh: Mesh | None, rules: tuple | None, *, unplaced
     if own is not None and annotation.names is None:
       placed[path] = (value, annotation)  # a bare array says nothing against its placement
       continue
-    on = own or annotation.mesh or mesh
+    on = leaf_mesh(value, annotation, mesh)
     if on is None or not hasattr(value, 'shape'):
       if annotation.names is not None and not isinstance(sharding, NamedSharding):
         homeless.append(format_path(path))

@@ -43,6 +43,7 @@ from model_zoo import configs
 from model_zoo.linen import cnn
 from tests.converters.port import linen_models
 from tests.converters.port.golden import refused_flag_branch as golden_refused
+from tests.converters.port.golden_files import assert_same_text
 
 FACTORIES = 'tests.converters.port.linen_models'
 PINS = pathlib.Path(__file__).parent / 'pinned'
@@ -134,11 +135,7 @@ def _pinned(tmp_path, name: str):
   """The file `port` writes for `PINNED[name]`, without its proofs,
   checked to be the text a nightly run proved (`pinned/`)."""
   result, out = _written(tmp_path, name, PINNED[name].model())
-  written = {f'{name}_nnx.py': out.read_text(), f'{name}_nnx_paths.py': result.paths_text}
-  for file, text in written.items():
-    if os.environ.get('UPDATE_GOLDEN'):
-      (PINS / file).write_text(text)
-    assert text == (PINS / file).read_text(), f'{file} differs: UPDATE_GOLDEN=1 writes it; review the diff'
+  assert_same_text(PINS, {f'{name}_nnx.py': out.read_text(), f'{name}_nnx_paths.py': result.paths_text})
   return result, out
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from converters.port import generate, port
 from converters.port.emit import ruff_check
+from tests.converters.port.golden_files import assert_same_text
 
 GOLDEN = pathlib.Path(__file__).parent / 'golden'
 PACKAGE = 'tests.converters.port.golden'
@@ -45,11 +46,7 @@ def test_the_port_writes_the_golden_text(tmp_path, case):
   out.write_text(result.text)
   findings, _ = ruff_check(str(out))  # its safe fixes, as `port` makes them
   assert not findings
-  written = {f'{case}_nnx.py': out.read_text(), f'{case}_nnx_paths.py': result.paths_text}
-  for name, text in written.items():
-    if os.environ.get('UPDATE_GOLDEN'):
-      (GOLDEN / name).write_text(text)
-    assert text == (GOLDEN / name).read_text(), f'{name} differs: UPDATE_GOLDEN=1 writes it; review the diff'
+  assert_same_text(GOLDEN, {f'{case}_nnx.py': out.read_text(), f'{case}_nnx_paths.py': result.paths_text})
 
 
 @pytest.mark.nightly
