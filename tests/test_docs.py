@@ -14,12 +14,14 @@ import inspect
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 
 import pytest
 
-from tests.doc_blocks import ROOT, PageError, blocks
+from linen_nnx_cli.options import UsageError
+from tests.doc_blocks import ROOT, Block, PageError, blocks
 
 sys.path.insert(0, str(ROOT / 'docs' / '_ext'))
 import public_api  # noqa: E402 (docs/_ext is not a package)
@@ -36,9 +38,22 @@ RUN_PAGES = [
     page for page in PAGES
     if page not in EXCERPTS and any(b.runs or b.file for b in blocks(ROOT / page))
 ]
+# Pages whose run takes over 15 s in CI (a port proven, checkpoints written and
+# converted by several `linen-nnx` processes): `make nightly` runs them; CI
+# checks that what they show still parses (`test_what_the_nightly_pages_show_
+# is_code_and_commands_the_kit_accepts`), and the tests of the commands and
+# functions they call run in CI.
+NIGHTLY_PAGES = {
+    'docs/guides/convert_a_checkpoint.md',
+    'docs/guides/generate_a_port.md',
+    'docs/guides/large_checkpoints.md',
+    'docs/guides/prove_a_port.md',
+}
 
 
-@pytest.mark.parametrize('page', RUN_PAGES)
+@pytest.mark.parametrize('page', [
+    pytest.param(page, marks=pytest.mark.nightly) if page in NIGHTLY_PAGES else page for page in RUN_PAGES
+])
 def test_page_runs(page, tmp_path):
   result = subprocess.run(
       [sys.executable, '-m', 'tests.doc_blocks', str(ROOT / page)],
@@ -46,6 +61,58 @@ def test_page_runs(page, tmp_path):
       env={**os.environ, 'PYTHONPATH': str(ROOT)},
   )
   assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+
+
+def _commands(block: Block) -> list[list[str]]:
+  """The `linen-nnx` command lines of an sh block, split as bash splits them:
+  lines joined at a trailing backslash, comments dropped, `$NAME` expanded
+  from the block's own `NAME="..."` assignments."""
+  names, found = {}, []
+  for line in block.code.replace('\\\n', ' ').split('\n'):
+    if assignment := re.fullmatch(r'\s*(\w+)=(.*)', line):
+      (names[assignment.group(1)],) = shlex.split(assignment.group(2), comments=True) or ['']
+      continue
+    words = []
+    for word in shlex.split(line, comments=True):
+      unknown = re.findall(r'\$\{?(\w+)', word)
+      assert set(unknown) <= set(names), f'{block.where}: ${unknown} is set outside the block'
+      words.extend(names[word[1:]].split() if word[1:] in names else [word])
+    if words[:1] == ['linen-nnx']:
+      found.append(words[1:])
+  return found
+
+
+def test_what_the_nightly_pages_show_is_code_and_commands_the_kit_accepts():
+  from linen_nnx_cli.main import build_parser
+
+  assert NIGHTLY_PAGES <= set(RUN_PAGES)
+  commands = 0
+  for page in sorted(NIGHTLY_PAGES):
+    for block in blocks(ROOT / page):
+      if block.language == 'python' and (block.runs or block.file):
+        compile(block.code, block.where, 'exec')
+      elif block.language == 'sh' and block.runs:
+        for argv in _commands(block):
+          try:
+            build_parser().parse_args(argv)
+          except UsageError as e:
+            pytest.fail(f'{block.where}: linen-nnx {shlex.join(argv)}: {e}')
+          commands += 1
+  assert commands >= 9  # each page's commands were found
+
+
+def test_a_command_a_page_shows_is_split_as_bash_splits_it(tmp_path):
+  page = _page(tmp_path, (
+      '```sh\nFLAGS="--to nnx \\\n   --json"\n'
+      'linen-nnx convert a b $FLAGS  # a comment\nmkdir -p out\n'
+      'linen-nnx port m:f \\\n  --out "out/my models.py"\n```\n'))
+  (block,) = blocks(page)
+  assert _commands(block) == [
+      ['convert', 'a', 'b', '--to', 'nnx', '--json'], ['port', 'm:f', '--out', 'out/my models.py']]
+  from linen_nnx_cli.main import build_parser
+
+  with pytest.raises(UsageError, match='--too'):
+    build_parser().parse_args(['convert', 'a', 'b', '--to', 'nnx', '--too'])
 
 
 def test_every_page_parses_into_blocks_the_runner_runs_or_that_name_what_runs_them():
