@@ -211,6 +211,7 @@ def translated(mapping: PathMapping, paths, nnx_layout: str) -> dict[str, str]:
   return out
 
 
+@pytest.mark.nightly  # CI: test_every_zoo_pair_infers_the_hand_written_mapping, test_a_model_that_scans_maps_to_a_port_that_loops
 @compiling
 @given(
     config=transformer_configs(), idiom=st.sampled_from(nnx_transformer.IDIOMS),
@@ -464,6 +465,7 @@ def test_query_key_value_fused_in_every_layer_are_inferred_and_given_rules_take_
       nnx.to_pure_dict(linen_to_nnx(bare, paths=inferred)), nnx.to_pure_dict(linen_to_nnx(bare, paths=mapping)))
 
 
+@pytest.mark.nightly  # CI: test_batch_norm_in_training_pairs_its_statistics (the same retry, mutable)
 def test_a_linen_call_that_writes_a_collection_is_traced_once_mutable():
   """A decode step writes the cache; the retry leaves no trace of the failed call."""
   linen = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=6, decode=True)
@@ -620,6 +622,7 @@ def test_conversions_take_paths_infer_with_the_two_models():
   assert_same_values(variables, back, again)
 
 
+@pytest.mark.nightly  # CI: test_hostile_models' test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts
 def test_factories_of_both_layouts_infer_conversions_that_change_the_layout():
   make_linen, make_port = transformer_models('rules_metadata')
   tokens = jax.random.randint(jax.random.key(1), TOKENS.shape, 0, 64)
@@ -1158,11 +1161,13 @@ class GateAndUp(nnx.Module):
 
 
 @pytest.mark.parametrize('linen, port, expected', [
-    (SeparateProjections, FusedProjection, [
+    # Nightly: CI infers q/k/v fused in every layer of the zoo's transformer
+    # (test_query_key_value_fused_in_every_layer_are_inferred_and_given_rules_take_precedence).
+    pytest.param(SeparateProjections, FusedProjection, [
         PathRule(('query/kernel', 'key/kernel', 'value/kernel'), 'qkv/kernel',
                  transform=Rearrange('b c d -> b (parts c d)', c=2)),
         PathRule(('query/bias', 'key/bias', 'value/bias'), 'qkv/bias', transform=Rearrange('b c -> (parts b c)', b=2)),
-    ]),
+    ], marks=pytest.mark.nightly),
     (GatedFeedForward, GateAndUp, [
         PathRule('gating_einsum', ('gate/kernel', 'up/kernel'), transform=Rearrange('parts b c -> c b')),
     ]),
@@ -1179,10 +1184,29 @@ def test_parameters_fused_or_split_by_the_port_are_inferred_and_witnessed(linen,
   jax.tree.map(np.testing.assert_array_equal, back['params'], variables['params'])
 
 
+def test_a_gemma_style_attention_splits_its_kv_einsum_where_four_projections_share_a_parts_size():
+  """The attention of the decoder below alone (CI's share of it): `q_proj`,
+  `k_proj`, `v_proj` and `o_proj` are all `(D, D)`, as a `kv_einsum` part is;
+  the witness takes the two the program uses where Linen uses the part."""
+  linen = gemma_style.Attention(num_heads=2, num_kv_heads=2, features=8, head_dim=4)
+  port = lambda: gemma_style.PortAttention(2, 2, 8, 4, nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(0), (2, 5, 8))
+  mapping = infer_paths(linen, port(), x)
+  fused = {(r.linen, r.nnx) for r in mapping.rules if isinstance(r.nnx, tuple)}
+  assert fused == {('kv_einsum/w', ('k_proj/kernel', 'v_proj/kernel'))}, mapping.to_python()
+  variables = linen.init(jax.random.key(1), x)
+  ported = linen_to_nnx(variables, target=port(), paths=mapping)
+  # One einsum for key and value against two products: alike within rounding.
+  for inputs in (x, jax.random.normal(jax.random.key(3), (3, 7, 8))):
+    np.testing.assert_allclose(ported(inputs), linen.apply(variables, inputs), rtol=1e-5, atol=1e-5)
+  assert_trees_bit_equal(nnx_to_linen(ported, paths=mapping)['params'], variables['params'])
+
+
 @pytest.mark.parametrize('layers, kv_heads', [
-    (1, 2),  # four (D, D) projections beside a kv part (D, D)
+    # Nightly, some twenty-five seconds each: CI takes the attention alone (above).
+    pytest.param(1, 2, marks=pytest.mark.nightly),  # four (D, D) projections beside a kv part (D, D)
     (2, 1),  # grouped queries, in every layer of a loop
-    pytest.param(2, 2, marks=pytest.mark.nightly),  # some twenty seconds
+    pytest.param(2, 2, marks=pytest.mark.nightly),
 ], ids=['four-projections-of-a-part-size', 'grouped-queries-in-every-layer', 'four-projections-in-every-layer'])
 def test_a_gemma_style_decoder_split_and_merged_as_hugging_face_writes_it_needs_no_rule(layers, kv_heads):
   """Key and value split from one einsum, gate and up too, heads merged,
@@ -1268,6 +1292,7 @@ def test_parts_stored_each_as_it_is_are_split_with_no_axis_moved():
   np.testing.assert_array_equal(ported(other), StackedExperts().apply(variables, other))
 
 
+@pytest.mark.nightly  # CI: test_a_port_that_computes_differently_is_refused_with_the_candidates, the fused refusals
 def test_a_gemma_style_port_that_computes_otherwise_is_refused_not_split():
   class SiluMLP(gemma_style.PortMLP):
     def __call__(self, x):
