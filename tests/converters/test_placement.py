@@ -172,6 +172,9 @@ def lm1b_port():
   return port
 
 
+# Nightly; CI: unsharded Linen values into a sharded target
+# (test_into_a_target_the_arrays_go_to_its_shardings); lm1b whole-model proofs are nightly
+@pytest.mark.nightly
 @pytest.mark.parametrize('on_mesh', [False, True], ids=['one-device', 'replicated'])
 def test_flax_lm1b_initialised_unsharded_converts_into_its_nnx_ports_sharded_target(on_mesh):
   from tests.third_party.flax_lm1b import linen_models

@@ -86,6 +86,7 @@ def classification_loss(logits, labels):
   return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 
+@pytest.mark.nightly  # CI: test_cnn_trains_on_in_nnx_exactly, test_models [cnn]
 def test_cnn_port_is_equivalent():
   config = CNNConfig()
   variables, model, x = cnn_case(config)
@@ -162,6 +163,9 @@ def test_resnet_train_state_with_batch_stats_trains_on_in_nnx_exactly(k):
 # -- LSTM LM: NNX's RNN keeps RNG state Linen lacks ------------------------------------------
 
 
+# Nightly; CI: the same nnx.RNN and its rngs proven with the fused gates (below), the plain table's
+# logits (model_zoo/test_rnn)
+@pytest.mark.nightly
 def test_lstm_port_is_equivalent_and_its_rng_state_stays_the_targets():
   config = RNNConfig()
   x = tokens(config, 2, 5, 0)
@@ -265,6 +269,9 @@ FUSED_ATTENTION_ATOL = 1e-5
 FUSED_ATTENTION_TRAINING_ATOL = 1e-5
 
 
+# Nightly; CI: fused q/k/v converted with values and sharding (test_transforms), the fused port's
+# logits (model_zoo), the LSTM's fused gates proven (below)
+@pytest.mark.nightly
 @pytest.mark.parametrize('scan, idiom', CASES, ids=CASE_IDS)
 def test_transformer_port_with_fused_attention_is_equivalent(scan, idiom):
   config = TransformerConfig(scan_layers=scan)
@@ -286,7 +293,7 @@ def test_transformer_port_is_equivalent(scan, idiom):
 
 # Training adds the optimizer's update to what the equivalence tests above
 # check in every idiom and layout: each idiom, layout and attention is trained
-# at least once, and every idiom in both layouts but one (CI time).
+# at least once, and every idiom in both layouts but one.
 TRAINING_CASES = [
     (False, 'rules_metadata', 'multi_head'),
     (True, 'context_rules', 'multi_head'),
@@ -296,6 +303,9 @@ TRAINING_CASES = [
 ]
 
 
+# Nightly; CI: the transformer's gradients (test_transformer_port_is_equivalent), its adam state
+# converted (test_models), the CNN, ResNet and LSTM trained on (below)
+@pytest.mark.nightly
 @pytest.mark.parametrize(
     'scan, idiom, attention', TRAINING_CASES,
     ids=[f"{'scan' if s else 'loop'}-{i}-{a}" for s, i, a in TRAINING_CASES],
@@ -373,6 +383,7 @@ def test_a_decode_cache_converted_after_three_tokens_decodes_the_next_three_alik
 # -- random configurations ------------------------------------------------------------
 
 
+@pytest.mark.nightly  # CI: the fixed configuration above
 @compiling
 @given(
     config=strategies.transformer_configs(), idiom=st.sampled_from(nnx_tf.IDIOMS),
@@ -387,6 +398,7 @@ def test_random_transformer_ports_are_equivalent(config, idiom, attention):
     )
 
 
+@pytest.mark.nightly  # CI: the fixed configuration above
 @compiling
 @given(config=strategies.resnet_configs())
 def test_random_resnet_ports_are_equivalent(config):
@@ -397,6 +409,7 @@ def test_random_resnet_ports_are_equivalent(config):
   )
 
 
+@pytest.mark.nightly  # CI: test_cnn_trains_on_in_nnx_exactly
 @compiling
 @given(config=strategies.cnn_configs())
 def test_random_cnn_ports_are_equivalent(config):
@@ -407,6 +420,7 @@ def test_random_cnn_ports_are_equivalent(config):
   )
 
 
+@pytest.mark.nightly  # CI: the fixed configuration above
 @compiling
 @given(config=strategies.rnn_configs(), cell=st.sampled_from(tuple(nnx_rnn.CELLS)))
 def test_random_lstm_ports_are_equivalent(config, cell):
@@ -420,8 +434,8 @@ def test_random_lstm_ports_are_equivalent(config, cell):
   assert_port_equivalent(linen_rnn.RNNLM(config), variables, model, x, paths=mapping(table), atol=atol)
 
 
-# Nightly only: `test_random_transformer_ports_are_equivalent` covers the
-# transformer in CI, on the (2, 4) mesh and the zoo's rules.
+# Nightly only: `test_transformer_port_is_equivalent` covers the transformer
+# in CI, on the (2, 4) mesh and the zoo's rules.
 @pytest.mark.nightly
 @compiling
 @given(

@@ -566,6 +566,8 @@ def test_nnx_batch_stats_update_in_place():
   np.testing.assert_array_equal(model.bn_init.mean[...], trained)
 
 
+# Nightly; CI: the zoo ResNet's nnx.value_and_grad train step (test_zoo_ports, batch stats compared)
+@pytest.mark.nightly
 def test_nnx_value_and_grad_keeps_batch_stat_updates():
   model = nnx_resnet.ResNet(RESNET, rngs=nnx.Rngs(0))
   model.train()
@@ -598,6 +600,7 @@ def test_linen_cache_collection_needs_mutable(mesh):
   assert updates['cache']['pos_embed']['cache_index'] == 1
 
 
+@pytest.mark.nightly  # model_zoo's decoding test (cache_index after three jitted calls)
 def test_nnx_cache_variables_update_in_place(mesh):
   config = configs.TransformerConfig()
   with jax.set_mesh(mesh):
@@ -635,6 +638,7 @@ def test_remat_keeps_values_and_gradients():
   np.testing.assert_array_equal(linen_plain['params']['kernel'], linen_remat['params']['kernel'])
 
 
+@pytest.mark.nightly  # model_zoo's scanned decoding test (stacked caches' shapes)
 def test_linen_scan_stacks_listed_collections(mesh):
   config = configs.TransformerConfig(scan_layers=True)
   with jax.set_mesh(mesh), nn.logical_axis_rules(configs.RULES):

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from flax import nnx
 
 from model_zoo import paths
@@ -103,6 +104,9 @@ def test_train_mode_uses_batch_statistics_and_updates_the_running_averages():
   assert_same_values({**variables, **updates}, model, paths.RESNET, CONFIG.num_blocks)
 
 
+# Nightly; CI: test_zoo_ports' test_resnet_train_state_with_batch_stats_trains_on_in_nnx_exactly
+# (the same steps, bit for bit)
+@pytest.mark.nightly
 def test_adam_train_steps_give_the_same_params_batch_stats_and_losses():
   steps, batch = 2, _batch()
   linen_model, variables = _linen()

@@ -62,6 +62,9 @@ def test_conversions_and_training_across_processes(tmp_path):
     assert r['losses']['nnx'] == pytest.approx(expected, rel=1e-6, abs=0), where
 
 
+# Nightly; CI: test_cli_convert_runs_as_one_job_of_two_processes (a verified scan
+# conversion across processes, each process's store, the leaves, no staging left).
+@pytest.mark.nightly
 def test_checkpoint_conversion_across_processes(tmp_path):
   results = run_ok('checkpoint', tmp_path)
   for process, r in enumerate(results):
@@ -186,6 +189,7 @@ def test_cli_convert_runs_as_one_job_of_two_processes(tmp_path):
   assert [r[0] for r in results] == [0, 0], results
   assert '"verified": true' in results[0][1] and results[1][1] == ''  # one summary
   assert {'ocdbt.process_0', 'ocdbt.process_1'} <= set(os.listdir(tmp_path / 'dst'))
+  assert [p for p in os.listdir(tmp_path) if p.startswith('.dst.')] == [], 'a staging directory was left'
   trainer = nnx_train.make_trainer(DESC.replace(use_scan=True), linen.mesh, 'adam')
   with jax.set_mesh(linen.mesh):
     expected = linen_to_nnx_state(state, trainer, True, None)

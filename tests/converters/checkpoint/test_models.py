@@ -257,6 +257,10 @@ def test_linen_checkpoint_trains_on_in_nnx_and_comes_back(tmp_path, name):
     assert_states_equal(state.batch_stats, back.batch_stats, pair['atol'])
 
 
+# Nightly; CI: every framework pair and layout in test_convert's restores with
+# the other side's ordinary code, the zoo transformer relaid out in test_streaming
+# and test_weights.
+@pytest.mark.nightly
 @pytest.mark.parametrize('to', ['nnx', 'linen'])
 def test_transformer_scan_and_loop_in_all_four_framework_pairs(tmp_path, to):
   """Linen loop -> `to` scan -> NNX loop -> Linen loop: with both values of

@@ -113,6 +113,7 @@ def test_a_port_whose_index_stands_still_fails(decoder_file, tmp_path):
     assert_generated_decoding(linen_models.decoder(decode=True), generated, as_written=False)
 
 
+@pytest.mark.nightly  # CI: the written init_cache makes a fresh cache (test_init_cache_makes_each_cache_...)
 def test_init_cache_again_starts_a_new_sequence(decoder_file):
   generated = import_file(str(decoder_file))
   model = generated.Decoder(linen_models.DecoderConfig(), decode=True, rngs=nnx.Rngs(0))
@@ -124,6 +125,7 @@ def test_init_cache_again_starts_a_new_sequence(decoder_file):
   np.testing.assert_array_equal(model(tokens[:, :1]), first)
 
 
+@pytest.mark.nightly  # a watch on Flax, not a claim of the kit's
 def test_nnx_attention_without_dropout_is_not_linen_bit_for_bit():
   """Why `prove._attention_variants` exists: if Flax makes the two agree,
   the as-written check can be exact again."""

@@ -532,7 +532,8 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('attention_from_field', "NNX's nnx.MultiHeadAttention wants decode where Linen has a default"),
     ('positional_partial_field', "the field 'layer' holds a partial with positional arguments"),
     ('half_width', 'changes with the width of x in a way the port cannot write'),
-    ('chunks', 'changes with the width of x in a way the port cannot write'),
+    # Nightly: half_width's reason.
+    pytest.param('chunks', 'changes with the width of x in a way the port cannot write', marks=pytest.mark.nightly),
     ('scanned_with_dropout', 'Dropout created in a method Linen scans'),
     ('scanned_params_per_step', 'nn.scan of a method(..., variable_axes=...)'),
     ('uncalled_scan', 'unused decorated with a lifted transform the port does not write'),
@@ -544,11 +545,14 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('shared_under_a_condition', 'where some configurations do not share its scope'),
     ('shared_attention', "Flax's MultiHeadDotProductAttention, which holds layers of its own"),
     ('spread_mutated', '*args or **kwargs in the creation of Dense'),
-    ('chosen_by_the_call', '*args or **kwargs in the creation of Dense'),
+    # Nightly: spread_mutated's reason.
+    pytest.param('chosen_by_the_call', '*args or **kwargs in the creation of Dense', marks=pytest.mark.nightly),
     ('remat_chosen_in_an_expression', 'is made by a transform bound outside the method'),
     ('handed_to_a_function', 'noisy(...) is handed the module and calls module.make_rng(...) in it'),
     ('chosen_linen_only_argument', "chooses 'dot_general_cls', which nnx.Linear does not take"),
-    ('mode_through_a_local', "config.deterministic sets the layers' modes and does more"),
+    # Nightly: dotted_mode_arithmetic's reason.
+    pytest.param('mode_through_a_local', "config.deterministic sets the layers' modes and does more",
+                 marks=pytest.mark.nightly),
 ])
 def test_what_cannot_be_written_is_a_marked_stub_never_a_port(tmp_path, name, reason):
   # Written only: `test_a_port_with_a_stub_is_never_reported_proven` runs `port` on one.

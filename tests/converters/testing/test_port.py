@@ -590,6 +590,7 @@ class NNXNoiseEveryCall(nnx.Module):
     return h + 0.1 * jax.random.normal(self.rngs.noise(), h.shape)
 
 
+@pytest.mark.nightly  # CI: test_what_a_model_draws_itself_is_compared_from_the_same_keys draws unnamed too
 def test_every_stream_the_linen_call_draws_is_drawn_alike_without_being_named():
   x = batch(1)[0]
   variables = LinenNoiseEveryCall().init({'params': jax.random.key(0), 'noise': jax.random.key(1)}, x)
@@ -868,6 +869,7 @@ def _scanned_remat(width: int):
   return x, variables, linen_to_nnx(variables, target=NNXScannedRemat(width, nnx.Rngs(0)), paths=_SCANNED)
 
 
+@pytest.mark.nightly  # a watch on XLA; CI checks the workaround at width 7 (below)
 def test_xla_still_rounds_a_scans_product_by_what_else_its_program_returns():
   # What `_compare_call` works around: the port's program returning its
   # state besides its outputs computes the outputs a few ulp off Linen's,
@@ -888,7 +890,8 @@ def test_xla_still_rounds_a_scans_product_by_what_else_its_program_returns():
   assert not bool(jnp.all(with_state == linen))
 
 
-@pytest.mark.parametrize('width', [6, 7, 8])
+# Width 7 first (CI's case): there XLA rounds otherwise, so the workaround acts.
+@pytest.mark.parametrize('width', [7, 6, 8])
 def test_a_scanned_remat_port_is_equal_bit_for_bit_whatever_its_program_returns(width):
   x, variables, model = _scanned_remat(width)
   assert_port_equivalent(LinenScannedRemat(), variables, model, x, paths=_SCANNED, **_DETERMINISTIC)
