@@ -65,7 +65,7 @@ CI_EVERY_NTH = {
     'tests/converters/checkpoint/test_models.py::test_linen_checkpoint_trains_on_in_nnx_and_comes_back': 4,
     'tests/converters/checkpoint/test_models.py::test_flax_training_checkpoints_of_every_pair_convert': 2,
     'tests/converters/checkpoint/test_weights.py::'
-    'test_linen_weights_convert_to_nnx_restore_with_its_own_code_and_come_back': 3,
+    'test_linen_weights_convert_to_nnx_restore_with_its_own_code_and_come_back': 6,
     'tests/converters/test_zoo_ports.py::test_transformer_port_is_equivalent': 3,
     'tests/converters/test_api.py::test_linen_k_steps_then_nnx_j_steps_equal_linen_k_plus_j': 16,
     'tests/converters/test_api.py::test_nnx_k_steps_then_linen_j_steps_equal_nnx_k_plus_j': 4,

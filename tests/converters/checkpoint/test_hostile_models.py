@@ -467,6 +467,11 @@ def test_options_of_the_wrong_type_are_refused(rules, collections, message):
     UserModels(small.linen_mlp, small.nnx_mlp, small.PATHS, rules, small.make_tx, collections=collections)
 
 
+# Nightly; CI: test_infer's
+# test_factories_of_both_layouts_infer_conversions_that_change_the_layout (the same inference and
+# relayout, checked against the hand-written mapping), --paths infer through the checkpoint tool
+# (test_paths_infer_of_factories_of_one_layout_refuses_a_relayout, test_user_models)
+@pytest.mark.nightly
 def test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts(tmp_path):
   from tests.converters.checkpoint import test_models as pairs
 

@@ -110,8 +110,10 @@ def outputs(pair, variables=None, model=None):
 
 
 @pytest.mark.parametrize('name, form', [
-    # CI runs the first and the fourth (CI_EVERY_NTH); Flax's directory form is
-    # read in CI by test_inspect, weights alone found by the command line's test.
+    # CI runs the first (CI_EVERY_NTH): every collection, compared by outputs;
+    # the transformer's weights go the other way in CI (below) and change layout
+    # (test_weights_change_layout_on_the_way); Flax's directory form is read in
+    # CI by test_inspect, weights alone found by the command line's test.
     ('resnet', 'variables'),  # every collection: batch statistics too
     ('transformer', 'msgpack'),  # sharded, logical names; saved without its boxes
     ('cnn', 'flax-msgpack'),

@@ -622,7 +622,6 @@ def test_conversions_take_paths_infer_with_the_two_models():
   assert_same_values(variables, back, again)
 
 
-@pytest.mark.nightly  # CI: test_hostile_models' test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts
 def test_factories_of_both_layouts_infer_conversions_that_change_the_layout():
   make_linen, make_port = transformer_models('rules_metadata')
   tokens = jax.random.randint(jax.random.key(1), TOKENS.shape, 0, 64)
