@@ -19,8 +19,7 @@
 On failure each raises an `AssertionError` whose message is a table (laid out
 by `tables`). They work for any model pair that a `PathMapping` relates.
 
-May import: the conversion core (`converters`) and rich. (The hypothesis
-strategies over the kit's own MLP are in `kit_mlp.strategies`.)
+May import: the conversion core (`converters`) and rich.
 """
 
 from converters.testing.assertions import (

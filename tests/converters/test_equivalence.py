@@ -28,7 +28,7 @@ from converters.flat_trees import nest
 from kit_mlp.data import make_batches
 from kit_mlp.description import FSDP_RULES, GUIDE_RULES, MESH_AXES, ModelDescription
 from kit_mlp.optimizers import make_tx
-from kit_mlp.strategies import descriptions, optimizers
+from tests.kit_mlp.strategies import descriptions, optimizers
 from linen_impl import train as linen_train
 from nnx_impl import train as nnx_train
 from tests.converters.conversion_cases import copy

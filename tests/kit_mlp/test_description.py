@@ -16,7 +16,7 @@ from kit_mlp.description import (
     InvalidDescriptionError,
     ModelDescription,
 )
-from kit_mlp.strategies import random_rule_sets
+from tests.kit_mlp.strategies import random_rule_sets
 from tests.helpers import EMBED_FIRST_FSDP_RULES, expected_axes, resolve_like_linen
 
 

@@ -3,7 +3,8 @@
 What the kit's property suite explores: `mesh_shapes()` (every (data, model)
 factorisation of 8 devices), `rule_sets()` (valid logical rules, the guide's
 and the FSDP ones included, in any order), `descriptions()` (whole
-`ModelDescription`s) and `optimizers()`. Needs hypothesis (the `test` extra).
+`ModelDescription`s) and `optimizers()`: the tests', as hypothesis is the
+`test` extra's (the kit installs no test dependency).
 """
 
 from __future__ import annotations
