@@ -14,6 +14,7 @@ from flax import linen as nn
 from jax.extend import core as jax_core
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+from converters import comparison
 from kit_mlp.data import make_batches
 from kit_mlp.description import FSDP_RULES, GUIDE_RULES, ModelDescription
 
@@ -120,15 +121,15 @@ def assert_sharded_as(array: jax.Array, sharding: NamedSharding, where: str):
 
 
 def assert_trees_bit_equal(a, b):
+  """The same tree, and leaf for leaf the same dtype, shape and bits, as the
+  kit compares them (`converters.comparison.host_bits`: -0.0 is not 0.0)."""
   leaves_a, tree_a = jax.tree.flatten_with_path(a)
   leaves_b, tree_b = jax.tree.flatten_with_path(b)
   assert tree_a == tree_b
   for (path, x), (_, y) in zip(leaves_a, leaves_b):
-    x, y = np.atleast_1d(np.asarray(x)), np.atleast_1d(np.asarray(y))
-    assert x.dtype == y.dtype and x.shape == y.shape, jax.tree_util.keystr(path)
-    assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), (
-        f'{jax.tree_util.keystr(path)} differs'
-    )
+    held = [np.asarray(jax.device_get(comparison.as_key_data(v))) for v in (x, y)]
+    assert held[0].dtype == held[1].dtype and held[0].shape == held[1].shape, jax.tree_util.keystr(path)
+    assert np.array_equal(comparison.host_bits(x), comparison.host_bits(y)), f'{jax.tree_util.keystr(path)} differs'
 
 
 def run_case(
