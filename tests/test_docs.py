@@ -63,23 +63,66 @@ def test_page_runs(page, tmp_path):
   assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
 
 
+_OPERATORS = {'&&', '||', ';', '|', '&'}
+_PREFIXES = {'time', '!', 'if', 'then', 'else', 'elif', 'do', 'while', 'until'}
+_REDIRECTIONS = {'>', '>>', '<', '2>', '&>', '>&'}
+_KIT = (['linen-nnx'], ['python', '-m', 'linen_nnx_cli.main'])
+
+
+def _segments(line: str) -> list[list[str]]:
+  """`line`'s simple commands, each its words as bash splits them (quotes
+  removed, comments dropped), cut at `&&`, `||`, `;`, `&` and pipes."""
+  lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+  lexer.whitespace_split = True
+  segments = [[]]
+  for word in lexer:
+    if word in _OPERATORS:
+      segments.append([])
+    else:
+      segments[-1].append(word)
+  return segments
+
+
+def _expanded(word: str, names: dict[str, str], where: str) -> list[str]:
+  """`$NAME` or `${NAME}` as the words of the block's own assignment."""
+  if variable := re.fullmatch(r'\$\{?(\w+)\}?', word):
+    assert variable.group(1) in names, f'{where}: ${variable.group(1)} is set outside the block'
+    return names[variable.group(1)].split()
+  assert '$' not in word, f'{where}: {word!r}: write the variable as a word of its own'
+  return [word]
+
+
 def _commands(block: Block) -> list[list[str]]:
-  """The `linen-nnx` command lines of an sh block, split as bash splits them:
-  lines joined at a trailing backslash, comments dropped, `$NAME` expanded
-  from the block's own `NAME="..."` assignments."""
+  """The arguments of each `linen-nnx` (or `python -m linen_nnx_cli.main`)
+  command of an sh block: lines joined at a trailing backslash, each cut at
+  `&&`, `||`, `;` and pipes, a redirection ending the arguments, `NAME=value`
+  read for the commands after it, `time`, `!`, `if`, ... skipped."""
   names, found = {}, []
   for line in block.code.replace('\\\n', ' ').split('\n'):
-    if assignment := re.fullmatch(r'\s*(\w+)=(.*)', line):
-      (names[assignment.group(1)],) = shlex.split(assignment.group(2), comments=True) or ['']
-      continue
-    words = []
-    for word in shlex.split(line, comments=True):
-      unknown = re.findall(r'\$\{?(\w+)', word)
-      assert set(unknown) <= set(names), f'{block.where}: ${unknown} is set outside the block'
-      words.extend(names[word[1:]].split() if word[1:] in names else [word])
-    if words[:1] == ['linen-nnx']:
-      found.append(words[1:])
+    for segment in _segments(line):
+      words = []
+      for word in segment:
+        if not words and word in _PREFIXES:
+          continue
+        if not words and (assignment := re.fullmatch(r'(\w+)=(.*)', word, re.S)):
+          names[assignment.group(1)] = assignment.group(2)
+          continue
+        words.extend(_expanded(word, names, block.where))
+      for kit in _KIT:
+        if words[:len(kit)] == kit:
+          arguments = words[len(kit):]
+          ends = [k for k, word in enumerate(arguments) if word in _REDIRECTIONS]
+          found.append(arguments[:ends[0]] if ends else arguments)
   return found
+
+
+def _mentions(block: Block) -> int:
+  """How many times the block's code names the command (comments aside)."""
+  return sum(
+      w in ('linen-nnx', 'linen_nnx_cli.main')
+      for line in block.code.replace('\\\n', ' ').split('\n')
+      for w in shlex.split(line, comments=True)
+  )
 
 
 def test_what_the_nightly_pages_show_is_code_and_commands_the_kit_accepts():
@@ -92,13 +135,15 @@ def test_what_the_nightly_pages_show_is_code_and_commands_the_kit_accepts():
       if block.language == 'python' and (block.runs or block.file):
         compile(block.code, block.where, 'exec')
       elif block.language == 'sh' and block.runs:
-        for argv in _commands(block):
+        found = _commands(block)
+        assert len(found) == _mentions(block), f'{block.where}: a command the test cannot read'
+        for argv in found:
           try:
             build_parser().parse_args(argv)
           except UsageError as e:
             pytest.fail(f'{block.where}: linen-nnx {shlex.join(argv)}: {e}')
           commands += 1
-  assert commands >= 9  # each page's commands were found
+  assert commands >= 9  # the pages' commands were found
 
 
 def test_a_command_a_page_shows_is_split_as_bash_splits_it(tmp_path):
@@ -109,6 +154,13 @@ def test_a_command_a_page_shows_is_split_as_bash_splits_it(tmp_path):
   (block,) = blocks(page)
   assert _commands(block) == [
       ['convert', 'a', 'b', '--to', 'nnx', '--json'], ['port', 'm:f', '--out', 'out/my models.py']]
+  (block,) = blocks(_page(tmp_path, (
+      '```sh\ncd out && time linen-nnx map --json > map.json; D=x; linen-nnx compare a ${D} | head\n'
+      'if python -m linen_nnx_cli.main side-by-side; then echo ok; fi\n```\n')))
+  assert _commands(block) == [['map', '--json'], ['compare', 'a', 'x'], ['side-by-side']]
+  assert _mentions(block) == 3
+  (block,) = blocks(_page(tmp_path, '```sh\nxargs linen-nnx convert < args\n```\n'))
+  assert _commands(block) == [] and _mentions(block) == 1  # refused by the page test: unread
   from linen_nnx_cli.main import build_parser
 
   with pytest.raises(UsageError, match='--too'):

@@ -145,7 +145,8 @@ def test_resnet_port_is_equivalent(stage_sizes):
   )
 
 
-@pytest.mark.parametrize('k', [0, 2])
+# k=2 first (CI's case): the moments converted are not zero.
+@pytest.mark.parametrize('k', [2, 0])
 def test_resnet_train_state_with_batch_stats_trains_on_in_nnx_exactly(k):
   config = ResNetConfig()
   variables, model, _ = resnet_case(config)
@@ -201,7 +202,8 @@ def test_lstm_port_to_the_fused_gates_of_nnx_optimized_cell_is_equivalent():
   )
 
 
-@pytest.mark.parametrize('k', [0, 2])
+# k=2 first (CI's case): the moments converted are not zero.
+@pytest.mark.parametrize('k', [2, 0])
 def test_lstm_trains_on_in_the_fused_cell_exactly(k):
   config = RNNConfig()
   x = tokens(config, 2, 5, 0)

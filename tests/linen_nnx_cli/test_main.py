@@ -39,13 +39,6 @@ def test_demo_prints_mesh_parameter_table_and_identical_losses():
   assert all(r[1] == r[2] and r[3] == 'yes' for r in loss_rows)
 
 
-@pytest.mark.nightly  # CI: the demo above runs on 4 devices
-def test_demo_sets_the_device_count_before_jax_starts():
-  result = linen_nnx('demo', '--devices', '4', '--mesh', '2x2', '--depth', '64', '--steps', '1')
-  assert result.returncode == 0, result.stderr
-  assert 'over 4 cpu devices' in result.stdout
-
-
 def test_the_executable_recycles_large_buffers_and_main_inside_a_program_does_not(monkeypatch, tmp_path):
   from converters import allocator
   from linen_nnx_cli import main as cli

@@ -63,15 +63,15 @@ def test_bad_input_exits_2_with_one_line_reason(linen_checkpoint, tmp_path):
   assert result.stderr.strip().splitlines()[-1] == f'linen-nnx convert: {reason}'
   # The JSON carries the same one-line reason as stderr.
   assert json.loads(result.stdout) == {'ok': False, 'exit_code': 2, 'error': reason}
+  # The others in this process (the first, in a process of its own, showed the
+  # whole exit: code, stderr's last line, JSON).
   (tmp_path / 'taken').mkdir()
-  result = linen_nnx('convert', linen_checkpoint, tmp_path / 'taken', '--to', 'nnx')
-  assert result.returncode == 2 and 'pass --force to replace it' in result.stderr
-  result = linen_nnx('convert', linen_checkpoint, tmp_path / 'x', '--to', 'nnx', '--mesh', '2x3')
-  assert result.returncode == 2 and 'not divisible' in result.stderr
-  result = linen_nnx(
-      'convert', linen_checkpoint, tmp_path / 'x', '--to', 'nnx', '--in-memory', '--memory-budget', '2GiB'
-  )
-  assert result.returncode == 2 and 'give one of them (--memory-budget or --in-memory)' in result.stderr
+  result = run('convert', linen_checkpoint, tmp_path / 'taken', '--to', 'nnx')
+  assert result.code == 2 and 'pass --force to replace it' in result.reason
+  result = run('convert', linen_checkpoint, tmp_path / 'x', '--to', 'nnx', '--mesh', '2x3')
+  assert result.code == 2 and 'not divisible' in result.reason
+  result = run('convert', linen_checkpoint, tmp_path / 'x', '--to', 'nnx', '--in-memory', '--memory-budget', '2GiB')
+  assert result.code == 2 and 'give one of them (--memory-budget or --in-memory)' in result.reason
   assert not os.path.exists(tmp_path / 'x')
 
 

@@ -50,6 +50,7 @@ def test_writes_proves_reports_and_pairs_each_linen_class_with_its_port_on_a_pag
   assert result.code == 0, result.stderr
   report = result.json
   assert report['ok'] and report['classes'] == ['Inner', 'HandsOnModes', 'ModesByField']
+  assert report['modes'] == {'train': True}
   assert {c['check']: c['outcome'] for c in report['checks']}['assert_port_equivalent'] == 'passed'
   test = tmp_path / 'test_m_nnx_port.py'
   assert report['test'] == str(test) and test.exists()

@@ -122,8 +122,6 @@ def test_truncated_source_exits_2_and_writes_nothing(cnn_checkpoint, tmp_path):
   assert sorted(os.listdir(tmp_path)) == ['src']
 
 
-# Nightly; CI: the same kill points on the kit's models (test_main_checkpoints).
-@pytest.mark.nightly
 @pytest.mark.parametrize('point', KILL_POINTS)
 def test_sigkill_leaves_src_intact_and_dst_absent_or_complete(cnn_checkpoint, tmp_path, point):
   before = tree_checksum(cnn_checkpoint)

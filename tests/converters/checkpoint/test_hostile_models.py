@@ -467,11 +467,8 @@ def test_options_of_the_wrong_type_are_refused(rules, collections, message):
     UserModels(small.linen_mlp, small.nnx_mlp, small.PATHS, rules, small.make_tx, collections=collections)
 
 
-# Nightly; CI: test_infer's
-# test_factories_of_both_layouts_infer_conversions_that_change_the_layout (the same inference and
-# relayout, checked against the hand-written mapping), --paths infer through the checkpoint tool
-# (test_paths_infer_of_factories_of_one_layout_refuses_a_relayout, test_user_models)
-@pytest.mark.nightly
+# In CI: the checkpoint tool's own inference over factories of both layouts
+# (UserModels.inferred), which test_infer's twin reaches only through the API.
 def test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts(tmp_path):
   from tests.converters.checkpoint import test_models as pairs
 
@@ -492,7 +489,9 @@ def test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts(tmp_p
 
 
 # Nightly; CI: the mapping across layouts in test_infer (test_a_model_that_scans_maps_to_a_port_that_loops),
-# training states converted through one (test_api), the transformer relaid out by the checkpoint tool (test_streaming).
+# training states converted through one (test_api's
+# test_a_mapping_with_one_layout_per_side_converts_training_states_across_layouts), the transformer
+# relaid out by the checkpoint tool (test_streaming_writes_what_the_in_memory_conversion_writes).
 @pytest.mark.nightly
 def test_paths_infer_maps_a_linen_model_that_scans_to_a_port_that_loops(tmp_path):
   """One factory per side, each of its own layout: the checkpoint converts

@@ -222,7 +222,11 @@ def assert_states_equal(expected, actual, atol):
       np.testing.assert_allclose(e, a, rtol=0, atol=atol, err_msg=jax.tree_util.keystr(path))
 
 
-@pytest.mark.parametrize('name', list(PAIRS))
+# CI: the LSTM's fused cell, converted both ways through a value transform
+# (Rearrange); the other models' round trips nightly.
+@pytest.mark.parametrize('name', [
+    name if name == 'lstm-fused-cell' else pytest.param(name, marks=pytest.mark.nightly) for name in PAIRS
+])
 def test_linen_checkpoint_trains_on_in_nnx_and_comes_back(tmp_path, name):
   """k Linen steps, save, convert, NNX restore + j steps, save, convert back = k + j steps."""
   pair, k, j = PAIRS[name], 2, 2

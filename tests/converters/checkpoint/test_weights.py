@@ -111,7 +111,8 @@ def outputs(pair, variables=None, model=None):
 
 @pytest.mark.parametrize('name, form', [
     # CI runs the first (CI_EVERY_NTH): every collection, compared by outputs;
-    # the transformer's weights go the other way in CI (below) and change layout
+    # the transformer's weights go the other way in CI (below) and change
+    # layout, written with its annotations' shardings
     # (test_weights_change_layout_on_the_way); Flax's directory form is read in
     # CI by test_inspect, weights alone found by the command line's test.
     ('resnet', 'variables'),  # every collection: batch statistics too
@@ -206,6 +207,13 @@ def test_weights_change_layout_on_the_way(tmp_path):
   write_linen(tmp_path / 'loop', 'params', variables)
   summary = convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', 'nnx', models=models, layout='scan')
   assert (summary['source']['layout'], summary['destination']['layout']) == ('loop', 'scan')
+  # Written where the scanned port's own annotations place its arrays (the
+  # checkpoint's metadata, not a restore, which takes the target's).
+  with in_mesh(pair['rules']):
+    expected = own_specs(nnx.jit(lambda: pair['nnx']('scan'))())
+  stored = stored_specs(tmp_path / 'scan')
+  assert {p: stored[p] for p in expected} == expected
+  assert any(axis is not None for spec in expected.values() for axis in spec)
   # The scanned port computes what the looped Linen model does (not a round trip).
   rows, _, _ = compare_outputs(tmp_path / 'loop', tmp_path / 'scan', models=models)
   assert rows and all(r.identical for r in rows)

@@ -91,6 +91,7 @@ def _passed(*checks: str) -> dict[str, str]:
 
 PINNED = {
     'awkward': Pinned(linen_models.awkward),
+    'batch_normed': Pinned(linen_models.batch_normed),
     'channels_first': Pinned(linen_models.channels_first, also=(lambda: linen_models.channels_first(size=7),)),
     'embedding_handed_on_twice': Pinned(linen_models.embedding_handed_on_twice),
     'embedding_made_in_place': Pinned(linen_models.embedding_made_in_place),

@@ -17,15 +17,16 @@ import pytest
 from converters.port import assert_checkpoint_trains_on
 from converters.port.prove import paths_file
 from tests.converters.port import linen_models
-from tests.converters.port.test_generate import FACTORIES, _written
+from tests.converters.port.test_generate import FACTORIES, _pinned
 
 FACTORY = f'{FACTORIES}:batch_normed'
 
 
 @pytest.fixture(scope='module')
 def port_file(tmp_path_factory):
-  """The port of a model with batch statistics and dropout, as written."""
-  _, out = _written(tmp_path_factory.mktemp('batch_normed'), 'batch_normed', linen_models.batch_normed())
+  """The port of a model with batch statistics and dropout, as written (the
+  text a nightly run proves, `PINNED`)."""
+  _, out = _pinned(tmp_path_factory.mktemp('batch_normed'), 'batch_normed')
   return out
 
 
