@@ -127,8 +127,9 @@ def assert_trees_bit_equal(a, b):
   leaves_b, tree_b = jax.tree.flatten_with_path(b)
   assert tree_a == tree_b
   for (path, x), (_, y) in zip(leaves_a, leaves_b):
-    held = [np.asarray(jax.device_get(comparison.as_key_data(v))) for v in (x, y)]
-    assert held[0].dtype == held[1].dtype and held[0].shape == held[1].shape, jax.tree_util.keystr(path)
+    # On the host once; `host_bits` of a host array only views its bits.
+    x, y = (np.asarray(jax.device_get(comparison.as_key_data(v))) for v in (x, y))
+    assert x.dtype == y.dtype and x.shape == y.shape, jax.tree_util.keystr(path)
     assert np.array_equal(comparison.host_bits(x), comparison.host_bits(y)), f'{jax.tree_util.keystr(path)} differs'
 
 

@@ -92,19 +92,24 @@ def _expanded(word: str, names: dict[str, str], where: str) -> list[str]:
   return [word]
 
 
+def _lines(block: Block) -> list[str]:
+  """The block's lines, joined where one ends in a backslash."""
+  return block.code.replace('\\\n', ' ').split('\n')
+
+
 def _commands(block: Block) -> list[list[str]]:
   """The arguments of each `linen-nnx` (or `python -m linen_nnx_cli.main`)
   command of an sh block: lines joined at a trailing backslash, each cut at
   `&&`, `||`, `;` and pipes, a redirection ending the arguments, `NAME=value`
   read for the commands after it, `time`, `!`, `if`, ... skipped."""
   names, found = {}, []
-  for line in block.code.replace('\\\n', ' ').split('\n'):
+  for line in _lines(block):
     for segment in _segments(line):
       words = []
       for word in segment:
         if not words and word in _PREFIXES:
           continue
-        if not words and (assignment := re.fullmatch(r'(\w+)=(.*)', word, re.S)):
+        if not words and (assignment := re.fullmatch(r'(\w+)=(.*)', word, re.DOTALL)):
           names[assignment.group(1)] = assignment.group(2)
           continue
         words.extend(_expanded(word, names, block.where))
@@ -119,9 +124,8 @@ def _commands(block: Block) -> list[list[str]]:
 def _mentions(block: Block) -> int:
   """How many times the block's code names the command (comments aside)."""
   return sum(
-      w in ('linen-nnx', 'linen_nnx_cli.main')
-      for line in block.code.replace('\\\n', ' ').split('\n')
-      for w in shlex.split(line, comments=True)
+      word in ('linen-nnx', 'linen_nnx_cli.main')
+      for line in _lines(block) for segment in _segments(line) for word in segment
   )
 
 

@@ -95,6 +95,17 @@ def own_specs(model) -> dict:
   }
 
 
+def assert_written_where_the_port_places_it(checkpoint, pair, make_port) -> dict:
+  """The checkpoint's own metadata (not a restore, which takes the target's
+  shardings) records the specs the port's annotations give its Params;
+  returns them."""
+  with in_mesh(pair['rules']):
+    expected = own_specs(nnx.jit(make_port)())
+  stored = stored_specs(checkpoint)
+  assert {p: stored[p] for p in expected} == expected
+  return expected
+
+
 def outputs(pair, variables=None, model=None):
   """The Linen model applied to `variables`, or the NNX `model`, on the pair's inputs."""
   linen = pair['linen']()
@@ -138,12 +149,7 @@ def test_linen_weights_convert_to_nnx_restore_with_its_own_code_and_come_back(tm
   port = restore_nnx(tmp_path / 'nnx', pair, everything)
   # The port, restored by its own code, computes what the Linen model does.
   np.testing.assert_array_equal(outputs(pair, model=port), outputs(pair, variables))
-  # Written where the port's own annotations place its arrays (read from the
-  # checkpoint's metadata, not from the restore, which takes the target's).
-  with in_mesh(pair['rules']):
-    expected = own_specs(nnx.jit(pair['nnx'])())
-  stored = stored_specs(tmp_path / 'nnx')
-  assert {p: stored[p] for p in expected} == expected
+  expected = assert_written_where_the_port_places_it(tmp_path / 'nnx', pair, pair['nnx'])
   if name == 'transformer':
     assert any(axis is not None for spec in expected.values() for axis in spec)
   if 'batch_stats' in variables and not everything:  # outputs need the statistics it lacks
@@ -207,12 +213,7 @@ def test_weights_change_layout_on_the_way(tmp_path):
   write_linen(tmp_path / 'loop', 'params', variables)
   summary = convert_checkpoint(tmp_path / 'loop', tmp_path / 'scan', 'nnx', models=models, layout='scan')
   assert (summary['source']['layout'], summary['destination']['layout']) == ('loop', 'scan')
-  # Written where the scanned port's own annotations place its arrays (the
-  # checkpoint's metadata, not a restore, which takes the target's).
-  with in_mesh(pair['rules']):
-    expected = own_specs(nnx.jit(lambda: pair['nnx']('scan'))())
-  stored = stored_specs(tmp_path / 'scan')
-  assert {p: stored[p] for p in expected} == expected
+  expected = assert_written_where_the_port_places_it(tmp_path / 'scan', pair, lambda: pair['nnx']('scan'))
   assert any(axis is not None for spec in expected.values() for axis in spec)
   # The scanned port computes what the looped Linen model does (not a round trip).
   rows, _, _ = compare_outputs(tmp_path / 'loop', tmp_path / 'scan', models=models)

@@ -1186,22 +1186,34 @@ def test_parameters_fused_or_split_by_the_port_are_inferred_and_witnessed(linen,
   jax.tree.map(np.testing.assert_array_equal, back['params'], variables['params'])
 
 
-def test_a_gemma_style_attention_splits_its_kv_einsum_where_four_projections_share_a_parts_size():
-  """The attention of the decoder below alone (CI's share of it): `q_proj`,
-  `k_proj`, `v_proj` and `o_proj` are all `(D, D)`, as a `kv_einsum` part is;
-  the witness takes the two the program uses where Linen uses the part."""
-  linen = gemma_style.Attention(num_heads=2, num_kv_heads=2, features=8, head_dim=4)
-  port = lambda: gemma_style.PortAttention(2, 2, 8, 4, nnx.Rngs(0))
+def _assert_gemma_style_split_and_merged(linen, port, fused_rules, offset: bool = False):
+  """Inferred with no rule, the parts split from one einsum are `fused_rules`;
+  converted through the mapping, the port computes what Linen does at the
+  example's size and another, and comes back bit for bit. `offset` moves every
+  variable off its initial value (a norm's scale off zero)."""
   x = jax.random.normal(jax.random.key(0), (2, 5, 8))
   mapping = infer_paths(linen, port(), x)
   fused = {(r.linen, r.nnx) for r in mapping.rules if isinstance(r.nnx, tuple)}
-  assert fused == {('kv_einsum/w', ('k_proj/kernel', 'v_proj/kernel'))}, mapping.to_python()
+  assert fused == fused_rules, mapping.to_python()
   variables = linen.init(jax.random.key(1), x)
+  if offset:
+    variables = jax.tree.map(lambda v: v + jax.random.normal(jax.random.key(2), v.shape), variables)
   ported = linen_to_nnx(variables, target=port(), paths=mapping)
   # One einsum for key and value against two products: alike within rounding.
   for inputs in (x, jax.random.normal(jax.random.key(3), (3, 7, 8))):
     np.testing.assert_allclose(ported(inputs), linen.apply(variables, inputs), rtol=1e-5, atol=1e-5)
   assert_trees_bit_equal(nnx_to_linen(ported, paths=mapping)['params'], variables['params'])
+
+
+def test_a_gemma_style_attention_splits_its_kv_einsum_where_four_projections_share_a_parts_size():
+  """The attention of the decoder below alone (CI's share of it): `q_proj`,
+  `k_proj`, `v_proj` and `o_proj` are all `(D, D)`, as a `kv_einsum` part is;
+  the witness takes the two the program uses where Linen uses the part."""
+  _assert_gemma_style_split_and_merged(
+      gemma_style.Attention(num_heads=2, num_kv_heads=2, features=8, head_dim=4),
+      lambda: gemma_style.PortAttention(2, 2, 8, 4, nnx.Rngs(0)),
+      {('kv_einsum/w', ('k_proj/kernel', 'v_proj/kernel'))},
+  )
 
 
 @pytest.mark.parametrize('layers, kv_heads', [
@@ -1215,23 +1227,17 @@ def test_a_gemma_style_decoder_split_and_merged_as_hugging_face_writes_it_needs_
   in every layer, with no rule given: where four `(D, D)` projections share
   a part's size, the run of two the program uses where Linen uses its
   `kv_einsum` is taken, the witness proving it."""
-  linen = gemma_style.Decoder(num_layers=layers, num_kv_heads=kv_heads)
-  port = lambda: gemma_style.PortDecoder(num_layers=layers, num_kv_heads=kv_heads, rngs=nnx.Rngs(0))
-  x = jax.random.normal(jax.random.key(0), (2, 5, 8))
-  mapping = infer_paths(linen, port(), x)
-  fused = {(r.linen, r.nnx) for r in mapping.rules if isinstance(r.nnx, tuple)}
   layer = 'layer_{i}' if layers > 1 else 'layer_0'  # one rule for every layer
-  assert fused == {
-      (f'{layer}/attn/kv_einsum/w', tuple(f'{layer.replace("layer_", "layers/")}/self_attn/{p}_proj/kernel' for p in 'kv')),
-      (f'{layer}/mlp/gating_einsum', tuple(f'{layer.replace("layer_", "layers/")}/mlp/{p}_proj/kernel' for p in ('gate', 'up'))),
-  }, mapping.to_python()
-  variables = linen.init(jax.random.key(1), x)
-  variables = jax.tree.map(lambda v: v + jax.random.normal(jax.random.key(2), v.shape), variables)  # norms' scales off zero
-  ported = linen_to_nnx(variables, target=port(), paths=mapping)
-  # One einsum for key and value against two products: alike within rounding.
-  for inputs in (x, jax.random.normal(jax.random.key(3), (3, 7, 8))):
-    np.testing.assert_allclose(ported(inputs), linen.apply(variables, inputs), rtol=1e-5, atol=1e-5)
-  assert_trees_bit_equal(nnx_to_linen(ported, paths=mapping)['params'], variables['params'])
+  nnx_layer = layer.replace('layer_', 'layers/')
+  _assert_gemma_style_split_and_merged(
+      gemma_style.Decoder(num_layers=layers, num_kv_heads=kv_heads),
+      lambda: gemma_style.PortDecoder(num_layers=layers, num_kv_heads=kv_heads, rngs=nnx.Rngs(0)),
+      {
+          (f'{layer}/attn/kv_einsum/w', tuple(f'{nnx_layer}/self_attn/{p}_proj/kernel' for p in 'kv')),
+          (f'{layer}/mlp/gating_einsum', tuple(f'{nnx_layer}/mlp/{p}_proj/kernel' for p in ('gate', 'up'))),
+      },
+      offset=True,  # the norms' scales off zero
+  )
 
 
 def test_a_fused_port_that_swaps_key_and_value_is_refused_where_it_splits_them():
