@@ -337,7 +337,7 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
       method = None if traced_method == '__call__' else traced_method
       return bound.init(rngs, *call_args, method=method, **call_kwargs)
 
-    with nn.intercept_methods(recorder.intercept), nothing_sown(), _initializers_inline():
+    with nn.intercept_methods(recorder.intercept), nothing_sown(), _initializers_under_trace():
       variables = jax.eval_shape(init, *arrays)
   finally:
     nn.Module.__post_init__ = original
@@ -351,18 +351,52 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
   return root, variables
 
 
-class _InlineInitializers:
-  """Parameter initializers run with `jax.disable_jit()` in the threads
-  inside `trace`.
+#: JAX's initializers (`jax.nn.initializers`, which Flax re-exports), by
+#: code: each returns an array of the `shape` and `dtype` it is given (the
+#: float default where none is), whatever the key or its configuration. The
+#: code is shared by every configuration of a factory (`lecun_normal()`,
+#: `normal(0.02)`), so matching it matches them all.
+_SHAPE_AND_DTYPE_INITIALIZERS = frozenset(
+    f.__code__ for f in (
+        jax.nn.initializers.variance_scaling(1.0, 'fan_in', 'normal'),
+        jax.nn.initializers.normal(), jax.nn.initializers.truncated_normal(),
+        jax.nn.initializers.uniform(), jax.nn.initializers.constant(0.0),
+        jax.nn.initializers.zeros, jax.nn.initializers.ones,
+    )
+)
 
-  Under `eval_shape` an initial value has a shape and a dtype only. Jitted,
-  each initializer (`jax.random.truncated_normal`, ...) is traced into a
-  jaxpr of its own at every new shape, which a port's traces make by the
-  dozen (about 40% of a trace); inline, its operations are traced once, into
-  the model's. An initializer creates no module and calls none, so the
-  record is the same. One that inline control flow refuses (a scan over a
-  symbolic or zero length: `disable_jit` unrolls it) runs jitted again, as
-  it would have run, so no symbol is refused that was taken before.
+
+def _abstract_initial_value(init_fn, args, kwargs):
+  """What one of `_SHAPE_AND_DTYPE_INITIALIZERS` returns, as zeros of its
+  shape and dtype (under `eval_shape` only those are kept), or None where
+  its arguments are not `(key, shape, dtype=...)`."""
+  try:
+    bound = inspect.signature(init_fn).bind(*args, **kwargs)
+  except TypeError:
+    return None
+  bound.apply_defaults()
+  shape, dtype = bound.arguments.get('shape'), bound.arguments.get('dtype')
+  if shape is None or bound.arguments.get('out_sharding') is not None:
+    return None
+  return jax.numpy.zeros(shape, dtype)
+
+
+class _InitializersUnderTrace:
+  """Parameter initializers as `trace` runs them, in the threads inside it.
+
+  Under `eval_shape` an initial value has a shape and a dtype only, and a
+  port's traces make initial values by the hundred (every layer, at every
+  symbolic configuration tried). JAX's own initializers
+  (`_SHAPE_AND_DTYPE_INITIALIZERS`, called directly, not through a wrapper
+  such as `nn.with_partitioning`) give zeros of their shape and dtype:
+  drawing `truncated_normal` at symbolic sizes is a third of a trace, and
+  its values are never read. Others (a user's) run with `jax.disable_jit()`:
+  jitted, each is traced into a jaxpr of its own at every new shape; inline,
+  its operations are traced once, into the model's. An initializer creates
+  no module and calls none, so the record is the same. One that inline
+  control flow refuses (a scan over a symbolic or zero length: `disable_jit`
+  unrolls it) runs jitted again, as it would have run, so no symbol is
+  refused that was taken before.
 
   `Scope.param` is Flax's, patched while any thread traces (counted, so
   traces in two threads restore it once both end); other threads' calls go
@@ -402,6 +436,10 @@ class _InlineInitializers:
 
       @functools.wraps(init_fn)
       def inline(*args, **kwargs):
+        if getattr(init_fn, '__code__', None) in _SHAPE_AND_DTYPE_INITIALIZERS:
+          value = _abstract_initial_value(init_fn, args, kwargs)
+          if value is not None:
+            return value
         try:
           with jax.disable_jit():
             return init_fn(*args, **kwargs)
@@ -412,7 +450,7 @@ class _InlineInitializers:
     return param
 
 
-_initializers_inline = _InlineInitializers()
+_initializers_under_trace = _InitializersUnderTrace()
 
 
 def is_transformed(cls: type) -> bool:

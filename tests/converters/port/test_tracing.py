@@ -70,6 +70,34 @@ def test_initializers_run_inline_and_the_rest_of_the_call_jitted():
   assert not jax.config.jax_disable_jit
 
 
+class _EveryInitializerKind(nn.Module):
+  """Parameters of each of JAX's initializers, with and without a dtype,
+  a factory's own default dtype, and a Flax layer's `param_dtype`."""
+
+  @nn.compact
+  def __call__(self, x):
+    inits = nn.initializers
+    w = self.param('lecun', inits.lecun_normal(), (x.shape[-1], 3), jnp.bfloat16)
+    b = self.param('factory_dtype', inits.normal(0.02, dtype=jnp.bfloat16), (3,))
+    u = self.param('uniform', inits.uniform(), (3,))
+    t = self.param('truncated', inits.truncated_normal(dtype=jnp.float16), (1, 3))
+    c = self.param('constant', inits.constant(2, dtype=jnp.int32), (3,))
+    z = self.param('zeros', inits.zeros_init(), (3,), jnp.bfloat16)
+    o = self.param('ones', jax.nn.initializers.ones, (2, 3))
+    y = (x @ w + b + u + t + c + z).sum(0) + o
+    return nn.Dense(4, param_dtype=jnp.bfloat16)(y)
+
+
+def test_jax_initializers_give_the_shape_and_dtype_flax_would():
+  # (They give zeros without drawing: only a value's shape and dtype are
+  # kept, and drawing at symbolic sizes is a third of a port's traces.)
+  x = jax.ShapeDtypeStruct((2, 5), 'float32')
+  _, variables = tracing.trace(_EveryInitializerKind(), x)
+  expected = jax.eval_shape(_EveryInitializerKind().init, jax.random.key(0), x)
+  assert jax.tree.map(lambda a: (a.shape, a.dtype), variables) == jax.tree.map(
+      lambda a: (a.shape, a.dtype), expected)
+
+
 class _InitializedByAZeroLengthScan(nn.Module):
   """A parameter whose initializer scans over its (here empty) first axis:
   inline, `disable_jit` refuses a scan of no steps."""
@@ -97,7 +125,7 @@ def test_only_the_tracing_thread_runs_initializers_inline_and_flax_is_restored_o
     jax.eval_shape(_InitializedInline().init, jax.random.key(0), jax.ShapeDtypeStruct((2, 5), 'float32'))
     other_thread.extend(_SEEN)
 
-  with tracing._initializers_inline(), tracing._initializers_inline():  # a trace within a trace
+  with tracing._initializers_under_trace(), tracing._initializers_under_trace():  # a trace within a trace
     thread = threading.Thread(target=init_elsewhere)
     thread.start()
     thread.join()
