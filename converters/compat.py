@@ -48,6 +48,14 @@ fails, and the workaround goes.
   0.12.8, `orbax.checkpoint._src`), here alone, each with what is missing
   from the public API; the names it needs that Orbax exports are read from
   `orbax.checkpoint` itself.
+- `initializer_draws_as_zeros()`: JAX has no public way to trace an
+  initializer for the shape and dtype of what it returns alone: every
+  operation of its draw is traced (`truncated_normal`'s inverse error
+  function; at symbolic sizes a fifth of a port's trace). JAX's initializers
+  draw through the name `random` of `jax._src.nn.initializers` (jax 0.10.2),
+  which the guard points at a namespace whose draws give zeros in a thread
+  within it (Flax's layers wrap the initializers they are given, as
+  `DenseGeneral` does, so the initializer itself cannot be swapped).
 - `trace_caches_missed()`: JAX has no public switch that makes it trace a
   function again rather than answer from its trace caches (`jax.checkpoint`'s
   and `jit`'s are keyed on the function, the inputs' types and the trace
@@ -64,6 +72,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import itertools
 import os
 import sys
@@ -78,6 +87,7 @@ from flax.core import tracers
 from jax._src import config as _jax_config
 from jax._src.interpreters import partial_eval
 from jax._src.lax import lax as _LAX
+from jax._src.nn import initializers as _INITIALIZERS
 
 # JAX internals: if a later JAX renames them, the guard does nothing (and its
 # test says so).
@@ -168,6 +178,68 @@ def one_ceiling_form():
       yield
     finally:
       _LAX._ceil_divide = original
+
+
+#: The draws of `jax.random` that JAX's initializers make, by name.
+_INITIALIZER_DRAWS = ('normal', 'truncated_normal', 'uniform')
+#: What JAX's initializers draw through (`jax._src.random`).
+_REAL_RANDOM = getattr(_INITIALIZERS, 'random', None)
+_ZERO_DRAWS = threading.local()  # `.depth`: this thread's contexts
+_ZERO_DRAWS_LOCK = threading.Lock()
+_zero_draw_contexts = 0  # in any thread
+
+
+def _zeros_in_context(draw):
+  signature = inspect.signature(draw)
+
+  @functools.wraps(draw)
+  def zeros_or_draw(*args, **kwargs):
+    if getattr(_ZERO_DRAWS, 'depth', 0):
+      bound = signature.bind(*args, **kwargs)
+      bound.apply_defaults()
+      shape = bound.arguments.get('shape')
+      if shape is not None and bound.arguments.get('out_sharding') is None:
+        return jax.numpy.zeros(shape, bound.arguments.get('dtype'))
+    return draw(*args, **kwargs)
+
+  return zeros_or_draw
+
+
+@functools.cache
+def _draws_as_zeros(real: types.ModuleType) -> types.SimpleNamespace:
+  """`real` (`jax.random`) with the draws of `_INITIALIZER_DRAWS` giving
+  zeros in a thread within `initializer_draws_as_zeros`."""
+  draws = types.SimpleNamespace(**{name: getattr(real, name) for name in dir(real) if not name.startswith('__')})
+  for name in _INITIALIZER_DRAWS:
+    setattr(draws, name, _zeros_in_context(getattr(real, name)))
+  return draws
+
+
+@contextlib.contextmanager
+def initializer_draws_as_zeros():
+  """Within the context, on this thread, the draws of JAX's initializers
+  (`jax.nn.initializers`, Flax's included, however a layer wraps them)
+  give zeros of the shape and dtype they would draw: for traces that keep
+  only shapes and dtypes (`jax.eval_shape` of an `init`). Other threads'
+  draw as before; JAX's module is as it was once no thread is within one."""
+  global _zero_draw_contexts
+  if not all(callable(getattr(_REAL_RANDOM, name, None)) for name in _INITIALIZER_DRAWS):
+    yield
+    return
+  with _ZERO_DRAWS_LOCK:
+    if _zero_draw_contexts == 0:
+      _INITIALIZERS.random = _draws_as_zeros(_REAL_RANDOM)
+    _zero_draw_contexts += 1
+  depth = getattr(_ZERO_DRAWS, 'depth', 0)
+  _ZERO_DRAWS.depth = depth + 1
+  try:
+    yield
+  finally:
+    _ZERO_DRAWS.depth = depth
+    with _ZERO_DRAWS_LOCK:
+      _zero_draw_contexts -= 1
+      if _zero_draw_contexts == 0:
+        _INITIALIZERS.random = _REAL_RANDOM
 
 
 #: The setting `trace_caches_missed` changes, set for this thread only (as

@@ -25,6 +25,7 @@ from flax import linen as nn
 from flax import nnx
 from jax.extend import core as jcore
 
+from converters import compat
 from converters.errors import ConversionError, PathMappingError
 from converters.linen_model import is_array, nothing_sown, split_arrays
 from converters.metadata import is_linen_box
@@ -140,7 +141,9 @@ def _trace_linen(module: nn.Module, call: Call, rngs, training: bool) -> Trace:
     args, kwargs = call.arguments(a)
     return module.init(r, *args, **kwargs)
 
-  with draws(), nothing_sown():  # the model's state, not what it sows (an auxiliary loss)
+  # The model's state, not what it sows (an auxiliary loss); its shapes
+  # alone are read, so initial values are zeros, not drawn.
+  with draws(), nothing_sown(), compat.initializer_draws_as_zeros():
     variables = jax.eval_shape(init, rngs, inputs)
   bare = jax.tree.map(lambda b: _abstract(b.value if is_linen_box(b) else b), variables, is_leaf=is_linen_box)
   named = _named_leaves(bare)

@@ -29,6 +29,7 @@ import jax
 from flax import linen as nn
 from flax.core import scope as flax_scope
 
+from converters import compat
 from converters.linen_model import is_array, nothing_sown, split_arrays
 
 # Frames inside these are the machinery between the user's code and the event:
@@ -337,7 +338,8 @@ def trace(module: nn.Module, *args, rng_streams: tuple[str, ...] = ('params', 'd
       method = None if traced_method == '__call__' else traced_method
       return bound.init(rngs, *call_args, method=method, **call_kwargs)
 
-    with nn.intercept_methods(recorder.intercept), nothing_sown(), _initializers_under_trace():
+    with (nn.intercept_methods(recorder.intercept), nothing_sown(), _initializers_under_trace(),
+          compat.initializer_draws_as_zeros()):
       variables = jax.eval_shape(init, *arrays)
   finally:
     nn.Module.__post_init__ = original
@@ -387,10 +389,11 @@ class _InitializersUnderTrace:
   Under `eval_shape` an initial value has a shape and a dtype only, and a
   port's traces make initial values by the hundred (every layer, at every
   symbolic configuration tried). JAX's own initializers
-  (`_SHAPE_AND_DTYPE_INITIALIZERS`, called directly, not through a wrapper
-  such as `nn.with_partitioning`) give zeros of their shape and dtype:
+  (`_SHAPE_AND_DTYPE_INITIALIZERS`) give zeros of their shape and dtype:
   drawing `truncated_normal` at symbolic sizes is a third of a trace, and
-  its values are never read. Others (a user's) run with `jax.disable_jit()`:
+  its values are never read; where a wrapper calls them (`nn.with_partitioning`,
+  `DenseGeneral`'s reshaping), their draws give zeros
+  (`compat.initializer_draws_as_zeros`). Others (a user's) run with `jax.disable_jit()`:
   jitted, each is traced into a jaxpr of its own at every new shape; inline,
   its operations are traced once, into the model's. An initializer creates
   no module and calls none, so the record is the same. One that inline

@@ -217,6 +217,52 @@ def test_one_ceiling_form_lets_two_strided_paths_agree_and_restores_jax():
     _symbolic_unit_shape()
 
 
+def _initializers_program(dtype=jnp.bfloat16) -> tuple[str, list]:
+  """The program (as text, inner programs included) of JAX's initializers
+  (called directly, wrapped by Flax as `nn.with_partitioning` and
+  `DenseGeneral` wrap them), and the shapes and dtypes of what they give."""
+  def init(key):
+    kernel = nn.with_partitioning(nn.initializers.lecun_normal(), (None, 'model'))(key, (3, 4), dtype)
+    dense = nn.DenseGeneral((2, 3)).init(key, jnp.ones((1, 5)))
+    return (kernel.value, nn.initializers.normal()(key, (2,), dtype), nn.initializers.uniform()(key, (2,), dtype),
+            jax.nn.initializers.truncated_normal()(key, (4,), dtype), *jax.tree.leaves(dense))
+
+  closed = jax.make_jaxpr(init)(jax.random.key(0))
+  return str(closed), [(a.shape, a.dtype) for a in closed.out_avals]
+
+
+def test_jax_s_initializers_still_draw_through_the_name_random_of_their_module():
+  program, _ = _initializers_program()
+  assert 'erf_inv' in program and 'random_bits' in program
+  from jax._src import random
+  from jax._src.nn import initializers
+
+  assert initializers.random is random
+
+
+def test_initializer_draws_as_zeros_gives_their_shapes_and_dtypes_on_its_thread_and_restores_jax():
+  from jax._src.nn import initializers
+
+  real = initializers.random
+  _, drawn = _initializers_program()
+  elsewhere = []
+  with compat.initializer_draws_as_zeros():
+    with compat.initializer_draws_as_zeros():  # nested: still zeros after the inner one ends
+      program, zeros = _initializers_program()
+    program, zeros = _initializers_program()
+    assert zeros == drawn
+    assert 'erf_inv' not in program and 'random_bits' not in program
+    thread = threading.Thread(target=lambda: elsewhere.append(_initializers_program()[0]))
+    thread.start()
+    thread.join()
+  assert 'erf_inv' in elsewhere[0]  # another thread draws as JAX does
+  assert initializers.random is real
+  with pytest.raises(ZeroDivisionError), compat.initializer_draws_as_zeros():
+    raise ZeroDivisionError
+  assert initializers.random is real
+  assert 'erf_inv' in _initializers_program()[0]
+
+
 def _checkpointed_layer():
   """One `jax.checkpoint`ed function (as `@nnx.remat` makes one for a
   method), and the list its every run in Python appends to."""

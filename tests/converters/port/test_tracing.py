@@ -72,7 +72,8 @@ def test_initializers_run_inline_and_the_rest_of_the_call_jitted():
 
 class _EveryInitializerKind(nn.Module):
   """Parameters of each of JAX's initializers, with and without a dtype,
-  a factory's own default dtype, and a Flax layer's `param_dtype`."""
+  a factory's own default dtype, a Flax layer's `param_dtype`, and wrapped
+  (`nn.with_partitioning`, `DenseGeneral`'s reshaping)."""
 
   @nn.compact
   def __call__(self, x):
@@ -84,7 +85,9 @@ class _EveryInitializerKind(nn.Module):
     c = self.param('constant', inits.constant(2, dtype=jnp.int32), (3,))
     z = self.param('zeros', inits.zeros_init(), (3,), jnp.bfloat16)
     o = self.param('ones', jax.nn.initializers.ones, (2, 3))
-    y = (x @ w + b + u + t + c + z).sum(0) + o
+    p = self.param('partitioned', nn.with_partitioning(inits.lecun_normal(), (None, 'model')), (3, 3), jnp.float16)
+    y = (x @ w + b + u + t + c + z).sum(0) + o @ p
+    y = nn.DenseGeneral((2, 2), kernel_init=inits.truncated_normal(dtype=jnp.bfloat16))(y)
     return nn.Dense(4, param_dtype=jnp.bfloat16)(y)
 
 
@@ -96,6 +99,7 @@ def test_jax_initializers_give_the_shape_and_dtype_flax_would():
   expected = jax.eval_shape(_EveryInitializerKind().init, jax.random.key(0), x)
   assert jax.tree.map(lambda a: (a.shape, a.dtype), variables) == jax.tree.map(
       lambda a: (a.shape, a.dtype), expected)
+  assert isinstance(variables['params']['partitioned'], nn.Partitioned)
 
 
 class _InitializedByAZeroLengthScan(nn.Module):
@@ -124,12 +128,14 @@ def test_only_the_tracing_thread_runs_initializers_inline_and_flax_is_restored_o
     _SEEN.clear()
     jax.eval_shape(_InitializedInline().init, jax.random.key(0), jax.ShapeDtypeStruct((2, 5), 'float32'))
     other_thread.extend(_SEEN)
+    # (drawn, not the zeros a trace's draws give)
+    other_thread.append(bool(jnp.any(nn.Dense(3).init(jax.random.key(0), jnp.ones((1, 4)))['params']['kernel'])))
 
   with tracing._initializers_under_trace(), tracing._initializers_under_trace():  # a trace within a trace
     thread = threading.Thread(target=init_elsewhere)
     thread.start()
     thread.join()
-    assert other_thread == [('init', False), ('call', False)]
+    assert other_thread == [('init', False), ('call', False), True]
   assert flax_scope.Scope.param is param
 
 
