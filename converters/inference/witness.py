@@ -33,6 +33,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend.core import jaxpr_as_fun
 
 from converters.errors import ConversionError, PathMappingError
@@ -72,9 +73,12 @@ class Verdict:
   where: str
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
 def _hash_uniform(seed, shape, dtype, offset=0):
   """Values in [-1, 1) from a counter hash of `seed` and each element's index
-  (counted from `offset`: a slice of a larger draw is drawn alone)."""
+  (counted from `offset`: a slice of a larger draw is drawn alone); one
+  program per shape and dtype, not one per operation (integer arithmetic and
+  exact float steps: the same bits either way)."""
   size = math.prod(shape)
   i = jax.lax.iota(jnp.uint32, max(size, 1))[:size] + jnp.asarray(offset, jnp.uint32)
   x = i * jnp.uint32(0x9E3779B1) + jnp.asarray(seed, jnp.uint32) * jnp.uint32(0x85EBCA77)
@@ -108,6 +112,29 @@ def draw(seed, shape: tuple[int, ...], dtype, layer=None) -> jax.Array:
 
 _draw = jax.jit(draw, static_argnums=(1, 2))
 
+
+@jax.jit
+def _scaled_generic(x, seed):
+  """Float `x` scaled to unit size, each element by its own factor in [0.5, 1.5)."""
+  u = _hash_uniform(seed, tuple(x.shape), jnp.float32)
+  size = jnp.max(jnp.abs(x)).astype(jnp.float32)
+  unit = x.astype(jnp.float32) / jnp.where(size > 0, size, 1.0)
+  return (unit * (1.0 + 0.5 * u)).astype(x.dtype)
+
+
+@jax.jit
+def _bounds(x):
+  return jnp.min(x), jnp.max(x)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _drawn_between(seed, shape, dtype, low, high, count):
+  """Integers of `shape` drawn between `low` and `high` (`count` values)."""
+  u = _hash_uniform(seed, shape, jnp.float32)
+  drawn = low + jnp.floor((u + 1.0) / 2.0 * count).astype(jnp.int32)
+  return jnp.clip(drawn, low, high).astype(dtype)
+
+
 def generic_inputs(inputs: Sequence, seed: int = 20_011) -> list | None:
   """The inputs made generic: float arrays scaled to unit size and each
   element by its own random factor in [0.5, 1.5) (signs and zeros kept: a
@@ -124,21 +151,17 @@ def generic_inputs(inputs: Sequence, seed: int = 20_011) -> list | None:
     if not x.size or x.dtype == jnp.bool_ or scalar_index:
       out.append(x)
       continue
-    u = _hash_uniform(seed + k, tuple(x.shape), jnp.float32)
     if jnp.issubdtype(x.dtype, jnp.inexact):
-      size = jnp.max(jnp.abs(x)).astype(jnp.float32)
-      unit = x.astype(jnp.float32) / jnp.where(size > 0, size, 1.0)
-      out.append((unit * (1.0 + 0.5 * u)).astype(x.dtype))
+      out.append(_scaled_generic(x, seed + k))
       changed = True
     elif jnp.issubdtype(x.dtype, jnp.integer):
-      low, high = int(jnp.min(x)), int(jnp.max(x))
+      low, high = (int(v) for v in jax.device_get(_bounds(x)))
       if low == high and low >= 0:
         low, high = 0, max(high, 1)
       if low == high:
         out.append(x)
         continue
-      drawn = low + jnp.floor((u + 1.0) / 2.0 * (high - low + 1)).astype(jnp.int32)
-      out.append(jnp.clip(drawn, low, high).astype(x.dtype))
+      out.append(_drawn_between(seed + k, tuple(x.shape), x.dtype, low, high, float(high - low + 1)))
       changed = True
     else:
       out.append(x)
@@ -275,7 +298,7 @@ class Witness:
       f = self.fused[k]
       sources = [self._linen_input(*s) for s in f.sources]
       try:
-        value = f.transform.apply(sources, 'linen', f.lead, f.parts)[f.part]
+        value = _applied(f.transform, f.lead, f.parts)(*sources)[f.part]
       except ConversionError as e:
         raise PathMappingError(f'{f.transform!r} does not apply to what it pairs: {e}') from e
       wanted = tuple(nnx_vars[k].aval.shape)
@@ -331,12 +354,14 @@ class Witness:
     written = frozenset(out for out, _ in self.linen.updated)
     grads, scale = _influence_of(self.linen.closed, self.linen.outputs, written, tuple(floats))(
         linen_values, inputs)
+    scale = np.maximum(np.float32(jax.device_get(scale)), np.float32(1e-30))
     reach = {}
     for k, g in zip(floats, grads):
-      effect = jnp.abs(g.astype(jnp.float32) * linen_values[k].astype(jnp.float32))
-      for slot in self.linen_keys.get(k, ()):
-        part = effect if slot[1] is None else effect[slot[1]]
-        reach[slot] = jnp.sum(part) / jnp.maximum(scale, 1e-30)
+      slots = self.linen_keys.get(k, ())
+      if slots:
+        whole, by_layer = jax.device_get(_effect(g, linen_values[k]))
+        for slot in slots:
+          reach[slot] = (whole if slot[1] is None else by_layer[slot[1]]) / scale
     return reach
 
   def _gradient(self, side: str) -> Callable:
@@ -463,6 +488,15 @@ class Witness:
     return frozenset(idle)
 
 
+@jax.jit
+def _effect(gradient, value):
+  """`(the sum of |gradient x value|, that sum for each slice of the
+  leading axis)`, in float32."""
+  effect = jnp.abs(gradient.astype(jnp.float32) * value.astype(jnp.float32))
+  by_layer = jnp.sum(effect, axis=tuple(range(1, effect.ndim))) if effect.ndim else effect[None]
+  return jnp.sum(effect), by_layer
+
+
 @functools.lru_cache(maxsize=32)
 def _influence_of(closed, outputs: int, written: frozenset, floats: tuple) -> Callable:
   """`(values, inputs) -> (gradients of the floating values, scale)` of a
@@ -528,6 +562,13 @@ def _drawn(aval, slots, seed_of, layer=None):
   return _draw(seed, shape, dtype, layer)
 
 
+@functools.lru_cache(maxsize=64)
+def _applied(transform: Rearrange, lead: int, parts: int) -> Callable:
+  """`transform` from Linen's arrays to NNX's, jitted: one program per
+  shape, not one per operation (a rearrangement moves values, bit for bit)."""
+  return jax.jit(lambda *arrays: transform.apply(list(arrays), 'linen', lead, parts))
+
+
 def _on_one_device(value) -> jax.Array:
   """A given array (placed anywhere, sharded or not) on the device the witness runs on."""
   return jax.device_put(value, jax.local_devices()[0])
@@ -550,9 +591,11 @@ def _alike(x, y) -> bool:
   return tuple(x.shape) == tuple(y.shape) and x.dtype == y.dtype
 
 
+@functools.partial(jax.jit, static_argnames=('nan_equal',))
 def _difference(x, y, nan_equal: bool = False):
-  """`(equal, max |x - y|, the largest |x|, |y| where they differ)`, in the
-  program; `nan_equal`: an element NaN on both sides is equal."""
+  """`(equal, max |x - y|, the largest |x|, |y| where they differ)`, in one
+  program per shape and dtype; `nan_equal`: an element NaN on both sides is
+  equal."""
   if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
     x, y = jax.random.key_data(x), jax.random.key_data(y)
   if not x.size:
