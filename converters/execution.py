@@ -51,17 +51,9 @@ def shared_buffers(values: Iterable[Any]) -> frozenset:
 
 def _relayout(recipe, *arrays):
   results = []
-  for op, inputs, index, transform in recipe:
+  for op, inputs, transform in recipe:
     parts = 1 if transform is None else transform.source_arrays
-    if op == 'stack':  # part after part, each a run of layers
-      layers = len(inputs) // parts
-      values = [
-          jnp.stack([arrays[i] for i in inputs[p * layers:(p + 1) * layers]]) for p in range(parts)
-      ]
-    elif op == 'slice':
-      values = [arrays[i][index] for i in inputs]
-    else:
-      values = [arrays[i] for i in inputs]
+    values = op.values([arrays[i] for i in inputs], parts, jnp)
     results.append(values[0] if transform is None else transform(values))
   return results
 
@@ -92,10 +84,7 @@ def _run(
   sources = sorted({s for p in paths for s in targets[p].sources}, key=format_path)
   position = {s: i for i, s in enumerate(sources)}
   recipe = tuple(
-      (
-          targets[p].op, tuple(position[s] for s in targets[p].sources), targets[p].index,
-          targets[p].transform,
-      )
+      (targets[p].op, tuple(position[s] for s in targets[p].sources), targets[p].transform)
       for p in paths
   )
   relayout = _compiled_relayout(recipe, tuple(shardings[p] for p in paths))
@@ -126,9 +115,7 @@ def execute(
     elif isinstance(flat[t.sources[0]][0], jax.ShapeDtypeStruct):
       out[path] = provenance.record(
           jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=shardings[path]),
-          provenance.Derivation(
-              t.op, tuple(flat[s][0] for s in t.sources), t.index, t.transform
-          ),
+          provenance.Derivation(t.op, tuple(flat[s][0] for s in t.sources), t.transform),
       )
     else:
       moved.append(path)

@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from converters import metadata as md
-from converters import provenance
+from converters import provenance, relayout_ops
 from converters.checks import check_against_template, check_keys
 from converters.errors import LeafErrors, ShapeError
 from converters.options import Options
@@ -128,7 +128,7 @@ def scalar_like(value, template_dtype, mesh: Mesh | None, where: str):
     sharding = NamedSharding(mesh, PartitionSpec()) if mesh else value.sharding
     return provenance.record(
         jax.ShapeDtypeStruct((), np.dtype(template_dtype), sharding=sharding),
-        provenance.Derivation('cast', (value,), dtype=np.dtype(template_dtype)),
+        provenance.Derivation(relayout_ops.Cast(np.dtype(template_dtype)), (value,)),
     )
   try:
     number = int(np.asarray(value))

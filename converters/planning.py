@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from converters import metadata as md
+from converters import relayout_ops
 from converters.errors import (
     ConversionError,
     LayoutError,
@@ -36,28 +37,26 @@ class Target:
   """How to build one target leaf.
 
   Attributes:
-    op: 'keep' (the source array), 'stack' (the looped sources, in layer
-      order) or 'slice' (layer `index` of the one stacked source).
+    op: `Keep` (the source array), `Stack` (the looped sources, in layer
+      order) or `Slice` (one layer of the stacked source).
     sources: the source paths the leaf is made from (with a transform that
       fuses parts: every part's, part after part).
     annotation: the target annotation.
     shape, dtype: of the target leaf.
-    index: the layer of a 'slice'.
     transform: the rule's value transform, applied after `op`, or None.
   """
 
-  op: str
+  op: relayout_ops.Operation
   sources: tuple[tuple, ...]
   annotation: md.Annotation
   shape: tuple[int, ...]
   dtype: Any
-  index: int | None = None
   transform: Step | None = None
 
   @property
   def kept(self) -> bool:
     """Whether the target leaf is its source array itself (nothing to compute)."""
-    return self.op == 'keep' and self.transform is None
+    return isinstance(self.op, relayout_ops.Keep) and self.transform is None
 
 
 def _shape_dtype(value) -> tuple[tuple[int, ...], Any]:
@@ -200,7 +199,7 @@ class _Planner:
         self.refuse(f'{where}: stacked axis has length {length}, expected num_layers={self.num_layers}', [where])
         return
       new = rule.path(self.target, layout, match.index, match.part)
-      self.produce(new, where, Target('keep', (path,), annotation, shape, dtype))
+      self.produce(new, where, Target(relayout_ops.Keep(), (path,), annotation, shape, dtype))
     elif layout == 'loop':  # -> scan
       self.to_stack[rule, match.part][match.index] = path
     else:  # scan -> loop
@@ -218,17 +217,17 @@ class _Planner:
     layer_annotation, _ = md.remove_layer_axis(self.flat[path][1], where)
     for i in range(length):
       new = match.rule.path(self.target, 'loop', i, match.part)
-      self.produce(new, f'{where}[{i}]', Target('slice', (path,), layer_annotation, shape[1:], dtype, i))
+      self.produce(new, f'{where}[{i}]', Target(relayout_ops.Slice(i), (path,), layer_annotation, shape[1:], dtype))
 
   def check_kept_layers(self) -> None:
     for (rule, part), layers in self.kept_layers.items():
-      if problem := _layer_count_problem(rule, layers, self.num_layers, self.source, 'keep', part):
+      if problem := _layer_count_problem(rule, layers, self.num_layers, self.source, False, part):
         self.refuse(*problem)
 
   def stack_looped_layers(self) -> None:
     for (rule, part), layers in self.to_stack.items():
       count = self.num_layers if self.num_layers is not None else max(layers) + 1
-      if problem := _layer_count_problem(rule, layers, count, self.source, 'stack', part):
+      if problem := _layer_count_problem(rule, layers, count, self.source, True, part):
         self.refuse(*problem)
         continue
       paths = tuple(layers[i] for i in range(count))
@@ -248,7 +247,7 @@ class _Planner:
         continue
       annotation = md.add_layer_axis(first_annotation, self.layer_partition)
       new = rule.path(self.target, 'scan', None, part)
-      self.produce(new, format_path(paths[0]) + ' ...', Target('stack', paths, annotation, (count,) + shape, dtype))
+      self.produce(new, format_path(paths[0]) + ' ...', Target(relayout_ops.Stack(), paths, annotation, (count,) + shape, dtype))
 
   def transformed(self, rule, layout: str, layers: dict[int | None, dict[int, tuple]]) -> None:
     """Plans the target leaves of one rule with a value transform.
@@ -277,8 +276,8 @@ class _Planner:
       return
     if layout == 'loop' and (want == 'scan' or self.num_layers is not None):
       count = self.num_layers if self.num_layers is not None else max(layers) + 1
-      verb = 'stack' if want == 'scan' else 'keep'
-      if problem := _layer_count_problem(rule, {i: g[0] for i, g in layers.items()}, count, self.source, verb):
+      stacking = want == 'scan'
+      if problem := _layer_count_problem(rule, {i: g[0] for i, g in layers.items()}, count, self.source, stacking):
         self.refuse(*problem)
         return
     if layout == 'loop' and want == 'scan':
@@ -326,27 +325,27 @@ class _Planner:
     annotation = dataclasses.replace(annotation, names=names)
     target_shape = rearrange.target_shape(self.target, sizes)
     if layout == 'scan' and want == 'scan':
-      op, step_lead = 'keep', 1
+      op, step_lead = relayout_ops.Keep(), 1
       annotation = md.add_layer_axis(annotation, layer_name)
       target_shape = shape[:1] + target_shape
     elif layout == 'scan':
-      op, step_lead = 'slice', 0
+      op, step_lead = None, 0  # a `Slice` per layer
     elif want == 'scan':
-      op, step_lead = 'stack', 1
+      op, step_lead = relayout_ops.Stack(), 1
       annotation = md.add_layer_axis(annotation, self.layer_partition)
       target_shape = (len(sources) // parts,) + target_shape
     else:
-      op, step_lead = 'keep', 0
+      op, step_lead = relayout_ops.Keep(), 0
     for part in range(rearrange.target_parts(self.target, sizes)):
       step = Step(rearrange, self.source, step_lead, part, part_count)
-      if op == 'slice':
+      if op is None:
         for i in range(shape[0]):
           new = rule.path(self.target, 'loop', i, part)
-          self.produce(new, f'{where}[{i}]', Target('slice', sources, annotation, target_shape, dtype, i, step))
+          self.produce(new, f'{where}[{i}]', Target(relayout_ops.Slice(i), sources, annotation, target_shape, dtype, step))
       else:
         new = rule.path(self.target, want, index, part)
-        producer = where + (' ...' if op == 'stack' else '')
-        self.produce(new, producer, Target(op, sources, annotation, target_shape, dtype, None, step))
+        producer = where + (' ...' if isinstance(op, relayout_ops.Stack) else '')
+        self.produce(new, producer, Target(op, sources, annotation, target_shape, dtype, step))
 
 
 def _wanted_layout(rule, layout: str, target: Framework, scan: bool | None) -> str:
@@ -373,9 +372,10 @@ def _sharded_test(annotation: md.Annotation, rules: tuple | None, where: str):
 
 
 def _layer_count_problem(
-    rule, layers: dict[int, tuple], count: int, source: Framework, verb: str, part: int = 0
+    rule, layers: dict[int, tuple], count: int, source: Framework, stacking: bool, part: int = 0
 ):
-  """`(message, offenders)` when `layers` are not exactly layers 0..count-1.
+  """`(message, offenders)` when `layers` are not exactly layers 0..count-1
+  (`stacking`: to stack them, else to keep them as layers).
 
   Costs the number of layers present, not `count` (which a caller may give
   as any number): at most 50 missing layers are named.
@@ -393,7 +393,7 @@ def _layer_count_problem(
   if count - present > len(missing):
     missing_text += f', ... ({count - present - len(missing)} more)'
   extra_text = format_offenders(format_path(p) for p in extra)
-  what = 'cannot stack' if verb == 'stack' else 'layers of'
+  what = 'cannot stack' if stacking else 'layers of'
   return (
       f'{what} {rule.template(source, "loop")!r}: missing layers [{missing_text}], '
       f'layers beyond num_layers={count} [{extra_text}]',

@@ -19,28 +19,27 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+from converters import relayout_ops
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Derivation:
   """How one abstract leaf would be made from its inputs.
 
   Attributes:
-    op: 'stack' (the inputs, in layer order, part after part when a
-      transform fuses parts), 'slice' (layer `index` of each input),
-      'keep' (the inputs as they are, before a transform) or 'cast' (the one
-      input, a scalar, as `dtype`).
+    op: the relayout operation (`converters.relayout_ops`): `Stack` (the
+      inputs, in layer order, part after part when a transform fuses
+      parts), `Slice` (one layer of each input), `Keep` (the inputs as they
+      are, before a transform) or `Cast` (the one input, a scalar, as
+      another dtype).
     inputs: the abstract leaves it is made from.
-    index: the layer of a 'slice'.
     transform: applied to the list of (stacked, sliced or kept) inputs, or
       None (`converters.transforms.Step`).
-    dtype: the dtype of a 'cast'.
   """
 
-  op: str
+  op: relayout_ops.Operation
   inputs: tuple[Any, ...]
-  index: int | None = None
   transform: Any = None
-  dtype: Any = None
 
 
 class Recorder:

@@ -22,7 +22,7 @@ from flax import linen as nn
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from converters import metadata as md
-from converters import provenance
+from converters import provenance, relayout_ops
 from converters.errors import AnnotationError, LayoutError, LeafErrors, format_offenders
 from converters.metadata import is_linen_box
 from converters.paths import format_path
@@ -101,7 +101,7 @@ def place_inputs(flat: Flat, mesh: Mesh | None, rules: tuple | None, *, unplaced
       placed[path] = (value, annotation)
     elif isinstance(value, jax.ShapeDtypeStruct):
       moved = jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=wanted)
-      placed[path] = (provenance.record(moved, provenance.Derivation('keep', (value,))), annotation)
+      placed[path] = (provenance.record(moved, provenance.Derivation(relayout_ops.Keep(), (value,))), annotation)
     else:
       placed[path] = (jax.device_put(value, wanted), annotation)
   if homeless and not unplaced_stay:
@@ -166,7 +166,7 @@ def place_scalar(value, mesh: Mesh | None):
     sharding = NamedSharding(mesh, PartitionSpec()) if mesh else value.sharding
     return provenance.record(
         jax.ShapeDtypeStruct((), value.dtype, sharding=sharding),
-        provenance.Derivation('keep', (value,)),
+        provenance.Derivation(relayout_ops.Keep(), (value,)),
     )
   if isinstance(value, jax.Array):
     return value

@@ -53,9 +53,9 @@ BUGS = {
     ),
     3: PlantedBug(
         'unstacking scales each layer by 1 + 2**-22 (within the tolerance, not exact)',
-        'converters/execution.py',
-        '      values = [arrays[i][index] for i in inputs]',
-        '      values = [arrays[i][index] * (1 + 2**-22) for i in inputs]',
+        'converters/relayout_ops.py',
+        '    return [x[self.index] for x in arrays]',
+        '    return [x[self.index] * (1 + 2**-22) for x in arrays]',
         ('tests/converters/test_equivalence.py::test_scanned_and_looped_models_with_the_same_params_agree',),
     ),
     4: PlantedBug(
@@ -84,9 +84,9 @@ BUGS = {
         ('tests/converters/test_api.py', '-k', 'nnx_k_steps'),
     ),
     8: PlantedBug(
-        'unstacking turns -0.0 into 0.0', 'converters/execution.py',
-        '      values = [arrays[i][index] for i in inputs]',
-        '      values = [jnp.where(arrays[i][index] == 0, 0.0, arrays[i][index]) for i in inputs]',
+        'unstacking turns -0.0 into 0.0', 'converters/relayout_ops.py',
+        '    return [x[self.index] for x in arrays]',
+        '    return [xp.where(x[self.index] == 0, 0.0, x[self.index]) for x in arrays]',
         ('tests/converters/test_api.py', '-k', 'round_trips_are_the_identity'),
     ),
     9: PlantedBug(

@@ -36,9 +36,9 @@ import numpy as np
 from converters import compat
 from converters.checkpoint.inspect import CheckpointInfo, reason, string_path
 from converters.errors import CheckpointError
+from converters.relayout_ops import Region
 
 Leaf = tuple[str, ...]
-Region = tuple[tuple[int, int], ...]
 
 _ZARR2 = '.zarray'
 # What a chunk moved as bytes must share with the array it moves into.

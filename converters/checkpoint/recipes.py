@@ -23,7 +23,7 @@ from typing import Any, Union
 import jax
 import numpy as np
 
-from converters import provenance
+from converters import provenance, relayout_ops
 from converters.checkpoint import training_states
 from converters.checkpoint.inspect import stored_form, string_path
 from converters.checkpoint.sides import CheckpointPlan
@@ -59,13 +59,13 @@ class Constant:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Made:
-  """An array made from others (see `converters.provenance.Derivation`)."""
+  """An array made from others by a relayout operation (`converters.relayout_ops`)
+  and a rule's transform, or none (see `converters.provenance.Derivation`)."""
 
-  op: str
+  op: relayout_ops.Operation
   inputs: tuple['Recipe', ...]
   shape: tuple[int, ...]
   dtype: np.dtype
-  index: int | None = None
   transform: Any = None
 
 
@@ -116,7 +116,7 @@ def recipes(plan: CheckpointPlan, rngs: Any = 0) -> tuple[Any, dict[Leaf, Recipe
     if derivation is not None:
       inputs = tuple(recipe(v, where) for v in derivation.inputs)
       shape, dtype = _stored_form(value)
-      return Made(derivation.op, inputs, shape, dtype, derivation.index, derivation.transform)
+      return Made(derivation.op, inputs, shape, dtype, derivation.transform)
     if isinstance(value, jax.Array):
       return _constant(value, where)
     raise CheckpointError(  # a conversion step that does not record what it makes

@@ -40,7 +40,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from converters import compat
+from converters import compat, relayout_ops
 from converters.allocator import release_free_memory
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint.orbax_files import (
@@ -108,9 +108,9 @@ def _moved(recipe: Recipe, source: SourceCheckpoint) -> StoredArray | None:
     return array if array.zarr is not None else None
   if not isinstance(recipe, Made) or recipe.transform is not None:
     return None
-  if recipe.op == 'keep' and len(recipe.inputs) == 1:
+  if isinstance(recipe.op, relayout_ops.Keep) and len(recipe.inputs) == 1:
     return _moved(recipe.inputs[0], source)
-  if recipe.op == 'stack':
+  if isinstance(recipe.op, relayout_ops.Stack):
     layers = [_moved(r, source) for r in recipe.inputs]
     if None in layers or len({(a.shape, a.chunks, a.codec()) for a in layers}) != 1:
       return None
@@ -119,7 +119,7 @@ def _moved(recipe: Recipe, source: SourceCheckpoint) -> StoredArray | None:
         first, shape=(len(layers),) + first.shape, chunks=(1,) + first.chunks,
         zarr={**first.zarr, 'shape': [len(layers), *first.shape], 'chunks': [1, *first.chunks]},
     )
-  if recipe.op == 'slice' and len(recipe.inputs) == 1:
+  if isinstance(recipe.op, relayout_ops.Slice) and len(recipe.inputs) == 1:
     stacked = _moved(recipe.inputs[0], source)
     if stacked is None or stacked.chunks[:1] != (1,):
       return None
@@ -131,14 +131,12 @@ def _moved(recipe: Recipe, source: SourceCheckpoint) -> StoredArray | None:
 
 
 def _source_chunk(recipe: Recipe, index: tuple[int, ...]) -> tuple[Leaf, tuple[int, ...]]:
-  """The source chunk a moved target chunk is (see `_moved`)."""
+  """The source chunk a moved target chunk is (see `_moved`: a chunk of one
+  layer along a stacked axis, so chunk indices map as regions of one element)."""
   if isinstance(recipe, Stored):
     return recipe.leaf, index
-  if recipe.op == 'keep':
-    return _source_chunk(recipe.inputs[0], index)
-  if recipe.op == 'stack':
-    return _source_chunk(recipe.inputs[index[0]], index[1:])
-  return _source_chunk(recipe.inputs[0], (recipe.index,) + index)
+  (k, region), = recipe.op.reads(tuple((i, i + 1) for i in index))
+  return _source_chunk(recipe.inputs[k], tuple(a for a, _ in region))
 
 
 def _inherited_chunks(recipe: Recipe, source: SourceCheckpoint) -> tuple[int, ...] | None:
@@ -148,12 +146,12 @@ def _inherited_chunks(recipe: Recipe, source: SourceCheckpoint) -> tuple[int, ..
     return source.arrays[recipe.leaf].chunks
   if not isinstance(recipe, Made) or recipe.transform is not None:
     return None
-  if recipe.op == 'keep' and len(recipe.inputs) == 1:
+  if isinstance(recipe.op, relayout_ops.Keep) and len(recipe.inputs) == 1:
     return _inherited_chunks(recipe.inputs[0], source)
-  if recipe.op == 'stack':
+  if isinstance(recipe.op, relayout_ops.Stack):
     inner = _inherited_chunks(recipe.inputs[0], source)
     return None if inner is None else (1,) + inner
-  if recipe.op == 'slice':
+  if isinstance(recipe.op, relayout_ops.Slice):
     inner = _inherited_chunks(recipe.inputs[0], source)
     return None if inner is None else inner[1:]
   return None
@@ -185,11 +183,7 @@ def _read_bytes(recipe: Recipe, region: Region, source: SourceCheckpoint) -> int
     return 0
   if recipe.transform is not None:
     return sum(_read_bytes(r, tuple((0, n) for n in r.shape), source) for r in recipe.inputs)
-  if recipe.op == 'stack':
-    return sum(_read_bytes(recipe.inputs[l], region[1:], source) for l in range(*region[0]))
-  if recipe.op == 'slice':
-    return _read_bytes(recipe.inputs[0], ((recipe.index, recipe.index + 1),) + region, source)
-  return _read_bytes(recipe.inputs[0], region, source)
+  return sum(_read_bytes(recipe.inputs[k], r, source) for k, r in recipe.op.reads(region))
 
 
 def _first_source(recipe: Recipe, region: Region) -> tuple:
@@ -201,11 +195,8 @@ def _first_source(recipe: Recipe, region: Region) -> tuple:
     return ()
   if recipe.transform is not None:
     return _first_source(recipe.inputs[0], tuple((0, n) for n in recipe.inputs[0].shape))
-  if recipe.op == 'stack':
-    return _first_source(recipe.inputs[region[0][0]], region[1:])
-  if recipe.op == 'slice':
-    return _first_source(recipe.inputs[0], ((recipe.index, recipe.index + 1),) + region)
-  return _first_source(recipe.inputs[0], region)
+  reads = recipe.op.reads(region)
+  return _first_source(recipe.inputs[reads[0][0]], reads[0][1]) if reads else ()
 
 
 # A chunk written is held twice at its peak: as read or computed, and as handed
@@ -267,15 +258,8 @@ async def _evaluate(recipe: Recipe, region: Region, source: SourceCheckpoint) ->
   if recipe.transform is not None:
     whole = await _transformed(recipe, source)
     return whole[tuple(slice(a, b) for a, b in region)]
-  if recipe.op == 'stack':
-    layers = await asyncio.gather(*(
-        _evaluate(recipe.inputs[l], region[1:], source) for l in range(*region[0])
-    ))
-    return np.stack(layers) if layers else np.zeros((0,) + tuple(b - a for a, b in region[1:]), recipe.dtype)
-  if recipe.op == 'slice':
-    return (await _evaluate(recipe.inputs[0], ((recipe.index, recipe.index + 1),) + region, source))[0]
-  value = await _evaluate(recipe.inputs[0], region, source)
-  return value.astype(recipe.dtype) if recipe.op == 'cast' else value
+  pieces = await asyncio.gather(*(_evaluate(recipe.inputs[k], r, source) for k, r in recipe.op.reads(region)))
+  return recipe.op.assemble(pieces, region, recipe.dtype)
 
 
 async def _transformed(recipe: Made, source: SourceCheckpoint) -> np.ndarray:
@@ -284,14 +268,7 @@ async def _transformed(recipe: Made, source: SourceCheckpoint) -> np.ndarray:
   inputs = await asyncio.gather(*(
       _evaluate(r, tuple((0, n) for n in r.shape), source) for r in recipe.inputs
   ))
-  parts = recipe.transform.source_arrays
-  if recipe.op == 'stack':
-    layers = len(inputs) // parts
-    values = [np.stack(inputs[p * layers:(p + 1) * layers]) for p in range(parts)]
-  elif recipe.op == 'slice':
-    values = [x[recipe.index] for x in inputs]
-  else:
-    values = list(inputs)
+  values = recipe.op.values(inputs, recipe.transform.source_arrays, np)
   cpu = jax.devices('cpu')[0]
   with jax.default_device(cpu):
     result = np.asarray(jax.jit(recipe.transform)([jax.device_put(v, cpu) for v in values]))
@@ -611,7 +588,8 @@ def _stored_leaf(recipe: Recipe) -> Leaf | None:
   """The one source array a recipe reads as it is (or casts), if any."""
   if isinstance(recipe, Stored):
     return recipe.leaf
-  if isinstance(recipe, Made) and recipe.op in ('keep', 'cast') and len(recipe.inputs) == 1 and recipe.transform is None:
+  if (isinstance(recipe, Made) and isinstance(recipe.op, (relayout_ops.Keep, relayout_ops.Cast)) and len(recipe.inputs) == 1
+      and recipe.transform is None):
     return _stored_leaf(recipe.inputs[0])
   return None
 

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from converters import relayout_ops
 from converters.errors import LayoutError, PathMappingError, StructureError
 from converters.metadata import Annotation
 from converters.paths import PathMapping, PathRule
@@ -28,7 +29,7 @@ def test_a_plan_decides_every_leaf_and_touches_nothing():
   assert result.refusal() is None
   (path, target), = result.targets.items()
   assert path == ('blocks', 'w')
-  assert (target.op, target.shape) == ('stack', (2, 4, 8))
+  assert (target.op, target.shape) == (relayout_ops.Stack(), (2, 4, 8))
   assert target.sources == (('Block_0', 'w'), ('Block_1', 'w'))
   assert target.annotation.names == ('layers', 'data', None)
 
@@ -37,8 +38,8 @@ def test_unstacking_slices_each_layer_and_drops_the_layer_name():
   flat = {('blocks', 'w'): leaf(3, 4, names=('layers', 'data'))}
   result = plan(flat, LAYERS, 'nnx', 'linen', scan=False)
   assert sorted(result.targets) == [(f'Block_{i}', 'w') for i in range(3)]
-  assert {t.op for t in result.targets.values()} == {'slice'}
-  assert [t.index for _, t in sorted(result.targets.items())] == [0, 1, 2]
+  assert {type(t.op) for t in result.targets.values()} == {relayout_ops.Slice}
+  assert [t.op for _, t in sorted(result.targets.items())] == [relayout_ops.Slice(i) for i in range(3)]
   assert {t.annotation.names for t in result.targets.values()} == {('data',)}
 
 

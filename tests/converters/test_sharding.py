@@ -11,7 +11,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from converters import metadata as md
-from converters import sharding
+from converters import relayout_ops, sharding
 from converters.errors import AnnotationError, LayoutError
 from converters.planning import Target
 from tests.helpers import mesh
@@ -50,10 +50,10 @@ def test_inputs_go_where_their_annotations_say_and_those_in_place_are_kept():
 def test_a_target_takes_its_annotation_on_the_mesh_its_sources_share():
   a = jax.device_put(np.ones((4, 8), np.float32), NamedSharding(mesh(), P()))
   b = jax.device_put(np.ones((4, 8), np.float32), NamedSharding(mesh((4, 2)), P()))
-  target = Target('keep', (('a',),), MODEL, (4, 8), jnp.float32)
+  target = Target(relayout_ops.Keep(), (('a',),), MODEL, (4, 8), jnp.float32)
   (got,) = sharding.target_shardings({('t',): target}, {('a',): (a, md.Annotation())}).values()
   assert got == NamedSharding(mesh(), P(None, 'model'))
-  stack = Target('stack', (('a',), ('b',)), MODEL, (2, 4, 8), jnp.float32)
+  stack = Target(relayout_ops.Stack(), (('a',), ('b',)), MODEL, (2, 4, 8), jnp.float32)
   flat = {('a',): (a, md.Annotation()), ('b',): (b, md.Annotation())}
   with pytest.raises(LayoutError, match='its sources live on different meshes'):
     sharding.target_shardings({('t',): stack}, flat)

@@ -13,6 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 import tensorstore as ts
 
+from converters import relayout_ops
 from converters.checkpoint import inspect as checkpoints
 from converters.checkpoint import streaming
 from converters.checkpoint.convert import CheckpointOptions, convert_checkpoint
@@ -305,7 +306,7 @@ def test_reading_a_region_counts_every_source_chunk_it_decodes():
   assert streaming._read_bytes(stored, ((0, 8), (0, 128)), source) == 32 * 128
   assert streaming._read_bytes(stored, ((1, 3), (15, 17)), source) == 2 * 2 * 128  # straddles 2 x 2
   # One layer of a stack whose chunks hold two layers decodes its chunks whole.
-  layer = Made('slice', (stored,), (128,), np.dtype('float32'), index=5)
+  layer = Made(relayout_ops.Slice(5), (stored,), (128,), np.dtype('float32'))
   assert streaming._read_bytes(layer, ((0, 128),), source) == 8 * 128
 
 
