@@ -200,18 +200,19 @@ class Rearrange:
 
   # -- values ------------------------------------------------------------------
 
-  def apply(self, arrays: Sequence[Any], source: Framework, lead: int, parts: int = 1) -> list[Any]:
-    """The target arrays (one per target part) from the source arrays (one per source part)."""
+  def apply(self, arrays: Sequence[Any], source: Framework, lead: int, parts: int = 1, xp=jnp) -> list[Any]:
+    """The target arrays (one per target part) from the source arrays (one
+    per source part), on device (`jnp`) or on the host (`xp=np`)."""
     target = 'nnx' if source == 'linen' else 'linen'
     shapes = [tuple(a.shape) for a in arrays]
     sizes = self.axis_sizes(source, shapes, lead, parts, 'rearrange')
     lead_shape = shapes[0][:lead]
-    x = jnp.stack(arrays, axis=lead) if self.is_parted(source) else arrays[0]
+    x = xp.stack(arrays, axis=lead) if self.is_parted(source) else arrays[0]
     source_order, target_order = self._order(source), self._order(target)
     x = x.reshape(lead_shape + tuple(sizes[a] for a in source_order))
     permutation = tuple(range(lead)) + tuple(lead + source_order.index(a) for a in target_order)
     if permutation != tuple(range(len(permutation))):
-      x = jnp.transpose(x, permutation)
+      x = xp.transpose(x, permutation)
     if not self.is_parted(target):
       return [x.reshape(lead_shape + self.target_shape(target, sizes))]
     parts = x.reshape(lead_shape + (sizes[self.part_axis],) + self.target_shape(target, sizes))

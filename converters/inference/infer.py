@@ -756,7 +756,7 @@ def _candidate(found: dict, left: str, right: str, sizes: dict, linen: tuple) ->
     needed = {a for g in merged for a in g.split()[:-1]}
     transform = Rearrange(f'{left} -> {right}', **{a: sizes[a] for a in sorted(needed)})
   iota = np.arange(math.prod(linen), dtype=np.int32).reshape(linen)
-  moved = iota if transform is None else np.asarray(transform.apply([iota], 'linen', 0)[0])
+  moved = iota if transform is None else transform.apply([iota], 'linen', 0, xp=np)[0]  # (on the host)
   key = (moved.shape, hashlib.sha1(moved.tobytes()).hexdigest())
   if key not in found:
     found[key] = transform

@@ -113,6 +113,12 @@ def draw(seed, shape: tuple[int, ...], dtype, layer=None) -> jax.Array:
 _draw = jax.jit(draw, static_argnums=(1, 2))
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _draw_layers(seeds, shape, dtype):
+  """`draw(seed, shape, dtype)` of each of `seeds`, stacked: one program."""
+  return jax.vmap(lambda seed: draw(seed, shape, dtype))(seeds)
+
+
 @jax.jit
 def _scaled_generic(x, seed):
   """Float `x` scaled to unit size, each element by its own factor in [0.5, 1.5)."""
@@ -557,7 +563,7 @@ def _drawn(aval, slots, seed_of, layer=None):
     k = next(iter(slots))[0]
     if layer is not None:
       return _draw(seed_of((k, layer)), shape[1:], dtype)
-    return jnp.stack([_draw(seed_of((k, l)), shape[1:], dtype) for l in layers])
+    return _draw_layers(jnp.asarray([seed_of((k, l)) for l in layers], jnp.int32), shape[1:], dtype)
   seed = seed_of(min(slots, key=repr)) if slots else 0  # 0: other state (RNG counts), alike on both sides
   return _draw(seed, shape, dtype, layer)
 
