@@ -19,6 +19,23 @@ if TYPE_CHECKING:
   from converters.port.classes import ClassWriter
 
 
+#: Linen's Module API that reads or writes a module's variables or runs it
+#: as a function: on a submodule (`self.dense.variables`, as Flax's
+#: `mlp_lazy` example prints it in `setup()`), NNX has no counterpart.
+SUBMODULE_STATE_API = frozenset({
+    'variables', 'get_variable', 'has_variable', 'put_variable', 'param', 'variable', 'sow',
+    'make_rng', 'is_initializing', 'is_mutable_collection', 'scope', 'apply', 'init',
+    'init_with_output', 'lazy_init', 'bind', 'unbind', 'perturb',
+}) & references.LINEN_MODULE_API
+
+
+def _held_attribute(node: cst.BaseExpression) -> str | None:
+  """`name` of `self.name`, else None."""
+  if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == 'self':
+    return node.attr.value
+  return None
+
+
 def drawn_streams(writer: ClassWriter) -> set[str]:
   """The streams the class draws from (`self.make_rng(stream)`), refusing
   the calls of Linen's Module API on `self` the port does not write, and
@@ -48,6 +65,14 @@ def drawn_streams(writer: ClassWriter) -> set[str]:
             node,
             f'self.{node.attr.value}(...) is Linen\'s own Module API, which the port does not '
             'write yet; port it by hand',
+        )
+      held = _held_attribute(node.value)
+      if held is not None and held not in writer.field_names and node.attr.value in SUBMODULE_STATE_API:
+        writer.fail(
+            node,
+            f'self.{held}.{node.attr.value} is Linen\'s Module API of a submodule, which an NNX '
+            f'module does not have, and the port does not write it yet; in NNX a module\'s '
+            f'variables are nnx.state(self.{held}) (a State, not Linen\'s collections)',
         )
 
   writer.cdef.visit(Visitor())

@@ -2050,3 +2050,19 @@ class NormsNoneTogether(nn.Module):
 
 def norms_none_together() -> LinenModel:
   return LinenModel(NormsNoneTogether(), jnp.linspace(-1.0, 1.0, 8).reshape(2, 4))
+
+
+class ReadsASubmodulesVariables(nn.Module):
+  """Linen's Module API read on a submodule in `setup()` (Flax's
+  `examples/linen_design_test/mlp_lazy.py` prints `self.dense2.variables`)."""
+
+  def setup(self):
+    self.dense = nn.Dense(3)
+    self.before_init = len(self.dense.variables)  # 0: not initialised yet
+
+  def __call__(self, x):
+    return self.dense(x)
+
+
+def reads_a_submodules_variables() -> LinenModel:
+  return LinenModel(ReadsASubmodulesVariables(), jnp.ones((2, 4)))

@@ -551,6 +551,7 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('remat_chosen_in_an_expression', 'is made by a transform bound outside the method'),
     ('handed_to_a_function', 'noisy(...) is handed the module and calls module.make_rng(...) in it'),
     ('chosen_linen_only_argument', "chooses 'dot_general_cls', which nnx.Linear does not take"),
+    ('reads_a_submodules_variables', "self.dense.variables is Linen's Module API of a submodule"),
     # Nightly: dotted_mode_arithmetic's reason.
     pytest.param('mode_through_a_local', "config.deterministic sets the layers' modes and does more",
                  marks=pytest.mark.nightly),
