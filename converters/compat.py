@@ -93,16 +93,51 @@ from jax._src.nn import initializers as _INITIALIZERS
 # test says so).
 _TRACER = getattr(partial_eval, 'DynamicJaxprTracer', None)
 _ORIGINAL_MESSAGE = getattr(_TRACER, '_origin_msg', None)
-_LOCK = threading.Lock()
 _CEILING_LOCK = threading.RLock()  # held through a block: nested ones re-enter
-_INSTALLED = 0
-_THIS_THREAD = threading.local()
+
+
+class _ThreadScopedPatch:
+  """A patch of a library, installed while any thread is within one of its
+  blocks (counted: the first installs it, the last undoes it), whose
+  patched code asks `active()`: whether the calling thread is within one."""
+
+  def __init__(self, install, undo):
+    self._install, self._undo = install, undo
+    self._lock = threading.Lock()
+    self._blocks = 0  # in any thread
+    self._local = threading.local()  # `.depth`: this thread's
+
+  def active(self) -> bool:
+    return getattr(self._local, 'depth', 0) > 0
+
+  @contextlib.contextmanager
+  def __call__(self):
+    with self._lock:
+      if self._blocks == 0:
+        self._install()
+      self._blocks += 1
+    depth = getattr(self._local, 'depth', 0)
+    self._local.depth = depth + 1
+    try:
+      yield
+    finally:
+      self._local.depth = depth
+      with self._lock:
+        self._blocks -= 1
+        if self._blocks == 0:
+          self._undo()
 
 
 def _origin_message(tracer) -> str:
-  if getattr(_THIS_THREAD, 'quiet', False):
+  if _QUIET_ORIGINS.active():
     return ''
   return _ORIGINAL_MESSAGE(tracer)
+
+
+_QUIET_ORIGINS = _ThreadScopedPatch(
+    lambda: setattr(_TRACER, '_origin_msg', _origin_message),
+    lambda: setattr(_TRACER, '_origin_msg', _ORIGINAL_MESSAGE),
+)
 
 
 @contextlib.contextmanager
@@ -112,24 +147,11 @@ def quiet_tracer_origins():
   Other threads keep JAX's full messages, and so does this one once the
   block ends; nothing else changes.
   """
-  global _INSTALLED
   if _ORIGINAL_MESSAGE is None:
     yield
     return
-  with _LOCK:
-    if _INSTALLED == 0:
-      _TRACER._origin_msg = _origin_message
-    _INSTALLED += 1
-  previous = getattr(_THIS_THREAD, 'quiet', False)
-  _THIS_THREAD.quiet = True
-  try:
+  with _QUIET_ORIGINS():
     yield
-  finally:
-    _THIS_THREAD.quiet = previous
-    with _LOCK:
-      _INSTALLED -= 1
-      if _INSTALLED == 0:
-        _TRACER._origin_msg = _ORIGINAL_MESSAGE
 
 
 def to_nnx_metadata(box) -> dict[str, Any]:
@@ -184,9 +206,6 @@ def one_ceiling_form():
 _INITIALIZER_DRAWS = ('normal', 'truncated_normal', 'uniform')
 #: What JAX's initializers draw through (`jax._src.random`).
 _REAL_RANDOM = getattr(_INITIALIZERS, 'random', None)
-_ZERO_DRAWS = threading.local()  # `.depth`: this thread's contexts
-_ZERO_DRAWS_LOCK = threading.Lock()
-_zero_draw_contexts = 0  # in any thread
 
 
 def _zeros_in_context(draw):
@@ -194,7 +213,7 @@ def _zeros_in_context(draw):
 
   @functools.wraps(draw)
   def zeros_or_draw(*args, **kwargs):
-    if getattr(_ZERO_DRAWS, 'depth', 0):
+    if _ZERO_DRAWS.active():
       bound = signature.bind(*args, **kwargs)
       bound.apply_defaults()
       shape = bound.arguments.get('shape')
@@ -222,24 +241,17 @@ def initializer_draws_as_zeros():
   give zeros of the shape and dtype they would draw: for traces that keep
   only shapes and dtypes (`jax.eval_shape` of an `init`). Other threads'
   draw as before; JAX's module is as it was once no thread is within one."""
-  global _zero_draw_contexts
   if not all(callable(getattr(_REAL_RANDOM, name, None)) for name in _INITIALIZER_DRAWS):
     yield
     return
-  with _ZERO_DRAWS_LOCK:
-    if _zero_draw_contexts == 0:
-      _INITIALIZERS.random = _draws_as_zeros(_REAL_RANDOM)
-    _zero_draw_contexts += 1
-  depth = getattr(_ZERO_DRAWS, 'depth', 0)
-  _ZERO_DRAWS.depth = depth + 1
-  try:
+  with _ZERO_DRAWS():
     yield
-  finally:
-    _ZERO_DRAWS.depth = depth
-    with _ZERO_DRAWS_LOCK:
-      _zero_draw_contexts -= 1
-      if _zero_draw_contexts == 0:
-        _INITIALIZERS.random = _REAL_RANDOM
+
+
+_ZERO_DRAWS = _ThreadScopedPatch(
+    lambda: setattr(_INITIALIZERS, 'random', _draws_as_zeros(_REAL_RANDOM)),
+    lambda: setattr(_INITIALIZERS, 'random', _REAL_RANDOM),
+)
 
 
 #: The setting `trace_caches_missed` changes, set for this thread only (as
