@@ -39,7 +39,7 @@ from jax.extend.core import jaxpr_as_fun
 from converters.errors import ConversionError, PathMappingError
 from converters.inference.evaluation import Program, evaluate, outside_any_mesh
 from converters.inference.traces import Trace
-from converters.transforms import Rearrange
+from converters.transforms import Rearrange, Step
 
 #: Largest difference, relative to the outputs' scale, accepted between two
 #: programs that compute alike in another order, by output dtype width.
@@ -304,7 +304,7 @@ class Witness:
       f = self.fused[k]
       sources = [self._linen_input(*s) for s in f.sources]
       try:
-        value = _applied(f.transform, f.lead, f.parts)(*sources)[f.part]
+        value = _jitted(Step(f.transform, 'linen', f.lead, f.part, f.parts))(sources)
       except ConversionError as e:
         raise PathMappingError(f'{f.transform!r} does not apply to what it pairs: {e}') from e
       wanted = tuple(nnx_vars[k].aval.shape)
@@ -569,10 +569,10 @@ def _drawn(aval, slots, seed_of, layer=None):
 
 
 @functools.lru_cache(maxsize=64)
-def _applied(transform: Rearrange, lead: int, parts: int) -> Callable:
-  """`transform` from Linen's arrays to NNX's, jitted: one program per
-  shape, not one per operation (a rearrangement moves values, bit for bit)."""
-  return jax.jit(lambda *arrays: transform.apply(list(arrays), 'linen', lead, parts))
+def _jitted(step: Step) -> Callable:
+  """A given rule's `step`, jitted: one program per shape, not one per
+  operation (a rearrangement moves values, bit for bit)."""
+  return jax.jit(step)
 
 
 def _on_one_device(value) -> jax.Array:
