@@ -118,3 +118,19 @@ def test_an_assignment_alike_forward_but_not_backward_is_not_symmetric():
   assert w.symmetric({(0, None): (0, None), (1, None): (1, None)})[0].exact
   swapped, _ = w.symmetric({(0, None): (1, None), (1, None): (0, None)})
   assert not swapped.agree and 'backward' in swapped.where
+
+
+def test_a_stacked_variable_drawn_whole_is_its_layers_drawn_alone():
+  # The run draws a scanned variable one layer at a time where it reads one
+  # layer, and whole elsewhere: both must be the same bits.
+  from converters.inference.witness import _drawn
+
+  for dtype in (jnp.float32, jnp.bfloat16, jnp.int32):
+    aval = jax.ShapeDtypeStruct((3, 4, 5), dtype)
+    slots = {(7, layer) for layer in range(3)}
+    seed_of = lambda slot: 11 + 13 * slot[1]
+    whole = np.asarray(_drawn(aval, slots, seed_of))
+    for layer in range(3):
+      alone = np.asarray(_drawn(aval, slots, seed_of, layer))
+      assert whole[layer].tobytes() == alone.tobytes(), (dtype, layer)
+    assert whole[0].tobytes() != whole[1].tobytes()  # each layer its own seed
