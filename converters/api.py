@@ -97,16 +97,7 @@ def linen_to_nnx(
   table = CollectionTable(collections)
   trees = linen_trees.input_collections(linen, table, only=_only(options, 'linen'))
   model, optimizer = nnx_trees.split_target(target, train_state=isinstance(linen, TrainState))
-  if wrt is not None and (model is None or optimizer is not None):  # before anything is read
-    raise StructureError(
-        'wrt= selects the Variables of a target model to fill; give a model alone as '
-        'target (a training state fills all of them, and without a target nothing is filled)'
-    )
-  if wrt is not None:
-    try:
-      nnx.filterlib.to_predicate(wrt)
-    except (TypeError, ValueError) as e:
-      raise StructureError(f'wrt={wrt!r}: not an nnx filter ({e}); pass nnx.Param, say') from e
+  _check_wrt(wrt, model, optimizer)
   flats = {name: linen_trees.read_collection(tree, name, strict=options.strict) for name, tree in trees.items()}
   if 'params' in flats:
     _nonempty(flats['params'], 'params')
@@ -121,7 +112,30 @@ def linen_to_nnx(
   if model is None:
     conversion.run()
     return nnx_trees.write_state(converted, table.by_name, conversion.value)
+  return _into_nnx_target(
+      linen, flats, converted, conversion, model=model, optimizer=optimizer, table=table, rngs=rngs, wrt=wrt,
+  )
 
+
+def _check_wrt(wrt, model, optimizer) -> None:
+  """`linen_to_nnx`'s `wrt=`, before anything is read: an nnx filter, with a model alone as target."""
+  if wrt is None:
+    return
+  if model is None or optimizer is not None:
+    raise StructureError(
+        'wrt= selects the Variables of a target model to fill; give a model alone as '
+        'target (a training state fills all of them, and without a target nothing is filled)'
+    )
+  try:
+    nnx.filterlib.to_predicate(wrt)
+  except (TypeError, ValueError) as e:
+    raise StructureError(f'wrt={wrt!r}: not an nnx filter ({e}); pass nnx.Param, say') from e
+
+
+def _into_nnx_target(linen, flats: dict, converted: dict, conversion: Conversion, *, model, optimizer,
+                     table: CollectionTable, rngs, wrt):
+  """`linen_to_nnx` into a target: its model's (and optimizer's) leaves filled, a new model or pair."""
+  options = conversion.options
   template = nnx_trees.Template.of(
       model, optimizer, rules=options.resolution_rules, rngs=rngs, only=_only(options, 'nnx'), wrt=wrt,
   )
@@ -131,7 +145,7 @@ def linen_to_nnx(
   filled = fill(
       'linen -> nnx', template.leaves, produced, options=options,
       mesh=options.mesh or mesh_of_tree(template.variables),
-      explain=lambda p, _: conversion.options.paths.describe('nnx', p[1:]) if p[0] == 'model' else None,
+      explain=lambda p, _: options.paths.describe('nnx', p[1:]) if p[0] == 'model' else None,
       check_kind=template.check_kind(table, converted), check_metadata=template.check_metadata,
   )
   conversion.protect(_scalars(produced, filled))
@@ -207,19 +221,26 @@ def nnx_to_linen(
   templates = linen_trees.templates_of(target, table, groups, only=_only(options, 'linen'))
   if optimizer is not None:
     linen_trees.check_untrained(templates['params'], _only(options, 'linen'), 'target.params')
+  filled = _filled_linen_templates(templates, converted, conversion)
+  if optimizer is None:
+    conversion.run()
+    return linen_trees.write_collections(filled, conversion.value)
+  return _train_state(target, optimizer, groups['params'], filled, conversion)
+
+
+def _filled_linen_templates(templates: dict, converted: dict, conversion: Conversion) -> dict:
+  """`nnx_to_linen` into a target: each collection of its templates filled, in the order produced."""
+  options = conversion.options
   filled = {}
   for c in sorted(templates):
     template = linen_trees.read_collection(templates[c], f'target.{c}')
     produced = {**converted.get(c, {}), **linen_trees.kept_from_target(template, _only(options, 'linen'), c)}
     filled[c] = fill(
         f'nnx -> linen {c}', template, produced, options=options, prefix=f'{c}/',
-        explain=lambda p, _: conversion.options.paths.describe('linen', p),
+        explain=lambda p, _: options.paths.describe('linen', p),
         in_produced_order=True,
     )
-  if optimizer is None:
-    conversion.run()
-    return linen_trees.write_collections(filled, conversion.value)
-  return _train_state(target, optimizer, groups['params'], filled, conversion)
+  return filled
 
 
 def relayout(

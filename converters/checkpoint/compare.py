@@ -24,12 +24,17 @@ from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec
 
 from converters import metadata as md
-from converters.comparison import as_key_data, leaf_difference
 from converters.checkpoint.inspect import string_path
+from converters.comparison import as_key_data, leaf_difference
 from converters.errors import CheckpointError
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import PathMapping, format_path
-from converters.training_mode import linen_draws_in_order, linen_in_training, nnx_draws_in_order, runs_a_scan
+from converters.training_mode import (
+  linen_draws_in_order,
+  linen_in_training,
+  nnx_draws_in_order,
+  runs_a_scan,
+)
 from converters.variable_types import CollectionTable
 
 
@@ -320,9 +325,7 @@ def compare_outputs(
     CheckpointError: the models are not given, a checkpoint does not hold
       their training state, or a model fails to run (its error, in one line).
   """
-  from converters.linen_trees import input_collections
   from converters.checkpoint import inspect as checkpoints
-  from converters.checkpoint import weights
   from converters.checkpoint.models import UserModels
 
   if not isinstance(models, UserModels):
@@ -332,48 +335,66 @@ def compare_outputs(
     )
   infos = checkpoints.inspect(a, allow_unfinished), checkpoints.inspect(b, allow_unfinished)
   mesh = models.make_mesh()
-  results, layouts = [], []
   with jax.set_mesh(mesh), nn.logical_axis_rules(models.rules or ()):
     sides = [models.source_layout(info, mesh) for info in infos]
     example = models.linen_model(models.layouts('linen')[0])  # its inputs serve both
     input_sets, base_set = _input_sets((example.args, example.keyword_inputs), mesh)
-    runners = []
-    for path, info, (layout, side) in zip((a, b), infos, sides):
-      state = checkpoints.restore(info, side.abstract_state)
-      which = {'linen': 'Linen', 'nnx': 'NNX'}[side.framework]
-      if side.framework == 'linen':
-        linen = models.linen_model(layout)
-        state = weights.runnable(side, state) if side.weights else state
-        held = input_collections(state, CollectionTable(models.collections))
-        runner = _LinenRuns(linen.module, linen.settings)
-      else:
-        held = weights.runnable(side, state) if side.weights else side.objects(state)[0]
-        runner = _NNXRuns()
-      runners.append((path, which, runner, held))
-      layouts.append(side.layout)
+    runners = [_runner(path, info, layout, side, models) for path, info, (layout, side) in zip((a, b), infos, sides)]
+    layouts = [side.layout for _, side in sides]
     results = [_running(path, which, _runs, runner, held, input_sets, base_set)
                for path, which, runner, held in runners]
-    # Training, where both sides can draw alike: not under a scan, which
-    # draws its layers' keys at its trace (Linen's `nn.scan` traces its body
-    # twice), nor where a model does not run in training on its own (a
-    # batch norm reducing over a mapped axis).
-    base_name, base = input_sets[base_set]
-    if not any(_running(path, which, runner.scans, runner.prepared(held, training=False), base)
-               for path, which, runner, held in runners):
-      trained = []
-      for path, which, runner, held in runners:
-        try:
-          trained.append(runner.jit(runner.training)(runner.prepared(held, training=True), *base))
-        except Exception:  # noqa: BLE001 - no training run: what else it compares stands
-          break
-      else:
-        for found, out in zip(results, trained):
-          found[f'training-mode output{{}} on {base_name}'] = out
+    _add_training_runs(results, runners, *input_sets[base_set])
+  rows = _output_rows(*results)
+  labels = tuple({'linen': 'Linen', 'nnx': 'NNX'}[s.framework] for _, s in sides)
+  if labels[0] == labels[1]:
+    labels = ('A', 'B')
+  summaries = [{**i.summary(), 'layout': l} for i, l in zip(infos, layouts)]
+  return rows, labels, {'a': summaries[0], 'b': summaries[1], 'outputs': True}
+
+
+def _runner(path: str, info, layout, side, models) -> tuple:
+  """`(path, framework's name, runs, variables or model)` of one restored checkpoint."""
+  from converters.checkpoint import inspect as checkpoints
+  from converters.checkpoint import weights
+  from converters.linen_trees import input_collections
+
+  state = checkpoints.restore(info, side.abstract_state)
+  which = {'linen': 'Linen', 'nnx': 'NNX'}[side.framework]
+  if side.framework == 'linen':
+    linen = models.linen_model(layout)
+    state = weights.runnable(side, state) if side.weights else state
+    return path, which, _LinenRuns(linen.module, linen.settings), input_collections(
+        state, CollectionTable(models.collections))
+  held = weights.runnable(side, state) if side.weights else side.objects(state)[0]
+  return path, which, _NNXRuns(), held
+
+
+def _add_training_runs(results: list[dict], runners: list[tuple], base_name: str, base: tuple) -> None:
+  """Each side's training-mode output on the base inputs, where both sides can draw alike.
+
+  Not under a scan, which draws its layers' keys at its trace (Linen's
+  `nn.scan` traces its body twice), nor where a model does not run in
+  training on its own (a batch norm reducing over a mapped axis).
+  """
+  if any(_running(path, which, runner.scans, runner.prepared(held, training=False), base)
+         for path, which, runner, held in runners):
+    return
+  trained = []
+  for _, _, runner, held in runners:
+    try:
+      trained.append(runner.jit(runner.training)(runner.prepared(held, training=True), *base))
+    except Exception:  # noqa: BLE001 - no training run: what else it compares stands
+      return
+  for found, out in zip(results, trained):
+    found[f'training-mode output{{}} on {base_name}'] = out
+
+
+def _output_rows(first: dict, second: dict) -> list[LeafComparison]:
+  """A row per output leaf of each run both sides made (a run one side could
+  not make, a program it cannot differentiate, is left out on both)."""
   rows = []
-  # A run one side could not make (a program it cannot differentiate) is
-  # left out on both.
-  for what in [w for w in results[0] if w in results[1]]:
-    x_tree, y_tree = results[0][what], results[1][what]
+  for what in [w for w in first if w in second]:
+    x_tree, y_tree = first[what], second[what]
     if jax.tree.structure(x_tree) != jax.tree.structure(y_tree):
       raise CheckpointError(
           f'the two models return {what} of different structures: '
@@ -384,11 +405,7 @@ def compare_outputs(
       identical, difference = leaf_difference(x, y)  # (False, nan) for other shapes or dtypes
       dtype = str(x.dtype) if x.dtype == y.dtype else f'{x.dtype} / {y.dtype}'
       rows.append(LeafComparison(name, name, tuple(x.shape), dtype, _spec(x), _spec(y), difference, identical))
-  labels = tuple({'linen': 'Linen', 'nnx': 'NNX'}[s.framework] for _, s in sides)
-  if labels[0] == labels[1]:
-    labels = ('A', 'B')
-  summaries = [{**i.summary(), 'layout': l} for i, l in zip(infos, layouts)]
-  return rows, labels, {'a': summaries[0], 'b': summaries[1], 'outputs': True}
+  return rows
 
 
 def _input_sets(args, mesh) -> tuple[list[tuple[str, tuple]], int]:
@@ -399,7 +416,12 @@ def _input_sets(args, mesh) -> tuple[list[tuple[str, tuple]], int]:
   the gradients and training run on: the inputs made generic, else the
   example's (selector draws may leave a model's range)."""
   from converters.inference.evaluation import outside_any_mesh
-  from converters.inference.witness import SELECTOR_DRAWS, example_inputs, generic_inputs, selector_inputs
+  from converters.inference.witness import (
+    SELECTOR_DRAWS,
+    example_inputs,
+    generic_inputs,
+    selector_inputs,
+  )
 
   leaves, tree = jax.tree.flatten(args)
   arrays = [k for k, x in enumerate(leaves) if isinstance(x, jax.ShapeDtypeStruct) or hasattr(x, 'shape')]
