@@ -606,7 +606,7 @@ class PathMapping:
               'this Linen model stacks that loop (nn.scan), which Linen numbers as one module: '
               'write that layer\'s rule with its own number for the stacked model'
           )
-        length = self._linen_length(paths, before, name, first, loops, counted)
+        length = self._linen_length(paths, before, name, first=first, loops=loops, counted=counted)
       else:
         length = max([m.index + 1 for _, m in matches if m.layout == 'loop']
                      + [int(shapes[p][0]) for p, m in matches if m.layout == 'scan' and len(shapes.get(p, ())) > 0]
@@ -615,7 +615,7 @@ class PathMapping:
       resolved.update({rule: rule.counting(first + length) for rule in counted})
     return PathMapping(self.rules, keep_unmatched=self.keep_unmatched, _binding=_Binding(resolved, lengths))
 
-  def _linen_length(self, paths, before: tuple, name: str, first: int, loops, counted) -> int:
+  def _linen_length(self, paths, before: tuple, name: str, *, first: int, loops, counted) -> int:
     """The length of a loop in a Linen model's `paths`: Linen numbers every
     layer of the class, the counted ones right after the loop's, so with
     them all present it is the count less theirs. A tree that lacks some

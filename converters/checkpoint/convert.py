@@ -193,14 +193,7 @@ def convert_checkpoint(
       nothing is written.
     VerificationError: the written checkpoint differs; it is deleted.
   """
-  if to not in FRAMEWORKS:
-    raise CheckpointError(f'to={to!r}: choose one of {FRAMEWORKS}')
-  if layout not in (None, 'scan', 'loop'):
-    raise CheckpointError(f'layout={layout!r}: choose scan or loop')
-  models = check_model_pair(models)
-  options = CheckpointOptions() if options is None else options
-  if not isinstance(options, CheckpointOptions):
-    raise CheckpointError(f'options={options!r}: give CheckpointOptions(...)')
+  models, options = _checked_arguments(to, layout, models, options)
   on_stage = options.on_stage or (lambda stage: None)
   source_path, _ = checkpoints.locate(src)
   destination = plan_destination([os.fspath(src), source_path], dst, options.force)
@@ -238,6 +231,19 @@ def convert_checkpoint(
     source_summary['form'] = weights.describe(plan.source)
     converted['form'] = weights.describe(plan.target)
   return _summary(plan, options, source=source_summary, destination=converted, step=step)
+
+
+def _checked_arguments(to, layout, models, options) -> tuple[ModelPair, CheckpointOptions]:
+  """`convert_checkpoint`'s `models` and `options` (the defaults where None), refused before anything is read."""
+  if to not in FRAMEWORKS:
+    raise CheckpointError(f'to={to!r}: choose one of {FRAMEWORKS}')
+  if layout not in (None, 'scan', 'loop'):
+    raise CheckpointError(f'layout={layout!r}: choose scan or loop')
+  models = check_model_pair(models)
+  options = CheckpointOptions() if options is None else options
+  if not isinstance(options, CheckpointOptions):
+    raise CheckpointError(f'options={options!r}: give CheckpointOptions(...)')
+  return models, options
 
 
 def _checked_plan(plan, info, to: Framework, layout: str | None):

@@ -394,23 +394,7 @@ def _fused_or_split(infer, given, traces, inputs, idle: Callable[[], frozenset])
         members[index] = (paths[whole_side][whole], tuple(paths[parted_side][p] for p in parts), distance,
                           frozenset((parted_side, p) for p in parts))
     for template, candidates in by_template.items():
-      option = []
-      for (part_templates, whole_shape, part_shape), members in candidates.items():
-        named = [template, *part_templates]
-        # One `{i}` rule for every layer when the templates name nothing else.
-        folded = (None not in members and len(members) > 1 and all(
-            {_family(p)[1] for p in side_paths if _family(p)[0] == t} <= set(members)
-            for t in named for side_paths in everything
-        ))
-        cases = [(template, part_templates)] if folded else [(w, p) for w, p, _, _ in members.values()]
-        distance = max(m[2] for m in members.values())
-        parted = tuple(m[3] for m in members.values())  # each whole's parts
-        for t in _parted_rearrangements(tuple(whole_shape), tuple(part_shape), len(part_templates), fused_side):
-          rules = tuple(
-              PathRule(parts, whole, transform=t) if fused_side == 'nnx' else PathRule(whole, parts, transform=t)
-              for whole, parts in cases
-          )
-          option.append(((0, distance, _part_moves(t)), rules, parted))
+      option = _template_options(template, candidates, fused_side, everything)
       if option:
         # Left whole too (an output projection of a part's size, stored
         # otherwise): most wholes fused first.
@@ -436,6 +420,30 @@ def _fused_or_split(infer, given, traces, inputs, idle: Callable[[], frozenset])
     return _first_fused(budgeted, given, traces, blind, idle, options)
   except _OutOfRuns:
     return None
+
+
+def _template_options(template: str, candidates: dict, fused_side: str, everything: list) -> list:
+  """`((rank), rules, parted)` for each way of fusing or splitting the wholes
+  of the family `template` with their candidate parts (`candidates`: by
+  part templates and shapes, each layer's whole and parts), one `{i}` rule
+  for every layer when the templates name nothing else."""
+  option = []
+  for (part_templates, whole_shape, part_shape), members in candidates.items():
+    named = [template, *part_templates]
+    folded = (None not in members and len(members) > 1 and all(
+        {_family(p)[1] for p in side_paths if _family(p)[0] == t} <= set(members)
+        for t in named for side_paths in everything
+    ))
+    cases = [(template, part_templates)] if folded else [(w, p) for w, p, _, _ in members.values()]
+    distance = max(m[2] for m in members.values())
+    parted = tuple(m[3] for m in members.values())  # each whole's parts
+    for t in _parted_rearrangements(tuple(whole_shape), tuple(part_shape), len(part_templates), fused_side):
+      rules = tuple(
+          PathRule(parts, whole, transform=t) if fused_side == 'nnx' else PathRule(whole, parts, transform=t)
+          for whole, parts in cases
+      )
+      option.append(((0, distance, _part_moves(t)), rules, parted))
+  return option
 
 
 def _by_kind(slots, kind: Callable) -> dict:

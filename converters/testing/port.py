@@ -122,22 +122,13 @@ def _bare(tree):
 
 
 def assert_port_equivalent(
-    linen_module: nn.Module,
-    linen_variables: Mapping,
-    nnx_model: nnx.Module,
-    *inputs: Any,
-    paths: PathMapping | str | None = None,
-    rules: tuple | None = None,
+    linen_module: nn.Module, linen_variables: Mapping, nnx_model: nnx.Module, *inputs: Any,
+    paths: PathMapping | str | None = None, rules: tuple | None = None,
     collections: Mapping[str, type] | None = None,
-    linen_kwargs: Mapping[str, Any] | None = None,
-    nnx_kwargs: Mapping[str, Any] | None = None,
-    linen_train_kwargs: Mapping[str, Any] | None = None,
-    linen_train_module: nn.Module | None = None,
-    loss: Callable[[Any], jax.Array] | None = None,
-    atol: float = 0.0,
-    axis_name: str | None = None,
-    drawn_streams: Sequence[str] | None = None,
-    **keyword_inputs: Any,
+    linen_kwargs: Mapping[str, Any] | None = None, nnx_kwargs: Mapping[str, Any] | None = None,
+    linen_train_kwargs: Mapping[str, Any] | None = None, linen_train_module: nn.Module | None = None,
+    loss: Callable[[Any], jax.Array] | None = None, atol: float = 0.0, axis_name: str | None = None,
+    drawn_streams: Sequence[str] | None = None, **keyword_inputs: Any,
 ) -> None:
   """The NNX port `nnx_model` is the Linen `linen_module`: see the module docstring.
 
@@ -186,7 +177,52 @@ def assert_port_equivalent(
       compared too. Default: every stream but `params` the Linen call
       draws in eval mode (`streams_drawn`).
   """
+  _refuse_abstract(inputs, keyword_inputs)
   linen_kwargs, nnx_kwargs = dict(linen_kwargs or {}), dict(nnx_kwargs or {})
+  if (infer := as_infer(paths)) is not None:
+    paths = infer_paths(
+        linen_module, _eval_probe(nnx_model), *inputs, linen_kwargs=linen_kwargs, nnx_kwargs=nnx_kwargs,
+        linen_train_kwargs=linen_train_kwargs, paths=infer.known, collections=collections, **keyword_inputs,
+    )
+  options = dict(paths=paths, rules=rules, collections=collections)
+  model, gradient_model = _converted_in_eval_mode(linen_variables, nnx_model, options)
+  rows = _eval_mode_rows(
+      linen_module, linen_variables, nnx_model, model, gradient_model, (tuple(inputs), dict(keyword_inputs)),
+      linen_kwargs=linen_kwargs, nnx_kwargs=nnx_kwargs, options=options, loss=loss or mean_square_loss,
+      atol=atol, axis_name=axis_name, drawn_streams=drawn_streams,
+  )
+  trained = [] if linen_train_kwargs is None and linen_train_module is None else _training_step(
+      linen_module if linen_train_module is None else linen_train_module, linen_variables, gradient_model,
+      (tuple(inputs), dict(keyword_inputs)),
+      linen_kwargs=linen_kwargs if linen_train_kwargs is None else linen_train_kwargs,
+      nnx_kwargs=nnx_kwargs, options=options, atol=atol, axis_name=axis_name,
+  )
+  _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).',
+        rows + trained if rows else [])
+  if trained:
+    _fail(f'Linen and NNX agree in eval mode but not in a training step (atol={atol}), {_DRAW_AS_LINEN}', trained)
+
+
+#: What a port that agrees in eval mode but not in a training step does otherwise.
+_DRAW_AS_LINEN = (
+    'where dropout and every other random draw act, both sides drawing the n-th key of the call '
+    'alike: a port that draws its keys in another order or number (one key split in two '
+    'where Linen draws two, a draw of its own before Linen\'s) differs here though it may '
+    'compute the same; draw as Linen does, one key per make_rng in its order (the port\'s '
+    '`rngs.<stream>()`), or the rest of the port differs in training.'
+)
+
+
+def _converted_in_eval_mode(linen_variables, nnx_model: nnx.Module, options: dict) -> tuple[nnx.Module, nnx.Module]:
+  """The port with Linen's variables (round trips checked), in eval mode, twice:
+  one for the call, which may write state, and one for the gradients."""
+  model = _assert_round_trips(linen_variables, nnx_model, options)
+  model.eval()
+  return model, nnx.clone(model)
+
+
+def _refuse_abstract(inputs: tuple, keyword_inputs: dict) -> None:
+  """`assert_port_equivalent` runs both models: its inputs are arrays, not shapes."""
   abstract = [x for x in jax.tree.leaves((inputs, keyword_inputs)) if isinstance(x, jax.ShapeDtypeStruct)]
   if abstract:
     raise TypeError(
@@ -194,53 +230,53 @@ def assert_port_equivalent(
         f'jax.ShapeDtypeStruct ({abstract[0].shape} {abstract[0].dtype}); shapes alone serve '
         'infer_paths and LinenModel, which draw them'
     )
-  infer = as_infer(paths)
-  if infer is not None:
-    probe = nnx.merge(*nnx.split(nnx_model))  # the same arrays, in eval mode
-    probe.eval()
-    paths = infer_paths(
-        linen_module, probe, *inputs, linen_kwargs=linen_kwargs, nnx_kwargs=nnx_kwargs,
-        linen_train_kwargs=linen_train_kwargs, paths=infer.known, collections=collections,
-        **keyword_inputs,
-    )
-  options = dict(paths=paths, rules=rules, collections=collections)
-  loss = loss or mean_square_loss
 
-  model = _assert_round_trips(linen_variables, nnx_model, options)
 
-  model.eval()
-  gradient_model = nnx.clone(model)  # before the call below writes any state
+def _eval_mode_rows(linen_module, linen_variables, nnx_model, model, gradient_model, inputs, *, linen_kwargs,
+                    nnx_kwargs, options, loss, atol, axis_name, drawn_streams) -> list:
+  """The rows of every eval-mode check of `assert_port_equivalent` that differs:
+  outputs and what the call writes, gradients, and the settings only training uses."""
+  args, keyword_inputs = inputs
   # Every collection but the parameters may be written by the call (a decode
   # step's cache): Linen's new values are compared with the port's after its call.
   streams = (tuple(drawn_streams) if drawn_streams is not None
-             else streams_drawn(linen_module, linen_variables, inputs, {**keyword_inputs, **linen_kwargs}))
+             else streams_drawn(linen_module, linen_variables, args, {**keyword_inputs, **linen_kwargs}))
   linen_apply = _linen_call(linen_module, linen_variables, linen_kwargs, streams=streams)
   call = lambda m, *xs, **kw: nnx_call(m, *xs, drawn_streams=streams, **kw, **nnx_kwargs)
-  inputs = (tuple(inputs), dict(keyword_inputs))  # the arguments of both calls
   rows = _compare_call(
       ('outputs', 'variables the call writes'), linen_apply, linen_variables, model, inputs,
       call=call, options=options, atol=atol, axis_name=axis_name,
   )
-
   rows += _compare_gradients(
       linen_apply, linen_variables, gradient_model, inputs, call=call, loss=loss, options=options, atol=atol,
       axis_name=axis_name,
   )
-  rows += _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model, streams)
-  trained = [] if linen_train_kwargs is None and linen_train_module is None else _training_step(
-      linen_module if linen_train_module is None else linen_train_module, linen_variables, gradient_model,
-      inputs, linen_kwargs=linen_kwargs if linen_train_kwargs is None else linen_train_kwargs,
-      nnx_kwargs=nnx_kwargs, options=options, atol=atol, axis_name=axis_name,
-  )
-  _fail(f'Linen and NNX disagree in eval mode, or in settings only training uses (atol={atol}).',
-        rows + trained if rows else [])
-  if trained:
-    _fail(f'Linen and NNX agree in eval mode but not in a training step (atol={atol}), where '
-          'dropout and every other random draw act, both sides drawing the n-th key of the call '
-          'alike: a port that draws its keys in another order or number (one key split in two '
-          'where Linen draws two, a draw of its own before Linen\'s) differs here though it may '
-          'compute the same; draw as Linen does, one key per make_rng in its order (the port\'s '
-          '`rngs.<stream>()`), or the rest of the port differs in training.', trained)
+  return rows + _training_settings(linen_module, linen_variables, inputs, linen_kwargs, nnx_model, streams)
+
+def _training_paths(paths, linen_model, nnx_model: nnx.Module, collections):
+  """`assert_training_equivalent`'s mapping: `paths`, or inferred from `linen_model` and the port."""
+  infer = as_infer(paths)
+  if infer is None:
+    if linen_model is not None:
+      raise PathMappingError(
+          f"linen_model given with paths={paths!r}: it is read only to infer the mapping; "
+          "pass paths='infer', or leave it out"
+      )
+    return paths
+  if not isinstance(linen_model, LinenModel):
+    raise PathMappingError(
+        "paths='infer' runs both models on example inputs: pass "
+        'linen_model=LinenModel(module, *example_inputs) (converters.LinenModel), '
+        f'got {type(linen_model).__name__}'
+    )
+  return infer_linen_model(linen_model, _eval_probe(nnx_model), paths=infer.known, collections=collections)
+
+
+def _eval_probe(nnx_model: nnx.Module) -> nnx.Module:
+  """The port with the same arrays, in eval mode, for inference to run (the port is not modified)."""
+  probe = nnx.merge(*nnx.split(nnx_model))
+  probe.eval()
+  return probe
 
 
 def _assert_round_trips(linen_variables, nnx_model: nnx.Module, options: dict) -> nnx.Module:
@@ -719,22 +755,7 @@ def assert_training_equivalent(
   """
   if not 0 <= k <= len(batches):
     raise ValueError(f'k={k}: take between 0 and len(batches)={len(batches)} steps in Linen')
-  infer = as_infer(paths)
-  if infer is not None:
-    if not isinstance(linen_model, LinenModel):
-      raise PathMappingError(
-          "paths='infer' runs both models on example inputs: pass "
-          'linen_model=LinenModel(module, *example_inputs) (converters.LinenModel), '
-          f'got {type(linen_model).__name__}'
-      )
-    probe = nnx.merge(*nnx.split(nnx_target[0]))  # the same arrays, in eval mode
-    probe.eval()
-    paths = infer_linen_model(linen_model, probe, paths=infer.known, collections=collections)
-  elif linen_model is not None:
-    raise PathMappingError(
-        f"linen_model given with paths={paths!r}: it is read only to infer the mapping; "
-        "pass paths='infer', or leave it out"
-    )
+  paths = _training_paths(paths, linen_model, nnx_target[0], collections)
   options = dict(paths=paths, rules=rules, collections=collections)
 
   def step(state, batch):
