@@ -90,15 +90,17 @@ CI_EVERY_NTH = {
     'tests/nnx_impl/test_train.py::test_creation_never_materialises_a_whole_array_on_one_device': 5,
     'tests/nnx_impl/test_train.py::test_bfloat16_params_train_and_scan_like_single_steps': 3,
     'tests/nnx_impl/test_checkpoint.py::test_restore_is_bit_identical_and_sharded_alike': 6,
-    'tests/linen_nnx_cli/test_kit_models.py::test_describe_reads_layout_size_and_optimizer': 3,
+    'tests/linen_nnx_cli/test_kit_models.py::test_describe_reads_layout_size_and_optimizer': 5,
     'tests/linen_nnx_cli/test_main_checkpoints.py::test_sigkill_leaves_src_intact_and_dst_absent_or_complete': 2,
     'tests/linen_nnx_cli/test_user_models.py::test_sigkill_leaves_src_intact_and_dst_absent_or_complete': 5,
     'tests/converters/inference/test_wrong_pairs.py::test_a_port_maps_correctly_or_is_refused_never_wrong': 3,
     'tests/converters/inference/test_infer.py::test_a_model_that_scans_maps_to_a_port_that_loops': 3,
     'tests/converters/inference/test_infer.py::'
     'test_both_layouts_merge_into_the_hand_written_rules_with_their_stacked_paths': 3,
-    'tests/converters/inference/test_infer.py::test_the_kits_mlp_maps_across_layouts_and_converts_through_it': 2,
     'tests/converters/inference/test_infer.py::test_a_norm_written_by_hand_maps_onto_flaxs': 2,
+    # CI: the unstacked source to a partitioned scan; a partitioned source is read in CI by
+    # test_main_checkpoints.py::test_layout_change_with_a_layer_partition.
+    'tests/converters/checkpoint/test_convert.py::test_layer_partition_names_the_stacked_axis_of_the_scanned_side': 3,
     'tests/converters/inference/test_infer.py::test_operands_that_commute_do_not_tell_variables_apart': 3,
     'tests/converters/inference/test_infer.py::test_every_zoo_pair_infers_the_hand_written_mapping': 2,
     'tests/converters/inference/test_infer.py::test_a_contraction_written_kernel_first_is_never_given_a_transpose': 2,

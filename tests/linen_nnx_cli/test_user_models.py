@@ -54,6 +54,7 @@ def cnn_checkpoint(tmp_path_factory):
   return path
 
 
+@pytest.mark.nightly  # CI: test_models.py::test_compare_of_a_users_linen_and_nnx_checkpoints (the transformer, converted and compared with users' models), test_convert_and_compare_with_paths_inferred (the summary's models), test_main_checkpoints.py::test_compare_checkpoints_identical_and_different (a changed leaf named)
 def test_convert_and_compare_a_transformer_and_a_changed_weight(tmp_path):
   state = trained_linen_checkpoint(tmp_path / 'linen', 'transformer')
   result = linen_nnx('convert', tmp_path / 'linen', tmp_path / 'nnx', '--to', 'nnx',
@@ -226,8 +227,9 @@ def test_compare_outputs_catches_a_wrong_mapping_that_comparing_through_it_canno
 
 def test_convert_and_compare_with_paths_inferred(cnn_checkpoint, tmp_path):
   inferred = [a if a != f'{ZOO}:CNN_PATHS' else 'infer' for a in CNN]
-  result = run('convert', cnn_checkpoint, tmp_path / 'nnx', '--to', 'nnx', *inferred)
+  result = run('convert', cnn_checkpoint, tmp_path / 'nnx', '--to', 'nnx', '--json', *inferred)
   assert result.code == 0, result.stderr
+  assert result.json['source']['models']['linen'] == f'{ZOO}.linen_cnn'  # the models named
   result = run('compare', cnn_checkpoint, tmp_path / 'nnx', *CNN)  # the hand-written mapping
   assert result.code == 0 and 'all identical' in result.stdout, result.stderr
   outputs = run('compare', cnn_checkpoint, tmp_path / 'nnx', *CNN, '--outputs', '--json')

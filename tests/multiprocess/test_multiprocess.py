@@ -79,6 +79,10 @@ def test_checkpoint_conversion_across_processes(tmp_path):
   assert left == ['dst', 'src'], 'a staging directory was left'
 
 
+# Nightly; CI: test_cli_convert_runs_as_one_job_of_two_processes (a verified scan
+# conversion across processes, each process's store) and, on one process,
+# test_models.py::test_compare_of_a_users_linen_and_nnx_checkpoints (users' models).
+@pytest.mark.nightly
 def test_a_users_model_checkpoint_converts_across_processes(tmp_path):
   results = run_ok('zoo_checkpoint', tmp_path)
   for process, r in enumerate(results):
@@ -111,6 +115,10 @@ def test_processes_holding_different_trees_fail_naming_the_difference(tmp_path):
     )
 
 
+# Nightly; CI: test_a_coordinator_that_fails_first_lingers_until_the_others_have_reported
+# (a reported failure named by the other process, the same message) and
+# test_a_process_that_does_not_arrive_in_time_is_named_not_waited_for (the wait).
+@pytest.mark.nightly
 def test_a_process_that_fails_first_is_named_by_the_others(tmp_path):
   # Process 1 fails before converting (an invalid description) and reports it;
   # process 0 stops waiting for it and names it, instead of hanging.

@@ -222,11 +222,14 @@ def assert_states_equal(expected, actual, atol):
       np.testing.assert_allclose(e, a, rtol=0, atol=atol, err_msg=jax.tree_util.keystr(path))
 
 
-# CI: the LSTM's fused cell, converted both ways through a value transform
-# (Rearrange); the other models' round trips nightly.
-@pytest.mark.parametrize('name', [
-    name if name == 'lstm-fused-cell' else pytest.param(name, marks=pytest.mark.nightly) for name in PAIRS
-])
+# Nightly, a whole-model run whose parts CI checks: the LSTM's fused cell
+# through users' models (`test_flax_training_checkpoints_of_every_pair_convert`'s
+# lstm-fused-cell case), training on in NNX and back bit for bit
+# (test_zoo_ports.py::test_lstm_trains_on_in_the_fused_cell_exactly), a converted
+# checkpoint training on (port/test_training.py::test_a_converted_checkpoint_trains_on_as_in_linen)
+# and NNX -> Linen with users' models (test_hostile_models.py).
+@pytest.mark.nightly
+@pytest.mark.parametrize('name', list(PAIRS))
 def test_linen_checkpoint_trains_on_in_nnx_and_comes_back(tmp_path, name):
   """k Linen steps, save, convert, NNX restore + j steps, save, convert back = k + j steps."""
   pair, k, j = PAIRS[name], 2, 2
@@ -361,6 +364,7 @@ def linen_checkpoint_of(tmp_path, pair, tx=None):
   return tmp_path / 'src'
 
 
+@pytest.mark.nightly  # CI: test_inspect.py::test_wrong_structure_lists_every_difference (the message), test_a_port_of_another_width_is_refused_leaf_by_leaf_before_reading (users' models)
 def test_a_model_of_another_size_is_refused_leaf_by_leaf(tmp_path):
   src = linen_checkpoint_of(tmp_path, PAIRS['cnn'])
   wider = zoo.CNNConfig(hidden=32)
