@@ -101,6 +101,7 @@ def test_faithful_port_passes(setup):
     assert_same_outputs(LinenNet(), variables, model, x, paths=PATHS)
 
 
+@pytest.mark.nightly  # CI: testing/test_port.py::test_keyword_inputs_are_inputs_of_both_calls (a port proven with paths='infer'), test_a_rule_with_a_transform_is_checked_on_a_mesh
 def test_the_whole_port_with_the_mapping_inferred(setup):
   mesh, x, variables, model, _ = setup
   with jax.set_mesh(mesh):

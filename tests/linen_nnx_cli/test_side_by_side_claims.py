@@ -170,6 +170,7 @@ def _stacked_nnx(mesh, transform_metadata):
     return create(nnx.Rngs(0))
 
 
+@pytest.mark.nightly  # CI: model_zoo/test_transformer.py::test_scanned_parameters_carry_the_layers_axis_on_both_sides
 def test_both_insert_the_layer_axis_name_first(mesh):
   scanned = nn.scan(
       _Layer, length=3, variable_axes={'params': 0}, split_rngs={'params': True},
@@ -299,6 +300,7 @@ def test_linen_optax_state_is_boxed():
   )
 
 
+@pytest.mark.nightly  # CI: nnx_impl/test_train.py::test_every_param_and_moment_is_sharded_as_annotated (every moment placed as its param)
 def test_nnx_optimizer_copies_param_metadata(mesh):
   with jax.set_mesh(mesh):
     model = nnx.Linear(8, 8, kernel_init=nnx.with_partitioning(INIT, (None, 'model')), rngs=nnx.Rngs(0))
@@ -392,6 +394,7 @@ def test_nnx_scan_carries_the_model_and_optimizer():
 # -- Inference ---------------------------------------------------------------------
 
 
+@pytest.mark.nightly  # CI: linen_impl/ and nnx_impl/test_train.py::test_output_is_sharded_data_none
 def test_both_outputs_are_sharded_like_the_batch():
   desc = ModelDescription(num_layers=1, depth=16, batch=8)
   mesh = desc.make_mesh()
@@ -585,6 +588,7 @@ def test_nnx_value_and_grad_keeps_batch_stat_updates():
 # -- Decode caches (zoo) -----------------------------------------------------------
 
 
+@pytest.mark.nightly  # CI: model_zoo/test_transformer.py's decoding tests apply Linen with mutable=['cache']
 def test_linen_cache_collection_needs_mutable(mesh):
   config = configs.TransformerConfig()
   model = linen_transformer.TransformerLM(config, decode=True)

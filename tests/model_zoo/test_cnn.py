@@ -6,6 +6,7 @@ import functools
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from model_zoo import paths
@@ -67,6 +68,7 @@ def test_copy_really_moves_the_parameters():
   assert not np.allclose(FORWARD(fresh, x), _linen_apply(CONFIG, False)(_linen(CONFIG)[1], x))
 
 
+@pytest.mark.nightly  # CI: test_side_by_side_claims.py's dropout claims on the zoo CNN (test_nnx_dropout_draws_from_its_rngs_stream, test_linen_dropout_needs_a_dropout_rng, test_nnx_train_and_eval_set_every_dropout)
 def test_dropout_is_on_in_training_and_off_in_evaluation():
   x, variables = _images(CONFIG), _linen(CONFIG)[1]
   evaluated = _linen_apply(CONFIG, False)(variables, x)

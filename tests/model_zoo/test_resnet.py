@@ -88,6 +88,7 @@ def test_eval_logits_are_bit_identical():
   assert_same_values(variables, model, paths.RESNET, CONFIG.num_blocks)  # eval left the stats
 
 
+@pytest.mark.nightly  # CI: test_zoo_ports.py::test_resnet_train_state_with_batch_stats_trains_on_in_nnx_exactly (train-mode steps and batch_stats, bit for bit)
 def test_train_mode_uses_batch_statistics_and_updates_the_running_averages():
   _, variables = _linen()
   x = _batch()['image']

@@ -84,6 +84,7 @@ def _planted(decoder_file, tmp_path, old: str, new: str):
   return import_file(str(_edited(decoder_file, tmp_path / 'planted_nnx.py', text.replace(old, new))))
 
 
+@pytest.mark.nightly  # CI: test_a_port_wrong_from_the_third_position_on_fails_there (right at two positions, wrong at the third)
 def test_a_port_reading_the_first_position_at_every_step_fails_at_the_second(decoder_file, tmp_path):
   # Right at position 0, where the index is 0: only a second step shows it.
   generated = _planted(decoder_file, tmp_path, 'dynamic_slice_in_dim(table, i, 1)', 'dynamic_slice_in_dim(table, 0, 1)')

@@ -476,6 +476,7 @@ def test_zoo_resnet_port_holds_for_three_stages_of_other_widths(tmp_path):
   assert_generated_port(model, import_file(str(out)), modes=result.modes)
 
 
+@pytest.mark.nightly  # CI: test_a_call_scanned_over_time_is_nnx_scan_over_the_method (nnx.LSTMCell)
 def test_zoo_lstm_cell_goes_into_the_nnx_rnn_with_its_gate_renamed(tmp_path):
   # Proven (three configurations and its written test) nightly, below.
   result, out = _written(tmp_path, 'zoo_rnn', linen_models.zoo_rnn())
@@ -524,7 +525,8 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     ('mixed_modes', "modes come from the call (train) and from the configuration"),
     ('two_mode_flags', "modes come from 2 flags (train, update_stats)"),
     ('dotted_mode_arithmetic', 'config.deterministic sets the layers\' modes and does more'),
-    ('vmap_alone', 'nn.vmap of a module'),
+    # Nightly: refused_flag_branch's golden case and test_only_the_configurations_that_stop_a_class_are_left_out.
+    pytest.param('vmap_alone', 'nn.vmap of a module', marks=pytest.mark.nightly),
     ('other_default', "the default of 'layer', nn.Conv, takes other arguments than the Dense"),
     ('norm_from_config', 'self.config.norm(...) makes RMSNorm in the traced configuration only'),
     ('mode_in_field', "the field 'norm' holds a partial fixing use_running_average=True"),
@@ -543,13 +545,18 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     # no `rep if rep is not None else hidden` guessed from the two instances.
     ('two_flagged_heads', 'the input size of Dense changes from one creation to the next'),
     ('shared_in_a_loop', 'nn.share_scope of modules made in a loop'),
-    ('shared_under_a_condition', 'where some configurations do not share its scope'),
-    ('shared_attention', "Flax's MultiHeadDotProductAttention, which holds layers of its own"),
+    # Nightly: test_shared_scopes.py::test_what_the_port_cannot_write_so_is_refused_with_its_line (both reasons).
+    pytest.param('shared_under_a_condition', 'where some configurations do not share its scope',
+                 marks=pytest.mark.nightly),
+    pytest.param('shared_attention', "Flax's MultiHeadDotProductAttention, which holds layers of its own",
+                 marks=pytest.mark.nightly),
     ('spread_mutated', '*args or **kwargs in the creation of Dense'),
     # Nightly: spread_mutated's reason.
     pytest.param('chosen_by_the_call', '*args or **kwargs in the creation of Dense', marks=pytest.mark.nightly),
     ('remat_chosen_in_an_expression', 'is made by a transform bound outside the method'),
-    ('handed_to_a_function', 'noisy(...) is handed the module and calls module.make_rng(...) in it'),
+    # Nightly: test_handed.py::test_what_the_port_does_not_write_is_refused_saying_so (the same refusal).
+    pytest.param('handed_to_a_function', 'noisy(...) is handed the module and calls module.make_rng(...) in it',
+                 marks=pytest.mark.nightly),
     ('chosen_linen_only_argument', "chooses 'dot_general_cls', which nnx.Linear does not take"),
     ('reads_a_submodules_variables', "self.dense.variables is Linen's Module API of a submodule"),
     # Nightly: dotted_mode_arithmetic's reason.
@@ -597,6 +604,7 @@ def test_a_function_handed_the_module_under_a_flag_and_under_a_test_never_taken(
   assert [b.branch for b in result.branches] == ['`if self.width > 64`']
 
 
+@pytest.mark.nightly  # CI: test_golden.py's refused_flag_branch (the same model's text), test_only_the_configurations_that_stop_a_class_are_left_out
 def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises(tmp_path):
   # The class is written for the configuration given, not stubbed, and the
   # configuration the proof adds (per_example=True) is left out (the report and
@@ -644,6 +652,7 @@ def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises_an
                         generated, modes=result.modes)
 
 
+@pytest.mark.nightly  # CI: test_golden.py's shared_scope
 def test_a_layer_sharing_its_creators_scope_is_an_attribute_mapped_from_that_scope(tmp_path):
   _, out = _pinned(tmp_path, 'lora')
   text = out.read_text()
@@ -726,6 +735,7 @@ def test_partials_handed_on_are_nnx_partials_and_blocks_widen_their_shortcut(tmp
   assert 'self.batch_norm = norm(width, rngs=rngs)' in text
 
 
+@pytest.mark.nightly  # CI: test_partials_handed_on_are_nnx_partials_and_blocks_widen_their_shortcut (a shortcut from widths)
 def test_a_block_with_strides_is_given_its_shortcut_from_strides_and_widths(tmp_path):
   # Every traced block has the shortcut; the sizes and strides around it say when.
   result, out = _written(tmp_path, 'flax_imagenet_block', linen_models.flax_imagenet_block())
@@ -757,6 +767,7 @@ def test_a_call_scanned_over_time_is_proven(tmp_path):
   assert result.proven, (result.failure, result.checks)
 
 
+@pytest.mark.nightly  # CI: test_a_call_scanned_over_time_is_nnx_scan_over_the_method (sst2's scan over time), test_zoo_ports.py::test_lstm_port_to_the_fused_gates_of_nnx_optimized_cell_is_equivalent (the fused gates)
 def test_flax_sst2_lstm_is_written_with_nnx_s_fused_cell_and_its_carry(tmp_path):
   # Written here; proven, with its written test, by the nightly test below.
   result, out = _written(tmp_path, 'flax_sst2_bilstm', linen_models.flax_sst2_bilstm())
@@ -1168,6 +1179,7 @@ def test_two_layers_made_in_one_setup_list_are_one_nnx_list_numbered_as_linen_nu
   assert "PathRule('layers_1/kernel', 'layers/1/kernel')" in result.paths_text
 
 
+@pytest.mark.nightly  # CI: test_golden.py's named_by_fields
 def test_a_statistic_named_by_a_field_is_the_attribute_each_instance_names(tmp_path):
   result, out = _pinned(tmp_path, 'named_counters')
   assert 'setattr(self, stat_name, nnx.BatchStat(jnp.ones((in_features,))))' in out.read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import libcst as cst
+import pytest
 from flax import linen as nn
 
 from converters.port import class_writing, source, tracing
@@ -116,6 +117,7 @@ def _written(model) -> tuple[tracing.Created, dict]:
   return root, class_writing.write_classes(root, instances, variables, {}, {}).ports
 
 
+@pytest.mark.nightly  # CI: test_generate.py::test_setup_modules_keep_their_attributes_and_lists_become_nnx_lists
 def test_a_setup_list_is_indexed_by_its_linen_names():
   root, ports = _written(linen_models.setup_stack(num_heads=3))
   placed = ports[linen_models.SetupStack].placement
@@ -126,6 +128,7 @@ def test_a_setup_list_is_indexed_by_its_linen_names():
       'norm': ('norm',), 'dropout': ('dropout',), 'head': ('head',)}
 
 
+@pytest.mark.nightly  # CI: test_golden.py's sequential_compact (its PATHS)
 def test_layers_of_a_sequential_made_in_a_loop_are_inside_the_sequential_made_alike():
   root, ports = _written(sequential_compact.model(depth=3))
   placed = ports[sequential_compact.Tower].placement

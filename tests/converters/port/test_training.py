@@ -59,6 +59,7 @@ def test_a_mapping_that_swaps_two_parameters_of_one_shape_fails(port_file, tmp_p
                                 factory=FACTORY, modes={'train': True})
 
 
+@pytest.mark.nightly  # CI: checkpoint/test_models.py::test_a_missing_rule_is_named_on_both_sides_before_reading, test_a_mapping_that_swaps_two_parameters_of_one_shape_fails
 def test_a_mapping_the_command_refuses_fails_with_its_reason(port_file, tmp_path):
   text = pathlib.Path(paths_file(str(port_file))).read_text()
   row = "    PathRule('Dense_1/kernel', 'dense_1/kernel'),\n"

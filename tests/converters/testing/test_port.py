@@ -60,6 +60,7 @@ def variables():
   return {'params': v['params'], **updates}
 
 
+@pytest.mark.nightly  # CI: test_a_training_step_compares_the_batch_statistics_it_writes (the same pair passes, a training step too)
 def test_a_true_port_passes():
   assert_port_equivalent(
       LinenNet(), variables(), NNXNet(nnx.Rngs(3)), batch(1)[0], linen_kwargs={'train': False}
@@ -565,6 +566,7 @@ class NNXRematBlock(nnx.Module):
     return nnx.remat(lambda m, x: m.down(m.drop(nnx.relu(m.up(x)))))(self, x)
 
 
+@pytest.mark.nightly  # CI: test_a_transformed_method_traced_again_from_jaxs_cache_draws_in_order[NNXScaledRemat] (dropout drawn inside nnx.remat)
 def test_draws_inside_an_nnx_transform_are_the_models_own():
   linen_variables = LinenDropoutBlock().init(jax.random.key(0), batch(0)[0])
   assert_port_equivalent(
