@@ -96,7 +96,7 @@ _ORIGINAL_MESSAGE = getattr(_TRACER, '_origin_msg', None)
 _CEILING_LOCK = threading.RLock()  # held through a block: nested ones re-enter
 
 
-class _ThreadScopedPatch:
+class ThreadScopedPatch:
   """A patch of a library, installed while any thread is within one of its
   blocks (counted: the first installs it, the last undoes it), whose
   patched code asks `active()`: whether the calling thread is within one."""
@@ -134,7 +134,7 @@ def _origin_message(tracer) -> str:
   return _ORIGINAL_MESSAGE(tracer)
 
 
-_QUIET_ORIGINS = _ThreadScopedPatch(
+_QUIET_ORIGINS = ThreadScopedPatch(
     lambda: setattr(_TRACER, '_origin_msg', _origin_message),
     lambda: setattr(_TRACER, '_origin_msg', _ORIGINAL_MESSAGE),
 )
@@ -248,7 +248,7 @@ def initializer_draws_as_zeros():
     yield
 
 
-_ZERO_DRAWS = _ThreadScopedPatch(
+_ZERO_DRAWS = ThreadScopedPatch(
     lambda: setattr(_INITIALIZERS, 'random', _draws_as_zeros(_REAL_RANDOM)),
     lambda: setattr(_INITIALIZERS, 'random', _REAL_RANDOM),
 )

@@ -14,13 +14,11 @@ finds the expression by.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -383,77 +381,61 @@ def _abstract_initial_value(init_fn, args, kwargs):
   return jax.numpy.zeros(shape, dtype)
 
 
-class _InitializersUnderTrace:
-  """Parameter initializers as `trace` runs them, in the threads inside it.
+def _param(scope, name, init_fn, /, *init_args, **init_kwargs):
+  """Flax's `Scope.param`, with `init_fn` run as `_initializers_under_trace` says
+  in a thread that traces."""
+  flax_param = _FLAX_PARAM[0]
+  if not _initializers_under_trace.active():
+    return flax_param(scope, name, init_fn, *init_args, **init_kwargs)
 
-  Under `eval_shape` an initial value has a shape and a dtype only, and a
-  port's traces make initial values by the hundred (every layer, at every
-  symbolic configuration tried). JAX's own initializers
-  (`_SHAPE_AND_DTYPE_INITIALIZERS`) give zeros of their shape and dtype:
-  drawing `truncated_normal` at symbolic sizes is a third of a trace, and
-  its values are never read; where a wrapper calls them (`nn.with_partitioning`,
-  `DenseGeneral`'s reshaping), their draws give zeros
-  (`compat.initializer_draws_as_zeros`). Others (a user's) run with `jax.disable_jit()`:
-  jitted, each is traced into a jaxpr of its own at every new shape; inline,
-  its operations are traced once, into the model's. An initializer creates
-  no module and calls none, so the record is the same. One that inline
-  control flow refuses (a scan over a symbolic or zero length: `disable_jit`
-  unrolls it) runs jitted again, as it would have run, so no symbol is
-  refused that was taken before.
-
-  `Scope.param` is Flax's, patched while any thread traces (counted, so
-  traces in two threads restore it once both end); other threads' calls go
-  to Flax's own.
-  """
-
-  def __init__(self):
-    self._lock = threading.Lock()
-    self._tracing = 0  # traces running, in any thread
-    self._original = None
-    self._local = threading.local()  # `.depth`: this thread's traces
-
-  @contextlib.contextmanager
-  def __call__(self):
-    with self._lock:
-      if self._tracing == 0:
-        self._original = flax_scope.Scope.param
-        flax_scope.Scope.param = self._param(self._original)
-      self._tracing += 1
-    depth = getattr(self._local, 'depth', 0)
-    self._local.depth = depth + 1
+  @functools.wraps(init_fn)
+  def inline(*args, **kwargs):
+    if getattr(init_fn, '__code__', None) in _SHAPE_AND_DTYPE_INITIALIZERS:
+      value = _abstract_initial_value(init_fn, args, kwargs)
+      if value is not None:
+        return value
     try:
-      yield
-    finally:
-      self._local.depth = depth
-      with self._lock:
-        self._tracing -= 1
-        if self._tracing == 0:
-          flax_scope.Scope.param = self._original
-
-  def _param(self, original):
-    local = self._local
-
-    def param(scope, name, init_fn, /, *init_args, **init_kwargs):
-      if not getattr(local, 'depth', 0):
-        return original(scope, name, init_fn, *init_args, **init_kwargs)
-
-      @functools.wraps(init_fn)
-      def inline(*args, **kwargs):
-        if getattr(init_fn, '__code__', None) in _SHAPE_AND_DTYPE_INITIALIZERS:
-          value = _abstract_initial_value(init_fn, args, kwargs)
-          if value is not None:
-            return value
-        try:
-          with jax.disable_jit():
-            return init_fn(*args, **kwargs)
-        except Exception:  # noqa: BLE001 - refused inline: run as Flax runs it
-          return init_fn(*args, **kwargs)
-      return original(scope, name, inline, *init_args, **init_kwargs)
-
-    return param
+      with jax.disable_jit():
+        return init_fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - refused inline: run as Flax runs it
+      return init_fn(*args, **kwargs)
+  return flax_param(scope, name, inline, *init_args, **init_kwargs)
 
 
-_initializers_under_trace = _InitializersUnderTrace()
+_FLAX_PARAM = [None]  # Flax's `Scope.param`, as it was when the patch went in
+
+
+def _patch_param() -> None:
+  _FLAX_PARAM[0] = flax_scope.Scope.param
+  flax_scope.Scope.param = _param
+
+
+def _restore_param() -> None:
+  flax_scope.Scope.param = _FLAX_PARAM[0]
+
+
+_initializers_under_trace = compat.ThreadScopedPatch(_patch_param, _restore_param)
+"""Parameter initializers as `trace` runs them, in the threads inside it.
+
+Under `eval_shape` an initial value has a shape and a dtype only, and a
+port's traces make initial values by the hundred (every layer, at every
+symbolic configuration tried). JAX's own initializers
+(`_SHAPE_AND_DTYPE_INITIALIZERS`) give zeros of their shape and dtype:
+drawing `truncated_normal` at symbolic sizes is a third of a trace, and
+its values are never read; where a wrapper calls them (`nn.with_partitioning`,
+`DenseGeneral`'s reshaping), their draws give zeros
+(`compat.initializer_draws_as_zeros`). Others (a user's) run with `jax.disable_jit()`:
+jitted, each is traced into a jaxpr of its own at every new shape; inline,
+its operations are traced once, into the model's. An initializer creates
+no module and calls none, so the record is the same. One that inline
+control flow refuses (a scan over a symbolic or zero length: `disable_jit`
+unrolls it) runs jitted again, as it would have run, so no symbol is
+refused that was taken before.
+
+`Scope.param` is Flax's, patched while any thread traces
+(`compat.ThreadScopedPatch`: counted, so traces in two threads restore it
+once both end); other threads' calls go to Flax's own.
+"""
 
 
 def is_transformed(cls: type) -> bool:

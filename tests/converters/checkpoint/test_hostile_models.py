@@ -295,6 +295,26 @@ def test_tuple_keyed_batch_stats_convert_both_ways_and_restore(tmp_path):
   assert all(r.identical for r in rows)
 
 
+def test_a_train_state_class_of_the_users_own_converts_both_ways_and_restores_as_that_class(tmp_path):
+  """`LinenModel(train_state=...)`: Flax's ImageNet example's `TrainState`, with
+  `batch_stats` and a `dynamic_scale` beyond the collections, one step in."""
+  model = small.linen_spectral()
+  state = linen_state(small.make_tx(), model)
+  state = zoo_tests.ImageNetTrainState.create(
+      apply_fn=state.apply_fn, params=state.params, tx=state.tx, batch_stats=state.batch_stats, dynamic_scale=None,
+  )
+  state = jax.jit(lambda s: s.apply_gradients(grads=jax.tree.map(lambda p: p * 0.5, s.params)))(state)  # one step
+  save(tmp_path / 'src', state)
+  linen = lambda: LinenModel(model.module, *model.args, train_state=zoo_tests.ImageNetTrainState)
+  models = UserModels(linen, small.nnx_spectral, paths=small.SPECTRAL_PATHS, optimizer=small.make_tx)
+  convert_checkpoint(tmp_path / 'src', tmp_path / 'nnx', 'nnx', models=models)
+  convert_checkpoint(tmp_path / 'nnx', tmp_path / 'back', 'linen', models=models)
+  with zoo_tests.in_mesh(None):
+    back = zoo_tests.restore_like(tmp_path / 'back', state)
+  assert isinstance(back, zoo_tests.ImageNetTrainState) and back.dynamic_scale is None
+  zoo_tests.assert_states_equal(state, back, 0.0)
+
+
 def test_an_optimizer_that_fails_on_the_nnx_parameters_is_named_not_the_model(tmp_path):
   """A mask written for the Linen parameters, as Linen users write `optax.masked`."""
   mask = {'Dense_0': {'kernel': True, 'bias': False}, 'Dense_1': {'kernel': True, 'bias': False}}
@@ -467,8 +487,24 @@ def test_options_of_the_wrong_type_are_refused(rules, collections, message):
     UserModels(small.linen_mlp, small.nnx_mlp, small.PATHS, rules, small.make_tx, collections=collections)
 
 
-# In CI: the checkpoint tool's own inference over factories of both layouts
-# (UserModels.inferred), which test_infer's twin reaches only through the API.
+def test_the_checkpoint_tools_inference_over_factories_of_both_layouts_is_the_hand_written_mapping():
+  """The checkpoint tool's own inference (`UserModels.mapping` with `paths='infer'`,
+  factories of both layouts: each layout inferred, then merged), which
+  test_infer's twin reaches only through the API."""
+  from model_zoo import paths as zoo_paths
+  from tests.converters.checkpoint import test_models as pairs
+
+  models = models_for(**pairs.models_of(pairs.PAIRS['transformer'], optimizer=small.make_tx) | {'paths': 'infer'})
+  assert {(r.linen, r.nnx, r.linen_stacked, r.nnx_stacked) for r in models.mapping.rules} == {
+      (row.linen, row.nnx, row.linen_stacked, row.nnx_stacked) for row in zoo_paths.TRANSFORMER['params']
+  }
+
+
+# Nightly; CI: the same inference through the checkpoint tool
+# (test_the_checkpoint_tools_inference_over_factories_of_both_layouts_is_the_hand_written_mapping),
+# the transformer relaid out by the checkpoint tool (test_streaming.py's
+# test_streaming_writes_what_the_in_memory_conversion_writes).
+@pytest.mark.nightly
 def test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts(tmp_path):
   from tests.converters.checkpoint import test_models as pairs
 

@@ -536,6 +536,9 @@ class ImageNetTrainState(flax.training.train_state.TrainState):
   dynamic_scale: flax.training.dynamic_scale.DynamicScale
 
 
+# Nightly; CI: test_hostile_models.py::test_a_train_state_class_of_the_users_own_converts_both_ways_and_restores_as_that_class
+# (the same class, on a small model with batch statistics).
+@pytest.mark.nightly
 def test_a_train_state_class_of_the_users_own_with_fields_beyond_collections(tmp_path):
   pair = PAIRS['resnet']
   with in_mesh(None):

@@ -623,8 +623,9 @@ def test_conversions_take_paths_infer_with_the_two_models():
   assert_same_values(variables, back, again)
 
 
-# Nightly; CI: test_hostile_models' test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts
-# (the same inference, through the checkpoint tool, checked leaf for leaf against the hand-written mapping).
+# Nightly; CI: test_hostile_models'
+# test_the_checkpoint_tools_inference_over_factories_of_both_layouts_is_the_hand_written_mapping (the same
+# inference, through the checkpoint tool, against the hand-written mapping).
 @pytest.mark.nightly
 def test_factories_of_both_layouts_infer_conversions_that_change_the_layout():
   make_linen, make_port = transformer_models('rules_metadata')
