@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 PROFILE = os.environ.get('HYPOTHESIS_PROFILE', 'ci')
 
@@ -40,3 +40,8 @@ settings.load_profile(PROFILE)
 compiling = settings(
     max_examples=settings.get_profile(PROFILE).max_examples // (6 if PROFILE == 'ci' else 1),
 )
+
+#: `compiling`, for properties whose pinned `@example`s already span what they
+#: claim (meshes, layouts, annotation kinds, the regressions found): `ci` runs
+#: those alone, no drawn example; `nightly` draws its full count.
+pinned = settings(compiling, phases=(Phase.explicit,)) if PROFILE == 'ci' else compiling

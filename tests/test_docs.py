@@ -51,8 +51,14 @@ NIGHTLY_PAGES = {
 }
 
 
+# Pages whose runnable blocks are another page's, letter for letter
+# (`test_pages_that_run_the_same_code_hold_the_same_code`): CI runs the other.
+SAME_CODE = {'README.md': 'docs/getting_started.md'}
+
+
 @pytest.mark.parametrize('page', [
-    pytest.param(page, marks=pytest.mark.nightly) if page in NIGHTLY_PAGES else page for page in RUN_PAGES
+    pytest.param(page, marks=pytest.mark.nightly) if page in NIGHTLY_PAGES or page in SAME_CODE else page
+    for page in RUN_PAGES
 ])
 def test_page_runs(page, tmp_path):
   result = subprocess.run(
@@ -61,6 +67,13 @@ def test_page_runs(page, tmp_path):
       env={**os.environ, 'PYTHONPATH': str(ROOT)},
   )
   assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+
+
+def test_pages_that_run_the_same_code_hold_the_same_code():
+  def runnable(page):
+    return [(b.language, b.code, b.file) for b in blocks(ROOT / page) if b.runs or b.file]
+  for page, same in SAME_CODE.items():
+    assert runnable(page) and runnable(page) == runnable(same), f'{page} no longer runs what {same} runs'
 
 
 _OPERATORS = {'&&', '||', ';', '|', '&'}
