@@ -94,13 +94,22 @@ def named_strings(paths: list[str]) -> dict[str, set[str]]:
   function of the file it is handed to."""
   found: dict[str, set[str]] = {}
   for path in paths:
-    tree = _tree(path)
-    if tree is None:
-      continue
+    for field, strings in _named_in(path).items():
+      found.setdefault(field, set()).update(strings)
+  return found
+
+
+@functools.cache
+def _named_in(path: str) -> dict[str, frozenset[str]]:
+  """`named_strings` of one file, read once as `_tree` is (a port traces
+  many configurations, each asking again)."""
+  tree = _tree(path)
+  found: dict[str, set[str]] = {}
+  if tree is not None:
     for compared in (_compared(tree, _field_of), _handed_on(tree)):
       for field, strings in compared.items():
         found.setdefault(field, set()).update(strings)
-  return found
+  return {field: frozenset(strings) for field, strings in found.items()}
 
 
 def alternatives(value, field: str, strings: dict[str, set[str]]) -> list | None:
@@ -122,15 +131,19 @@ def looped_over(paths: list[str]) -> set[str]:
   `range(len(self.features))`): a tuple there may be empty, a loop over
   none; a tuple only handed to a layer (`kernel_size=self.patch_size`) sets
   its rank, which no port is written to change."""
-  found: set[str] = set()
-  for path in paths:
-    tree = _tree(path)
-    if tree is None:
-      continue
-    for node in ast.walk(tree):
-      if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-        found.update(field for n in ast.walk(node.iter) if (field := _field_of(n)) is not None)
-  return found
+  return set().union(*map(_looped_over_in, paths))
+
+
+@functools.cache
+def _looped_over_in(path: str) -> frozenset[str]:
+  """`looped_over` of one file, read once as `_tree` is."""
+  tree = _tree(path)
+  if tree is None:
+    return frozenset()
+  return frozenset(
+      field for node in ast.walk(tree) if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension))
+      for n in ast.walk(node.iter) if (field := _field_of(n)) is not None
+  )
 
 
 def source_paths(classes) -> list[str]:

@@ -54,7 +54,7 @@ def cnn_checkpoint(tmp_path_factory):
   return path
 
 
-@pytest.mark.nightly  # CI: test_models.py::test_compare_of_a_users_linen_and_nnx_checkpoints (the transformer, converted and compared with users' models), test_convert_and_compare_with_paths_inferred (the summary's models), test_main_checkpoints.py::test_compare_checkpoints_identical_and_different (a changed leaf named)
+@pytest.mark.nightly  # CI: test_convert_and_compare_with_paths_inferred (users' models converted and compared on the command line, the summary's models), test_main_checkpoints.py::test_compare_checkpoints_identical_and_different (a changed leaf named)
 def test_convert_and_compare_a_transformer_and_a_changed_weight(tmp_path):
   state = trained_linen_checkpoint(tmp_path / 'linen', 'transformer')
   result = linen_nnx('convert', tmp_path / 'linen', tmp_path / 'nnx', '--to', 'nnx',

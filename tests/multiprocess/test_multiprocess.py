@@ -81,7 +81,7 @@ def test_checkpoint_conversion_across_processes(tmp_path):
 
 # Nightly; CI: test_cli_convert_runs_as_one_job_of_two_processes (a verified scan
 # conversion across processes, each process's store) and, on one process,
-# test_models.py::test_compare_of_a_users_linen_and_nnx_checkpoints (users' models).
+# checkpoint/test_hostile_models.py (users' models converted by the checkpoint tool).
 @pytest.mark.nightly
 def test_a_users_model_checkpoint_converts_across_processes(tmp_path):
   results = run_ok('zoo_checkpoint', tmp_path)
@@ -104,6 +104,10 @@ def test_processes_given_different_layouts_fail_naming_the_difference(tmp_path):
     assert "process 1 differs from process 0 in layout: 'scan' vs 'loop'" in r.result['message']
 
 
+# Nightly; CI: test_cli_processes_given_different_flags_exit_2_naming_the_difference (processes that
+# disagree, across real processes) and test_distributed.py's
+# test_a_leaf_only_one_process_holds_is_named_with_the_process (the message of a tree that differs).
+@pytest.mark.nightly
 def test_processes_holding_different_trees_fail_naming_the_difference(tmp_path):
   runs = run_processes(
       'tree_mismatch', tmp_path, options={1: {'description': {'num_layers': 4}}}, timeout_s=300

@@ -335,6 +335,10 @@ def test_flax_training_checkpoints_of_every_pair_convert(tmp_path, name, use_orb
   assert int(optimizer.step[...]) == 2  # the newest step
 
 
+# Nightly; CI: test_compare.py (compare_checkpoints and compare_outputs of users' models),
+# test_main_checkpoints.py::test_compare_checkpoints_identical_and_different (a model of layers, its
+# rows paired across frameworks) and test_streaming.py's transformer converted by the checkpoint tool.
+@pytest.mark.nightly
 def test_compare_of_a_users_linen_and_nnx_checkpoints(tmp_path):
   pair = PAIRS['transformer']
   with in_mesh(pair['rules']):
