@@ -29,13 +29,11 @@ from converters.comparison import as_key_data, leaf_difference
 from converters.errors import CheckpointError
 from converters.optimizer_state import NNX_OPTIMIZER, OptimizerCorrespondence
 from converters.paths import PathMapping, format_path
-from converters.training_mode import (
-  linen_draws_in_order,
-  linen_in_training,
-  nnx_draws_in_order,
-  runs_a_scan,
-)
+from converters.training_mode import linen_draws_in_order, linen_in_training, nnx_draws_in_order, runs_a_scan
 from converters.variable_types import CollectionTable
+
+#: How a report names each framework.
+_FRAMEWORK_NAMES = {'linen': 'Linen', 'nnx': 'NNX'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,9 +256,8 @@ def compare_checkpoints(
     rng_rows, not_compared = compare_nnx_state(*rngs)
     own_rows, own_not_compared = compare_nnx_state(*own)
     rows += rng_rows + own_rows
-  names = {'linen': 'Linen', 'nnx': 'NNX'}
   if infos[0].framework != infos[1].framework:
-    labels = tuple(names[i.framework] for i in infos)
+    labels = tuple(_FRAMEWORK_NAMES[i.framework] for i in infos)
   else:
     labels = ('A', 'B')
   summaries = [
@@ -345,7 +342,7 @@ def compare_outputs(
                for path, which, runner, held in runners]
     _add_training_runs(results, runners, *input_sets[base_set])
   rows = _output_rows(*results)
-  labels = tuple({'linen': 'Linen', 'nnx': 'NNX'}[s.framework] for _, s in sides)
+  labels = tuple(_FRAMEWORK_NAMES[s.framework] for _, s in sides)
   if labels[0] == labels[1]:
     labels = ('A', 'B')
   summaries = [{**i.summary(), 'layout': l} for i, l in zip(infos, layouts)]
@@ -359,7 +356,7 @@ def _runner(path: str, info, layout, side, models) -> tuple:
   from converters.linen_trees import input_collections
 
   state = checkpoints.restore(info, side.abstract_state)
-  which = {'linen': 'Linen', 'nnx': 'NNX'}[side.framework]
+  which = _FRAMEWORK_NAMES[side.framework]
   if side.framework == 'linen':
     linen = models.linen_model(layout)
     state = weights.runnable(side, state) if side.weights else state
