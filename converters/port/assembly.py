@@ -190,7 +190,7 @@ def _without_dead_fields(node: cst.ClassDef, fields: list[str]) -> cst.ClassDef:
         kept.add(n.targets[0].target)
 
     def visit_Attribute(self, n):
-      if isinstance(n.value, cst.Name) and n.value.value == 'self' and n not in kept:
+      if syntax.is_self(n.value) and n not in kept:
         read.update(fields if n.attr.value == '__dict__' else {n.attr.value})
 
     def visit_Call(self, n):
@@ -223,6 +223,5 @@ def _of_another_object(call: cst.Call) -> bool:
 def _is_field_assignment(assign: cst.Assign, fields) -> bool:
   """`self.x = x` for a field `x`."""
   target = assign.targets[0].target if len(assign.targets) == 1 else None
-  return (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == 'self'
-          and target.attr.value in fields and isinstance(assign.value, cst.Name)
+  return (syntax.self_attribute(target) in fields and isinstance(assign.value, cst.Name)
           and assign.value.value == target.attr.value)

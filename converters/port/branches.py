@@ -77,7 +77,7 @@ def untraced_branch(node: cst.CSTNode, method: cst.FunctionDef, file: source.Sou
       return None
     if isinstance(ancestor, cst.If) and child in (ancestor.body, ancestor.orelse):
       inside = syntax.descendants(child)
-      if (not set(call_time) & source.names_in(ancestor.test) and not any(n in made for n in inside)
+      if (not set(call_time) & syntax.names_in(ancestor.test) and not any(n in made for n in inside)
               and isinstance(child, (cst.IndentedBlock, cst.Else))
               and never_taken(ancestor, child is ancestor.body, file, instances)):
         return UntracedBranch(child, ancestor)

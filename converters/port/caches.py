@@ -31,7 +31,7 @@ from __future__ import annotations
 import libcst as cst
 from flax import linen as nn
 
-from converters.port import references, source, syntax
+from converters.port import references, syntax
 
 def cache_attributes(writer) -> dict[str, bool]:
   """The attributes of `writer`'s class holding layers that have a decode
@@ -72,11 +72,8 @@ def _assigned_attribute(statement) -> tuple[str, cst.BaseExpression] | None:
   if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
           and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1):
     return None
-  target = statement.body[0].targets[0].target
-  if (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
-      and target.value.value == 'self'):
-    return target.attr.value, statement.body[0].value
-  return None
+  attribute = syntax.self_attribute(statement.body[0].targets[0].target)
+  return (attribute, statement.body[0].value) if attribute is not None else None
 
 
 def _appended(node: cst.CSTNode) -> list[str]:
@@ -212,7 +209,7 @@ def _kept(statements: list, candidates: set[int]) -> list:
         if isinstance(orelse, cst.Else):
           orelse = orelse.with_changes(body=orelse.body.with_changes(body=prune(list(orelse.body.body), set(needed))))
         statement = statement.with_changes(body=statement.body.with_changes(body=body), orelse=orelse)
-      needed |= source.names_in(statement)
+      needed |= syntax.names_in(statement)
       out.append(statement)
     return out[::-1]
 
@@ -246,7 +243,7 @@ def split_init(init: cst.FunctionDef, writer, inputs: set[str]) -> tuple[cst.Fun
     return init, None
   # The fields the conditions and creations read, from the attributes
   # `__init__` keeps them in.
-  read = set().union(*(source.names_in(s) for s in cache))
+  read = set().union(*(syntax.names_in(s) for s in cache))
   bound = {n for s in cache if id(s) in candidates for t in s.body[0].targets for n in syntax.target_names(t.target)}
   fields = [f for f in writer.field_names if f in read - bound]
   missing = (read - bound) & (inputs | {'rngs'} | set(writer.mode_flags.fields))
@@ -282,15 +279,7 @@ def _names(node: cst.CSTNode, name: str) -> list[cst.Name]:
   """The loads of `name` in `node` (not attributes' names, not keywords)."""
   found: list[cst.Name] = []
 
-  class Visitor(cst.CSTVisitor):
-    def visit_Attribute(self, n):
-      n.value.visit(self)
-      return False
-
-    def visit_Arg(self, n):
-      n.value.visit(self)
-      return False
-
+  class Visitor(syntax.NameLoads):
     def visit_Name(self, n):
       if n.value == name:
         found.append(n)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import layers, source, switched_sizes, syntax, tracing
+from converters.port import layers, switched_sizes, syntax, tracing
 
 if TYPE_CHECKING:
   from converters.port.input_sizes import InputSizes
@@ -34,7 +34,7 @@ def chained_size(sizes: InputSizes, node, children, traced) -> str | None:
     by_site.setdefault(site, []).append((child.parent, sizes.child_size(symbolic, value)))
   if len(by_site) > 2 or None in by_site and len(by_site[None]) and len({t for _, t in by_site[None]}) > 1:
     return None
-  around = set(syntax.between(sizes.file, node, writer.method))
+  around = set(sizes.file.ancestors_below(node, writer.method))
   written: list[tuple[str, list, cst.If | None]] = []  # (size, instances, the `if` it needs)
   for site, found in by_site.items():
     texts = {t for _, t in found}
@@ -62,7 +62,7 @@ def _out_features(sizes: InputSizes, site, around) -> tuple[str, cst.If | None] 
       writer.sites[site][0]):
     return None
   spec = layers.layer_spec(writer.sites[site][1][0].cls)
-  conditions = [a for a in syntax.between(sizes.file, writer.sites[site][0], writer.method)
+  conditions = [a for a in sizes.file.ancestors_below(writer.sites[site][0], writer.method)
                 if isinstance(a, cst.If) and a not in around]
   if len(conditions) > 1 or conditions and writer.sites[site][0] not in syntax.descendants(conditions[0].body):
     return None
@@ -80,7 +80,7 @@ def _switched(sizes: InputSizes, written) -> str | None:
   if first_if is None or second_if is not None:
     return None
   test = first_if.test
-  if sizes.writer.call_time & source.names_in(test) or not (
+  if sizes.writer.call_time & syntax.names_in(test) or not (
       all(switched_sizes.test_value(sizes.file, test, i) is True for i in first_instances)
       and all(switched_sizes.test_value(sizes.file, test, i) is False for i in second_instances)):
     return None

@@ -352,7 +352,5 @@ def is_field_alias(statement, fields) -> bool:
       isinstance(small, cst.Assign) and len(small.targets) == 1
       and isinstance(small.targets[0].target, cst.Name)
       and small.targets[0].target.value in fields
-      and isinstance(small.value, cst.Attribute)
-      and isinstance(small.value.value, cst.Name) and small.value.value.value == 'self'
-      and small.value.attr.value == small.targets[0].target.value
+      and syntax.self_attribute(small.value) == small.targets[0].target.value
   )

@@ -91,7 +91,7 @@ def _call_time_names(method: cst.FunctionDef, params: Sequence[str]) -> set[str]
   while changed:
     changed = False
     for targets, value in assignments:
-      if not set(targets) <= names and source.names_in(value) & names:
+      if not set(targets) <= names and syntax.names_in(value) & names:
         names |= set(targets)
         changed = True
   return names

@@ -108,7 +108,7 @@ class _CallBody(branches.RaisingUntracedBranches):
     return True
 
   def visit_For(self, node):
-    self.loops.append((node, source.names_in(node.target) | syntax.bound_in(node.body)))
+    self.loops.append((node, syntax.names_in(node.target) | syntax.bound_in(node.body)))
     self.before_loop[id(node)] = []
 
   def leave_Call(self, original, updated):

@@ -20,7 +20,6 @@ from converters.port import (
   lifted_classes,
   references,
   replayed_locals,
-  source,
   syntax,
 )
 
@@ -83,7 +82,7 @@ class InitBody:
     inner = self.block(list(statement.body.body))
     if not inner:
       return []
-    if writer.call_time & source.names_in(statement.iter):
+    if writer.call_time & syntax.names_in(statement.iter):
       writer.fail(statement, 'a loop creating modules over values of the call; port it by hand')
     prelude = [
         syntax.statement(f'self.{writer.attributes[site][0]} = nnx.List()\n')
@@ -131,7 +130,7 @@ class InitBody:
     inner_else = self.block(list(block))
     if inner_else and not isinstance(orelse, cst.Else):
       writer.fail(statement, 'modules created in an elif branch; port it by hand')
-    if inner_else and writer.call_time & source.names_in(statement.test):
+    if inner_else and writer.call_time & syntax.names_in(statement.test):
       writer.fail(statement, 'modules created in both branches of a condition on the call; port it by hand')
     return inner_else
 
@@ -141,7 +140,7 @@ class InitBody:
     writer = self.writer
     test = statement.test
     leading = list(statement.leading_lines)
-    if writer.call_time & source.names_in(statement.test):
+    if writer.call_time & syntax.names_in(statement.test):
       # NNX decides which modules exist when it builds them: from the sizes.
       if writer.loops_around(statement):
         writer.fail(statement, f'modules created under a condition on the call '

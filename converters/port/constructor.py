@@ -193,7 +193,7 @@ class Constructor:
     parameters, constants = [], []
     for field in fields:
       default = self._field_default(field)
-      if default is not None and syntax.has_call(default) and not source.names_in(default) & class_names:
+      if default is not None and syntax.calls_in(default) and not syntax.names_in(default) & class_names:
         # A default Linen computes once, with the class (`normal(stddev=0.1)`),
         # NNX reads from a module constant, as Flax's layers do (ruff's B008).
         name = f'default_{field.target.value}'
@@ -247,8 +247,7 @@ def write_init(plan: ConstructorPlan, body: Sequence[cst.BaseStatement],
 
   class Arguments(cst.CSTTransformer):
     def leave_Attribute(self, original, updated):
-      if (isinstance(updated.value, cst.Name) and updated.value.value == 'self'
-          and updated.attr.value in fields_read):
+      if syntax.self_attribute(updated) in fields_read:
         return cst.Name(updated.attr.value)
       return updated
 

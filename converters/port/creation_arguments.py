@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import layers, source, syntax
+from converters.port import layers, syntax
 
 if TYPE_CHECKING:
   from converters.port.classes import ClassWriter
@@ -35,7 +35,7 @@ class CreationArguments:
     out = []
     for i, arg in enumerate(node.args):
       layer = layers.is_flax_class(cls) or layers.layer_spec(cls) is not None
-      if arg.star == '**' and not layer and not self.writer.call_time & source.names_in(arg.value):
+      if arg.star == '**' and not layer and not self.writer.call_time & syntax.names_in(arg.value):
         # `Encoder(**self.transformer)`: a user's class takes its fields by
         # name in NNX too (`Creations._module` checks none is its mode).
         out.append(('**', arg))
@@ -65,7 +65,7 @@ class CreationArguments:
     a local the method binds once: the choice, each side a dict literal of
     string keys; else None."""
     bound = self._spread_binding(value)
-    if not isinstance(bound, cst.IfExp) or self.writer.call_time & source.names_in(bound.test):
+    if not isinstance(bound, cst.IfExp) or self.writer.call_time & syntax.names_in(bound.test):
       return None
     sides = [keyword_dict(bound.body), keyword_dict(bound.orelse)]
     if any(side is None for side in sides):

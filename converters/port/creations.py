@@ -18,7 +18,6 @@ from converters.port import (
   input_reads,
   layers,
   references,
-  source,
   syntax,
   tracing,
 )
@@ -45,7 +44,7 @@ class Creations:
       if self.writer.helpers[site].size_parameter is not None:
         size = self.writer.sizes.in_size(site, node, self.writer.sizes.feature_axis_of(node))
       for arg in node.args:
-        if self.writer.call_time & source.names_in(arg.value):
+        if self.writer.call_time & syntax.names_in(arg.value):
           self.fail(node, f'{self.file.code(arg.value)} depends on the inputs of the call; port it by hand')
       return self.writer.helpers[site].call(node, size)
     func = self.writer.partials.expanded(node).func
@@ -114,7 +113,7 @@ class Creations:
         args.append(arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
                     if keep_position else syntax.keyword(name, arg.value))
         continue
-      if self.writer.call_time & source.names_in(arg.value):
+      if self.writer.call_time & syntax.names_in(arg.value):
         # A size read from the inputs (`x.shape[-1]`) is one NNX knows when it
         # builds: the inputs' sizes are arguments of the constructor. As
         # written where it reads them plainly (`in_features if out_dim is None
@@ -160,7 +159,7 @@ class Creations:
     for field in set(sides[0]) | set(sides[1]):
       plain = (field not in dict(spec.mode) and field != spec.sequence_field and field not in dict(spec.module_fields)
                and spec.nnx_argument(field) in spec.nnx_parameters())
-      if not plain or any(self.writer.call_time & source.names_in(side[field]) for side in sides if field in side):
+      if not plain or any(self.writer.call_time & syntax.names_in(side[field]) for side in sides if field in side):
         self.fail(node, f'{self.file.code(choice)} chooses {field!r}, which {spec.nnx} does not take as a plain '
                   'argument of the configuration (a mode, a module, a size read from the inputs, or no '
                   'counterpart); give it as a keyword, or port it by hand')
@@ -190,7 +189,7 @@ class Creations:
       elif isinstance(value, cst.Call) and self._calls_a_module(value):
         self.fail(value, f'{self.file.code(value)} in a Sequential makes a module the trace did not see '
                   'made there; port it by hand')
-      elif local := (source.names_in(value) - syntax.bound_in(value)) & syntax.bound_in(self.writer.method):
+      elif local := (syntax.names_in(value) - syntax.bound_in(value)) & syntax.bound_in(self.writer.method):
         # `d` made before the list, a lambda reading a local of the call:
         # NNX builds the Sequential in `__init__`, where neither is.
         self.fail(value, f'{self.file.code(value)} in a Sequential reads {", ".join(sorted(local))}, a local '
@@ -239,7 +238,7 @@ class Creations:
         args.append(arg.with_changes(value=self.writer.partials.nnx_handed(arg.value)))  # `nn.Dense` -> `nnx.Linear`
       elif (made := self._made_module(arg.value)) is not None:
         args.append(arg.with_changes(value=made))  # `emb=nn.Embed(11, 4)`, `emb=emb`: the NNX module
-      elif field != 'name' and self.writer.call_time & source.names_in(arg.value):
+      elif field != 'name' and self.writer.call_time & syntax.names_in(arg.value):
         # `FinalLayer(patch, out_channels)` with `out_channels = x.shape[-1]
         # * 2`: the inputs' sizes it reads are the constructor's.
         rewritten = input_reads.without_input_reads(self.writer, arg.value)
@@ -267,7 +266,7 @@ class Creations:
         self.fail(node, f'{path}.{rest} sets modes both ways; port it by hand')
     for field, arg in arguments:
       if field != 'name' and field not in port.field_modes and arg.value not in handed and (
-          field not in from_inputs) and (self.writer.call_time & source.names_in(arg.value)):
+          field not in from_inputs) and (self.writer.call_time & syntax.names_in(arg.value)):
         self.fail(
             node,
             f'{field}={self.file.code(arg.value)} depends on the inputs of the call; port it by hand',

@@ -252,8 +252,8 @@ class _Copies:
     # which NNX code calls as it is) keeps the Linen import.
     linen_names = file.linen_names | file.linen_bound.keys()
     needs_linen = any(
-        source.names_in(n) & linen_names for f, n in self.nodes if f is file
-    ) or any(source.names_in(n) & linen_names for n in self.rewritten.values())
+        syntax.names_in(n) & linen_names for f, n in self.nodes if f is file
+    ) or any(syntax.names_in(n) & linen_names for n in self.rewritten.values())
     for key, statement in list(self.chosen.items()):
       if isinstance(statement, cst.FunctionDef) and statement.name.value in self.rewritten:
         self.chosen[key] = self.rewritten[statement.name.value]
@@ -295,11 +295,11 @@ def _imports(copied: list[str], imported: list[str], nodes) -> str:
   """The port's imports, standard library first: those `copied`, NNX, the
   user's classes `imported` as they are, and what the port's own code reads."""
   imports = [*copied, 'from flax import nnx\n', *imported]
-  if any('first_from' in source.names_in(n) for _, n in nodes):
+  if any('first_from' in syntax.names_in(n) for _, n in nodes):
     imports.append('from flax.nnx.module import first_from\n')
   # What the port writes itself reads `jnp` (`init_cache`'s dtype), which
   # a Linen file importing it otherwise did not need to hand on.
-  if any('jnp' in source.names_in(n) for _, n in nodes) and not any(
+  if any('jnp' in syntax.names_in(n) for _, n in nodes) and not any(
       re.search(r'\bas jnp\b', i) for i in imports):
     imports.append('import jax.numpy as jnp\n')
   return '\n' + ''.join(sorted(set(imports), key=_import_order))
@@ -512,9 +512,7 @@ def _keeps(port: classes.ClassPort, field: str) -> bool:
   """Whether the written class keeps `field` as an attribute (`self.emb =
   emb`), not only hands it on to the modules it builds."""
   return any(
-      isinstance(n, cst.Assign) and any(
-          isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
-          and t.target.value.value == 'self' and t.target.attr.value == field for t in n.targets)
+      isinstance(n, cst.Assign) and any(syntax.self_attribute(t.target) == field for t in n.targets)
       for n in syntax.descendants(port.node))
 
 

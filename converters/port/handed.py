@@ -126,7 +126,7 @@ def _held(call: cst.Call, function: cst.FunctionDef) -> list[str]:
   names = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
   held = []
   for i, arg in enumerate(call.args):
-    if isinstance(arg.value, cst.Name) and arg.value.value == 'self' and not arg.star:
+    if syntax.is_self(arg.value) and not arg.star:
       name = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
       if name is None:
         raise Refused(call, f'{call.func.value}(...) is handed the module in its *args: port it by hand')
@@ -216,7 +216,7 @@ def _made(file: source.SourceFile, call: cst.Call, function: cst.FunctionDef, pa
         raise Refused(call, f'{call.func.value}(...) makes a parameter through the module after a return or '
                       f'raise (line {file.line_of(param_call)}): port it by hand')
     child = ancestor
-  read = set().union(*(source.names_in(n) for n in [*tests, *param_call.args])) if tests or param_call.args else set()
+  read = set().union(*(syntax.names_in(n) for n in [*tests, *param_call.args])) if tests or param_call.args else set()
   # A parameter the body binds again (`typ = typ.lower()`) is not the call's
   # argument any more: a local like any other.
   own_locals = syntax.bound_in(function.body)
@@ -238,7 +238,7 @@ def _made(file: source.SourceFile, call: cst.Call, function: cst.FunctionDef, pa
 def _constant(test: cst.BaseExpression) -> bool | None:
   """The value of a test of literals only (`'learn' == 'learn'`, a call's
   literal argument bound in); None for one that reads a name."""
-  if source.names_in(test):
+  if syntax.names_in(test):
     return None
   try:
     return bool(eval(syntax.code_of(test), {'__builtins__': {}}))  # noqa: S307 - literals only

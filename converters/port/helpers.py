@@ -118,7 +118,7 @@ class _HelperWriter:
     name_parameter = self._name_parameter(parameters)
     self.size_parameter = self._size_parameter(parameters)
     body = self.function.body.visit(_NnxCreations(self))
-    dropped = {name_parameter} if name_parameter is not None and name_parameter not in source.names_in(body) else set()
+    dropped = {name_parameter} if name_parameter is not None and name_parameter not in syntax.names_in(body) else set()
     # Linen names left that NNX spells as the same objects; anything else refused.
     body = body.visit(references.LinenReferences(self.file, self.cls, strict=True, bound=syntax.bound_in(self.function)))
     return HelperPort(self._written(body, dropped), parameters, dropped, name_parameter, self.size_parameter)
@@ -171,7 +171,7 @@ class _HelperWriter:
     if not sizes:
       return None
     size_parameter = sizes.pop() if len(sizes) == 1 else 'in_features'
-    while size_parameter in parameters or size_parameter in source.names_in(self.function.body):
+    while size_parameter in parameters or size_parameter in syntax.names_in(self.function.body):
       size_parameter += '_'
     return size_parameter
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import source, syntax
+from converters.port import syntax
 
 if TYPE_CHECKING:
   from converters.port.classes import ClassWriter
@@ -90,6 +90,6 @@ def without_input_reads(writer: ClassWriter, expression: cst.BaseExpression) -> 
 
   attributes: set[cst.Name] = set()
   rewritten = expression.visit(Rewrite())
-  if source.names_in(rewritten) & writer.call_time:
+  if syntax.names_in(rewritten) & writer.call_time:
     return None
   return rewritten

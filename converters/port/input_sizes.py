@@ -7,7 +7,6 @@ size of the layer made before it (`chained_sizes`).
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING
 
 import libcst as cst

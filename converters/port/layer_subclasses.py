@@ -21,7 +21,7 @@ import textwrap
 
 import libcst as cst
 
-from converters.port import layers, source
+from converters.port import layers, source, syntax
 from converters.port.errors import Untranslatable
 
 #: The arrays each NNX layer hands `promote_dtype`, in order: its inputs,
@@ -74,7 +74,7 @@ def read_override(cls: type, file: source.SourceFile) -> ParamOverride:
   for star in (params.star_arg, params.star_kwarg):
     if isinstance(star, cst.Param):
       unread.add(star.name.value)
-  read = set().union(*(source.names_in(s) for s in rest)) | _bare_names(rest)
+  read = set().union(*(syntax.names_in(s) for s in rest)) | _bare_names(rest)
   if read & (unread | {'super'}):
     _fail(cls, file, rest[0], f'{cls.__name__}.param reads {", ".join(sorted(read & (unread | {"super"})))} '
           'beyond the parameter\'s name and value; port it by hand')

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import lifted_classes, source, syntax, tracing
+from converters.port import lifted_classes, syntax, tracing
 
 if TYPE_CHECKING:
   from converters.port.compact import CompactWriter
@@ -28,7 +28,7 @@ def lifted_call(writer: CompactWriter, original: cst.Call, updated: cst.Call,
   args = list(call.args)
   if lift.scan and (not args or args[0].star or args[0].keyword is not None):
     writer.fail(original, 'a scanned module called without its carry first; port it by hand')
-  used = source.names_in(writer.method)
+  used = syntax.names_in(writer.method)
   # A layer of the stack (`block` of `blocks`), or the module remat runs.
   module = attribute[:-1] if lift.scan and attribute.endswith('s') and len(attribute) > 1 else 'layer'
   while module in used:
@@ -50,7 +50,7 @@ def lifted_call(writer: CompactWriter, original: cst.Call, updated: cst.Call,
       'carry' if lift.scan else _input_name(writer, site))
   # The other arguments are read inside the function: a parameter of theirs
   # would shadow what they read outside.
-  read_by_rest = set().union(*(source.names_in(a.value) for a in rest)) if rest else set()
+  read_by_rest = set().union(*(syntax.names_in(a.value) for a in rest)) if rest else set()
   if carry in read_by_rest:
     carry = 'carry'
   while carry in read_by_rest | {module}:
@@ -72,7 +72,7 @@ def _passed_from_loops(writer: CompactWriter, original: cst.Call, updated: cst.C
   B023), static where Linen's were: `(rest, [(parameter, value, static)])`,
   `rest` reading the parameters."""
   loops = [n for n in writer.file.ancestors(original) if isinstance(n, cst.For)]
-  bound = set().union(*(source.names_in(n.target) | syntax.bound_in(n.body) for n in loops)) if loops else set()
+  bound = set().union(*(syntax.names_in(n.target) | syntax.bound_in(n.body) for n in loops)) if loops else set()
   if not bound:
     return rest, []
   lift = writer.lifts[site][0]
@@ -80,10 +80,10 @@ def _passed_from_loops(writer: CompactWriter, original: cst.Call, updated: cst.C
   positions = {id(a.value): k for k, a in enumerate(updated.args)}  # (the mode flags' taken out)
   # The arguments left closed over read their names inside the function:
   # no parameter takes one of them.
-  taken = taken | set().union(*(source.names_in(a.value) for a in rest if not source.names_in(a.value) & bound))
+  taken = taken | set().union(*(syntax.names_in(a.value) for a in rest if not syntax.names_in(a.value) & bound))
   written, passed = [], []
   for arg in rest:
-    if not source.names_in(arg.value) & bound:
+    if not syntax.names_in(arg.value) & bound:
       written.append(arg)
       continue
     position = positions.get(id(arg.value))

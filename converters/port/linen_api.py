@@ -29,13 +29,6 @@ SUBMODULE_STATE_API = frozenset({
 }) & references.LINEN_MODULE_API
 
 
-def _held_attribute(node: cst.BaseExpression) -> str | None:
-  """`name` of `self.name`, else None."""
-  if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == 'self':
-    return node.attr.value
-  return None
-
-
 def drawn_streams(writer: ClassWriter) -> set[str]:
   """The streams the class draws from (`self.make_rng(stream)`), refusing
   the calls of Linen's Module API on `self` the port does not write, and
@@ -59,14 +52,14 @@ def drawn_streams(writer: ClassWriter) -> set[str]:
         allowed.add(node.func)
 
     def visit_Attribute(self, node):
-      if (isinstance(node.value, cst.Name) and node.value.value == 'self' and node not in allowed
+      if (syntax.is_self(node.value) and node not in allowed
           and node.attr.value in references.LINEN_MODULE_API and node.attr.value not in own):
         writer.fail(
             node,
             f'self.{node.attr.value}(...) is Linen\'s own Module API, which the port does not '
             'write yet; port it by hand',
         )
-      held = _held_attribute(node.value)
+      held = syntax.self_attribute(node.value)
       if held is not None and held not in writer.field_names and node.attr.value in SUBMODULE_STATE_API:
         writer.fail(
             node,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import layers, references, source, syntax
+from converters.port import layers, references, syntax
 
 if TYPE_CHECKING:
   from converters.port.classes import ClassWriter
@@ -94,11 +94,11 @@ class ModeFlags:
 
     class Reads(cst.CSTVisitor):
       def visit_Attribute(self, n):
-        if isinstance(n.value, cst.Name) and n.value.value == 'self':
+        if syntax.is_self(n.value):
           left.add(n.attr.value)
 
     node.visit(Reads())
-    left |= source.names_in(init.body)
+    left |= syntax.names_in(init.body)
     for field in self.fields:
       if '.' not in field and field in left:
         self.fail(self.cdef, f'the field {field!r} sets the layers\' modes and does more (NNX sets '
@@ -157,7 +157,7 @@ class ModeFlags:
           merges[name] = merges.get(name, 0) + 1
 
       def visit_Attribute(self, node):
-        if isinstance(node.value, cst.Name) and node.value.value == 'self':
+        if syntax.is_self(node.value):
           reads[node.attr.value] = reads.get(node.attr.value, 0) + 1
 
     self.cdef.visit(Visitor())
@@ -178,7 +178,7 @@ class ModeFlags:
 
   def drop_flag(self, method: cst.FunctionDef, flag: str) -> cst.FunctionDef:
     aliases = {name for name, value in self.writer.locals.items()
-               if value is not None and flag in source.names_in(value) and not self._creates(value)}
+               if value is not None and flag in syntax.names_in(value) and not self._creates(value)}
 
     class Drop(cst.CSTTransformer):
       def leave_SimpleStatementLine(self, original, updated):
@@ -197,7 +197,7 @@ class ModeFlags:
     method = method.with_changes(
         params=method.params.with_changes(params=params, kwonly_params=kwonly, star_arg=star)
     )
-    if flag in source.names_in(method.body) or aliases & source.names_in(method.body):
+    if flag in syntax.names_in(method.body) or aliases & syntax.names_in(method.body):
       self.fail(
           self.writer.method,
           f'{flag!r} does more than set the layers\' modes (NNX sets them with model.train() / '

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import source, syntax
+from converters.port import syntax
 
 if TYPE_CHECKING:
   from converters.port.compact import CompactWriter
@@ -45,14 +45,14 @@ class ModuleReads:
     """Each list's modules read by the loop making them, when it is the one
     loop making that list alone and unconditionally, else by an iterator."""
     writer = self.writer
-    used = source.names_in(writer.method)
+    used = syntax.names_in(writer.method)
     for site, (node, _) in writer.sites.items():
       attribute, is_list = writer.attributes.get(site, (None, False))
       if not is_list:
         continue
       loops = writer.loops_around(node)
       conditional = any(
-          isinstance(a, cst.If) for a in syntax.between(writer.file, node, loops[0])
+          isinstance(a, cst.If) for a in writer.file.ancestors_below(node, loops[0])
       )
       simple = (
           len(loops) == 1 and isinstance(loops[0], cst.For)
@@ -80,8 +80,8 @@ class ModuleReads:
     writes it: over the list it made, after the iterators it reads."""
     if id(original) in self.loops:
       name, attribute = self.loops[id(original)]
-      targets = source.names_in(updated.target) - {'_'}
-      if targets & (source.names_in(updated.body) | read_outside(self.writer.method, original)):
+      targets = syntax.names_in(updated.target) - {'_'}
+      if targets & (syntax.names_in(updated.body) | read_outside(self.writer.method, original)):
         target = self.writer.file.code(original.target)
         if not isinstance(original.target, cst.Name):
           target = f'({target})'  # `for (i, width), layer in zip(...)`
@@ -112,7 +112,7 @@ def read_outside(method: cst.FunctionDef, loop: cst.For) -> set[str]:
         return False
       node.iter.visit(self)  # read before the loop binds its variable: `for i in range(i, 5)`
       targets.update(syntax.descendants(node.target))
-      bound.append(source.names_in(node.target))
+      bound.append(syntax.names_in(node.target))
       node.body.visit(self)
       if node.orelse is not None:
         node.orelse.visit(self)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import branches, handed, source, syntax, variables
+from converters.port import branches, handed, syntax, variables
 
 if TYPE_CHECKING:
   from converters.port.classes import ClassWriter
@@ -74,7 +74,7 @@ def _handed_variables(writer: ClassWriter, taken: set[str], made: set) -> dict[c
       writer.fail(call, f'{call.func.value}(...), handed the module, in a loop; port it by hand')
     written = []
     for through in handed_call.made:
-      if through.test is not None and source.names_in(through.test) & writer.call_time:
+      if through.test is not None and syntax.names_in(through.test) & writer.call_time:
         writer.fail(call, f'{call.func.value}(...) makes a parameter through the module when '
                     f'{syntax.code_of(through.test)}, which reads the call; port it by hand')
       variable = variables.own_variable(through.call, writer, where=call)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import factories, helpers, layers, references, source, syntax
+from converters.port import factories, helpers, layers, references, syntax
 
 if TYPE_CHECKING:
   from converters.port.classes import ClassWriter
@@ -74,7 +74,7 @@ class Partials:
     while True:
       leave = [
           name for name in pending
-          if not any(self.writer.call_time & source.names_in(a.value) for a in partials[name].args
+          if not any(self.writer.call_time & syntax.names_in(a.value) for a in partials[name].args
                      if not (a.keyword is not None and a.keyword.value in self._modes(partials[name])))
       ]
       if not leave:
@@ -125,7 +125,7 @@ class Partials:
       if field in modes:
         self.writer.mode_flags.record(arg.value, modes[field], partial)
         continue
-      if self.writer.call_time & source.names_in(arg.value):
+      if self.writer.call_time & syntax.names_in(arg.value):
         self.fail(partial, f'{field}={self.file.code(arg.value)} of {name} depends on the inputs of the call; '
                   'port it by hand')
       nnx_name = spec.nnx_argument(field) if spec is not None else field

@@ -231,7 +231,7 @@ def shared_scope(statement: cst.CSTNode, file: source.SourceFile) -> cst.Name | 
     return None
   args = call.args
   if len(args) == 2 and all(a.keyword is None and a.star == '' and isinstance(a.value, cst.Name) for a in args) \
-      and args[0].value.value == 'self':
+      and syntax.is_self(args[0].value):
     return args[1].value
   return None
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from converters.port import source, syntax
+from converters.port import syntax
 
 if TYPE_CHECKING:
   from converters.port.compact import CompactWriter
@@ -22,7 +22,7 @@ def kept(emitted: list[tuple[cst.BaseStatement, bool]]) -> list[cst.BaseStatemen
   needed = set()
   for statement, candidate in emitted:
     if not candidate:
-      needed |= source.names_in(statement)
+      needed |= syntax.names_in(statement)
   kept_ids = {id(s) for s, candidate in emitted if not candidate}
   changed = True
   while changed:
@@ -32,7 +32,7 @@ def kept(emitted: list[tuple[cst.BaseStatement, bool]]) -> list[cst.BaseStatemen
         targets = {n for s in statement.body for t in s.targets for n in syntax.target_names(t.target)}
         if targets & needed:
           kept_ids.add(id(statement))
-          needed |= source.names_in(statement)
+          needed |= syntax.names_in(statement)
           changed = True
   return [s for s, _ in emitted if id(s) in kept_ids]
 
@@ -43,7 +43,7 @@ def check_bound_once(writer: CompactWriter, init_body: list[cst.BaseStatement]) 
   twice (`groups = 1; if self.grouped: groups = 4`), changed in place
   (`dims.append(...)`, `eps *= 10`) or bound in a block without creations
   (which `__init__` does not replay) is refused, not read half-computed."""
-  read = set().union(*(source.names_in(s) for s in init_body)) if init_body else set()
+  read = set().union(*(syntax.names_in(s) for s in init_body)) if init_body else set()
   read -= _loop_targets(init_body)  # bound in `__init__` by the loops it replays
   bindings = _Bindings()
   writer.method.body.visit(bindings)

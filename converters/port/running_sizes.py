@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from converters.port import layers, source, tracing
+from converters.port import layers, syntax, tracing
 
 if TYPE_CHECKING:
   from converters.port.input_sizes import InputSizes
@@ -79,7 +79,7 @@ def _loop_variable(sizes: InputSizes, loop, initial_value, uniform: bool) -> str
     if uniform and not any(sizes.out_source(s) for s in loop_sites):
       return None
     initial = sizes.size_source(initial_value)
-    taken = source.names_in(sizes.writer.method)
+    taken = syntax.names_in(sizes.writer.method)
     name = next(n for n in (['in_features'] if initial.startswith('__input_') else []) + [
         'in_size', 'size_in', 'running_size'] if n not in taken)
     sizes.running[id(loop)] = (initial, name)

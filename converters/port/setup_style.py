@@ -112,9 +112,7 @@ class SetupWriter(classes.ClassWriter):
         break
     ok = (
         parent is not None and len(parent.targets) == 1
-        and isinstance(parent.targets[0].target, cst.Attribute)
-        and isinstance(parent.targets[0].target.value, cst.Name)
-        and parent.targets[0].target.value.value == 'self'
+        and syntax.self_attribute(parent.targets[0].target) is not None
         and (parent.value is node or is_list)
     )
     if not ok:
@@ -152,8 +150,7 @@ class SetupWriter(classes.ClassWriter):
     for ancestor in self.file.ancestors(call):
       if isinstance(ancestor, cst.Assign):
         target = ancestor.targets[0].target if len(ancestor.targets) == 1 else None
-        if (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
-            and target.value.value == 'self' and ancestor.value is call):
+        if syntax.self_attribute(target) is not None and ancestor.value is call:
           return ancestor, False
         break
     self.fail(call, 'a variable made in setup() but not assigned to an attribute of self; '
@@ -207,8 +204,7 @@ class _SetupBody(branches.RaisingUntracedBranches):
     held = {attribute for attribute, _ in self.writer.attributes.values()}
 
     def holds_a_module(target) -> bool:
-      return (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
-              and target.value.value == 'self' and target.attr.value in held)
+      return syntax.self_attribute(target) in held
 
     def data(value):
       is_none = isinstance(value, cst.Name) and value.value == 'None'
@@ -240,8 +236,7 @@ class _MethodBody(cst.CSTTransformer):
     return updated
 
   def leave_Attribute(self, original, updated):
-    if (isinstance(updated.value, cst.Name) and updated.value.value == 'self'
-        and updated.attr.value in self.params):
+    if syntax.self_attribute(updated) in self.params:
       return cst.Subscript(updated, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
     return updated
 

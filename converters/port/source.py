@@ -19,7 +19,7 @@ import libcst as cst
 from flax import linen as nn
 from libcst.metadata import BuiltinScope, GlobalScope, MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
-from converters.port import tracing
+from converters.port import syntax, tracing
 
 
 class SourceFile:
@@ -59,6 +59,13 @@ class SourceFile:
       node = self.parents[node]
       yield node
 
+  def ancestors_below(self, node: cst.CSTNode, ancestor: cst.CSTNode):
+    """`node`'s enclosing nodes inside `ancestor`, innermost first."""
+    for parent in self.ancestors(node):
+      if parent is ancestor:
+        return
+      yield parent
+
   def code(self, node: cst.CSTNode) -> str:
     return self.module.code_for_node(node)
 
@@ -67,8 +74,8 @@ class SourceFile:
 
   @functools.cached_property
   def names(self) -> frozenset[str]:
-    """Every bare name the file mentions (`names_in` of the whole file)."""
-    return frozenset(names_in(self.module))
+    """Every bare name the file mentions (`syntax.names_in` of the whole file)."""
+    return frozenset(syntax.names_in(self.module))
 
   @functools.cached_property
   def attributes_read_off_others(self) -> frozenset[str]:
@@ -78,7 +85,7 @@ class SourceFile:
 
     class Visitor(cst.CSTVisitor):
       def visit_Attribute(self, n):
-        if not (isinstance(n.value, cst.Name) and n.value.value == 'self'):
+        if not syntax.is_self(n.value):
           found.add(n.attr.value)
 
     self.module.visit(Visitor())
@@ -212,29 +219,9 @@ def snake_case(name: str) -> str:
   return ''.join(out)
 
 
-def names_in(node: cst.CSTNode) -> set[str]:
-  """Every bare name an expression or statement mentions."""
-  found = set()
-
-  class Visitor(cst.CSTVisitor):
-    def visit_Name(self, n: cst.Name):
-      found.add(n.value)
-
-    def visit_Attribute(self, n: cst.Attribute):
-      n.value.visit(self)
-      return False  # `a.b`: `b` is not a name in scope
-
-    def visit_Arg(self, n: cst.Arg):
-      n.value.visit(self)
-      return False  # `f(k=v)`: `k` is not a name in scope
-
-  node.visit(Visitor())
-  return found
-
-
 def free_names(node: cst.CSTNode) -> set[str]:
   """The names `node` (a class, function or statement of a module) reads
-  from its module or builtins: those of `names_in` less what it binds in a
+  from its module or builtins: those of `syntax.names_in` less what it binds in a
   scope of its own (a method's local `h` is not the module's function `h`)."""
   wrapper = MetadataWrapper(cst.Module([node]) if isinstance(node, cst.BaseStatement) else
                             cst.Module([cst.SimpleStatementLine([cst.Expr(node)])]),

@@ -39,7 +39,7 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
   found = None
   for statement in syntax.descendants(method):
     if (not isinstance(statement, cst.If) or statement in ancestors
-            or file.positions[statement].end.line >= start or set(call_time) & source.names_in(statement.test)):
+            or file.positions[statement].end.line >= start or set(call_time) & syntax.names_in(statement.test)):
       continue
     taken = [test_value(file, statement.test, i) for i in (*first_instances, *second_instances)]
     if None in taken:
@@ -106,4 +106,4 @@ def init_test(test: cst.BaseExpression, file: source.SourceFile, fields: Collect
       return updated
 
   rewritten = test.visit(Fields())
-  return None if 'self' in source.names_in(rewritten) else cst.Module([]).code_for_node(rewritten)
+  return None if 'self' in syntax.names_in(rewritten) else cst.Module([]).code_for_node(rewritten)

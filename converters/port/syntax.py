@@ -1,12 +1,11 @@
 """libcst helpers the port's writers share: parsing snippets, names an
-expression reads or a target binds, arguments spaced as PEP 8 spaces them,
-and clean-ups of what a rewrite leaves behind (unused locals, `x = x`)."""
+expression reads or a target binds, `self.<name>`, arguments spaced as PEP 8
+spaces them, and clean-ups of what a rewrite leaves behind (unused locals,
+`x = x`)."""
 
 from __future__ import annotations
 
 import libcst as cst
-
-from converters.port import source
 
 
 def expression(code: str) -> cst.BaseExpression:
@@ -15,6 +14,41 @@ def expression(code: str) -> cst.BaseExpression:
 
 def statement(code: str) -> cst.BaseStatement:
   return cst.parse_statement(code)
+
+
+class NameLoads(cst.CSTVisitor):
+  """A visitor of the bare names a node reads, each at `visit_Name`: of
+  `a.b`, `a` (`b` is no name in scope); of `f(k=v)`, `v`."""
+
+  def visit_Attribute(self, node: cst.Attribute) -> bool:
+    node.value.visit(self)
+    return False
+
+  def visit_Arg(self, node: cst.Arg) -> bool:
+    node.value.visit(self)
+    return False
+
+
+def names_in(node: cst.CSTNode) -> set[str]:
+  """Every bare name an expression or statement mentions."""
+  found: set[str] = set()
+
+  class Visitor(NameLoads):
+    def visit_Name(self, n: cst.Name):
+      found.add(n.value)
+
+  node.visit(Visitor())
+  return found
+
+
+def is_self(node: cst.CSTNode) -> bool:
+  """Whether `node` is the name `self`."""
+  return isinstance(node, cst.Name) and node.value == 'self'
+
+
+def self_attribute(node: cst.CSTNode) -> str | None:
+  """`'x'` of `self.x`; None for anything else."""
+  return node.attr.value if isinstance(node, cst.Attribute) and is_self(node.value) else None
 
 
 def assigned_once(body: cst.CSTNode) -> dict[str, cst.BaseExpression | None]:
@@ -142,7 +176,8 @@ def code_of(node: cst.CSTNode) -> str:
 
 
 def calls_in(node: cst.CSTNode) -> bool:
-  """Whether `node` calls anything (its value may differ each time it runs)."""
+  """Whether `node` calls anything (`normal(stddev=0.1)`: its value may
+  differ each time it runs)."""
   found: list[cst.Call] = []
   node.visit(_CallFinder(found))
   return bool(found)
@@ -221,7 +256,7 @@ def reads(node: cst.CSTNode, exclude: cst.CSTNode) -> set[str]:
   """The names read anywhere in `node` but inside `exclude`'s targets."""
   found: set[str] = set()
 
-  class Visitor(cst.CSTVisitor):
+  class Visitor(NameLoads):
     def visit_SimpleStatementLine(self, n):
       if n is exclude:
         exclude.body[0].value.visit(self)
@@ -235,14 +270,6 @@ def reads(node: cst.CSTNode, exclude: cst.CSTNode) -> set[str]:
 
     def visit_Name(self, n):
       found.add(n.value)
-
-    def visit_Attribute(self, n):
-      n.value.visit(self)
-      return False
-
-    def visit_Arg(self, n):
-      n.value.visit(self)
-      return False
 
   node.visit(Visitor())
   return found
@@ -365,13 +392,6 @@ class ReadAs(cst.CSTTransformer):
     return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
-def between(file: source.SourceFile, node, ancestor):
-  for parent in file.ancestors(node):
-    if parent is ancestor:
-      return
-    yield parent
-
-
 class CallsWhere(cst.CSTVisitor):
   """Collects the calls for which `predicate` holds, in source order."""
 
@@ -492,13 +512,6 @@ class _Respell(cst.CSTTransformer):
     if isinstance(updated.value, cst.Name) and updated.value.value in self.aliases:
       return updated.with_changes(value=cst.Name(self.aliases[updated.value.value]))
     return updated
-
-
-def has_call(node: cst.CSTNode) -> bool:
-  """Whether `node` calls anything (`normal(stddev=0.1)`)."""
-  found: list[cst.Call] = []
-  node.visit(CallsWhere(lambda _: True, found))
-  return bool(found)
 
 
 def bound_names(statement: cst.CSTNode) -> set[str]:

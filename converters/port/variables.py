@@ -24,7 +24,7 @@ import jax
 import libcst as cst
 from flax.core import meta
 
-from converters.port import input_reads, source, syntax
+from converters.port import input_reads, syntax
 
 #: Linen collections a `self.variable` may name, and their NNX type.
 VARIABLE_TYPES = {'params': 'nnx.Param', 'batch_stats': 'nnx.BatchStat', 'cache': 'nnx.Cache'}
@@ -55,9 +55,7 @@ class OwnVariable:
 
 def is_own_variable_call(node: cst.CSTNode) -> bool:
   return (
-      isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-      and isinstance(node.func.value, cst.Name) and node.func.value.value == 'self'
-      and node.func.attr.value in ('param', 'variable')
+      isinstance(node, cst.Call) and syntax.self_attribute(node.func) in ('param', 'variable')
   )
 
 
@@ -65,9 +63,7 @@ def is_has_cache_variable(node: cst.CSTNode) -> bool:
   """`self.has_variable('cache', 'name')`: Linen's decode idiom, where the
   first call (`init`) makes the cache and later ones use it."""
   return (
-      isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-      and isinstance(node.func.value, cst.Name) and node.func.value.value == 'self'
-      and node.func.attr.value == 'has_variable' and len(node.args) == 2
+      isinstance(node, cst.Call) and syntax.self_attribute(node.func) == 'has_variable' and len(node.args) == 2
       and all(a.keyword is None and isinstance(a.value, cst.SimpleString) for a in node.args)
       and node.args[0].value.evaluated_value == 'cache'
   )
@@ -75,9 +71,7 @@ def is_has_cache_variable(node: cst.CSTNode) -> bool:
 
 def is_sow_call(node: cst.CSTNode) -> bool:
   return (
-      isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-      and isinstance(node.func.value, cst.Name) and node.func.value.value == 'self'
-      and node.func.attr.value == 'sow'
+      isinstance(node, cst.Call) and syntax.self_attribute(node.func) == 'sow'
   )
 
 
@@ -105,7 +99,7 @@ def own_variable(call: cst.Call, writer, where: cst.CSTNode | None = None) -> Ow
     writer.fail(where, f'self.{kind}({name!r}) without an initializer; port it by hand')
   init, init_args = rest[1], rest[2:]
   function = init.value
-  if source.names_in(function) & writer.call_time:
+  if syntax.names_in(function) & writer.call_time:
     function = _with_shape_sizes(function, init_args[0].value if init_args else None, collection, name, writer)
     if function is None:
       writer.fail(where, f'the initializer of {name!r} depends on the call; port it by hand')
@@ -158,7 +152,7 @@ def _written_argument(index: int, arg: cst.Arg, collection: str, name: str, writ
   the shape (the first) from the symbolic trace where it reads the call;
   refused (`writer.fail`, at `where`) where it reads the call otherwise."""
   value = arg.value
-  if not source.names_in(value) & writer.call_time:
+  if not syntax.names_in(value) & writer.call_time:
     return _one_line(arg, value)
   if index != 0:
     # Not the shape (`get_2d_sincos_pos_embed(key, width, num_patches)`):
@@ -202,7 +196,7 @@ def _with_shape_sizes(init: cst.BaseExpression, shape: cst.BaseExpression | None
     if isinstance(element.value, cst.Name) and element.value.value in writer.call_time:
       sizes.setdefault(element.value.value, syntax.expression(writer.sizes.size_source(size, table)))
   written = init.visit(syntax.ReadAs(sizes))
-  return None if source.names_in(written) & writer.call_time else written
+  return None if syntax.names_in(written) & writer.call_time else written
 
 
 def _dtype_parameter(value: cst.BaseExpression, collection: str, name: str, writer) -> cst.Name | None:
@@ -263,17 +257,9 @@ def _applied(function: cst.Lambda, values: list[cst.BaseExpression]) -> cst.Base
   counts = dict.fromkeys(names, 0)
   nested = []
 
-  class Count(cst.CSTVisitor):
+  class Count(syntax.NameLoads):
     def visit_Lambda(self, node):
       nested.append(node)
-
-    def visit_Attribute(self, node):
-      node.value.visit(self)
-      return False
-
-    def visit_Arg(self, node):
-      node.value.visit(self)
-      return False
 
     def visit_Name(self, node):
       if node.value in counts:

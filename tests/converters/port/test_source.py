@@ -4,11 +4,12 @@ which names a definition reads from its module."""
 from __future__ import annotations
 
 import os
+import types
 
 import libcst as cst
 import pytest
 
-from converters.port import source
+from converters.port import source, syntax
 from converters.port.source import snake_case
 
 
@@ -70,4 +71,15 @@ def test_free_names_are_those_a_definition_reads_from_its_module():
 
 def test_a_local_shadowing_a_module_function_is_not_a_read_of_it():
   node = cst.parse_module('def f(x):\n  h = x\n  return h\n').body[0]
-  assert 'h' in source.names_in(node) and 'h' not in source.free_names(node)
+  assert 'h' in syntax.names_in(node) and 'h' not in source.free_names(node)
+
+
+def test_ancestors_below_stop_at_the_ancestor_innermost_first(tmp_path):
+  path = tmp_path / 'nested.py'
+  path.write_text('def f(x):\n  if x:\n    return g(x)\n')
+  file = source.SourceFile(str(path), types.ModuleType('nested'))
+  function = file.module.body[0]
+  call = next(n for n in file.positions if isinstance(n, cst.Call))
+  kinds = [type(a).__name__ for a in file.ancestors_below(call, function)]
+  assert kinds[-2:] == ['If', 'IndentedBlock'] and 'FunctionDef' not in kinds
+  assert kinds[0] == 'Return'
