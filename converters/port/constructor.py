@@ -235,15 +235,7 @@ def write_init(plan: ConstructorPlan, body: Sequence[cst.BaseStatement],
   # In `__init__` a field is its argument: `self.features` reads `features`,
   # but for a field a local of `__init__` takes the name of (`conv =
   # partial(self.conv, use_bias=False)`, as Linen's ResNet writes it).
-  bound: set[str] = set()
-
-  class Bound(cst.CSTVisitor):
-    def visit_AssignTarget(self, node):
-      bound.update(syntax.target_names(node.target))
-
-  for statement in body:
-    statement.visit(Bound())
-  fields_read = set(plan.fields) - bound
+  fields_read = set(plan.fields) - syntax.names_bound_by(body, (cst.AssignTarget,))
 
   class Arguments(cst.CSTTransformer):
     def leave_Attribute(self, original, updated):

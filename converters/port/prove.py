@@ -156,7 +156,7 @@ def nnx_value(value, generated: types.ModuleType):
     if isinstance(ported, type) and issubclass(ported, enum.Enum) and value.name in ported.__members__:
       return ported[value.name]
     return value
-  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+  if _is_dataclass_instance(value):
     # A configuration object: the port's class of that name where it has
     # one, its fields as the port takes them.
     fields = {f.name: nnx_value(getattr(value, f.name), generated) for f in dataclasses.fields(value) if f.init}
@@ -477,7 +477,7 @@ def _merged(base, first, second):
     return first
   if first == base:
     return second
-  if not (dataclasses.is_dataclass(base) and not isinstance(base, type)
+  if not (_is_dataclass_instance(base)
           and type(first) is type(base) is type(second)):
     return None
   changes = {}
@@ -750,7 +750,7 @@ def _inside(value, inner, named: bool = False):
   """`(value, changes)` of a configuration (a dataclass, a namespace, a dict
   of names) with `inner` applied to each of its fields or members (with
   `named`, to each and its name); `(value, [])` for anything else."""
-  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+  if _is_dataclass_instance(value):
     return _in_fields(value, inner, named)
   if isinstance(value, types.SimpleNamespace):
     new, changes = _in_members(vars(value), inner, named)
@@ -779,16 +779,20 @@ def _in_members(members: dict, change, named: bool = False) -> tuple[dict, list[
   return new, changes
 
 
+def _is_dataclass_instance(value) -> bool:
+  return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
 def _is_configuration(value) -> bool:
   """A value holding fields of its own: a dataclass, a namespace, a dict."""
-  return (dataclasses.is_dataclass(value) and not isinstance(value, type)) or isinstance(
+  return _is_dataclass_instance(value) or isinstance(
       value, (types.SimpleNamespace, dict, FrozenDict))
 
 
 def _flipped(value, depth: int = 0):
   """Every configuration of `value` with one flag (a bool, also inside
   configuration dataclasses) flipped: `[(value, 'name=True'), ...]`."""
-  if depth > 3 or not dataclasses.is_dataclass(value) or isinstance(value, type):
+  if depth > 3 or not _is_dataclass_instance(value):
     return []
   out = []
   for f in dataclasses.fields(value):
@@ -852,7 +856,7 @@ def _integers_held(value, depth: int = 0) -> set[int]:
     return {value}
   if isinstance(value, (tuple, list)):
     return set().union(*(_integers_held(v, depth + 1) for v in value))
-  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+  if _is_dataclass_instance(value):
     return set().union(*(_integers_held(getattr(value, f.name), depth + 1)
                          for f in dataclasses.fields(value) if f.name not in ('parent', 'name')))
   return set()
@@ -922,6 +926,18 @@ def _replaced(value, name: str, new):
     return None
 
 
+def _configuration_fields(value, prefix: str, depth: int):
+  """`(field, its value, its dotted name)` of each field a user sets of
+  the configuration `value` (a module's fields, or a configuration
+  dataclass's, nested): none of a value that is no dataclass, nor deeper
+  than three levels."""
+  if depth > 3 or not _is_dataclass_instance(value):
+    return
+  for f in dataclasses.fields(value):
+    if f.init and f.name not in ('parent', 'name'):
+      yield f, getattr(value, f.name), f'{prefix}{f.name}'
+
+
 def _given_a_value(value, owner: type, prefix: str, depth: int = 0, held: frozenset = frozenset()):
   """`(changes, unvaried)`: for each field of the configuration `value` (a
   module's fields, or a configuration dataclass's, nested) left None,
@@ -929,14 +945,8 @@ def _given_a_value(value, owner: type, prefix: str, depth: int = 0, held: frozen
   type (and for a flag annotated to take an integer too, each integer);
   and the fields left None that take no value the kit can give (a
   callable, a string)."""
-  if depth > 3 or not dataclasses.is_dataclass(value):
-    return [], []
   changes, unvaried = [], []
-  for f in dataclasses.fields(value):
-    if not f.init or f.name in ('parent', 'name'):
-      continue
-    current = getattr(value, f.name)
-    name = f'{prefix}{f.name}'
+  for f, current, name in _configuration_fields(value, prefix, depth):
     if current is None:
       kind = _annotated_type(owner, f.name)
       if kind is None:
@@ -952,7 +962,7 @@ def _given_a_value(value, owner: type, prefix: str, depth: int = 0, held: frozen
     elif isinstance(current, int) and _admits(owner, f.name, int, bool):
       # A width that takes a flag as well: each flag in turn (`rep_size=False`).
       changes += [[(_replaced(value, f.name, v), f'{name}={v}')] for v in (False, True)]
-    elif dataclasses.is_dataclass(current) and not isinstance(current, type):
+    elif _is_dataclass_instance(current):
       inner, more = _given_a_value(current, type(current), f'{name}.', depth + 1, held)
       unvaried += more
       for tried in inner:
@@ -990,14 +1000,9 @@ def _switched(value, prefix: str, strings: dict, depth: int = 0) -> tuple[list, 
   configuration `value` (a module's fields, or a configuration dataclass's,
   nested), `(new value, 'name=other')` for every other value the sources
   switch on; and the string fields whose values no source names."""
-  if depth > 3 or not dataclasses.is_dataclass(value):
-    return [], []
   changes, unknown = [], []
-  for f in dataclasses.fields(value):
-    if not f.init or f.name in ('parent', 'name'):
-      continue
-    current, name = getattr(value, f.name), f'{prefix}{f.name}'
-    if dataclasses.is_dataclass(current) and not isinstance(current, type):
+  for f, current, name in _configuration_fields(value, prefix, depth):
+    if _is_dataclass_instance(current):
       inner, more = _switched(current, f'{name}.', strings, depth + 1)
       unknown += more
       changes += [(new, d) for inner_new, d in inner
@@ -1016,17 +1021,12 @@ def _left_none(value, prefix: str, depth: int = 0) -> list[tuple[object, str]]:
   """`(new value, 'name=None')` for each field of the configuration `value`
   (a module's fields, or a configuration dataclass's, nested) whose default
   is None, or whose annotation admits None, and that holds something else."""
-  if depth > 3 or not dataclasses.is_dataclass(value):
-    return []
   changes = []
-  for f in dataclasses.fields(value):
-    if not f.init or f.name in ('parent', 'name'):
-      continue
-    current, name = getattr(value, f.name), f'{prefix}{f.name}'
+  for f, current, name in _configuration_fields(value, prefix, depth):
     if current is not None and (f.default is None or _admits(type(value), f.name, type(None))) and (
         new := _replaced(value, f.name, None)) is not None:
       changes.append((new, f'{name}=None'))
-    if dataclasses.is_dataclass(current) and not isinstance(current, type):
+    if _is_dataclass_instance(current):
       changes += [(new, d) for inner, d in _left_none(current, f'{name}.', depth + 1)
                   if (new := _replaced(value, f.name, inner)) is not None]
   return changes

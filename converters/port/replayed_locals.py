@@ -44,7 +44,7 @@ def check_bound_once(writer: CompactWriter, init_body: list[cst.BaseStatement]) 
   (`dims.append(...)`, `eps *= 10`) or bound in a block without creations
   (which `__init__` does not replay) is refused, not read half-computed."""
   read = set().union(*(syntax.names_in(s) for s in init_body)) if init_body else set()
-  read -= _loop_targets(init_body)  # bound in `__init__` by the loops it replays
+  read -= syntax.names_bound_by(init_body, (cst.For,))  # bound in `__init__` by the loops it replays
   bindings = _Bindings()
   writer.method.body.visit(bindings)
   bound = bindings.bound
@@ -61,19 +61,6 @@ def check_bound_once(writer: CompactWriter, init_body: list[cst.BaseStatement]) 
     if name in read and name in bound:
       writer.fail(call, f'{name!r} is changed in place ({writer.file.code(call.func)}) and the layers '
                   'read it; port it by hand')
-
-
-def _loop_targets(statements: list[cst.BaseStatement]) -> set[str]:
-  """The names the loops among `statements` bind."""
-  targets: set[str] = set()
-
-  class LoopTargets(cst.CSTVisitor):
-    def visit_For(self, node):
-      targets.update(syntax.target_names(node.target))
-
-  for statement in statements:
-    statement.visit(LoopTargets())
-  return targets
 
 
 def _replayed(writer: CompactWriter, node: cst.CSTNode, creations: set) -> bool:

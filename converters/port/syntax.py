@@ -83,6 +83,22 @@ def target_names(target: cst.BaseExpression) -> list[str]:
   return []
 
 
+def names_bound_by(nodes, kinds: tuple[type, ...]) -> set[str]:
+  """The names the `kinds` of node among and inside `nodes` bind
+  (`(cst.For,)`: loop targets; `(cst.AssignTarget,)`: assignments')."""
+  found: set[str] = set()
+
+  class Visitor(cst.CSTVisitor):
+    def on_visit(self, node) -> bool:
+      if isinstance(node, kinds):
+        found.update(target_names(node.target))
+      return True
+
+  for node in nodes:
+    node.visit(Visitor())
+  return found
+
+
 def params_normalised(params: list[cst.Param]) -> list[cst.Param]:
   """Parameters without a comma after the last."""
   return params[:-1] + [params[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if params else params

@@ -55,3 +55,9 @@ def test_self_attribute_is_the_name_read_off_self_only():
 def test_calls_in_sees_a_call_anywhere_and_only_a_call():
   assert syntax.calls_in(syntax.expression('a + [b, normal(stddev=0.1)]'))
   assert not syntax.calls_in(syntax.expression('a.b[c] * (d, e)'))
+
+
+def test_names_bound_by_reads_the_kinds_asked_for_only():
+  body = cst.parse_module('for i, (j, k) in x:\n  a = b = i\n  c.d = 1\nwith f() as g:\n  pass\n').body
+  assert syntax.names_bound_by(body, (cst.For,)) == {'i', 'j', 'k'}
+  assert syntax.names_bound_by(body, (cst.AssignTarget,)) == {'a', 'b'}
