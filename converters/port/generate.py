@@ -539,7 +539,7 @@ def _prove_other_configurations(linen_model: LinenModel, generated: types.Module
   result.checks += _unproven_checks(result)
   decoding_proven = 'cache' in result.variables
   for other, changes, traced in _configurations_to_prove(linen_model, result, ports, others):
-    decodes = _prove_at(other, changes, traced, generated, result, ports, decoding_proven)
+    decodes = _prove_at(other, changes, traced, generated, result, ports, decoding_proven=decoding_proven)
     if decodes is None:
       return False
     decoding_proven |= decodes
@@ -601,7 +601,7 @@ def _configurations_to_prove(linen_model: LinenModel, result: PortResult, ports:
 
 
 def _prove_at(other: LinenModel, changes: str, traced: tuple | None, generated: types.ModuleType,
-              result: PortResult, ports: dict, decoding_proven: bool) -> bool | None:
+              result: PortResult, ports: dict, *, decoding_proven: bool) -> bool | None:
   """The port proven at the configuration `other` (`changes` describes it;
   `traced`: its `(root, variables)` where traced already), through the
   written `PATHS` where they map its variables: whether it decodes; None
