@@ -29,10 +29,20 @@ from converters.port import shapes, tracing
 
 @dataclasses.dataclass(frozen=True)
 class _Atom:
-  """One comparison: its source and how it evaluates on a configuration."""
+  """A condition: its source, how it evaluates on a configuration, and
+  whether it reads the input's size (the constructor then takes it)."""
 
   source: str
   holds: Callable[[dict, int], bool]  # (configuration, input size) -> value
+  reads_size: bool = False
+
+  def __or__(self, other: _Atom) -> _Atom:
+    return _Atom(f'{self.source} or {other.source}', lambda c, s: self.holds(c, s) or other.holds(c, s),
+                 self.reads_size or other.reads_size)
+
+  def __and__(self, other: _Atom) -> _Atom:
+    return _Atom(f'{self.source} and {other.source}', lambda c, s: self.holds(c, s) and other.holds(c, s),
+                 self.reads_size or other.reads_size)
 
 
 def _leaves(module) -> dict[tuple, object]:
@@ -117,11 +127,11 @@ def _atoms(leaves: dict, size_name: str) -> list[_Atom]:
       atoms.append(_Atom(text, lambda c, s, a=access: bool(c.get(a))))
       atoms.append(_Atom(f'not {text}', lambda c, s, a=access: not c.get(a)))
     elif isinstance(value, int):
-      atoms.append(_Atom(f'{size_name} != {text}', lambda c, s, a=access: s != c.get(a)))
-      atoms.append(_Atom(f'{size_name} == {text}', lambda c, s, a=access: s == c.get(a)))
+      atoms.append(_Atom(f'{size_name} != {text}', lambda c, s, a=access: s != c.get(a), True))
+      atoms.append(_Atom(f'{size_name} == {text}', lambda c, s, a=access: s == c.get(a), True))
       atoms.append(_Atom(f'{text} != 1', lambda c, s, a=access: c.get(a) != 1))
       for m in shapes.WIDENINGS:  # a block widening its input (`filters * 4` features out)
-        atoms.append(_Atom(f'{size_name} != {text} * {m}', lambda c, s, a=access, m=m: s != c.get(a) * m))
+        atoms.append(_Atom(f'{size_name} != {text} * {m}', lambda c, s, a=access, m=m: s != c.get(a) * m, True))
     else:
       ones = (1,) * len(value)
       atoms.append(_Atom(f'{text} != {ones!r}', lambda c, s, a=access, o=ones: c.get(a) != o))
@@ -147,15 +157,14 @@ def condition(writer, statement, sites: set[tracing.Site]) -> str:
     writer.fail(statement, f'the modules under `if {writer.file.code(statement.test)}` exist in every '
                 'configuration tried, or in none: the port cannot tell when; port it by hand')
   atoms = _atoms(_leaves(writer.instance.module.clone(parent=None)), size_name)
-  formulas = [(a.source, a.holds) for a in atoms]
+  formulas = list(atoms)
   for a, b in itertools.combinations(atoms, 2):
-    formulas.append((f'{a.source} or {b.source}', lambda c, s, a=a, b=b: a.holds(c, s) or b.holds(c, s)))
-    formulas.append((f'{a.source} and {b.source}', lambda c, s, a=a, b=b: a.holds(c, s) and b.holds(c, s)))
-  for text, holds in formulas:
-    if all(holds(leaves, size) == created for leaves, size, created in seen):
-      if size_name in text:
+    formulas += [a | b, a & b]
+  for formula in formulas:
+    if all(formula.holds(leaves, size) == created for leaves, size, created in seen):
+      if formula.reads_size:
         writer.sizes.use_input_dim(index, ndim - 1)
-      return text
+      return formula.source
   writer.fail(statement, f'no condition on the configuration and input size agrees with when Linen '
               f'creates the modules under `if {writer.file.code(statement.test)}` (it may depend on '
               'other sizes of the inputs: strides on a 1x1 image change no shape; trace larger '
