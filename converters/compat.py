@@ -19,6 +19,13 @@ fails, and the workaround goes.
 - `source_line(eqn)`: JAX has no public accessor of where a jaxpr equation
   was traced from (its `source_info` traceback is internal); the line of the
   model's own code is what a refusal names.
+- `SHARD_MAP_P`, `RESHARD_P`, `PVARY_P`, `OPTIMIZATION_BARRIER_P`,
+  `STACK_P`, `TILE_P`: JAX exports most primitives in
+  `jax.extend.core.primitives`, not these (jax 0.10.2,
+  `jax._src.shard_map.shard_map_p`, `jax._src.pjit.reshard_p`,
+  `jax._src.core.pvary_p`, and `optimization_barrier_p`, `stack_p`,
+  `tile_p` of `jax._src.lax.lax`), which inference tells apart by identity
+  (`converters.inference.jaxprs`, `dataflow`).
 - `one_ceiling_form()`: JAX writes a 'SAME' window's output size two ways,
   `-floordiv(-s, k)` (`padtype_to_pads`) and `floordiv(s - 1, k) + 1` (a
   window of 1, its padding simplified away), and cannot tell they are equal
@@ -85,6 +92,9 @@ import jax
 import numpy as np
 from flax.core import tracers
 from jax._src import config as _jax_config
+from jax._src import core as _JAX_CORE
+from jax._src import pjit as _PJIT
+from jax._src import shard_map as _SHARD_MAP
 from jax._src.interpreters import partial_eval
 from jax._src.lax import lax as _LAX
 from jax._src.nn import initializers as _INITIALIZERS
@@ -94,6 +104,19 @@ from jax._src.nn import initializers as _INITIALIZERS
 _TRACER = getattr(partial_eval, 'DynamicJaxprTracer', None)
 _ORIGINAL_MESSAGE = getattr(_TRACER, '_origin_msg', None)
 _CEILING_LOCK = threading.RLock()  # held through a block: nested ones re-enter
+
+#: `shard_map`'s primitive: a jaxpr run on each device's shards.
+SHARD_MAP_P = _SHARD_MAP.shard_map_p
+#: `jax.sharding.reshard`'s primitive: its operand, placed otherwise.
+RESHARD_P = _PJIT.reshard_p
+#: The primitive marking a value varying over a `shard_map`'s axes: its operand.
+PVARY_P = _JAX_CORE.pvary_p
+#: `lax.optimization_barrier`'s primitive: its operands, unchanged.
+OPTIMIZATION_BARRIER_P = _LAX.optimization_barrier_p
+#: `jnp.stack`'s primitive (arrays stacked along a new axis).
+STACK_P = _LAX.stack_p
+#: `jnp.tile`'s primitive.
+TILE_P = _LAX.tile_p
 
 
 class ThreadScopedPatch:

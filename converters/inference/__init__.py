@@ -11,9 +11,12 @@ into `{i}` templates). What the structure cannot tell apart is decided by
 the witness, or refused. `infer_models` is what `paths='infer'` of the
 conversions runs (`infer_linen_model` of one `LinenModel`); `merge_layouts` joins the mappings of both layouts.
 
-Modules: `traces`, `unrolling` (a trace with its scans unrolled),
-`dataflow`, `refinement`, `witness`, `folding`, and `infer` (the two entry
-points).
+Modules: `traces`, `jaxprs` (what an equation is: a call, a loop, a
+branch or a placement, told by its primitive, and one interpreter that
+inlines calls, which `dataflow`, `evaluation` and `unrolling` are built on),
+`unrolling` (a trace with its scans unrolled), `dataflow`, `refinement`,
+`evaluation` and `operations` (a program run operation by operation),
+`witness`, `folding`, and `infer` (the two entry points).
 """
 
 from converters.inference.folding import fold, merge_layouts

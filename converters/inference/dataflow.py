@@ -44,32 +44,30 @@ from collections.abc import Hashable, Iterable
 
 import numpy as np
 from jax.extend import core as jcore
+from jax.extend.core import primitives
 
+from converters import compat
+from converters.inference import jaxprs
 from converters.inference.traces import Trace
 
 #: Operations whose result is their first operand, as far as structure goes.
 TRANSPARENT = frozenset({
-    'sharding_constraint', 'mesh_cast', 'reshard', 'device_put', 'copy', 'copy_p',
-    'convert_element_type', 'reshape', 'broadcast_in_dim', 'squeeze', 'expand_dims',
-    'tile', 'reduce_precision', 'pvary', 'stop_gradient', 'transpose',
+    primitives.sharding_constraint_p, compat.RESHARD_P, primitives.device_put_p, primitives.copy_p,
+    primitives.convert_element_type_p, primitives.reshape_p, primitives.broadcast_in_dim_p, primitives.squeeze_p,
+    primitives.reduce_precision_p, compat.PVARY_P, primitives.stop_gradient_p, primitives.transpose_p, compat.TILE_P,
 })
 #: Of those, the ones that keep every axis where it is.
 AXIS_PRESERVING = frozenset({
-    'sharding_constraint', 'mesh_cast', 'reshard', 'device_put', 'copy', 'copy_p',
-    'convert_element_type', 'reduce_precision', 'pvary', 'stop_gradient',
+    primitives.sharding_constraint_p, compat.RESHARD_P, primitives.device_put_p, primitives.copy_p,
+    primitives.convert_element_type_p, primitives.reduce_precision_p, compat.PVARY_P, primitives.stop_gradient_p,
 })
-#: Operations that call a jaxpr and the parameter holding it: inlined.
-CALLS = {
-    'pjit': 'jaxpr', 'jit': 'jaxpr', 'remat2': 'jaxpr', 'checkpoint': 'jaxpr',
-    'custom_jvp_call': 'call_jaxpr', 'custom_vjp_call': 'call_jaxpr',
-    'closed_call': 'call_jaxpr', 'core_call': 'call_jaxpr', 'shard_map': 'jaxpr',
-    'custom_lin': 'jaxpr',
-}
-#: Of those, the calls whose body computes on whole arrays, which running or
-#: rewriting a program inlines (`shard_map`'s body computes on shards).
-WHOLE_ARRAY_CALLS = {name: param for name, param in CALLS.items() if name != 'shard_map'}
+#: Operations read from their operands as written, a transposed one unplained.
+_READ_AS_WRITTEN = TRANSPARENT | {primitives.mul_p, primitives.div_p, primitives.dot_general_p}
 #: Operations whose operands commute.
-COMMUTATIVE = frozenset({'add', 'add_any', 'mul', 'max', 'min', 'and', 'or', 'xor', 'eq', 'ne'})
+COMMUTATIVE = frozenset({
+    primitives.add_p, primitives.add_jaxvals_p, primitives.mul_p, primitives.max_p, primitives.min_p,
+    primitives.and_p, primitives.or_p, primitives.xor_p, primitives.eq_p, primitives.ne_p,
+})
 #: Parameters that say what an operation computes (the rest say how or on
 #: which shapes, which two ports may write differently).
 MEANINGFUL = {
@@ -180,18 +178,18 @@ def _rows_taken(eqn, ins: list[int], constant: set[int]) -> int | None:
   program (`pos[:L]`, a `dynamic_slice` at a constant start, `take` or
   `Embed` of `arange(L)`): one form, whichever a port writes (which rows,
   the witness checks). None for any other operation."""
-  name, params = eqn.primitive.name, eqn.params
+  primitive, params = eqn.primitive, eqn.params
   if not ins or ins[0] in constant:
     return None
   shape = _shape(eqn.invars[0])
-  if name == 'slice':
+  if primitive is primitives.slice_p:
     strides = params.get('strides') or (1,) * len(shape)
     whole = tuple(params['limit_indices'][1:]) == shape[1:] and not any(params['start_indices'][1:])
     return ins[0] if whole and all(s == 1 for s in strides) else None
-  if name == 'dynamic_slice':
+  if primitive is primitives.dynamic_slice_p:
     whole = tuple(params['slice_sizes'][1:]) == shape[1:]
     return ins[0] if whole and all(n in constant for n in ins[1:]) else None
-  if name == 'gather' and len(ins) == 2 and ins[1] in constant:
+  if primitive is primitives.gather_p and len(ins) == 2 and ins[1] in constant:
     numbers = params['dimension_numbers']
     rows = (tuple(numbers.collapsed_slice_dims) == (0,) and tuple(numbers.start_index_map) == (0,)
             and tuple(params['slice_sizes'][1:]) == shape[1:])
@@ -237,7 +235,7 @@ class _Builder:
     self.transposed: dict[tuple, int] = {}  # (variable node, order) -> its node
     self.entered: set[int] = set()  # nodes of variables in a loop's body
     jaxpr = trace.closed.jaxpr
-    env: dict = {}
+    args: list[int] = []
     n_vars = len(trace.variables)
     for k, var in enumerate(jaxpr.invars):
       if k >= n_vars:
@@ -262,10 +260,8 @@ class _Builder:
           g.variables[k, None] = n
           if _is_index(var):  # a counter, a cache index
             g.index_sources[n] = frozenset({n})
-      env[var] = n
-    for var, value in zip(jaxpr.constvars, trace.closed.consts):
-      env[var] = self._constant(value)
-    outs = [self.plain(v) for v in self.run(jaxpr, env)]
+      args.append(n)
+    outs = [self.plain(v) for v in self.run(trace.closed, args, ())]
     g.origin = ()
     g.scanned = frozenset(self.scanned)
     for k, n in enumerate(outs[:trace.outputs]):
@@ -297,12 +293,10 @@ class _Builder:
     self.graph.constant.add(n)
     return n
 
-  def read(self, env, v) -> int | _Transposed:
-    if isinstance(v, jcore.Literal):
-      n = self.graph.node(('constant', np.shape(v.val)))
-      self.graph.constant.add(n)
-      return n
-    return env[v]
+  def _literal(self, value) -> int:
+    n = self.graph.node(('constant', np.shape(value)))
+    self.graph.constant.add(n)
+    return n
 
   def plain(self, value: int | _Transposed) -> int:
     """The node of a value: a variable transposed is a node of its own
@@ -326,71 +320,63 @@ class _Builder:
 
   # -- one jaxpr -----------------------------------------------------------
 
-  def run(self, jaxpr: jcore.Jaxpr, env: dict) -> list[int | _Transposed]:
-    """The values of `jaxpr`'s outputs (a transposed one as `_Transposed`)."""
-    g = self.graph
-    enclosing = g.origin[1:] if g.origin else ()
-    for eqn in jaxpr.eqns:
-      g.origin = (eqn, *enclosing)
-      values = [self.read(env, v) for v in eqn.invars]
-      name = eqn.primitive.name
-      called = eqn.params.get(CALLS.get(name, ''))
-      if called is not None:
-        inner, consts = (called.jaxpr, called.consts) if isinstance(called, jcore.ClosedJaxpr) else (called, ())
-        sub = {v: self._constant(c) for v, c in zip(inner.constvars, consts)}
-        sub.update(zip(inner.invars, values[len(values) - len(inner.invars):]))
-        g.origin = (None, eqn, *enclosing)  # the call's equations, inlined
-        outs = self.run(inner, sub)
-        env.update(zip(eqn.outvars, outs))
-        continue
-      if name in ('transpose', 'mul', 'div', 'dot_general') or name in TRANSPARENT:
-        outs = [self._operation(eqn, values)]
-        env.update(zip(eqn.outvars, outs))
-        continue
-      ins = [self.plain(v) for v in values]
-      if name == 'scan':
-        outs = self._scan(eqn, ins)
-      elif name == 'while':
-        outs = self._while(eqn, ins)
-      elif name == 'cond':
-        outs = self._cond(eqn, ins)
-      elif name == 'optimization_barrier':
-        outs = ins
-      else:
-        outs = [self._operation(eqn, ins)]
-        if len(eqn.outvars) > 1:
-          outs = [g.node(('part', k), (outs[0], 'part'), shared=True) for k in range(len(eqn.outvars))]
-      env.update(zip(eqn.outvars, outs))
-    return [self.read(env, v) for v in jaxpr.outvars]
+  def run(self, jaxpr: jcore.ClosedJaxpr, args: list, calls: tuple) -> list[int | _Transposed]:
+    """The values of `jaxpr`'s outputs (a transposed one as `_Transposed`)
+    for the nodes `args` of its inputs, inlined from `calls`."""
+    return jaxprs.interpret(jaxpr, args, self._equation, inline=(), literal=self._literal,
+                            constant=self._constant, calls=calls)
 
-  def body(self, jaxpr: jcore.Jaxpr, env: dict) -> list[int]:
-    """The output nodes of a loop's body or a branch."""
-    return [self.plain(v) for v in self.run(jaxpr, env)]
+  def _equation(self, eqn, kind, values: list, calls: tuple) -> list:
+    g = self.graph
+    g.origin = (eqn, *calls)
+    if isinstance(kind, jaxprs.Call):  # a `shard_map` too: its body is the computation
+      g.origin = (None, eqn, *calls)  # the call's equations, inlined
+      return self.run(kind.jaxpr, kind.operands(values), (eqn, *calls))
+    if eqn.primitive in _READ_AS_WRITTEN:
+      return [self._operation(eqn, values)]
+    ins = [self.plain(v) for v in values]
+    if isinstance(kind, jaxprs.Scan):
+      return self._scan(kind, ins)
+    if isinstance(kind, jaxprs.While):
+      return self._while(kind, ins)
+    if isinstance(kind, jaxprs.Cond):
+      return self._cond(kind, ins, len(eqn.outvars))
+    if eqn.primitive is compat.OPTIMIZATION_BARRIER_P:
+      return ins
+    outs = [self._operation(eqn, ins)]
+    if len(eqn.outvars) > 1:
+      outs = [g.node(('part', k), (outs[0], 'part'), shared=True) for k in range(len(eqn.outvars))]
+    return outs
+
+  def body(self, jaxpr: jcore.ClosedJaxpr, args: list) -> list[int]:
+    """The output nodes of a loop's body or a branch, for the nodes `args`
+    of its inputs (inside the calls the loop is)."""
+    return [self.plain(v) for v in self.run(jaxpr, args, self.graph.origin[1:])]
 
   def _operation(self, eqn, values: list) -> int | _Transposed:
     g = self.graph
-    name = eqn.primitive.name
-    if name == 'transpose':
+    primitive, name = eqn.primitive, eqn.primitive.name
+    if primitive is primitives.transpose_p:
       value = values[0]
       node, order = (value.node, value.order) if isinstance(value, _Transposed) else (value, None)
       order = order or tuple(range(len(eqn.params['permutation'])))
       order = tuple(order[a] for a in eqn.params['permutation'])
       return node if order == tuple(range(len(order))) else _Transposed(node, order)
-    if name in AXIS_PRESERVING and values:
+    if primitive in AXIS_PRESERVING and values:
       return values[0]
-    if name == 'dot_general':
+    if primitive is primitives.dot_general_p:
       return self._contraction(eqn, values)
-    if name in ('mul', 'div') and len(values) == 2:
+    if primitive in (primitives.mul_p, primitives.div_p) and len(values) == 2:
       scalar = [
           k for k, (v, n) in enumerate(zip(eqn.invars, values))
           if n in g.constant and int(np.prod(_shape(v))) == 1
       ]
-      if name == 'mul' and len(scalar) == 1:
+      if primitive is primitives.mul_p and len(scalar) == 1:
         return values[1 - scalar[0]]
-      if name == 'div' and scalar == [1]:
+      if primitive is primitives.div_p and scalar == [1]:
         return values[0]
     ins = [self.plain(v) for v in values]
-    if name in TRANSPARENT and ins:
+    if primitive in TRANSPARENT and ins:
       return ins[0]
     if ins and ins[0] in self.stacked and (layer := _layer_sliced(eqn)) is not None:
       return self._layer(self.stacked[ins[0]], layer, eqn.invars[0])
@@ -424,9 +410,9 @@ class _Builder:
     for key in MEANINGFUL.get(name, ()):
       value = eqn.params.get(key)
       label += (repr(value),)
-    if name == 'conv_general_dilated':
+    if primitive is primitives.conv_general_dilated_p:
       label += (repr(eqn.params['dimension_numbers']),)
-    edges = ((n, self._position(name, k)) for k, n in enumerate(ins))
+    edges = ((n, self._position(primitive, k)) for k, n in enumerate(ins))
     n = g.node(label, *edges, shared=not eqn.effects)
     if _along_axis_0(eqn):
       self.concatenated[n] = list(ins)
@@ -473,42 +459,38 @@ class _Builder:
       return self.nodes_of[keys.pop()]
     return None
 
-  def _position(self, name: str, k: int):
-    """The label of operand `k` of `name`'s edge."""
-    if name in COMMUTATIVE or (self.relaxed and name in ('concatenate', 'stack')):
+  def _position(self, primitive, k: int):
+    """The label of operand `k` of an operation's edge."""
+    if primitive in COMMUTATIVE or (self.relaxed and primitive in (primitives.concatenate_p, compat.STACK_P)):
       return 'operand'
-    if self.relaxed and name == 'select_n' and k > 0:
+    if self.relaxed and primitive is primitives.select_n_p and k > 0:
       return 'case'
     return k
 
   # -- loops and branches ----------------------------------------------------
 
-  def _scan(self, eqn, ins: list[int]) -> list[int]:
+  def _scan(self, scan: jaxprs.Scan, ins: list[int]) -> list[int]:
     g = self.graph
     g.loops = True
-    p = eqn.params
-    body, consts = p['jaxpr'].jaxpr, p['jaxpr'].consts
-    n_consts, n_carry = p['num_consts'], p['num_carry']
-    label = ('scan', p['length'], p['reverse'])
-    env = {v: self._constant(c) for v, c in zip(body.constvars, consts)}
-    carries = []
-    for k, (v, n) in enumerate(zip(body.invars, ins)):
+    n_consts, n_carry = scan.n_consts, scan.n_carry
+    label = ('scan', scan.length, scan.reverse)
+    entering, carries = [], []
+    for k, n in enumerate(ins):
       if k < n_consts:
-        env[v] = g.node(label + ('const',), (n, 'enters'))
+        node = g.node(label + ('const',), (n, 'enters'))
       elif k < n_consts + n_carry:
-        env[v] = g.node(label + ('carry',), (n, 'initial'))
-        carries.append(env[v])
+        node = g.node(label + ('carry',), (n, 'initial'))
+        carries.append(node)
       else:
-        env[v] = g.node(label + ('slice',), (n, 'sliced'))
+        node = g.node(label + ('slice',), (n, 'sliced'))
         self.scanned.update(k for (k, layer), m in g.variables.items() if m == n and layer is None)
-      if k >= n_consts + n_carry or k < n_consts:
-        if self._holds_variable(n):
-          self.entered.add(env[v])
-    outs = self.body(body, env)
+      if (k >= n_consts + n_carry or k < n_consts) and self._holds_variable(n):
+        self.entered.add(node)
+      entering.append(node)
+    outs = self.body(scan.body, entering)
     # A carry the body returns in its place, or a scanned operand it returns
     # as it is (an NNX scan gives back the state it was given), is its
     # operand: no node, so a port whose scan returns its state is alike.
-    entering = [env[v] for v in body.invars]
     results = []
     for j, out in enumerate(outs):
       if j < n_carry:
@@ -523,53 +505,41 @@ class _Builder:
         results.append(g.node(label + ('stacked',), (out, 'stacked')))
     return results
 
-  def _while(self, eqn, ins: list[int]) -> list[int]:
+  def _while(self, loop: jaxprs.While, ins: list[int]) -> list[int]:
     g = self.graph
     g.loops = True
-    p = eqn.params
-    cond, body = p['cond_jaxpr'], p['body_jaxpr']
-    nc, nb = p['cond_nconsts'], p['body_nconsts']
-    cond_consts, body_consts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+    cond_consts, body_consts, init = loop.split(ins)
     carries = [g.node(('while', 'carry'), (n, 'initial')) for n in init]
-    env = {v: self._constant(c) for v, c in zip(cond.jaxpr.constvars, cond.consts)}
-    env.update(zip(cond.jaxpr.invars, [g.node(('while', 'const'), (n, 'enters')) for n in cond_consts] + carries))
-    (predicate,) = self.body(cond.jaxpr, env)
-    env = {v: self._constant(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
+    (predicate,) = self.body(loop.cond, [g.node(('while', 'const'), (n, 'enters')) for n in cond_consts] + carries)
     entering = [g.node(('while', 'const'), (n, 'enters')) for n in body_consts]
     self.entered.update(m for n, m in zip(body_consts, entering) if self._holds_variable(n))
-    env.update(zip(body.jaxpr.invars, entering + carries))
-    for carry, out in zip(carries, self.body(body.jaxpr, env)):
+    for carry, out in zip(carries, self.body(loop.body, entering + carries)):
       g.edges.append((out, 'next', carry))
     return [g.node(('while', 'final'), (c, 'final'), (predicate, 'until')) for c in carries]
 
-  def _cond(self, eqn, ins: list[int]) -> list[int]:
+  def _cond(self, cond: jaxprs.Cond, ins: list[int], n_results: int) -> list[int]:
     g = self.graph
-    index, operands = ins[0], ins[1:]
-    branches = []
-    for branch in eqn.params['branches']:
-      env = {v: self._constant(c) for v, c in zip(branch.jaxpr.constvars, branch.consts)}
-      env.update(zip(branch.jaxpr.invars, operands))
-      branches.append(self.body(branch.jaxpr, env))
+    index, operands = cond.split(ins)
+    branches = [self.body(branch, operands) for branch in cond.branches]
     return [
         g.node(('cond', len(branches)), (index, 'index'), *(
             (b[k], 'branch' if self.relaxed else ('branch', i)) for i, b in enumerate(branches)
         ))
-        for k in range(len(eqn.outvars))
+        for k in range(n_results)
     ]
 
 
 def _along_axis_0(eqn) -> bool:
   """Whether `eqn` stacks or concatenates its operands along axis 0 (how
   an unrolled scan stacks its results)."""
-  name = eqn.primitive.name
-  return (name == 'concatenate' and eqn.params['dimension'] == 0) or (
-      name == 'stack' and eqn.params['axis'] == 0)
+  return (eqn.primitive is primitives.concatenate_p and eqn.params['dimension'] == 0) or (
+      eqn.primitive is compat.STACK_P and eqn.params['axis'] == 0)
 
 
 def _layer_sliced(eqn) -> int | None:
   """The layer a `slice` takes whole out of axis 0 (how an unrolled scan
   reads its `xs`), or None."""
-  if eqn.primitive.name != 'slice':
+  if eqn.primitive is not primitives.slice_p:
     return None
   start, limit = eqn.params['start_indices'], eqn.params['limit_indices']
   strides = eqn.params.get('strides')

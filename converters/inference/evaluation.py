@@ -24,26 +24,34 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.extend import core as jcore
 
-from converters.inference.dataflow import WHOLE_ARRAY_CALLS
+from converters.inference import jaxprs
 from converters.inference.operations import OPERATIONS, Literal, run_operation
-
-#: Operations that only place a value: the run is on one device.
-PLACING = frozenset({'sharding_constraint', 'mesh_cast', 'reshard', 'device_put'})
 
 #: `variable(k, layer)`: input `k` (`layer` None), or its slice `layer`.
 VariableSource = Callable[[int, 'int | None'], Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class Step:
+  """One operation of a `Program`: the equation, what it is (`jaxprs.structure`),
+  its operands (numbers or `Literal`s) and the numbers of its results (None
+  for a scan's result that is one of its operands, passed through)."""
+
+  eqn: Any
+  kind: jaxprs.Structure | None
+  operands: list
+  results: list
+
+
 @dataclasses.dataclass
 class Program:
-  """A jaxpr flattened: `steps` of `(eqn, operands, results)` over numbered
-  values, operands numbers or `Literal`s; calls inlined, placing aliased."""
+  """A jaxpr flattened: `steps` over numbered values; calls inlined,
+  placing aliased."""
 
   inputs: list[int]
   outputs: list[Any]
-  steps: list[tuple]
+  steps: list[Step]
   constants: dict[int, Any]
   size: int = 0
   scans: dict = dataclasses.field(default_factory=dict)
@@ -51,78 +59,72 @@ class Program:
   @classmethod
   def of(cls, closed) -> 'Program':
     program = cls([], [], [], {})
-    names: dict = {}
-    program.inputs = [program._new(names, v) for v in closed.jaxpr.invars]
-    program._inline(closed.jaxpr, closed.consts, names)
-    program.outputs = [program._atom(names, v) for v in closed.jaxpr.outvars]
+    program.inputs = [program._number() for _ in closed.jaxpr.invars]
+    program.outputs = jaxprs.interpret(
+        closed, program.inputs, program._step, literal=Literal, constant=program._constant)
     return program
 
   @functools.cached_property
   def last_use(self) -> dict[int, int]:
     """`{value: index of the last step that reads it}`."""
     last: dict[int, int] = {}
-    for i, (_, operands, _) in enumerate(self.steps):
-      for o in operands:
+    for i, step in enumerate(self.steps):
+      for o in step.operands:
         if isinstance(o, int):
           last[o] = i
     return last
 
-  def _new(self, names, var) -> int:
+  def _number(self) -> int:
     self.size += 1
-    names[var] = self.size
     return self.size
 
-  @staticmethod
-  def _atom(names, v):
-    return Literal(v.val) if isinstance(v, jcore.Literal) else names[v]
+  def _constant(self, value) -> int:
+    n = self._number()
+    self.constants[n] = value
+    return n
 
-  def _inline(self, jaxpr, consts, names) -> None:
-    for var, value in zip(jaxpr.constvars, consts):
-      self.constants[self._new(names, var)] = value
-    for eqn in jaxpr.eqns:
-      operands = [self._atom(names, v) for v in eqn.invars]
-      name = eqn.primitive.name
-      if name in PLACING:
-        names.update(zip(eqn.outvars, operands))
-        continue
-      called = eqn.params.get(WHOLE_ARRAY_CALLS.get(name, ''))
-      if called is not None:
-        inner = called if isinstance(called, jcore.ClosedJaxpr) else jcore.ClosedJaxpr(called, ())
-        scope = dict(zip(inner.jaxpr.invars, operands[len(operands) - len(inner.jaxpr.invars):]))
-        self._inline(inner.jaxpr, inner.consts, scope)
-        names.update(zip(eqn.outvars, (self._atom(scope, v) for v in inner.jaxpr.outvars)))
-        continue
-      results = [self._new(names, v) for v in eqn.outvars]
-      if name == 'scan':
-        # A scanned or carried value the body returns as it is (an NNX
-        # scan's state) is its operand: nothing to stack or hold.
-        for j, k in _passed_through(eqn, self.body(eqn)).items():
-          names[eqn.outvars[j]], results[j] = operands[k], None
-      self.steps.append((eqn, operands, results))
+  def _step(self, eqn, kind, operands: list, calls) -> list:
+    """The values of `eqn`'s results, its step appended (none for placing)."""
+    if isinstance(kind, jaxprs.Placing):
+      return operands[:len(eqn.outvars)]
+    results = [self._number() for _ in eqn.outvars]
+    outs = list(results)
+    if isinstance(kind, jaxprs.Scan):
+      # A scanned or carried value the body returns as it is (an NNX
+      # scan's state) is its operand: nothing to stack or hold.
+      for j, k in _passed_through(kind, self.body(kind)).items():
+        outs[j], results[j] = operands[k], None
+    self.steps.append(Step(eqn, kind, operands, results))
+    return outs
 
   def operations(self, variables=frozenset()) -> Iterator:
     """The equation of each operation a run applies: a `scan` over one
     of `variables` (inputs made on demand) by those of its body, any other
     as a whole."""
-    for eqn, operands, _ in self.steps:
-      first = eqn.params['num_consts'] + eqn.params['num_carry'] if eqn.primitive.name == 'scan' else None
-      if first is not None and any(isinstance(o, int) and o in variables for o in operands[first:]):
-        yield from self.body(eqn).operations()
+    for step in self.steps:
+      if isinstance(step.kind, jaxprs.Scan) and _scans_over(step, variables):
+        yield from self.body(step.kind).operations()
       else:
-        yield eqn
+        yield step.eqn
 
-  def body(self, eqn) -> 'Program':
-    """The flattened body of a `scan` step (made once)."""
-    if id(eqn) not in self.scans:
-      self.scans[id(eqn)] = Program.of(eqn.params['jaxpr'])
-    return self.scans[id(eqn)]
+  def body(self, scan: jaxprs.Scan) -> 'Program':
+    """The flattened body of a `scan` (made once)."""
+    if id(scan.body) not in self.scans:
+      self.scans[id(scan.body)] = Program.of(scan.body)
+    return self.scans[id(scan.body)]
 
 
-def _passed_through(eqn, body: Program) -> dict[int, int]:
+def _scans_over(step: Step, values) -> bool:
+  """Whether the scan `step` slices one of `values`."""
+  _, _, xs = step.kind.split(step.operands)
+  return any(isinstance(o, int) and o in values for o in xs)
+
+
+def _passed_through(scan: jaxprs.Scan, body: Program) -> dict[int, int]:
   """`{result: operand}` of a scan's results that are an operand unchanged:
   a carry the body returns in its place, or a scanned operand it returns as
   one of its stacked results."""
-  consts, carry = eqn.params['num_consts'], eqn.params['num_carry']
+  consts, carry = scan.n_consts, scan.n_carry
   found = {}
   for j, out in enumerate(body.outputs):
     if not isinstance(out, int) or out not in body.inputs:
@@ -156,13 +158,13 @@ def evaluate(program: Program, n_variables: int, variable: VariableSource, input
 def _run(program: Program, values: dict, pending: dict, variable: VariableSource) -> list:
   last = program.last_use
   keep = {o for o in program.outputs if isinstance(o, int) and o not in pending}
-  for i, (eqn, operands, results) in enumerate(program.steps):
-    if eqn.primitive.name == 'scan' and _lazy_operands(eqn, operands, values, pending):
-      outs = _scan(program, eqn, operands, results, values=values, pending=pending, variable=variable)
+  for i, step in enumerate(program.steps):
+    if isinstance(step.kind, jaxprs.Scan) and _lazy_operands(step, values, pending):
+      outs = _scan(program, step, values=values, pending=pending, variable=variable)
     else:
-      outs = run_operation(eqn, operands, lambda o: _read(o, values, pending, variable))
-    values.update((r, out) for r, out in zip(results, outs) if r is not None)
-    for o in operands:
+      outs = run_operation(step.eqn, step.operands, lambda o: _read(o, values, pending, variable))
+    values.update((r, out) for r, out in zip(step.results, outs) if r is not None)
+    for o in step.operands:
       if isinstance(o, int) and last.get(o) == i and o not in keep:
         values.pop(o, None)
   return program.outputs
@@ -176,25 +178,23 @@ def _read(atom, values: dict, pending: dict, variable: VariableSource):
   return values[atom]
 
 
-def _lazy_operands(eqn, operands, values, pending) -> bool:
+def _lazy_operands(step: Step, values, pending) -> bool:
   """A scan whose scanned operands include a variable not made yet."""
-  first = eqn.params['num_consts'] + eqn.params['num_carry']
-  return any(isinstance(o, int) and o in pending and o not in values for o in operands[first:])
+  _, _, xs = step.kind.split(step.operands)
+  return any(isinstance(o, int) and o in pending and o not in values for o in xs)
 
 
-def _scan(program: Program, eqn, operands, results, *, values, pending, variable) -> list:
+def _scan(program: Program, step: Step, *, values, pending, variable) -> list:
   """A `scan` one iteration at a time; a scanned variable not made yet is
   made one layer at a time (and a result passed through, None, not stacked)."""
-  p = eqn.params
-  consts_n, carry_n, length = p['num_consts'], p['num_carry'], p['length']
+  scan: jaxprs.Scan = step.kind
   read = lambda o: _read(o, values, pending, variable)
-  consts = [read(o) for o in operands[:consts_n]]
-  carry = [read(o) for o in operands[consts_n:consts_n + carry_n]]
-  scanned = operands[consts_n + carry_n:]
-  body = program.body(eqn)
+  consts_in, carry_in, scanned = scan.split(step.operands)
+  consts, carry = [read(o) for o in consts_in], [read(o) for o in carry_in]
+  body = program.body(scan)
   ys: list[list] = []
-  for t in range(length):
-    layer = length - 1 - t if p['reverse'] else t
+  for t in range(scan.length):
+    layer = scan.length - 1 - t if scan.reverse else t
     xs = [
         variable(pending[o], layer) if isinstance(o, int) and o in pending and o not in values
         else read(o)[layer]
@@ -203,14 +203,14 @@ def _scan(program: Program, eqn, operands, results, *, values, pending, variable
     inner = dict(body.constants)
     inner.update(zip(body.inputs, [*consts, *carry, *xs]))
     outs = [_read(o, inner, {}, variable) for o in _run(body, inner, {}, variable)]
-    carry = outs[:carry_n]
-    ys.append([None if r is None else y for r, y in zip(results[carry_n:], outs[carry_n:])])
-  if p['reverse']:
+    carry = outs[:scan.n_carry]
+    ys.append([None if r is None else y for r, y in zip(step.results[scan.n_carry:], outs[scan.n_carry:])])
+  if scan.reverse:
     ys.reverse()
   stacked = [
-      None if results[carry_n + j] is None
-      else jnp.stack([y[j] for y in ys]) if length else jnp.zeros((0, *aval.shape), aval.dtype)
-      for j, aval in enumerate(v.aval for v in p['jaxpr'].jaxpr.outvars[carry_n:])
+      None if step.results[scan.n_carry + j] is None
+      else jnp.stack([y[j] for y in ys]) if scan.length else jnp.zeros((0, *aval.shape), aval.dtype)
+      for j, aval in enumerate(v.aval for v in scan.body.jaxpr.outvars[scan.n_carry:])
   ]
   return [*carry, *stacked]
 

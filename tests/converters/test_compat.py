@@ -381,3 +381,22 @@ def test_unfiltered_tracebacks_skips_the_filtering_on_this_thread_only_and_resto
     assert jax.config.jax_traceback_filtering == 'quiet_remove_frames'
     assert _samefile_calls_of_an_error_through_jit(monkeypatch) > 0
   assert seen_elsewhere == [before]  # another thread's JAX untouched
+
+
+def test_jax_still_keeps_the_primitives_inference_tells_apart_private():
+  from jax.extend.core import primitives
+  from jax.sharding import PartitionSpec as P
+
+  public = [name for name in ('shard_map_p', 'reshard_p', 'pvary_p', 'optimization_barrier_p', 'stack_p', 'tile_p')
+            if hasattr(primitives, name)]
+  assert public == [], f'jax.extend.core.primitives now has {public}: use them in compat'
+  mesh = jax.make_mesh((8,), ('x',), axis_types=(jax.sharding.AxisType.Explicit,))
+  with jax.set_mesh(mesh):
+    traced = jax.make_jaxpr(lambda a: jax.shard_map(lambda b: b * 2, out_specs=P('x'))(
+        jax.sharding.reshard(a, P('x'))))(jnp.ones(8))
+  assert [e.primitive for e in traced.jaxpr.eqns] == [compat.RESHARD_P, compat.SHARD_MAP_P]
+  barrier = jax.make_jaxpr(jax.lax.optimization_barrier)(jnp.ones(2))
+  assert [e.primitive for e in barrier.jaxpr.eqns] == [compat.OPTIMIZATION_BARRIER_P]
+  assert compat.PVARY_P.name == 'pvary'
+  (stack, tile) = jax.make_jaxpr(lambda a: jnp.tile(jnp.stack([a, a]), 2))(jnp.ones(2)).jaxpr.eqns
+  assert (stack.primitive, tile.primitive) == (compat.STACK_P, compat.TILE_P)

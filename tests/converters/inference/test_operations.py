@@ -16,7 +16,7 @@ from converters.inference.operations import Literal, Operations, signature
 
 def steps(f, *avals):
   program = Program.of(jax.make_jaxpr(f)(*avals))
-  return [(eqn, operands) for eqn, operands, _ in program.steps]
+  return [(step.eqn, step.operands) for step in program.steps]
 
 
 def bound(eqn, operands, values):
