@@ -361,7 +361,7 @@ _SHAPE_AND_DTYPE_INITIALIZERS = frozenset(
         jax.nn.initializers.variance_scaling(1.0, 'fan_in', 'normal'),
         jax.nn.initializers.normal(), jax.nn.initializers.truncated_normal(),
         jax.nn.initializers.uniform(), jax.nn.initializers.constant(0.0),
-        jax.nn.initializers.zeros, jax.nn.initializers.ones,
+        jax.nn.initializers.zeros, jax.nn.initializers.ones, jax.nn.initializers.orthogonal(),
     )
 )
 
