@@ -323,24 +323,24 @@ class _Builder:
   def run(self, jaxpr: jcore.ClosedJaxpr, args: list, calls: tuple) -> list[int | _Transposed]:
     """The values of `jaxpr`'s outputs (a transposed one as `_Transposed`)
     for the nodes `args` of its inputs, inlined from `calls`."""
-    return jaxprs.interpret(jaxpr, args, self._equation, inline=(), literal=self._literal,
+    rules = {jaxprs.Call: self._call, jaxprs.ShardMap: self._call, jaxprs.Scan: self._scan,
+             jaxprs.While: self._while, jaxprs.Cond: self._cond}
+    return jaxprs.interpret(jaxpr, args, self._equation, rules=rules, inline=(), literal=self._literal,
                             constant=self._constant, calls=calls)
 
+  def _call(self, eqn, call: jaxprs.Call, values: list, calls: tuple) -> list:
+    """A call inlined (a `shard_map` too: its body is the computation), its
+    equations' origins the call's."""
+    self.graph.origin = (None, eqn, *calls)
+    return self.run(call.jaxpr, call.operands(values), (eqn, *calls))
+
   def _equation(self, eqn, kind, values: list, calls: tuple) -> list:
+    """An operation on values."""
     g = self.graph
     g.origin = (eqn, *calls)
-    if isinstance(kind, jaxprs.Call):  # a `shard_map` too: its body is the computation
-      g.origin = (None, eqn, *calls)  # the call's equations, inlined
-      return self.run(kind.jaxpr, kind.operands(values), (eqn, *calls))
     if eqn.primitive in _READ_AS_WRITTEN:
       return [self._operation(eqn, values)]
     ins = [self.plain(v) for v in values]
-    if isinstance(kind, jaxprs.Scan):
-      return self._scan(kind, ins)
-    if isinstance(kind, jaxprs.While):
-      return self._while(kind, ins)
-    if isinstance(kind, jaxprs.Cond):
-      return self._cond(kind, ins, len(eqn.outvars))
     if eqn.primitive is compat.OPTIMIZATION_BARRIER_P:
       return ins
     outs = [self._operation(eqn, ins)]
@@ -469,9 +469,11 @@ class _Builder:
 
   # -- loops and branches ----------------------------------------------------
 
-  def _scan(self, scan: jaxprs.Scan, ins: list[int]) -> list[int]:
+  def _scan(self, eqn, scan: jaxprs.Scan, values: list, calls: tuple) -> list[int]:
     g = self.graph
+    g.origin = (eqn, *calls)
     g.loops = True
+    ins = [self.plain(v) for v in values]
     n_consts, n_carry = scan.n_consts, scan.n_carry
     label = ('scan', scan.length, scan.reverse)
     entering, carries = [], []
@@ -505,9 +507,11 @@ class _Builder:
         results.append(g.node(label + ('stacked',), (out, 'stacked')))
     return results
 
-  def _while(self, loop: jaxprs.While, ins: list[int]) -> list[int]:
+  def _while(self, eqn, loop: jaxprs.While, values: list, calls: tuple) -> list[int]:
     g = self.graph
+    g.origin = (eqn, *calls)
     g.loops = True
+    ins = [self.plain(v) for v in values]
     cond_consts, body_consts, init = loop.split(ins)
     carries = [g.node(('while', 'carry'), (n, 'initial')) for n in init]
     (predicate,) = self.body(loop.cond, [g.node(('while', 'const'), (n, 'enters')) for n in cond_consts] + carries)
@@ -517,15 +521,16 @@ class _Builder:
       g.edges.append((out, 'next', carry))
     return [g.node(('while', 'final'), (c, 'final'), (predicate, 'until')) for c in carries]
 
-  def _cond(self, cond: jaxprs.Cond, ins: list[int], n_results: int) -> list[int]:
+  def _cond(self, eqn, cond: jaxprs.Cond, values: list, calls: tuple) -> list[int]:
     g = self.graph
-    index, operands = cond.split(ins)
+    g.origin = (eqn, *calls)
+    index, operands = cond.split([self.plain(v) for v in values])
     branches = [self.body(branch, operands) for branch in cond.branches]
     return [
         g.node(('cond', len(branches)), (index, 'index'), *(
             (b[k], 'branch' if self.relaxed else ('branch', i)) for i, b in enumerate(branches)
         ))
-        for k in range(n_results)
+        for k in range(len(eqn.outvars))
     ]
 
 

@@ -61,7 +61,8 @@ class Program:
     program = cls([], [], [], {})
     program.inputs = [program._number() for _ in closed.jaxpr.invars]
     program.outputs = jaxprs.interpret(
-        closed, program.inputs, program._step, literal=Literal, constant=program._constant)
+        closed, program.inputs, program._step, literal=Literal, constant=program._constant,
+        rules={jaxprs.Placing: _placed, jaxprs.Scan: program._scan_step})
     return program
 
   @functools.cached_property
@@ -84,17 +85,18 @@ class Program:
     return n
 
   def _step(self, eqn, kind, operands: list, calls) -> list:
-    """The values of `eqn`'s results, its step appended (none for placing)."""
-    if isinstance(kind, jaxprs.Placing):
-      return operands[:len(eqn.outvars)]
+    """The numbers of `eqn`'s results, its step appended."""
     results = [self._number() for _ in eqn.outvars]
-    outs = list(results)
-    if isinstance(kind, jaxprs.Scan):
-      # A scanned or carried value the body returns as it is (an NNX
-      # scan's state) is its operand: nothing to stack or hold.
-      for j, k in _passed_through(kind, self.body(kind)).items():
-        outs[j], results[j] = operands[k], None
     self.steps.append(Step(eqn, kind, operands, results))
+    return list(results)
+
+  def _scan_step(self, eqn, scan: jaxprs.Scan, operands: list, calls) -> list:
+    """A scan's step: a scanned or carried value its body returns as it is
+    (an NNX scan's state) is its operand, nothing to stack or hold."""
+    outs = self._step(eqn, scan, operands, calls)
+    results = self.steps[-1].results
+    for j, k in _passed_through(scan, self.body(scan)).items():
+      outs[j], results[j] = operands[k], None
     return outs
 
   def operations(self, variables=frozenset()) -> Iterator:
@@ -112,6 +114,11 @@ class Program:
     if id(scan.body) not in self.scans:
       self.scans[id(scan.body)] = Program.of(scan.body)
     return self.scans[id(scan.body)]
+
+
+def _placed(eqn, kind, operands: list, calls) -> list:
+  """An operation that only places its operands: they are its results."""
+  return operands[:len(eqn.outvars)]
 
 
 def _scans_over(step: Step, values) -> bool:

@@ -8,13 +8,15 @@ equation calls a jaxpr on whole arrays (`jit`, `remat`, custom derivatives:
 `device_put`, `reshard`), with its jaxprs and operand counts unpacked; None
 for any other operation. `interpret` runs a jaxpr over a reader's own
 values, inlining the calls the reader inlines and handing every other
-equation, with its structure, to the reader's rule.
+equation, with its structure, to the reader's rule for that structure (a
+table, as jax2tf keeps one rule per primitive), else to its default rule.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from jax.extend import core as jcore
@@ -127,15 +129,17 @@ def structure(eqn) -> Structure | None:
 Rule = Callable[[Any, 'Structure | None', list, tuple], list]
 
 
-def interpret(jaxpr: jcore.ClosedJaxpr, args: Sequence, rule: Rule, *, inline: tuple[type, ...] = (Call,),
+def interpret(jaxpr: jcore.ClosedJaxpr, args: Sequence, default: Rule, *,
+              rules: Mapping[type, Rule] = MappingProxyType({}), inline: tuple[type, ...] = (Call,),
               literal: Callable[[Any], Any] = lambda value: value,
               constant: Callable[[Any], Any] = lambda value: value, calls: tuple = ()) -> list:
-  """The values of `jaxpr`'s outputs for the values `args` of its inputs:
-  equations whose structure is one of `inline` (`Call` only, by default: a
-  `ShardMap`, which is a subclass, stays whole unless named) run inlined,
-  each other equation by `rule`; a literal's value is `literal(value)`, a
-  constant's `constant(value)` (a reader's own kind of value: a node, a
-  number in a program)."""
+  """The values of `jaxpr`'s outputs for the values `args` of its inputs,
+  a reader's own kind of value (a graph's node, a program's number, an
+  array or a tracer): an equation whose structure is one of `inline`
+  (`Call` alone by default: a `ShardMap`, a subclass, stays whole unless
+  named) runs inlined, any other by the rule `rules` holds for its
+  structure's type, else by `default`; a literal's value is
+  `literal(value)`, a constant's `constant(value)`."""
   inner = jaxpr.jaxpr
   env: dict = {v: constant(c) for v, c in zip(inner.constvars, jaxpr.consts)}
   env.update(zip(inner.invars, args))
@@ -147,10 +151,10 @@ def interpret(jaxpr: jcore.ClosedJaxpr, args: Sequence, rule: Rule, *, inline: t
     ins = [read(v) for v in eqn.invars]
     kind = structure(eqn)
     if type(kind) in inline:
-      outs = interpret(kind.jaxpr, kind.operands(ins), rule, inline=inline, literal=literal, constant=constant,
-                       calls=(eqn, *calls))
+      outs = interpret(kind.jaxpr, kind.operands(ins), default, rules=rules, inline=inline, literal=literal,
+                       constant=constant, calls=(eqn, *calls))
     else:
-      outs = rule(eqn, kind, ins, calls)
+      outs = rules.get(type(kind), default)(eqn, kind, ins, calls)
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in inner.outvars]
 

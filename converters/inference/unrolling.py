@@ -53,24 +53,17 @@ def _scans(jaxpr: jcore.Jaxpr) -> bool:
 
 
 def _evaluate(closed: jcore.ClosedJaxpr, args: Sequence) -> list:
-  return jaxprs.interpret(closed, args, _rewritten)
+  return jaxprs.interpret(closed, args, _bound, rules=_UNROLLING)
 
 
-def _rewritten(eqn, kind, ins: list, calls) -> list:
-  """One equation written again: a scan unrolled, a branch or loop whose
-  jaxprs scan with them unrolled, any other as it was."""
-  if isinstance(kind, jaxprs.Scan):
-    return _scan(kind, ins)
-  if isinstance(kind, jaxprs.Cond) and any(_scans(b.jaxpr) for b in kind.branches):
-    return _cond(kind, ins)
-  if isinstance(kind, jaxprs.While) and (_scans(kind.cond.jaxpr) or _scans(kind.body.jaxpr)):
-    return _while(kind, ins)
+def _bound(eqn, kind, ins: list, calls) -> list:
+  """One equation as it was, bound again."""
   with eqn.ctx.manager:
     outs = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
   return list(outs) if eqn.primitive.multiple_results else [outs]
 
 
-def _scan(scan: jaxprs.Scan, ins: list) -> list:
+def _scan(eqn, scan: jaxprs.Scan, ins: list, calls) -> list:
   consts, carry, xs = scan.split(ins)
   ys: list = [None] * scan.length
   for t in (reversed(range(scan.length)) if scan.reverse else range(scan.length)):
@@ -84,16 +77,20 @@ def _scan(scan: jaxprs.Scan, ins: list) -> list:
   return [*carry, *stacked]
 
 
-def _cond(cond: jaxprs.Cond, ins: list) -> list:
+def _cond(eqn, cond: jaxprs.Cond, ins: list, calls) -> list:
   """A `cond` whose branches scan, with them unrolled (its index is
   already clamped to the branches: `switch` clamps it again, a no-op)."""
+  if not any(_scans(b.jaxpr) for b in cond.branches):
+    return _bound(eqn, cond, ins, calls)
   index, operands = cond.split(ins)
   branches = [lambda *operands, b=b: _evaluate(b, operands) for b in cond.branches]
   return list(lax.switch(index, branches, *operands))
 
 
-def _while(loop: jaxprs.While, ins: list) -> list:
+def _while(eqn, loop: jaxprs.While, ins: list, calls) -> list:
   """A `while` whose condition or body scans, with them unrolled."""
+  if not (_scans(loop.cond.jaxpr) or _scans(loop.body.jaxpr)):
+    return _bound(eqn, loop, ins, calls)
   cond_consts, body_consts, init = loop.split(ins)
   out = lax.while_loop(
       lambda carry: _evaluate(loop.cond, [*cond_consts, *carry])[0],
@@ -101,3 +98,7 @@ def _while(loop: jaxprs.While, ins: list) -> list:
       tuple(init),
   )
   return list(out)
+
+
+#: The rules that unroll: every other equation is bound as it was.
+_UNROLLING = {jaxprs.Scan: _scan, jaxprs.Cond: _cond, jaxprs.While: _while}

@@ -120,3 +120,12 @@ def _ran(closed, **options) -> list:
   jaxprs.interpret(closed, ['a'], lambda eqn, kind, ins, calls: ran.append(eqn) or ['out'] * len(eqn.outvars),
                    **options)
   return ran
+
+
+def test_interpret_hands_each_structure_to_its_rule_and_the_rest_to_the_default():
+  closed = jax.make_jaxpr(lambda c, xs: lax.scan(lambda c, x: (c + x, c), c, xs)[0] * 2.0)(0.0, jnp.ones(3))
+  ran = []
+  rules = {jaxprs.Scan: lambda eqn, kind, ins, calls: ran.append(('scan', kind.length)) or ['s'] * len(eqn.outvars)}
+  out = jaxprs.interpret(closed, ['c', 'xs'], lambda eqn, kind, ins, calls: ran.append(eqn.primitive.name) or [
+      f'{eqn.primitive.name}({ins[0]}, {float(ins[1]):g})'], rules=rules)
+  assert ran == [('scan', 3), 'mul'] and out == ['mul(s, 2)']
