@@ -1073,6 +1073,17 @@ def test_values_sown_into_any_collection_are_outputs_of_the_call_as_in_linen(tmp
       assert (a == b).all()
 
 
+def test_the_lint_runs_ruffs_own_binary_and_reports_what_it_finds(tmp_path):
+  from converters.port import emit
+
+  assert os.path.basename(emit._RUFF[0]).startswith('ruff')  # no Python process started per check
+  path = tmp_path / 'unused.py'
+  path.write_text('import os\nimport sys\n\nprint(sys.argv, undefined)\n')
+  findings, kept = ruff_check(str(path))
+  assert path.read_text() == 'import sys\n\nprint(sys.argv, undefined)\n'  # the unused import fixed
+  assert kept == [] and [f.split(': ', 1)[1].split(' ')[0] for f in findings] == ['F821']
+
+
 def test_a_lint_that_cannot_run_fails_the_port_never_passes_it(tmp_path, monkeypatch):
   from converters.port import PortToolError, emit
 
