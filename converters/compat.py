@@ -105,18 +105,20 @@ _TRACER = getattr(partial_eval, 'DynamicJaxprTracer', None)
 _ORIGINAL_MESSAGE = getattr(_TRACER, '_origin_msg', None)
 _CEILING_LOCK = threading.RLock()  # held through a block: nested ones re-enter
 
+# (None where a later JAX moved one: nothing is then told apart by it, and
+# its test says so.)
 #: `shard_map`'s primitive: a jaxpr run on each device's shards.
-SHARD_MAP_P = _SHARD_MAP.shard_map_p
+SHARD_MAP_P = getattr(_SHARD_MAP, 'shard_map_p', None)
 #: `jax.sharding.reshard`'s primitive: its operand, placed otherwise.
-RESHARD_P = _PJIT.reshard_p
+RESHARD_P = getattr(_PJIT, 'reshard_p', None)
 #: The primitive marking a value varying over a `shard_map`'s axes: its operand.
-PVARY_P = _JAX_CORE.pvary_p
+PVARY_P = getattr(_JAX_CORE, 'pvary_p', None)
 #: `lax.optimization_barrier`'s primitive: its operands, unchanged.
-OPTIMIZATION_BARRIER_P = _LAX.optimization_barrier_p
+OPTIMIZATION_BARRIER_P = getattr(_LAX, 'optimization_barrier_p', None)
 #: `jnp.stack`'s primitive (arrays stacked along a new axis).
-STACK_P = _LAX.stack_p
+STACK_P = getattr(_LAX, 'stack_p', None)
 #: `jnp.tile`'s primitive.
-TILE_P = _LAX.tile_p
+TILE_P = getattr(_LAX, 'tile_p', None)
 
 
 class ThreadScopedPatch:

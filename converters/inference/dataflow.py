@@ -50,16 +50,16 @@ from converters import compat
 from converters.inference import jaxprs
 from converters.inference.traces import Trace
 
-#: Operations whose result is their first operand, as far as structure goes.
+#: Operations whose result is their first operand, as far as structure goes
+#: (and those that only place their operands: `jaxprs.Placing`).
 TRANSPARENT = frozenset({
-    primitives.sharding_constraint_p, compat.RESHARD_P, primitives.device_put_p, primitives.copy_p,
-    primitives.convert_element_type_p, primitives.reshape_p, primitives.broadcast_in_dim_p, primitives.squeeze_p,
+    primitives.copy_p, primitives.convert_element_type_p, primitives.reshape_p, primitives.broadcast_in_dim_p, primitives.squeeze_p,
     primitives.reduce_precision_p, compat.PVARY_P, primitives.stop_gradient_p, primitives.transpose_p, compat.TILE_P,
 })
 #: Of those, the ones that keep every axis where it is.
 AXIS_PRESERVING = frozenset({
-    primitives.sharding_constraint_p, compat.RESHARD_P, primitives.device_put_p, primitives.copy_p,
-    primitives.convert_element_type_p, primitives.reduce_precision_p, compat.PVARY_P, primitives.stop_gradient_p,
+    primitives.copy_p, primitives.convert_element_type_p, primitives.reduce_precision_p, compat.PVARY_P,
+    primitives.stop_gradient_p,
 })
 #: Operations read from their operands as written, a transposed one unplained.
 _READ_AS_WRITTEN = TRANSPARENT | {primitives.mul_p, primitives.div_p, primitives.dot_general_p}
@@ -76,7 +76,6 @@ MEANINGFUL = {
         'window_strides', 'padding', 'lhs_dilation', 'rhs_dilation', 'feature_group_count',
         'batch_group_count',
     ),
-    'scan': ('length', 'reverse'),
     'slice': ('start_indices', 'limit_indices', 'strides'),
     'concatenate': ('dimension',), 'stack': ('axis',),
     'cumsum': ('reverse',), 'cumprod': ('reverse',), 'cummax': ('reverse',),
@@ -87,7 +86,6 @@ MEANINGFUL = {
 #: Reductions: labelled by how many axes they reduce.
 REDUCTIONS = frozenset({
     'reduce_sum', 'reduce_max', 'reduce_min', 'reduce_prod', 'reduce_and', 'reduce_or',
-    'reduce_precision',
 })
 
 
@@ -323,21 +321,22 @@ class _Builder:
   def run(self, jaxpr: jcore.ClosedJaxpr, args: list, calls: tuple) -> list[int | _Transposed]:
     """The values of `jaxpr`'s outputs (a transposed one as `_Transposed`)
     for the nodes `args` of its inputs, inlined from `calls`."""
-    rules = {jaxprs.Call: self._call, jaxprs.ShardMap: self._call, jaxprs.Scan: self._scan,
-             jaxprs.While: self._while, jaxprs.Cond: self._cond}
+    rules = {jaxprs.Call: self._call, jaxprs.ShardMap: self._call, jaxprs.Placing: _placed,
+             jaxprs.Scan: self._scan, jaxprs.While: self._while, jaxprs.Cond: self._cond}
     return jaxprs.interpret(jaxpr, args, self._equation, rules=rules, inline=(), literal=self._literal,
-                            constant=self._constant, calls=calls)
+                            constant=self._constant, calls=calls, enter=self._enter)
+
+  def _enter(self, eqn, calls: tuple) -> None:
+    """What the nodes made next are made for: `eqn`, in `calls`."""
+    self.graph.origin = (eqn, *calls)
 
   def _call(self, eqn, call: jaxprs.Call, values: list, calls: tuple) -> list:
-    """A call inlined (a `shard_map` too: its body is the computation), its
-    equations' origins the call's."""
-    self.graph.origin = (None, eqn, *calls)
+    """A call inlined (a `shard_map` too: its body is the computation)."""
     return self.run(call.jaxpr, call.operands(values), (eqn, *calls))
 
   def _equation(self, eqn, kind, values: list, calls: tuple) -> list:
     """An operation on values."""
     g = self.graph
-    g.origin = (eqn, *calls)
     if eqn.primitive in _READ_AS_WRITTEN:
       return [self._operation(eqn, values)]
     ins = [self.plain(v) for v in values]
@@ -348,10 +347,10 @@ class _Builder:
       outs = [g.node(('part', k), (outs[0], 'part'), shared=True) for k in range(len(eqn.outvars))]
     return outs
 
-  def body(self, jaxpr: jcore.ClosedJaxpr, args: list) -> list[int]:
+  def body(self, jaxpr: jcore.ClosedJaxpr, args: list, calls: tuple) -> list[int]:
     """The output nodes of a loop's body or a branch, for the nodes `args`
-    of its inputs (inside the calls the loop is)."""
-    return [self.plain(v) for v in self.run(jaxpr, args, self.graph.origin[1:])]
+    of its inputs, inside `calls`."""
+    return [self.plain(v) for v in self.run(jaxpr, args, calls)]
 
   def _operation(self, eqn, values: list) -> int | _Transposed:
     g = self.graph
@@ -471,7 +470,6 @@ class _Builder:
 
   def _scan(self, eqn, scan: jaxprs.Scan, values: list, calls: tuple) -> list[int]:
     g = self.graph
-    g.origin = (eqn, *calls)
     g.loops = True
     ins = [self.plain(v) for v in values]
     n_consts, n_carry = scan.n_consts, scan.n_carry
@@ -489,7 +487,8 @@ class _Builder:
       if (k >= n_consts + n_carry or k < n_consts) and self._holds_variable(n):
         self.entered.add(node)
       entering.append(node)
-    outs = self.body(scan.body, entering)
+    outs = self.body(scan.body, entering, calls)
+    g.origin = (eqn, *calls)  # (its results are the scan's, not its body's last operation's)
     # A carry the body returns in its place, or a scanned operand it returns
     # as it is (an NNX scan gives back the state it was given), is its
     # operand: no node, so a port whose scan returns its state is alike.
@@ -509,29 +508,37 @@ class _Builder:
 
   def _while(self, eqn, loop: jaxprs.While, values: list, calls: tuple) -> list[int]:
     g = self.graph
-    g.origin = (eqn, *calls)
     g.loops = True
     ins = [self.plain(v) for v in values]
     cond_consts, body_consts, init = loop.split(ins)
     carries = [g.node(('while', 'carry'), (n, 'initial')) for n in init]
-    (predicate,) = self.body(loop.cond, [g.node(('while', 'const'), (n, 'enters')) for n in cond_consts] + carries)
+    (predicate,) = self.body(
+        loop.cond, [g.node(('while', 'const'), (n, 'enters')) for n in cond_consts] + carries, calls)
+    g.origin = (eqn, *calls)
     entering = [g.node(('while', 'const'), (n, 'enters')) for n in body_consts]
     self.entered.update(m for n, m in zip(body_consts, entering) if self._holds_variable(n))
-    for carry, out in zip(carries, self.body(loop.body, entering + carries)):
+    for carry, out in zip(carries, self.body(loop.body, entering + carries, calls)):
       g.edges.append((out, 'next', carry))
+    g.origin = (eqn, *calls)
     return [g.node(('while', 'final'), (c, 'final'), (predicate, 'until')) for c in carries]
 
   def _cond(self, eqn, cond: jaxprs.Cond, values: list, calls: tuple) -> list[int]:
     g = self.graph
-    g.origin = (eqn, *calls)
     index, operands = cond.split([self.plain(v) for v in values])
-    branches = [self.body(branch, operands) for branch in cond.branches]
+    branches = [self.body(branch, operands, calls) for branch in cond.branches]
+    g.origin = (eqn, *calls)  # (its results are the `cond`'s, not its last branch's)
     return [
         g.node(('cond', len(branches)), (index, 'index'), *(
             (b[k], 'branch' if self.relaxed else ('branch', i)) for i, b in enumerate(branches)
         ))
         for k in range(len(eqn.outvars))
     ]
+
+
+def _placed(eqn, kind, values: list, calls: tuple) -> list:
+  """An operation that only places its operands (one or several): each
+  result is its operand, a transposed one as it was."""
+  return values[:len(eqn.outvars)]
 
 
 def _along_axis_0(eqn) -> bool:

@@ -132,14 +132,16 @@ Rule = Callable[[Any, 'Structure | None', list, tuple], list]
 def interpret(jaxpr: jcore.ClosedJaxpr, args: Sequence, default: Rule, *,
               rules: Mapping[type, Rule] = MappingProxyType({}), inline: tuple[type, ...] = (Call,),
               literal: Callable[[Any], Any] = lambda value: value,
-              constant: Callable[[Any], Any] = lambda value: value, calls: tuple = ()) -> list:
+              constant: Callable[[Any], Any] = lambda value: value, calls: tuple = (),
+              enter: Callable[[Any, tuple], None] | None = None) -> list:
   """The values of `jaxpr`'s outputs for the values `args` of its inputs,
   a reader's own kind of value (a graph's node, a program's number, an
   array or a tracer): an equation whose structure is one of `inline`
   (`Call` alone by default: a `ShardMap`, a subclass, stays whole unless
   named) runs inlined, any other by the rule `rules` holds for its
   structure's type, else by `default`; a literal's value is
-  `literal(value)`, a constant's `constant(value)`."""
+  `literal(value)`, a constant's `constant(value)`; `enter(eqn, calls)`,
+  if given, is called before each equation's operands are read."""
   inner = jaxpr.jaxpr
   env: dict = {v: constant(c) for v, c in zip(inner.constvars, jaxpr.consts)}
   env.update(zip(inner.invars, args))
@@ -148,11 +150,13 @@ def interpret(jaxpr: jcore.ClosedJaxpr, args: Sequence, default: Rule, *,
     return literal(v.val) if isinstance(v, jcore.Literal) else env[v]
 
   for eqn in inner.eqns:
-    ins = [read(v) for v in eqn.invars]
     kind = structure(eqn)
+    if enter is not None:
+      enter(eqn, calls)
+    ins = [read(v) for v in eqn.invars]
     if type(kind) in inline:
       outs = interpret(kind.jaxpr, kind.operands(ins), default, rules=rules, inline=inline, literal=literal,
-                       constant=constant, calls=(eqn, *calls))
+                       constant=constant, calls=(eqn, *calls), enter=enter)
     else:
       outs = rules.get(type(kind), default)(eqn, kind, ins, calls)
     env.update(zip(eqn.outvars, outs))

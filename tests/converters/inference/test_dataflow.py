@@ -146,3 +146,23 @@ def test_a_value_computed_twice_is_one_value():
   plain = summary(graph(lambda w, x: jnp.tanh(x @ w) + x @ w, W, X))
   twice = summary(graph(lambda w, x: (jnp.tanh(x @ w).shape, jnp.tanh(x @ w) + x @ w)[1], W, X))
   assert twice == plain
+
+
+def test_a_placement_of_several_operands_places_each_as_it_is():
+  device = jax.devices()[0]
+  placed = summary(graph(lambda w, x: jnp.tanh(jax.device_put((x, w), device)[0] @ jax.device_put((x, w), device)[1]), W, X))
+  assert placed == summary(graph(lambda w, x: jnp.tanh(x @ w), W, X))
+
+
+def test_each_node_is_made_for_the_equation_that_reads_or_returns_it():
+  def f(w, x):
+    h = jax.jit(lambda a: a @ w + jnp.arange(4.0))(x) * 3.0
+    return jax.lax.cond(x[0, 0] > 0, lambda a: jax.jit(jnp.tanh)(a), lambda a: a * 2.0, h)
+
+  g = graph(f, W, X)
+  made_for = lambda label: [tuple(e.primitive.name if e is not None else None for e in g.origins[n])
+                            for n, l in enumerate(g.labels) if l[0] == label]
+  # The literal 3.0 is the multiplication's, the `arange` of the call is made
+  # inside it, and the cond's results are the cond's, not its last branch's.
+  assert made_for('constant') == [('iota', 'jit'), ('mul',), ('gt',), ('mul',)]
+  assert made_for('cond') == [('cond',)]

@@ -129,3 +129,19 @@ def test_interpret_hands_each_structure_to_its_rule_and_the_rest_to_the_default(
   out = jaxprs.interpret(closed, ['c', 'xs'], lambda eqn, kind, ins, calls: ran.append(eqn.primitive.name) or [
       f'{eqn.primitive.name}({ins[0]}, {float(ins[1]):g})'], rules=rules)
   assert ran == [('scan', 3), 'mul'] and out == ['mul(s, 2)']
+
+
+def test_operand_counts_are_each_loops_own():
+  w, v = jnp.ones(()), jnp.full((), 2.0)
+
+  def f(c, xs):
+    c = lax.scan(lambda c, x: (c * w + x, None), c, xs)[0]  # one constant of the body
+    return lax.while_loop(lambda c: c < w, lambda c: c + w * v, c)  # one of the condition, two of the body
+
+  scan, loop = [e for e in _equations(f, 0.0, jnp.ones(3)) if jaxprs.structure(e) is not None]
+  kind = jaxprs.structure(scan)
+  assert (kind.n_consts, kind.n_carry) == (1, 1) and kind.split(['w', 'c', 'x']) == (['w'], ['c'], ['x'])
+  kind = jaxprs.structure(loop)
+  assert (kind.n_cond_consts, kind.n_body_consts) == (1, 2)
+  assert kind.split(['a', 'b', 'c', 'init']) == (['a'], ['b', 'c'], ['init'])
+  assert jaxprs.nested(kind) == (kind.cond, kind.body)  # a scan in the condition is found too
