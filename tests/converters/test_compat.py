@@ -397,6 +397,10 @@ def test_jax_still_keeps_the_primitives_inference_tells_apart_private():
   assert [e.primitive for e in traced.jaxpr.eqns] == [compat.RESHARD_P, compat.SHARD_MAP_P]
   barrier = jax.make_jaxpr(jax.lax.optimization_barrier)(jnp.ones(2))
   assert [e.primitive for e in barrier.jaxpr.eqns] == [compat.OPTIMIZATION_BARRIER_P]
-  assert compat.PVARY_P.name == 'pvary'
+  with jax.set_mesh(mesh):  # a replicated operand used beside a sharded one varies: `pvary`
+    mapped = jax.make_jaxpr(lambda a, w: jax.shard_map(lambda b, v: b * v, out_specs=P('x'))(
+        jax.sharding.reshard(a, P('x')), w))(jnp.ones(8), jnp.ones(()))
+  body = mapped.jaxpr.eqns[-1].params['jaxpr']
+  assert [e.primitive for e in body.eqns][0] is compat.PVARY_P
   (stack, tile) = jax.make_jaxpr(lambda a: jnp.tile(jnp.stack([a, a]), 2))(jnp.ones(2)).jaxpr.eqns
   assert (stack.primitive, tile.primitive) == (compat.STACK_P, compat.TILE_P)
