@@ -53,6 +53,11 @@ class ShardMap(Call):
   """`jaxpr` run on each device's shards under the mesh's axis names."""
 
 
+def _cut(ins: Sequence, first: int, second: int) -> tuple[list, list, list]:
+  """`ins` cut into its first `first`, the `second` after them, and the rest."""
+  return list(ins[:first]), list(ins[first:first + second]), list(ins[first + second:])
+
+
 @dataclasses.dataclass(frozen=True)
 class Scan:
   """`body` run `length` times (from the end with `reverse`): its operands
@@ -66,8 +71,7 @@ class Scan:
 
   def split(self, ins: Sequence) -> tuple[list, list, list]:
     """`(consts, carry, xs)` of the equation's operands."""
-    first = self.n_consts + self.n_carry
-    return list(ins[:self.n_consts]), list(ins[self.n_consts:first]), list(ins[first:])
+    return _cut(ins, self.n_consts, self.n_carry)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +86,7 @@ class While:
 
   def split(self, ins: Sequence) -> tuple[list, list, list]:
     """`(cond_consts, body_consts, init)` of the equation's operands."""
-    first = self.n_cond_consts + self.n_body_consts
-    return list(ins[:self.n_cond_consts]), list(ins[self.n_cond_consts:first]), list(ins[first:])
+    return _cut(ins, self.n_cond_consts, self.n_body_consts)
 
 
 @dataclasses.dataclass(frozen=True)
