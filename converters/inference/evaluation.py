@@ -85,19 +85,20 @@ class Program:
     return n
 
   def _step(self, eqn, kind, operands: list, calls) -> list:
-    """The numbers of `eqn`'s results, its step appended."""
-    results = [self._number() for _ in eqn.outvars]
-    self.steps.append(Step(eqn, kind, operands, results))
-    return list(results)
+    """The values of `eqn`'s results, its step appended."""
+    return self._append(eqn, kind, operands, {})
 
   def _scan_step(self, eqn, scan: jaxprs.Scan, operands: list, calls) -> list:
     """A scan's step: a scanned or carried value its body returns as it is
     (an NNX scan's state) is its operand, nothing to stack or hold."""
-    outs = self._step(eqn, scan, operands, calls)
-    results = self.steps[-1].results
-    for j, k in _passed_through(scan, self.body(scan)).items():
-      outs[j], results[j] = operands[k], None
-    return outs
+    return self._append(eqn, scan, operands, _passed_through(scan, self.body(scan)))
+
+  def _append(self, eqn, kind, operands: list, passed: dict[int, int]) -> list:
+    """`eqn`'s step appended: its results numbered, but those `passed`
+    through (`{result: operand}`), which are their operands (result None)."""
+    numbers = [self._number() for _ in eqn.outvars]
+    self.steps.append(Step(eqn, kind, operands, [None if j in passed else n for j, n in enumerate(numbers)]))
+    return [operands[passed[j]] if j in passed else n for j, n in enumerate(numbers)]
 
   def operations(self, variables=frozenset()) -> Iterator:
     """The equation of each operation a run applies: a `scan` over one

@@ -166,6 +166,14 @@ def interpret(jaxpr: jcore.ClosedJaxpr, args: Sequence, default: Rule, *,
   return [read(v) for v in inner.outvars]
 
 
+def bind(eqn, values: Sequence) -> list:
+  """`eqn`'s primitive applied again to `values`, in the context it was
+  traced in: its results, as a list."""
+  with eqn.ctx.manager:
+    outs = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))
+  return list(outs) if eqn.primitive.multiple_results else [outs]
+
+
 def nested(kind: Structure | None) -> tuple[jcore.ClosedJaxpr, ...]:
   """The jaxprs an equation of structure `kind` runs (a call's, a loop's
   bodies, a branch's); none for an operation on values."""

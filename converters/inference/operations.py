@@ -23,6 +23,8 @@ from typing import Any
 
 import jax
 
+from converters.inference import jaxprs
+
 #: How many compiled operations the process keeps (least recently used go first).
 CAPACITY = 4096
 
@@ -95,17 +97,15 @@ class Operations:
     `Literal`'s included), compiled if no `prepare` did."""
     key = signature(eqn)
     if key is None:
-      with eqn.ctx.manager:
-        outs = eqn.primitive.bind(*values, **eqn.primitive.get_bind_params(eqn.params))
-    else:
-      with self._lock:
-        compiled = self._compiled.get(key)
-        if compiled is not None:
-          self._compiled.move_to_end(key)
-      if compiled is None:
-        compiled = _lowered(eqn).compile()
-        self._keep(key, compiled)
-      outs = compiled(*values)
+      return jaxprs.bind(eqn, values)
+    with self._lock:
+      compiled = self._compiled.get(key)
+      if compiled is not None:
+        self._compiled.move_to_end(key)
+    if compiled is None:
+      compiled = _lowered(eqn).compile()
+      self._keep(key, compiled)
+    outs = compiled(*values)
     return list(outs) if eqn.primitive.multiple_results else [outs]
 
   def _keep(self, key: Hashable, compiled) -> None:

@@ -58,9 +58,7 @@ def _evaluate(closed: jcore.ClosedJaxpr, args: Sequence) -> list:
 
 def _bound(eqn, kind, ins: list, calls) -> list:
   """One equation as it was, bound again."""
-  with eqn.ctx.manager:
-    outs = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
-  return list(outs) if eqn.primitive.multiple_results else [outs]
+  return jaxprs.bind(eqn, ins)
 
 
 def _scan(eqn, scan: jaxprs.Scan, ins: list, calls) -> list:
