@@ -295,11 +295,12 @@ def _imports(copied: list[str], imported: list[str], nodes) -> str:
   """The port's imports, standard library first: those `copied`, NNX, the
   user's classes `imported` as they are, and what the port's own code reads."""
   imports = [*copied, 'from flax import nnx\n', *imported]
-  if any('first_from' in syntax.names_in(n) for _, n in nodes):
+  read = set().union(*(syntax.names_in(n) for _, n in nodes))
+  if 'first_from' in read:
     imports.append('from flax.nnx.module import first_from\n')
   # What the port writes itself reads `jnp` (`init_cache`'s dtype), which
   # a Linen file importing it otherwise did not need to hand on.
-  if any('jnp' in syntax.names_in(n) for _, n in nodes) and not any(
+  if 'jnp' in read and not any(
       re.search(r'\bas jnp\b', i) for i in imports):
     imports.append('import jax.numpy as jnp\n')
   return '\n' + ''.join(sorted(set(imports), key=_import_order))
@@ -638,11 +639,9 @@ def _ruff_executable() -> list[str]:
   fails as `_ruff` expects."""
   try:
     from ruff.__main__ import find_ruff_bin
-  except ImportError:
-    return [sys.executable, '-m', 'ruff']
-  try:
+
     return [os.fsdecode(find_ruff_bin())]
-  except FileNotFoundError:
+  except (ImportError, FileNotFoundError):
     return [sys.executable, '-m', 'ruff']
 
 
