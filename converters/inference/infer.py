@@ -30,7 +30,7 @@ from converters.errors import ConversionError, DisagreementError, PathMappingErr
 from converters.inference.dataflow import Graph
 from converters.inference.folding import REVERSED, fold, fold_paths, merge_layouts, stacked_rules
 from converters.inference.parting import parting_words
-from converters.inference.refinement import Pairing, pair
+from converters.inference.refinement import Pairing, pair, remembered
 from converters.inference.traces import Call, Trace, trace_linen, trace_nnx, traced
 from converters.inference.unrolling import unrolled
 from converters.inference.witness import Fused, Witness
@@ -133,6 +133,13 @@ _LINEN_MODEL_ARGUMENTS = (
 
 def _infer_calls(linen_module, nnx_model, linen_call: Call, nnx_call: Call, linen_training: Call,
                  *, paths, collections, arguments_fix: str) -> PathMapping:
+  with remembered():  # each trial below builds the same graphs again
+    return _infer_models(linen_module, nnx_model, linen_call, nnx_call, linen_training,
+                         paths=paths, collections=collections, arguments_fix=arguments_fix)
+
+
+def _infer_models(linen_module, nnx_model, linen_call: Call, nnx_call: Call, linen_training: Call,
+                  *, paths, collections, arguments_fix: str) -> PathMapping:
   given = as_mapping(paths) if paths is not None else None
   abstract_models.without_tracers(nnx_model)
   fix = arguments_fix + '; an NNX model runs as it is given (model.eval(), and any attribute its call needs set)'

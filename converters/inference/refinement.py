@@ -22,13 +22,18 @@ with its depth to the outputs, and plain labels. Depth tells the layers of a
 deep stack apart in a few rounds; plain labels survive a port whose extra
 step shifts every depth. Each pair settled becomes a label of its own on
 both sides for the rounds after, anchoring the variables around it.
+
+One inference builds the same two graphs again for each of its trials;
+within `remembered()`, which it enters, they are paired once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 
 from converters.inference.dataflow import Graph
 
@@ -65,6 +70,14 @@ class _Union:
       self.out[s].append((e, t))
     self.offset = offset
 
+  def neighbours(self) -> tuple[list, list]:
+    """`into` and `out` with each edge's role as a multiple of `size`: added
+    to the colour at the edge's other end (below `size`), the pair is one
+    integer, so a node's neighbourhood sorts as integers, not tuples."""
+    size = self.size
+    return ([[(e * size, s) for e, s in edges] for edges in self.into],
+            [[(e * size, t) for e, t in edges] for edges in self.out])
+
   def depth(self, forward: bool) -> list[int]:
     """Longest path from a source (forward) or to a sink, over edges that go
     forward in creation order (a loop's carry fed back does not count)."""
@@ -90,18 +103,18 @@ def refine(union: _Union, initial: list[Hashable], rounds: int | None = None):
   colours = [ids.setdefault(label, len(ids)) for label in initial]
   count = len(ids)
   yield colours
+  into, out = union.neighbours()
   done = 0
   while rounds is None or done < rounds:
     ids = {}
-    new = [0] * union.size
-    for n in range(union.size):
-      signature = (
-          colours[n],
-          tuple(sorted((e, colours[s]) for e, s in union.into[n])),
-          tuple(sorted((e, colours[t]) for e, t in union.out[n])),
-      )
-      new[n] = ids.setdefault(signature, len(ids))
-    colours = new
+    colours = [
+        ids.setdefault((
+            colours[n],
+            tuple(sorted([role + colours[s] for role, s in into[n]])) if into[n] else (),
+            tuple(sorted([role + colours[t] for role, t in out[n]])) if out[n] else (),
+        ), len(ids))
+        for n in range(union.size)
+    ]
     done += 1
     yield colours
     if len(ids) == count:
@@ -157,8 +170,43 @@ def _follow(union: _Union, colours_by_round, open_nodes: set[int]):
   return [(a, b) for a, b in pairs.items() if a in left], groups
 
 
+#: The pairings found within `remembered()`, by the two graphs' contents.
+_REMEMBERED: contextvars.ContextVar[dict | None] = contextvars.ContextVar('pairings', default=None)
+
+
+@contextlib.contextmanager
+def remembered() -> Iterator[None]:
+  """Within it, `pair` of two graphs whose labels, edges and variables are
+  those of a pair it refined before returns that pairing: one inference
+  builds the same graphs again for each trial (a given rule, positions
+  relaxed, a transform proposed) and would refine them again. Nested, the
+  outer one's pairings are kept."""
+  if _REMEMBERED.get() is not None:
+    yield
+    return
+  token = _REMEMBERED.set({})
+  try:
+    yield
+  finally:
+    _REMEMBERED.reset(token)
+
+
+def _content(graph: Graph) -> tuple:
+  return tuple(graph.labels), tuple(graph.edges), tuple(graph.variables.items())
+
+
 def pair(a: Graph, b: Graph) -> Pairing:
   """The pairing of `a`'s variables with `b`'s that their structure gives."""
+  found = _REMEMBERED.get()
+  if found is None:
+    return _pair(a, b)
+  key = (_content(a), _content(b))
+  if key not in found:
+    found[key] = _pair(a, b)
+  return found[key]
+
+
+def _pair(a: Graph, b: Graph) -> Pairing:
   union = _Union(a, b)
   left, right = union.variables
   open_nodes = set(left) | set(right)
