@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from linen_nnx_cli.options import UsageError
+from tests import warm_python
 from tests.doc_blocks import ROOT, Block, PageError, blocks
 
 sys.path.insert(0, str(ROOT / 'docs' / '_ext'))
@@ -61,10 +62,10 @@ SAME_CODE = {'README.md': 'docs/getting_started.md'}
     for page in RUN_PAGES
 ])
 def test_page_runs(page, tmp_path):
+  env = {**os.environ, 'PYTHONPATH': str(ROOT)}
   result = subprocess.run(
-      [sys.executable, '-m', 'tests.doc_blocks', str(ROOT / page)],
-      cwd=tmp_path, capture_output=True, text=True, timeout=900,
-      env={**os.environ, 'PYTHONPATH': str(ROOT)},
+      warm_python.command([sys.executable, '-m', 'tests.doc_blocks', str(ROOT / page)], env),
+      cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env,
   )
   assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
 

@@ -8,13 +8,14 @@ import sys
 
 import pytest
 
+from tests import warm_python
 from tests.linen_nnx_cli.runner import assert_refused, run
 
 
 def linen_nnx(*args: str) -> subprocess.CompletedProcess:
   # A fresh process: --devices must take effect before JAX starts.
   return subprocess.run(
-      [sys.executable, '-m', 'linen_nnx_cli.main', *args],
+      warm_python.command([sys.executable, '-m', 'linen_nnx_cli.main', *args]),
       capture_output=True, text=True, timeout=600,
   )
 

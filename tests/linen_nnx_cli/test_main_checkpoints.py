@@ -27,6 +27,7 @@ from tests.converters.checkpoint.fixtures import (
     tree_checksum,
     write_checkpoint,
 )
+from tests import warm_python
 from tests.linen_nnx_cli.runner import run
 
 COMMAND = [sys.executable, '-m', 'linen_nnx_cli.main']
@@ -34,7 +35,7 @@ COMMAND = [sys.executable, '-m', 'linen_nnx_cli.main']
 
 def linen_nnx(*args) -> subprocess.CompletedProcess:
   return subprocess.run(
-      COMMAND + [str(a) for a in args], capture_output=True, text=True, timeout=600
+      warm_python.command(COMMAND + [str(a) for a in args]), capture_output=True, text=True, timeout=600
   )
 
 

@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from tests import warm_python
+
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'worker.py')
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -78,7 +80,8 @@ def run_processes(
         sys.executable, WORKER, scenario, str(p), str(processes), str(devices),
         str(port), str(workdir), json.dumps(options.get(p, {})), result,
     ]
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        warm_python.command(command, env), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     launched.append((proc, log, result))
   deadline = time.monotonic() + timeout_s
   timed_out = False

@@ -167,14 +167,17 @@ def _cli_in_processes(tmp_path, per_process_args, timeout_s=300):
   import subprocess
   import sys
 
+  from tests import warm_python
   from tests.multiprocess.harness import ROOT, free_port, process_env
 
   port = free_port()
   env = process_env()
   procs = [
       subprocess.Popen(
-          [sys.executable, '-m', 'linen_nnx_cli.main', *args, '--devices', '4',
-           '--coordinator', f'localhost:{port}', '--num-processes', '2', '--process-id', str(p)],
+          warm_python.command([
+              sys.executable, '-m', 'linen_nnx_cli.main', *args, '--devices', '4',
+              '--coordinator', f'localhost:{port}', '--num-processes', '2', '--process-id', str(p),
+          ], env),
           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
       )
       for p, args in enumerate(per_process_args)
