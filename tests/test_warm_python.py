@@ -108,3 +108,14 @@ def test_another_environment_or_interpreter_options_run_the_command_as_written(e
   assert warm_python._servers[warm_python._key(env)] is server
   assert warm_python.command([sys.executable, '-u', '-c', 'pass'], env) == [sys.executable, '-u', '-c', 'pass']
   assert warm_python.command(['bash', '-c', 'true'], env) == ['bash', '-c', 'true']
+
+
+def test_a_child_that_stops_itself_stops_its_launcher_and_dies_with_it(env):
+  _served([sys.executable, '-c', 'pass'], env)
+  code = 'import os, signal; os.kill(os.getpid(), signal.SIGSTOP); print("continued")'
+  launcher = subprocess.Popen(warm_python.command([sys.executable, '-c', code], env), env=env,
+                              stdout=subprocess.PIPE, text=True)
+  _, status = os.waitpid(launcher.pid, os.WUNTRACED)  # as the SIGKILL tests wait
+  assert os.WIFSTOPPED(status)
+  os.kill(launcher.pid, signal.SIGCONT)  # continued: so is the child
+  assert launcher.communicate(timeout=60)[0] == 'continued\n' and launcher.returncode == 0

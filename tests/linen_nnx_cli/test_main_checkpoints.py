@@ -181,8 +181,8 @@ def test_sigkill_leaves_src_intact_and_dst_absent_or_complete(linen_checkpoint, 
   dst = tmp_path / 'dst'
   with open(tmp_path / 'stderr', 'w') as log:
     process = subprocess.Popen(
-        [sys.executable, '-c', KILL_DRIVER, point, 'convert', str(linen_checkpoint), str(dst),
-         '--to', 'nnx', '--layout', 'scan'],
+        warm_python.command([sys.executable, '-c', KILL_DRIVER, point, 'convert', str(linen_checkpoint),
+                             str(dst), '--to', 'nnx', '--layout', 'scan']),
         stdout=subprocess.DEVNULL, stderr=log,
     )
   try:

@@ -24,6 +24,7 @@ from linen_nnx_cli.user_models import UserObjectError, load
 from tests.converters.checkpoint import test_models
 from tests.converters.checkpoint.fixtures import tree_checksum
 from tests.linen_nnx_cli.runner import run
+from tests import warm_python
 from tests.linen_nnx_cli.test_main_checkpoints import KILL_DRIVER, KILL_POINTS, linen_nnx
 
 ZOO = 'tests.converters.checkpoint.zoo_models'
@@ -128,8 +129,8 @@ def test_sigkill_leaves_src_intact_and_dst_absent_or_complete(cnn_checkpoint, tm
   before = tree_checksum(cnn_checkpoint)
   dst = tmp_path / 'dst'
   process = subprocess.Popen(
-      [sys.executable, '-c', KILL_DRIVER, point, 'convert', str(cnn_checkpoint), str(dst),
-       '--to', 'nnx', *CNN],
+      warm_python.command([sys.executable, '-c', KILL_DRIVER, point, 'convert', str(cnn_checkpoint), str(dst),
+                           '--to', 'nnx', *CNN]),
       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
   )
   try:
