@@ -39,6 +39,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -74,7 +75,13 @@ while reply == b'stopped':  # the child stopped itself: so does the launcher, fo
   os.kill(os.getpid(), signal.SIGSTOP)
   os.kill(pid, signal.SIGCONT)  # continued: so is the child
   reply = s.recv(64)
-code = int(reply[5:]) if reply.startswith(b'exit ') else 1
+if not reply.startswith(b'exit '):  # the server gone: its child must not outlive the launcher
+  try:
+    os.kill(pid, signal.SIGKILL)
+  except ProcessLookupError:
+    pass
+  sys.exit(1)
+code = int(reply[5:])
 if code < 0:  # killed by a signal: so is the launcher
   try:
     signal.signal(-code, signal.SIG_DFL)
@@ -122,11 +129,7 @@ def _start(env: dict) -> tuple[subprocess.Popen, str]:
 def _stop(server: subprocess.Popen, path: str) -> None:
   server.kill()
   server.wait()
-  for name in (path, os.path.dirname(path)):
-    try:
-      (os.rmdir if name != path else os.remove)(name)
-    except OSError:
-      pass
+  shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 # --- the server (this file run as a script) ---
