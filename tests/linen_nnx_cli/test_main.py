@@ -22,14 +22,17 @@ def linen_nnx(*args: str) -> subprocess.CompletedProcess:
 
 def test_demo_prints_mesh_parameter_table_and_identical_losses():
   result = linen_nnx(
-      # 4 devices, not the 8 of the default: the count is set before JAX starts.
-      'demo', '--devices', '4', '--layers', '2', '--depth', '64',
+      # As `make demo` runs it (8 devices), at the kit MLP's configuration the
+      # tests of linen_impl and nnx_impl compile (MATRIX case 7), no plot
+      # (test_plot.py's). That --devices takes effect in a fresh process is
+      # test_multiprocess.py::test_cli_convert_runs_as_one_job_of_two_processes's.
+      'demo', '--devices', '8', '--layers', '2', '--depth', '64',
       '--scan', '--annotation', 'logical', '--layer-partition', 'layer',
-      '--rules', 'fsdp', '--mesh', '2x2', '--steps', '3',
+      '--rules', 'fsdp', '--mesh', '1x8', '--steps', '3', '--plot', '',
   )
   assert result.returncode == 0, result.stderr
   out = result.stdout
-  assert 'Mesh data=2 x model=2 over 4 cpu devices' in out
+  assert 'Mesh data=1 x model=8 over 8 cpu devices' in out
   assert (
       "params/ScanDotReluDot_0/Dense_0/kernel  model/layers/dot1/kernel  (2, 64, 64)"
       "  P(None, 'data', 'model')  P(None, 'data', 'model')"

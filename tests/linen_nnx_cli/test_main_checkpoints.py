@@ -122,8 +122,11 @@ def test_compare_checkpoints_identical_and_different(linen_checkpoint, tmp_path)
 
 
 def test_compare_description_trains_both_sides_identically():
+  # The configuration linen_impl's and nnx_impl's optimizer-state tests compile
+  # (test_optimizer_state_is_sharded_as_annotated[fsdp_sgd]): their programs serve.
   result = run('compare', '--layers', '2', '--depth', '64', '--scan', '--steps', '2',
-                     '--optimizer', 'fsdp_sgd', '--json')
+               '--mesh', '4x2', '--annotation', 'logical', '--rules', 'fsdp', '--layer-partition', 'layer',
+               '--optimizer', 'fsdp_sgd', '--json')
   assert result.code == 0, result.stderr
   report = json.loads(result.stdout)
   assert report['identical'] and report['losses']['linen'] == report['losses']['nnx']

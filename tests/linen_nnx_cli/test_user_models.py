@@ -166,14 +166,16 @@ def test_load_finds_objects_in_the_current_directory(tmp_path, monkeypatch):
 
 def test_map_prints_the_inferred_mapping_as_python_and_json(capsys):
   from linen_nnx_cli import main as cli
-  from tests.converters.checkpoint import zoo_models
+  from model_zoo import paths as zoo_paths
 
   options = TRANSFORMER[:4] + TRANSFORMER[6:8]  # the models and their rules
   assert cli.main(['map', *options, '--name', 'MAPPING']) == 0
   namespace: dict = {}
   exec(capsys.readouterr().out, namespace)
-  hand_written = {(r.linen, r.nnx) for r in zoo_models.TRANSFORMER_PATHS.rules if 'cache' not in r.linen}
-  assert {(r.linen, r.nnx) for r in namespace['MAPPING'].rules} == hand_written
+  # Inferred from factories of both layouts, each layout's, merged: the
+  # hand-written rules, stacked paths included.
+  hand_written = {(r.linen, r.nnx, r.linen_stacked, r.nnx_stacked) for r in zoo_paths.TRANSFORMER['params']}
+  assert {(r.linen, r.nnx, r.linen_stacked, r.nnx_stacked) for r in namespace['MAPPING'].rules} == hand_written
   assert cli.main(['map', *options, '--layout', 'scan', '--json']) == 0
   rules = json.loads(capsys.readouterr().out)['rules']
   assert {'linen': 'ScanCheckpointBlock_0/mlp/Dense_0/kernel', 'nnx': 'blocks/mlp/up/kernel'} in rules

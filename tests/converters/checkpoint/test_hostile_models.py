@@ -487,6 +487,10 @@ def test_options_of_the_wrong_type_are_refused(rules, collections, message):
     UserModels(small.linen_mlp, small.nnx_mlp, small.PATHS, rules, small.make_tx, collections=collections)
 
 
+# Nightly; CI: the same inference (`UserModels`, factories of both layouts,
+# merged) through `linen-nnx map`, compared with the same rules
+# (test_user_models.py's test_map_prints_the_inferred_mapping_as_python_and_json).
+@pytest.mark.nightly
 def test_the_checkpoint_tools_inference_over_factories_of_both_layouts_is_the_hand_written_mapping():
   """The checkpoint tool's own inference (`UserModels.mapping` with `paths='infer'`,
   factories of both layouts: each layout inferred, then merged), which
@@ -501,7 +505,7 @@ def test_the_checkpoint_tools_inference_over_factories_of_both_layouts_is_the_ha
 
 
 # Nightly; CI: the same inference through the checkpoint tool
-# (test_the_checkpoint_tools_inference_over_factories_of_both_layouts_is_the_hand_written_mapping),
+# (test_user_models.py's test_map_prints_the_inferred_mapping_as_python_and_json),
 # the transformer relaid out by the checkpoint tool (test_streaming.py's
 # test_streaming_writes_what_the_in_memory_conversion_writes).
 @pytest.mark.nightly

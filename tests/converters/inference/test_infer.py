@@ -623,9 +623,8 @@ def test_conversions_take_paths_infer_with_the_two_models():
   assert_same_values(variables, back, again)
 
 
-# Nightly; CI: test_hostile_models'
-# test_the_checkpoint_tools_inference_over_factories_of_both_layouts_is_the_hand_written_mapping (the same
-# inference, through the checkpoint tool, against the hand-written mapping).
+# Nightly; CI: test_user_models.py's test_map_prints_the_inferred_mapping_as_python_and_json (the
+# same inference, through the checkpoint tool's `map`, against the hand-written mapping).
 @pytest.mark.nightly
 def test_factories_of_both_layouts_infer_conversions_that_change_the_layout():
   make_linen, make_port = transformer_models('rules_metadata')
@@ -1199,13 +1198,14 @@ def _assert_gemma_style_split_and_merged(linen, port, fused_rules, offset: bool 
   mapping = infer_paths(linen, port(), x)
   fused = {(r.linen, r.nnx) for r in mapping.rules if isinstance(r.nnx, tuple)}
   assert fused == fused_rules, mapping.to_python()
-  variables = linen.init(jax.random.key(1), x)
+  variables = jax.jit(linen.init)(jax.random.key(1), x)  # (one program, not one an operation)
   if offset:
     variables = jax.tree.map(lambda v: v + jax.random.normal(jax.random.key(2), v.shape), variables)
   ported = linen_to_nnx(variables, target=port(), paths=mapping)
   # One einsum for key and value against two products: alike within rounding.
   for inputs in (x, jax.random.normal(jax.random.key(3), (3, 7, 8))):
-    np.testing.assert_allclose(ported(inputs), linen.apply(variables, inputs), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(nnx.jit(lambda m, x: m(x))(ported, inputs), jax.jit(linen.apply)(variables, inputs),
+                               rtol=1e-5, atol=1e-5)
   assert_trees_bit_equal(nnx_to_linen(ported, paths=mapping)['params'], variables['params'])
 
 
