@@ -22,16 +22,6 @@ def _imported(path) -> set[str]:
   return {name.split('.')[0] for name in names} - set(sys.stdlib_module_names)
 
 
-def test_stubs_exit_1_naming_them_and_the_page_shows_them(tmp_path):
-  page = tmp_path / 'port.html'
-  result = run('port', f'{FACTORIES}:scanned_noise', '--out', tmp_path / 'p.py', '--side-by-side', page)
-  assert result.code == 1
-  assert 'NoisyStep, ScannedNoise written as stubs: port them by hand' in result.stderr
-  assert 'stub: NoisyStep' in result.stdout and 'self.make_rng' in result.stdout
-  text = page.read_text()
-  assert '<strong>Stub, to port by hand:</strong>' in text and 'make_rng' in text
-
-
 def test_a_model_its_own_init_refuses_is_refused_in_one_line(tmp_path):
   result = run('port', f'{FACTORIES}:norm_over_replicas', '--out', tmp_path / 'n.py')
   assert result.code == 2 and not (tmp_path / 'n.py').exists()
@@ -133,7 +123,10 @@ def test_the_factory_and_the_models_package_are_inputs_even_with_force(tmp_path,
   assert_refused(run('port', f'{FACTORIES}:stack', '--out', tmp_path / '.py'), 'name it as a Python module')
 
 
-def test_force_replaces_a_symlink_at_an_output_never_what_it_points_to(tmp_path):
+def test_stubs_exit_1_named_and_on_the_page_and_force_replaces_a_symlinked_output_never_its_target(tmp_path):
+  # One port run for both claims: a port with stubs exits 1 naming them,
+  # its page shows them; and it is written as a proven one is, through the
+  # same writer, which --force lets replace a symlink, not what it points to.
   victim = tmp_path / 'mine.py'
   victim.write_text('mine\n')
   page_victim = tmp_path / 'mine.html'
@@ -141,12 +134,16 @@ def test_force_replaces_a_symlink_at_an_output_never_what_it_points_to(tmp_path)
   out, page = tmp_path / 'm_nnx.py', tmp_path / 'port.html'
   out.symlink_to(victim)
   page.symlink_to(page_victim)
-  # A port with stubs (exit 1) is written as a proven one is, through the same writer.
   result = run('port', f'{FACTORIES}:scanned_noise', '--out', out, '--side-by-side', page, '--force')
   assert result.code == 1, result.stderr
+  assert 'NoisyStep, ScannedNoise written as stubs: port them by hand' in result.stderr
+  assert 'stub: NoisyStep' in result.stdout and 'self.make_rng' in result.stdout
   assert victim.read_text() == 'mine\n' and page_victim.read_text() == 'mine\n'
   assert not out.is_symlink() and 'class ScannedNoise(nnx.Module)' in out.read_text()
-  assert not page.is_symlink() and page.read_text().startswith('<!DOCTYPE html>')
+  assert not page.is_symlink()
+  text = page.read_text()
+  assert text.startswith('<!DOCTYPE html>')
+  assert '<strong>Stub, to port by hand:</strong>' in text and 'make_rng' in text
   assert not [p for p in os.listdir(tmp_path) if p.startswith('.linen-nnx-')]  # no temporary left
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 from flax import nnx
 from jax.sharding import AxisType, PartitionSpec as P
@@ -46,7 +47,9 @@ def in_mesh():
 
 
 def _x(*shape, seed=0):
-  return jax.random.normal(jax.random.key(seed), shape)
+  # NumPy, not jax.random: made at import, when pytest collects (in every
+  # test process), where JAX would compile a program for each shape.
+  return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
 
 
 # -- two layers on two inputs, summed: the port evaluates them the other way --
@@ -680,9 +683,9 @@ CASES = {
     'sum_evaluated_in_another_order': Case(LinenSum(), NNXSum, (_x(2, N), _x(2, N, seed=1)), 'maps'),
     'branches_computed_in_another_order': Case(LinenBranches(), NNXBranches, (_x(2, N),), 'maps'),
     'stack_the_other_way_round': Case(
-        LinenStacked(), NNXStacked, (_x(2, N), jnp.int32(0)), 'maps'),
+        LinenStacked(), NNXStacked, (_x(2, N), np.int32(0)), 'maps'),
     'cond_negated_with_branches_swapped': Case(
-        LinenCond(), NNXCond, (_x(2, N), jnp.bool_(True)), 'maps'),
+        LinenCond(), NNXCond, (_x(2, N), np.bool_(True)), 'maps'),
     'kernels_concatenated_in_another_order': Case(
         LinenConcatenated(), NNXConcatenated, (_x(2, N),), 'maps'),
     'square_kernel_stored_transposed': Case(
@@ -691,9 +694,9 @@ CASES = {
         LinenSquare(), NNXTransposedInTheCall, (_x(2, N),), 'maps'),
     # zero inputs cannot tell a kernel from its transpose: refused, not guessed
     'square_kernel_transposed_in_the_call_on_zero_inputs': Case(
-        LinenSquare(), NNXTransposedInTheCall, (jnp.zeros((2, N)),), PathMappingError, ('dense/kernel',)),
+        LinenSquare(), NNXTransposedInTheCall, (np.zeros((2, N), np.float32),), PathMappingError, ('dense/kernel',)),
     'kernel_transposed_in_the_call_in_an_untaken_branch': Case(
-        LinenCond(), NNXCondTransposedInTheCall, (_x(2, N), jnp.bool_(True)), PathMappingError, ('w2',)),
+        LinenCond(), NNXCondTransposedInTheCall, (_x(2, N), np.bool_(True)), PathMappingError, ('w2',)),
     'a_port_equal_only_on_a_symmetric_example_input': Case(
         LinenSquare(), NNXWrongOnSymmetricInputs, (_x(N, N) + _x(N, N).T,), DisagreementError,
         ('dense/kernel',)),
@@ -701,21 +704,21 @@ CASES = {
     'dense_general_kernels_beside_flat_ones': Case(
         LinenHeadsAndBack(), NNXFlatHeads, (_x(2, N),), 'maps'),
     'a_layout_an_untaken_branch_hides_however_few_fit': Case(
-        LinenCondWide(), NNXCondWideOutIn, (_x(2, N), jnp.bool_(True)), PathMappingError, ('w2',)),
+        LinenCondWide(), NNXCondWideOutIn, (_x(2, N), np.bool_(True)), PathMappingError, ('w2',)),
     # a large input drowned the layer's share of the outputs below the tolerance
     'kernel_kept_out_in_beside_a_large_residual': Case(
         LinenResidual(), NNXResidualOutIn, (1e5 * _x(2, N),), 'maps'),
     # constant tokens: a query and a key move the outputs only by rounding
     # (the run on tokens made generic sees them)
     'attention_kept_out_in_on_constant_tokens': Case(
-        LinenCausalAttention(), NNXCausalAttentionOutIn, (jnp.ones((1, 8), jnp.int32),), 'maps'),
+        LinenCausalAttention(), NNXCausalAttentionOutIn, (np.ones((1, 8), np.int32),), 'maps'),
     'attention_kept_out_in': Case(
         LinenCausalAttention(), NNXCausalAttentionOutIn,
-        (jax.random.randint(jax.random.key(1), (2, 8), 0, 8),), 'maps'),
+        (np.random.default_rng(1).integers(0, 8, (2, 8), dtype=np.int32),), 'maps'),
     # a symmetric integer input hid a weight contracted whole, stored transposed
     'weight_contracted_whole_on_a_symmetric_integer_input': Case(
         LinenFullContraction(), NNXFullContractionTransposed,
-        (jnp.array([[[0, 1, 1, 0], [1, 0, 0, 1], [1, 0, 1, 1], [0, 1, 1, 0]]]), _x(1, N)),
+        (np.array([[[0, 1, 1, 0], [1, 0, 0, 1], [1, 0, 1, 1], [0, 1, 1, 0]]], np.int32), _x(1, N)),
         DisagreementError, ('w',)),
     'heads_of_two_sizes_flattened': Case(
         LinenHeadsOfTwoSizes(), NNXFlatHeadsOfTwoSizes, (_x(2, N),), 'maps'),
@@ -727,7 +730,7 @@ CASES = {
         LinenConstrained(), NNXUnconstrained, (_x(8, N),), 'maps', context=in_mesh),
     'class_token_tiled_or_broadcast': Case(LinenClassToken(), NNXClassToken, (_x(2, 3, N),), 'maps'),
     'embedding_indexed_or_taken_and_attended': Case(
-        LinenEmbedding(), NNXEmbedding, (jnp.array([[1, 5, 7], [2, 0, 15]]),), 'maps'),
+        LinenEmbedding(), NNXEmbedding, (np.array([[1, 5, 7], [2, 0, 15]], np.int32),), 'maps'),
     'layers_beside_a_head_of_one_family': Case(
         LinenLayersAndHead(), NNXLayersAndHead, (_x(2, N),), 'maps'),
     'stem_feeding_a_remat_block_at_another_operand': Case(
@@ -745,7 +748,7 @@ CASES = {
     'kernels_alike_forward_one_behind_a_gradient_reversal': Case(
         LinenGradientReversal(), NNXGradientReversal, (_x(2, N),), 'maps'),
     'kernels_alike_where_the_example_mask_keeps_everything': Case(
-        LinenKeep(), NNXKeep, (_x(2, N), jnp.ones((2, N), bool)), 'maps'),
+        LinenKeep(), NNXKeep, (_x(2, N), np.ones((2, N), bool)), 'maps'),
     'route_negated_with_branches_swapped_on_a_route_taken_everywhere': Case(
-        LinenRoute(), NNXRouteNegated, (_x(2, N), jnp.ones((2, 1), bool)), 'maps'),
+        LinenRoute(), NNXRouteNegated, (_x(2, N), np.ones((2, 1), bool)), 'maps'),
 }

@@ -3,6 +3,8 @@ configuration and the inputs."""
 
 from __future__ import annotations
 
+import pytest
+
 from converters.port import shapes, tracing
 from tests.converters.port import linen_models
 
@@ -54,7 +56,11 @@ def test_a_size_that_changes_with_a_count_is_written_with_it():
   assert traced.table.source(norm.calls[0].args[0].shape[-1], _name) == 'head_dim * num_heads'
 
 
-
+# CI: tests/converters/port/test_generate.py::test_attention_and_annotations_are_written_as_names
+# writes this encoder and checks the block's input sizes as written (the
+# norm's and the attention's `c.width`, the second Dense's `c.hidden`), no
+# input size asked for.
+@pytest.mark.nightly
 def test_an_input_size_the_code_ties_to_a_field_is_that_field():
   # The block's input is added to an output of `config.width` features, and
   # the width must stay a multiple of the heads: traced at widths 8, 10, 12

@@ -907,9 +907,11 @@ class NNXResidualOff(NNXResidual):
 
 
 def test_a_scanned_remat_port_off_by_an_ulp_is_still_refused(monkeypatch):
-  x, variables, model = _scanned_remat(8)
+  # Width 7, where the workaround compares the outputs again (CI's case of
+  # the test above): its second comparison refuses the port too.
+  x, variables, _ = _scanned_remat(7)
   monkeypatch.setattr(sys.modules[__name__], 'NNXResidual', NNXResidualOff)
-  _, _, off = _scanned_remat(8)
+  _, _, off = _scanned_remat(7)
   with pytest.raises(AssertionError, match='outputs'):
     assert_port_equivalent(LinenScannedRemat(), variables, off, x, paths=_SCANNED, **_DETERMINISTIC)
 
