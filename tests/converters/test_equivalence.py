@@ -399,6 +399,7 @@ def spellings(desc: ModelDescription, linen_path: tuple) -> list[str]:
 
 
 @pytest.mark.parametrize('kind', CORRUPTIONS)
+@compiling  # every example draws a model of its own
 @given(data=st.data())
 def test_corrupted_trees_convert_exactly_or_raise_an_error_naming_the_path(kind, data):
   # Boxes carry rules only with logical names: elsewhere dropping one changes nothing.

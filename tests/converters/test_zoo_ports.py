@@ -167,8 +167,10 @@ def test_resnet_train_state_with_batch_stats_trains_on_in_nnx_exactly(k):
 # -- LSTM LM: NNX's RNN keeps RNG state Linen lacks ------------------------------------------
 
 
-# Nightly; CI: the same nnx.RNN and its rngs proven with the fused gates (below), the plain table's
-# logits (model_zoo/test_rnn)
+# Nightly; CI: the same nnx.RNN and its rngs converted onto the target both ways with the fused
+# gates (test_lstm_trains_on_in_the_fused_cell_exactly[2], below), a target keeping its own RNG state
+# (test_variable_types.py::test_a_target_keeps_its_own_rng_state), the plain table's logits
+# (model_zoo/test_rnn.py::test_logits_are_bit_identical)
 @pytest.mark.nightly
 def test_lstm_port_is_equivalent_and_its_rng_state_stays_the_targets():
   config = RNNConfig()
@@ -192,6 +194,11 @@ FUSED_CELL_ATOL = 1e-6
 FUSED_CELL_TRAINING_ATOL = 1e-5
 
 
+# Nightly; CI: test_lstm_trains_on_in_the_fused_cell_exactly[2] converts the state both ways
+# through the fused rules and compares the steps after it, and
+# model_zoo/test_rnn.py::test_the_port_to_nnx_optimized_cell_computes_the_same_logits checks the
+# forward pass bit for bit.
+@pytest.mark.nightly
 def test_lstm_port_to_the_fused_gates_of_nnx_optimized_cell_is_equivalent():
   """Flax's own fused port: Linen's eight gate kernels, NNX's `dense_i`/`dense_h`."""
   config = RNNConfig()
@@ -275,7 +282,8 @@ FUSED_ATTENTION_TRAINING_ATOL = 1e-5
 
 
 # Nightly; CI: fused q/k/v converted with values and sharding (test_transforms), the fused port's
-# logits (model_zoo), the LSTM's fused gates proven (below)
+# logits (model_zoo), the LSTM's fused gates converted both ways and trained on within a tolerance
+# (test_lstm_trains_on_in_the_fused_cell_exactly[2], above)
 @pytest.mark.nightly
 @pytest.mark.parametrize('scan, idiom', CASES, ids=CASE_IDS)
 def test_transformer_port_with_fused_attention_is_equivalent(scan, idiom):

@@ -97,9 +97,18 @@ def _zoo_state(tmp_path, layout: str):
   return tmp_path / f'src-{layout}'
 
 
+# Nightly, both cases (marked here, whatever CI_EVERY_NTH says). CI: a scanned
+# checkpoint streamed into a looped one, every leaf checked against the source
+# (test_convert.py::test_converted_checkpoint_restores_with_the_other_sides_ordinary_code[nnx-True-nnx-loop-adam]),
+# a looped Linen one stacked into a scanned Linen one ([linen-False-linen-scan-adam]),
+# stacks written a layer per chunk (test_unchanged_chunks_move_as_their_bytes_and_stacks_keep_a_layer_per_chunk),
+# and the zoo transformer's scanned state streamed into its looped port, every
+# layer sliced and computed (test_what_a_write_was_given_is_let_go_before_the_disk_is_done[scan]).
 @pytest.mark.parametrize('layout, to, target_layout', [
-    ('scan', 'nnx', 'loop'),   # slices of chunks that hold every layer: decoded, once each
-    ('loop', 'linen', 'scan'),  # a stack within Linen, through NNX
+    # slices of chunks that hold every layer: decoded, once each
+    pytest.param('scan', 'nnx', 'loop', marks=pytest.mark.nightly),
+    # a stack within Linen, through NNX
+    pytest.param('loop', 'linen', 'scan', marks=pytest.mark.nightly),
 ])
 def test_streaming_writes_what_the_in_memory_conversion_writes(tmp_path, layout, to, target_layout):
   src = _zoo_state(tmp_path, layout)

@@ -772,7 +772,7 @@ def test_a_call_scanned_over_time_is_proven(tmp_path):
   assert result.proven, (result.failure, result.checks)
 
 
-@pytest.mark.nightly  # CI: test_a_call_scanned_over_time_is_nnx_scan_over_the_method (sst2's scan over time), test_zoo_ports.py::test_lstm_port_to_the_fused_gates_of_nnx_optimized_cell_is_equivalent (the fused gates)
+@pytest.mark.nightly  # CI: test_a_call_scanned_over_time_is_nnx_scan_over_the_method (sst2's scan over time), test_zoo_ports.py::test_lstm_trains_on_in_the_fused_cell_exactly and model_zoo/test_rnn.py::test_the_port_to_nnx_optimized_cell_computes_the_same_logits (the fused gates)
 def test_flax_sst2_lstm_is_written_with_nnx_s_fused_cell_and_its_carry(tmp_path):
   # Written here; proven, with its written test, by the nightly test below.
   result, out = _written(tmp_path, 'flax_sst2_bilstm', linen_models.flax_sst2_bilstm())
