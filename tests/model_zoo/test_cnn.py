@@ -39,7 +39,7 @@ def _linen_apply(config: CNNConfig, train: bool):
 
 @functools.cache
 def _created(config: CNNConfig) -> nnx_cnn.CNN:
-  return nnx.jit(lambda: nnx_cnn.CNN(config, rngs=nnx.Rngs(params=2, dropout=3)))()  # one program, not an op at a time
+  return nnx_cnn.CNN(config, rngs=nnx.Rngs(params=2, dropout=3))
 
 
 def _ported(config: CNNConfig) -> nnx_cnn.CNN:

@@ -58,7 +58,7 @@ def _linen_apply(train: bool):
 
 @functools.cache
 def _created() -> nnx_resnet.ResNet:
-  return nnx.jit(lambda: nnx_resnet.ResNet(CONFIG, rngs=nnx.Rngs(2)))()  # one program, not an op at a time
+  return nnx_resnet.ResNet(CONFIG, rngs=nnx.Rngs(2))
 
 
 def _ported() -> nnx_resnet.ResNet:

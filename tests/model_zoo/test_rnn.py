@@ -30,7 +30,7 @@ def _linen():
 
 @functools.cache
 def _created() -> nnx_rnn.RNNLM:
-  return nnx.jit(lambda: nnx_rnn.RNNLM(CONFIG, rngs=nnx.Rngs(2)))()  # one program, not an op at a time
+  return nnx_rnn.RNNLM(CONFIG, rngs=nnx.Rngs(2))
 
 
 def _ported() -> nnx_rnn.RNNLM:
