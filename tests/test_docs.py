@@ -290,7 +290,8 @@ def test_code_the_runner_cannot_see_is_refused_and_nested_code_is_found(tmp_path
 def test_the_site_builds_with_no_warning_and_no_broken_link(tmp_path):
   # What `make docs` runs: every warning is an error, and the build checks the
   # reference against the public names and the built site's links. (Started
-  # warm, in the pages' environment: autodoc imports JAX and Flax.)
+  # warm, in the pages' environment, whose server has imported JAX and Flax for
+  # autodoc; the path it adds is the one conf.py puts first anyway.)
   env = {**os.environ, 'PYTHONPATH': str(ROOT)}
   result = subprocess.run(
       warm_python.command([sys.executable, '-m', 'sphinx', '-E', '-W', '--keep-going', '-q', '-b', 'html',

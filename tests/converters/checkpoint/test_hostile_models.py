@@ -506,8 +506,9 @@ def test_the_checkpoint_tools_inference_over_factories_of_both_layouts_is_the_ha
 
 # Nightly; CI: the same inference through the checkpoint tool
 # (test_user_models.py's test_map_prints_the_inferred_mapping_as_python_and_json),
-# the transformer relaid out by the checkpoint tool (test_streaming.py's
-# test_streaming_writes_what_the_in_memory_conversion_writes).
+# the zoo transformer relaid out by the checkpoint tool, loop to scan and back
+# (test_weights.py's test_weights_change_layout_on_the_way), a conversion with
+# paths inferred (test_user_models.py's test_convert_and_compare_with_paths_inferred).
 @pytest.mark.nightly
 def test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts(tmp_path):
   from tests.converters.checkpoint import test_models as pairs
@@ -531,7 +532,7 @@ def test_paths_infer_converts_and_relayouts_with_factories_of_both_layouts(tmp_p
 # Nightly; CI: the mapping across layouts in test_infer (test_a_model_that_scans_maps_to_a_port_that_loops),
 # training states converted through one (test_api's
 # test_a_mapping_with_one_layout_per_side_converts_training_states_across_layouts), the transformer
-# relaid out by the checkpoint tool (test_streaming_writes_what_the_in_memory_conversion_writes).
+# relaid out by the checkpoint tool (test_weights.py's test_weights_change_layout_on_the_way).
 @pytest.mark.nightly
 def test_paths_infer_maps_a_linen_model_that_scans_to_a_port_that_loops(tmp_path):
   """One factory per side, each of its own layout: the checkpoint converts

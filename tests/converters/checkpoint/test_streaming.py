@@ -102,8 +102,10 @@ def _zoo_state(tmp_path, layout: str):
 # (test_convert.py::test_converted_checkpoint_restores_with_the_other_sides_ordinary_code[nnx-True-nnx-loop-adam]),
 # a looped Linen one stacked into a scanned Linen one ([linen-False-linen-scan-adam]),
 # stacks written a layer per chunk (test_unchanged_chunks_move_as_their_bytes_and_stacks_keep_a_layer_per_chunk),
-# and the zoo transformer's scanned state streamed into its looped port, every
-# layer sliced and computed (test_what_a_write_was_given_is_let_go_before_the_disk_is_done[scan]).
+# the zoo transformer's scanned state streamed into its looped port, every
+# layer sliced and computed (test_what_a_write_was_given_is_let_go_before_the_disk_is_done[scan]),
+# and the in-memory writer across frameworks and layouts, bit for bit
+# (test_convert.py::test_round_trip_is_the_identity, back in memory).
 @pytest.mark.parametrize('layout, to, target_layout', [
     # slices of chunks that hold every layer: decoded, once each
     pytest.param('scan', 'nnx', 'loop', marks=pytest.mark.nightly),

@@ -623,8 +623,10 @@ def test_conversions_take_paths_infer_with_the_two_models():
   assert_same_values(variables, back, again)
 
 
-# Nightly; CI: test_user_models.py's test_map_prints_the_inferred_mapping_as_python_and_json (the
-# same inference, through the checkpoint tool's `map`, against the hand-written mapping).
+# Nightly; CI: both layouts' inferences merged through the API
+# (test_both_layouts_merge_into_the_hand_written_rules_with_their_stacked_paths,
+# test_conversions_take_paths_infer_with_the_two_models), and through the checkpoint tool's `map`
+# against the hand-written mapping (test_user_models.py's test_map_prints_the_inferred_mapping_as_python_and_json).
 @pytest.mark.nightly
 def test_factories_of_both_layouts_infer_conversions_that_change_the_layout():
   make_linen, make_port = transformer_models('rules_metadata')
