@@ -29,13 +29,12 @@ print(json.dumps({'parent': os.getppid(), 'argv': sys.argv, 'cwd': os.getcwd(), 
 
 def _served(args, env, **kwargs) -> subprocess.CompletedProcess:
   """`args` run through a server that is up (the first request, while it
-  imports, is run as written)."""
+  imports, is run as written): its socket is named once it listens."""
   command = warm_python.command(args, env)
   server = warm_python._servers[warm_python._key(env)]
   deadline = time.monotonic() + 120
   while not os.path.exists(server[1]) and time.monotonic() < deadline:
     time.sleep(0.05)
-  time.sleep(0.2)
   return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False, **kwargs)
 
 

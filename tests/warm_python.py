@@ -154,8 +154,11 @@ def serve(path: str) -> None:
     importlib.import_module(name)
   single = lambda: threading.active_count() == 1 and _threads() <= blas_threads
   listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-  listener.bind(path)
+  # Listening before it has its name: a launcher that finds the socket is
+  # served, never refused by a socket bound but not yet listening.
+  listener.bind(path + '.binding')
   listener.listen(64)
+  os.rename(path + '.binding', path)
   children: dict[int, socket.socket] = {}  # child pid -> its launcher's connection
   parent = os.getppid()
   while os.getppid() == parent:  # the test process gone (killed): so is its server
