@@ -57,12 +57,17 @@ NIGHTLY_PAGES = {
 SAME_CODE = {'README.md': 'docs/getting_started.md'}
 
 
+def _env() -> dict:
+  """A page's process's environment: the kit importable from the checkout."""
+  return {**os.environ, 'PYTHONPATH': str(ROOT)}
+
+
 @pytest.mark.parametrize('page', [
     pytest.param(page, marks=pytest.mark.nightly) if page in NIGHTLY_PAGES or page in SAME_CODE else page
     for page in RUN_PAGES
 ])
 def test_page_runs(page, tmp_path):
-  env = {**os.environ, 'PYTHONPATH': str(ROOT)}
+  env = _env()
   result = subprocess.run(
       warm_python.command([sys.executable, '-m', 'tests.doc_blocks', str(ROOT / page)], env),
       cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env,
@@ -223,7 +228,7 @@ def test_a_failing_block_fails_naming_its_line(tmp_path):
   page = _page(tmp_path, '# A page\n\n```python\nx = 1\n```\n\n```python\nassert x == 2\n```\n')
   result = subprocess.run(
       [sys.executable, '-m', 'tests.doc_blocks', str(page)], cwd=tmp_path,
-      capture_output=True, text=True, timeout=300, env={**os.environ, 'PYTHONPATH': str(ROOT)},
+      capture_output=True, text=True, timeout=300, env=_env(),
   )
   assert result.returncode != 0
   assert 'page.md:7: the python block failed' in result.stderr
@@ -241,7 +246,7 @@ def test_blocks_share_a_namespace_files_are_written_and_sh_runs(tmp_path):
   work.mkdir()
   result = subprocess.run(
       [sys.executable, '-m', 'tests.doc_blocks', str(page)], cwd=work,
-      capture_output=True, text=True, timeout=300, env={**os.environ, 'PYTHONPATH': str(ROOT)},
+      capture_output=True, text=True, timeout=300, env=_env(),
   )
   assert (work / 'helper.py').read_text() == 'VALUE = 3\n'
   assert 'page.md:20: the sh block exited 1' in result.stderr, result.stdout + result.stderr
@@ -292,7 +297,7 @@ def test_the_site_builds_with_no_warning_and_no_broken_link(tmp_path):
   # reference against the public names and the built site's links. (Started
   # warm, in the pages' environment, whose server has imported JAX and Flax for
   # autodoc; the path it adds is the one conf.py puts first anyway.)
-  env = {**os.environ, 'PYTHONPATH': str(ROOT)}
+  env = _env()
   result = subprocess.run(
       warm_python.command([sys.executable, '-m', 'sphinx', '-E', '-W', '--keep-going', '-q', '-b', 'html',
                            str(ROOT / 'docs'), str(tmp_path / 'html')], env),

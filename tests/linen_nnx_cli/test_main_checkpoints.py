@@ -20,6 +20,7 @@ import pytest
 
 from converters.checkpoint import inspect as checkpoints
 from nnx_impl import checkpoint as nnx_checkpoint
+from tests import warm_python
 from tests.converters.checkpoint.fixtures import (
     DESC,
     assert_bit_identical,
@@ -27,7 +28,6 @@ from tests.converters.checkpoint.fixtures import (
     tree_checksum,
     write_checkpoint,
 )
-from tests import warm_python
 from tests.linen_nnx_cli.runner import run
 
 COMMAND = [sys.executable, '-m', 'linen_nnx_cli.main']

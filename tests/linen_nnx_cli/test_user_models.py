@@ -21,10 +21,10 @@ import sys
 import pytest
 
 from linen_nnx_cli.user_models import UserObjectError, load
+from tests import warm_python
 from tests.converters.checkpoint import test_models
 from tests.converters.checkpoint.fixtures import tree_checksum
 from tests.linen_nnx_cli.runner import run
-from tests import warm_python
 from tests.linen_nnx_cli.test_main_checkpoints import KILL_DRIVER, KILL_POINTS, linen_nnx
 
 ZOO = 'tests.converters.checkpoint.zoo_models'

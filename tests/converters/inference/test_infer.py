@@ -1205,9 +1205,9 @@ def _assert_gemma_style_split_and_merged(linen, port, fused_rules, offset: bool 
     variables = jax.tree.map(lambda v: v + jax.random.normal(jax.random.key(2), v.shape), variables)
   ported = linen_to_nnx(variables, target=port(), paths=mapping)
   # One einsum for key and value against two products: alike within rounding.
+  run_port, run_linen = nnx.jit(lambda m, x: m(x)), jax.jit(linen.apply)
   for inputs in (x, jax.random.normal(jax.random.key(3), (3, 7, 8))):
-    np.testing.assert_allclose(nnx.jit(lambda m, x: m(x))(ported, inputs), jax.jit(linen.apply)(variables, inputs),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run_port(ported, inputs), run_linen(variables, inputs), rtol=1e-5, atol=1e-5)
   assert_trees_bit_equal(nnx_to_linen(ported, paths=mapping)['params'], variables['params'])
 
 
