@@ -31,10 +31,10 @@ test: $(STAMP)
 # property's example counts;
 # TEST_SHARD=k/n runs the k-th of n shares (one per machine), e.g.
 # `make nightly TEST_SHARD=2/4 TEST_WORKERS=4`. It compiles at XLA's default
-# optimisation level (3), as users' programs do; `make test` at level 0
-# (tests/conftest.py).
+# optimisation level (3) and fusion emitters, as users' programs do; `make test`
+# with the cheaper options of tests/compile_options.py.
 nightly: $(STAMP)
-	HYPOTHESIS_PROFILE=nightly XLA_FLAGS="$(XLA_FLAGS) --xla_backend_optimization_level=3" $(BIN)/python -m pytest -m 'property or nightly' -n $(TEST_WORKERS) --dist load --durations=15 --hypothesis-show-statistics
+	HYPOTHESIS_PROFILE=nightly XLA_FLAGS="$(XLA_FLAGS) --xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=true" $(BIN)/python -m pytest -m 'property or nightly' -n $(TEST_WORKERS) --dist load --durations=15 --hypothesis-show-statistics
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/train_step.py

@@ -1,5 +1,5 @@
-"""Test set-up: 8 simulated CPU devices before JAX loads, one compilation per
-program, hypothesis profiles (`tests.hypothesis_profiles`), and the
+"""Test set-up: 8 simulated CPU devices and cheaper compile options
+(`tests.compile_options`) before JAX loads, one compilation per program, hypothesis profiles (`tests.hypothesis_profiles`), and the
 `property` marker on every hypothesis property (`make nightly` runs them;
 `CI_EVERY_NTH` marks the cases of some parametrized tests nightly but every n-th;
 `TEST_SHARD=k/n` keeps the k-th of n shares of the tests collected).
@@ -15,14 +15,11 @@ comparisons are unaffected.
 import os
 
 from linen_nnx_cli.devices import simulate_cpu_devices
+from tests import compile_options
 
 if os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
   simulate_cpu_devices(8)
-  # XLA's LLVM backend at optimisation level 0 unless told otherwise
-  # (`make nightly` runs the default): machine code that runs slower but compiles
-  # in about 60% of the time, and compiling is most of the suite's time.
-  if '--xla_backend_optimization_level' not in os.environ['XLA_FLAGS']:
-    os.environ['XLA_FLAGS'] += ' --xla_backend_optimization_level=0'
+  compile_options.set_fast()  # (`make nightly` names XLA's defaults)
 
 import atexit  # noqa: E402
 import shutil  # noqa: E402

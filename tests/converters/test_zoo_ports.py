@@ -49,10 +49,10 @@ from model_zoo.nnx import cnn as nnx_cnn
 from model_zoo.nnx import resnet as nnx_resnet
 from model_zoo.nnx import rnn as nnx_rnn
 from model_zoo.nnx import transformer as nnx_tf
+from tests import compile_options, helpers
 from tests.converters.checkpoint.zoo_models import mapping
 from tests.hypothesis_profiles import compiling
 from tests.model_zoo import strategies
-from tests import helpers
 from tests.helpers import mesh
 
 TX = optax.adam(1e-2)
@@ -306,7 +306,17 @@ def test_transformer_port_is_equivalent(scan, idiom):
   config = TransformerConfig(scan_layers=scan)
   linen, variables, model, x = transformer_case(config, idiom)
   with in_mesh():
-    assert_port_equivalent(linen, variables, model, x, paths=mapping(zoo_paths.TRANSFORMER))
+    atol = SCANNED_GRADIENTS_ATOL if scan and compile_options.legacy_fusion_emitters() else 0.0
+    assert_port_equivalent(linen, variables, model, x, paths=mapping(zoo_paths.TRANSFORMER), atol=atol)
+
+
+# Linen's `nn.scan` and NNX's `nnx.scan` make two programs, not one. Compiled
+# with XLA's fusion emitters, as users compile and `make nightly` runs, their
+# outputs and gradients are bit-identical; with the older emitters `make test`
+# compiles with (tests/compile_options.py), one entry of the scanned
+# `mlp.up.kernel`'s gradient rounds apart (by 8.9e-8) in every idiom. The
+# looped blocks are bit-identical either way.
+SCANNED_GRADIENTS_ATOL = 1e-6
 
 
 # Training adds the optimizer's update to what the equivalence tests above
