@@ -26,15 +26,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -m 'not nightly' -n $(TEST_WORKERS) --dist worksteal --durations=15
 
-# Every hypothesis property at the nightly profile (200 examples each) and the
-# tests marked `nightly`, spread over TEST_WORKERS processes, ending with each
-# property's example counts;
-# TEST_SHARD=k/n runs the k-th of n shares (one per machine), e.g.
-# `make nightly TEST_SHARD=2/4 TEST_WORKERS=4`. It compiles at XLA's default
-# optimisation level (3) and fusion emitters, as users' programs do; `make test`
-# with the cheaper options of tests/compile_options.py.
+# Every test, as users compile (XLA's default optimisation level, 3, and
+# fusion emitters; `make test` compiles with the cheaper options of
+# tests/compile_options.py): `make test`'s, those marked `nightly` (too slow
+# for CI; see tests/README.md) and every hypothesis property at the nightly
+# profile (200 examples each), spread over TEST_WORKERS processes, ending with
+# each property's example counts. TEST_SHARD=k/n runs the k-th of n shares
+# (one per machine), e.g. `make nightly TEST_SHARD=2/4 TEST_WORKERS=4`.
 nightly: $(STAMP)
-	HYPOTHESIS_PROFILE=nightly XLA_FLAGS="$(XLA_FLAGS) --xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=true" $(BIN)/python -m pytest -m 'property or nightly' -n $(TEST_WORKERS) --dist load --durations=15 --hypothesis-show-statistics
+	HYPOTHESIS_PROFILE=nightly XLA_FLAGS="$(XLA_FLAGS) --xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=true" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load --durations=15 --hypothesis-show-statistics
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/train_step.py

@@ -1,15 +1,17 @@
 """Test set-up: 8 simulated CPU devices and cheaper compile options
-(`tests.compile_options`) before JAX loads, one compilation per program, hypothesis profiles (`tests.hypothesis_profiles`), and the
-`property` marker on every hypothesis property (`make nightly` runs them;
-`CI_EVERY_NTH` marks the cases of some parametrized tests nightly but every n-th;
-`TEST_SHARD=k/n` keeps the k-th of n shares of the tests collected).
+(`tests.compile_options`) before JAX loads, one compilation per program,
+hypothesis profiles (`tests.hypothesis_profiles`), and the `property` marker
+on every hypothesis property (`make nightly` runs them; `CI_EVERY_NTH` marks
+the cases of some parametrized tests nightly but every n-th; `TEST_SHARD=k/n`
+keeps the k-th of n shares of the tests collected).
 
 Every distinct XLA program is compiled once per session: JAX's persistent
 compilation cache, in a directory of the session's own that both test
 processes share and that is removed at exit. Tests build the same models
 again and again (each parametrization, each hypothesis example, each side
-of a comparison), and compiling them is most of the suite's time; the executables are those XLA builds anyway, so bit-for-bit
-comparisons are unaffected.
+of a comparison), and compiling them is most of the suite's time; the
+executables are those XLA builds anyway, so bit-for-bit comparisons are
+unaffected.
 """
 
 import os
@@ -19,7 +21,7 @@ from tests import compile_options
 
 if os.environ.get('JAX_PLATFORMS', 'cpu') == 'cpu':
   simulate_cpu_devices(8)
-  compile_options.set_fast()  # (`make nightly` names XLA's defaults)
+  compile_options.add_cheap()  # (`make nightly` names XLA's defaults)
 
 import atexit  # noqa: E402
 import shutil  # noqa: E402

@@ -175,10 +175,14 @@ def dotted(node: cst.BaseExpression) -> list[str] | None:
 
 
 @functools.cache
-def source_file(path: str) -> SourceFile:
+def source_file(path: str, module_name: str) -> SourceFile:
   """The file at `path` (a real path), parsed, with the imported module it is
-  the file of: one imported from that very path, else one whose file's real
-  path it is (resolving every module's file costs a tenth of a second)."""
+  the file of: `module_name` where that is its file (a class's or function's
+  `__module__`), else the first module imported from that very path, else
+  the first whose file's real path it is."""
+  named = sys.modules.get(module_name)
+  if named is not None and getattr(named, '__file__', None) and os.path.realpath(named.__file__) == path:
+    return SourceFile(path, named)
   modules = [(m, getattr(m, '__file__', None)) for m in list(sys.modules.values())]
   module = next((m for m, file in modules if file == path), None)
   if module is None:
@@ -192,14 +196,14 @@ def file_of(cls: type) -> SourceFile:
   """The parsed file defining `cls`: the file of its module, or, where a
   package re-exports it under its own name (scico sets `DnCNNNet.__module__
   = 'scico.flax'`), the file its methods were compiled from."""
-  file = source_file(os.path.realpath(inspect.getsourcefile(cls)))
+  file = source_file(os.path.realpath(inspect.getsourcefile(cls)), cls.__module__)
   if any(isinstance(s, cst.ClassDef) and s.name.value == cls.__name__ for s in file.module.body):
     return file
   for value in vars(cls).values():
     function = inspect.unwrap(value) if callable(value) else None
     code = getattr(function, '__code__', None)
     if code is not None and getattr(function, '__qualname__', '').startswith(f'{cls.__qualname__}.'):
-      return source_file(os.path.realpath(code.co_filename))
+      return source_file(os.path.realpath(code.co_filename), function.__module__)
   return file
 
 

@@ -3,7 +3,9 @@ which names a definition reads from its module."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import types
 
 import libcst as cst
@@ -51,6 +53,29 @@ def test_a_class_a_package_re_exports_under_its_own_name_is_read_from_the_file_d
   file = source.file_of(reexporting.Net)
   assert file.path == os.path.realpath(package / '_models.py')
   assert file.class_def(reexporting.Net).name.value == 'Net'
+
+
+def test_a_file_imported_under_two_names_is_read_with_the_module_of_the_class(tmp_path, monkeypatch):
+  # One file imported through a link and through its real path (or as
+  # `__main__` and by name): each class is written from its own module, whose
+  # name the port imports, whichever was imported first.
+  real = tmp_path / 'real'
+  real.mkdir()
+  (real / 'models.py').write_text(
+      'from flax import linen as nn\n\n\nclass Net(nn.Module):\n  @nn.compact\n  def __call__(self, x):\n'
+      '    return nn.Dense(2)(x)\n')
+  (tmp_path / 'link').symlink_to(real, target_is_directory=True)
+  modules = {}
+  for name, folder in [('models_through_a_link', 'link'), ('models_by_real_path', 'real')]:
+    spec = importlib.util.spec_from_file_location(name, tmp_path / folder / 'models.py')
+    modules[name] = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, modules[name])
+    spec.loader.exec_module(modules[name])
+
+  for name, module in modules.items():
+    file = source.file_of(module.Net)
+    assert file.path == os.path.realpath(real / 'models.py')
+    assert file.python_module is module, name
 
 
 def test_free_names_are_those_a_definition_reads_from_its_module():
