@@ -19,9 +19,9 @@ because each pair compiles to the same program, or, for the scanned
 transformer (two programs), as XLA compiles them by default (under `make
 test`'s cheaper options, within the tolerance that says why); the one place
 it would not (dropout, whose random streams differ between the frameworks)
-is kept out by training deterministically. The reshaping ports compile to other programs
-(one fused product where Linen has several), so their outputs and gradients
-are compared within tolerances that say why, next to them.
+is kept out by training deterministically. The reshaping ports compile to
+other programs (one fused product where Linen has several), so their outputs
+and gradients are compared within tolerances that say why, next to them.
 """
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ def test_transformer_port_with_fused_attention_is_equivalent(scan, idiom):
 # gradients are bit-identical; with both of `make test`'s cheaper options
 # (tests/compile_options.py; either alone keeps the bits), about half the
 # entries of the scanned `mlp.up.kernel`'s gradient round apart, by up to
-# 8.9e-8 (1.5 roundings of that leaf's largest value), in every idiom. The
+# 8.9e-8 (1.5 ulps of that leaf's largest value), in every idiom. The
 # outputs and the looped blocks stay bit-identical.
 SCANNED_GRADIENTS_ATOL = LeafRelative(2 * np.finfo(np.float32).eps)
 
@@ -321,7 +321,6 @@ def test_transformer_port_is_equivalent(scan, idiom):
   with in_mesh():
     atol = SCANNED_GRADIENTS_ATOL if scan and compile_options.all_cheap() else 0.0
     assert_port_equivalent(linen, variables, model, x, paths=mapping(zoo_paths.TRANSFORMER), atol=atol)
-
 
 
 # Training adds the optimizer's update to what the equivalence tests above
