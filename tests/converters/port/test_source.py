@@ -15,6 +15,13 @@ from converters.port import source, syntax
 from converters.port.source import snake_case
 
 
+#: A file defining one Linen class, `Net`.
+NET_SOURCE = (
+    'from flax import linen as nn\n\n\nclass Net(nn.Module):\n  @nn.compact\n  def __call__(self, x):\n'
+    '    return nn.Dense(2)(x)\n'
+)
+
+
 @pytest.mark.parametrize('name, snake', [
     ('Dense_0', 'dense_0'),
     ('MultiHeadDotProductAttention', 'multi_head_dot_product_attention'),
@@ -42,9 +49,7 @@ def test_a_class_a_package_re_exports_under_its_own_name_is_read_from_the_file_d
   # module's file is the package's __init__, which does not define it.
   package = tmp_path / 'reexporting'
   package.mkdir()
-  (package / '_models.py').write_text(
-      'from flax import linen as nn\n\n\nclass Net(nn.Module):\n  @nn.compact\n  def __call__(self, x):\n'
-      '    return nn.Dense(2)(x)\n')
+  (package / '_models.py').write_text(NET_SOURCE)
   (package / '__init__.py').write_text('from reexporting._models import Net\n\nNet.__module__ = __name__\n')
   monkeypatch.syspath_prepend(str(tmp_path))
   import reexporting
@@ -61,9 +66,7 @@ def test_a_file_imported_under_two_names_is_read_with_the_module_of_the_class(tm
   # name the port imports, whichever was imported first.
   real = tmp_path / 'real'
   real.mkdir()
-  (real / 'models.py').write_text(
-      'from flax import linen as nn\n\n\nclass Net(nn.Module):\n  @nn.compact\n  def __call__(self, x):\n'
-      '    return nn.Dense(2)(x)\n')
+  (real / 'models.py').write_text(NET_SOURCE)
   (tmp_path / 'link').symlink_to(real, target_is_directory=True)
   modules = {}
   for name, folder in [('models_through_a_link', 'link'), ('models_by_real_path', 'real')]:
