@@ -64,6 +64,13 @@ class InputSizes:
       return shapes.access_source(origin.access, origin.last)
     return f'__input_{origin.index}_{origin.dim}'
 
+  @classmethod
+  def readable_placeholder(cls, origin) -> str:
+    """An input's dimension as its call reads it (`x.shape[1]`), for messages."""
+    if isinstance(origin, shapes.InputDim):
+      return f'{origin.name}.shape[{origin.dim}]'
+    return cls.origin_placeholder(origin)
+
   def symbolic_child(self, child: tracing.Created) -> tracing.Created:
     """`child` in the symbolic trace of the instance that created it (its
     table is `self.tables[id(...)]`)."""
@@ -220,8 +227,11 @@ class InputSizes:
     return self.in_size(site, node, lambda child: -1, 1) if given else None
 
   def input_size_argument(self, site, node, field: str, arg: cst.Arg) -> str:
-    """The source of a layer's size argument computed from the call's inputs."""
-    texts = set()
+    """The source of a layer's size argument computed from the call's inputs
+    (`features=x.shape[-1]`): one expression for every creation, or the
+    two an `if` on the configuration switches (`switched`)."""
+    by_size: dict[str, list[tracing.Created]] = {}
+    readable = set()
     for child in self.writer.sites[site][1]:
       symbolic = self.symbolic_child(child)
       value = getattr(symbolic.module, field)
@@ -232,8 +242,15 @@ class InputSizes:
             f'{field}={self.file.code(arg.value)} depends on the inputs of the call; NNX '
             'builds its layers before any call: port it by hand',
         )
-      texts.add(self.child_size(symbolic, value))
-    if len(texts) != 1:
-      self.fail(node, f'{field}={self.file.code(arg.value)} changes over the loop; port it by hand')
-    return texts.pop()
+      by_size.setdefault(self.child_size(symbolic, value), []).append(child.parent)
+      readable.add(self.tables[id(symbolic)].source(value, self.readable_placeholder))
+    if len(by_size) == 1:
+      return next(iter(by_size))
+    switched = self.switched(node, by_size)
+    if switched is not None:
+      return switched
+    sizes = ' and '.join(f'`{t}`' for t in sorted(readable))
+    self.fail(node, f'{field}={self.file.code(arg.value)} is {sizes} at different calls (over a loop, or at '
+              'configurations the proof adds), and no `if` on the configuration before it chooses '
+              'between them: port it by hand')
 

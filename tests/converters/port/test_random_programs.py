@@ -10,7 +10,10 @@ models compute, not through itself), then outputs, input gradients, the
 outputs in training (dropout masks drawn alike by call order:
 `call_order_masks`, nothing of the kit's key alignment) and after one SGD
 step in training, all bit for bit: both sides run the same operations
-eagerly. A port not proven is counted (`event`), never checked.
+eagerly. At a configuration that takes a branch the port reports it does
+not write (`PortResult.branches`), the port must refuse, raising
+`NotImplementedError` that names it. A port not proven is counted
+(`event`), never checked.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import itertools
+import re
 import sys
 
 import jax
@@ -81,9 +85,30 @@ def _equal(what: str, nnx_value, linen_value, configuration: dict) -> None:
   )
 
 
-def check_port_at(program: Program, module, generated, configuration: dict) -> None:
-  """The port against Linen at `configuration`, on their own."""
+def _taken(branches, module, linen) -> list:
+  """The reported branches the port writes to raise (`PortResult.branches`)
+  that `linen` takes: each one's `if` test read with `linen` as `self`."""
+  taken = []
+  for branch in branches:
+    test = re.fullmatch(r'(the else branch of )?`if (.*)`', branch.branch)
+    assert test, branch.branch
+    if bool(eval(test[2], vars(module), {'self': linen})) != bool(test[1]):  # the program's own test
+      taken.append(branch)
+  return taken
+
+
+def check_port_at(program: Program, module, generated, configuration: dict, branches=()) -> None:
+  """The port against Linen at `configuration`, on their own; where Linen
+  takes one of the `branches` the port reports it does not write, the port
+  must refuse, raising `NotImplementedError` that names that branch."""
   linen, fields = _linen_module(module, configuration)
+  taken = _taken(branches, module, linen)
+  if taken:
+    with pytest.raises(NotImplementedError) as refusal:
+      _nnx_model(generated, fields, configuration['in_features'], 2)(jnp.ones((2, configuration['in_features'])))
+    assert any(b.branch.split('`')[1] in str(refusal.value) for b in taken), (str(refusal.value), taken)
+    event('refused at a configuration that takes a branch it reports unwritten')
+    return
   batch, in_features = 2, configuration['in_features']
   x = jax.random.normal(jax.random.key(1), (batch, in_features))
   other = jax.random.normal(jax.random.key(2), (batch, in_features))
@@ -203,4 +228,4 @@ def test_a_proven_port_is_right_at_configurations_it_never_saw(program, data, di
   else:
     configurations = [data.draw(random_programs.configurations(program)) for _ in range(2)]
   for configuration in configurations:
-    check_port_at(program, module, generated, configuration)
+    check_port_at(program, module, generated, configuration, result.branches)
