@@ -68,7 +68,7 @@ class InputSizes:
   def readable_placeholder(cls, origin) -> str:
     """An input's dimension as its call reads it (`x.shape[1]`), for messages."""
     if isinstance(origin, shapes.InputDim):
-      return f'{origin.name}.shape[{origin.dim}]'
+      return f'{origin.name}.shape[{origin.dim - origin.ndim if origin.dim == origin.ndim - 1 else origin.dim}]'
     return cls.origin_placeholder(origin)
 
   def symbolic_child(self, child: tracing.Created) -> tracing.Created:
@@ -249,8 +249,10 @@ class InputSizes:
     switched = self.switched(node, by_size)
     if switched is not None:
       return switched
-    sizes = ' and '.join(f'`{t}`' for t in sorted(readable))
-    self.fail(node, f'{field}={self.file.code(arg.value)} is {sizes} at different calls (over a loop, or at '
-              'configurations the proof adds), and no `if` on the configuration before it chooses '
-              'between them: port it by hand')
+    sizes = ', '.join(f'`{t}`' for t in sorted(readable))
+    parents = [id(parent) for instances in by_size.values() for parent in instances]
+    where = ('over the iterations of a loop' if len(set(parents)) < len(parents) else  # one instance, two creations
+             'at the configurations traced, and no `if` on the configuration alone before it decides which')
+    self.fail(node, f'{field}={self.file.code(arg.value)} is {sizes} {where}; one NNX layer is built at one '
+              'size: port it by hand')
 

@@ -27,8 +27,15 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
   """`<a> if <test> else <b>` for the two sizes `sizes` gives (size source
   -> the instances of the class that give it), where an `if` of `method`
   ending before `node` tests the configuration only and takes its body for
-  the instances of `a` and not for those of `b`; the closest such `if`.
-  None where there is none, or where one instance gives both (a loop)."""
+  the instances of `a` and not for those of `b`.
+
+  None (the caller refuses) where there is no such `if`, where one
+  instance gives both sizes (a loop), and where the `if` that decides is
+  not known: two such `if`s with different tests (`if self.out_dim is not
+  None:` and `if self.out_dim is not None and self.depth > 1:` part the
+  traced instances alike; which one switches the size, the trace cannot
+  tell), or one inside a statement the creation is not in (an `if` nested
+  in another, whose own test is not all that decides)."""
   if len(sizes) != 2:
     return None
   (first, first_instances), (second, second_instances) = sizes.items()
@@ -36,7 +43,7 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
     return None
   start = file.positions[node].start.line
   ancestors = set(file.ancestors(node))
-  found = None
+  found = set()
   for statement in syntax.descendants(method):
     if (not isinstance(statement, cst.If) or statement in ancestors
             or file.positions[statement].end.line >= start or set(call_time) & syntax.names_in(statement.test)):
@@ -45,12 +52,26 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
     if None in taken:
       continue
     ones, others = taken[:len(first_instances)], taken[len(first_instances):]
-    if (len(set(ones)) == 1 and len(set(others)) == 1 and ones[0] != others[0]
-            and _only_difference(statement.test, (first_instances, second_instances), fields)):
+    if len(set(ones)) == 1 and len(set(others)) == 1 and ones[0] != others[0]:
       test = init_test(statement.test, file, fields)
-      if test is not None:
-        found = f'{first} if {test} else {second}' if ones[0] else f'{second} if {test} else {first}'
-  return found
+      if (test is None or not _only_difference(statement.test, (first_instances, second_instances), fields)
+              or _nested(statement, method, file, ancestors)):
+        return None
+      found.add(f'{first} if {test} else {second}' if ones[0] else f'{second} if {test} else {first}')
+  return found.pop() if len(found) == 1 else None
+
+
+def _nested(statement: cst.If, method: cst.FunctionDef, file: source.SourceFile,
+            shared: Collection[cst.CSTNode]) -> bool:
+  """Whether `statement` is inside a compound statement of `method` (an
+  `if`, a loop, a `try`) that is not one of `shared` (those around the
+  creation too): its test alone does not say who takes it."""
+  for ancestor in file.ancestors(statement):
+    if ancestor is method:
+      return False
+    if isinstance(ancestor, (cst.If, cst.Else, cst.For, cst.While, cst.Try, cst.TryStar)) and ancestor not in shared:
+      return True
+  return False
 
 
 def _only_difference(test: cst.BaseExpression, groups: Sequence[Sequence[tracing.Created]],

@@ -1585,6 +1585,22 @@ def two_flagged_heads() -> LinenModel:
   return LinenModel(TwoFlaggedHeads(), jnp.ones((2, 5)))
 
 
+class WidenedOverALoop(nn.Module):
+  """A width read from the input (`nn.Dense(x.shape[-1])`) that each
+  iteration of a loop doubles: one site, two sizes."""
+
+  @nn.compact
+  def __call__(self, x):
+    for _ in range(2):
+      x = jnp.concatenate([x, x], -1)
+      y = nn.Dense(x.shape[-1])(x[..., :4])
+    return y
+
+
+def widened_over_a_loop() -> LinenModel:
+  return LinenModel(WidenedOverALoop(), jnp.ones((2, 4)))
+
+
 class ResidualDenoiser(nn.Module):
   """DnCNN's shape (scico): the output is `x - y`, y of `channels`
   features, which ties the input's channels to that field."""

@@ -549,6 +549,7 @@ def test_zoo_cnn_port_holds_for_other_images_and_channels(tmp_path):
     # The head's width follows `pre`, not `rep` (None where `pre` is False):
     # no `rep if rep is not None else hidden` guessed from the two instances.
     ('two_flagged_heads', 'the input size of Dense changes from one creation to the next'),
+    ('widened_over_a_loop', 'is `x.shape[-1] * 2`, `x.shape[-1] * 4` over the iterations of a loop'),
     ('shared_in_a_loop', 'nn.share_scope of modules made in a loop'),
     # Nightly: test_shared_scopes.py::test_what_the_port_cannot_write_so_is_refused_with_its_line (both reasons).
     pytest.param('shared_under_a_condition', 'where some configurations do not share its scope',

@@ -90,8 +90,9 @@ def _taken(branches, module, linen) -> list:
   that `linen` takes: each one's `if` test read with `linen` as `self`."""
   taken = []
   for branch in branches:
-    test = re.fullmatch(r'(the else branch of )?`if (.*)`', branch.branch)
-    assert test, branch.branch
+    test = re.fullmatch(r'(the else branch of )?`if (.*)`', branch.branch, re.DOTALL)
+    # (A random program is one class whose `if`s nest in none.)
+    assert test and branch.cls == 'Model', branch
     if bool(eval(test[2], vars(module), {'self': linen})) != bool(test[1]):  # the program's own test
       taken.append(branch)
   return taken

@@ -81,3 +81,63 @@ def test_a_field_the_test_does_not_read_that_parts_the_instances_alike_makes_it_
   other = traced(classifier='gap', extra=3)
   written = switched_sizes.switched_size(file, method, dense, {'n + 1': [token], 'n': [gap, other]}, {'x'}, fields)
   assert written == "n + 1 if classifier in ('token', 'both') else n"
+
+
+class Projected(nn.Module):
+  """`if`s before the sized layers where, for some instances, none is the
+  only one that parts them: which one switches the size, the trace cannot
+  tell."""
+
+  out_dim: int | None = None
+  depth: int = 2
+  use: bool = True
+  double: bool = False
+  norm: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    if self.use:
+      if self.out_dim is not None:
+        x = nn.Dense(self.out_dim)(x)
+      y = nn.Dense(x.shape[-1], name='inside')(x)  # under the `if self.use` it shares
+    if self.out_dim is not None and self.depth > 1:  # where `out_dim` is given, alike
+      x = nn.LayerNorm()(x)
+    if self.double:
+      x = jnp.concatenate([x, x], -1)
+    if self.norm:
+      x = nn.LayerNorm()(x)
+    return nn.Dense(x.shape[-1], name='outside')(x) + y.sum()
+
+
+def _projected(*configurations):
+  file = source.file_of(Projected)
+  method = next(s for s in file.class_def(Projected).body.body if isinstance(s, cst.FunctionDef))
+  dense = {n.args[1].value.evaluated_value: n for n in syntax.descendants(method)
+           if isinstance(n, cst.Call) and file.code(n.func) == 'nn.Dense' and len(n.args) == 2}
+  x = jax.ShapeDtypeStruct((2, 5), jnp.float32)
+  roots = [tracing.trace(Projected(**c), x)[0] for c in configurations]
+  fields = ('out_dim', 'depth', 'use', 'double', 'norm')
+  return file, method, dense, roots, fields
+
+
+def test_two_ifs_that_part_the_instances_alike_make_the_test_a_guess():
+  file, method, dense, (none, given), fields = _projected({}, {'out_dim': 4})
+  sizes = {'out_dim': [given], 'in_features': [none]}
+  assert switched_sizes.switched_size(file, method, dense['outside'], sizes, {'x'}, fields) is None
+  # With the depth at 1, only the first parts them; but it is nested in
+  # an `if` the creation is not in, so its test alone is not what decides.
+  _, _, _, (none, given), _ = _projected({'depth': 1}, {'out_dim': 4, 'depth': 1})
+  sizes = {'out_dim': [given], 'in_features': [none]}
+  assert switched_sizes.switched_size(file, method, dense['outside'], sizes, {'x'}, fields) is None
+  # Under the `if` both are in, it is written.
+  assert switched_sizes.switched_size(file, method, dense['inside'], sizes, {'x'}, fields) == (
+      'out_dim if out_dim is not None else in_features')
+
+
+def test_two_flags_that_part_the_instances_alike_make_the_test_a_guess():
+  file, method, dense, (plain, doubled, doubled_normed), fields = _projected(
+      {}, {'double': True}, {'double': True, 'norm': True})
+  assert switched_sizes.switched_size(file, method, dense['outside'], {'n * 2': [doubled], 'n': [plain]},
+                                      {'x'}, fields) == 'n * 2 if double else n'
+  assert switched_sizes.switched_size(file, method, dense['outside'], {'n * 2': [doubled_normed], 'n': [plain]},
+                                      {'x'}, fields) is None
