@@ -231,7 +231,7 @@ class InputSizes:
     (`features=x.shape[-1]`): one expression for every creation, or the
     two an `if` on the configuration switches (`switched`)."""
     by_size: dict[str, list[tracing.Created]] = {}
-    readable = set()
+    traced = []  # (symbolic child, size), read as the source reads it only to refuse
     for child in self.writer.sites[site][1]:
       symbolic = self.symbolic_child(child)
       value = getattr(symbolic.module, field)
@@ -243,12 +243,13 @@ class InputSizes:
             'builds its layers before any call: port it by hand',
         )
       by_size.setdefault(self.child_size(symbolic, value), []).append(child.parent)
-      readable.add(self.tables[id(symbolic)].source(value, self.readable_placeholder))
+      traced.append((symbolic, value))
     if len(by_size) == 1:
       return next(iter(by_size))
     switched = self.switched(node, by_size)
     if switched is not None:
       return switched
+    readable = {self.tables[id(symbolic)].source(value, self.readable_placeholder) for symbolic, value in traced}
     sizes = ', '.join(f'`{t}`' for t in sorted(readable))
     parents = [id(parent) for instances in by_size.values() for parent in instances]
     where = ('over the iterations of a loop' if len(set(parents)) < len(parents) else  # one instance, two creations
