@@ -34,9 +34,30 @@ from hypothesis import is_hypothesis_test  # noqa: E402
 # One cache for the session's processes: the first (pytest, or xdist's
 # controller) makes it and removes it at exit; the workers it starts inherit
 # its path, so a program one worker compiled serves the other.
+# Its name holds the owner's pid: a session killed before its exit handler
+# ran leaves its cache (up to a few hundred MB), which the next one removes.
+_CACHE_PREFIX = 'linen-nnx-kit-tests-xla-'
+
+
+def _remove_orphaned_caches() -> None:
+  """Removes the caches whose owner's process has ended; leaves those of
+  live processes and any whose name holds no pid."""
+  for name in os.listdir(tempfile.gettempdir()):
+    owner = name.removeprefix(_CACHE_PREFIX).split('-')[0]
+    if not name.startswith(_CACHE_PREFIX) or not owner.isdigit():
+      continue
+    try:
+      os.kill(int(owner), 0)
+    except ProcessLookupError:
+      shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
+    except OSError:  # alive, another user's
+      pass
+
+
 _compilation_cache = os.environ.get('LINEN_NNX_KIT_TESTS_XLA_CACHE')
 if _compilation_cache is None:
-  _compilation_cache = tempfile.mkdtemp(prefix='linen-nnx-kit-tests-xla-')
+  _remove_orphaned_caches()
+  _compilation_cache = tempfile.mkdtemp(prefix=f'{_CACHE_PREFIX}{os.getpid()}-')
   os.environ['LINEN_NNX_KIT_TESTS_XLA_CACHE'] = _compilation_cache
   atexit.register(shutil.rmtree, _compilation_cache, ignore_errors=True)
 # Set in the environment too, so the processes tests start (the pages'
