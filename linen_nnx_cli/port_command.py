@@ -210,8 +210,8 @@ def run(args) -> int:
         'side_by_side': args.side_by_side,
         'classes': result.classes, 'modes': result.modes,
         'stubs': [{'class': s.cls, 'file': s.file, 'line': s.line, 'reason': s.reason} for s in result.stubs],
-        'branches': [{'class': b.cls, 'file': b.file, 'line': b.line, 'branch': b.branch, 'refused': b.refused}
-                     for b in result.branches],
+        'branches': [{'class': b.cls, 'file': b.file, 'line': b.line, 'branch': b.branch, 'test': b.test,
+                      'else': b.is_else, 'refused': b.refused} for b in result.branches],
         'checks': [{'check': c, 'outcome': o, 'figure': f} for c, o, f in result.checks],
         'failure': result.failure,
     }, indent=2))

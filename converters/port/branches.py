@@ -43,10 +43,9 @@ class UntracedBranch:
   def is_else(self) -> bool:
     return isinstance(self.block, cst.Else)
 
-  def condition(self, file: source.SourceFile) -> str:
-    """`the else branch of `if self.resnet is not None``, or the `if`'s own."""
-    condition = f'if {file.code(self.statement.test)}'
-    return f'the else branch of `{condition}`' if self.is_else else f'`{condition}`'
+  def test(self, file: source.SourceFile) -> str:
+    """The `if`'s test as the source writes it (`self.resnet is not None`)."""
+    return file.code(self.statement.test)
 
   def line(self, file: source.SourceFile) -> int:
     return file.line_of(self.block if self.is_else else self.statement)

@@ -122,8 +122,8 @@ class _Writing:
     out.ports[cls] = port
     out.written.append(port)
     for branch in port.untraced_branches:
-      out.branches.append(UnportedBranch(cls.__name__, branch.line(port.file), branch.condition(port.file),
-                                         port.file.path, refused=branch.refused))
+      out.branches.append(UnportedBranch(cls.__name__, branch.line(port.file), branch.test(port.file),
+                                         branch.is_else, port.file.path, refused=branch.refused))
 
   def write_stub(self, cls: type, e: Exception) -> None:
     """`cls` written as a stub that `e` stopped."""

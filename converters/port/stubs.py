@@ -51,11 +51,21 @@ class UnportedBranch:
 
   cls: str
   line: int
-  branch: str
+  #: The `if`'s test as the source writes it (`self.resnet is not None`),
+  #: read with the Linen module as `self` in its file's globals.
+  test: str
+  #: Whether the branch is the `if`'s else: taken where `test` is false,
+  #: as the `if` itself is where it is true (within the branches around it).
+  is_else: bool
   file: str
   #: Why it is not written where a configuration the proof adds takes it
   #: (`branches.UntracedBranch.refused`); None where none does.
   refused: str | None = None
+
+  @property
+  def branch(self) -> str:
+    """`the else branch of `if self.resnet is not None``, or `if`'s own."""
+    return f'the else branch of `if {self.test}`' if self.is_else else f'`if {self.test}`'
 
   def __str__(self) -> str:
     why = 'was not traced' if self.refused is None else f'is not written ({self.refused})'

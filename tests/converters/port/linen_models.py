@@ -1794,6 +1794,24 @@ def handed_to_a_function() -> LinenModel:
   return LinenModel(HandedToAFunction(), jnp.ones((2, 3, 5)))
 
 
+class UntracedElse(nn.Module):
+  """An `if` on a size whose else no configuration traced or proven takes."""
+
+  width: int = 8
+
+  @nn.compact
+  def __call__(self, x):
+    if self.width <= 64:
+      x = nn.Dense(self.width)(x)
+    else:
+      x = nn.Dense(64)(nn.relu(nn.Dense(self.width)(x)))
+    return x
+
+
+def untraced_else() -> LinenModel:
+  return LinenModel(UntracedElse(), jnp.ones((2, 5)))
+
+
 class TwoRefusedFlags(nn.Module):
   """Two flags each taking a branch the port cannot write (`nn.vmap` of a
   module), one nested in the other's else, and a flag it can."""

@@ -610,6 +610,18 @@ def test_a_function_handed_the_module_under_a_flag_and_under_a_test_never_taken(
   assert [b.branch for b in result.branches] == ['`if self.width > 64`']
 
 
+def test_an_untraced_else_is_reported_by_its_test_and_side_and_raises(tmp_path):
+  result, out = _written(tmp_path, 'untraced_else', linen_models.untraced_else())
+  assert not result.stubs
+  (branch,) = result.branches
+  assert (branch.cls, branch.test, branch.is_else) == ('UntracedElse', 'self.width <= 64', True)
+  assert branch.branch == 'the else branch of `if self.width <= 64`' and branch.refused is None
+  generated = import_file(str(out))
+  generated.UntracedElse(width=16, in_features=5, rngs=nnx.Rngs(0))
+  with pytest.raises(NotImplementedError, match='the else branch of `if self.width <= 64` was not traced'):
+    generated.UntracedElse(width=65, in_features=5, rngs=nnx.Rngs(0))
+
+
 @pytest.mark.nightly  # CI: test_golden.py's refused_flag_branch (the same model's text), test_only_the_configurations_that_stop_a_class_are_left_out
 def test_a_branch_only_a_flipped_flag_takes_that_the_port_cannot_write_raises(tmp_path):
   # The class is written for the configuration given, not stubbed, and the
