@@ -18,6 +18,7 @@ from converters.port import (
   running_sizes,
   shapes,
   switched_sizes,
+  syntax,
   tracing,
 )
 
@@ -124,7 +125,7 @@ class InputSizes:
     by_size: dict[str, list[tracing.Created]] = {}
     for child, (symbolic, value) in zip(children, sizes):
       by_size.setdefault(self.child_size(symbolic, value), []).append(child.parent)
-    switched = self.switched(node, by_size)
+    switched = self.switched(node, by_size, self.input_names(node, index))
     if switched is not None:
       return switched
     chained = chained_sizes.chained_size(self, node, children, sizes)
@@ -143,11 +144,22 @@ class InputSizes:
       kernel = kernel.get(key, {}) if isinstance(kernel, dict) else {}
     return kernel.shape[0] if hasattr(kernel, 'shape') else None
 
-  def switched(self, node, sizes: dict[str, list[tracing.Created]]) -> str | None:
+  def switched(self, node, sizes: dict[str, list[tracing.Created]], read: set[str] | None) -> str | None:
     """The size an `if` on the configuration before `node` switches
-    (`switched_sizes`); None where none does."""
+    (`switched_sizes`), read from the names `read` where known; None where
+    none does."""
     writer = self.writer
-    return switched_sizes.switched_size(self.file, writer.method, node, sizes, writer.call_time, writer.field_names)
+    return switched_sizes.switched_size(self.file, writer.method, node, sizes, writer.call_time, writer.field_names,
+                                        read)
+
+  def input_names(self, node, index: int) -> set[str] | None:
+    """The names input `index` of the module `node` creates is read from,
+    where the creation is called at once (`Encoder(...)(x)`); else None."""
+    call = next(iter(self.file.ancestors(node)), None)
+    if not isinstance(call, cst.Call) or call.func is not node:
+      return None
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return syntax.names_in(positional[index].value) if index < len(positional) else None
 
   def out_source(self, site) -> str | None:
     """Source of the output size of `site`'s modules: `''` for a layer that
@@ -246,7 +258,7 @@ class InputSizes:
       traced.append((symbolic, value))
     if len(by_size) == 1:
       return next(iter(by_size))
-    switched = self.switched(node, by_size)
+    switched = self.switched(node, by_size, syntax.names_in(arg.value) - {'self'})
     if switched is not None:
       return switched
     readable = {self.tables[id(symbolic)].source(value, self.readable_placeholder) for symbolic, value in traced}

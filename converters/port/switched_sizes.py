@@ -23,11 +23,15 @@ from converters.port import references, shapes, source, syntax, tracing
 
 def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CSTNode,
                   sizes: Mapping[str, Sequence[tracing.Created]], call_time: Collection[str],
-                  fields: Collection[str]) -> str | None:
+                  fields: Collection[str], read: Collection[str] | None = None) -> str | None:
   """`<a> if <test> else <b>` for the two sizes `sizes` gives (size source
   -> the instances of the class that give it), where an `if` of `method`
   ending before `node` tests the configuration only and takes its body for
   the instances of `a` and not for those of `b`.
+
+  `read`: the names the size is read from (`y` of `nn.Dense(y.shape[-1])`,
+  `x` of `Encoder(...)(x)`), where known: an `if` that binds none of them
+  cannot switch it, whatever its test parts.
 
   None (the caller refuses) where there is no such `if`, where one
   instance gives both sizes (a loop), and where the `if` that decides is
@@ -43,10 +47,12 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
     return None
   start = file.positions[node].start.line
   ancestors = set(file.ancestors(node))
+  read = None if read is None else _flowing_into(set(read), method, file, start)
   found = set()
   for statement in syntax.descendants(method):
     if (not isinstance(statement, cst.If) or statement in ancestors
-            or file.positions[statement].end.line >= start or set(call_time) & syntax.names_in(statement.test)):
+            or file.positions[statement].end.line >= start or set(call_time) & syntax.names_in(statement.test)
+            or (read is not None and not set(read) & syntax.bound_in(statement))):
       continue
     taken = [test_value(file, statement.test, i) for i in (*first_instances, *second_instances)]
     if None in taken:
@@ -59,6 +65,36 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
         return None
       found.add(f'{first} if {test} else {second}' if ones[0] else f'{second} if {test} else {first}')
   return found.pop() if len(found) == 1 else None
+
+
+_FLOWS = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.WithItem)
+
+
+def _flowing_into(names: set[str], method: cst.FunctionDef, file: source.SourceFile, line: int) -> set[str]:
+  """`names` and every name an assignment of `method` before `line`
+  computes one of them from (`y = embed(tokens) + e` makes `y` read
+  `embed`, `tokens` and `e`), to a fixpoint: whatever order the
+  assignments run in, more names than flow, never fewer."""
+  flows: list[tuple[set[str], set[str]]] = []  # (bound, read) of each assignment
+  for n in syntax.descendants(method):
+    if not isinstance(n, _FLOWS) or file.positions[n].start.line >= line:
+      continue
+    if isinstance(n, cst.Assign):
+      flows.append(({t for a in n.targets for t in syntax.target_names(a.target)}, syntax.names_in(n.value)))
+    elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)) and n.value is not None:
+      flows.append((set(syntax.target_names(n.target)), syntax.names_in(n.value)))
+    elif isinstance(n, (cst.For, cst.CompFor)):
+      flows.append((set(syntax.target_names(n.target)), syntax.names_in(n.iter)))
+    elif isinstance(n, cst.WithItem) and n.asname is not None:
+      flows.append((set(syntax.target_names(n.asname.name)), syntax.names_in(n.item)))
+  grown = True
+  while grown:
+    grown = False
+    for bound, reads in flows:
+      if bound & names and not reads <= names:
+        names |= reads
+        grown = True
+  return names
 
 
 def _nested(statement: cst.If, method: cst.FunctionDef, file: source.SourceFile,

@@ -43,7 +43,7 @@ def test_the_side_no_instance_takes_is_untraced_and_raises_saying_why():
   assert made == {dense}
   branch = branches.untraced_branch(conv, method, file, [root], {'x'}, made)
   assert branch is not None and not branch.is_else
-  assert branch.condition(file) == '`if self.stem is not None`'
+  assert branch.test(file) == 'self.stem is not None'
   assert branch.line(file) == file.line_of(branch.statement)
   raised = cst.Module([]).code_for_node(branch.raising('Root', file))
   assert 'raise NotImplementedError(' in raised

@@ -141,3 +141,35 @@ def test_two_flags_that_part_the_instances_alike_make_the_test_a_guess():
                                       {'x'}, fields) == 'n * 2 if double else n'
   assert switched_sizes.switched_size(file, method, dense['outside'], {'n * 2': [doubled_normed], 'n': [plain]},
                                       {'x'}, fields) is None
+
+
+class Decoyed(nn.Module):
+  """An `if` whose test parts the instances as the size does, but which
+  binds nothing the size is read from: an `if` expression switches it."""
+
+  out_dim: int | None = None
+  depth: int = 2
+
+  @nn.compact
+  def __call__(self, x):
+    h = x
+    if self.out_dim is not None and self.depth > 1:
+      h = nn.LayerNorm()(h)
+    y = x if self.out_dim is None else nn.Dense(self.out_dim)(x)
+    return nn.Dense(y.shape[-1], name='sized')(h)
+
+
+def test_an_if_that_binds_nothing_the_size_is_read_from_does_not_switch_it():
+  file = source.file_of(Decoyed)
+  method = next(s for s in file.class_def(Decoyed).body.body if isinstance(s, cst.FunctionDef))
+  sized = next(n for n in syntax.descendants(method)
+               if isinstance(n, cst.Call) and file.code(n.func) == 'nn.Dense' and len(n.args) == 2)
+  x = jax.ShapeDtypeStruct((2, 5), jnp.float32)
+  none, given = (tracing.trace(Decoyed(**c), x)[0] for c in ({}, {'out_dim': 4}))
+  sizes, fields = {'out_dim': [given], 'in_features': [none]}, ('out_dim', 'depth')
+  # Read from `y`, which the `if` does not bind: it cannot be what switches the size.
+  assert switched_sizes.switched_size(file, method, sized, sizes, {'x'}, fields, read={'y'}) is None
+  # Read from `h`, which it binds (the names not known: any `if`), its test is written.
+  for read in ({'h'}, None):
+    assert switched_sizes.switched_size(file, method, sized, sizes, {'x'}, fields, read=read) == (
+        'out_dim if out_dim is not None and depth > 1 else in_features')
