@@ -175,8 +175,33 @@ class InitBody:
           line = cst.SimpleStatementLine([variable.assignment()])
           emitted.append(line if test is None else cst.If(test, cst.IndentedBlock([line])))
       else:
-        emitted += self._module(node, writer.node_sites[node])
+        made = self._module(node, writer.node_sites[node])
+        test = self._chosen_by(node)
+        emitted += made if test is None else [cst.If(test, cst.IndentedBlock(made))]
     return emitted
+
+  def _chosen_by(self, node: cst.Call) -> cst.BaseExpression | None:
+    """The condition under which the `if` expressions of the configuration
+    around `node` in its statement evaluate it (`x if self.out_dim is None
+    else nn.Dense(self.out_dim)(x)`: `self.out_dim is not None`), as
+    `__init__` creates it; None where none holds it, or one tests the call
+    (a mode: the module is made in every configuration, as before)."""
+    writer = self.writer
+    tests, child = [], node
+    for ancestor in writer.file.ancestors(node):
+      if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseStatement, cst.Lambda, cst.BaseComp)):
+        break
+      if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
+        if writer.call_time & syntax.names_in(ancestor.test):
+          return None
+        tests.insert(0, ancestor.test if child is ancestor.body else syntax.negated(ancestor.test))
+      child = ancestor
+    if not tests:
+      return None
+    test = tests[0]
+    for other in tests[1:]:
+      test = syntax.conjunction(test, other)
+    return test
 
   def _module(self, node: cst.Call, site) -> list[cst.BaseStatement]:
     """The module (or list entry) made at `site`, and the running size

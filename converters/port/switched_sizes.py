@@ -7,8 +7,10 @@ switches on) give the encoder two input sizes. `switched_size` finds the
 `if`, before the creation in the method, whose test takes one side for the
 instances of one size and the other for the rest, and writes the size as
 the source decides it: `h // p * (w // p) + 1 if classifier in ['token',
-'token_unpooled'] else h // p * (w // p)`. No such `if`, or a test that
-reads more than the fields, is refused by the caller.
+'token_unpooled'] else h // p * (w // p)`. A line assigning an `if`
+expression decides as an `if` does (`x = jnp.concatenate([x, x], -1) if
+self.merge == 'concat' else x`). No such `if`, or a test that reads more
+than the fields, is refused by the caller.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
   """`<a> if <test> else <b>` for the two sizes `sizes` gives (size source
   -> the instances of the class that give it), where an `if` of `method`
   ending before `node` tests the configuration only and takes its body for
-  the instances of `a` and not for those of `b`.
+  the instances of `a` and not for those of `b` (or a line assigning an
+`if` expression so, `x = self.dense(x) if self.project else x`).
 
   `read`: the names the size is read from (`y` of `nn.Dense(y.shape[-1])`,
   `x` of `Encoder(...)(x)`), where known: an `if` that binds none of them
@@ -50,21 +53,33 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
   read = None if read is None else _flowing_into(set(read), method, file, start)
   found = set()
   for statement in syntax.descendants(method):
-    if (not isinstance(statement, cst.If) or statement in ancestors
-            or file.positions[statement].end.line >= start or set(call_time) & syntax.names_in(statement.test)
+    test = _deciding_test(statement)
+    if (test is None or statement in ancestors
+            or file.positions[statement].end.line >= start or set(call_time) & syntax.names_in(test)
             or (read is not None and not set(read) & syntax.bound_in(statement))):
       continue
-    taken = [test_value(file, statement.test, i) for i in (*first_instances, *second_instances)]
+    taken = [test_value(file, test, i) for i in (*first_instances, *second_instances)]
     if None in taken:
       continue
     ones, others = taken[:len(first_instances)], taken[len(first_instances):]
     if len(set(ones)) == 1 and len(set(others)) == 1 and ones[0] != others[0]:
-      test = init_test(statement.test, file, fields)
-      if (test is None or not _only_difference(statement.test, (first_instances, second_instances), fields)
+      written = init_test(test, file, fields)
+      if (written is None or not _only_difference(test, (first_instances, second_instances), fields)
               or _nested(statement, method, file, ancestors)):
         return None
-      found.add(f'{first} if {test} else {second}' if ones[0] else f'{second} if {test} else {first}')
+      found.add(f'{first} if {written} else {second}' if ones[0] else f'{second} if {written} else {first}')
   return found.pop() if len(found) == 1 else None
+
+
+def _deciding_test(statement: cst.CSTNode) -> cst.BaseExpression | None:
+  """The test of an `if`, or of the `if` expression a line assigns (`x =
+  self.dense(x) if self.project else x`); None for any other node."""
+  if isinstance(statement, cst.If):
+    return statement.test
+  if (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+          and isinstance(statement.body[0], cst.Assign) and isinstance(statement.body[0].value, cst.IfExp)):
+    return statement.body[0].value.test
+  return None
 
 
 _FLOWS = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.WithItem)

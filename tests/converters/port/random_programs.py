@@ -3,8 +3,8 @@ composed by configuration fields, as the source of a module file.
 
 A program is a sequence of steps, each reading fields of the module (a loop
 over a tuple of widths, a width and a flag, a flag that adds a layer, an
-optional width, a rate under the call's `train` flag, a config dataclass, a
-string picking code), then a head. `configurations` draws values for every
+optional width (by an `if`, or an `if` expression), a rate under the call's
+`train` flag, a config dataclass, a string picking code), then a head. `configurations` draws values for every
 field, so a port written at one configuration is checked at others.
 """
 
@@ -36,6 +36,9 @@ STEPS = {
         if self.out_dim is not None:
           x = {act}(nn.Dense(self.out_dim)(x))
     """),
+    'projection': (('proj',), """
+        x = x if self.proj is None else nn.Dense(self.proj)(x)
+    """),
     'config': (('config',), """
         x = nn.Dense(self.config.hidden)(x) * self.config.scale
     """),
@@ -62,6 +65,7 @@ FIELDS = {
     'norm': 'norm: bool = False',
     'rate': 'rate: float = 0.5',
     'out_dim': 'out_dim: int | None = None',
+    'proj': 'proj: int | None = None',
     'config': 'config: Config = Config()',
     'depths': 'depths: tuple[int, ...] = (3,)',
     'kind': "kind: str = 'plain'",
@@ -132,6 +136,7 @@ def values(field: str) -> st.SearchStrategy:
       'norm': st.booleans(),
       'rate': st.sampled_from((0.1, 0.25, 0.5, 0.75)),
       'out_dim': st.none() | _SIZES,
+      'proj': st.none() | _SIZES,
       'config': st.fixed_dictionaries({'hidden': _SIZES, 'scale': st.sampled_from((0.5, 1.0, 2.0, 3.0))}),
       'num_classes': _SIZES,
       'kind': st.sampled_from(('plain', 'tanh', 'scaled')),

@@ -144,8 +144,9 @@ def test_two_flags_that_part_the_instances_alike_make_the_test_a_guess():
 
 
 class Decoyed(nn.Module):
-  """An `if` whose test parts the instances as the size does, but which
-  binds nothing the size is read from: an `if` expression switches it."""
+  """An `if` whose test parts the instances as the size does but which
+  binds nothing the size is read from, and the `if` expression that
+  switches it."""
 
   out_dim: int | None = None
   depth: int = 2
@@ -159,7 +160,7 @@ class Decoyed(nn.Module):
     return nn.Dense(y.shape[-1], name='sized')(h)
 
 
-def test_an_if_that_binds_nothing_the_size_is_read_from_does_not_switch_it():
+def test_the_if_or_if_expression_that_binds_what_the_size_is_read_from_switches_it():
   file = source.file_of(Decoyed)
   method = next(s for s in file.class_def(Decoyed).body.body if isinstance(s, cst.FunctionDef))
   sized = next(n for n in syntax.descendants(method)
@@ -167,9 +168,13 @@ def test_an_if_that_binds_nothing_the_size_is_read_from_does_not_switch_it():
   x = jax.ShapeDtypeStruct((2, 5), jnp.float32)
   none, given = (tracing.trace(Decoyed(**c), x)[0] for c in ({}, {'out_dim': 4}))
   sizes, fields = {'out_dim': [given], 'in_features': [none]}, ('out_dim', 'depth')
-  # Read from `y`, which the `if` does not bind: it cannot be what switches the size.
-  assert switched_sizes.switched_size(file, method, sized, sizes, {'x'}, fields, read={'y'}) is None
-  # Read from `h`, which it binds (the names not known: any `if`), its test is written.
-  for read in ({'h'}, None):
-    assert switched_sizes.switched_size(file, method, sized, sizes, {'x'}, fields, read=read) == (
-        'out_dim if out_dim is not None and depth > 1 else in_features')
+
+  def written(read):
+    return switched_sizes.switched_size(file, method, sized, sizes, {'x'}, fields, read=read)
+
+  # Read from `y`: the `if` expression assigning it decides; the `if`, binding only `h`, cannot.
+  assert written({'y'}) == 'in_features if out_dim is None else out_dim'
+  # Read from `h`: the `if` binding it.
+  assert written({'h'}) == 'out_dim if out_dim is not None and depth > 1 else in_features'
+  # Not known: both part the instances alike, and which decides is a guess.
+  assert written(None) is None
