@@ -185,14 +185,16 @@ class InitBody:
     around `node` in its statement evaluate it (`x if self.out_dim is None
     else nn.Dense(self.out_dim)(x)`: `self.out_dim is not None`), as
     `__init__` creates it; None where none holds it, or one tests the call
-    (a mode: the module is made in every configuration, as before)."""
+    (a mode) or a name a loop around binds: the module is made in every
+    configuration, as before."""
     writer = self.writer
+    looped = set().union(*(syntax.bound_in(loop) for loop in writer.loops_around(node)))
     tests, child = [], node
     for ancestor in writer.file.ancestors(node):
       if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseStatement, cst.Lambda, cst.BaseComp)):
         break
       if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
-        if writer.call_time & syntax.names_in(ancestor.test):
+        if (writer.call_time | looped) & syntax.names_in(ancestor.test):
           return None
         tests.insert(0, ancestor.test if child is ancestor.body else syntax.negated(ancestor.test))
       child = ancestor

@@ -33,16 +33,19 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
 `if` expression so, `x = self.dense(x) if self.project else x`).
 
   `read`: the names the size is read from (`y` of `nn.Dense(y.shape[-1])`,
-  `x` of `Encoder(...)(x)`), where known: an `if` that binds none of them
-  cannot switch it, whatever its test parts.
+  `x` of `Encoder(...)(x)`), where known: the `if` written must change one
+  of them, or one they are computed from (bind it, call a method on it,
+  assign an item of it); one that changes none cannot switch the size,
+  whatever its test parts, and is refused.
 
   None (the caller refuses) where there is no such `if`, where one
   instance gives both sizes (a loop), and where the `if` that decides is
   not known: two such `if`s with different tests (`if self.out_dim is not
   None:` and `if self.out_dim is not None and self.depth > 1:` part the
   traced instances alike; which one switches the size, the trace cannot
-  tell), or one inside a statement the creation is not in (an `if` nested
-  in another, whose own test is not all that decides)."""
+  tell, whichever of them changes what the size is read from), one inside
+  a statement the creation is not in (an `if` nested in another, whose own
+  test is not all that decides), or an `if` expression holding another."""
   if len(sizes) != 2:
     return None
   (first, first_instances), (second, second_instances) = sizes.items()
@@ -50,13 +53,13 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
     return None
   start = file.positions[node].start.line
   ancestors = set(file.ancestors(node))
-  read = None if read is None else _flowing_into(set(read), method, file, start)
-  found = set()
+  local = syntax.bound_in(method) - {'self'}
+  read = None if read is None else _flowing_into(set(read) & local, method, file, start) & local
+  found, changes_read = set(), read is None
   for statement in syntax.descendants(method):
     test = _deciding_test(statement)
     if (test is None or statement in ancestors
-            or file.positions[statement].end.line >= start or set(call_time) & syntax.names_in(test)
-            or (read is not None and not set(read) & syntax.bound_in(statement))):
+            or file.positions[statement].end.line >= start or set(call_time) & syntax.names_in(test)):
       continue
     taken = [test_value(file, test, i) for i in (*first_instances, *second_instances)]
     if None in taken:
@@ -65,10 +68,49 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
     if len(set(ones)) == 1 and len(set(others)) == 1 and ones[0] != others[0]:
       written = init_test(test, file, fields)
       if (written is None or not _only_difference(test, (first_instances, second_instances), fields)
-              or _nested(statement, method, file, ancestors)):
+              or _nested(statement, method, file, ancestors) or _chooses_within(statement)):
         return None
       found.add(f'{first} if {written} else {second}' if ones[0] else f'{second} if {written} else {first}')
-  return found.pop() if len(found) == 1 else None
+      changes_read = changes_read or bool(read & _changed_by(statement))
+  # Every `if` parting them counts, changing the size's names or not: one
+  # that seems not to may still (through a helper it hands them to), and
+  # the trace cannot tell which test decides.
+  return found.pop() if len(found) == 1 and changes_read else None
+
+
+def _changed_by(statement: cst.CSTNode) -> set[str]:
+  """The names `statement` binds or may change in place: those it calls a
+  method on (`parts.append(...)`) or assigns an item or attribute of
+  (`parts[0] = ...`)."""
+  changed = syntax.bound_in(statement)
+  for n in syntax.descendants(statement):
+    base = _mutated(n)
+    if base is not None:
+      changed.add(base)
+  return changed
+
+
+def _mutated(node: cst.CSTNode) -> str | None:
+  """The name `node` may change in place: `parts` of `parts.append(...)`,
+  of a target `parts[0]` or `parts.first`; None for any other node."""
+  if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+    target = node.func.value
+  elif isinstance(node, (cst.AssignTarget, cst.AugAssign)) and isinstance(node.target, (cst.Subscript, cst.Attribute)):
+    target = node.target.value
+  else:
+    return None
+  while isinstance(target, (cst.Subscript, cst.Attribute)):
+    target = target.value
+  return target.value if isinstance(target, cst.Name) else None
+
+
+def _chooses_within(statement: cst.CSTNode) -> bool:
+  """Whether the `if` expression a line assigns holds another (`x if a
+  else (y if b else z)`): its own test is not all that decides."""
+  if not isinstance(statement, cst.SimpleStatementLine):
+    return False
+  choice = statement.body[0].value
+  return any(isinstance(n, cst.IfExp) for part in (choice.body, choice.orelse) for n in syntax.descendants(part))
 
 
 def _deciding_test(statement: cst.CSTNode) -> cst.BaseExpression | None:
@@ -82,7 +124,7 @@ def _deciding_test(statement: cst.CSTNode) -> cst.BaseExpression | None:
   return None
 
 
-_FLOWS = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.WithItem)
+_FLOWS = (cst.Assign, cst.Call, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.WithItem)
 
 
 def _flowing_into(names: set[str], method: cst.FunctionDef, file: source.SourceFile, line: int) -> set[str]:
@@ -95,7 +137,11 @@ def _flowing_into(names: set[str], method: cst.FunctionDef, file: source.SourceF
     if not isinstance(n, _FLOWS) or file.positions[n].start.line >= line:
       continue
     if isinstance(n, cst.Assign):
-      flows.append(({t for a in n.targets for t in syntax.target_names(a.target)}, syntax.names_in(n.value)))
+      bound = {t for a in n.targets for t in syntax.target_names(a.target)}
+      flows.append((bound | {b for a in n.targets if (b := _mutated(a)) is not None}, syntax.names_in(n.value)))
+    elif isinstance(n, cst.Call):  # `parts.append(x * 2)`: `parts` now holds `x`
+      if (base := _mutated(n)) is not None:
+        flows.append(({base}, syntax.names_in(cst.Tuple([cst.Element(a.value) for a in n.args]))))
     elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)) and n.value is not None:
       flows.append((set(syntax.target_names(n.target)), syntax.names_in(n.value)))
     elif isinstance(n, (cst.For, cst.CompFor)):

@@ -3,6 +3,7 @@ switches a size, and its test as `__init__` reads it."""
 
 from __future__ import annotations
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 import libcst as cst
@@ -145,7 +146,7 @@ def test_two_flags_that_part_the_instances_alike_make_the_test_a_guess():
 
 class Decoyed(nn.Module):
   """An `if` whose test parts the instances as the size does but which
-  binds nothing the size is read from, and the `if` expression that
+  changes nothing the size is read from, and the `if` expression that
   switches it."""
 
   out_dim: int | None = None
@@ -160,21 +161,58 @@ class Decoyed(nn.Module):
     return nn.Dense(y.shape[-1], name='sized')(h)
 
 
-def test_the_if_or_if_expression_that_binds_what_the_size_is_read_from_switches_it():
-  file = source.file_of(Decoyed)
-  method = next(s for s in file.class_def(Decoyed).body.body if isinstance(s, cst.FunctionDef))
+class Appended(nn.Module):
+  """One `if` switching a size by changing a list in place."""
+
+  pool: str = 'none'
+
+  @nn.compact
+  def __call__(self, x):
+    parts = [x]
+    if self.pool == 'cat':
+      parts.append(x * 2)
+    h = jnp.concatenate(parts, -1)
+    return nn.Dense(3, name='sized')(h)
+
+
+def _sized(cls, configurations, sizes):
+  file = source.file_of(cls)
+  method = next(s for s in file.class_def(cls).body.body if isinstance(s, cst.FunctionDef))
   sized = next(n for n in syntax.descendants(method)
-               if isinstance(n, cst.Call) and file.code(n.func) == 'nn.Dense' and len(n.args) == 2)
+               if isinstance(n, cst.Call) and file.code(n.func) == 'nn.Dense' and 'sized' in file.code(n))
   x = jax.ShapeDtypeStruct((2, 5), jnp.float32)
-  none, given = (tracing.trace(Decoyed(**c), x)[0] for c in ({}, {'out_dim': 4}))
-  sizes, fields = {'out_dim': [given], 'in_features': [none]}, ('out_dim', 'depth')
+  traced = [tracing.trace(cls(**c), x)[0] for c in configurations]
+  fields = tuple(f.name for f in dataclasses.fields(cls) if f.name not in ('parent', 'name'))
+  by_size = {size: [traced[i]] for i, size in enumerate(sizes)}
+  return lambda read: switched_sizes.switched_size(file, method, sized, by_size, {'x'}, fields, read=read)
 
-  def written(read):
-    return switched_sizes.switched_size(file, method, sized, sizes, {'x'}, fields, read=read)
 
-  # Read from `y`: the `if` expression assigning it decides; the `if`, binding only `h`, cannot.
-  assert written({'y'}) == 'in_features if out_dim is None else out_dim'
-  # Read from `h`: the `if` binding it.
-  assert written({'h'}) == 'out_dim if out_dim is not None and depth > 1 else in_features'
-  # Not known: both part the instances alike, and which decides is a guess.
-  assert written(None) is None
+def test_the_if_written_changes_what_the_size_is_read_from():
+  written = _sized(Appended, ({'pool': 'cat'}, {}), ('in_features * 2', 'in_features'))
+  # Read from `h`, computed from the list the `if` appends to.
+  assert written({'h'}) == "in_features * 2 if pool == 'cat' else in_features"
+  assert written(None) == "in_features * 2 if pool == 'cat' else in_features"
+  # Read from `x` alone, which the `if` does not change: it cannot switch the size.
+  assert written({'x'}) is None
+
+
+def test_two_ifs_part_the_instances_alike_whichever_changes_what_the_size_is_read_from():
+  # Read from `y`, which only the `if` expression assigns; from `h`, which
+  # only the `if` binds: still two tests the trace cannot tell apart.
+  written = _sized(Decoyed, ({'out_dim': 4}, {}), ('out_dim', 'in_features'))
+  for read in ({'y'}, {'h'}, None):
+    assert written(read) is None
+
+
+class Nested(nn.Module):
+  heads: int | None = None
+
+  @nn.compact
+  def __call__(self, x):
+    x = x if self.heads is None else (jnp.concatenate([x, x], -1) if self.heads > 1 else x)
+    return nn.Dense(3, name='sized')(x)
+
+
+def test_an_if_expression_holding_another_is_not_all_that_decides():
+  written = _sized(Nested, ({'heads': 2}, {}), ('in_features * 2', 'in_features'))
+  assert written({'x'}) is None
