@@ -51,8 +51,8 @@ class ModuleReads:
       if not is_list:
         continue
       loops = writer.loops_around(node)
-      conditional = any(
-          isinstance(a, cst.If) for a in writer.file.ancestors_below(node, loops[0])
+      conditional = any(  # (an `if` expression's side too: `dense(x) if self.out_dim else x`)
+          isinstance(a, (cst.If, cst.IfExp)) for a in writer.file.ancestors_below(node, loops[0])
       )
       simple = (
           len(loops) == 1 and isinstance(loops[0], cst.For)
