@@ -284,7 +284,8 @@ class Creations:
         text = syntax.tuple_source(self.writer.sizes.child_size(symbolic, d) for d in shape)
         texts.setdefault(text, []).append(child.parent)
       sizes = self.writer.sizes
-      text = next(iter(texts)) if len(texts) == 1 else sizes.switched(node, texts, sizes.input_names(node, parameter.index))
+      read = sizes.input_names(node, parameter.index)
+      text = next(iter(texts)) if len(texts) == 1 else sizes.switched(node, texts, read)
       if text is None:
         self.fail(node, f'the input sizes of {port.cls.__name__} change over the loop; port it by hand')
       args.append(syntax.keyword(parameter.name, syntax.expression(text)))

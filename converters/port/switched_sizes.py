@@ -30,13 +30,13 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
   -> the instances of the class that give it), where an `if` of `method`
   ending before `node` tests the configuration only and takes its body for
   the instances of `a` and not for those of `b` (or a line assigning an
-`if` expression so, `x = self.dense(x) if self.project else x`).
+  `if` expression so, `x = self.dense(x) if self.project else x`).
 
   `read`: the names the size is read from (`y` of `nn.Dense(y.shape[-1])`,
-  `x` of `Encoder(...)(x)`), where known: the `if` written must change one
-  of them, or one they are computed from (bind it, call a method on it,
-  assign an item of it); one that changes none cannot switch the size,
-  whatever its test parts, and is refused.
+  `x` of `Encoder(...)(x)`; those the method binds), where known: the `if`
+  written must change one of them, or one they are computed from (bind
+  it, call a method on it, assign an item of it); one that changes none
+  cannot switch the size, whatever its test parts, and is refused.
 
   None (the caller refuses) where there is no such `if`, where one
   instance gives both sizes (a loop), and where the `if` that decides is
@@ -54,7 +54,8 @@ def switched_size(file: source.SourceFile, method: cst.FunctionDef, node: cst.CS
   start = file.positions[node].start.line
   ancestors = set(file.ancestors(node))
   local = syntax.bound_in(method) - {'self'}
-  read = None if read is None else _flowing_into(set(read) & local, method, file, start) & local
+  read = set(read or ()) & local  # (none local, `Encoder()(self.table)`: not known)
+  read = _flowing_into(read, method, file, start) & local if read else None
   found, changes_read = set(), read is None
   for statement in syntax.descendants(method):
     test = _deciding_test(statement)
